@@ -1,0 +1,382 @@
+"""The local OpenAI-compatible server, exercised over real HTTP by the clients greval uses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import openai
+import pydantic
+import pytest
+from langchain_core.exceptions import OutputParserException
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, Field
+
+from greval.testing.openai_server import OpenAIServer, generate_instance
+
+# Not the langchain default (gpt-3.5-turbo): with that name `method="json_schema"` is silently
+# rewritten to function calling.
+MODEL = "gpt-4o-mini"
+Method = Literal["json_schema", "function_calling", "json_mode"]
+METHODS: tuple[Method, ...] = ("json_schema", "function_calling", "json_mode")
+
+
+class Claim(BaseModel):
+    id: str
+    verdict: Literal["supported", "unsupported", "partial"]
+    reason: str
+
+
+class Verdicts(BaseModel):
+    claims: list[Claim]
+    score: float = Field(ge=0, le=1)
+    label: int | None = Field(default=None, ge=1, le=5)
+
+
+@pytest.fixture(scope="module")
+def srv() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _clean(srv: OpenAIServer) -> Iterator[None]:
+    srv.reset()
+    yield
+    srv.configure(latency=0.0, json_schema=True, tools=True, seed=0)
+
+
+def _llm(srv: OpenAIServer, **kwargs: Any) -> ChatOpenAI:
+    return ChatOpenAI(model=MODEL, base_url=srv.base_url, api_key="test", max_retries=0, **kwargs)  # type: ignore[arg-type]
+
+
+def _client(srv: OpenAIServer, **kwargs: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0, **kwargs)
+
+
+def _prompt(method: Method, body: str) -> str:
+    """JSON mode carries no schema in the request; greval puts it in a fenced block."""
+    if method != "json_mode":
+        return body
+    return f"{body}\nAnswer with JSON matching:\n```json\n{json.dumps(Verdicts.model_json_schema())}\n```"
+
+
+def _structured(srv: OpenAIServer, method: Method, body: str) -> dict[str, Any]:
+    chain = _llm(srv).with_structured_output(Verdicts, method=method, include_raw=True)
+    result: dict[str, Any] = chain.invoke(_prompt(method, body))  # type: ignore[assignment]
+    return result
+
+
+def _json_schema_format() -> dict[str, Any]:
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "Verdicts", "schema": Verdicts.model_json_schema(), "strict": False},
+    }
+
+
+# ---------------------------------------------------------------- structured output
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_langchain_structured_output_is_schema_valid(srv: OpenAIServer, method: Method) -> None:
+    result = _structured(srv, method, "Judge the claims.\nItem ids: c1, c2, c3")
+    assert result["parsing_error"] is None
+    parsed = result["parsed"]
+    assert isinstance(parsed, Verdicts)
+    assert [c.id for c in parsed.claims] == ["c1", "c2", "c3"]
+    assert all(c.reason.endswith(".") and " " in c.reason for c in parsed.claims)
+    mode = {"json_schema": "json_schema", "function_calling": "tools", "json_mode": "json_object"}[method]
+    assert srv.stats()["by_mode"] == {mode: 1}
+
+
+def test_answers_repeat_for_same_prompt_and_vary_across_prompts(srv: OpenAIServer) -> None:
+    first = _structured(srv, "json_schema", "Item ids: a, b\nquestion 1")["parsed"]
+    again = _structured(srv, "json_schema", "Item ids: a, b\nquestion 1")["parsed"]
+    assert first == again
+    others = [_structured(srv, "json_schema", f"Item ids: a, b\nquestion {i}")["parsed"] for i in range(2, 8)]
+    assert len({o.model_dump_json() for o in [first, *others]}) > 1
+
+
+def test_seed_changes_answers(srv: OpenAIServer) -> None:
+    before = [_structured(srv, "json_schema", f"Item ids: x, y\nq{i}")["parsed"] for i in range(4)]
+    srv.configure(seed=7)
+    after = [_structured(srv, "json_schema", f"Item ids: x, y\nq{i}")["parsed"] for i in range(4)]
+    assert before != after
+
+
+def test_last_item_ids_line_wins(srv: OpenAIServer) -> None:
+    result = _structured(srv, "function_calling", "Item ids: old1, old2\nexample\nItem ids: n1,n2 , n3,")
+    assert [c.id for c in result["parsed"].claims] == ["n1", "n2", "n3"]
+
+
+def test_json_mode_without_schema_returns_empty_object(srv: OpenAIServer) -> None:
+    resp = _client(srv).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "reply in json"}],
+        response_format={"type": "json_object"},
+    )
+    assert json.loads(resp.choices[0].message.content or "") == {}
+
+
+def test_openai_sdk_json_schema_n_choices_and_usage(srv: OpenAIServer) -> None:
+    resp = _client(srv).chat.completions.create(
+        model="my-model",
+        messages=[
+            {"role": "system", "content": "You judge."},
+            {"role": "user", "content": "Item ids: q1\nfour words here"},
+        ],
+        response_format=_json_schema_format(),  # type: ignore[arg-type]
+        n=3,
+    )
+    assert resp.model == "my-model" and resp.object == "chat.completion" and resp.id
+    assert len(resp.choices) == 3
+    answers = [Verdicts.model_validate_json(c.message.content or "") for c in resp.choices]
+    assert all([c.id for c in a.claims] == ["q1"] for a in answers)
+    assert len({a.model_dump_json() for a in answers}) > 1
+    assert resp.usage is not None
+    assert resp.usage.prompt_tokens == 8  # words across all messages
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens > 8
+
+
+def test_openai_sdk_tool_call_shape(srv: OpenAIServer) -> None:
+    tool = {"type": "function", "function": {"name": "grade", "parameters": Verdicts.model_json_schema()}}
+    resp = _client(srv).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Item ids: t1, t2"}],
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "grade"}},
+    )
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls is not None
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "grade" and call.id
+    assert [c.id for c in Verdicts.model_validate_json(call.function.arguments).claims] == ["t1", "t2"]
+
+
+def test_plain_text_models_and_streaming(srv: OpenAIServer) -> None:
+    assert _llm(srv).invoke("hello").content == "OK"
+    assert "".join(str(chunk.content) for chunk in _llm(srv).stream("hello")) == "OK"
+    assert [m.id for m in _client(srv).models.list()] == ["greval-test"]
+
+
+def test_generate_instance_schema_features() -> None:
+    schema = {
+        "$defs": {
+            "Kind": {"enum": ["a", "b"]},
+            "Pair": {"type": "object", "properties": {"k": {"$ref": "#/$defs/Kind"}}},
+        },
+        "type": "object",
+        "properties": {
+            "kind": {"$ref": "#/$defs/Kind"},
+            "fixed": {"const": 3},
+            "maybe": {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 2, "maximum": 4}]},
+            "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "flags": {"type": "array", "items": {"type": "boolean"}},
+            "pairs": {"type": "array", "items": {"$ref": "#/$defs/Pair"}, "minItems": 3},
+            "word": {"type": "string", "maxLength": 4},
+            "typed": {"type": ["null", "string"]},
+        },
+    }
+    for i in range(30):
+        value = generate_instance(schema, f"prompt {i}")
+        assert value == generate_instance(schema, f"prompt {i}")
+        assert value["kind"] in ("a", "b") and value["fixed"] == 3
+        assert 2 <= value["maybe"] <= 4 and 0 < value["ratio"] < 1
+        assert len(value["flags"]) == 2 and all(isinstance(f, bool) for f in value["flags"])
+        assert len(value["pairs"]) == 3 and all(p["k"] in ("a", "b") for p in value["pairs"])
+        assert len(value["word"]) <= 4 and isinstance(value["typed"], str)
+
+
+# ---------------------------------------------------------------- scripted rules
+
+
+def test_respond_content_in_every_mode_and_raw_text(srv: OpenAIServer) -> None:
+    canned = {"claims": [{"id": "z", "verdict": "partial", "reason": "Scripted."}], "score": 0.5}
+    srv.script([{"match": "CANNED", "action": {"type": "respond", "content": canned}}])
+    for method in METHODS:
+        assert _structured(srv, method, "CANNED please")["parsed"] == Verdicts.model_validate(canned)
+    srv.script([{"match": "RAW", "action": {"type": "respond", "text": "raw words"}}])
+    assert _llm(srv).invoke("RAW").content == "raw words"
+    assert srv.stats()["by_rule"] == {"0": 3, "1": 1}
+
+
+def test_drop_and_extra_ids(srv: OpenAIServer) -> None:
+    srv.script(
+        [
+            {"match": "DROP", "times": 1, "action": {"type": "drop_ids", "ids": ["c2"]}},
+            {"match": "EXTRA", "action": {"type": "extra_ids", "ids": ["c9"]}},
+        ]
+    )
+    dropped = _structured(srv, "json_schema", "DROP\nItem ids: c1, c2, c3")["parsed"]
+    assert [c.id for c in dropped.claims] == ["c1", "c3"]
+    assert [c.id for c in _structured(srv, "json_schema", "DROP\nItem ids: c1, c2, c3")["parsed"].claims] == [
+        "c1",
+        "c2",
+        "c3",
+    ]  # times=1 is used up
+    extra = _structured(srv, "function_calling", "EXTRA\nItem ids: c1")["parsed"]
+    assert [c.id for c in extra.claims] == ["c1", "c9"]
+
+
+def test_regex_match_and_rule_order(srv: OpenAIServer) -> None:
+    srv.script(
+        [
+            {"match": r"item-\d+-fail", "regex": True, "action": {"type": "fault", "status": 500}},
+            {"match": None, "action": {"type": "respond", "text": "fallback"}},
+        ]
+    )
+    with pytest.raises(openai.InternalServerError):
+        _llm(srv).invoke("item-42-fail")
+    assert _llm(srv).invoke("item-x-fail").content == "fallback"
+    stats = srv.stats()
+    assert stats["by_rule"] == {"0": 1, "1": 1}
+    assert stats["by_status"] == {"500": 1, "200": 1}
+
+
+def test_rate_limit_with_retry_after_is_visible(srv: OpenAIServer) -> None:
+    srv.script([{"match": "LIMIT", "times": 1, "action": {"type": "fault", "status": 429, "retry_after": 7}}])
+    with pytest.raises(openai.RateLimitError) as info:
+        _llm(srv).invoke("LIMIT")
+    assert info.value.response.headers["retry-after"] == "7"
+    assert info.value.code == "rate_limit_exceeded"
+    assert _llm(srv).invoke("LIMIT").content == "OK"  # times=1
+
+
+def test_server_errors(srv: OpenAIServer) -> None:
+    srv.script([{"match": "BOOM", "action": {"type": "fault", "status": 503}}])
+    with pytest.raises(openai.InternalServerError) as info:
+        _client(srv).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "BOOM"}])
+    assert info.value.status_code == 503
+
+
+def test_timeout_action(srv: OpenAIServer) -> None:
+    srv.script([{"match": "SLOW", "action": {"type": "timeout", "seconds": 1.2}}])
+    start = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        _llm(srv, timeout=0.3).invoke("SLOW")
+    assert time.monotonic() - start < 1.0
+    # The server still finishes its sleep; wait so later tests see no stray in-flight request.
+    while srv.stats()["in_flight"] and time.monotonic() - start < 5:
+        time.sleep(0.05)
+    assert srv.stats()["in_flight"] == 0
+
+
+def test_malformed_is_a_parsing_error_in_every_mode(srv: OpenAIServer) -> None:
+    srv.script([{"match": "BAD", "action": {"type": "malformed"}}])
+    # json_schema: the openai SDK parses inside the call, so it raises instead of filling parsing_error.
+    with pytest.raises(pydantic.ValidationError):
+        _structured(srv, "json_schema", "BAD")
+    # function calling: unparsable arguments become `invalid_tool_calls` and `parsed` is None.
+    tools = _structured(srv, "function_calling", "BAD")
+    assert tools["parsed"] is None and tools["raw"].invalid_tool_calls
+    json_mode = _structured(srv, "json_mode", "BAD")
+    assert isinstance(json_mode["parsing_error"], OutputParserException)
+    resp = _client(srv).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "BAD"}],
+        response_format=_json_schema_format(),  # type: ignore[arg-type]
+    )
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(resp.choices[0].message.content or "")
+
+
+def test_invalid_is_valid_json_violating_schema(srv: OpenAIServer) -> None:
+    srv.script([{"match": "WRONG", "action": {"type": "invalid"}}])
+    resp = _client(srv).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "WRONG\nItem ids: c1"}],
+        response_format=_json_schema_format(),  # type: ignore[arg-type]
+    )
+    data = json.loads(resp.choices[0].message.content or "")
+    with pytest.raises(pydantic.ValidationError):
+        Verdicts.model_validate(data)
+    assert isinstance(_structured(srv, "json_mode", "WRONG")["parsing_error"], OutputParserException)
+
+
+def test_probability_is_deterministic(srv: OpenAIServer) -> None:
+    def failing() -> list[int]:
+        srv.reset()
+        srv.script([{"match": "P-", "probability": 0.5, "action": {"type": "fault", "status": 500}}])
+        out = []
+        for i in range(24):
+            try:
+                _llm(srv).invoke(f"P-{i}")
+            except openai.InternalServerError:
+                out.append(i)
+        return out
+
+    first = failing()
+    assert 3 < len(first) < 21
+    assert failing() == first
+
+
+# ---------------------------------------------------------------- capabilities, latency, concurrency
+
+
+def test_json_schema_disabled_gives_bad_request(srv: OpenAIServer) -> None:
+    srv.configure(json_schema=False)
+    # langchain recognises the real OpenAI wording and warns before re-raising.
+    with pytest.raises(openai.BadRequestError) as info, pytest.warns(UserWarning, match="structured output"):
+        _structured(srv, "json_schema", "anything")
+    assert info.value.param == "response_format"
+    assert "json_schema" in info.value.message
+    assert isinstance(_structured(srv, "function_calling", "Item ids: a")["parsed"], Verdicts)
+    srv.configure(tools=False)
+    with pytest.raises(openai.BadRequestError) as tools_info:
+        _structured(srv, "function_calling", "anything")
+    assert tools_info.value.param == "tools"
+    assert isinstance(_structured(srv, "json_mode", "Item ids: a")["parsed"], Verdicts)
+
+
+def test_cli_flags_no_json_schema() -> None:
+    with OpenAIServer(json_schema=False, latency=0.0) as other:
+        with pytest.raises(openai.BadRequestError), pytest.warns(UserWarning):
+            _structured(other, "json_schema", "x")
+        assert other.stats()["by_status"] == {"400": 1}
+
+
+def test_latency_default_and_per_rule(srv: OpenAIServer) -> None:
+    srv.configure(latency=0.4)
+    start = time.monotonic()
+    _llm(srv).invoke("wait")
+    assert 0.35 < time.monotonic() - start < 2.0
+    srv.script([{"match": "FAST", "action": {"type": "latency", "seconds": 0}}])
+    start = time.monotonic()
+    _llm(srv).invoke("FAST")
+    assert time.monotonic() - start < 0.3
+
+
+def test_concurrency(srv: OpenAIServer) -> None:
+    srv.configure(latency=0.3)
+
+    async def run() -> float:
+        client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="test", max_retries=0)
+        start = time.monotonic()
+        await asyncio.gather(
+            *(
+                client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"c{i}"}])
+                for i in range(50)
+            )
+        )
+        await client.close()
+        return time.monotonic() - start
+
+    elapsed = asyncio.run(run())
+    assert elapsed < 5.0  # serial would be 15 s
+    stats = srv.stats()
+    assert stats["total"] == 50 and stats["by_status"] == {"200": 50}
+    assert stats["max_in_flight"] >= 20 and stats["in_flight"] == 0
+
+
+def test_requests_log_and_reset(srv: OpenAIServer) -> None:
+    _structured(srv, "function_calling", "logged one")
+    bodies = srv.requests()
+    assert len(bodies) == 1
+    assert bodies[0]["tool_choice"] == {"type": "function", "function": {"name": "Verdicts"}}
+    assert bodies[0]["parallel_tool_calls"] is False
+    srv.reset()
+    assert srv.requests() == [] and srv.stats()["total"] == 0
