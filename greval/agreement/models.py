@@ -1,0 +1,254 @@
+"""Pydantic models for agreement: the scale, the options and the (JSON-serialisable) report.
+
+Every figure is an `Estimate`: a value that is either a real number or None with a `note` saying why
+(one class, constant scores, too few items ...), the n behind it and, when bootstrapped, a CI.
+A NaN is never passed off as a number.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Kind = Literal["categorical", "value"]
+Protocol = Literal["pooled", "per-group"]
+
+
+class AgreementScale(BaseModel):
+    """What the judge and the humans answer on.
+
+    `labels` are in the spec's order; for `ordered` scales that order is low → high, and "the judge is
+    above the human" means the judge chose a later label. `scores` maps labels to numbers (used by value
+    scales whose answers are words, and for signed bias on ordered labels). `min`/`max` bound a value scale.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Kind = "categorical"
+    labels: list[str] | None = None
+    ordered: bool = False
+    scores: dict[str, float] | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> AgreementScale:
+        if self.labels is not None and len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"duplicate labels in {self.labels}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} > max {self.max}")
+        return self
+
+
+class AgreementOptions(BaseModel):
+    """How to compute: invalid-answer policy, correlation protocol, bootstrap, slices, label mapping."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    invalid: str = Field(
+        "as-wrong",
+        description="as-wrong | drop | label:X — what to do with a missing/unparseable judge answer",
+    )
+    protocol: Protocol = "pooled"
+    bootstrap: int = Field(1000, ge=0, description="resamples; 0 disables CIs")
+    seed: int = 0
+    confidence: float = Field(0.95, gt=0.0, lt=1.0)
+    slices: list[str] = Field(default_factory=list)
+    mapping: dict[str, str] = Field(default_factory=dict, description="raw label → label, both sides")
+    alpha_max_values: int = Field(
+        100,
+        ge=2,
+        description="skip Krippendorff α above this many distinct values (its cost is units × values²)",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> AgreementOptions:
+        if self.invalid not in ("as-wrong", "drop") and not self.invalid.startswith("label:"):
+            raise ValueError(f"invalid policy must be as-wrong, drop or label:X, not {self.invalid!r}")
+        return self
+
+
+class Estimate(BaseModel):
+    """One figure with the n behind it; value None means undefined, and `note` says why."""
+
+    value: float | None
+    n: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+    note: str | None = None
+
+
+class LabelReport(BaseModel):
+    """sklearn's classification report row for one label (human = truth, judge = prediction)."""
+
+    label: str
+    precision: float
+    recall: float
+    f1: float
+    support: int
+
+
+class ConfusionMatrix(BaseModel):
+    """Rows are human labels, columns judge labels, both in the spec's order.
+
+    The judge side gets an extra column `invalid_column` when invalid answers are kept as wrong.
+    """
+
+    labels: list[str]
+    judge_labels: list[str]
+    counts: list[list[int]]
+
+
+class DisagreementCell(BaseModel):
+    """One off-diagonal confusion cell: how often the judge said `judge` when people said `human`."""
+
+    human: str
+    judge: str
+    count: int
+    share_of_items: float
+    share_of_disagreements: float
+    steps: int | None = Field(None, description="judge position − human position (ordered scales)")
+
+
+class LabelBias(BaseModel):
+    """How often each label is used by the judge vs by people (positive difference = judge overuses it)."""
+
+    label: str
+    judge_count: int
+    human_count: int
+    judge_share: float
+    human_share: float
+    difference: float
+
+
+class Bias(BaseModel):
+    """Off-diagonal mass: where the judge departs from people, signed for ordered scales."""
+
+    disagreement_rate: Estimate
+    judge_above_rate: Estimate | None = None
+    judge_below_rate: Estimate | None = None
+    mean_signed_steps: Estimate | None = None
+    per_label: list[LabelBias]
+    cells: list[DisagreementCell]
+
+
+class Prevalence(BaseModel):
+    """Share of each label as the judge reports it and corrected for the judge's measured error.
+
+    Two labels: Rogan–Gladen. More: solve P(judge|human)ᵀ π = q (least squares), clip negatives to 0 and
+    renormalise to 1. `q` is taken over every item with a valid judge verdict, including items no human
+    labelled; P(judge|human) over the human-labelled items.
+    """
+
+    method: str
+    labels: list[str]
+    n_judged: int
+    n_labelled: int
+    observed: list[float]
+    human: list[float]
+    corrected: list[Estimate]
+    note: str | None = None
+
+
+class CategoricalReport(BaseModel):
+    """Categorical agreement details beyond the headline metrics."""
+
+    labels: list[str]
+    per_label: list[LabelReport]
+    confusion: ConfusionMatrix
+    bias: Bias
+    prevalence: Prevalence | None = None
+
+
+class Describe(BaseModel):
+    """Summary statistics for one side of a value scale."""
+
+    count: int
+    mean: float | None
+    median: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+
+
+class ValueReport(BaseModel):
+    """Value-scale details: descriptive statistics of each side."""
+
+    judge: Describe
+    human: Describe
+    protocol: Protocol
+    n_groups: int | None = None
+    groups_skipped: int | None = None
+
+
+class PairAgreement(BaseModel):
+    """Agreement of two coders on the items both labelled."""
+
+    a: str
+    b: str
+    n: int
+    value: float | None
+    note: str | None = None
+
+
+class Ceiling(BaseModel):
+    """Human–human agreement (the ceiling a judge can be expected to reach) next to judge–human agreement."""
+
+    metric: str = Field(description="pairwise statistic: cohen_kappa / quadratic_kappa / pearson")
+    alpha_level: str
+    n_annotators: int
+    n_items_multi: int
+    human_pairs: list[PairAgreement]
+    judge_pairs: list[PairAgreement]
+    human_pairwise_mean: Estimate
+    judge_pairwise_mean: Estimate
+    human_alpha: Estimate
+    alpha_with_judge: Estimate
+
+
+class Counts(BaseModel):
+    """Where the rows went: nothing is dropped without being counted here."""
+
+    rows: int
+    items: int
+    items_missing_human: int
+    items_invalid_judge: int
+    items_dropped_invalid: int
+    items_tied_majority: int
+    items_compared: int
+    annotators: int
+    groups: int | None = None
+
+
+class AgreementReport(BaseModel):
+    """Judge-vs-human agreement on one frame (and, nested, per slice)."""
+
+    scale: AgreementScale
+    options: AgreementOptions
+    counts: Counts
+    metrics: dict[str, Estimate]
+    categorical: CategoricalReport | None = None
+    value: ValueReport | None = None
+    ceiling: Ceiling | None = None
+    slices: dict[str, dict[str, AgreementReport]] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class Difference(BaseModel):
+    """A paired-bootstrap difference `b − a` for one metric, on the items both versions share."""
+
+    metric: str
+    a: str
+    b: str
+    estimate: Estimate
+    beyond_ci: bool | None = Field(None, description="the CI excludes 0")
+
+
+class ComparisonReport(BaseModel):
+    """Several judge versions on the same items, side by side, with paired differences."""
+
+    reports: dict[str, AgreementReport]
+    common_items: int
+    differences: list[Difference]
+    notes: list[str] = Field(default_factory=list)
