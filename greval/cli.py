@@ -1,0 +1,352 @@
+"""The ``greval`` command line. User mistakes print one line and exit 2; nothing prints a traceback for them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from greval.errors import UserError
+
+console = Console(stderr=True)
+out = Console()
+
+
+class GrevalGroup(click.Group):
+    """Turns user errors into one line and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/] — everything judged so far is stored; run the same command "
+                          "again to resume.")
+            sys.exit(130)
+
+
+@click.group(cls=GrevalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="greval")
+def main() -> None:
+    """greval — LLM judges for RAG and GraphRAG that people can check.
+
+    \b
+    Write a metric as a YAML spec, run it over your dataset, review the verdicts in Argilla, and measure
+    how well the judge agrees with people.
+
+    \b
+      greval spec list                          predefined metrics
+      greval run data.jsonl --spec answer_alignment --judge openai:gpt-4o-mini
+      greval results export --format csv -o verdicts.csv
+    """
+
+
+# ----------------------------------------------------------------------------------------------- spec
+@main.group()
+def spec() -> None:
+    """Inspect, validate and document metric specs."""
+
+
+@spec.command("list")
+def spec_list() -> None:
+    """List the predefined metric specs shipped with greval."""
+    from greval.spec import CategoricalScale, bundled_specs, load_spec_file
+
+    table = Table(title="Predefined metric specs", show_lines=False)
+    for col in ("name", "target", "scale", "inputs", "hash"):
+        table.add_column(col)
+    for name, path in bundled_specs().items():
+        s = next(x for x in load_spec_file(path) if x.name == name)
+        scale = ", ".join(s.scale.names) if isinstance(s.scale, CategoricalScale) else f"{s.scale.min}–{s.scale.max}"
+        table.add_row(name, s.each or "record", scale, ", ".join(s.inputs), s.hash)
+    out.print(table)
+
+
+@spec.command("show")
+@click.argument("ref")
+def spec_show(ref: str) -> None:
+    """Print a spec (file or predefined name) with its hash, and the prompt the judge receives."""
+    from greval.judge import system_prompt, verdict_models
+    from greval.spec import resolve_specs
+
+    for s in resolve_specs([ref], with_dependencies=False):
+        answer, _ = verdict_models(s)
+        out.print(f"[bold]{s.name}[/]  hash {s.hash}  target {s.each or 'record'}")
+        out.print(system_prompt(s, "json_schema", answer.model_json_schema()), highlight=False)
+
+
+@spec.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+def spec_validate(files: Sequence[str]) -> None:
+    """Validate spec files; print each spec's name and hash, or the first error as FILE: FIELD: PROBLEM."""
+    from greval.judge import Judge
+    from greval.spec import load_spec_file
+
+    failed = False
+    for f in files:
+        try:
+            for s in load_spec_file(f):
+                Judge(s, _NoModel())  # also checks few-shot examples against the verdict schema
+                out.print(f"[green]ok[/] {f}: {s.name} ({s.hash})", highlight=False)
+        except UserError as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            failed = True
+    if failed:
+        sys.exit(2)
+
+
+@spec.command("schema")
+@click.option("-o", "--output", type=click.Path(), help="Write to a file instead of stdout.")
+def spec_schema(output: str | None) -> None:
+    """Write the JSON Schema of spec files, for editor validation and autocompletion.
+
+    \b
+    VS Code (YAML extension): add to the top of a spec file
+      # yaml-language-server: $schema=./greval-spec.schema.json
+    """
+    from greval.spec import spec_json_schema
+
+    text = json.dumps(spec_json_schema(), indent=2, ensure_ascii=False)
+    if output:
+        Path(output).write_text(text + "\n", encoding="utf-8")
+        console.print(f"wrote {output}")
+    else:
+        click.echo(text)
+
+
+class _NoModel:
+    """Stand-in for validation only: Judge construction needs no model call."""
+
+    def bind(self, **_: Any) -> Any:  # pragma: no cover - never called during validation
+        raise RuntimeError("no model")
+
+
+# ------------------------------------------------------------------------------------------------ run
+def _parse_map(values: Sequence[str]) -> dict[str, str]:
+    mapping = {}
+    for v in values:
+        field, sep, column = v.partition("=")
+        if not sep or not field or not column:
+            raise UserError(f"--map {v!r}: write FIELD=COLUMN, e.g. --map question=query")
+        mapping[field.strip()] = column.strip()
+    return mapping
+
+
+def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags that choose and parameterise the judge model (shared by every command that judges)."""
+    opts = [
+        click.option("--judge", "judge_ref", envvar="GREVAL_JUDGE", default=None, show_envvar=True,
+                     help="provider:model, e.g. openai:gpt-4o-mini; any OpenAI-compatible server with --base-url; "
+                          "gguf:/path/model.gguf or 'local' for the embedded llama.cpp judge."),
+        click.option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True,
+                     help="OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama, LiteLLM …). Key: OPENAI_API_KEY."),
+        click.option("--temperature", type=float, default=None, help="Sampling temperature [spec, else 0]."),
+        click.option("--max-tokens", type=int, default=None, help="Cap on the judge's answer length."),
+        click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request."),
+        click.option("--samples", type=int, default=None, help="Judge samples per item; majority verdict [1]."),
+        click.option("--seed", type=int, default=None, help="Sampling seed, for servers that honour it."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+@main.command("run")
+@click.argument("data", type=click.Path())
+@click.option("-s", "--spec", "spec_refs", multiple=True, required=True,
+              help="Spec file or predefined metric name; repeat for several. Dependencies are added.")
+@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(),
+              help="SQLite file where verdicts are kept (created if missing; reused to resume).")
+@judge_options
+@click.option("-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most.")
+@click.option("--no-adaptive", is_flag=True, help="Keep concurrency fixed even when rate limited.")
+@click.option("--method", type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
+              default="auto", show_default=True, help="Structured-output method (auto falls back when refused).")
+@click.option("--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts.")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
+              help="Read FIELD from COLUMN (dotted paths reach nested JSON), e.g. --map question=query.")
+@click.option("--id-column", default=None, help="Column holding record ids [id, else a content hash].")
+@click.option("--limit", type=int, default=None, help="Judge only the first N records.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def run_cmd(data: str, spec_refs: Sequence[str], store: str, judge_ref: str | None, base_url: str | None,
+            temperature: float | None, max_tokens: int | None, timeout: float, samples: int | None,
+            seed: int | None, concurrency: int, no_adaptive: bool, method: str, max_attempts: int,
+            maps: Sequence[str], id_column: str | None, limit: int | None, quiet: bool) -> None:
+    """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
+
+    \b
+    Every verdict is written to the store the moment it arrives. Running the same command again makes
+    no model call for what is already judged; a killed run resumes with only the missing verdicts;
+    editing a spec re-judges that spec only.
+
+    \b
+    Examples:
+      greval run rag.jsonl -s answer_alignment -s chunk_evaluation --judge openai:gpt-4o-mini
+      greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
+          --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
+    """
+    from greval.data import load_records
+    from greval.execution import RetryPolicy
+    from greval.runner import RunOptions, arun
+    from greval.spec import resolve_specs
+    from greval.store import Store
+
+    specs = resolve_specs(spec_refs)
+    records = load_records(data, _parse_map(maps), id_column, limit)
+    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
+    ref = judge_ref or defaults.model or "openai:gpt-4o-mini"
+    opts = RunOptions(concurrency=concurrency, adaptive=not no_adaptive, method=method,
+                      retry=RetryPolicy(max_attempts=max_attempts))
+    with judge_session(ref, base_url=base_url, temperature=temperature if temperature is not None
+                       else defaults.temperature, max_tokens=max_tokens or defaults.max_tokens, timeout=timeout,
+                       samples=samples or defaults.samples, seed=seed) as cfg, Store(store) as st:
+        console.print(f"judging [bold]{len(records)}[/] records with {', '.join(s.name for s in specs)} "
+                      f"— judge {cfg.label}, store {store}", highlight=False)
+        with _progress(quiet) as hook:
+            summary = asyncio.run(arun(specs, records, st, cfg, options=opts, dataset=str(data), progress=hook))
+    print_summary(summary)
+    if summary.failed:
+        console.print(f"[yellow]{summary.failed} judgement(s) failed[/] and are stored as errors; "
+                      "re-run to retry them.")
+
+
+class judge_session:  # noqa: N801 - used like a function in `with`
+    """Build the judge config; for local models start (and afterwards stop) the embedded llama-server."""
+
+    def __init__(self, ref: str, **params: Any) -> None:
+        from greval.models import JudgeConfig
+
+        self.cfg = JudgeConfig.parse(ref, **params)
+        self._server: Any = None
+
+    def __enter__(self) -> Any:
+        if self.cfg.provider in ("gguf", "local"):
+            try:
+                from greval import local_judge
+            except ImportError:
+                raise UserError("the embedded local judge is not available in this installation") from None
+            self._server = local_judge.open_for_judge(self.cfg)
+            return self._server.__enter__()
+        return self.cfg
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.__exit__(*exc)
+
+
+class _progress:  # noqa: N801
+    """A rich progress bar with rate, ETA and error count, fed by the runner's hook."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet or not console.is_terminal and os.environ.get("GREVAL_PROGRESS") != "1"
+        self.bar = Progress(
+            TextColumn("[bold]judging"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TextColumn("[red]{task.fields[errors]}"),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
+        )
+        self.task: Any = None
+
+    def __enter__(self) -> Callable[[int, int, int], None]:
+        if not self.quiet:
+            self.bar.start()
+        return self.update
+
+    def update(self, done: int, total: int, errors: int) -> None:
+        if self.quiet:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task("judging", total=total, rate="", errors="")
+        elapsed = self.bar.tasks[0].elapsed or 0.0
+        rate = f"{done / elapsed:.1f}/s" if elapsed > 0 and done else ""
+        self.bar.update(self.task, completed=done, rate=rate, errors=f"{errors} errors" if errors else "")
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.quiet:
+            self.bar.stop()
+
+
+def print_summary(summary: Any) -> None:
+    """Per metric: verdict distribution, mean score, failures, tokens."""
+    table = Table(title=f"run {summary.run_id} — {summary.records} records, judge {summary.judge}, "
+                        f"{summary.calls} calls in {summary.seconds:.1f}s")
+    for col in ("metric", "judged", "reused", "verdicts", "distribution", "mean score", "failed", "tokens in/out"):
+        table.add_column(col, overflow="fold")
+    for m in summary.metrics:
+        dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
+        fails = str(m.items_failed) + (f" ({', '.join(f'{k}×{v}' for k, v in m.errors.items())})" if m.errors else "")
+        table.add_row(m.spec, str(m.judged), str(m.reused), str(m.verdicts), dist,
+                      "—" if m.mean_score is None else f"{m.mean_score:.3f}", fails, f"{m.tokens_in}/{m.tokens_out}")
+    out.print(table)
+
+
+# -------------------------------------------------------------------------------------------- results
+@main.group()
+def results() -> None:
+    """Read verdicts out of a store."""
+
+
+@results.command("export")
+@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(), help="Output file.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "parquet"]), default=None,
+              help="Default: from the output file's suffix.")
+@click.option("--spec", default=None, help="Only this metric.")
+@click.option("--level", type=click.Choice(["item", "record"]), default="item", show_default=True,
+              help="'record' aggregates chunk / triple verdicts into one score per record.")
+def results_export(store: str, output: str, fmt: str | None, spec: str | None, level: str) -> None:
+    """Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet."""
+    from greval.results import export_results
+
+    n = export_results(store, output, fmt, spec, "record" if level == "record" else "item")
+    console.print(f"wrote {n} rows to {output}")
+
+
+@results.command("runs")
+@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+def results_runs(store: str) -> None:
+    """List the runs recorded in a store."""
+    import time as _t
+
+    from greval.store import Store
+
+    with Store(store) as st:
+        table = Table(title=f"runs in {store}")
+        for col in ("run", "started", "status", "dataset", "metrics", "calls", "failed"):
+            table.add_column(col)
+        for r in st.runs():
+            summ = json.loads(r["summary"] or "{}")
+            failed = sum(m.get("failed", 0) for m in summ.get("metrics", []))
+            table.add_row(r["run_id"], _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])), r["status"],
+                          r["dataset"] or "", ", ".join(json.loads(r["specs"] or "[]")), str(summ.get("calls", "")),
+                          str(failed))
+        out.print(table)
+
+
+def _register_optional() -> None:
+    """Attach the command groups of the other stages (annotation, agreement, local judge) when present."""
+    import importlib
+
+    for module, attr in (
+        ("greval.annotation.cli", "annotate"),
+        ("greval.agreement.cli", "agreement"),
+        ("greval.local_judge", "local_judge"),
+    ):
+        try:
+            cmd = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            continue
+        main.add_command(cmd)
+
+
+_register_optional()

@@ -1,0 +1,244 @@
+"""Datasets of RAG outputs: read JSONL / JSON / CSV / Parquet, map columns, normalise chunks and triples.
+
+Every record gets a content hash (what the store keys verdicts on, so an edited record is re-judged and an
+unchanged one never is) and an id (from an id column, else the hash) that people and Argilla see.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from greval.errors import DataError
+
+
+class Record(BaseModel):
+    """One RAG output to judge. ``data`` holds normalised fields: chunks as ``{id, text}``, triples as
+    ``{id, subject, predicate, object}``, everything else as read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    hash: str
+    data: dict[str, Any]
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any], id_field: str | None = None, where: str = "record") -> Record:
+        """Normalise a plain mapping (one dataset row, already column-mapped) into a Record.
+
+        The id comes from ``id_field`` (or an ``id`` column); it is not part of the content hash.
+        """
+        id_key = id_field if id_field else ("id" if not _missing(row.get("id")) else None)
+        data: dict[str, Any] = {}
+        for key, value in row.items():
+            if key == id_key or _missing(value):
+                continue
+            if key == "chunks":
+                data[key] = normalise_chunks(value, where)
+            elif key == "triples":
+                data[key] = normalise_triples(value, where)
+            else:
+                data[key] = value.tolist() if hasattr(value, "tolist") else value
+        digest = content_hash(data)
+        rid = row.get(id_key) if id_key else None
+        if id_key and _missing(rid):
+            raise DataError(f"{where}: the id column {id_key!r} is empty")
+        return cls(id=str(rid) if id_key else digest[:16], hash=digest, data=data)
+
+    def items(self, field: str) -> list[dict[str, Any]]:
+        """The chunks or triples of this record (empty when absent)."""
+        value = self.data.get(field)
+        return list(value) if isinstance(value, list) else []
+
+
+def content_hash(data: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON form: key order and whitespace do not matter."""
+    blob = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return isinstance(value, str) and value.strip() == ""
+
+
+def _maybe_json(value: Any) -> Any:
+    """CSV cells hold lists as JSON text; Parquet / pandas may hand over numpy arrays."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+def normalise_chunks(value: Any, where: str) -> list[dict[str, Any]]:
+    """Chunks as strings or ``{id, text}`` (also ``chunk_id`` / ``content``); ids default to c1, c2, …"""
+    value = _maybe_json(value)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise DataError(f"{where}: chunks must be a list of strings or {{id, text}} objects")
+    out: list[dict[str, Any]] = []
+    for i, chunk in enumerate(value, start=1):
+        chunk = _maybe_json(chunk)
+        if isinstance(chunk, str):
+            out.append({"id": f"c{i}", "text": chunk})
+        elif isinstance(chunk, Mapping):
+            text = next((chunk[k] for k in ("text", "content", "page_content") if k in chunk), None)
+            if text is None:
+                raise DataError(f"{where}: chunk {i} has no 'text' field")
+            cid = next((chunk[k] for k in ("id", "chunk_id") if k in chunk and chunk[k] is not None), f"c{i}")
+            extra = {k: v for k, v in chunk.items() if k not in ("id", "chunk_id", "text", "content", "page_content")}
+            out.append({"id": str(cid), "text": str(text), **({"metadata": extra} if extra else {})})
+        else:
+            raise DataError(f"{where}: chunk {i} must be a string or an object, got {type(chunk).__name__}")
+    _unique_ids(out, where, "chunk")
+    return out
+
+
+_TRIPLE_KEYS = (("subject", "predicate", "object"), ("head", "relation", "tail"), ("s", "p", "o"))
+
+
+def normalise_triples(value: Any, where: str) -> list[dict[str, Any]]:
+    """Triples as ``[s, p, o]`` or ``{subject, predicate, object}`` (also head/relation/tail); ids t1, t2, …"""
+    value = _maybe_json(value)
+    if not isinstance(value, list):
+        raise DataError(f"{where}: triples must be a list of [subject, predicate, object] or objects")
+    out: list[dict[str, Any]] = []
+    for i, triple in enumerate(value, start=1):
+        triple = _maybe_json(triple)
+        if isinstance(triple, list | tuple) and len(triple) == 3:
+            s, p, o = (str(x) for x in triple)
+            out.append({"id": f"t{i}", "subject": s, "predicate": p, "object": o})
+        elif isinstance(triple, Mapping):
+            keys = next((k for k in _TRIPLE_KEYS if all(x in triple for x in k)), None)
+            if keys is None:
+                raise DataError(f"{where}: triple {i} needs subject, predicate and object")
+            tid = triple.get("id") if triple.get("id") is not None else f"t{i}"
+            out.append(
+                {"id": str(tid), "subject": str(triple[keys[0]]), "predicate": str(triple[keys[1]]),
+                 "object": str(triple[keys[2]])}
+            )
+        else:
+            raise DataError(f"{where}: triple {i} must be [subject, predicate, object] or an object")
+    _unique_ids(out, where, "triple")
+    return out
+
+
+def _unique_ids(items: Sequence[Mapping[str, Any]], where: str, what: str) -> None:
+    seen: set[str] = set()
+    for item in items:
+        if item["id"] in seen:
+            raise DataError(f"{where}: two {what}s have the id {item['id']!r}; ids must be unique in a record")
+        seen.add(item["id"])
+
+
+# ------------------------------------------------------------------------------------------ reading
+def _rows(path: Path) -> Iterator[dict[str, Any]]:
+    name = path.name.lower()
+    opener: Any = gzip.open if name.endswith(".gz") else open
+    base = name.removesuffix(".gz")
+    if base.endswith((".jsonl", ".ndjson")):
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}: line {n}: invalid JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path}: line {n}: each line must be a JSON object")
+                yield row
+    elif base.endswith(".json"):
+        with opener(path, "rt", encoding="utf-8") as fh:
+            try:
+                data = json.load(fh)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from None
+        if isinstance(data, dict):
+            data = next((v for k, v in data.items() if k in ("records", "data", "items") and isinstance(v, list)), None)
+        if not isinstance(data, list):
+            raise DataError(f"{path}: expected a JSON array of objects (or {{\"records\": [...]}})")
+        for n, row in enumerate(data):
+            if not isinstance(row, dict):
+                raise DataError(f"{path}: item {n} is not an object")
+            yield row
+    elif base.endswith((".csv", ".tsv", ".parquet", ".pq")):
+        import pandas as pd
+
+        if base.endswith((".csv", ".tsv")):
+            frame = pd.read_csv(path, sep="\t" if base.endswith(".tsv") else ",", dtype=str, keep_default_na=False)
+        else:
+            frame = pd.read_parquet(path)
+        for row in frame.to_dict(orient="records"):
+            yield {str(k): v for k, v in row.items()}
+    else:
+        raise DataError(f"{path}: unknown format; use .jsonl, .json, .csv, .tsv or .parquet (optionally .gz)")
+
+
+def _get(row: Mapping[str, Any], dotted: str) -> Any:
+    if dotted in row:
+        return row[dotted]
+    cur: Any = row
+    for part in dotted.split("."):
+        if isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+        else:
+            return None
+    return cur
+
+
+def load_records(
+    path: str | Path,
+    mapping: Mapping[str, str] | None = None,
+    id_column: str | None = None,
+    limit: int | None = None,
+) -> list[Record]:
+    """Read a dataset file into Records.
+
+    ``mapping`` maps greval field names to the file's columns (dotted paths reach nested JSON), e.g.
+    ``{"question": "query", "answer": "response.text"}``; unmapped columns keep their names.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{path}: no such file")
+    mapping = dict(mapping or {})
+    records: list[Record] = []
+    by_id: dict[str, str] = {}
+    for n, row in enumerate(_rows(p)):
+        if limit is not None and len(records) >= limit:
+            break
+        taken = set(mapping.values())
+        mapped = {k: v for k, v in row.items() if k not in taken}
+        for field, column in mapping.items():
+            value = _get(row, column)
+            if value is None and n == 0 and column not in row:
+                raise DataError(f"{path}: column {column!r} (mapped to {field!r}) not found; "
+                                f"columns: {', '.join(map(str, row))}")
+            mapped[field] = value
+        if id_column and n == 0 and id_column not in mapped:
+            raise DataError(f"{path}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
+        rec = Record.from_mapping(mapped, id_column, where=f"{path}: record {n + 1}")
+        if rec.id in by_id:
+            if by_id[rec.id] != rec.hash:
+                raise DataError(f"{path}: two different records have the id {rec.id!r}")
+            continue  # the same record twice: judge it once
+        by_id[rec.id] = rec.hash
+        records.append(rec)
+    if not records:
+        raise DataError(f"{path}: no records")
+    return records

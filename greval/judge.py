@@ -1,0 +1,675 @@
+"""Compile a spec into a LangChain judge whose output is a structured, checked verdict.
+
+The prompt is built from the spec (description, instructions, steps, every range or label described, the
+inputs); the chat model is bound to a pydantic verdict model generated from the scale, with the reason
+before the verdict so the model reasons first. A "many" spec judges all chunks / triples of a record in one
+call and must return one verdict per item id: the answer is checked item by item and whatever is missing or
+invalid is asked again, never dropped. Structured output uses JSON schema, else tool calling, else JSON mode
+with the schema in the prompt, falling back automatically when a server rejects a method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from greval.data import Record
+from greval.errors import SpecError
+from greval.execution import (
+    AdaptiveLimiter,
+    RetryPolicy,
+    UnsupportedMethod,
+    call_with_retries,
+    describe_error,
+)
+from greval.spec import CategoricalScale, Spec, ValueScale, dependency_levels
+
+Method = Literal["json_schema", "function_calling", "json_mode"]
+METHODS: tuple[Method, ...] = ("json_schema", "function_calling", "json_mode")
+TOOL_NAME = "submit_verdict"
+
+
+# ------------------------------------------------------------------------------------------ results
+class ItemVerdict(BaseModel):
+    """The verdict on one record (``item_id == ""``) or one chunk / triple of it."""
+
+    item_id: str = ""
+    status: Literal["ok", "error"] = "ok"
+    label: str | None = None
+    value: int | None = None
+    score: float | None = Field(None, description="The value, or the label's score when labels have scores.")
+    reason: str | None = None
+    confidence: float | None = Field(None, description="Share of samples agreeing with the verdict.")
+    error: str | None = None
+    samples: list[dict[str, Any]] | None = None
+
+
+class CallLog(BaseModel):
+    """One request to the model (retries of the same request are counted in ``attempts``)."""
+
+    method: str
+    items: list[str]
+    latency_ms: float
+    tokens_in: int = 0
+    tokens_out: int = 0
+    attempts: int = 1
+    raw: str = ""
+    error: str | None = None
+
+
+class JudgeResult(BaseModel):
+    """Everything one judgement of one record produced, successful or not."""
+
+    spec: str
+    spec_hash: str
+    verdicts: list[ItemVerdict] = Field(default_factory=list)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    calls: list[CallLog] = Field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(v.status == "ok" for v in self.verdicts)
+
+    @property
+    def tokens_in(self) -> int:
+        return sum(c.tokens_in for c in self.calls)
+
+    @property
+    def tokens_out(self) -> int:
+        return sum(c.tokens_out for c in self.calls)
+
+    @property
+    def attempts(self) -> int:
+        return sum(c.attempts for c in self.calls)
+
+    @property
+    def latency_ms(self) -> float:
+        return sum(c.latency_ms for c in self.calls)
+
+
+MISSING_INPUT = "missing required input"
+
+
+def not_applicable(result: JudgeResult) -> bool:
+    """A metric that could not apply to a record (an input it requires is absent) - not a failure of the
+    judge, so metrics that read it go on without it."""
+    return bool(result.error and result.error.startswith(MISSING_INPUT))
+
+
+class ParseError(Exception):
+    """The model's answer is not JSON or does not fit the verdict schema."""
+
+
+# ---------------------------------------------------------------------------------- verdict models
+_PY_TYPES: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "list[string]": list[str],
+    "list[integer]": list[int],
+    "list[number]": list[float],
+}
+
+
+def _verdict_fields(spec: Spec) -> dict[str, Any]:
+    reason = (str, Field(description="Your step-by-step reasoning, following the evaluation steps. Write it first."))
+    if isinstance(spec.scale, CategoricalScale):
+        labels = tuple(spec.scale.names)
+        verdict: Any = (Literal[labels], Field(description="The label: " + ", ".join(labels)))  # type: ignore[valid-type]
+        return {"reason": reason, "label": verdict}
+    s = spec.scale
+    bounded = Annotated[int, Field(ge=s.min, le=s.max)]
+    return {"reason": reason, "value": (bounded, Field(description=f"An integer from {s.min} to {s.max}"))}
+
+
+def _output_fields(spec: Spec) -> dict[str, Any]:
+    return {name: (_PY_TYPES[o.type], Field(description=o.description)) for name, o in spec.outputs.items()}
+
+
+_FORBID = ConfigDict(extra="forbid")
+
+
+def verdict_models(spec: Spec) -> tuple[type[BaseModel], type[BaseModel]]:
+    """(answer model the judge must produce, model of one item's verdict).
+
+    Record metrics: the answer is ``{reason, label|value, <outputs>}``. Many metrics: ``{verdicts: [{id,
+    reason, label|value}], <outputs>}``. The reason precedes the verdict in every schema.
+    """
+    title = "".join(w.capitalize() for w in spec.name.split("_"))
+    if spec.each is None:
+        answer = create_model(f"{title}Verdict", __config__=_FORBID, **_verdict_fields(spec), **_output_fields(spec))
+        return answer, answer
+    noun = "chunk" if spec.each == "chunks" else "triple"
+    item = create_model(
+        f"{title}ItemVerdict",
+        __config__=_FORBID,
+        id=(str, Field(description=f"The {noun} id, exactly as listed")),
+        **_verdict_fields(spec),
+    )
+    answer = create_model(
+        f"{title}Verdicts",
+        __config__=_FORBID,
+        verdicts=(list[item], Field(description=f"One verdict per listed {noun} id, each id exactly once")),  # type: ignore[valid-type]
+        **_output_fields(spec),
+    )
+    return answer, item
+
+
+# -------------------------------------------------------------------------------------------- prompt
+_TITLES = {
+    "question": "Question",
+    "expected_answer": "Expected answer",
+    "answer": "Answer",
+    "chunks": "Retrieved chunks",
+    "triples": "Knowledge-graph triples",
+    "source": "Source text",
+}
+
+
+def _title(name: str) -> str:
+    return _TITLES.get(name, name.replace("_", " ").capitalize())
+
+
+def describe_scale(spec: Spec) -> str:
+    """The scale in words, every range or label with its description (shared with Argilla guidelines)."""
+    if isinstance(spec.scale, ValueScale):
+        s = spec.scale
+        lines = [f"Give an integer value from {s.min} to {s.max}:"]
+        lines += [f"- {r.text}: {r.description}" for r in s.ranges]
+    else:
+        lines = ["Choose exactly one label:"]
+        lines += [f'- "{lab.name}": {lab.description}' for lab in spec.scale.labels]
+        if spec.scale.ordered:
+            lines.append("The labels are listed from best to worst.")
+    return "\n".join(lines)
+
+
+def system_prompt(spec: Spec, method: Method, schema: Mapping[str, Any]) -> str:
+    """The judge's instructions; JSON mode also gets the answer's JSON schema."""
+    noun = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple"}.get(spec.each or "", "")
+    parts = [
+        "You are a careful, impartial evaluator of a retrieval-augmented question-answering system.",
+        f"# Metric: {spec.name}\n{spec.description.strip()}",
+    ]
+    if spec.instructions:
+        parts.append(f"# Instructions\n{spec.instructions.strip()}")
+    parts.append("# Evaluation steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
+    parts.append("# Scale\n" + describe_scale(spec))
+    word = "label" if isinstance(spec.scale, CategoricalScale) else "value"
+    if noun:
+        out = (
+            f"# Your answer\nJudge each {noun} separately. Return `verdicts`: one entry for every id listed "
+            f"under 'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your "
+            f"reasoning, written first), then `{word}`."
+        )
+    else:
+        out = f"# Your answer\nWrite `reason` first (your reasoning, following the steps), then `{word}`."
+    for name, o in spec.outputs.items():
+        out += f"\nAlso fill `{name}` ({o.type}): {o.description}"
+    parts.append(out)
+    if method == "json_mode":
+        parts.append(
+            "Answer with one JSON object and nothing else, valid against this JSON schema:\n```json\n"
+            + json.dumps(schema, ensure_ascii=False)
+            + "\n```"
+        )
+    return "\n\n".join(parts)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_item(field: str, item: Mapping[str, Any]) -> str:
+    if field == "triples":
+        return f"[{item['id']}] ({item['subject']}; {item['predicate']}; {item['object']})"
+    return f"[{item['id']}] {item.get('text', '')}"
+
+
+def render_inputs(
+    spec: Spec,
+    data: Mapping[str, Any],
+    deps: Mapping[str, JudgeResult] | None = None,
+    item_ids: Sequence[str] | None = None,
+) -> str:
+    """The record as the judge sees it: declared inputs under headings, items with their ids."""
+    parts: list[str] = []
+    for name, inp in spec.inputs.items():
+        value = data.get(name)
+        if value is None or value == [] or value == "":
+            continue
+        head = f"## {_title(name)}" + (f" ({inp.description})" if inp.description else "")
+        if name in ("chunks", "triples") and isinstance(value, list):
+            items = value
+            if name == spec.each and item_ids is not None:
+                wanted = set(item_ids)
+                items = [it for it in value if it["id"] in wanted]
+            sep = "\n\n" if name == "chunks" else "\n"
+            parts.append(head + "\n" + sep.join(render_item(name, it) for it in items))
+        else:
+            parts.append(head + "\n" + _text(value))
+    for dep_name, res in (deps or {}).items():
+        lines = [f"## Verdicts of the metric '{dep_name}'"]
+        for v in res.verdicts:
+            if v.status != "ok":
+                continue
+            verdict = v.label if v.label is not None else v.value
+            who = f"[{v.item_id}] " if v.item_id else ""
+            lines.append(f"- {who}{verdict}: {v.reason or ''}".rstrip())
+        for key, val in res.outputs.items():
+            lines.append(f"- {key}: {_text(val)}")
+        parts.append("\n".join(lines))
+    if spec.each is not None and item_ids is not None:
+        parts.append("Item ids: " + ", ".join(item_ids))
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------- parse
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+def _json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
+    if method == "function_calling" or (msg.tool_calls and not msg.content):
+        if msg.tool_calls:
+            args = msg.tool_calls[0]["args"]
+            return dict(args), json.dumps(args, ensure_ascii=False)
+        if msg.invalid_tool_calls:
+            raw = str(msg.invalid_tool_calls[0].get("args") or "")
+            raise ParseError(f"tool arguments are not valid JSON: {raw[:200]}")
+    content = msg.content if isinstance(msg.content, str) else "".join(
+        b if isinstance(b, str) else str(b.get("text", "")) for b in msg.content
+    )
+    text = content.strip()
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        start, end = text.find("{"), text.rfind("}")
+        try:
+            data = json.loads(text[start : end + 1]) if 0 <= start < end else None
+        except json.JSONDecodeError:
+            data = None
+        if data is None:
+            raise ParseError(f"the answer is not JSON: {content[:200]!r}") from None
+    if not isinstance(data, dict):
+        raise ParseError("the answer is JSON but not an object")
+    return data, content
+
+
+def _known(payload: Any, model: type[BaseModel]) -> Any:
+    """Drop keys the model does not know: chatty models add fields; the schema forbids them, we forgive."""
+    if not isinstance(payload, dict):
+        return payload
+    return {k: v for k, v in payload.items() if k in model.model_fields}
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else str(err["msg"])
+
+
+# --------------------------------------------------------------------------------------------- judge
+class Judge:
+    """One spec bound to one chat model. Shared by every call of a run (one HTTP client, one limiter)."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        model: BaseChatModel,
+        *,
+        method: Method | Literal["auto"] = "auto",
+        samples: int = 1,
+        policy: RetryPolicy | None = None,
+        limiter: AdaptiveLimiter | None = None,
+    ) -> None:
+        self.spec = spec
+        self.model = model
+        self.samples = samples
+        self.policy = policy or RetryPolicy()
+        self.limiter = limiter
+        self.answer_model, self.item_model = verdict_models(spec)
+        self.schema = self.answer_model.model_json_schema()
+        self._outputs_model: type[BaseModel] | None = (
+            create_model(f"{self.answer_model.__name__}Outputs", **_output_fields(spec)) if spec.outputs else None
+        )
+        self.methods: list[Method] = list(METHODS) if method == "auto" else [method]
+        self._method_index = 0
+        self._bound: dict[str, Runnable[Any, Any]] = {}
+        self._systems: dict[str, SystemMessage] = {}
+        self._examples = self._example_messages()
+        self._lock = asyncio.Lock()
+
+    # --------------------------------------------------------------------------- construction
+    def _example_messages(self) -> list[BaseMessage]:
+        msgs: list[BaseMessage] = []
+        for i, ex in enumerate(self.spec.examples):
+            try:
+                self.answer_model.model_validate(ex.output)
+            except ValidationError as exc:
+                raise SpecError(self.spec.name, f"examples[{i}].output", _first_error(exc)) from None
+            ids = [it["id"] for it in ex.inputs.get(self.spec.each, [])] if self.spec.each else None
+            msgs.append(HumanMessage(render_inputs(self.spec, ex.inputs, None, ids)))
+            msgs.append(AIMessage(json.dumps(ex.output, ensure_ascii=False)))
+        return msgs
+
+    @property
+    def method(self) -> Method:
+        return self.methods[min(self._method_index, len(self.methods) - 1)]
+
+    def bound(self, method: Method) -> Runnable[Any, Any]:
+        """The chat model bound for one structured-output method (built once, then reused)."""
+        if method not in self._bound:
+            tool = convert_to_openai_tool(self.answer_model)
+            tool["function"]["name"] = TOOL_NAME
+            if method == "json_schema":
+                fmt = {
+                    "type": "json_schema",
+                    "json_schema": {"name": self.answer_model.__name__, "schema": self.schema, "strict": True},
+                }
+                self._bound[method] = self.model.bind(response_format=fmt)
+            elif method == "function_calling":
+                self._bound[method] = self.model.bind_tools([tool], tool_choice=TOOL_NAME)
+            else:
+                self._bound[method] = self.model.bind(response_format={"type": "json_object"})
+        return self._bound[method]
+
+    def messages(self, method: Method, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None,
+                 item_ids: Sequence[str] | None) -> list[BaseMessage]:
+        if method not in self._systems:
+            self._systems[method] = SystemMessage(system_prompt(self.spec, method, self.schema))
+        human = HumanMessage(render_inputs(self.spec, data, deps, item_ids))
+        return [self._systems[method], *self._examples, human]
+
+    # --------------------------------------------------------------------------------- calling
+    async def _fall_back(self, failed: Method) -> bool:
+        async with self._lock:
+            if self.method == failed and self._method_index < len(self.methods) - 1:
+                self._method_index += 1
+            return self.method != failed
+
+    async def _call(self, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None,
+                    item_ids: Sequence[str] | None, log: list[CallLog]) -> dict[str, Any]:
+        """One request, with transport retries, method fallback and re-asking on unparsable answers."""
+        last_error = "no answer"
+        for _ in range(self.policy.parse_attempts):
+            while True:
+                method = self.method
+                attempts = 0
+
+                def count() -> None:
+                    nonlocal attempts
+                    attempts += 1
+
+                messages = self.messages(method, data, deps, item_ids)
+                runnable = self.bound(method)
+                start = time.perf_counter()
+                try:
+                    msg = await call_with_retries(lambda: runnable.ainvoke(messages), self.policy, self.limiter, count)
+                except UnsupportedMethod as exc:
+                    log.append(CallLog(method=method, items=list(item_ids or []), attempts=attempts,
+                                       latency_ms=(time.perf_counter() - start) * 1000, error=str(exc)[:300]))
+                    if await self._fall_back(method):
+                        continue
+                    raise
+                break
+            usage = getattr(msg, "usage_metadata", None) or {}
+            entry = CallLog(
+                method=method,
+                items=list(item_ids or []),
+                latency_ms=(time.perf_counter() - start) * 1000,
+                tokens_in=int(usage.get("input_tokens", 0) or 0),
+                tokens_out=int(usage.get("output_tokens", 0) or 0),
+                attempts=attempts,
+            )
+            log.append(entry)
+            try:
+                payload, entry.raw = _json_payload(msg, method)
+                return self._validate(payload, item_ids)
+            except ParseError as exc:
+                last_error = str(exc)
+                entry.error = last_error
+                if not entry.raw:
+                    entry.raw = str(msg.content)[:2000] if msg.content else json.dumps(msg.tool_calls)[:2000]
+        raise ParseError(f"unusable answer after {self.policy.parse_attempts} tries: {last_error}")
+
+    def _validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> dict[str, Any]:
+        """Check an answer. Many-judges: keep each valid item, report the rest as missing (asked again)."""
+        if self.spec.each is None:
+            try:
+                one = self.answer_model.model_validate(_known(payload, self.answer_model)).model_dump()
+            except ValidationError as exc:
+                raise ParseError(_first_error(exc)) from None
+            outputs = {k: one.pop(k) for k in self.spec.outputs}
+            return {"items": {"": one}, "outputs": outputs, "notes": []}
+        outputs = {}
+        if self._outputs_model is not None:
+            try:
+                outputs = self._outputs_model.model_validate(_known(payload, self._outputs_model)).model_dump()
+            except ValidationError:
+                outputs = {}  # the verdicts still count; the extra outputs are asked for with re-asked items
+        raw_items = payload.get("verdicts")
+        if not isinstance(raw_items, list):
+            raise ParseError("the answer has no `verdicts` list")
+        wanted = set(item_ids or [])
+        got: dict[str, dict[str, Any]] = {}
+        conflicted: set[str] = set()
+        notes: list[str] = []
+        for entry in raw_items:
+            try:
+                v = self.item_model.model_validate(_known(entry, self.item_model)).model_dump()
+            except ValidationError as exc:
+                notes.append(f"invalid item verdict ({_first_error(exc)})")
+                continue
+            iid = v.pop("id")
+            if iid not in wanted:
+                notes.append(f"ignored verdict for unknown id {iid!r}")
+                continue
+            if iid in got and {k: got[iid][k] for k in got[iid] if k != "reason"} != {
+                k: v[k] for k in v if k != "reason"
+            }:
+                conflicted.add(iid)
+            got.setdefault(iid, v)
+        for iid in conflicted:
+            notes.append(f"conflicting verdicts for id {iid!r}: asked again")
+            got.pop(iid)
+        return {"items": got, "outputs": outputs, "notes": notes}
+
+    async def _sampled(self, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None,
+                       item_ids: Sequence[str] | None, log: list[CallLog]) -> dict[str, Any]:
+        """``samples`` independent answers combined: majority label (or mean value) with its agreement rate."""
+        if self.samples == 1:
+            return await self._call(data, deps, item_ids, log)
+        answers = await asyncio.gather(
+            *(self._call(data, deps, item_ids, log) for _ in range(self.samples)), return_exceptions=True
+        )
+        good = [a for a in answers if isinstance(a, dict)]
+        if not good:
+            first = next(a for a in answers if isinstance(a, BaseException))
+            raise first
+        combined: dict[str, dict[str, Any]] = {}
+        for iid in {k for a in good for k in a["items"]}:
+            votes = [a["items"][iid] for a in good if iid in a["items"]]
+            combined[iid] = self._combine(votes)
+        return {"items": combined, "outputs": good[0]["outputs"], "notes": [n for a in good for n in a["notes"]]}
+
+    def _combine(self, votes: list[dict[str, Any]]) -> dict[str, Any]:
+        if isinstance(self.spec.scale, CategoricalScale):
+            counts = Counter(v["label"] for v in votes)
+            order = {name: i for i, name in enumerate(self.spec.scale.names)}
+            label, top = min(counts.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+            winner = next(v for v in votes if v["label"] == label)
+            return {**winner, "confidence": top / len(votes), "samples": votes}
+        values = [v["value"] for v in votes]
+        mean = sum(values) / len(values)
+        nearest = min(votes, key=lambda v: abs(v["value"] - mean))
+        agree = sum(1 for x in values if x == round(mean)) / len(values)
+        return {**nearest, "value": round(mean), "mean": mean, "confidence": agree, "samples": votes}
+
+    # ------------------------------------------------------------------------------ the judgement
+    def _verdict(self, iid: str, v: dict[str, Any]) -> ItemVerdict:
+        score: float | None
+        if isinstance(self.spec.scale, CategoricalScale):
+            scores = self.spec.scale.scores()
+            score = scores.get(v["label"]) if scores else None
+            value = None
+        else:
+            value = int(v["value"])
+            score = float(v.get("mean", value))
+        return ItemVerdict(item_id=iid, label=v.get("label"), value=value, score=score, reason=v.get("reason"),
+                           confidence=v.get("confidence"), samples=v.get("samples"))
+
+    def missing_inputs(self, data: Mapping[str, Any]) -> list[str]:
+        return [n for n, i in self.spec.inputs.items() if i.required and data.get(n) in (None, "", [])]
+
+    async def ajudge(
+        self,
+        record: Record | Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None = None,
+        only_items: Sequence[str] | None = None,
+    ) -> JudgeResult:
+        """Judge one record. Never raises for model trouble: failures come back as explicit error verdicts.
+
+        ``only_items`` restricts a many-judge to some item ids (resuming a partly judged record).
+        """
+        rec = record if isinstance(record, Record) else Record.from_mapping(record)
+        result = JudgeResult(spec=self.spec.name, spec_hash=self.spec.hash)
+        missing = self.missing_inputs(rec.data)
+        if missing:
+            result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
+            return result
+        deps = dict(deps or {})
+        for name in self.spec.depends_on:
+            dep = deps.get(name)
+            if dep is None:
+                result.error = f"needs the verdicts of {name!r}, which were not given"
+                return result
+            if not dep.ok and not not_applicable(dep):
+                result.error = f"depends on {name!r}, which failed for this record"
+                return result
+        deps = {k: deps[k] for k in self.spec.depends_on if not not_applicable(deps[k])}
+        if self.spec.each is None:
+            try:
+                answer = await self._sampled(rec.data, deps, None, result.calls)
+            except ParseError as exc:
+                result.verdicts = [ItemVerdict(status="error", error=str(exc))]
+                return result
+            except Exception as exc:
+                if isinstance(exc, SpecError) or type(exc).__name__ == "JudgeUnavailable":
+                    raise
+                result.verdicts = [ItemVerdict(status="error", error=describe_error(exc))]
+                return result
+            result.outputs = answer["outputs"]
+            result.verdicts = [self._verdict("", answer["items"][""])]
+            return result
+        ids = [it["id"] for it in rec.items(self.spec.each)]
+        pending = [i for i in ids if only_items is None or i in set(only_items)]
+        got: dict[str, ItemVerdict] = {}
+        last_error = ""
+        for _ in range(1 + self.policy.reask_rounds):
+            if not pending:
+                break
+            try:
+                answer = await self._sampled(rec.data, deps, pending, result.calls)
+            except ParseError as exc:
+                last_error = str(exc)
+                break
+            except Exception as exc:
+                if type(exc).__name__ == "JudgeUnavailable":
+                    raise
+                last_error = describe_error(exc)
+                break
+            if answer["outputs"] and not result.outputs:
+                result.outputs = answer["outputs"]
+            for iid, v in answer["items"].items():
+                got[iid] = self._verdict(iid, v)
+            pending = [i for i in pending if i not in got]
+            last_error = "; ".join(answer["notes"][:3]) or "the judge left it out"
+        for iid in pending:
+            got[iid] = ItemVerdict(item_id=iid, status="error",
+                                   error=f"no verdict after {len(result.calls)} call(s): {last_error}")
+        result.verdicts = [got[i] for i in ids if i in got]
+        return result
+
+    # --------------------------------------------------------------------------- as a runnable
+    async def _ainvoke(self, inp: Any) -> JudgeResult:
+        record, deps = _unpack(inp)
+        return await self.ajudge(record, deps)
+
+    def _invoke(self, inp: Any) -> JudgeResult:
+        return asyncio.run(self._ainvoke(inp))
+
+    @property
+    def runnable(self) -> Runnable[Any, JudgeResult]:
+        return RunnableLambda(self._invoke, afunc=self._ainvoke, name=f"greval:{self.spec.name}")
+
+
+def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeResult] | None]:
+    """Runnable input: a Record, a mapping of record fields, or ``{"record": ..., "depends_on": {...}}``."""
+    if isinstance(inp, Record):
+        return inp, None
+    if isinstance(inp, Mapping) and "record" in inp:
+        deps = {k: (v if isinstance(v, JudgeResult) else JudgeResult.model_validate(v))
+                for k, v in (inp.get("depends_on") or {}).items()}
+        return inp["record"], deps
+    if isinstance(inp, Mapping):
+        return inp, None
+    raise TypeError("judge input must be a Record, a mapping of record fields, or {record, depends_on}")
+
+
+def compile(  # noqa: A001 - the product's vocabulary: a spec is compiled into a judge
+    spec: Spec,
+    model: BaseChatModel,
+    *,
+    method: Method | Literal["auto"] = "auto",
+    samples: int = 1,
+    policy: RetryPolicy | None = None,
+    limiter: AdaptiveLimiter | None = None,
+) -> Runnable[Any, JudgeResult]:
+    """Compile a spec into a LangChain runnable: record in, checked :class:`JudgeResult` out."""
+    return Judge(spec, model, method=method, samples=samples, policy=policy, limiter=limiter).runnable
+
+
+def compile_suite(
+    specs: Sequence[Spec],
+    model: BaseChatModel,
+    **options: Any,
+) -> Runnable[Any, dict[str, JudgeResult]]:
+    """Several specs as one runnable: independent metrics run concurrently (RunnableParallel), and
+    ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
+    state: Runnable[Any, Any] = RunnableLambda(lambda rec: {"record": rec, "results": {}}, name="greval:record")
+    for level in dependency_levels(specs):
+        branches: dict[str, Runnable[Any, Any]] = {}
+        for s in level:
+            judge = Judge(s, model, **options)
+
+            async def run(st: dict[str, Any], j: Judge = judge) -> JudgeResult:
+                return await j.ajudge(st["record"], st["results"])
+
+            branches[s.name] = RunnableLambda(lambda st, j=judge: asyncio.run(j.ajudge(st["record"], st["results"])),
+                                              afunc=run, name=f"greval:{s.name}")
+        parallel = RunnableParallel(branches)
+
+        async def merge(st: dict[str, Any], p: RunnableParallel[Any] = parallel) -> dict[str, Any]:
+            done = await p.ainvoke(st)
+            return {"record": st["record"], "results": {**st["results"], **done}}
+
+        state = state | RunnableLambda(lambda st, p=parallel: {"record": st["record"],
+                                                                "results": {**st["results"], **p.invoke(st)}},
+                                       afunc=merge, name="greval:level")
+    return state | RunnableLambda(lambda st: st["results"], name="greval:results")

@@ -1,0 +1,108 @@
+"""The judge model: a ``provider:model`` string plus parameters, turned into a LangChain chat model.
+
+The judge's identity (provider, model, temperature, max tokens, samples) is part of every verdict's key,
+so changing any of them re-judges, and nothing else (not the server address, not the API key) does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from greval.errors import UserError
+
+DEFAULT_TIMEOUT = 120.0
+
+
+class JudgeConfig(BaseModel):
+    """Which model judges and with which parameters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str = Field(description="'openai' (and OpenAI-compatible servers), 'gguf', or a LangChain provider.")
+    model: str
+    temperature: float | None = 0.0
+    max_tokens: int | None = None
+    samples: int = Field(1, ge=1, le=20)
+    seed: int | None = None
+    # Not part of the identity:
+    base_url: str | None = Field(None, exclude=True)
+    timeout: float = Field(DEFAULT_TIMEOUT, exclude=True)
+    identity_override: str | None = Field(None, exclude=True)
+
+    @classmethod
+    def parse(cls, ref: str, **params: Any) -> JudgeConfig:
+        """``openai:gpt-4o-mini``, ``gguf:/path/model.gguf``, ``anthropic:claude-…``; bare names mean openai."""
+        if ":" in ref and not ref.startswith(("http://", "https://")):
+            provider, _, model = ref.partition(":")
+        else:
+            provider, model = "openai", ref
+        if not model:
+            raise UserError(f"--judge {ref!r}: give a model, e.g. openai:gpt-4o-mini")
+        clean = {k: v for k, v in params.items() if v is not None}
+        return cls(provider=provider.lower(), model=model, **clean)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        ident = self.model_dump(mode="json")
+        if self.identity_override:
+            ident["model"] = self.identity_override
+        return ident
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps(self.identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def label(self) -> str:
+        """Short human-readable name, used as the Argilla suggestion agent."""
+        model = self.identity_override or self.model
+        return f"{self.provider}:{model}"
+
+
+def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatModel:
+    """Build the LangChain chat model. One instance serves a whole run: it owns one shared HTTP client."""
+    if cfg.provider in ("openai", "gguf", "local"):
+        from langchain_openai import ChatOpenAI
+
+        base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            if base_url is None:
+                raise UserError("no API key: set OPENAI_API_KEY, or point --base-url at an OpenAI-compatible server")
+            key = "not-needed"
+        kwargs: dict[str, Any] = {
+            "model": cfg.model,
+            "api_key": SecretStr(key),
+            "base_url": base_url,
+            "timeout": cfg.timeout,
+            "max_retries": 0,  # greval retries itself, with backoff that honours Retry-After
+        }
+        if cfg.temperature is not None:
+            kwargs["temperature"] = cfg.temperature
+        if cfg.max_tokens is not None:
+            kwargs["max_completion_tokens"] = cfg.max_tokens
+        if cfg.seed is not None:
+            kwargs["seed"] = cfg.seed
+        return ChatOpenAI(**kwargs)
+    try:
+        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise UserError(
+            f"provider {cfg.provider!r} needs the 'langchain' package and langchain-{cfg.provider}; "
+            "install them, or use openai:MODEL with --base-url for OpenAI-compatible servers"
+        ) from None
+    params: dict[str, Any] = {"temperature": cfg.temperature, "timeout": cfg.timeout, "max_retries": 0}
+    if cfg.max_tokens is not None:
+        params["max_tokens"] = cfg.max_tokens
+    try:
+        model: BaseChatModel = init_chat_model(cfg.model, model_provider=cfg.provider, **params)
+    except (ImportError, ValueError) as exc:
+        raise UserError(f"--judge {cfg.provider}:{cfg.model}: {exc}") from None
+    return model

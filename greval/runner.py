@@ -1,0 +1,229 @@
+"""Run specs over a dataset: one asyncio path, bounded adaptive concurrency, every verdict stored on arrival.
+
+Work is (record, spec) judgements. For each record, metrics run in dependency levels: the metrics of one
+level concurrently, a ``depends_on`` metric after the ones it reads. Before calling the model the store is
+asked what is still missing, so a finished run costs nothing and a killed one resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from pydantic import BaseModel, Field
+
+from greval.data import Record
+from greval.execution import AdaptiveLimiter, JudgeUnavailable, RetryPolicy
+from greval.judge import Judge, JudgeResult, Method
+from greval.models import JudgeConfig, make_chat_model
+from greval.spec import CategoricalScale, Spec, dependency_levels, order_specs
+from greval.store import Store, spec_keys
+
+
+class RunOptions(BaseModel):
+    """How to run (none of it changes a verdict's identity)."""
+
+    concurrency: int = Field(8, ge=1, description="Model calls in flight at most.")
+    adaptive: bool = Field(True, description="Halve concurrency on 429s, then grow back.")
+    method: Method | str = Field("auto", description="Structured-output method, or auto with fallbacks.")
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+
+
+class MetricSummary(BaseModel):
+    """What one metric produced in a run (this run's new verdicts plus those reused from the store)."""
+
+    spec: str
+    spec_hash: str
+    judged: int = 0
+    reused: int = 0
+    failed: int = 0
+    verdicts: int = 0
+    items_failed: int = 0
+    distribution: dict[str, int] = Field(default_factory=dict)
+    mean_score: float | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    calls: int = 0
+    errors: dict[str, int] = Field(default_factory=dict)
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    records: int
+    judge: str
+    seconds: float
+    calls: int
+    metrics: list[MetricSummary]
+    peak_concurrency: int
+    rate_limited: int
+
+    @property
+    def failed(self) -> int:
+        return sum(m.failed for m in self.metrics)
+
+
+ProgressHook = Callable[[int, int, int], None]  # (done, total, errors)
+
+
+def _error_kind(text: str | None) -> str:
+    if not text:
+        return "unknown"
+    return text.split(":")[0][:60]
+
+
+async def arun(
+    specs: Sequence[Spec],
+    records: Sequence[Record],
+    store: Store,
+    cfg: JudgeConfig,
+    *,
+    model: BaseChatModel | None = None,
+    options: RunOptions | None = None,
+    dataset: str = "",
+    progress: ProgressHook | None = None,
+) -> RunSummary:
+    """Judge every record with every spec; store each verdict as it arrives; return the summary."""
+    opts = options or RunOptions()
+    specs = order_specs(specs)
+    keys = spec_keys(specs)
+    chat = model or make_chat_model(cfg)
+    limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
+    method: Any = opts.method
+    judges = {
+        s.name: Judge(s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter)
+        for s in specs
+    }
+    levels = dependency_levels(specs)
+    store.put_specs(specs, keys)
+    store.put_judge(cfg)
+    run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
+    store.put_records(records, run_id)
+    started = time.perf_counter()
+    summaries = {s.name: MetricSummary(spec=s.name, spec_hash=s.hash) for s in specs}
+
+    # What is missing, decided up front: the progress bar's total is the real amount of work.
+    todo: list[tuple[Record, dict[str, list[str] | None]]] = []
+    total = 0
+    for rec in records:
+        pend: dict[str, list[str] | None] = {}
+        for s in specs:
+            ids = [it["id"] for it in rec.items(s.each)] if s.each else None
+            pend[s.name] = store.pending_items(keys[s.name], cfg.key, rec, ids)
+            if pend[s.name] is None:
+                summaries[s.name].reused += 1
+            else:
+                total += 1
+        todo.append((rec, pend))
+    done = errors = 0
+    if progress:
+        progress(0, total, 0)
+
+    async def judge_one(rec: Record, spec: Spec, pending: list[str] | None, results: dict[str, JudgeResult]) -> None:
+        nonlocal done, errors
+        if pending is None:
+            stored = store.result(keys[spec.name], cfg.key, rec)
+            if stored is not None:
+                results[spec.name] = stored
+            return
+        deps = {d: results[d] for d in spec.depends_on if d in results}
+        only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
+        res = await judges[spec.name].ajudge(rec, deps, only)
+        store.put_result(run_id, keys[spec.name], cfg, rec, res)
+        if only is not None or not res.ok:
+            merged = store.result(keys[spec.name], cfg.key, rec)
+            results[spec.name] = merged if merged is not None else res
+        else:
+            results[spec.name] = res
+        m = summaries[spec.name]
+        m.judged += 1
+        m.tokens_in += res.tokens_in
+        m.tokens_out += res.tokens_out
+        m.calls += len(res.calls)
+        if not res.ok:
+            errors += 1
+            m.failed += 1
+            for v in res.verdicts:
+                if v.status == "error":
+                    m.errors[_error_kind(v.error)] = m.errors.get(_error_kind(v.error), 0) + 1
+            if res.error:
+                m.errors[_error_kind(res.error)] = m.errors.get(_error_kind(res.error), 0) + 1
+        done += 1
+        if progress:
+            progress(done, total, errors)
+
+    async def judge_record(rec: Record, pend: dict[str, list[str] | None]) -> None:
+        results: dict[str, JudgeResult] = {}
+        for level in levels:
+            await asyncio.gather(*(judge_one(rec, s, pend[s.name], results) for s in level))
+
+    queue = [(r, p) for r, p in todo if any(v is not None for v in p.values())]
+    # Enough records in flight to keep every slot busy, never the whole dataset at once.
+    workers = max(1, min(len(queue), opts.concurrency * 2))
+    it = iter(queue)
+
+    async def worker() -> None:
+        for rec, pend in it:
+            await judge_record(rec, pend)
+
+    status = "finished"
+    try:
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    except JudgeUnavailable:
+        status = "failed"
+        raise
+    except BaseException:
+        status = "interrupted"
+        raise
+    finally:
+        summary = _summarise(store, specs, keys, cfg, records, summaries)
+        result = RunSummary(
+            run_id=run_id, records=len(records), judge=cfg.label, seconds=time.perf_counter() - started,
+            calls=sum(m.calls for m in summary), metrics=summary, peak_concurrency=limiter.peak,
+            rate_limited=limiter.rate_limited,
+        )
+        store.finish_run(run_id, status, result.model_dump(mode="json"))
+    return result
+
+
+def _summarise(store: Store, specs: Sequence[Spec], keys: dict[str, str], cfg: JudgeConfig,
+               records: Sequence[Record], summaries: dict[str, MetricSummary]) -> list[MetricSummary]:
+    """Fill the distribution, mean and failures from the store: the state of the whole dataset, not only
+    of what this run happened to call."""
+    hashes = {r.hash for r in records}
+    out = []
+    for s in specs:
+        m = summaries[s.name]
+        rows = store.db.execute(
+            "SELECT record_hash, status, label, value, score, error FROM verdicts"
+            " WHERE spec_key=? AND judge_key=?",
+            (keys[s.name], cfg.key),
+        ).fetchall()
+        rows = [r for r in rows if r[0] in hashes]
+        ok = [r for r in rows if r[1] == "ok"]
+        m.verdicts = len(ok)
+        m.items_failed = len(rows) - len(ok)
+        if isinstance(s.scale, CategoricalScale):
+            counts = Counter(r[2] for r in ok)
+            m.distribution = {name: counts.get(name, 0) for name in s.scale.names}
+        else:
+            counts = Counter(int(r[3]) for r in ok if r[3] is not None)
+            m.distribution = {str(v): counts.get(v, 0) for v in range(s.scale.min, s.scale.max + 1)}
+        scores = [r[4] for r in ok if r[4] is not None]
+        m.mean_score = sum(scores) / len(scores) if scores else None
+        out.append(m)
+    return out
+
+
+def run(
+    specs: Sequence[Spec],
+    records: Sequence[Record],
+    store: Store,
+    cfg: JudgeConfig,
+    **kwargs: Any,
+) -> RunSummary:
+    """Synchronous wrapper around :func:`arun` for scripts and notebooks without an event loop."""
+    return asyncio.run(arun(specs, records, store, cfg, **kwargs))

@@ -1,0 +1,320 @@
+"""The verdict store: one SQLite file (WAL) where every verdict lands the moment it arrives.
+
+A verdict is keyed by (spec key, judge key, record content hash, item id): the spec key is the spec's content
+hash folded with its dependencies' keys, the judge key hashes the model and its parameters. Re-running a
+finished job therefore makes no model call, a killed job resumes with exactly the missing verdicts, and an
+edited spec (or record) is re-judged alone. Human labels pulled from Argilla (or imported) live beside the
+verdicts, keyed by (spec name, record hash, item id, annotator), so agreement joins them exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from greval.data import Record
+from greval.errors import UserError
+from greval.judge import ItemVerdict, JudgeResult
+from greval.models import JudgeConfig
+from greval.spec import Spec
+
+SCHEMA_VERSION = 1
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS specs (
+    spec_key TEXT PRIMARY KEY, name TEXT NOT NULL, spec_hash TEXT NOT NULL, body TEXT NOT NULL,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS judges (
+    judge_key TEXT PRIMARY KEY, label TEXT NOT NULL, identity TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    record_hash TEXT PRIMARY KEY, record_id TEXT NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS records_by_id ON records(record_id);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
+    dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT);
+CREATE TABLE IF NOT EXISTS run_records (
+    run_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_hash));
+CREATE TABLE IF NOT EXISTS verdicts (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
+    spec_name TEXT NOT NULL, spec_hash TEXT NOT NULL, record_id TEXT NOT NULL,
+    status TEXT NOT NULL, label TEXT, value INTEGER, score REAL, confidence REAL, reason TEXT, error TEXT,
+    samples TEXT, run_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (spec_key, judge_key, record_hash, item_id));
+CREATE INDEX IF NOT EXISTS verdicts_by_name ON verdicts(spec_name, record_hash);
+CREATE TABLE IF NOT EXISTS judgements (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
+    status TEXT NOT NULL, error TEXT, outputs TEXT, calls TEXT, raw TEXT, model TEXT, params TEXT,
+    tokens_in INTEGER, tokens_out INTEGER, latency_ms REAL, attempts INTEGER, run_id TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (spec_key, judge_key, record_hash));
+CREATE TABLE IF NOT EXISTS human_labels (
+    spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
+    record_id TEXT NOT NULL, spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
+    source TEXT NOT NULL, answered_at REAL, updated_at REAL NOT NULL,
+    PRIMARY KEY (spec_name, record_hash, item_id, annotator));
+"""
+
+
+def spec_keys(specs: Sequence[Spec]) -> dict[str, str]:
+    """Each spec's key: its content hash, folded with its dependencies' keys (editing a dependency
+    re-judges the metrics that read it)."""
+    from greval.spec import order_specs
+
+    keys: dict[str, str] = {}
+    for s in order_specs(specs):
+        if s.depends_on:
+            import hashlib
+
+            blob = s.hash + "|" + "|".join(f"{d}={keys[d]}" for d in sorted(s.depends_on))
+            keys[s.name] = hashlib.sha256(blob.encode()).hexdigest()[:12]
+        else:
+            keys[s.name] = s.hash
+    return keys
+
+
+class Store:
+    """A greval store file. Safe to open from several processes (SQLite WAL); one connection per Store."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(_DDL)
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"{self.path}: not a greval store ({exc})") from None
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise UserError(f"{self.path}: written by a newer greval (schema {row[0]}); upgrade greval")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -------------------------------------------------------------------------------- catalogue
+    def put_specs(self, specs: Sequence[Spec], keys: dict[str, str]) -> None:
+        now = time.time()
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO specs VALUES (?,?,?,?,?)",
+                [(keys[s.name], s.name, s.hash, s.model_dump_json(), now) for s in specs],
+            )
+
+    def put_judge(self, cfg: JudgeConfig) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO judges VALUES (?,?,?,?)",
+                (cfg.key, cfg.label, json.dumps(cfg.identity, sort_keys=True), time.time()),
+            )
+
+    def put_records(self, records: Iterable[Record], run_id: str | None = None) -> None:
+        now = time.time()
+        rows = [(r.hash, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for r in records]
+        with self._tx() as db:
+            db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", rows)
+            if run_id:
+                db.executemany("INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows])
+
+    def spec(self, spec_key: str) -> Spec:
+        row = self.db.execute("SELECT body FROM specs WHERE spec_key=?", (spec_key,)).fetchone()
+        if row is None:
+            raise UserError(f"{self.path}: no spec with key {spec_key}")
+        return Spec.model_validate_json(row[0])
+
+    def specs(self) -> list[dict[str, Any]]:
+        """Every spec version the store has verdicts or labels for."""
+        cur = self.db.execute("SELECT spec_key, name, spec_hash, created_at FROM specs ORDER BY created_at")
+        return [dict(zip(("spec_key", "name", "spec_hash", "created_at"), r, strict=True)) for r in cur]
+
+    def latest_spec(self, name: str) -> tuple[str, Spec]:
+        row = self.db.execute(
+            "SELECT spec_key, body FROM specs WHERE name=? ORDER BY created_at DESC LIMIT 1", (name,)
+        ).fetchone()
+        if row is None:
+            known = sorted({r["name"] for r in self.specs()})
+            raise UserError(f"{self.path}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})")
+        return row[0], Spec.model_validate_json(row[1])
+
+    def records(self, hashes: Iterable[str] | None = None) -> list[Record]:
+        if hashes is None:
+            cur = self.db.execute("SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid")
+            return [Record(hash=h, id=i, data=json.loads(d)) for h, i, d in cur]
+        out = []
+        for h in hashes:
+            row = self.db.execute("SELECT record_id, data FROM records WHERE record_hash=?", (h,)).fetchone()
+            if row:
+                out.append(Record(hash=h, id=row[0], data=json.loads(row[1])))
+        return out
+
+    # -------------------------------------------------------------------------------------- runs
+    def start_run(self, dataset: str, judge_key: str, specs: Sequence[str], options: dict[str, Any]) -> str:
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs (run_id, started_at, status, dataset, judge_key, specs, options)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (run_id, time.time(), "running", dataset, judge_key, json.dumps(list(specs)), json.dumps(options)),
+            )
+        return run_id
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE runs SET finished_at=?, status=?, summary=? WHERE run_id=?",
+                (time.time(), status, json.dumps(summary, default=str), run_id),
+            )
+
+    def runs(self) -> list[dict[str, Any]]:
+        cols = ("run_id", "started_at", "finished_at", "status", "dataset", "judge_key", "specs", "summary")
+        cur = self.db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY started_at")
+        return [dict(zip(cols, r, strict=True)) for r in cur]
+
+    # ---------------------------------------------------------------------------------- verdicts
+    def pending_items(
+        self, spec_key: str, judge_key: str, record: Record, item_ids: Sequence[str] | None
+    ) -> list[str] | None:
+        """What is still to judge for one (spec, judge, record): None when nothing; for record metrics
+        ``[""]``; for many metrics the item ids without a successful verdict."""
+        rows = self.db.execute(
+            "SELECT item_id FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND status='ok'",
+            (spec_key, judge_key, record.hash),
+        ).fetchall()
+        done = {r[0] for r in rows}
+        if item_ids is None:
+            return None if "" in done else [""]
+        if not item_ids:  # a record with no items: judged once (an explicit error row says why)
+            judged = self.db.execute(
+                "SELECT 1 FROM judgements WHERE spec_key=? AND judge_key=? AND record_hash=? AND status='ok'",
+                (spec_key, judge_key, record.hash),
+            ).fetchone()
+            return None if judged else []
+        missing = [i for i in item_ids if i not in done]
+        return missing or None
+
+    def put_result(
+        self, run_id: str | None, spec_key: str, cfg: JudgeConfig, record: Record, result: JudgeResult
+    ) -> None:
+        """Write one judgement and its verdicts in one transaction (all or nothing, at once)."""
+        now = time.time()
+        status = "ok" if result.ok else "error"
+        calls = [c.model_dump() for c in result.calls]
+        raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
+        with self._tx() as db:
+            prev = db.execute(
+                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
+                " WHERE spec_key=? AND judge_key=? AND record_hash=?",
+                (spec_key, cfg.key, record.hash),
+            ).fetchone()
+            outputs = dict(result.outputs)
+            t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
+            if prev is not None:  # a resumed many-judge: keep what the earlier calls cost and produced
+                outputs = {**json.loads(prev[0] or "{}"), **outputs}
+                t_in += prev[1] or 0
+                t_out += prev[2] or 0
+                lat += prev[3] or 0.0
+                att += prev[4] or 0
+                calls = json.loads(prev[5] or "[]") + calls
+            db.execute(
+                "INSERT OR REPLACE INTO judgements VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                " COALESCE((SELECT created_at FROM judgements WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?)",
+                (spec_key, cfg.key, record.hash, status, result.error, json.dumps(outputs, ensure_ascii=False),
+                 json.dumps(calls, ensure_ascii=False), raw, cfg.label, json.dumps(cfg.identity, sort_keys=True),
+                 t_in, t_out, lat, att, run_id, spec_key, cfg.key, record.hash, now, now),
+            )
+            verdicts = result.verdicts
+            if any(v.item_id for v in verdicts):  # item verdicts supersede an earlier record-level error
+                db.execute(
+                    "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND item_id=''",
+                    (spec_key, cfg.key, record.hash),
+                )
+            if result.error is not None and not verdicts:
+                verdicts = [ItemVerdict(item_id="", status="error", error=result.error)]
+            for v in verdicts:
+                db.execute(
+                    "INSERT OR REPLACE INTO verdicts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                    " COALESCE((SELECT created_at FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
+                    " AND item_id=?),?),?)",
+                    (spec_key, cfg.key, record.hash, v.item_id, result.spec, result.spec_hash, record.id, v.status,
+                     v.label, v.value, v.score, v.confidence, v.reason, v.error,
+                     json.dumps(v.samples) if v.samples else None, run_id,
+                     spec_key, cfg.key, record.hash, v.item_id, now, now),
+                )
+
+    def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
+        """A stored judgement (to feed metrics that depend on it when a run resumes)."""
+        j = self.db.execute(
+            "SELECT status, error, outputs FROM judgements WHERE spec_key=? AND judge_key=? AND record_hash=?",
+            (spec_key, judge_key, record.hash),
+        ).fetchone()
+        if j is None:
+            return None
+        rows = self.db.execute(
+            "SELECT spec_name, spec_hash, item_id, status, label, value, score, confidence, reason, error"
+            " FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?",
+            (spec_key, judge_key, record.hash),
+        ).fetchall()
+        if not rows:
+            return None
+        verdicts = [
+            ItemVerdict(item_id=r[2], status=r[3], label=r[4], value=r[5], score=r[6], confidence=r[7],
+                        reason=r[8], error=r[9])
+            for r in rows
+        ]
+        err = j[1] if j[0] == "error" and all(v.item_id == "" for v in verdicts) else None
+        if err is not None:
+            verdicts = [v for v in verdicts if v.status == "ok"]
+        return JudgeResult(spec=rows[0][0], spec_hash=rows[0][1], verdicts=verdicts,
+                           outputs=json.loads(j[2] or "{}"), error=err)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.db.execute(sql, params)
+        cols = [c[0] for c in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+    # ------------------------------------------------------------------------------ human labels
+    def put_human_labels(self, rows: Iterable[dict[str, Any]]) -> int:
+        """Upsert human answers (idempotent: a re-pull rewrites the same keys; a changed answer updates)."""
+        now = time.time()
+        n = 0
+        with self._tx() as db:
+            for r in rows:
+                db.execute(
+                    "INSERT INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT(spec_name, record_hash, item_id, annotator) DO UPDATE SET"
+                    " label=excluded.label, value=excluded.value, comment=excluded.comment, status=excluded.status,"
+                    " spec_hash=excluded.spec_hash, source=excluded.source, answered_at=excluded.answered_at,"
+                    " updated_at=excluded.updated_at",
+                    (r["spec_name"], r["record_hash"], r.get("item_id", ""), r["annotator"], r["record_id"],
+                     r.get("spec_hash"), r.get("label"), r.get("value"), r.get("comment"),
+                     r.get("status", "submitted"), r.get("source", "import"), r.get("answered_at"), now),
+                )
+                n += 1
+        return n
