@@ -287,18 +287,20 @@ def _ceiling(prep: Prepared, options: AgreementOptions) -> Ceiling | None:
         }
 
     cis = _bootstrap(prep, options, stat, mat.shape[1], prep.ceil_groups)
-    n_items = mat.shape[1]
+    n_multi = int(multi.sum())
+    n_judge = int(np.sum(~np.isnan(judge)))
+    n_with_judge = int(np.sum(np.sum(~np.isnan(mat), axis=0) + ~np.isnan(judge) >= 2))
     return Ceiling(
         metric=metric,
         alpha_level=level,
         n_annotators=len(names),
-        n_items_multi=int(multi.sum()),
+        n_items_multi=n_multi,
         human_pairs=hp,
         judge_pairs=jp,
-        human_pairwise_mean=_estimate(mean_of(hp), n_items, cis.get("human_pairwise_mean")),
-        judge_pairwise_mean=_estimate(mean_of(jp), n_items, cis.get("judge_pairwise_mean")),
-        human_alpha=_estimate(ah, n_items, cis.get("human_alpha")),
-        alpha_with_judge=_estimate(aj, n_items, cis.get("alpha_with_judge")),
+        human_pairwise_mean=_estimate(mean_of(hp), n_multi, cis.get("human_pairwise_mean")),
+        judge_pairwise_mean=_estimate(mean_of(jp), n_judge, cis.get("judge_pairwise_mean")),
+        human_alpha=_estimate(ah, n_multi, cis.get("human_alpha")),
+        alpha_with_judge=_estimate(aj, n_with_judge, cis.get("alpha_with_judge")),
     )
 
 

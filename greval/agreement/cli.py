@@ -1,0 +1,251 @@
+"""`greval agreement FILE ...`: judge-vs-human agreement from a file, printed as compact rich tables.
+
+User mistakes (missing column, unknown label, bad flag) exit 2 with one line on stderr, no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import pandas as pd
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from greval.agreement.compute import compare_agreement, compute_agreement
+from greval.agreement.models import (
+    AgreementOptions,
+    AgreementReport,
+    AgreementScale,
+    ComparisonReport,
+    Estimate,
+)
+from greval.agreement.tables import read_table, to_agreement_frame
+from greval.errors import UserError
+
+HEADLINE_SLICE = {
+    "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa"),
+    "value": ("pearson", "spearman", "kendall", "mae"),
+}
+
+
+def _fmt(x: float | None, d: int) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def _ci(e: Estimate, d: int) -> str:
+    if e.ci_low is None or e.ci_high is None:
+        return ""
+    return f"[{e.ci_low:.{d}f}, {e.ci_high:.{d}f}]"
+
+
+def _headline(report: AgreementReport, d: int, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("CI", no_wrap=True)
+    t.add_column("n", justify="right", no_wrap=True)
+    t.add_column("note", overflow="fold")
+    rows = dict(report.metrics)
+    if report.categorical is not None:
+        b = report.categorical.bias
+        rows["disagreement_rate"] = b.disagreement_rate
+        for name, est in (("judge_above_rate", b.judge_above_rate), ("judge_below_rate", b.judge_below_rate),
+                          ("mean_signed_steps", b.mean_signed_steps)):  # fmt: skip
+            if est is not None:
+                rows[name] = est
+    for name, e in rows.items():
+        t.add_row(name, _fmt(e.value, d), _ci(e, d), str(e.n), escape(e.note or ""))
+    return t
+
+
+def _print_report(console: Console, report: AgreementReport, d: int, name: str = "") -> None:
+    c = report.counts
+    prefix = f"{name}: " if name else ""
+    console.print(
+        f"[bold]{prefix}{c.items_compared} items compared[/] of {c.items} ({c.rows} rows; "
+        f"{c.items_missing_human} without human, {c.items_invalid_judge} invalid judge "
+        f"({escape(report.options.invalid)}), {c.items_dropped_invalid} dropped, "
+        f"{c.items_tied_majority} tied majority)"
+    )
+    console.print(_headline(report, d, f"{prefix}judge vs human"))
+    cat = report.categorical
+    if cat is not None:
+        t = Table(title="classification report (human = truth)", title_justify="left")
+        for col in ("label", "precision", "recall", "f1", "support"):
+            t.add_column(col, justify="left" if col == "label" else "right")
+        for r in cat.per_label:
+            t.add_row(r.label, _fmt(r.precision, d), _fmt(r.recall, d), _fmt(r.f1, d), str(r.support))
+        console.print(t)
+        cm = Table(title="confusion (rows human, columns judge)", title_justify="left")
+        cm.add_column("human \\ judge")
+        for lab in cat.confusion.judge_labels:
+            cm.add_column(lab, justify="right")
+        for lab, row in zip(cat.confusion.labels, cat.confusion.counts, strict=True):
+            cm.add_row(lab, *[str(v) for v in row])
+        console.print(cm)
+        p = cat.prevalence
+        if p is not None:
+            pt = Table(title=f"prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)",
+                       title_justify="left")  # fmt: skip
+            for col in ("label", "judge", "human", "corrected", "CI"):
+                pt.add_column(col, justify="left" if col == "label" else "right")
+            for i, lab in enumerate(p.labels):
+                e = p.corrected[i]
+                pt.add_row(lab, _fmt(p.observed[i], d), _fmt(p.human[i], d), _fmt(e.value, d), _ci(e, d))
+            console.print(pt)
+            if p.note or p.corrected[0].note:
+                console.print(f"  prevalence: {p.note or p.corrected[0].note}")
+    if report.value is not None:
+        v = report.value
+        t = Table(title="scores", title_justify="left")
+        for col in ("side", "count", "mean", "median", "std", "min", "max"):
+            t.add_column(col, justify="left" if col == "side" else "right")
+        for side, s in (("judge", v.judge), ("human", v.human)):
+            t.add_row(side, str(s.count), _fmt(s.mean, d), _fmt(s.median, d), _fmt(s.std, d), _fmt(s.min, d),
+                      _fmt(s.max, d))  # fmt: skip
+        console.print(t)
+    ceil = report.ceiling
+    if ceil is not None:
+        t = Table(title=f"ceiling: human–human vs judge–human ({ceil.n_annotators} annotators, "
+                        f"{ceil.n_items_multi} items with ≥2)", title_justify="left")  # fmt: skip
+        for col in ("figure", "value", "CI", "n"):
+            t.add_column(col, justify="left" if col == "figure" else "right")
+        for label, e in ((f"human–human mean {ceil.metric}", ceil.human_pairwise_mean),
+                         (f"judge–human mean {ceil.metric}", ceil.judge_pairwise_mean),
+                         (f"α {ceil.alpha_level} (humans)", ceil.human_alpha),
+                         (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge)):  # fmt: skip
+            t.add_row(label, _fmt(e.value, d), _ci(e, d), str(e.n))
+        console.print(t)
+    for col, parts in report.slices.items():
+        keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]
+        t = Table(title=f"by {col}", title_justify="left")
+        t.add_column(col)
+        t.add_column("n", justify="right")
+        for k in keys:
+            t.add_column(k, justify="right")
+        for value, sub in parts.items():
+            cells = [f"{_fmt(sub.metrics[k].value, d)} {_ci(sub.metrics[k], d)}".strip() for k in keys]
+            t.add_row(value, str(sub.counts.items_compared), *cells)
+        console.print(t)
+    for note in report.notes:
+        console.print(f"  note: {escape(note)}")
+
+
+def _print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
+    for name, rep in comp.reports.items():
+        _print_report(console, rep, d, name)
+    t = Table(title=f"paired differences on {comp.common_items} common items", title_justify="left")
+    for col in ("metric", "b − a", "difference", "CI", "beyond CI"):
+        t.add_column(col, justify="left" if col in ("metric", "b − a") else "right")
+    for diff in comp.differences:
+        e = diff.estimate
+        beyond = "" if diff.beyond_ci is None else ("yes" if diff.beyond_ci else "no")
+        t.add_row(diff.metric, f"{diff.b} − {diff.a}", _fmt(e.value, d), _ci(e, d), beyond)
+    console.print(t)
+    for note in comp.notes:
+        console.print(f"  note: {escape(note)}")
+
+
+def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for p in pairs:
+        if "=" not in p:
+            raise UserError(f'--map {p!r}: expected FROM=TO, e.g. --map "2=0"')
+        a, b = p.split("=", 1)
+        out[a.strip()] = b.strip()
+    return out
+
+
+@click.command("agreement")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--judge",
+    "judges",
+    multiple=True,
+    required=True,
+    help="judge column (dots select nested fields); repeat to compare versions side by side",
+)
+@click.option("--human", required=True, help="human label column")
+@click.option("--annotator", default=None, help="annotator id column (enables the human–human ceiling)")
+@click.option("--item", default=None, help="item id column (default: one item per row)")
+@click.option("--group", default=None, help="cluster column: bootstrap resamples whole groups")
+@click.option("--slice", "slices", multiple=True, help="report per value of this column (repeatable)")
+@click.option("--kind", type=click.Choice(["categorical", "value"]), default="categorical", show_default=True)
+@click.option(
+    "--labels", default=None, help="comma-separated labels in the spec's order (low → high if ordered)"
+)
+@click.option("--ordered", is_flag=True, help="labels are ordered: weighted κ, ordinal α, signed bias")
+@click.option("--min", "vmin", type=float, default=None, help="value scale minimum")
+@click.option("--max", "vmax", type=float, default=None, help="value scale maximum")
+@click.option("--map", "maps", multiple=True, help='relabel raw answers on both sides, e.g. --map "2=0"')
+@click.option("--invalid", default="as-wrong", show_default=True, help="as-wrong | drop | label:X")
+@click.option("--protocol", type=click.Choice(["pooled", "per-group"]), default="pooled", show_default=True)
+@click.option("--bootstrap", "resamples", type=click.IntRange(min=0), default=1000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the full report as JSON (full precision)",
+)
+@click.option("--decimals", type=click.IntRange(0, 15), default=3, show_default=True, help="printed decimals")
+def agreement(
+    file: Path, judges: tuple[str, ...], human: str, annotator: str | None, item: str | None,
+    group: str | None, slices: tuple[str, ...], kind: str, labels: str | None, ordered: bool,
+    vmin: float | None, vmax: float | None, maps: tuple[str, ...], invalid: str, protocol: str,
+    resamples: int, seed: int, json_out: Path | None, decimals: int,
+) -> None:  # fmt: skip
+    """Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok)."""
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    try:
+        scale = AgreementScale(
+            kind=kind,
+            labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
+            ordered=ordered,
+            min=vmin,
+            max=vmax,
+        )
+        options = AgreementOptions(
+            invalid=invalid, protocol=protocol,
+            bootstrap=resamples, seed=seed, slices=list(slices), mapping=_parse_map(maps),
+        )  # fmt: skip
+        raw = read_table(file)
+        frames = {
+            j: to_agreement_frame(raw, j, human, item=item, annotator=annotator, group=group, slices=slices)
+            for j in judges
+        }
+        result: AgreementReport | ComparisonReport
+        if len(frames) == 1:
+            result = compute_agreement(next(iter(frames.values())), scale, options)
+            _print_report(console, result, decimals)
+        else:
+            result = compare_agreement(frames, scale, options)
+            _print_comparison(console, result, decimals)
+    except UserError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        click.echo(f"error: {where + ': ' if where else ''}{first['msg']}", err=True)
+        sys.exit(2)
+    if json_out is not None:
+        json_out.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        console.print(f"wrote {json_out}")
+
+
+def frame_from_file(
+    file: str | Path,
+    judge: str,
+    human: str,
+    item: str | None = None,
+    annotator: str | None = None,
+    group: str | None = None,
+) -> pd.DataFrame:
+    """Convenience for Python callers: read a file and map its columns like the CLI does."""
+    return to_agreement_frame(read_table(file), judge, human, item=item, annotator=annotator, group=group)
