@@ -17,8 +17,8 @@ from rich.table import Table
 
 from greval.errors import UserError
 
-console = Console(stderr=True)
-out = Console()
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 
 
 class GrevalGroup(click.Group):
@@ -65,7 +65,7 @@ def spec_list() -> None:
 
     table = Table(title="Predefined metric specs", show_lines=False)
     for col in ("name", "target", "scale", "inputs", "hash"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("name", "hash"))
     for name, path in bundled_specs().items():
         s = next(x for x in load_spec_file(path) if x.name == name)
         scale = ", ".join(s.scale.names) if isinstance(s.scale, CategoricalScale) else f"{s.scale.min}–{s.scale.max}"

@@ -1,0 +1,42 @@
+"""Shared fixtures: a real local OpenAI-compatible HTTP server (greval.testing.openai_server) behind
+langchain-openai, and temporary stores. Nothing here fakes the client stack."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from greval.testing.openai_server import OpenAIServer
+
+TEST_KEY = "sk-test-SECRET-do-not-store-1234"
+
+
+@pytest.fixture(scope="session")
+def openai_server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as srv:
+        yield srv
+
+
+@pytest.fixture()
+def llm(openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
+    """The test server, reset (no rules, no latency, all methods accepted) with the API key in the env."""
+    openai_server.reset()
+    openai_server.configure(latency=0.0, json_schema=True, tools=True)
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("GREVAL_JUDGE", raising=False)
+    yield openai_server
+    openai_server.reset()
+
+
+@pytest.fixture()
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.sqlite"
+
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if not SHARED_DATA.exists():
+    SHARED_DATA = Path(os.environ.get("GREVAL_SHARED_DATA", "/nonexistent"))
