@@ -1,0 +1,102 @@
+"""``greval annotate``: run the embedded Argilla server (setup, up, down, status).
+
+Other annotation commands (push/pull) attach themselves to the same ``annotate`` group.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import click
+
+from greval.annotation import server
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Print AnnotationServerError as one line on stderr and exit 2: these are not bugs."""
+
+    @wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except server.AnnotationServerError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+data_dir_option = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the Argilla database, credentials, pid and log live [default: GREVAL_HOME/argilla/data].",
+)
+
+
+@click.group("annotate")
+def annotate() -> None:
+    """Human review of judge verdicts in a local Argilla server (no Docker, Elasticsearch or Redis)."""
+
+
+@annotate.command("setup")
+@click.option("--force", is_flag=True, help="Reinstall even if the environment looks complete.")
+@_user_errors
+def setup_cmd(force: bool) -> None:
+    """Create the Argilla server's own virtual environment (done automatically by `up`)."""
+    python = server.ensure_venv(force=force)
+    click.echo(f"Argilla server {server.ARGILLA_SERVER_VERSION} environment: {python.parent.parent}")
+
+
+@annotate.command("up")
+@click.option("--port", type=click.IntRange(1, 65535), default=server.DEFAULT_PORT, show_default=True)
+@click.option("--host", default=server.DEFAULT_HOST, show_default=True)
+@data_dir_option
+@_user_errors
+def up_cmd(port: int, host: str, data_dir: Path | None) -> None:
+    """Start the Argilla server in the background and print how to log in."""
+    before = server.status(data_dir)
+    info = server.start(port=port, data=data_dir, host=host)
+    if before.running:
+        click.echo(f"Argilla is already running (pid {info.pid}).")
+    else:
+        click.echo(f"Argilla is running (pid {info.pid}).")
+    click.echo(f"  URL:       {info.url}")
+    click.echo(f"  username:  {info.username}")
+    click.echo(f"  password:  {info.password}")
+    click.echo(f"  API key:   {info.api_key}")
+    click.echo(f"  workspace: {info.workspace}")
+    click.echo(f"  data:      {info.data_dir}")
+    click.echo("Stop it with: greval annotate down" + (f" --data-dir {data_dir}" if data_dir else ""))
+
+
+@annotate.command("down")
+@data_dir_option
+@_user_errors
+def down_cmd(data_dir: Path | None) -> None:
+    """Stop the Argilla server started by `up`."""
+    if server.stop(data_dir):
+        click.echo("Argilla stopped.")
+    else:
+        click.echo("Argilla was not running.")
+
+
+@annotate.command("status")
+@data_dir_option
+@_user_errors
+def status_cmd(data_dir: Path | None) -> None:
+    """Print whether the Argilla server is running, and its URL."""
+    st = server.status(data_dir)
+    if st.running:
+        healthy = st.url is not None and server.healthy(st.url)
+        state = "running" if healthy else "starting or unresponsive"
+        click.echo(f"{state}: {st.url} (pid {st.pid}, data {st.data_dir})")
+    else:
+        click.echo(f"stopped (data {st.data_dir})")
