@@ -10,6 +10,17 @@ answers are injected through scripted rules posted to ``/_admin/script``.
 
 Run it as ``python -m greval.testing.openai_server --port 0``; it prints one line
 ``READY http://HOST:PORT/v1`` once listening. :class:`OpenAIServer` wraps that subprocess.
+
+Rules (first match with ``times`` left wins; ``match`` is a substring, or a regex with
+``"regex": true``, of all message contents joined; ``probability`` draws are keyed by
+seed, rule, prompt and attempt so they do not depend on request interleaving)::
+
+    {"match": "c17", "times": 1, "action": {"type": "fault", "status": 429, "retry_after": 2}}
+    actions: respond{content|text}, fault{status, retry_after}, timeout{seconds},
+             malformed, invalid, drop_ids{ids}, extra_ids{ids}, latency{seconds}
+
+``respond.text`` is sent verbatim as the content, or as the tool-call arguments when the
+request forces a tool.
 """
 
 from __future__ import annotations
@@ -50,72 +61,14 @@ _FENCE_RE: Final = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 _SENTENCE_FIELDS: Final = frozenset(
     {"reason", "reasoning", "rationale", "explanation", "justification", "feedback", "comment", "analysis"}
 )
-_WORDS: Final = (
-    "alpha",
-    "amber",
-    "answer",
-    "basis",
-    "bright",
-    "brief",
-    "calm",
-    "claim",
-    "clear",
-    "context",
-    "cobalt",
-    "coral",
-    "delta",
-    "direct",
-    "echo",
-    "exact",
-    "fact",
-    "faithful",
-    "fern",
-    "focus",
-    "grounded",
-    "harbor",
-    "iris",
-    "jade",
-    "kernel",
-    "linen",
-    "lucid",
-    "maple",
-    "meadow",
-    "nova",
-    "ocean",
-    "olive",
-    "orbit",
-    "pearl",
-    "plain",
-    "prism",
-    "quartz",
-    "quiet",
-    "river",
-    "sage",
-    "signal",
-    "silver",
-    "simple",
-    "solid",
-    "source",
-    "steady",
-    "stone",
-    "summit",
-    "tidy",
-    "topaz",
-    "umber",
-    "valid",
-    "velvet",
-    "vivid",
-    "willow",
-    "yonder",
-    "zephyr",
-    "zinc",
-    "evidence",
-    "passage",
-    "record",
-    "detail",
-    "metric",
-    "judge",
+_WORD_TEXT: Final = (
+    "alpha amber answer basis bright brief calm claim clear context cobalt coral delta direct "
+    "echo exact fact faithful fern focus grounded harbor iris jade kernel linen lucid maple "
+    "meadow nova ocean olive orbit pearl plain prism quartz quiet river sage signal silver "
+    "simple solid source steady stone summit tidy topaz umber valid velvet vivid willow yonder "
+    "zephyr zinc evidence passage record detail metric judge"
 )
+_WORDS: Final = tuple(_WORD_TEXT.split())
 _SUBJECTS: Final = ("The answer", "The claim", "The response", "The statement", "This item", "The passage")
 _VERDICTS: Final = (
     "is supported by the retrieved context",
@@ -988,7 +941,7 @@ def build_app(config: ServerConfig | None = None) -> web.Application:
     return app
 
 
-async def _serve(host: str, port: int, config: ServerConfig) -> None:
+async def _serve(host: str, port: int, config: ServerConfig, *, watch_stdin: bool = False) -> None:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -1001,8 +954,19 @@ async def _serve(host: str, port: int, config: ServerConfig) -> None:
     shown = f"[{host}]" if ":" in host else host
     sys.stdout.write(f"READY http://{shown}:{actual}/v1\n")
     sys.stdout.flush()
+    stop = asyncio.Event()
+    if watch_stdin:
+        # The parent holds our stdin open; EOF means it is gone (even if it crashed), so exit
+        # instead of lingering as an orphan holding a port.
+        loop = asyncio.get_running_loop()
+
+        def wait_for_eof() -> None:
+            sys.stdin.buffer.read()
+            loop.call_soon_threadsafe(stop.set)
+
+        threading.Thread(target=wait_for_eof, name="stdin-watch", daemon=True).start()
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await runner.cleanup()
 
@@ -1016,12 +980,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-json-schema", action="store_true", help="reject response_format json_schema")
     parser.add_argument("--no-tools", action="store_true", help="reject requests that send tools")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exit-on-stdin-eof", action="store_true", help="exit when stdin closes")
     args = parser.parse_args(argv)
     config = ServerConfig(
         latency=args.latency, json_schema=not args.no_json_schema, tools=not args.no_tools, seed=args.seed
     )
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args.host, args.port, config))
+        asyncio.run(_serve(args.host, args.port, config, watch_stdin=args.exit_on_stdin_eof))
 
 
 # --------------------------------------------------------------------------------------
@@ -1048,7 +1013,7 @@ class OpenAIServer:
         startup_timeout: float = 30.0,
     ) -> None:
         cmd = [sys.executable, "-m", "greval.testing.openai_server", "--host", host, "--port", str(port)]
-        cmd += ["--latency", str(latency), "--seed", str(seed)]
+        cmd += ["--latency", str(latency), "--seed", str(seed), "--exit-on-stdin-eof"]
         if not json_schema:
             cmd.append("--no-json-schema")
         if not tools:
@@ -1057,9 +1022,7 @@ class OpenAIServer:
         repo_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH")) if p)
         env["PYTHONUNBUFFERED"] = "1"
-        self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, text=True
-        )
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.PIPE, env=env, text=True)
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         self.base_url = self._wait_ready(startup_timeout)
         self.root_url = self.base_url.removesuffix("/v1")
@@ -1139,6 +1102,11 @@ class OpenAIServer:
 
     def close(self) -> None:
         """Terminate the subprocess (kill if it does not exit promptly)."""
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()  # the server exits on stdin EOF
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=2)
         if self._proc.poll() is None:
             self._proc.terminate()
             try:
