@@ -1,0 +1,503 @@
+"""greval.agreement: statistics equal the reference libraries; degenerate inputs give documented results."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+import krippendorff
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+from scipy import stats as sps
+from sklearn import metrics as skm
+
+from greval.agreement import (
+    AgreementOptions,
+    AgreementReport,
+    AgreementScale,
+    compare_agreement,
+    compute_agreement,
+)
+from greval.agreement.cli import agreement
+from greval.agreement.stats import corrected_prevalence
+from greval.agreement.tables import read_table, to_agreement_frame
+from greval.errors import DataError
+
+TOL = 1e-12
+NO_BOOT = AgreementOptions(bootstrap=0)
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def frame(h: list[object], j: list[object], **cols: list[object]) -> pd.DataFrame:
+    return pd.DataFrame({"item": [f"i{n}" for n in range(len(h))], "judge": j, "human": h, **cols})
+
+
+def value(report: AgreementReport, name: str) -> float | None:
+    return report.metrics[name].value
+
+
+def close(a: float | None, b: float) -> bool:
+    if a is None:
+        return not math.isfinite(b)
+    return abs(a - b) <= TOL
+
+
+def no_nan(report: AgreementReport) -> None:
+    text = report.model_dump_json()
+    assert "NaN" not in text and "Infinity" not in text
+
+
+# ------------------------------------------------------------------------------------ categorical
+
+
+@SETTINGS
+@given(
+    k=hs.integers(2, 5),
+    pairs=hs.lists(hs.tuples(hs.integers(0, 4), hs.integers(0, 4)), min_size=2, max_size=60),
+)
+def test_categorical_matches_libraries(k: int, pairs: list[tuple[int, int]]) -> None:
+    h = np.array([a % k for a, _ in pairs])
+    j = np.array([b % k for _, b in pairs])
+    labels = [f"L{i}" for i in range(k)]
+    f = frame([labels[x] for x in h], [labels[x] for x in j])
+    rep = compute_agreement(f, AgreementScale(labels=labels, ordered=True), NO_BOOT)
+    no_nan(rep)
+    codes = list(range(k))
+    assert close(value(rep, "accuracy"), skm.accuracy_score(h, j))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert close(value(rep, "balanced_accuracy"), skm.balanced_accuracy_score(h, j))
+        ref_k = skm.cohen_kappa_score(h, j, labels=codes)
+        ref_lin = skm.cohen_kappa_score(h, j, labels=codes, weights="linear")
+        ref_quad = skm.cohen_kappa_score(h, j, labels=codes, weights="quadratic")
+    assert close(value(rep, "macro_f1"), skm.f1_score(h, j, labels=codes, average="macro", zero_division=0))
+    if len(set(h) | set(j)) > 1:
+        assert close(value(rep, "cohen_kappa"), ref_k)
+        assert close(value(rep, "linear_kappa"), ref_lin)
+        assert close(value(rep, "quadratic_kappa"), ref_quad)
+        data = np.vstack([h, j]).astype(float)
+        assert close(
+            value(rep, "alpha_nominal"),
+            krippendorff.alpha(data, value_domain=codes, level_of_measurement="nominal"),
+        )
+        assert close(
+            value(rep, "alpha_ordinal"),
+            krippendorff.alpha(data, value_domain=codes, level_of_measurement="ordinal"),
+        )
+    else:
+        assert rep.metrics["cohen_kappa"].value is None and rep.metrics["cohen_kappa"].note
+        assert rep.metrics["alpha_nominal"].value is None and rep.metrics["alpha_nominal"].note
+    assert rep.categorical is not None
+    assert rep.categorical.confusion.counts == skm.confusion_matrix(h, j, labels=codes).tolist()
+    ref = skm.classification_report(
+        h, j, labels=codes, target_names=labels, output_dict=True, zero_division=0
+    )
+    for row in rep.categorical.per_label:
+        assert close(row.f1, ref[row.label]["f1-score"]) and row.support == ref[row.label]["support"]
+    steps = rep.categorical.bias.mean_signed_steps
+    assert steps is not None and close(steps.value, float(np.mean(j - h)))
+
+
+def test_invalid_as_wrong_is_its_own_nominal_category_and_worst_case_for_ordered() -> None:
+    labels = ["a", "b", "c"]
+    h = ["a", "b", "c", "a", "c", "b"]
+    j = ["a", "b", "c", None, "zzz", "a"]
+    rep = compute_agreement(frame(h, j), AgreementScale(labels=labels, ordered=True), NO_BOOT)
+    assert rep.counts.items_invalid_judge == 2 and rep.counts.items_compared == 6
+    hc = np.array([0, 1, 2, 0, 2, 1])
+    nom = np.array([0, 1, 2, 3, 3, 0])  # invalid = code 3
+    ordc = np.array([0, 1, 2, 2, 0, 0])  # farthest label from the human's
+    assert close(value(rep, "accuracy"), skm.accuracy_score(hc, nom))
+    assert close(value(rep, "cohen_kappa"), skm.cohen_kappa_score(hc, nom, labels=[0, 1, 2, 3]))
+    assert close(
+        value(rep, "quadratic_kappa"), skm.cohen_kappa_score(hc, ordc, labels=[0, 1, 2], weights="quadratic")
+    )
+    assert rep.categorical is not None
+    assert rep.categorical.confusion.judge_labels[-1] == "<invalid>"
+    assert [row[-1] for row in rep.categorical.confusion.counts] == [1, 0, 1]
+
+
+def test_invalid_drop_and_label_policies() -> None:
+    h = ["a", "b", "b", "a"]
+    j = ["a", "b", None, "nonsense"]
+    scale = AgreementScale(labels=["a", "b"])
+    dropped = compute_agreement(frame(h, j), scale, AgreementOptions(bootstrap=0, invalid="drop"))
+    assert dropped.counts.items_dropped_invalid == 2 and dropped.counts.items_compared == 2
+    assert value(dropped, "accuracy") == 1.0
+    filled = compute_agreement(frame(h, j), scale, AgreementOptions(bootstrap=0, invalid="label:a"))
+    assert filled.counts.items_compared == 4 and value(filled, "accuracy") == 0.75
+    with pytest.raises(DataError, match="not a label"):
+        compute_agreement(frame(h, j), scale, AgreementOptions(bootstrap=0, invalid="label:x"))
+
+
+def test_mapping_and_numeric_labels() -> None:
+    h = [0, 1, 2, 0, 1.0]
+    j = ["0", "1", "0", 2, 1]
+    rep = compute_agreement(
+        frame(h, j), AgreementScale(labels=["0", "1"]), AgreementOptions(bootstrap=0, mapping={"2": "0"})
+    )
+    assert rep.counts.items_invalid_judge == 0 and value(rep, "accuracy") == 1.0
+
+
+def test_unknown_human_label_is_a_user_error() -> None:
+    with pytest.raises(DataError, match="unknown human answer"):
+        compute_agreement(frame(["a", "q"], ["a", "a"]), AgreementScale(labels=["a", "b"]), NO_BOOT)
+    with pytest.raises(DataError, match="missing column"):
+        compute_agreement(pd.DataFrame({"item": ["1"], "judge": ["a"]}), AgreementScale(), NO_BOOT)
+
+
+def test_degenerate_categorical_inputs_are_defined() -> None:
+    scale = AgreementScale(labels=["a", "b"], ordered=True)
+    one_class = compute_agreement(frame(["a"] * 5, ["a"] * 5), scale, AgreementOptions(bootstrap=50))
+    no_nan(one_class)
+    assert value(one_class, "accuracy") == 1.0
+    assert one_class.metrics["cohen_kappa"].value is None and "single label" in str(
+        one_class.metrics["cohen_kappa"].note
+    )
+    single = compute_agreement(frame(["a"], ["b"]), scale, AgreementOptions(bootstrap=50))
+    no_nan(single)
+    assert single.metrics["cohen_kappa"].value is None and "at least 2" in str(
+        single.metrics["cohen_kappa"].note
+    )
+    empty = compute_agreement(frame([None, None], ["a", "b"]), scale, AgreementOptions(bootstrap=50))
+    no_nan(empty)
+    assert empty.counts.items_compared == 0 and empty.counts.items_missing_human == 2
+    assert all(e.value is None and e.note for e in empty.metrics.values())
+
+
+def test_majority_and_ties() -> None:
+    f = pd.DataFrame(
+        {
+            "item": ["x", "x", "x", "y", "y", "z"],
+            "annotator": ["p", "q", "r", "p", "q", "p"],
+            "human": ["a", "a", "b", "a", "b", "b"],
+            "judge": ["a", "a", "a", "b", "b", "b"],
+        }
+    )
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), NO_BOOT)
+    assert rep.counts.items_tied_majority == 1 and rep.counts.items_compared == 2
+    assert value(rep, "accuracy") == 1.0
+
+
+def test_ceiling_matches_libraries() -> None:
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(40):
+        truth = int(rng.integers(0, 3))
+        for a in ("p", "q", "r"):
+            lab = truth if rng.random() < 0.8 else int(rng.integers(0, 3))
+            rows.append(
+                {"item": f"i{i}", "annotator": a, "human": lab, "judge": truth if i % 3 else (truth + 1) % 3}
+            )
+    f = pd.DataFrame(rows)
+    rep = compute_agreement(f, AgreementScale(labels=["0", "1", "2"]), NO_BOOT)
+    assert rep.ceiling is not None
+    wide = f.pivot(index="annotator", columns="item", values="human")
+    for pair in rep.ceiling.human_pairs:
+        ref = skm.cohen_kappa_score(wide.loc[pair.a], wide.loc[pair.b], labels=[0, 1, 2])
+        assert close(pair.value, ref)
+    ref_alpha = krippendorff.alpha(
+        wide.to_numpy(dtype=float), value_domain=[0, 1, 2], level_of_measurement="nominal"
+    )
+    assert close(rep.ceiling.human_alpha.value, ref_alpha)
+    assert rep.ceiling.human_alpha.n == 40
+
+
+# ------------------------------------------------------------------------------------------ value
+
+
+@SETTINGS
+@given(pairs=hs.lists(hs.tuples(hs.integers(1, 5), hs.integers(1, 5)), min_size=2, max_size=60))
+def test_value_matches_libraries(pairs: list[tuple[int, int]]) -> None:
+    h = np.array([a for a, _ in pairs], dtype=float)
+    j = np.array([b for _, b in pairs], dtype=float)
+    rep = compute_agreement(
+        frame(h.tolist(), j.tolist()), AgreementScale(kind="value", min=1, max=5), NO_BOOT
+    )
+    no_nan(rep)
+    assert close(value(rep, "mae"), skm.mean_absolute_error(h, j))
+    assert close(value(rep, "rmse"), skm.root_mean_squared_error(h, j))
+    assert close(value(rep, "mean_signed_error"), float(np.mean(j - h)))
+    assert close(value(rep, "exact_agreement"), float(np.mean(j == h)))
+    assert close(value(rep, "within_1"), float(np.mean(np.abs(j - h) <= 1)))
+    for name, fn in (("pearson", sps.pearsonr), ("spearman", sps.spearmanr), ("kendall", sps.kendalltau)):
+        if np.ptp(h) > 0 and np.ptp(j) > 0:
+            assert close(value(rep, name), fn(j, h)[0])
+        else:
+            assert value(rep, name) is None and "constant" in str(rep.metrics[name].note)
+    if len(set(h) | set(j)) > 1:
+        ref = skm.cohen_kappa_score(
+            h.astype(int) - 1, j.astype(int) - 1, labels=list(range(5)), weights="quadratic"
+        )
+        assert close(value(rep, "quadratic_kappa"), ref)
+        data = np.vstack([h, j])
+        assert close(value(rep, "alpha_interval"), krippendorff.alpha(data, level_of_measurement="interval"))
+        assert close(value(rep, "alpha_ordinal"), krippendorff.alpha(data, level_of_measurement="ordinal"))
+    assert rep.value is not None and close(rep.value.judge.mean, float(np.mean(j)))
+
+
+def test_per_group_protocol_averages_group_correlations() -> None:
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=60)
+    j = h + rng.normal(size=60)
+    g = np.repeat(["a", "b", "c"], 20)
+    g_list = g.tolist()
+    g_list[-1] = "lonely"  # a one-item group: skipped, counted
+    f = frame(h.tolist(), j.tolist(), group=g_list)
+    rep = compute_agreement(
+        f, AgreementScale(kind="value"), AgreementOptions(bootstrap=0, protocol="per-group")
+    )
+    groups = np.array(g_list)
+    ref = np.mean([sps.spearmanr(j[groups == x], h[groups == x])[0] for x in ("a", "b", "c")])
+    assert close(value(rep, "spearman"), float(ref))
+    assert rep.value is not None and rep.value.n_groups == 3 and rep.value.groups_skipped == 1
+
+
+def test_degenerate_value_inputs_are_defined() -> None:
+    rep = compute_agreement(
+        frame([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]), AgreementScale(kind="value"), AgreementOptions(bootstrap=30)
+    )
+    no_nan(rep)
+    assert value(rep, "pearson") is None and "constant" in str(rep.metrics["pearson"].note)
+    one = compute_agreement(frame([1.0], [1.5]), AgreementScale(kind="value"), AgreementOptions(bootstrap=30))
+    no_nan(one)
+    assert value(one, "mae") == 0.5 and value(one, "spearman") is None
+    assert one.value is not None and one.value.human.std is None
+
+
+def test_value_invalid_as_wrong_uses_scale_bounds() -> None:
+    rep = compute_agreement(
+        frame([1.0, 4.0], [1.0, "n/a"]), AgreementScale(kind="value", min=1, max=5), NO_BOOT
+    )
+    assert value(rep, "mae") == 1.5  # 4 → worst case 1: error 3 over 2 items
+    unbounded = compute_agreement(frame([1.0, 4.0], [1.0, "n/a"]), AgreementScale(kind="value"), NO_BOOT)
+    assert unbounded.counts.items_dropped_invalid == 1 and any("min and max" in n for n in unbounded.notes)
+
+
+# --------------------------------------------------------------------------- bootstrap & prevalence
+
+
+def test_bootstrap_is_seeded_and_brackets_the_estimate() -> None:
+    rng = np.random.default_rng(1)
+    h = rng.integers(0, 2, 80)
+    j = np.where(rng.random(80) < 0.8, h, 1 - h)
+    f = frame(h.tolist(), j.tolist(), group=[f"g{n // 4}" for n in range(80)])
+    opts = AgreementOptions(bootstrap=200, seed=7)
+    a = compute_agreement(f, AgreementScale(labels=["0", "1"]), opts)
+    b = compute_agreement(f, AgreementScale(labels=["0", "1"]), opts)
+    assert a.model_dump() == b.model_dump()
+    e = a.metrics["cohen_kappa"]
+    assert e.ci_low is not None and e.ci_high is not None and e.ci_low <= e.value <= e.ci_high  # type: ignore[operator]
+    assert any("resamples of groups" in n for n in a.notes)
+
+
+def test_rogan_gladen_and_inversion() -> None:
+    cm = np.array([[90, 10], [20, 80]])  # spec 0.9, sens 0.8
+    q = np.array([0.6, 0.4])
+    pi, note = corrected_prevalence(q, cm)
+    assert pi is not None and abs(pi[1] - (0.4 + 0.9 - 1) / (0.8 + 0.9 - 1)) < TOL and note is None
+    m = np.array([[80, 15, 5], [10, 85, 5], [0, 10, 90]])
+    truth = np.array([0.2, 0.5, 0.3])
+    q3 = (m / m.sum(axis=1, keepdims=True)).T @ truth
+    pi3, _ = corrected_prevalence(q3, m)
+    assert pi3 is not None and np.allclose(pi3, truth, atol=1e-12)
+    none, why = corrected_prevalence(q, np.array([[50, 50], [50, 50]]))
+    assert none is None and why and "chance" in why
+
+
+def test_prevalence_uses_unlabelled_judged_items() -> None:
+    f = frame(["a", "b", None, None], ["a", "b", "b", "b"])
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), NO_BOOT)
+    assert rep.categorical is not None and rep.categorical.prevalence is not None
+    p = rep.categorical.prevalence
+    assert p.n_judged == 4 and p.n_labelled == 2 and p.observed == [0.25, 0.75]
+    assert p.corrected[1].value == 0.75  # a perfect judge needs no correction
+
+
+def test_slices_report_each_value() -> None:
+    f = frame(["a", "b", "a", "b"], ["a", "b", "b", "b"], lang=["en", "en", "de", "x"])
+    rep = compute_agreement(
+        f, AgreementScale(labels=["a", "b"]), AgreementOptions(bootstrap=20, slices=["lang"])
+    )
+    assert set(rep.slices["lang"]) == {"en", "de", "x"}
+    assert rep.slices["lang"]["en"].metrics["accuracy"].value == 1.0
+    no_nan(rep)
+
+
+def test_compare_versions_paired() -> None:
+    rng = np.random.default_rng(2)
+    h = rng.integers(0, 2, 150)
+    v1 = np.where(rng.random(150) < 0.7, h, 1 - h)
+    v2 = np.where(rng.random(150) < 0.95, h, 1 - h)
+    scale = AgreementScale(labels=["0", "1"])
+    opts = AgreementOptions(bootstrap=100)
+    same = compare_agreement(
+        {"v1": frame(h.tolist(), v1.tolist()), "v1b": frame(h.tolist(), v1.tolist())}, scale, opts
+    )
+    acc = next(d for d in same.differences if d.metric == "accuracy")
+    assert acc.estimate.value == 0.0 and acc.beyond_ci is False
+    comp = compare_agreement(
+        {"v1": frame(h.tolist(), v1.tolist()), "v2": frame(h.tolist(), v2.tolist())}, scale, opts
+    )
+    kappa = next(d for d in comp.differences if d.metric == "cohen_kappa")
+    ref = skm.cohen_kappa_score(h, v2) - skm.cohen_kappa_score(h, v1)
+    assert close(kappa.estimate.value, ref) and kappa.beyond_ci is True
+
+
+# ------------------------------------------------------------------------------------ files & CLI
+
+
+def test_loader_formats_and_nested_fields(tmp_path: Path) -> None:
+    records = [{"id": n, "scores": {"q": n % 3}, "pred": {"q": (n + 1) % 3}} for n in range(6)]
+    gz = tmp_path / "a.json.gz"
+    with gzip.open(gz, "wt") as fh:
+        json.dump(records, fh)
+    jl = tmp_path / "a.jsonl"
+    jl.write_text("\n".join(json.dumps(r) for r in records))
+    flat = pd.DataFrame(
+        {"id": range(6), "h": [n % 3 for n in range(6)], "j": [(n + 1) % 3 for n in range(6)]}
+    )
+    flat.to_csv(tmp_path / "a.csv", index=False)
+    flat.to_parquet(tmp_path / "a.parquet")
+    pd.DataFrame({"id": range(6), "s": [{"q": n % 3} for n in range(6)]}).to_parquet(tmp_path / "n.parquet")
+    for path, j, h in (
+        (gz, "pred.q", "scores.q"),
+        (jl, "pred.q", "scores.q"),
+        (tmp_path / "a.csv", "j", "h"),
+        (tmp_path / "a.parquet", "j", "h"),
+    ):
+        f = to_agreement_frame(read_table(path), j, h, item="id")
+        assert f["human"].tolist() == [n % 3 for n in range(6)], path
+    nested = to_agreement_frame(read_table(tmp_path / "n.parquet"), "s.q", "s.q")
+    assert nested["judge"].tolist() == [n % 3 for n in range(6)]
+    with pytest.raises(DataError, match="no column"):
+        to_agreement_frame(read_table(jl), "pred.nope", "scores.q")
+
+
+def test_cli_prints_tables_and_writes_json(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    pd.DataFrame(
+        {"id": range(8), "j": list("aabbabab"), "h": list("aabbbbaa"), "lang": list("xxxxyyyy")}
+    ).to_csv(f, index=False)
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        agreement,
+        [
+            str(f),
+            "--judge",
+            "j",
+            "--human",
+            "h",
+            "--item",
+            "id",
+            "--slice",
+            "lang",
+            "--labels",
+            "a,b",
+            "--bootstrap",
+            "50",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "cohen_kappa" in res.output and "confusion" in res.output and "by lang" in res.output
+    data = json.loads(out.read_text())
+    assert data["metrics"]["accuracy"]["value"] == 0.75 and data["metrics"]["accuracy"]["n"] == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--judge", "nope", "--human", "h"], "no column 'nope'"),
+        (["--judge", "j", "--human", "h", "--labels", "a,c"], "unknown human answer"),
+        (["--judge", "j", "--human", "h", "--invalid", "sometimes"], "invalid"),
+        (["--judge", "j", "--human", "h", "--map", "oops"], "FROM=TO"),
+    ],
+)
+def test_cli_user_mistakes_exit_2_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    f = tmp_path / "d.csv"
+    pd.DataFrame({"j": list("aabb"), "h": list("abab")}).to_csv(f, index=False)
+    res = CliRunner().invoke(agreement, [str(f), *args, "--bootstrap", "0"])
+    assert res.exit_code == 2
+    assert message in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_cli_compares_versions(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    pd.DataFrame({"v1": list("aabbaabb"), "v2": list("abababab"), "h": list("abababab")}).to_csv(
+        f, index=False
+    )
+    res = CliRunner().invoke(
+        agreement, [str(f), "--judge", "v1", "--judge", "v2", "--human", "h", "--bootstrap", "50"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "paired differences" in res.output
+
+
+# -------------------------------------------------------------------------------------- UniEval
+
+UNIEVAL_README = DATA / "README.md"
+
+
+def _published() -> list[tuple[str, str, float, float, float]]:
+    rows = []
+    for line in UNIEVAL_README.read_text().splitlines():
+        m = re.match(
+            r"\|\s*(\S+\.json\.gz)\s*\|\s*(\w+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|", line
+        )
+        if m:
+            rows.append((m[1], m[2], float(m[3]), float(m[4]), float(m[5])))
+    return rows
+
+
+@pytest.mark.skipif(
+    not UNIEVAL_README.exists(), reason=f"UniEval data not found at {DATA} (needs ../shared/data)"
+)
+def test_unieval_published_correlations_reproduce() -> None:
+    rows = _published()
+    assert len(rows) == 8
+    tables: dict[str, pd.DataFrame] = {}
+    for file, dim, pearson, spearman, kendall in rows:
+        raw = tables.setdefault(file, read_table(DATA / "unieval" / file))
+        f = to_agreement_frame(raw, f"predict_scores.{dim}", f"scores.{dim}")
+        rep = compute_agreement(f, AgreementScale(kind="value"), NO_BOOT)
+        got = [round(value(rep, k) or math.nan, 6) for k in ("pearson", "spearman", "kendall")]
+        assert got == [pearson, spearman, kendall], (file, dim)
+
+
+@pytest.mark.skipif(
+    not UNIEVAL_README.exists(), reason=f"UniEval data not found at {DATA} (needs ../shared/data)"
+)
+def test_unieval_cli_worked_example(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(
+        agreement,
+        [
+            str(DATA / "unieval" / "qags_cnndm_result.json.gz"),
+            "--judge",
+            "predict_scores.consistency",
+            "--human",
+            "scores.consistency",
+            "--kind",
+            "value",
+            "--bootstrap",
+            "0",
+            "--decimals",
+            "6",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "0.681681" in res.output and "0.662255" in res.output and "0.531636" in res.output
