@@ -196,6 +196,7 @@ def run_cmd(data: str, spec_refs: Sequence[str], store: str, judge_ref: str | No
       greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
           --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
     """
+    from greval._sync import run_sync
     from greval.data import load_records
     from greval.execution import RetryPolicy
     from greval.runner import RunOptions, arun
@@ -214,7 +215,7 @@ def run_cmd(data: str, spec_refs: Sequence[str], store: str, judge_ref: str | No
         console.print(f"judging [bold]{len(records)}[/] records with {', '.join(s.name for s in specs)} "
                       f"— judge {cfg.label}, store {store}", highlight=False)
         with _progress(quiet) as hook:
-            summary = asyncio.run(arun(specs, records, st, cfg, options=opts, dataset=str(data), progress=hook))
+            summary = run_sync(arun(specs, records, st, cfg, options=opts, dataset=str(data), progress=hook))
     print_summary(summary)
     if summary.failed:
         console.print(f"[yellow]{summary.failed} judgement(s) failed[/] and are stored as errors; "

@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 import time
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -24,6 +25,7 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from greval._sync import run_sync
 from greval.data import Record
 from greval.errors import SpecError
 from greval.execution import (
@@ -34,6 +36,9 @@ from greval.execution import (
     describe_error,
 )
 from greval.spec import CategoricalScale, Spec, ValueScale, dependency_levels
+
+# greval handles a refused structured-output method itself (it falls back and says so in the call log).
+warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
 
 Method = Literal["json_schema", "function_calling", "json_mode"]
 METHODS: tuple[Method, ...] = ("json_schema", "function_calling", "json_mode")
@@ -612,7 +617,7 @@ class Judge:
         return await self.ajudge(record, deps)
 
     def _invoke(self, inp: Any) -> JudgeResult:
-        return asyncio.run(self._ainvoke(inp))
+        return run_sync(self._ainvoke(inp))
 
     @property
     def runnable(self) -> Runnable[Any, JudgeResult]:
@@ -661,7 +666,7 @@ def compile_suite(
             async def run(st: dict[str, Any], j: Judge = judge) -> JudgeResult:
                 return await j.ajudge(st["record"], st["results"])
 
-            branches[s.name] = RunnableLambda(lambda st, j=judge: asyncio.run(j.ajudge(st["record"], st["results"])),
+            branches[s.name] = RunnableLambda(lambda st, j=judge: run_sync(j.ajudge(st["record"], st["results"])),
                                               afunc=run, name=f"greval:{s.name}")
         parallel = RunnableParallel(branches)
 

@@ -16,6 +16,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
+from greval._sync import run_sync
 from greval.data import Record
 from greval.execution import AdaptiveLimiter, JudgeUnavailable, RetryPolicy
 from greval.judge import Judge, JudgeResult, Method
@@ -226,4 +227,4 @@ def run(
     **kwargs: Any,
 ) -> RunSummary:
     """Synchronous wrapper around :func:`arun` for scripts and notebooks without an event loop."""
-    return asyncio.run(arun(specs, records, store, cfg, **kwargs))
+    return run_sync(arun(specs, records, store, cfg, **kwargs))
