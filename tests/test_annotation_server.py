@@ -1,0 +1,442 @@
+"""The embedded Argilla server end to end: real argilla-server 2.8.0, real argilla SDK, our search engine.
+
+One server per module (temporary data dir, free port). The first run creates the server's venv
+(about a minute and a half); later runs reuse it.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from greval.annotation import server
+from greval.annotation.cli import annotate
+
+rg = pytest.importorskip("argilla")
+
+pytestmark = [pytest.mark.slow, pytest.mark.argilla]
+
+DATASET = "greval-server-test"
+
+# external id -> (question, answer, metric, judge_score, vector, verdict suggestion (value, score) | None)
+ROWS: dict[str, tuple[str, str, str, float | None, list[float], tuple[str, float] | None]] = {
+    "r0": (
+        "What is the capital of France?",
+        "Paris is the capital.",
+        "faithfulness",
+        0.9,
+        [1.0, 0.0, 0.0],
+        ("pass", 0.9),
+    ),
+    "r1": (
+        "Who wrote Hamlet?",
+        "Shakespeare wrote Hamlet.",
+        "faithfulness",
+        0.2,
+        [0.9, 0.1, 0.0],
+        ("fail", 0.3),
+    ),
+    "r2": (
+        "Boiling point of water?",
+        "100 degrees Celsius at sea level.",
+        "relevance",
+        0.5,
+        [0.0, 1.0, 0.0],
+        ("pass", 0.6),
+    ),
+    "r3": ("Capital of Spain?", "Madrid.", "relevance", None, [0.0, 0.9, 0.1], ("fail", 0.1)),
+    "r4": (
+        "Largest planet?",
+        "Jupiter is the largest planet.",
+        "faithfulness",
+        0.7,
+        [0.0, 0.0, 1.0],
+        ("pass", 0.8),
+    ),
+    "r5": ("Speed of light?", "About 300000 km/s.", "correctness", None, [0.1, 0.1, 0.9], None),
+}
+
+
+@dataclass
+class Env:
+    """Shared state of the module: the server and what the tests created in it."""
+
+    info: server.ServerInfo
+    ids: dict[str, str]  # external id -> record id
+    dataset_id: str = ""
+    users: dict[str, dict[str, str]] | None = None  # username -> {"id", "api_key"}
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[Env]:
+    with tempfile.TemporaryDirectory(prefix="greval-argilla-test-") as tmp:
+        info = server.start(server.free_port(), Path(tmp) / "data")
+        state = Env(info=info, ids={})
+        try:
+            yield state
+        finally:
+            server.stop(state.info.data_dir)
+
+
+def _client(info: server.ServerInfo, api_key: str | None = None) -> Any:
+    return rg.Argilla(api_url=info.url, api_key=api_key or info.api_key)
+
+
+def _http(info: server.ServerInfo, api_key: str | None = None) -> httpx.Client:
+    return httpx.Client(base_url=info.url, headers={"X-Argilla-Api-Key": api_key or info.api_key}, timeout=30)
+
+
+def _search(env: Env, body: dict[str, Any], user: str | None = None, limit: int = 50) -> list[str]:
+    """Run the UI's search endpoint as ``user`` (owner by default); return external ids in order."""
+    key = env.users[user]["api_key"] if user and env.users else None
+    with _http(env.info, key) as http:
+        resp = http.post(
+            f"/api/v1/me/datasets/{env.dataset_id}/records/search", params={"limit": limit}, json=body
+        )
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    ext = [item["record"]["external_id"] for item in data["items"]]
+    assert data["total"] >= len(ext)
+    return ext
+
+
+def _status_filter(*statuses: str) -> dict[str, Any]:
+    return {"type": "terms", "scope": {"entity": "response", "property": "status"}, "values": list(statuses)}
+
+
+def test_status_and_cli_status(env: Env) -> None:
+    assert server.healthy(env.info.url)
+    st = server.status(env.info.data_dir)
+    assert st.running and st.url == env.info.url and st.pid == env.info.pid
+    result = CliRunner().invoke(annotate, ["status", "--data-dir", str(env.info.data_dir)])
+    assert result.exit_code == 0
+    assert result.output.startswith(f"running: {env.info.url}")
+    creds = env.info.data_dir / server.CREDENTIALS_FILE
+    assert creds.stat().st_mode & 0o777 == 0o600
+    log = (env.info.data_dir / server.LOG_FILE).read_text()
+    assert env.info.api_key not in log and env.info.password not in log
+    assert "api_key" not in repr(env.info) or env.info.api_key not in repr(env.info)
+
+
+def test_push_and_read_back_exactly(env: Env) -> None:
+    client = _client(env.info)
+    settings = rg.Settings(
+        fields=[rg.TextField(name="question"), rg.TextField(name="answer")],
+        questions=[
+            rg.LabelQuestion(name="verdict", labels=["pass", "fail"]),
+            rg.RatingQuestion(name="quality", values=[1, 2, 3, 4, 5]),
+            rg.TextQuestion(name="comment", required=False),
+        ],
+        metadata=[rg.TermsMetadataProperty(name="metric"), rg.FloatMetadataProperty(name="judge_score")],
+        vectors=[rg.VectorField(name="emb", dimensions=3)],
+    )
+    dataset = rg.Dataset(name=DATASET, settings=settings, workspace=env.info.workspace, client=client)
+    dataset.create()
+    env.dataset_id = str(dataset.id)
+
+    records = []
+    for ext, (question, answer, metric, score, vector, suggestion) in ROWS.items():
+        metadata: dict[str, Any] = {"metric": metric}
+        if score is not None:
+            metadata["judge_score"] = score
+        suggestions = []
+        if suggestion:
+            suggestions.append(rg.Suggestion("verdict", suggestion[0], score=suggestion[1], agent="judge-a"))
+            suggestions.append(rg.Suggestion("quality", 5 if suggestion[0] == "pass" else 2, agent="judge-a"))
+        records.append(
+            rg.Record(
+                id=ext,
+                fields={"question": question, "answer": answer},
+                metadata=metadata,
+                vectors={"emb": vector},
+                suggestions=suggestions,
+            )
+        )
+    dataset.records.log(records)
+
+    back = list(client.datasets(DATASET, workspace=env.info.workspace).records(with_vectors=True))
+    assert len(back) == len(ROWS)
+    for rec in back:
+        question, answer, metric, score, vector, suggestion = ROWS[str(rec.id)]
+        env.ids[str(rec.id)] = str(rec._server_id)
+        assert rec.fields["question"] == question and rec.fields["answer"] == answer
+        expected_meta: dict[str, Any] = {"metric": metric}
+        if score is not None:
+            expected_meta["judge_score"] = score
+        assert dict(rec.metadata) == expected_meta
+        assert rec.vectors["emb"] == vector
+        got = {s.question_name: (s.value, s.score, s.agent) for s in rec.suggestions}
+        if suggestion:
+            assert got == {
+                "verdict": (suggestion[0], suggestion[1], "judge-a"),
+                "quality": (5 if suggestion[0] == "pass" else 2, None, "judge-a"),
+            }
+        else:
+            assert got == {}
+
+
+def test_two_users_respond(env: Env) -> None:
+    client = _client(env.info)
+    workspace = client.workspaces(env.info.workspace)
+    env.users = {}
+    for name in ("ann1", "ann2"):
+        user = rg.User(username=name, password="annotator-pass-123", role="annotator", client=client).create()
+        workspace.add_user(user)
+        with _http(env.info) as http:  # the SDK's User model has no api_key; the owner can read it over REST
+            api_key = http.get(f"/api/v1/users/{user.id}").json()["api_key"]
+        env.users[name] = {"id": str(user.id), "api_key": api_key}
+
+    # ann1 labels through the REST endpoints the UI uses: submit, submit, discard, draft.
+    plan = [
+        ("r0", "submitted", {"verdict": {"value": "pass"}, "quality": {"value": 5}}),
+        (
+            "r1",
+            "submitted",
+            {"verdict": {"value": "fail"}, "quality": {"value": 2}, "comment": {"value": "wrong"}},
+        ),
+        # A discard without values makes the 2.8.0 SDK crash when reading responses (values=None), so send {}.
+        ("r2", "discarded", {}),
+        ("r3", "draft", {"verdict": {"value": "fail"}}),
+    ]
+    with _http(env.info, env.users["ann1"]["api_key"]) as http:
+        for ext, status_, values in plan:
+            body: dict[str, Any] = {"status": status_}
+            if values is not None:
+                body["values"] = values
+            resp = http.post(f"/api/v1/records/{env.ids[ext]}/responses", json=body)
+            assert resp.status_code == 201, resp.text
+
+    # ann2's responses come through the SDK (the owner logs them on ann2's behalf, as a push would).
+    dataset = client.datasets(DATASET, workspace=env.info.workspace)
+    ann2 = env.users["ann2"]["id"]
+    to_log = []
+    for rec in dataset.records:
+        if str(rec.id) in {"r0", "r4"}:
+            rec.responses.add(rg.Response("verdict", "pass", user_id=ann2, status="submitted"))
+            rec.responses.add(
+                rg.Response("quality", 4 if str(rec.id) == "r0" else 3, user_id=ann2, status="submitted")
+            )
+            to_log.append(rec)
+    dataset.records.log(to_log)
+
+    back = {str(r.id): r for r in dataset.records(with_responses=True)}
+    r0 = {
+        (str(r.user_id), r.question_name, r.value, getattr(r.status, "value", r.status))
+        for r in back["r0"].responses
+    }
+    ann1 = env.users["ann1"]["id"]
+    assert r0 == {
+        (ann1, "verdict", "pass", "submitted"),
+        (ann1, "quality", 5, "submitted"),
+        (ann2, "verdict", "pass", "submitted"),
+        (ann2, "quality", 4, "submitted"),
+    }
+    r1 = {(r.question_name, r.value) for r in back["r1"].responses}
+    assert r1 == {("verdict", "fail"), ("quality", 2), ("comment", "wrong")}
+
+
+def _check_search(env: Env) -> None:
+    """What the UI shows, checked against expected results; reused after the restart."""
+    everyone = ["r0", "r1", "r2", "r3", "r4", "r5"]
+    by_insert = [{"scope": {"entity": "record", "property": "inserted_at"}, "order": "asc"}]
+
+    # Per-user queues: response-status filters are scoped to the current user.
+    assert _search(env, {"filters": {"and": [_status_filter("pending")]}, "sort": by_insert}, "ann1") == [
+        "r4",
+        "r5",
+    ]
+    assert _search(env, {"filters": {"and": [_status_filter("submitted")]}, "sort": by_insert}, "ann1") == [
+        "r0",
+        "r1",
+    ]
+    assert _search(env, {"filters": {"and": [_status_filter("discarded")]}}, "ann1") == ["r2"]
+    assert _search(env, {"filters": {"and": [_status_filter("draft")]}}, "ann1") == ["r3"]
+    assert _search(env, {"filters": {"and": [_status_filter("pending")]}, "sort": by_insert}, "ann2") == [
+        "r1",
+        "r2",
+        "r3",
+        "r5",
+    ]
+    assert _search(
+        env, {"filters": {"and": [_status_filter("pending", "draft")]}, "sort": by_insert}, "ann1"
+    ) == ["r3", "r4", "r5"]
+    # The default (unsorted) queue is shuffled per user, deterministically, like Elasticsearch's random_score.
+    queue = _search(env, {"filters": {"and": [_status_filter("pending")]}}, "ann2")
+    assert sorted(queue) == ["r1", "r2", "r3", "r5"]
+    assert queue == _search(env, {"filters": {"and": [_status_filter("pending")]}}, "ann2")
+
+    # Text search: all terms must match (AND), optionally in one field.
+    assert sorted(_search(env, {"query": {"text": {"q": "capital"}}})) == ["r0", "r3"]
+    assert _search(env, {"query": {"text": {"q": "capital", "field": "answer"}}}) == ["r0"]
+    assert _search(env, {"query": {"text": {"q": "largest planet"}}}) == ["r4"]
+    assert _search(env, {"query": {"text": {"q": "capital paris"}}}) == ["r0"]
+    assert _search(env, {"query": {"text": {"q": "nonexistentword"}}}) == []
+
+    # Metadata terms and range filters, combined with a user's queue.
+    meta_terms = {"type": "terms", "scope": {"entity": "metadata", "metadata_property": "metric"}}
+    score_range = {"type": "range", "scope": {"entity": "metadata", "metadata_property": "judge_score"}}
+    assert _search(
+        env, {"filters": {"and": [{**meta_terms, "values": ["relevance"]}]}, "sort": by_insert}
+    ) == [
+        "r2",
+        "r3",
+    ]
+    assert _search(env, {"filters": {"and": [{**score_range, "ge": 0.5}]}, "sort": by_insert}) == [
+        "r0",
+        "r2",
+        "r4",
+    ]
+    assert _search(env, {"filters": {"and": [{**score_range, "ge": 0.3, "le": 0.8}]}, "sort": by_insert}) == [
+        "r2",
+        "r4",
+    ]
+    both = {"and": [_status_filter("pending"), {**meta_terms, "values": ["faithfulness"]}]}
+    assert _search(env, {"filters": both}, "ann1") == ["r4"]
+
+    # Suggestion filters: value and score.
+    sugg = {"entity": "suggestion", "question": "verdict"}
+    assert _search(
+        env, {"filters": {"and": [{"type": "terms", "scope": sugg, "values": ["pass"]}]}, "sort": by_insert}
+    ) == ["r0", "r2", "r4"]
+    score_scope = {**sugg, "property": "score"}
+    assert _search(
+        env, {"filters": {"and": [{"type": "range", "scope": score_scope, "ge": 0.5}]}, "sort": by_insert}
+    ) == ["r0", "r2", "r4"]
+    rating = {"entity": "suggestion", "question": "quality"}
+    assert _search(
+        env, {"filters": {"and": [{"type": "range", "scope": rating, "le": 2}]}, "sort": by_insert}
+    ) == ["r1", "r3"]
+
+    # Response value filter, scoped to the current user.
+    resp_verdict = {
+        "type": "terms",
+        "scope": {"entity": "response", "question": "verdict"},
+        "values": ["pass"],
+    }
+    assert _search(env, {"filters": {"and": [resp_verdict]}, "sort": by_insert}, "ann1") == ["r0"]
+    assert _search(env, {"filters": {"and": [resp_verdict]}, "sort": by_insert}, "ann2") == ["r0", "r4"]
+
+    # Sorting: missing values last in both directions; several keys.
+    by_score = {"scope": {"entity": "metadata", "metadata_property": "judge_score"}}
+    assert _search(env, {"sort": [{**by_score, "order": "asc"}]}) == ["r1", "r2", "r4", "r0", "r3", "r5"]
+    assert _search(env, {"sort": [{**by_score, "order": "desc"}]}) == ["r0", "r4", "r2", "r1", "r3", "r5"]
+    by_metric = {"scope": {"entity": "metadata", "metadata_property": "metric"}, "order": "asc"}
+    assert _search(env, {"sort": [by_metric, {**by_score, "order": "desc"}]}) == [
+        "r5",
+        "r0",
+        "r4",
+        "r1",
+        "r2",
+        "r3",
+    ]
+    by_sugg_score = {"scope": {**sugg, "property": "score"}, "order": "desc"}
+    assert _search(env, {"sort": [by_sugg_score]}) == ["r0", "r4", "r2", "r1", "r3", "r5"]
+    assert sorted(_search(env, {})) == everyone
+
+    # Paging keeps the total.
+    with _http(env.info) as http:
+        resp = http.post(
+            f"/api/v1/me/datasets/{env.dataset_id}/records/search",
+            params={"limit": 2, "offset": 2},
+            json={"sort": [{**by_score, "order": "asc"}]},
+        )
+    data = resp.json()
+    assert data["total"] == 6
+    assert [i["record"]["external_id"] for i in data["items"]] == ["r4", "r0"]
+
+    # Similarity search, by record and by value, with a filter.
+    def similar(vector: dict[str, Any], limit: int, filters: dict[str, Any] | None = None) -> list[str]:
+        body: dict[str, Any] = {"query": {"vector": {"name": "emb", **vector}}}
+        if filters:
+            body["filters"] = filters
+        return _search(env, body, limit=limit)
+
+    assert similar({"record_id": env.ids["r0"]}, 2) == ["r1", "r5"]
+    assert similar({"value": [0.0, 0.0, 1.0]}, 3) == ["r4", "r5", "r3"]
+    assert similar({"value": [0.0, 0.0, 1.0], "order": "least_similar"}, 1) == ["r0"]
+    assert similar({"value": [0.0, 1.0, 0.0]}, 1, {"and": [{**meta_terms, "values": ["faithfulness"]}]}) == [
+        "r1"
+    ]
+
+
+def _check_counts(env: Env, completed: int) -> None:
+    with _http(env.info) as http:
+        progress = http.get(f"/api/v1/datasets/{env.dataset_id}/progress").json()
+        assert (progress["total"], progress["completed"], progress["pending"]) == (
+            6,
+            completed,
+            6 - completed,
+        )
+        props = {
+            p["name"]: p["id"]
+            for p in http.get(f"/api/v1/me/datasets/{env.dataset_id}/metadata-properties").json()["items"]
+        }
+        metric = http.get(f"/api/v1/metadata-properties/{props['metric']}/metrics").json()
+        assert metric["total"] == 6
+        assert metric["values"] == [
+            {"term": "faithfulness", "count": 3},
+            {"term": "relevance", "count": 2},
+            {"term": "correctness", "count": 1},
+        ]
+        score = http.get(f"/api/v1/metadata-properties/{props['judge_score']}/metrics").json()
+        assert math.isclose(score["min"], 0.2) and math.isclose(score["max"], 0.9)
+    assert env.users
+    with _http(env.info, env.users["ann1"]["api_key"]) as http:
+        mine = http.get(f"/api/v1/me/datasets/{env.dataset_id}/metrics").json()["responses"]
+    assert mine == {"total": 6, "submitted": 2, "discarded": 1, "draft": 1, "pending": 2}
+
+
+def test_search_engine_behaviour(env: Env) -> None:
+    _check_search(env)
+    _check_counts(env, completed=3)
+
+
+def test_status_recomputed_in_process_after_dataset_update(env: Env) -> None:
+    """Changing the distribution runs an rq job; it must run inside the server and update the index."""
+    with _http(env.info) as http:
+        resp = http.patch(
+            f"/api/v1/datasets/{env.dataset_id}",
+            json={"distribution": {"strategy": "overlap", "min_submitted": 2}},
+        )
+        assert resp.status_code == 200, resp.text
+        for _ in range(50):
+            progress = http.get(f"/api/v1/datasets/{env.dataset_id}/progress").json()
+            if progress["completed"] == 1:
+                break
+            time.sleep(0.1)
+    _check_counts(env, completed=1)  # only r0 has two submitted responses
+    done = {"type": "terms", "scope": {"entity": "record", "property": "status"}, "values": ["completed"]}
+    assert _search(env, {"filters": {"and": [done]}}) == ["r0"]
+
+
+def test_port_taken_is_one_line_exit_2(env: Env, tmp_path: Path) -> None:
+    port = int(env.info.url.rsplit(":", 1)[1])
+    result = CliRunner().invoke(annotate, ["up", "--port", str(port), "--data-dir", str(tmp_path / "other")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("Error: port") and "Traceback" not in result.output
+
+
+def test_restart_keeps_everything(env: Env) -> None:
+    port = int(env.info.url.rsplit(":", 1)[1])
+    assert server.stop(env.info.data_dir)
+    assert not server.status(env.info.data_dir).running
+    env.info = server.start(port, env.info.data_dir)
+    client = _client(env.info)
+    dataset = client.datasets(DATASET, workspace=env.info.workspace)
+    records = {str(r.id): r for r in dataset.records(with_responses=True, with_vectors=True)}
+    assert set(records) == set(ROWS)
+    assert records["r3"].vectors["emb"] == ROWS["r3"][4]
+    assert len(records["r0"].responses) == 4
+    _check_search(env)
+    _check_counts(env, completed=1)
