@@ -440,3 +440,9 @@ def test_restart_keeps_everything(env: Env) -> None:
     assert len(records["r0"].responses) == 4
     _check_search(env)
     _check_counts(env, completed=1)
+
+
+def test_server_log_has_no_errors_or_secrets(env: Env) -> None:
+    log = (env.info.data_dir / server.LOG_FILE).read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+    assert env.info.api_key not in log and env.info.password not in log
