@@ -8,7 +8,9 @@ pool bound to a dead loop, so every sync wrapper submits to one long-lived loop 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
+import warnings
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -16,6 +18,15 @@ T = TypeVar("T")
 
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
+
+
+def _quiet_exit() -> None:
+    # Pooled keep-alive connections of the background loop are dropped with the process; Python would
+    # otherwise print a ResourceWarning for each one at shutdown.
+    warnings.simplefilter("ignore", ResourceWarning)
+
+
+atexit.register(_quiet_exit)
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -84,10 +85,13 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._lock = threading.RLock()
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            # The async runner works in greval's background loop thread (see greval._sync); access is
+            # serialised by self._lock, so the connection may cross threads.
+            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
@@ -111,13 +115,14 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
 
     # -------------------------------------------------------------------------------- catalogue
     def put_specs(self, specs: Sequence[Spec], keys: dict[str, str]) -> None:
@@ -295,9 +300,10 @@ class Store:
                            outputs=json.loads(j[2] or "{}"), error=err)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.db.execute(sql, params)
-        cols = [c[0] for c in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        with self._lock:
+            cur = self.db.execute(sql, params)
+            cols = [c[0] for c in cur.description]
+            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
     # ------------------------------------------------------------------------------ human labels
     def put_human_labels(self, rows: Iterable[dict[str, Any]]) -> int:
