@@ -143,10 +143,34 @@ def ensure_venv(
     venv = venv or venv_dir()
     if venv_ready(venv) and not force:
         return venv_python(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with _venv_lock(venv):
+        # Another process (a parallel test session, a second `up`) may have finished it meanwhile.
+        if venv_ready(venv) and not force:
+            return venv_python(venv)
+        return _install_venv(venv, on_line)
+
+
+@contextlib.contextmanager
+def _venv_lock(venv: Path) -> Iterator[None]:
+    """Serialize venv creation between processes; a no-op where fcntl is missing (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(venv.parent / f"{venv.name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _install_venv(venv: Path, on_line: Callable[[str], None] | None) -> Path:
     say = on_line or (lambda s: print(s, file=sys.stderr, flush=True))
     if not venv_python(venv).exists():
         say(f"Creating the Argilla server environment in {venv} ...")
-        venv.parent.mkdir(parents=True, exist_ok=True)
         _run([sys.executable, "-m", "venv", str(venv)], on_line)
     say(
         f"Installing argilla-server {ARGILLA_SERVER_VERSION} and its pinned dependencies (about a minute) ..."
