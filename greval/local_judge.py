@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 import urllib.error
@@ -285,12 +284,16 @@ def _fetch_sdist(version: str, dest: Path, log: IO[str], reporter: _Reporter) ->
 
 
 def _extract_llama_cpp(sdist: Path, dest: Path) -> Path:
-    """Extract only ``vendor/llama.cpp`` from the sdist; returns the source root."""
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
-        if not members:
-            raise LocalJudgeError(f"{sdist.name} holds no vendor/llama.cpp tree")
-        tar.extractall(dest, members=members, filter="data")
+    """Extract only ``vendor/llama.cpp`` from the sdist (once: a marker says it completed)."""
+    marker = dest / ".extracted"
+    if not marker.is_file():
+        shutil.rmtree(dest, ignore_errors=True)
+        with tarfile.open(sdist) as tar:
+            members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
+            if not members:
+                raise LocalJudgeError(f"{sdist.name} holds no vendor/llama.cpp tree")
+            tar.extractall(dest, members=members, filter="data")
+        marker.write_text(sdist.name + "\n")
     roots = list(dest.glob("*/vendor/llama.cpp"))
     if not roots or not (roots[0] / "CMakeLists.txt").is_file():
         raise LocalJudgeError(f"{sdist.name}: vendor/llama.cpp has no CMakeLists.txt")
@@ -322,9 +325,10 @@ def ensure_llama_server(
 ) -> Path:
     """The llama-server binary, building it on first use (several minutes on 2 cores).
 
-    ``$GREVAL_LLAMA_SERVER`` short-circuits everything. The build runs in a temporary directory
-    beside the destination and is renamed into place only when finished, under a file lock, so an
-    interrupted build leaves nothing half-made and two processes never build at once.
+    ``$GREVAL_LLAMA_SERVER`` short-circuits everything. The build runs in a work directory beside
+    the destination, under a file lock so two processes never build at once; the finished binary
+    is renamed into place, so an interrupted build never leaves a half binary. An interrupted
+    (Ctrl-C, killed) build resumes incrementally next time; a failed one starts clean.
     """
     if not force:
         existing = find_llama_server(version)
@@ -340,71 +344,90 @@ def ensure_llama_server(
                 return existing
         _check_tools()
         started = time.monotonic()
-        work = Path(tempfile.mkdtemp(prefix=f".build-{version}-", dir=parent))
+        work = parent / f".build-{version}"
+        if force:
+            shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True, exist_ok=True)
         log_path = work / "build.log"
         failed_log = parent / f"build-{version}-failed.log"
         try:
-            with log_path.open("w") as log:
-                sdist = _fetch_sdist(version, work / "sdist", log, reporter)
-                reporter.phase("extracting vendor/llama.cpp")
-                source = _extract_llama_cpp(sdist, work / "src")
-                build = work / "build"
-                # Keep git from describing greval's own repository when data_dir() is inside one.
-                env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work)}
-                reporter.phase("configuring with cmake")
-                configure = ["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", *BUILD_FLAGS]
-                if _run_logged(configure, log, reporter, env=env) != 0:
-                    raise LocalJudgeError("cmake configure failed")
-                jobs = _build_jobs()
-                reporter.phase(f"compiling llama-server with ninja -j{jobs}")
-                reporter.start_steps()
-                try:
-                    code = _run_logged(
-                        ["ninja", "-C", str(build), f"-j{jobs}", BINARY_NAME], log, reporter, env=env
-                    )
-                finally:
-                    reporter.stop_steps()
-                if code != 0:
-                    raise LocalJudgeError("ninja failed to build llama-server")
-                built = next(iter(sorted(build.rglob(BINARY_NAME))), None)
-                if built is None or not built.is_file():
-                    raise LocalJudgeError("the build finished but produced no llama-server binary")
-                staged = work / "out"
-                (staged / "bin").mkdir(parents=True)
-                binary = staged / "bin" / BINARY_NAME
-                shutil.copy2(built, binary)
-                smoke = subprocess.run(
-                    [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False
-                )
-                log.write(smoke.stdout + smoke.stderr)
-                if smoke.returncode != 0:
-                    raise LocalJudgeError("the built llama-server does not run (--version failed)")
-                seconds = round(time.monotonic() - started, 1)
-                info = {
-                    "llama_cpp_python_version": version,
-                    "llama_server_version": (smoke.stdout + smoke.stderr).strip().splitlines()[:2],
-                    "cmake_flags": list(BUILD_FLAGS),
-                    "jobs": jobs,
-                    "build_seconds": seconds,
-                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                }
-                (staged / BUILD_INFO_NAME).write_text(json.dumps(info, indent=2) + "\n")
-            shutil.copy2(log_path, staged / "build.log")
-            if root.exists():  # only with force: replace the previous build
-                old = parent / f".old-{version}-{os.getpid()}"
-                os.rename(root, old)
-                shutil.rmtree(old, ignore_errors=True)
-            os.rename(staged, root)
-            failed_log.unlink(missing_ok=True)
-            reporter.phase(f"built {root / 'bin' / BINARY_NAME} in {seconds:.0f} s")
-            return root / "bin" / BINARY_NAME
+            binary = _build(version, work, log_path, reporter, started)
         except LocalJudgeError as exc:
             with contextlib.suppress(OSError):
                 shutil.copy2(log_path, failed_log)
+            shutil.rmtree(work, ignore_errors=True)
             tail = _tail(failed_log)
             raise LocalJudgeError(f"{exc}. Full log: {failed_log}\n{tail}".rstrip()) from None
+        staged = binary.parent.parent
+        shutil.copy2(log_path, staged / "build.log")
+        if root.exists():  # only with force: replace the previous build
+            old = parent / f".old-{version}-{os.getpid()}"
+            os.rename(root, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.rename(staged, root)
+        shutil.rmtree(work, ignore_errors=True)
+        failed_log.unlink(missing_ok=True)
+        final = root / "bin" / BINARY_NAME
+        reporter.phase(f"built {final} in {time.monotonic() - started:.0f} s")
+        return final
+
+
+def _build(version: str, work: Path, log_path: Path, reporter: _Reporter, started: float) -> Path:
+    """Download, configure and compile in ``work``; returns the binary staged in ``work/out/bin``."""
+    with log_path.open("a") as log:
+        sdist_dir = work / "sdist"
+        existing = (
+            sorted(sdist_dir.glob("llama_cpp_python-*.tar.gz")) if not os.environ.get(ENV_SDIST) else []
+        )
+        if existing:
+            sdist = existing[0]
+            reporter.phase("resuming an interrupted build")
+        else:
+            sdist = _fetch_sdist(version, sdist_dir, log, reporter)
+        reporter.phase("extracting vendor/llama.cpp")
+        source = _extract_llama_cpp(sdist, work / "src")
+        build = work / "build"
+        # Keep git from describing greval's own repository when data_dir() is inside one.
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(work)}
+        reporter.phase("configuring with cmake")
+        configure = ["cmake", "-S", str(source), "-B", str(build), "-G", "Ninja", *BUILD_FLAGS]
+        if _run_logged(configure, log, reporter, env=env) != 0:
+            raise LocalJudgeError("cmake configure failed")
+        jobs = _build_jobs()
+        reporter.phase(f"compiling llama-server with ninja -j{jobs}")
+        reporter.start_steps()
+        try:
+            code = _run_logged(["ninja", "-C", str(build), f"-j{jobs}", BINARY_NAME], log, reporter, env=env)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            reporter.stop_steps()
+        if code != 0:
+            raise LocalJudgeError("ninja failed to build llama-server")
+        built = build / "bin" / BINARY_NAME
+        if not built.is_file():
+            built = next(iter(sorted(p for p in build.rglob(BINARY_NAME) if p.is_file())), built)
+        if not built.is_file():
+            raise LocalJudgeError("the build finished but produced no llama-server binary")
+        staged = work / "out"
+        shutil.rmtree(staged, ignore_errors=True)
+        (staged / "bin").mkdir(parents=True)
+        binary = staged / "bin" / BINARY_NAME
+        shutil.copy2(built, binary)
+        smoke = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+        log.write(smoke.stdout + smoke.stderr)
+        if smoke.returncode != 0:
+            raise LocalJudgeError("the built llama-server does not run (--version failed)")
+        info = {
+            "llama_cpp_python_version": version,
+            "llama_server_version": (smoke.stdout + smoke.stderr).strip().splitlines()[:2],
+            "cmake_flags": list(BUILD_FLAGS),
+            "jobs": jobs,
+            "build_seconds": round(time.monotonic() - started, 1),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (staged / BUILD_INFO_NAME).write_text(json.dumps(info, indent=2) + "\n")
+    return binary
 
 
 # --------------------------------------------------------------------------------------------------
@@ -945,3 +968,7 @@ def status_command() -> None:
         click.echo(f"default model: missing: {exc}")
     else:
         click.echo(f"default model: {model} ({model_identity(model)})")
+
+
+if __name__ == "__main__":  # `python -m greval.local_judge build|serve|status`, before CLI registration
+    local_judge()
