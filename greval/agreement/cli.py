@@ -23,7 +23,8 @@ from greval.agreement.models import (
     ComparisonReport,
     Estimate,
 )
-from greval.agreement.tables import read_table, to_agreement_frame
+from greval.agreement.report import render_html, render_markdown
+from greval.agreement.tables import read_table, select, to_agreement_frame
 from greval.errors import UserError
 
 HEADLINE_SLICE = {
@@ -53,8 +54,11 @@ def _headline(report: AgreementReport, d: int, title: str) -> Table:
     if report.categorical is not None:
         b = report.categorical.bias
         rows["disagreement_rate"] = b.disagreement_rate
-        for name, est in (("judge_above_rate", b.judge_above_rate), ("judge_below_rate", b.judge_below_rate),
-                          ("mean_signed_steps", b.mean_signed_steps)):  # fmt: skip
+        for name, est in (
+            ("judge_above_rate", b.judge_above_rate),
+            ("judge_below_rate", b.judge_below_rate),
+            ("mean_signed_steps", b.mean_signed_steps),
+        ):
             if est is not None:
                 rows[name] = est
     for name, e in rows.items():
@@ -89,8 +93,10 @@ def _print_report(console: Console, report: AgreementReport, d: int, name: str =
         console.print(cm)
         p = cat.prevalence
         if p is not None:
-            pt = Table(title=f"prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)",
-                       title_justify="left")  # fmt: skip
+            pt = Table(
+                title=f"prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)",
+                title_justify="left",
+            )
             for col in ("label", "judge", "human", "corrected", "CI"):
                 pt.add_column(col, justify="left" if col == "label" else "right")
             for i, lab in enumerate(p.labels):
@@ -105,19 +111,31 @@ def _print_report(console: Console, report: AgreementReport, d: int, name: str =
         for col in ("side", "count", "mean", "median", "std", "min", "max"):
             t.add_column(col, justify="left" if col == "side" else "right")
         for side, s in (("judge", v.judge), ("human", v.human)):
-            t.add_row(side, str(s.count), _fmt(s.mean, d), _fmt(s.median, d), _fmt(s.std, d), _fmt(s.min, d),
-                      _fmt(s.max, d))  # fmt: skip
+            t.add_row(
+                side,
+                str(s.count),
+                _fmt(s.mean, d),
+                _fmt(s.median, d),
+                _fmt(s.std, d),
+                _fmt(s.min, d),
+                _fmt(s.max, d),
+            )
         console.print(t)
     ceil = report.ceiling
     if ceil is not None:
-        t = Table(title=f"ceiling: human–human vs judge–human ({ceil.n_annotators} annotators, "
-                        f"{ceil.n_items_multi} items with ≥2)", title_justify="left")  # fmt: skip
+        t = Table(
+            title=f"ceiling: human–human vs judge–human ({ceil.n_annotators} annotators, "
+            f"{ceil.n_items_multi} items with ≥2)",
+            title_justify="left",
+        )
         for col in ("figure", "value", "CI", "n"):
             t.add_column(col, justify="left" if col == "figure" else "right")
-        for label, e in ((f"human–human mean {ceil.metric}", ceil.human_pairwise_mean),
-                         (f"judge–human mean {ceil.metric}", ceil.judge_pairwise_mean),
-                         (f"α {ceil.alpha_level} (humans)", ceil.human_alpha),
-                         (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge)):  # fmt: skip
+        for label, e in (
+            (f"human–human mean {ceil.metric}", ceil.human_pairwise_mean),
+            (f"judge–human mean {ceil.metric}", ceil.judge_pairwise_mean),
+            (f"α {ceil.alpha_level} (humans)", ceil.human_alpha),
+            (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge),
+        ):
             t.add_row(label, _fmt(e.value, d), _ci(e, d), str(e.n))
         console.print(t)
     for col, parts in report.slices.items():
@@ -193,13 +211,48 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     default=None,
     help="write the full report as JSON (full precision)",
 )
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write a self-contained HTML report (one --judge)",
+)
+@click.option(
+    "--markdown",
+    "md_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write a Markdown summary (one --judge)",
+)
+@click.option("--reason", "reason_col", default=None, help="column shown as 'reason' in the HTML gallery")
+@click.option("--comment", "comment_col", default=None, help="column shown as 'comment' in the HTML gallery")
 @click.option("--decimals", type=click.IntRange(0, 15), default=3, show_default=True, help="printed decimals")
 def agreement(
-    file: Path, judges: tuple[str, ...], human: str, annotator: str | None, item: str | None,
-    group: str | None, slices: tuple[str, ...], kind: str, labels: str | None, ordered: bool,
-    vmin: float | None, vmax: float | None, maps: tuple[str, ...], invalid: str, protocol: str,
-    resamples: int, seed: int, json_out: Path | None, decimals: int,
-) -> None:  # fmt: skip
+    file: Path,
+    judges: tuple[str, ...],
+    human: str,
+    annotator: str | None,
+    item: str | None,
+    group: str | None,
+    slices: tuple[str, ...],
+    kind: str,
+    labels: str | None,
+    ordered: bool,
+    vmin: float | None,
+    vmax: float | None,
+    maps: tuple[str, ...],
+    invalid: str,
+    protocol: str,
+    resamples: int,
+    seed: int,
+    json_out: Path | None,
+    html_out: Path | None,
+    md_out: Path | None,
+    reason_col: str | None,
+    comment_col: str | None,
+    decimals: int,
+) -> None:
     """Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok)."""
     console = Console() if sys.stdout.isatty() else Console(width=160)
     try:
@@ -211,18 +264,35 @@ def agreement(
             max=vmax,
         )
         options = AgreementOptions(
-            invalid=invalid, protocol=protocol,
-            bootstrap=resamples, seed=seed, slices=list(slices), mapping=_parse_map(maps),
-        )  # fmt: skip
+            invalid=invalid,
+            protocol=protocol,
+            bootstrap=resamples,
+            seed=seed,
+            slices=list(slices),
+            mapping=_parse_map(maps),
+        )
         raw = read_table(file)
         frames = {
             j: to_agreement_frame(raw, j, human, item=item, annotator=annotator, group=group, slices=slices)
             for j in judges
         }
+        if (html_out or md_out) and len(frames) > 1:
+            raise UserError("--html/--markdown work with one --judge")
+        for name, col in (("reason", reason_col), ("comment", comment_col)):
+            if col:
+                for f in frames.values():
+                    f[name] = select(raw, col).to_numpy()
         result: AgreementReport | ComparisonReport
         if len(frames) == 1:
-            result = compute_agreement(next(iter(frames.values())), scale, options)
+            frame = next(iter(frames.values()))
+            result = compute_agreement(frame, scale, options)
             _print_report(console, result, decimals)
+            if html_out is not None:
+                html_out.write_text(render_html(result, frame, title=f"{file.name}: {judges[0]} vs {human}"))
+                console.print(f"wrote {html_out}")
+            if md_out is not None:
+                md_out.write_text(render_markdown(result, decimals), encoding="utf-8")
+                console.print(f"wrote {md_out}")
         else:
             result = compare_agreement(frames, scale, options)
             _print_comparison(console, result, decimals)
