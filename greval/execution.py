@@ -149,8 +149,8 @@ def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
         exc = state.outcome.exception() if state.outcome else None
         hint = classify(exc).retry_after if exc is not None else None
         backoff = random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (state.attempt_number - 1)))
-        if hint is not None:
-            return min(policy.max_delay, hint + random.uniform(0, policy.base_delay))
+        if hint is not None:  # the server knows best; honour it (up to a minute) plus a little jitter
+            return min(hint, max(policy.max_delay, 60.0)) + random.uniform(0, policy.base_delay)
         return backoff
 
     return wait

@@ -382,16 +382,21 @@ class Judge:
         if method not in self._bound:
             tool = convert_to_openai_tool(self.answer_model)
             tool["function"]["name"] = TOOL_NAME
+            fmt: dict[str, Any] = {"type": "json_object"}
             if method == "json_schema":
                 fmt = {
                     "type": "json_schema",
                     "json_schema": {"name": self.answer_model.__name__, "schema": self.schema, "strict": True},
                 }
-                self._bound[method] = self.model.bind(response_format=fmt)
-            elif method == "function_calling":
+            if method == "function_calling":
                 self._bound[method] = self.model.bind_tools([tool], tool_choice=TOOL_NAME)
+            elif _is_openai(self.model):
+                # Same request on the wire, but through extra_body: a `response_format` kwarg makes
+                # langchain-openai take the SDK's `.parse()` path, which re-validates the whole schema and
+                # doubled the client CPU per call in scripts/bench_run.py. greval parses the answer itself.
+                self._bound[method] = self.model.bind(extra_body={"response_format": fmt})
             else:
-                self._bound[method] = self.model.bind(response_format={"type": "json_object"})
+                self._bound[method] = self.model.bind(response_format=fmt)
         return self._bound[method]
 
     def messages(self, method: Method, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None,
@@ -622,6 +627,14 @@ class Judge:
     @property
     def runnable(self) -> Runnable[Any, JudgeResult]:
         return RunnableLambda(self._invoke, afunc=self._ainvoke, name=f"greval:{self.spec.name}")
+
+
+def _is_openai(model: BaseChatModel) -> bool:
+    try:
+        from langchain_openai.chat_models.base import BaseChatOpenAI
+    except ImportError:  # pragma: no cover - langchain-openai is a dependency
+        return False
+    return isinstance(model, BaseChatOpenAI) and not model.extra_body
 
 
 def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeResult] | None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import cached_property
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -54,7 +55,7 @@ class JudgeConfig(BaseModel):
             ident["model"] = self.identity_override
         return ident
 
-    @property
+    @cached_property
     def key(self) -> str:
         blob = json.dumps(self.identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -262,16 +262,20 @@ class Store:
                 )
             if result.error is not None and not verdicts:
                 verdicts = [ItemVerdict(item_id="", status="error", error=result.error)]
-            for v in verdicts:
-                db.execute(
-                    "INSERT OR REPLACE INTO verdicts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                    " COALESCE((SELECT created_at FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
-                    " AND item_id=?),?),?)",
+            db.executemany(
+                "INSERT INTO verdicts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
+                " spec_name=excluded.spec_name, spec_hash=excluded.spec_hash, record_id=excluded.record_id,"
+                " status=excluded.status, label=excluded.label, value=excluded.value, score=excluded.score,"
+                " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
+                " samples=excluded.samples, run_id=excluded.run_id, updated_at=excluded.updated_at",
+                [
                     (spec_key, cfg.key, record.hash, v.item_id, result.spec, result.spec_hash, record.id, v.status,
                      v.label, v.value, v.score, v.confidence, v.reason, v.error,
-                     json.dumps(v.samples) if v.samples else None, run_id,
-                     spec_key, cfg.key, record.hash, v.item_id, now, now),
-                )
+                     json.dumps(v.samples) if v.samples else None, run_id, now, now)
+                    for v in verdicts
+                ],
+            )
 
     def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
         """A stored judgement (to feed metrics that depend on it when a run resumes)."""

@@ -1,0 +1,111 @@
+"""Benchmark `greval run` against the physical limit and against a plain `openai` SDK loop.
+
+A local OpenAI-compatible server (greval.testing.openai_server, a separate process) answers every request
+after a fixed latency. greval judges N records with a "many" metric (k chunks each, one call per record).
+The limit is requests × latency ÷ concurrency; we print achieved throughput ÷ that limit and the client's
+CPU milliseconds per judge call. The baseline replays the very same request bodies (captured from the
+server's log) with one `openai.AsyncOpenAI` client and a semaphore, in the same process.
+
+    python scripts/bench_run.py                       # both settings of the issue: 16 @ 200 ms, 64 @ 1 s
+    python scripts/bench_run.py --settings 32:0.5 --calls 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import openai  # noqa: E402
+
+from greval._sync import run_sync  # noqa: E402
+from greval.data import Record  # noqa: E402
+from greval.models import JudgeConfig  # noqa: E402
+from greval.runner import RunOptions, arun  # noqa: E402
+from greval.spec import resolve_specs  # noqa: E402
+from greval.store import Store  # noqa: E402
+from greval.testing.openai_server import OpenAIServer  # noqa: E402
+
+
+def cpu() -> float:
+    """CPU seconds of this process (user + system), every thread included."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def records(n: int, k: int, tag: str) -> list[Record]:
+    return [
+        Record.from_mapping({
+            "id": f"{tag}-{i}",
+            "question": f"Which of these passages explain item {i} of batch {tag}?",
+            "chunks": [f"Passage {j} about item {i}: " + "lorem ipsum dolor sit amet " * 12 for j in range(k)],
+        })
+        for i in range(n)
+    ]
+
+
+async def greval_pass(srv: OpenAIServer, n: int, k: int, conc: int, tag: str) -> tuple[float, float, int]:
+    specs = resolve_specs(["chunk_evaluation"])
+    cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
+    with tempfile.TemporaryDirectory() as d, Store(Path(d) / "bench.sqlite") as st:
+        c0, t0 = cpu(), time.perf_counter()
+        summary = await arun(specs, records(n, k, tag), st, cfg, options=RunOptions(concurrency=conc))
+        wall, used = time.perf_counter() - t0, cpu() - c0
+    if summary.failed:
+        raise SystemExit(f"greval run had {summary.failed} failures; the benchmark is void")
+    return wall, used, summary.calls
+
+
+async def baseline_pass(srv: OpenAIServer, bodies: list[dict[str, Any]], conc: int) -> tuple[float, float, int]:
+    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="bench", max_retries=0, timeout=60)
+    sem = asyncio.Semaphore(conc)
+
+    async def one(body: dict[str, Any]) -> None:
+        async with sem:
+            resp = await client.chat.completions.create(**body)
+            assert resp.choices[0].message.content
+
+    c0, t0 = cpu(), time.perf_counter()
+    await asyncio.gather(*(one(b) for b in bodies))
+    wall, used = time.perf_counter() - t0, cpu() - c0
+    await client.close()
+    return wall, used, len(bodies)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--settings", nargs="+", default=["16:0.2", "64:1.0"], help="CONCURRENCY:LATENCY pairs")
+    ap.add_argument("--calls", type=int, default=0, help="Calls per pass (default: 12 waves of the concurrency)")
+    ap.add_argument("--chunks", type=int, default=5, help="Chunks per record (one call judges them all)")
+    args = ap.parse_args()
+    os.environ.setdefault("OPENAI_API_KEY", "bench")
+    print(f"{'setting':>12} {'client':>9} {'calls':>6} {'wall s':>8} {'limit s':>8} {'÷ limit':>8} {'CPU ms/call':>12}")
+    with OpenAIServer() as srv:
+        for setting in args.settings:
+            conc_s, lat_s = setting.split(":")
+            conc, lat = int(conc_s), float(lat_s)
+            n = args.calls or conc * 12
+            srv.configure(latency=lat)
+            run_sync(greval_pass(srv, conc, args.chunks, conc, f"warm{conc}"))  # warm imports, pools, caches
+            srv.reset()
+            g_wall, g_cpu, g_calls = run_sync(greval_pass(srv, n, args.chunks, conc, f"run{conc}"))
+            bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()]
+            b_wall, b_cpu, b_calls = run_sync(baseline_pass(srv, bodies, conc))
+            limit = n * lat / conc
+            for name, wall, used, calls in (("greval", g_wall, g_cpu, g_calls), ("openai", b_wall, b_cpu, b_calls)):
+                print(f"{setting:>12} {name:>9} {calls:>6} {wall:8.2f} {limit:8.2f} {limit / wall:8.3f} "
+                      f"{1000 * used / calls:12.2f}")
+            print(f"{setting:>12} {'ratio':>9} {'':>6} {'':>8} {'':>8} {'':>8} "
+                  f"{(g_cpu / g_calls) / (b_cpu / b_calls):11.2f}×")
+
+
+if __name__ == "__main__":
+    main()
