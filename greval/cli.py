@@ -206,7 +206,7 @@ def run_cmd(data: str, spec_refs: Sequence[str], store: str, judge_ref: str | No
     specs = resolve_specs(spec_refs)
     records = load_records(data, _parse_map(maps), id_column, limit)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
-    ref = judge_ref or defaults.model or "openai:gpt-4o-mini"
+    ref = judge_ref or defaults.model or default_judge()
     opts = RunOptions(concurrency=concurrency, adaptive=not no_adaptive, method=method,
                       retry=RetryPolicy(max_attempts=max_attempts))
     with judge_session(ref, base_url=base_url, temperature=temperature if temperature is not None
@@ -232,18 +232,34 @@ class judge_session:  # noqa: N801 - used like a function in `with`
         self._server: Any = None
 
     def __enter__(self) -> Any:
-        if self.cfg.provider in ("gguf", "local"):
-            try:
-                from greval import local_judge
-            except ImportError:
-                raise UserError("the embedded local judge is not available in this installation") from None
-            self._server = local_judge.open_for_judge(self.cfg)
-            return self._server.__enter__()
-        return self.cfg
+        if self.cfg.provider not in ("gguf", "local"):
+            return self.cfg
+        from greval.local_judge import LocalJudgeError, LocalJudgeServer
+
+        try:
+            self._server = LocalJudgeServer(model=None if self.cfg.provider == "local" else self.cfg.model)
+            console.print("starting the embedded local judge (llama.cpp) …")
+            info = self._server.__enter__()
+        except LocalJudgeError as exc:
+            raise UserError(str(exc)) from None
+        console.print(f"local judge {info.identity} at {info.base_url} ({info.threads} threads, "
+                      f"{info.parallel} slots)", highlight=False)
+        return self.cfg.model_copy(update={"model": info.model, "base_url": info.base_url,
+                                           "identity_override": info.identity})
 
     def __exit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.__exit__(*exc)
+
+
+def default_judge() -> str:
+    """The configured judge, else OpenAI when a key is set, else the embedded local judge."""
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        return "openai:gpt-4o-mini"
+    console.print("[yellow]no judge configured[/] (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
+                  "embedded local judge, a tiny model that is NOT a judge to trust — it only lets the loop run "
+                  "offline.")
+    return "local"
 
 
 class _progress:  # noqa: N801

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from functools import cached_property
+from functools import lru_cache
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -39,7 +39,9 @@ class JudgeConfig(BaseModel):
     @classmethod
     def parse(cls, ref: str, **params: Any) -> JudgeConfig:
         """``openai:gpt-4o-mini``, ``gguf:/path/model.gguf``, ``anthropic:claude-…``; bare names mean openai."""
-        if ":" in ref and not ref.startswith(("http://", "https://")):
+        if ref == "local":
+            provider, model = "local", "default"
+        elif ":" in ref and not ref.startswith(("http://", "https://")):
             provider, _, model = ref.partition(":")
         else:
             provider, model = "openai", ref
@@ -55,16 +57,20 @@ class JudgeConfig(BaseModel):
             ident["model"] = self.identity_override
         return ident
 
-    @cached_property
+    @property
     def key(self) -> str:
-        blob = json.dumps(self.identity, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        """Short hash of the identity; part of every verdict's key."""
+        return _digest(json.dumps(self.identity, sort_keys=True, separators=(",", ":")))
 
     @property
     def label(self) -> str:
         """Short human-readable name, used as the Argilla suggestion agent."""
-        model = self.identity_override or self.model
-        return f"{self.provider}:{model}"
+        return self.identity_override or f"{self.provider}:{self.model}"
+
+
+@lru_cache(maxsize=256)
+def _digest(blob: str) -> str:
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatModel:
