@@ -34,7 +34,7 @@ from greval.errors import DataError
 TOL = 1e-12
 NO_BOOT = AgreementOptions(bootstrap=0)
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def frame(h: list[object], j: list[object], **cols: list[object]) -> pd.DataFrame:
@@ -291,7 +291,7 @@ def test_bootstrap_is_seeded_and_brackets_the_estimate() -> None:
     h = rng.integers(0, 2, 80)
     j = np.where(rng.random(80) < 0.8, h, 1 - h)
     f = frame(h.tolist(), j.tolist(), group=[f"g{n // 4}" for n in range(80)])
-    opts = AgreementOptions(bootstrap=200, seed=7)
+    opts = AgreementOptions(bootstrap=100, seed=7)
     a = compute_agreement(f, AgreementScale(labels=["0", "1"]), opts)
     b = compute_agreement(f, AgreementScale(labels=["0", "1"]), opts)
     assert a.model_dump() == b.model_dump()
@@ -335,11 +335,11 @@ def test_slices_report_each_value() -> None:
 
 def test_compare_versions_paired() -> None:
     rng = np.random.default_rng(2)
-    h = rng.integers(0, 2, 150)
-    v1 = np.where(rng.random(150) < 0.7, h, 1 - h)
-    v2 = np.where(rng.random(150) < 0.95, h, 1 - h)
+    h = rng.integers(0, 2, 120)
+    v1 = np.where(rng.random(120) < 0.7, h, 1 - h)
+    v2 = np.where(rng.random(120) < 0.95, h, 1 - h)
     scale = AgreementScale(labels=["0", "1"])
-    opts = AgreementOptions(bootstrap=100)
+    opts = AgreementOptions(bootstrap=60)
     same = compare_agreement(
         {"v1": frame(h.tolist(), v1.tolist()), "v1b": frame(h.tolist(), v1.tolist())}, scale, opts
     )
