@@ -26,6 +26,11 @@ def annotation_dir() -> Path:
     return _bundled("annotation")
 
 
+def examples_dir() -> Path:
+    """Bundled example datasets with human labels (used by ``greval quickstart``)."""
+    return _bundled("examples")
+
+
 def data_dir() -> Path:
     """greval's own data: the Argilla venv and database, the llama-server build, models.
 
