@@ -6,6 +6,10 @@ contains the population value. Coverage near the nominal level means the CIs in 
 
   κ:        pairs from a fixed k×k joint distribution P; κ = (Σ diag P − Σ p_h p_j) / (1 − Σ p_h p_j)
   Spearman: bivariate normal with correlation r; ρ_s = (6/π)·arcsin(r/2)
+  --clustered: κ on n/5 groups of 5 items whose judge accuracy a_g ~ Beta(4, 2) varies by group
+            (judge = human with prob. a_g, else a fresh draw from p); the population joint is
+            E[a]·diag(p) + (1 − E[a])·p pᵀ. Compares resampling items (ignores the clusters) with
+            resampling groups (what greval does when --group is given).
 
     python scripts/bootstrap_coverage.py                  # defaults, ~2-3 minutes on 2 cores
     python scripts/bootstrap_coverage.py --reps 1000 --resamples 1000 --n 100 --workers 4
@@ -41,6 +45,14 @@ def true_kappa(p: np.ndarray) -> float:
     return (po - pe) / (1 - pe)
 
 
+P_CLUSTER = np.array([0.3, 0.3, 0.4])
+A_MEAN = 4 / 6  # Beta(4, 2)
+
+
+def clustered_joint() -> np.ndarray:
+    return A_MEAN * np.diag(P_CLUSTER) + (1 - A_MEAN) * np.outer(P_CLUSTER, P_CLUSTER)
+
+
 def true_spearman(r: float) -> float:
     return 6 / math.pi * math.asin(r / 2)
 
@@ -49,7 +61,23 @@ def one_rep(args: tuple[str, int, int, int, float, float]) -> tuple[bool | None,
     """One repetition: (covered?, CI width); covered is None when the CI is undefined."""
     which, seed, n, resamples, confidence, r = args
     rng = np.random.default_rng(seed)
-    if which == "kappa":
+    groups = None
+    if which.startswith("clustered"):
+        size = 5
+        m = n // size
+        k = len(P_CLUSTER)
+        a = rng.beta(4, 2, size=m)
+        h = rng.choice(k, size=m * size, p=P_CLUSTER).astype(np.int64)
+        other = rng.choice(k, size=m * size, p=P_CLUSTER).astype(np.int64)
+        j = np.where(rng.random(m * size) < np.repeat(a, size), h, other).astype(np.int64)
+        n = m * size
+        truth = true_kappa(clustered_joint())
+        if which == "clustered-groups":
+            groups = np.repeat(np.arange(m), size).astype(np.int64)
+
+        def stat(idx: np.ndarray, _inst: np.ndarray | None) -> dict[str, st.Val]:
+            return {"x": st.cohen_kappa(h[idx], j[idx], k)}
+    elif which == "kappa":
         k = JOINT.shape[0]
         cells = rng.choice(k * k, size=n, p=JOINT.ravel())
         h, j = (cells // k).astype(np.int64), (cells % k).astype(np.int64)
@@ -65,7 +93,7 @@ def one_rep(args: tuple[str, int, int, int, float, float]) -> tuple[bool | None,
         def stat(idx: np.ndarray, _inst: np.ndarray | None) -> dict[str, st.Val]:
             return {"x": st.correlation("spearman", x[idx], y[idx])}
 
-    ci = bs.run(bs.Resampler(n, None, resamples, seed + 1), stat, confidence)["x"]
+    ci = bs.run(bs.Resampler(n, groups, resamples, seed + 1), stat, confidence)["x"]
     if ci.low is None or ci.high is None:
         return None, math.nan
     return bool(ci.low <= truth <= ci.high), ci.high - ci.low
@@ -81,12 +109,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", choices=["kappa", "spearman"], default=None)
+    ap.add_argument("--clustered", action="store_true", help="also run the clustered κ scenario")
     a = ap.parse_args()
     print(f"reps={a.reps} resamples={a.resamples} n={a.n} confidence={a.confidence} seed={a.seed}")
-    for which in ("kappa", "spearman"):
-        if a.only and which != a.only:
-            continue
-        truth = true_kappa(JOINT) if which == "kappa" else true_spearman(a.r)
+    scenarios = [w for w in ("kappa", "spearman") if not a.only or w == a.only]
+    if a.clustered:
+        scenarios += ["clustered-items", "clustered-groups"]
+    for which in scenarios:
+        truths = {"kappa": true_kappa(JOINT), "spearman": true_spearman(a.r)}
+        truth = truths.get(which, true_kappa(clustered_joint()))
         jobs = [
             (which, a.seed * 1_000_003 + 2 * i, a.n, a.resamples, a.confidence, a.r) for i in range(a.reps)
         ]
@@ -98,7 +129,7 @@ def main() -> None:
         se = math.sqrt(cover * (1 - cover) / len(defined))
         width = float(np.mean([w for _, w in defined]))
         print(
-            f"{which:9s} truth={truth:.4f}  coverage={cover:.3f} ± {1.96 * se:.3f} (95% MC band)  "
+            f"{which:16s} truth={truth:.4f}  coverage={cover:.3f} ± {1.96 * se:.3f} (95% MC band)  "
             f"mean CI width={width:.3f}  undefined={len(results) - len(defined)}  {time.time() - t0:.0f}s"
         )
 
