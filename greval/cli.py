@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from greval.errors import UserError
@@ -31,12 +37,16 @@ class GrevalGroup(click.Group):
             console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/] — everything judged so far is stored; run the same command "
-                          "again to resume.")
+            console.print(
+                "[yellow]interrupted[/] — everything judged so far is stored; run the same command "
+                "again to resume."
+            )
             sys.exit(130)
 
 
-@click.group(cls=GrevalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(
+    cls=GrevalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+)
 @click.version_option(package_name="greval")
 def main() -> None:
     """greval — LLM judges for RAG and GraphRAG that people can check.
@@ -68,7 +78,11 @@ def spec_list() -> None:
         table.add_column(col, no_wrap=col in ("name", "hash"))
     for name, path in bundled_specs().items():
         s = next(x for x in load_spec_file(path) if x.name == name)
-        scale = ", ".join(s.scale.names) if isinstance(s.scale, CategoricalScale) else f"{s.scale.min}–{s.scale.max}"
+        scale = (
+            ", ".join(s.scale.names)
+            if isinstance(s.scale, CategoricalScale)
+            else f"{s.scale.min}–{s.scale.max}"
+        )
         table.add_row(name, s.each or "record", scale, ", ".join(s.inputs), s.hash)
     out.print(table)
 
@@ -97,7 +111,7 @@ def spec_validate(files: Sequence[str]) -> None:
     for f in files:
         try:
             for s in load_spec_file(f):
-                Judge(s, _NoModel())  # also checks few-shot examples against the verdict schema
+                Judge(s, cast(Any, _NoModel()))  # also checks few-shot examples against the verdict schema
                 out.print(f"[green]ok[/] {f}: {s.name} ({s.hash})", highlight=False)
         except UserError as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
@@ -146,15 +160,27 @@ def _parse_map(values: Sequence[str]) -> dict[str, str]:
 def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The flags that choose and parameterise the judge model (shared by every command that judges)."""
     opts = [
-        click.option("--judge", "judge_ref", envvar="GREVAL_JUDGE", default=None, show_envvar=True,
-                     help="provider:model, e.g. openai:gpt-4o-mini; any OpenAI-compatible server with --base-url; "
-                          "gguf:/path/model.gguf or 'local' for the embedded llama.cpp judge."),
-        click.option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True,
-                     help="OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama, LiteLLM …). Key: OPENAI_API_KEY."),
+        click.option(
+            "--judge",
+            "judge_ref",
+            envvar="GREVAL_JUDGE",
+            default=None,
+            show_envvar=True,
+            help="provider:model, e.g. openai:gpt-4o-mini; any OpenAI-compatible server with --base-url; "
+            "gguf:/path/model.gguf or 'local' for the embedded llama.cpp judge.",
+        ),
+        click.option(
+            "--base-url",
+            envvar="OPENAI_BASE_URL",
+            show_envvar=True,
+            help="OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama, LiteLLM …). Key: OPENAI_API_KEY.",
+        ),
         click.option("--temperature", type=float, default=None, help="Sampling temperature [spec, else 0]."),
         click.option("--max-tokens", type=int, default=None, help="Cap on the judge's answer length."),
         click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request."),
-        click.option("--samples", type=int, default=None, help="Judge samples per item; majority verdict [1]."),
+        click.option(
+            "--samples", type=int, default=None, help="Judge samples per item; majority verdict [1]."
+        ),
         click.option("--seed", type=int, default=None, help="Sampling seed, for servers that honour it."),
     ]
     for o in reversed(opts):
@@ -164,25 +190,66 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @main.command("run")
 @click.argument("data", type=click.Path())
-@click.option("-s", "--spec", "spec_refs", multiple=True, required=True,
-              help="Spec file or predefined metric name; repeat for several. Dependencies are added.")
-@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(),
-              help="SQLite file where verdicts are kept (created if missing; reused to resume).")
+@click.option(
+    "-s",
+    "--spec",
+    "spec_refs",
+    multiple=True,
+    required=True,
+    help="Spec file or predefined metric name; repeat for several. Dependencies are added.",
+)
+@click.option(
+    "--store",
+    default="greval.sqlite",
+    show_default=True,
+    type=click.Path(),
+    help="SQLite file where verdicts are kept (created if missing; reused to resume).",
+)
 @judge_options
-@click.option("-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most.")
+@click.option(
+    "-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most."
+)
 @click.option("--no-adaptive", is_flag=True, help="Keep concurrency fixed even when rate limited.")
-@click.option("--method", type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
-              default="auto", show_default=True, help="Structured-output method (auto falls back when refused).")
-@click.option("--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts.")
-@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
-              help="Read FIELD from COLUMN (dotted paths reach nested JSON), e.g. --map question=query.")
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
+    default="auto",
+    show_default=True,
+    help="Structured-output method (auto falls back when refused).",
+)
+@click.option(
+    "--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts."
+)
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="FIELD=COLUMN",
+    help="Read FIELD from COLUMN (dotted paths reach nested JSON), e.g. --map question=query.",
+)
 @click.option("--id-column", default=None, help="Column holding record ids [id, else a content hash].")
 @click.option("--limit", type=int, default=None, help="Judge only the first N records.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run_cmd(data: str, spec_refs: Sequence[str], store: str, judge_ref: str | None, base_url: str | None,
-            temperature: float | None, max_tokens: int | None, timeout: float, samples: int | None,
-            seed: int | None, concurrency: int, no_adaptive: bool, method: str, max_attempts: int,
-            maps: Sequence[str], id_column: str | None, limit: int | None, quiet: bool) -> None:
+def run_cmd(
+    data: str,
+    spec_refs: Sequence[str],
+    store: str,
+    judge_ref: str | None,
+    base_url: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    timeout: float,
+    samples: int | None,
+    seed: int | None,
+    concurrency: int,
+    no_adaptive: bool,
+    method: str,
+    max_attempts: int,
+    maps: Sequence[str],
+    id_column: str | None,
+    limit: int | None,
+    quiet: bool,
+) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
 
     \b
@@ -207,22 +274,39 @@ def run_cmd(data: str, spec_refs: Sequence[str], store: str, judge_ref: str | No
     records = load_records(data, _parse_map(maps), id_column, limit)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     ref = judge_ref or defaults.model or default_judge()
-    opts = RunOptions(concurrency=concurrency, adaptive=not no_adaptive, method=method,
-                      retry=RetryPolicy(max_attempts=max_attempts))
-    with judge_session(ref, base_url=base_url, temperature=temperature if temperature is not None
-                       else defaults.temperature, max_tokens=max_tokens or defaults.max_tokens, timeout=timeout,
-                       samples=samples or defaults.samples, seed=seed) as cfg, Store(store) as st:
-        console.print(f"judging [bold]{len(records)}[/] records with {', '.join(s.name for s in specs)} "
-                      f"— judge {cfg.label}, store {store}", highlight=False)
+    opts = RunOptions(
+        concurrency=concurrency,
+        adaptive=not no_adaptive,
+        method=method,
+        retry=RetryPolicy(max_attempts=max_attempts),
+    )
+    with (
+        judge_session(
+            ref,
+            base_url=base_url,
+            temperature=temperature if temperature is not None else defaults.temperature,
+            max_tokens=max_tokens or defaults.max_tokens,
+            timeout=timeout,
+            samples=samples or defaults.samples,
+            seed=seed,
+        ) as cfg,
+        Store(store) as st,
+    ):
+        console.print(
+            f"judging [bold]{len(records)}[/] records with {', '.join(s.name for s in specs)} "
+            f"— judge {cfg.label}, store {store}",
+            highlight=False,
+        )
         with _progress(quiet) as hook:
             summary = run_sync(arun(specs, records, st, cfg, options=opts, dataset=str(data), progress=hook))
     print_summary(summary)
     if summary.failed:
-        console.print(f"[yellow]{summary.failed} judgement(s) failed[/] and are stored as errors; "
-                      "re-run to retry them.")
+        console.print(
+            f"[yellow]{summary.failed} judgement(s) failed[/] and are stored as errors; re-run to retry them."
+        )
 
 
-class judge_session:  # noqa: N801 - used like a function in `with`
+class judge_session:
     """Build the judge config; for local models start (and afterwards stop) the embedded llama-server."""
 
     def __init__(self, ref: str, **params: Any) -> None:
@@ -242,10 +326,13 @@ class judge_session:  # noqa: N801 - used like a function in `with`
             info = self._server.__enter__()
         except LocalJudgeError as exc:
             raise UserError(str(exc)) from None
-        console.print(f"local judge {info.identity} at {info.base_url} ({info.threads} threads, "
-                      f"{info.parallel} slots)", highlight=False)
-        return self.cfg.model_copy(update={"model": info.model, "base_url": info.base_url,
-                                           "identity_override": info.identity})
+        console.print(
+            f"local judge {info.identity} at {info.base_url} ({info.threads} threads, {info.parallel} slots)",
+            highlight=False,
+        )
+        return self.cfg.model_copy(
+            update={"model": info.model, "base_url": info.base_url, "identity_override": info.identity}
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self._server is not None:
@@ -256,21 +343,30 @@ def default_judge() -> str:
     """The configured judge, else OpenAI when a key is set, else the embedded local judge."""
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         return "openai:gpt-4o-mini"
-    console.print("[yellow]no judge configured[/] (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
-                  "embedded local judge, a tiny model that is NOT a judge to trust — it only lets the loop run "
-                  "offline.")
+    console.print(
+        "[yellow]no judge configured[/] (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
+        "embedded local judge, a tiny model that is NOT a judge to trust — it only lets the loop run "
+        "offline."
+    )
     return "local"
 
 
-class _progress:  # noqa: N801
+class _progress:
     """A rich progress bar with rate, ETA and error count, fed by the runner's hook."""
 
     def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet or not console.is_terminal and os.environ.get("GREVAL_PROGRESS") != "1"
+        self.quiet = quiet or (not console.is_terminal and os.environ.get("GREVAL_PROGRESS") != "1")
         self.bar = Progress(
-            TextColumn("[bold]judging"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"), TextColumn("[red]{task.fields[errors]}"),
-            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console, transient=False,
+            TextColumn("[bold]judging"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("[red]{task.fields[errors]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
         )
         self.task: Any = None
 
@@ -295,15 +391,36 @@ class _progress:  # noqa: N801
 
 def print_summary(summary: Any) -> None:
     """Per metric: verdict distribution, mean score, failures, tokens."""
-    table = Table(title=f"run {summary.run_id} — {summary.records} records, judge {summary.judge}, "
-                        f"{summary.calls} calls in {summary.seconds:.1f}s")
-    for col in ("metric", "judged", "reused", "verdicts", "distribution", "mean score", "failed", "tokens in/out"):
+    table = Table(
+        title=f"run {summary.run_id} — {summary.records} records, judge {summary.judge}, "
+        f"{summary.calls} calls in {summary.seconds:.1f}s"
+    )
+    for col in (
+        "metric",
+        "judged",
+        "reused",
+        "verdicts",
+        "distribution",
+        "mean score",
+        "failed",
+        "tokens in/out",
+    ):
         table.add_column(col, overflow="fold")
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
-        fails = str(m.items_failed) + (f" ({', '.join(f'{k}×{v}' for k, v in m.errors.items())})" if m.errors else "")
-        table.add_row(m.spec, str(m.judged), str(m.reused), str(m.verdicts), dist,
-                      "—" if m.mean_score is None else f"{m.mean_score:.3f}", fails, f"{m.tokens_in}/{m.tokens_out}")
+        fails = str(m.items_failed) + (
+            f" ({', '.join(f'{k}×{v}' for k, v in m.errors.items())})" if m.errors else ""
+        )
+        table.add_row(
+            m.spec,
+            str(m.judged),
+            str(m.reused),
+            str(m.verdicts),
+            dist,
+            "—" if m.mean_score is None else f"{m.mean_score:.3f}",
+            fails,
+            f"{m.tokens_in}/{m.tokens_out}",
+        )
     out.print(table)
 
 
@@ -314,13 +431,25 @@ def results() -> None:
 
 
 @results.command("export")
-@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False)
+)
 @click.option("-o", "--output", required=True, type=click.Path(), help="Output file.")
-@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "parquet"]), default=None,
-              help="Default: from the output file's suffix.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "jsonl", "parquet"]),
+    default=None,
+    help="Default: from the output file's suffix.",
+)
 @click.option("--spec", default=None, help="Only this metric.")
-@click.option("--level", type=click.Choice(["item", "record"]), default="item", show_default=True,
-              help="'record' aggregates chunk / triple verdicts into one score per record.")
+@click.option(
+    "--level",
+    type=click.Choice(["item", "record"]),
+    default="item",
+    show_default=True,
+    help="'record' aggregates chunk / triple verdicts into one score per record.",
+)
 def results_export(store: str, output: str, fmt: str | None, spec: str | None, level: str) -> None:
     """Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet."""
     from greval.results import export_results
@@ -330,7 +459,9 @@ def results_export(store: str, output: str, fmt: str | None, spec: str | None, l
 
 
 @results.command("runs")
-@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False)
+)
 def results_runs(store: str) -> None:
     """List the runs recorded in a store."""
     import time as _t
@@ -344,9 +475,15 @@ def results_runs(store: str) -> None:
         for r in st.runs():
             summ = json.loads(r["summary"] or "{}")
             failed = sum(m.get("failed", 0) for m in summ.get("metrics", []))
-            table.add_row(r["run_id"], _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])), r["status"],
-                          r["dataset"] or "", ", ".join(json.loads(r["specs"] or "[]")), str(summ.get("calls", "")),
-                          str(failed))
+            table.add_row(
+                r["run_id"],
+                _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])),
+                r["status"],
+                r["dataset"] or "",
+                ", ".join(json.loads(r["specs"] or "[]")),
+                str(summ.get("calls", "")),
+                str(failed),
+            )
         out.print(table)
 
 

@@ -130,10 +130,14 @@ _PY_TYPES: dict[str, Any] = {
 
 
 def _verdict_fields(spec: Spec) -> dict[str, Any]:
-    reason = (str, Field(description="Your step-by-step reasoning, following the evaluation steps. Write it first."))
+    reason = (
+        str,
+        Field(description="Your step-by-step reasoning, following the evaluation steps. Write it first."),
+    )
     if isinstance(spec.scale, CategoricalScale):
         labels = tuple(spec.scale.names)
-        verdict: Any = (Literal[labels], Field(description="The label: " + ", ".join(labels)))  # type: ignore[valid-type]
+        label_type: Any = Literal.__getitem__(labels)
+        verdict: Any = (label_type, Field(description="The label: " + ", ".join(labels)))
         return {"reason": reason, "label": verdict}
     s = spec.scale
     bounded = Annotated[int, Field(ge=s.min, le=s.max)]
@@ -155,22 +159,25 @@ def verdict_models(spec: Spec) -> tuple[type[BaseModel], type[BaseModel]]:
     """
     title = "".join(w.capitalize() for w in spec.name.split("_"))
     if spec.each is None:
-        answer = create_model(f"{title}Verdict", __config__=_FORBID, **_verdict_fields(spec), **_output_fields(spec))
+        answer = create_model(
+            f"{title}Verdict", __config__=_FORBID, **_verdict_fields(spec), **_output_fields(spec)
+        )
         return answer, answer
     noun = "chunk" if spec.each == "chunks" else "triple"
-    item = create_model(
+    item: type[BaseModel] = create_model(
         f"{title}ItemVerdict",
         __config__=_FORBID,
         id=(str, Field(description=f"The {noun} id, exactly as listed")),
         **_verdict_fields(spec),
     )
-    answer = create_model(
+    items_type: Any = list.__class_getitem__(item)
+    many: type[BaseModel] = create_model(
         f"{title}Verdicts",
         __config__=_FORBID,
-        verdicts=(list[item], Field(description=f"One verdict per listed {noun} id, each id exactly once")),  # type: ignore[valid-type]
+        verdicts=(items_type, Field(description=f"One verdict per listed {noun} id, each id exactly once")),
         **_output_fields(spec),
     )
-    return answer, item
+    return many, item
 
 
 # -------------------------------------------------------------------------------------------- prompt
@@ -294,8 +301,10 @@ def _json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
         if msg.invalid_tool_calls:
             raw = str(msg.invalid_tool_calls[0].get("args") or "")
             raise ParseError(f"tool arguments are not valid JSON: {raw[:200]}")
-    content = msg.content if isinstance(msg.content, str) else "".join(
-        b if isinstance(b, str) else str(b.get("text", "")) for b in msg.content
+    content = (
+        msg.content
+        if isinstance(msg.content, str)
+        else "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in msg.content)
     )
     text = content.strip()
     fenced = _FENCE.search(text)
@@ -351,7 +360,9 @@ class Judge:
         self.answer_model, self.item_model = verdict_models(spec)
         self.schema = self.answer_model.model_json_schema()
         self._outputs_model: type[BaseModel] | None = (
-            create_model(f"{self.answer_model.__name__}Outputs", **_output_fields(spec)) if spec.outputs else None
+            create_model(f"{self.answer_model.__name__}Outputs", **_output_fields(spec))
+            if spec.outputs
+            else None
         )
         self.methods: list[Method] = list(METHODS) if method == "auto" else [method]
         self._method_index = 0
@@ -386,7 +397,11 @@ class Judge:
             if method == "json_schema":
                 fmt = {
                     "type": "json_schema",
-                    "json_schema": {"name": self.answer_model.__name__, "schema": self.schema, "strict": True},
+                    "json_schema": {
+                        "name": self.answer_model.__name__,
+                        "schema": self.schema,
+                        "strict": True,
+                    },
                 }
             if method == "function_calling":
                 self._bound[method] = self.model.bind_tools([tool], tool_choice=TOOL_NAME)
@@ -399,8 +414,13 @@ class Judge:
                 self._bound[method] = self.model.bind(response_format=fmt)
         return self._bound[method]
 
-    def messages(self, method: Method, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None,
-                 item_ids: Sequence[str] | None) -> list[BaseMessage]:
+    def messages(
+        self,
+        method: Method,
+        data: Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None,
+        item_ids: Sequence[str] | None,
+    ) -> list[BaseMessage]:
         if method not in self._systems:
             self._systems[method] = SystemMessage(system_prompt(self.spec, method, self.schema))
         human = HumanMessage(render_inputs(self.spec, data, deps, item_ids))
@@ -413,8 +433,13 @@ class Judge:
                 self._method_index += 1
             return self.method != failed
 
-    async def _call(self, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None,
-                    item_ids: Sequence[str] | None, log: list[CallLog]) -> dict[str, Any]:
+    async def _call(
+        self,
+        data: Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None,
+        item_ids: Sequence[str] | None,
+        log: list[CallLog],
+    ) -> dict[str, Any]:
         """One request, with transport retries, method fallback and re-asking on unparsable answers."""
         last_error = "no answer"
         for _ in range(self.policy.parse_attempts):
@@ -429,11 +454,21 @@ class Judge:
                 messages = self.messages(method, data, deps, item_ids)
                 runnable = self.bound(method)
                 start = time.perf_counter()
+                async def send(r: Runnable[Any, Any] = runnable, m: list[BaseMessage] = messages) -> Any:
+                    return await r.ainvoke(m)
+
                 try:
-                    msg = await call_with_retries(lambda: runnable.ainvoke(messages), self.policy, self.limiter, count)
+                    msg = await call_with_retries(send, self.policy, self.limiter, count)
                 except UnsupportedMethod as exc:
-                    log.append(CallLog(method=method, items=list(item_ids or []), attempts=attempts,
-                                       latency_ms=(time.perf_counter() - start) * 1000, error=str(exc)[:300]))
+                    log.append(
+                        CallLog(
+                            method=method,
+                            items=list(item_ids or []),
+                            attempts=attempts,
+                            latency_ms=(time.perf_counter() - start) * 1000,
+                            error=str(exc)[:300],
+                        )
+                    )
                     if await self._fall_back(method):
                         continue
                     raise
@@ -470,7 +505,9 @@ class Judge:
         outputs = {}
         if self._outputs_model is not None:
             try:
-                outputs = self._outputs_model.model_validate(_known(payload, self._outputs_model)).model_dump()
+                outputs = self._outputs_model.model_validate(
+                    _known(payload, self._outputs_model)
+                ).model_dump()
             except ValidationError:
                 outputs = {}  # the verdicts still count; the extra outputs are asked for with re-asked items
         raw_items = payload.get("verdicts")
@@ -500,8 +537,13 @@ class Judge:
             got.pop(iid)
         return {"items": got, "outputs": outputs, "notes": notes}
 
-    async def _sampled(self, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None,
-                       item_ids: Sequence[str] | None, log: list[CallLog]) -> dict[str, Any]:
+    async def _sampled(
+        self,
+        data: Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None,
+        item_ids: Sequence[str] | None,
+        log: list[CallLog],
+    ) -> dict[str, Any]:
         """``samples`` independent answers combined: majority label (or mean value) with its agreement rate."""
         if self.samples == 1:
             return await self._call(data, deps, item_ids, log)
@@ -516,7 +558,11 @@ class Judge:
         for iid in {k for a in good for k in a["items"]}:
             votes = [a["items"][iid] for a in good if iid in a["items"]]
             combined[iid] = self._combine(votes)
-        return {"items": combined, "outputs": good[0]["outputs"], "notes": [n for a in good for n in a["notes"]]}
+        return {
+            "items": combined,
+            "outputs": good[0]["outputs"],
+            "notes": [n for a in good for n in a["notes"]],
+        }
 
     def _combine(self, votes: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(self.spec.scale, CategoricalScale):
@@ -541,8 +587,15 @@ class Judge:
         else:
             value = int(v["value"])
             score = float(v.get("mean", value))
-        return ItemVerdict(item_id=iid, label=v.get("label"), value=value, score=score, reason=v.get("reason"),
-                           confidence=v.get("confidence"), samples=v.get("samples"))
+        return ItemVerdict(
+            item_id=iid,
+            label=v.get("label"),
+            value=value,
+            score=score,
+            reason=v.get("reason"),
+            confidence=v.get("confidence"),
+            samples=v.get("samples"),
+        )
 
     def missing_inputs(self, data: Mapping[str, Any]) -> list[str]:
         return [n for n, i in self.spec.inputs.items() if i.required and data.get(n) in (None, "", [])]
@@ -611,8 +664,11 @@ class Judge:
             pending = [i for i in pending if i not in got]
             last_error = "; ".join(answer["notes"][:3]) or "the judge left it out"
         for iid in pending:
-            got[iid] = ItemVerdict(item_id=iid, status="error",
-                                   error=f"no verdict after {len(result.calls)} call(s): {last_error}")
+            got[iid] = ItemVerdict(
+                item_id=iid,
+                status="error",
+                error=f"no verdict after {len(result.calls)} call(s): {last_error}",
+            )
         result.verdicts = [got[i] for i in ids if i in got]
         return result
 
@@ -642,15 +698,17 @@ def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeRes
     if isinstance(inp, Record):
         return inp, None
     if isinstance(inp, Mapping) and "record" in inp:
-        deps = {k: (v if isinstance(v, JudgeResult) else JudgeResult.model_validate(v))
-                for k, v in (inp.get("depends_on") or {}).items()}
+        deps = {
+            k: (v if isinstance(v, JudgeResult) else JudgeResult.model_validate(v))
+            for k, v in (inp.get("depends_on") or {}).items()
+        }
         return inp["record"], deps
     if isinstance(inp, Mapping):
         return inp, None
     raise TypeError("judge input must be a Record, a mapping of record fields, or {record, depends_on}")
 
 
-def compile(  # noqa: A001 - the product's vocabulary: a spec is compiled into a judge
+def compile(
     spec: Spec,
     model: BaseChatModel,
     *,
@@ -670,7 +728,10 @@ def compile_suite(
 ) -> Runnable[Any, dict[str, JudgeResult]]:
     """Several specs as one runnable: independent metrics run concurrently (RunnableParallel), and
     ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
-    state: Runnable[Any, Any] = RunnableLambda(lambda rec: {"record": rec, "results": {}}, name="greval:record")
+    def start(rec: Any) -> dict[str, Any]:
+        return {"record": rec, "results": {}}
+
+    state: Runnable[Any, Any] = RunnableLambda(start, name="greval:record")
     for level in dependency_levels(specs):
         branches: dict[str, Runnable[Any, Any]] = {}
         for s in level:
@@ -679,15 +740,22 @@ def compile_suite(
             async def run(st: dict[str, Any], j: Judge = judge) -> JudgeResult:
                 return await j.ajudge(st["record"], st["results"])
 
-            branches[s.name] = RunnableLambda(lambda st, j=judge: run_sync(j.ajudge(st["record"], st["results"])),
-                                              afunc=run, name=f"greval:{s.name}")
+            def run_blocking(st: dict[str, Any], j: Judge = judge) -> JudgeResult:
+                return run_sync(j.ajudge(st["record"], st["results"]))
+
+            branches[s.name] = RunnableLambda(run_blocking, afunc=run, name=f"greval:{s.name}")
         parallel = RunnableParallel(branches)
 
         async def merge(st: dict[str, Any], p: RunnableParallel[Any] = parallel) -> dict[str, Any]:
             done = await p.ainvoke(st)
             return {"record": st["record"], "results": {**st["results"], **done}}
 
-        state = state | RunnableLambda(lambda st, p=parallel: {"record": st["record"],
-                                                                "results": {**st["results"], **p.invoke(st)}},
-                                       afunc=merge, name="greval:level")
-    return state | RunnableLambda(lambda st: st["results"], name="greval:results")
+        def merge_blocking(st: dict[str, Any], p: RunnableParallel[Any] = parallel) -> dict[str, Any]:
+            return {"record": st["record"], "results": {**st["results"], **p.invoke(st)}}
+
+        state = state | RunnableLambda(merge_blocking, afunc=merge, name="greval:level")
+
+    def results_of(st: dict[str, Any]) -> dict[str, JudgeResult]:
+        return dict(st["results"])
+
+    return state | RunnableLambda(results_of, name="greval:results")

@@ -69,22 +69,29 @@ def load_results(
             return frame.drop(columns=["spec_key", "judge_key"])
         specs = {key: st.spec(key) for key in frame["spec_key"].unique()}
         out: list[dict[str, Any]] = []
-        for (skey, jkey, rhash), grp in frame.groupby(["spec_key", "judge_key", "record_hash"], sort=False):
+        for (skey, _jkey, rhash), grp in frame.groupby(["spec_key", "judge_key", "record_hash"], sort=False):
             sp = specs[skey]
             first = grp.iloc[0]
             ok = grp[grp["status"] == "ok"]
             row: dict[str, Any] = {
-                "spec": first["spec"], "spec_hash": first["spec_hash"], "judge": first["judge"],
-                "record_id": first["record_id"], "record_hash": rhash,
+                "spec": first["spec"],
+                "spec_hash": first["spec_hash"],
+                "judge": first["judge"],
+                "record_id": first["record_id"],
+                "record_hash": rhash,
                 "status": "ok" if len(ok) == len(grp) else ("partial" if len(ok) else "error"),
-                "items": len(grp) if sp.each else None, "items_ok": len(ok) if sp.each else None,
-                "outputs": first["outputs"], "tokens_in": first["tokens_in"], "tokens_out": first["tokens_out"],
+                "items": len(grp) if sp.each else None,
+                "items_ok": len(ok) if sp.each else None,
+                "outputs": first["outputs"],
+                "tokens_in": first["tokens_in"],
+                "tokens_out": first["tokens_out"],
             }
             if sp.each:
                 row["label"] = None
                 row["value"] = None
                 row["score"] = aggregate_items(
-                    sp, [x if isinstance(x, str) else None for x in ok["label"]],
+                    sp,
+                    [x if isinstance(x, str) else None for x in ok["label"]],
                     [None if pd.isna(x) else float(x) for x in ok["value"]],
                 )
                 row["reason"] = None
@@ -99,8 +106,13 @@ def load_results(
             st.close()
 
 
-def export_results(store: str | Path, output: str | Path, fmt: str | None = None, spec: str | None = None,
-                   level: Literal["item", "record"] = "item") -> int:
+def export_results(
+    store: str | Path,
+    output: str | Path,
+    fmt: str | None = None,
+    spec: str | None = None,
+    level: Literal["item", "record"] = "item",
+) -> int:
     """Write verdicts to CSV, JSONL or Parquet (format from ``fmt`` or the file's suffix); returns rows."""
     out = Path(output)
     kind = (fmt or out.suffix.lstrip(".")).lower()

@@ -123,7 +123,9 @@ async def arun(
     if progress:
         progress(0, total, 0)
 
-    async def judge_one(rec: Record, spec: Spec, pending: list[str] | None, results: dict[str, JudgeResult]) -> None:
+    async def judge_one(
+        rec: Record, spec: Spec, pending: list[str] | None, results: dict[str, JudgeResult]
+    ) -> None:
         nonlocal done, errors
         if pending is None:
             stored = store.result(keys[spec.name], cfg.key, rec)
@@ -182,16 +184,27 @@ async def arun(
     finally:
         summary = _summarise(store, specs, keys, cfg, records, summaries)
         result = RunSummary(
-            run_id=run_id, records=len(records), judge=cfg.label, seconds=time.perf_counter() - started,
-            calls=sum(m.calls for m in summary), metrics=summary, peak_concurrency=limiter.peak,
+            run_id=run_id,
+            records=len(records),
+            judge=cfg.label,
+            seconds=time.perf_counter() - started,
+            calls=sum(m.calls for m in summary),
+            metrics=summary,
+            peak_concurrency=limiter.peak,
             rate_limited=limiter.rate_limited,
         )
         store.finish_run(run_id, status, result.model_dump(mode="json"))
     return result
 
 
-def _summarise(store: Store, specs: Sequence[Spec], keys: dict[str, str], cfg: JudgeConfig,
-               records: Sequence[Record], summaries: dict[str, MetricSummary]) -> list[MetricSummary]:
+def _summarise(
+    store: Store,
+    specs: Sequence[Spec],
+    keys: dict[str, str],
+    cfg: JudgeConfig,
+    records: Sequence[Record],
+    summaries: dict[str, MetricSummary],
+) -> list[MetricSummary]:
     """Fill the distribution, mean and failures from the store: the state of the whole dataset, not only
     of what this run happened to call."""
     hashes = {r.hash for r in records}

@@ -91,7 +91,9 @@ class Store:
         try:
             # The async runner works in greval's background loop thread (see greval._sync); access is
             # serialised by self._lock, so the connection may cross threads.
-            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+            self.db = sqlite3.connect(
+                str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
+            )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
@@ -146,7 +148,9 @@ class Store:
         with self._tx() as db:
             db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", rows)
             if run_id:
-                db.executemany("INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows])
+                db.executemany(
+                    "INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows]
+                )
 
     def spec(self, spec_key: str) -> Spec:
         row = self.db.execute("SELECT body FROM specs WHERE spec_key=?", (spec_key,)).fetchone()
@@ -165,12 +169,16 @@ class Store:
         ).fetchone()
         if row is None:
             known = sorted({r["name"] for r in self.specs()})
-            raise UserError(f"{self.path}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})")
+            raise UserError(
+                f"{self.path}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})"
+            )
         return row[0], Spec.model_validate_json(row[1])
 
     def records(self, hashes: Iterable[str] | None = None) -> list[Record]:
         if hashes is None:
-            cur = self.db.execute("SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid")
+            cur = self.db.execute(
+                "SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid"
+            )
             return [Record(hash=h, id=i, data=json.loads(d)) for h, i, d in cur]
         out = []
         for h in hashes:
@@ -186,7 +194,15 @@ class Store:
             db.execute(
                 "INSERT INTO runs (run_id, started_at, status, dataset, judge_key, specs, options)"
                 " VALUES (?,?,?,?,?,?,?)",
-                (run_id, time.time(), "running", dataset, judge_key, json.dumps(list(specs)), json.dumps(options)),
+                (
+                    run_id,
+                    time.time(),
+                    "running",
+                    dataset,
+                    judge_key,
+                    json.dumps(list(specs)),
+                    json.dumps(options),
+                ),
             )
         return run_id
 
@@ -249,10 +265,30 @@ class Store:
                 calls = json.loads(prev[5] or "[]") + calls
             db.execute(
                 "INSERT OR REPLACE INTO judgements VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                " COALESCE((SELECT created_at FROM judgements WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?)",
-                (spec_key, cfg.key, record.hash, status, result.error, json.dumps(outputs, ensure_ascii=False),
-                 json.dumps(calls, ensure_ascii=False), raw, cfg.label, json.dumps(cfg.identity, sort_keys=True),
-                 t_in, t_out, lat, att, run_id, spec_key, cfg.key, record.hash, now, now),
+                " COALESCE((SELECT created_at FROM judgements"
+                " WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?)",
+                (
+                    spec_key,
+                    cfg.key,
+                    record.hash,
+                    status,
+                    result.error,
+                    json.dumps(outputs, ensure_ascii=False),
+                    json.dumps(calls, ensure_ascii=False),
+                    raw,
+                    cfg.label,
+                    json.dumps(cfg.identity, sort_keys=True),
+                    t_in,
+                    t_out,
+                    lat,
+                    att,
+                    run_id,
+                    spec_key,
+                    cfg.key,
+                    record.hash,
+                    now,
+                    now,
+                ),
             )
             verdicts = result.verdicts
             if any(v.item_id for v in verdicts):  # item verdicts supersede an earlier record-level error
@@ -270,9 +306,26 @@ class Store:
                 " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
                 " samples=excluded.samples, run_id=excluded.run_id, updated_at=excluded.updated_at",
                 [
-                    (spec_key, cfg.key, record.hash, v.item_id, result.spec, result.spec_hash, record.id, v.status,
-                     v.label, v.value, v.score, v.confidence, v.reason, v.error,
-                     json.dumps(v.samples) if v.samples else None, run_id, now, now)
+                    (
+                        spec_key,
+                        cfg.key,
+                        record.hash,
+                        v.item_id,
+                        result.spec,
+                        result.spec_hash,
+                        record.id,
+                        v.status,
+                        v.label,
+                        v.value,
+                        v.score,
+                        v.confidence,
+                        v.reason,
+                        v.error,
+                        json.dumps(v.samples) if v.samples else None,
+                        run_id,
+                        now,
+                        now,
+                    )
                     for v in verdicts
                 ],
             )
@@ -293,15 +346,28 @@ class Store:
         if not rows:
             return None
         verdicts = [
-            ItemVerdict(item_id=r[2], status=r[3], label=r[4], value=r[5], score=r[6], confidence=r[7],
-                        reason=r[8], error=r[9])
+            ItemVerdict(
+                item_id=r[2],
+                status=r[3],
+                label=r[4],
+                value=r[5],
+                score=r[6],
+                confidence=r[7],
+                reason=r[8],
+                error=r[9],
+            )
             for r in rows
         ]
         err = j[1] if j[0] == "error" and all(v.item_id == "" for v in verdicts) else None
         if err is not None:
             verdicts = [v for v in verdicts if v.status == "ok"]
-        return JudgeResult(spec=rows[0][0], spec_hash=rows[0][1], verdicts=verdicts,
-                           outputs=json.loads(j[2] or "{}"), error=err)
+        return JudgeResult(
+            spec=rows[0][0],
+            spec_hash=rows[0][1],
+            verdicts=verdicts,
+            outputs=json.loads(j[2] or "{}"),
+            error=err,
+        )
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         with self._lock:
@@ -322,9 +388,21 @@ class Store:
                     " label=excluded.label, value=excluded.value, comment=excluded.comment, status=excluded.status,"
                     " spec_hash=excluded.spec_hash, source=excluded.source, answered_at=excluded.answered_at,"
                     " updated_at=excluded.updated_at",
-                    (r["spec_name"], r["record_hash"], r.get("item_id", ""), r["annotator"], r["record_id"],
-                     r.get("spec_hash"), r.get("label"), r.get("value"), r.get("comment"),
-                     r.get("status", "submitted"), r.get("source", "import"), r.get("answered_at"), now),
+                    (
+                        r["spec_name"],
+                        r["record_hash"],
+                        r.get("item_id", ""),
+                        r["annotator"],
+                        r["record_id"],
+                        r.get("spec_hash"),
+                        r.get("label"),
+                        r.get("value"),
+                        r.get("comment"),
+                        r.get("status", "submitted"),
+                        r.get("source", "import"),
+                        r.get("answered_at"),
+                        now,
+                    ),
                 )
                 n += 1
         return n

@@ -24,15 +24,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import openai  # noqa: E402
+import openai
 
-from greval._sync import run_sync  # noqa: E402
-from greval.data import Record  # noqa: E402
-from greval.models import JudgeConfig  # noqa: E402
-from greval.runner import RunOptions, arun  # noqa: E402
-from greval.spec import resolve_specs  # noqa: E402
-from greval.store import Store  # noqa: E402
-from greval.testing.openai_server import OpenAIServer  # noqa: E402
+from greval._sync import run_sync
+from greval.data import Record
+from greval.models import JudgeConfig
+from greval.runner import RunOptions, arun
+from greval.spec import resolve_specs
+from greval.store import Store
+from greval.testing.openai_server import OpenAIServer
 
 
 def cpu() -> float:
@@ -43,11 +43,15 @@ def cpu() -> float:
 
 def records(n: int, k: int, tag: str) -> list[Record]:
     return [
-        Record.from_mapping({
-            "id": f"{tag}-{i}",
-            "question": f"Which of these passages explain item {i} of batch {tag}?",
-            "chunks": [f"Passage {j} about item {i}: " + "lorem ipsum dolor sit amet " * 12 for j in range(k)],
-        })
+        Record.from_mapping(
+            {
+                "id": f"{tag}-{i}",
+                "question": f"Which of these passages explain item {i} of batch {tag}?",
+                "chunks": [
+                    f"Passage {j} about item {i}: " + "lorem ipsum dolor sit amet " * 12 for j in range(k)
+                ],
+            }
+        )
         for i in range(n)
     ]
 
@@ -64,7 +68,9 @@ async def greval_pass(srv: OpenAIServer, n: int, k: int, conc: int, tag: str) ->
     return wall, used, summary.calls
 
 
-async def baseline_pass(srv: OpenAIServer, bodies: list[dict[str, Any]], conc: int) -> tuple[float, float, int]:
+async def baseline_pass(
+    srv: OpenAIServer, bodies: list[dict[str, Any]], conc: int
+) -> tuple[float, float, int]:
     client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="bench", max_retries=0, timeout=60)
     sem = asyncio.Semaphore(conc)
 
@@ -83,11 +89,15 @@ async def baseline_pass(srv: OpenAIServer, bodies: list[dict[str, Any]], conc: i
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--settings", nargs="+", default=["16:0.2", "64:1.0"], help="CONCURRENCY:LATENCY pairs")
-    ap.add_argument("--calls", type=int, default=0, help="Calls per pass (default: 12 waves of the concurrency)")
+    ap.add_argument(
+        "--calls", type=int, default=0, help="Calls per pass (default: 12 waves of the concurrency)"
+    )
     ap.add_argument("--chunks", type=int, default=5, help="Chunks per record (one call judges them all)")
     args = ap.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench")
-    print(f"{'setting':>12} {'client':>9} {'calls':>6} {'wall s':>8} {'limit s':>8} {'÷ limit':>8} {'CPU ms/call':>12}")
+    print(
+        f"{'setting':>12} {'client':>9} {'calls':>6} {'wall s':>8} {'limit s':>8} {'÷ limit':>8} {'CPU ms/call':>12}"
+    )
     with OpenAIServer() as srv:
         for setting in args.settings:
             conc_s, lat_s = setting.split(":")
@@ -100,11 +110,18 @@ def main() -> None:
             bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()]
             b_wall, b_cpu, b_calls = run_sync(baseline_pass(srv, bodies, conc))
             limit = n * lat / conc
-            for name, wall, used, calls in (("greval", g_wall, g_cpu, g_calls), ("openai", b_wall, b_cpu, b_calls)):
-                print(f"{setting:>12} {name:>9} {calls:>6} {wall:8.2f} {limit:8.2f} {limit / wall:8.3f} "
-                      f"{1000 * used / calls:12.2f}")
-            print(f"{setting:>12} {'ratio':>9} {'':>6} {'':>8} {'':>8} {'':>8} "
-                  f"{(g_cpu / g_calls) / (b_cpu / b_calls):11.2f}×")
+            for name, wall, used, calls in (
+                ("greval", g_wall, g_cpu, g_calls),
+                ("openai", b_wall, b_cpu, b_calls),
+            ):
+                print(
+                    f"{setting:>12} {name:>9} {calls:>6} {wall:8.2f} {limit:8.2f} {limit / wall:8.3f} "
+                    f"{1000 * used / calls:12.2f}"
+                )
+            print(
+                f"{setting:>12} {'ratio':>9} {'':>6} {'':>8} {'':>8} {'':>8} "
+                f"{(g_cpu / g_calls) / (b_cpu / b_calls):11.2f}×"
+            )
 
 
 if __name__ == "__main__":

@@ -18,29 +18,55 @@ from greval.testing.openai_server import OpenAIServer
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)
 
-VALUE_SPEC = parse_spec({
-    "name": "coherence", "description": "How coherent the answer is.",
-    "steps": ["Read the answer.", "Rate it on the scale."], "inputs": ["question", "answer"],
-    "scale": {"kind": "value", "min": 1, "max": 5, "ranges": {"1-2": "poor", "3": "fair", "4-5": "good"}},
-    "outputs": {"recommendations": {"type": "list[string]", "description": "How to improve the answer."}},
-})
-LABEL_SPEC = parse_spec({
-    "name": "validity", "description": "Whether each triple uses its relation correctly.",
-    "steps": ["Read each triple.", "Decide yes, maybe or no."], "inputs": ["triples"],
-    "target": {"each": "triples"},
-    "scale": {"kind": "categorical", "labels": [
-        {"name": "yes", "description": "valid", "score": 1}, {"name": "maybe", "description": "ambiguous", "score": 0.5},
-        {"name": "no", "description": "invalid", "score": 0}]},
-})
-RECORD = Record.from_mapping({
-    "question": "What treats diabetes?", "answer": "Insulin treats diabetes.",
-    "triples": [["insulin", "treats", "diabetes"], ["blood sugar", "treats", "patient"], ["metformin", "isa", "drug"]],
-})
+VALUE_SPEC = parse_spec(
+    {
+        "name": "coherence",
+        "description": "How coherent the answer is.",
+        "steps": ["Read the answer.", "Rate it on the scale."],
+        "inputs": ["question", "answer"],
+        "scale": {"kind": "value", "min": 1, "max": 5, "ranges": {"1-2": "poor", "3": "fair", "4-5": "good"}},
+        "outputs": {"recommendations": {"type": "list[string]", "description": "How to improve the answer."}},
+    }
+)
+LABEL_SPEC = parse_spec(
+    {
+        "name": "validity",
+        "description": "Whether each triple uses its relation correctly.",
+        "steps": ["Read each triple.", "Decide yes, maybe or no."],
+        "inputs": ["triples"],
+        "target": {"each": "triples"},
+        "scale": {
+            "kind": "categorical",
+            "labels": [
+                {"name": "yes", "description": "valid", "score": 1},
+                {"name": "maybe", "description": "ambiguous", "score": 0.5},
+                {"name": "no", "description": "invalid", "score": 0},
+            ],
+        },
+    }
+)
+RECORD = Record.from_mapping(
+    {
+        "question": "What treats diabetes?",
+        "answer": "Insulin treats diabetes.",
+        "triples": [
+            ["insulin", "treats", "diabetes"],
+            ["blood sugar", "treats", "patient"],
+            ["metformin", "isa", "drug"],
+        ],
+    }
+)
 
 
 def model(srv: OpenAIServer, **kw: Any) -> ChatOpenAI:
-    return ChatOpenAI(model="judge-test", base_url=srv.base_url, api_key="sk-test", max_retries=0,  # type: ignore[arg-type]
-                      timeout=kw.pop("timeout", 10), **kw)
+    return ChatOpenAI(
+        model="judge-test",
+        base_url=srv.base_url,
+        api_key="sk-test",
+        max_retries=0,  # type: ignore[arg-type]
+        timeout=kw.pop("timeout", 10),
+        **kw,
+    )
 
 
 def judge(srv: OpenAIServer, spec: Spec, **kw: Any) -> Judge:
@@ -73,18 +99,40 @@ def test_compile_returns_a_runnable_with_value_verdict(llm: OpenAIServer) -> Non
     body = llm.requests()[-1]
     assert body["response_format"]["type"] == "json_schema"
     system = body["messages"][0]["content"]
-    for fragment in ("How coherent the answer is.", "1. Read the answer.", "- 1-2: poor", "- 3: fair", "- 4-5: good"):
+    for fragment in (
+        "How coherent the answer is.",
+        "1. Read the answer.",
+        "- 1-2: poor",
+        "- 3: fair",
+        "- 4-5: good",
+    ):
         assert fragment in system
 
 
 def test_scripted_verdict_is_returned_exactly(llm: OpenAIServer) -> None:
-    llm.script([{"match": "(blood sugar; treats; patient)", "action": {"type": "respond", "content": {
-        "verdicts": [{"id": "t1", "reason": "correct use", "label": "yes"},
-                     {"id": "t2", "reason": "wrong types", "label": "no"},
-                     {"id": "t3", "reason": "vague", "label": "maybe"}]}}}])
+    llm.script(
+        [
+            {
+                "match": "(blood sugar; treats; patient)",
+                "action": {
+                    "type": "respond",
+                    "content": {
+                        "verdicts": [
+                            {"id": "t1", "reason": "correct use", "label": "yes"},
+                            {"id": "t2", "reason": "wrong types", "label": "no"},
+                            {"id": "t3", "reason": "vague", "label": "maybe"},
+                        ]
+                    },
+                },
+            }
+        ]
+    )
     result = run_sync(judge(llm, LABEL_SPEC).ajudge(RECORD))
     assert [(v.item_id, v.label, v.score) for v in result.verdicts] == [
-        ("t1", "yes", 1.0), ("t2", "no", 0.0), ("t3", "maybe", 0.5)]
+        ("t1", "yes", 1.0),
+        ("t2", "no", 0.0),
+        ("t3", "maybe", 0.5),
+    ]
     assert len(result.calls) == 1  # all items of the record in ONE call
     prompt = llm.requests()[-1]["messages"][-1]["content"]
     assert "Item ids: t1, t2, t3" in prompt
@@ -92,8 +140,12 @@ def test_scripted_verdict_is_returned_exactly(llm: OpenAIServer) -> None:
 
 
 def test_many_judge_reasks_missing_ids_and_ignores_extra_ones(llm: OpenAIServer) -> None:
-    llm.script([{"match": "Item ids: t1, t2, t3", "times": 1, "action": {"type": "drop_ids", "ids": ["t2"]}},
-                {"match": "Item ids: t2", "times": 1, "action": {"type": "extra_ids", "ids": ["t9"]}}])
+    llm.script(
+        [
+            {"match": "Item ids: t1, t2, t3", "times": 1, "action": {"type": "drop_ids", "ids": ["t2"]}},
+            {"match": "Item ids: t2", "times": 1, "action": {"type": "extra_ids", "ids": ["t9"]}},
+        ]
+    )
     result = run_sync(judge(llm, LABEL_SPEC).ajudge(RECORD))
     assert result.ok
     assert [v.item_id for v in result.verdicts] == ["t1", "t2", "t3"]
@@ -114,9 +166,25 @@ def test_many_judge_records_explicit_error_for_items_never_returned(llm: OpenAIS
 
 
 def test_conflicting_duplicate_ids_are_asked_again(llm: OpenAIServer) -> None:
-    llm.script([{"match": "Item ids: t1, t2, t3", "times": 1, "action": {"type": "respond", "content": {"verdicts": [
-        {"id": "t1", "reason": "a", "label": "yes"}, {"id": "t1", "reason": "b", "label": "no"},
-        {"id": "t2", "reason": "c", "label": "no"}, {"id": "t3", "reason": "d", "label": "no"}]}}}])
+    llm.script(
+        [
+            {
+                "match": "Item ids: t1, t2, t3",
+                "times": 1,
+                "action": {
+                    "type": "respond",
+                    "content": {
+                        "verdicts": [
+                            {"id": "t1", "reason": "a", "label": "yes"},
+                            {"id": "t1", "reason": "b", "label": "no"},
+                            {"id": "t2", "reason": "c", "label": "no"},
+                            {"id": "t3", "reason": "d", "label": "no"},
+                        ]
+                    },
+                },
+            }
+        ]
+    )
     result = run_sync(judge(llm, LABEL_SPEC).ajudge(RECORD))
     assert result.ok and len(result.calls) == 2
     assert "Item ids: t1" in llm.requests()[-1]["messages"][-1]["content"]
@@ -136,11 +204,16 @@ def test_unparsable_answer_is_retried_then_recorded(llm: OpenAIServer, fault: st
 
 
 def test_transport_faults_are_retried_with_retry_after(llm: OpenAIServer) -> None:
-    llm.script([{"match": "Rate it", "times": 1, "action": {"type": "fault", "status": 429, "retry_after": 0.3}},
-                {"match": "Rate it", "times": 1, "action": {"type": "fault", "status": 500}},
-                {"match": "Rate it", "times": 1, "action": {"type": "timeout", "seconds": 3}}])
+    llm.script(
+        [
+            {"match": "Rate it", "times": 1, "action": {"type": "fault", "status": 429, "retry_after": 0.3}},
+            {"match": "Rate it", "times": 1, "action": {"type": "fault", "status": 500}},
+            {"match": "Rate it", "times": 1, "action": {"type": "timeout", "seconds": 3}},
+        ]
+    )
     j = Judge(VALUE_SPEC, model(llm, timeout=1.0), policy=FAST)
     import time
+
     t0 = time.perf_counter()
     result = run_sync(j.ajudge({"question": "q", "answer": "a"}))
     elapsed = time.perf_counter() - t0
@@ -158,8 +231,10 @@ def test_transport_failure_after_bounded_attempts_is_an_error_verdict(llm: OpenA
     assert llm.stats()["total"] == FAST.max_attempts
 
 
-@pytest.mark.parametrize(("json_schema", "tools", "expected"),
-                         [(True, True, "json_schema"), (False, True, "function_calling"), (False, False, "json_mode")])
+@pytest.mark.parametrize(
+    ("json_schema", "tools", "expected"),
+    [(True, True, "json_schema"), (False, True, "function_calling"), (False, False, "json_mode")],
+)
 def test_structured_output_falls_back_when_a_method_is_refused(
     llm: OpenAIServer, json_schema: bool, tools: bool, expected: str
 ) -> None:
@@ -186,15 +261,34 @@ def test_missing_required_input_is_an_explicit_error_without_a_call(llm: OpenAIS
 
 def test_depends_on_feeds_verdicts_and_suite_runs_independent_metrics_concurrently(llm: OpenAIServer) -> None:
     llm.configure(latency=0.4)
-    llm.script([{"match": "Metric: chunk_evaluation", "action": {"type": "respond", "content": {"verdicts": [
-        {"id": "c1", "reason": "names the drug", "label": "Relevant"},
-        {"id": "c2", "reason": "off topic", "label": "Irrelevant"}]}}}])
+    llm.script(
+        [
+            {
+                "match": "Metric: chunk_evaluation",
+                "action": {
+                    "type": "respond",
+                    "content": {
+                        "verdicts": [
+                            {"id": "c1", "reason": "names the drug", "label": "Relevant"},
+                            {"id": "c2", "reason": "off topic", "label": "Irrelevant"},
+                        ]
+                    },
+                },
+            }
+        ]
+    )
     specs = resolve_specs(["answer_completeness"])
     suite = compile_suite(specs, model(llm), policy=FAST)
-    rec = Record.from_mapping({"question": "What treats diabetes?", "answer": "Insulin.",
-                               "chunks": ["Insulin treats diabetes.", "Paris is in France."],
-                               "triples": [["insulin", "treats", "diabetes"]]})
+    rec = Record.from_mapping(
+        {
+            "question": "What treats diabetes?",
+            "answer": "Insulin.",
+            "chunks": ["Insulin treats diabetes.", "Paris is in France."],
+            "triples": [["insulin", "treats", "diabetes"]],
+        }
+    )
     import time
+
     t0 = time.perf_counter()
     results = run_sync(suite.ainvoke(rec))
     elapsed = time.perf_counter() - t0
@@ -202,7 +296,9 @@ def test_depends_on_feeds_verdicts_and_suite_runs_independent_metrics_concurrent
     assert all(r.ok for r in results.values())
     assert elapsed < 3 * 0.4 - 0.05  # two levels, not three sequential calls
     assert llm.stats()["max_in_flight"] >= 2
-    completeness = [b for b in llm.requests() if "Metric: answer_completeness" in b["messages"][0]["content"]][-1]
+    completeness = [
+        b for b in llm.requests() if "Metric: answer_completeness" in b["messages"][0]["content"]
+    ][-1]
     human = completeness["messages"][-1]["content"]
     assert "## Verdicts of the metric 'chunk_evaluation'" in human
     assert "- [c1] Relevant: names the drug" in human
@@ -220,25 +316,55 @@ def test_dependent_metric_without_triples_still_runs(llm: OpenAIServer) -> None:
 
 
 def test_few_shot_examples_are_sent_and_checked(llm: OpenAIServer) -> None:
-    spec = parse_spec(VALUE_SPEC.model_dump(mode="json") | {"examples": [
-        {"inputs": {"question": "2+2?", "answer": "4"},
-         "output": {"reason": "fine", "value": 5, "recommendations": []}}]})
+    spec = parse_spec(
+        VALUE_SPEC.model_dump(mode="json")
+        | {
+            "examples": [
+                {
+                    "inputs": {"question": "2+2?", "answer": "4"},
+                    "output": {"reason": "fine", "value": 5, "recommendations": []},
+                }
+            ]
+        }
+    )
     run_sync(judge(llm, spec).ajudge({"question": "q", "answer": "a"}))
     msgs = llm.requests()[-1]["messages"]
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert json.loads(msgs[2]["content"])["value"] == 5
-    bad = parse_spec(VALUE_SPEC.model_dump(mode="json") | {"examples": [
-        {"inputs": {"question": "2+2?", "answer": "4"}, "output": {"reason": "x", "value": 9, "recommendations": []}}]})
+    bad = parse_spec(
+        VALUE_SPEC.model_dump(mode="json")
+        | {
+            "examples": [
+                {
+                    "inputs": {"question": "2+2?", "answer": "4"},
+                    "output": {"reason": "x", "value": 9, "recommendations": []},
+                }
+            ]
+        }
+    )
     from greval.errors import SpecError
-    with pytest.raises(SpecError, match=r"examples\[0\]\.output: value: Input should be less than or equal to 5"):
+
+    with pytest.raises(
+        SpecError, match=r"examples\[0\]\.output: value: Input should be less than or equal to 5"
+    ):
         judge(llm, bad)
 
 
 def test_samples_give_majority_and_confidence(llm: OpenAIServer) -> None:
-    llm.script([{"match": "Rate it", "times": 2, "action": {"type": "respond", "content": {
-                    "reason": "r", "value": 4, "recommendations": []}}},
-                {"match": "Rate it", "times": 1, "action": {"type": "respond", "content": {
-                    "reason": "r", "value": 2, "recommendations": []}}}])
+    llm.script(
+        [
+            {
+                "match": "Rate it",
+                "times": 2,
+                "action": {"type": "respond", "content": {"reason": "r", "value": 4, "recommendations": []}},
+            },
+            {
+                "match": "Rate it",
+                "times": 1,
+                "action": {"type": "respond", "content": {"reason": "r", "value": 2, "recommendations": []}},
+            },
+        ]
+    )
     result = run_sync(judge(llm, VALUE_SPEC, samples=3).ajudge({"question": "q", "answer": "a"}))
     [v] = result.verdicts
     assert v.value == 3 and v.score == pytest.approx(10 / 3)  # mean of 4, 4, 2

@@ -34,11 +34,17 @@ FAST = RunOptions(concurrency=8, retry=RetryPolicy(max_attempts=6, base_delay=0.
 
 def rag_records(n: int, chunks: int = 3) -> list[Record]:
     return [
-        Record.from_mapping({
-            "id": f"r{i}", "question": f"Question number {i}?", "expected_answer": f"Expected {i}.",
-            "answer": f"Answer {i}.", "chunks": [f"chunk {i}.{k}" for k in range(chunks)],
-            "triples": [[f"s{i}", "p", f"o{k}"] for k in range(2)], "system": "A" if i % 2 else "B",
-        })
+        Record.from_mapping(
+            {
+                "id": f"r{i}",
+                "question": f"Question number {i}?",
+                "expected_answer": f"Expected {i}.",
+                "answer": f"Answer {i}.",
+                "chunks": [f"chunk {i}.{k}" for k in range(chunks)],
+                "triples": [[f"s{i}", "p", f"o{k}"] for k in range(2)],
+                "system": "A" if i % 2 else "B",
+            }
+        )
         for i in range(n)
     ]
 
@@ -88,14 +94,20 @@ def test_every_verdict_row_keeps_what_happened(llm: OpenAIServer, store_path: Pa
 
 def test_fault_injected_run_loses_nothing(llm: OpenAIServer, store_path: Path) -> None:
     llm.configure(latency=0.02)
-    llm.script([
-        {"match": "Question number", "probability": 0.15, "action": {"type": "fault", "status": 429, "retry_after": 0.05}},
-        {"match": "Question number", "probability": 0.10, "action": {"type": "fault", "status": 500}},
-        {"match": "Question number", "probability": 0.05, "action": {"type": "timeout", "seconds": 2}},
-        {"match": "Question number", "probability": 0.10, "action": {"type": "malformed"}},
-        {"match": "Item ids", "probability": 0.15, "action": {"type": "drop_ids", "ids": ["c1"]}},
-        {"match": "Question number 7?", "action": {"type": "malformed"}},  # never answers properly
-    ])
+    llm.script(
+        [
+            {
+                "match": "Question number",
+                "probability": 0.15,
+                "action": {"type": "fault", "status": 429, "retry_after": 0.05},
+            },
+            {"match": "Question number", "probability": 0.10, "action": {"type": "fault", "status": 500}},
+            {"match": "Question number", "probability": 0.05, "action": {"type": "timeout", "seconds": 2}},
+            {"match": "Question number", "probability": 0.10, "action": {"type": "malformed"}},
+            {"match": "Item ids", "probability": 0.15, "action": {"type": "drop_ids", "ids": ["c1"]}},
+            {"match": "Question number 7?", "action": {"type": "malformed"}},  # never answers properly
+        ]
+    )
     specs = resolve_specs(["answer_alignment", "chunk_evaluation"])
     recs = rag_records(30)
     with Store(store_path) as st:
@@ -119,8 +131,24 @@ def test_killed_process_resumes_with_only_missing_verdicts(llm: OpenAIServer, tm
             fh.write(json.dumps({"id": r.id, **r.data}) + "\n")
     store = tmp_path / "s.sqlite"
     llm.configure(latency=0.25)
-    cmd = [sys.executable, "-m", "greval", "run", str(data), "-s", "answer_alignment", "--store", str(store),
-           "--judge", "openai:judge-test", "--base-url", llm.base_url, "-c", "4", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "greval",
+        "run",
+        str(data),
+        "-s",
+        "answer_alignment",
+        "--store",
+        str(store),
+        "--judge",
+        "openai:judge-test",
+        "--base-url",
+        llm.base_url,
+        "-c",
+        "4",
+        "--quiet",
+    ]
     env = {**os.environ, "OPENAI_API_KEY": TEST_KEY}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 60
@@ -135,14 +163,18 @@ def test_killed_process_resumes_with_only_missing_verdicts(llm: OpenAIServer, tm
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
-    done_before = sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0]
+    done_before = (
+        sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0]
+    )
     assert 10 <= done_before < 40
     llm.reset()
     llm.configure(latency=0.0)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert llm.stats()["total"] == 40 - done_before
-    assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 40
+    assert (
+        sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 40
+    )
 
 
 def test_partly_judged_many_record_resumes_missing_items_only(llm: OpenAIServer, store_path: Path) -> None:
@@ -180,12 +212,38 @@ def test_depends_on_reads_stored_verdicts_when_resuming(llm: OpenAIServer, store
 
 def test_cli_run_and_export_without_leaking_the_key(llm: OpenAIServer, tmp_path: Path) -> None:
     data = tmp_path / "data.csv"
-    pd.DataFrame([{"qid": r.id, "query": r.data["question"], "response": r.data["answer"],
-                   "gold": r.data["expected_answer"]} for r in rag_records(5)]).to_csv(data, index=False)
+    pd.DataFrame(
+        [
+            {
+                "qid": r.id,
+                "query": r.data["question"],
+                "response": r.data["answer"],
+                "gold": r.data["expected_answer"],
+            }
+            for r in rag_records(5)
+        ]
+    ).to_csv(data, index=False)
     store = tmp_path / "s.sqlite"
-    args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", "openai:judge-test",
-            "--base-url", llm.base_url, "--map", "question=query", "--map", "answer=response",
-            "--map", "expected_answer=gold", "--id-column", "qid"]
+    args = [
+        "run",
+        str(data),
+        "-s",
+        "answer_alignment",
+        "--store",
+        str(store),
+        "--judge",
+        "openai:judge-test",
+        "--base-url",
+        llm.base_url,
+        "--map",
+        "question=query",
+        "--map",
+        "answer=response",
+        "--map",
+        "expected_answer=gold",
+        "--id-column",
+        "qid",
+    ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "answer_alignment" in res.output
@@ -193,42 +251,88 @@ def test_cli_run_and_export_without_leaking_the_key(llm: OpenAIServer, tmp_path:
         out = tmp_path / f"out.{fmt}"
         res = CliRunner().invoke(main, ["results", "export", "--store", str(store), "-o", str(out)])
         assert res.exit_code == 0, res.output
-        frame = {"csv": pd.read_csv, "jsonl": lambda p: pd.read_json(p, lines=True), "parquet": pd.read_parquet}[fmt](out)
+        frame = {
+            "csv": pd.read_csv,
+            "jsonl": lambda p: pd.read_json(p, lines=True),
+            "parquet": pd.read_parquet,
+        }[fmt](out)
         assert sorted(frame["record_id"].astype(str)) == ["r0", "r1", "r2", "r3", "r4"]
     blob = store.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("s.sqlite*"))
     assert TEST_KEY.encode() not in blob
     assert TEST_KEY not in res.output
 
 
-def test_cli_reports_missing_column_and_bad_key_in_one_line(llm: OpenAIServer, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_reports_missing_column_and_bad_key_in_one_line(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text('{"question": "q", "answer": "a"}\n')
-    res = CliRunner().invoke(main, ["run", str(data), "-s", "answer_quality", "--store", str(tmp_path / "s.db"),
-                                    "--map", "answer=nope", "--base-url", llm.base_url])
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(data),
+            "-s",
+            "answer_quality",
+            "--store",
+            str(tmp_path / "s.db"),
+            "--map",
+            "answer=nope",
+            "--base-url",
+            llm.base_url,
+        ],
+    )
     assert res.exit_code == 2 and "column 'nope'" in res.output
     monkeypatch.delenv("OPENAI_API_KEY")
-    res = CliRunner().invoke(main, ["run", str(data), "-s", "answer_quality", "--store", str(tmp_path / "s.db"),
-                                    "--judge", "openai:gpt-4o-mini"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(data),
+            "-s",
+            "answer_quality",
+            "--store",
+            str(tmp_path / "s.db"),
+            "--judge",
+            "openai:gpt-4o-mini",
+        ],
+    )
     assert res.exit_code == 2 and "no API key" in res.output
 
 
 def test_data_formats_and_normalisation(tmp_path: Path) -> None:
-    rows = [{"id": "a", "question": "q", "chunks": [{"chunk_id": "k1", "content": "x"}, "y"],
-             "triples": [{"head": "h", "relation": "r", "tail": "t"}, ["s", "p", "o"]],
-             "meta": {"q": "nested question"}}]
+    rows = [
+        {
+            "id": "a",
+            "question": "q",
+            "chunks": [{"chunk_id": "k1", "content": "x"}, "y"],
+            "triples": [{"head": "h", "relation": "r", "tail": "t"}, ["s", "p", "o"]],
+            "meta": {"q": "nested question"},
+        }
+    ]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     (tmp_path / "d.json").write_text(json.dumps({"records": rows}))
-    flat = pd.DataFrame([{**r, "chunks": json.dumps(r["chunks"]), "triples": json.dumps(r["triples"]),
-                          "meta": json.dumps(r["meta"])} for r in rows])
+    flat = pd.DataFrame(
+        [
+            {
+                **r,
+                "chunks": json.dumps(r["chunks"]),
+                "triples": json.dumps(r["triples"]),
+                "meta": json.dumps(r["meta"]),
+            }
+            for r in rows
+        ]
+    )
     flat.to_csv(tmp_path / "d.csv", index=False)
     flat.to_parquet(tmp_path / "d.parquet")
     loaded = [load_records(tmp_path / f"d.{ext}")[0] for ext in ("jsonl", "json", "csv", "parquet")]
     for rec in loaded:
         assert rec.id == "a"
         assert rec.data["chunks"] == [{"id": "k1", "text": "x"}, {"id": "c2", "text": "y"}]
-        assert rec.data["triples"] == [{"id": "t1", "subject": "h", "predicate": "r", "object": "t"},
-                                       {"id": "t2", "subject": "s", "predicate": "p", "object": "o"}]
+        assert rec.data["triples"] == [
+            {"id": "t1", "subject": "h", "predicate": "r", "object": "t"},
+            {"id": "t2", "subject": "s", "predicate": "p", "object": "o"},
+        ]
     assert loaded[2].hash == loaded[3].hash
     nested = load_records(tmp_path / "d.jsonl", {"question": "meta.q"})[0]
     assert nested.data["question"] == "nested question"
@@ -238,23 +342,41 @@ def test_data_formats_and_normalisation(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text('{"answer": "x"}\n{oops\n')
     with pytest.raises(DataError, match="line 2: invalid JSON"):
         load_records(tmp_path / "bad.jsonl")
-    (tmp_path / "dupchunk.jsonl").write_text(json.dumps({"chunks": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]}))
+    (tmp_path / "dupchunk.jsonl").write_text(
+        json.dumps({"chunks": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]})
+    )
     with pytest.raises(DataError, match="two chunks have the id '1'"):
         load_records(tmp_path / "dupchunk.jsonl")
 
 
 def test_value_spec_many_metric_mean_aggregate(llm: OpenAIServer, store_path: Path, tmp_path: Path) -> None:
-    spec = parse_spec(yaml.safe_load("""
+    spec = parse_spec(
+        yaml.safe_load("""
 name: chunk_usefulness
 description: Usefulness of each chunk.
 steps: [Rate each chunk.]
 inputs: [question, chunks]
 target: {each: chunks}
 scale: {kind: value, min: 0, max: 2, ranges: {'0': useless, '1': some use, '2': useful}}
-"""))
-    llm.script([{"match": "Item ids", "action": {"type": "respond", "content": {"verdicts": [
-        {"id": "c1", "reason": "a", "value": 0}, {"id": "c2", "reason": "b", "value": 2},
-        {"id": "c3", "reason": "c", "value": 2}]}}}])
+""")
+    )
+    llm.script(
+        [
+            {
+                "match": "Item ids",
+                "action": {
+                    "type": "respond",
+                    "content": {
+                        "verdicts": [
+                            {"id": "c1", "reason": "a", "value": 0},
+                            {"id": "c2", "reason": "b", "value": 2},
+                            {"id": "c3", "reason": "c", "value": 2},
+                        ]
+                    },
+                },
+            }
+        ]
+    )
     with Store(store_path) as st:
         run([spec], rag_records(1), st, cfg(llm), options=FAST)
     rec = load_results(store_path, level="record")

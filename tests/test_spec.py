@@ -71,7 +71,11 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
     (_with(VALUE, "steps", "one string"), "steps", "list"),
     (_with(VALUE, "stpes", ["x"]), "stpes", "did you mean 'steps'"),
     (_with(VALUE, "inputs", []), "inputs", "at least one input"),
-    (_with(VALUE, "inputs", {"question": {"requird": True}}), "inputs.question.requird", "did you mean 'required'"),
+    (
+        _with(VALUE, "inputs", {"question": {"requird": True}}),
+        "inputs.question.requird",
+        "did you mean 'required'",
+    ),
     (_with(VALUE, "inputs", {"bad name": True}), "inputs", "not an identifier"),
     (_with(VALUE, "inputs", 5), "inputs", "dictionary"),
     (_with(VALUE, "scale", ...), "scale", "missing"),
@@ -83,34 +87,71 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
     (_with(VALUE, "scale.ranges", {"1-2": "a", "3": "b", "4-6": "c"}), "scale.ranges", "outside the scale"),
     (_with(VALUE, "scale.ranges", {"2-1": "a", "3-5": "b"}), "scale.ranges[0]", "runs backwards"),
     (_with(VALUE, "scale.ranges", {"one": "a"}), "scale.ranges", "is not 'N' or 'N-M'"),
-    (_with(VALUE, "scale.ranges", {"1-2": "", "3-5": "b"}), "scale.ranges[0].description", "at least 1 character"),
+    (
+        _with(VALUE, "scale.ranges", {"1-2": "", "3-5": "b"}),
+        "scale.ranges[0].description",
+        "at least 1 character",
+    ),
     (_with(VALUE, "scale.max", 500), "scale", "at most 101 integers"),
     (_with(CATEG, "scale.labels", {"yes": "relevant"}), "scale.labels", "at least 2 items"),
-    (_with(CATEG, "scale.labels", [{"name": "a", "description": "x"}, {"name": "a", "description": "y"}]),
-     "scale.labels", "duplicate label"),
-    (_with(CATEG, "scale.labels", {"yes": {"descriptio": "x"}, "no": "n"}), "scale.labels[0].descriptio",
-     "did you mean 'description'"),
-    (_with(CATEG, "scale.labels", [{"name": "a", "description": "x", "score": 1}, {"name": "b", "description": "y"}]),
-     "scale.labels", "every label or to none"),
+    (
+        _with(CATEG, "scale.labels", [{"name": "a", "description": "x"}, {"name": "a", "description": "y"}]),
+        "scale.labels",
+        "duplicate label",
+    ),
+    (
+        _with(CATEG, "scale.labels", {"yes": {"descriptio": "x"}, "no": "n"}),
+        "scale.labels[0].descriptio",
+        "did you mean 'description'",
+    ),
+    (
+        _with(
+            CATEG,
+            "scale.labels",
+            [{"name": "a", "description": "x", "score": 1}, {"name": "b", "description": "y"}],
+        ),
+        "scale.labels",
+        "every label or to none",
+    ),
     (_with(CATEG, "target", {"each": "nodes"}), "target", "record' or {each: chunks|triples}"),
     (_with(CATEG, "target", "everything"), "target", "record' or {each: chunks|triples}"),
     (_with(VALUE, "target", {"each": "chunks"}), "target.each", "not among the inputs"),
-    (_with(CATEG, "target", {"each": "chunks", "aggregate": "mean"}), "target.aggregate", "needs a value scale"),
-    (_with(CATEG, "target", {"each": "chunks", "aggregate": "score_mean"}), "target.aggregate", "needs label scores"),
-    (_with(CATEG, "target", {"each": "chunks", "positive": ["maybe"]}), "target.positive", "not a scale label"),
+    (
+        _with(CATEG, "target", {"each": "chunks", "aggregate": "mean"}),
+        "target.aggregate",
+        "needs a value scale",
+    ),
+    (
+        _with(CATEG, "target", {"each": "chunks", "aggregate": "score_mean"}),
+        "target.aggregate",
+        "needs label scores",
+    ),
+    (
+        _with(CATEG, "target", {"each": "chunks", "positive": ["maybe"]}),
+        "target.positive",
+        "not a scale label",
+    ),
     (_with(VALUE, "depends_on", ["coherence"]), "depends_on", "cannot depend on itself"),
     (_with(VALUE, "judge", {"temperature": 3}), "judge.temperature", "less than or equal to 2"),
     (_with(VALUE, "judge", {"samples": 0}), "judge.samples", "greater than or equal to 1"),
     (_with(VALUE, "judge", {"modle": "x"}), "judge.modle", "did you mean 'model'"),
-    (_with(VALUE, "outputs", {"recs": {"type": "list[str]", "description": "x"}}), "outputs.recs.type", "list[string]"),
+    (
+        _with(VALUE, "outputs", {"recs": {"type": "list[str]", "description": "x"}}),
+        "outputs.recs.type",
+        "list[string]",
+    ),
     (_with(VALUE, "outputs", {"reason": {"description": "x"}}), "outputs", "reserved"),
     (_with(VALUE, "outputs", {"recs": {"type": "string"}}), "outputs.recs.description", "missing"),
     (_with(VALUE, "examples", [{"inputs": {}}]), "examples[0].output", "missing"),
 ]
 
 
-@pytest.mark.parametrize(("data", "path", "fragment"), MALFORMED, ids=[f"{i:02d}-{m[1]}" for i, m in enumerate(MALFORMED)])
-def test_malformed_spec_gives_one_line_error(tmp_path: Path, data: dict[str, Any], path: str, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "path", "fragment"), MALFORMED, ids=[f"{i:02d}-{m[1]}" for i, m in enumerate(MALFORMED)]
+)
+def test_malformed_spec_gives_one_line_error(
+    tmp_path: Path, data: dict[str, Any], path: str, fragment: str
+) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(SpecError) as info:
@@ -162,8 +203,11 @@ def test_shorthands_normalise_to_one_canonical_form() -> None:
         _with(
             _with(VALUE, "inputs", {"question": {"required": True}, "answer": {"required": True}}),
             "scale.ranges",
-            [{"min": 1, "max": 2, "description": "poor"}, {"min": 3, "max": 3, "description": "fair"},
-             {"min": 4, "max": 5, "description": "good"}],
+            [
+                {"min": 1, "max": 2, "description": "poor"},
+                {"min": 3, "max": 3, "description": "fair"},
+                {"min": 4, "max": 5, "description": "good"},
+            ],
         )
     )
     assert short == long
@@ -181,14 +225,27 @@ def test_hash_ignores_judge_defaults_and_key_order_but_not_content() -> None:
 
 
 def test_categorical_scores_and_aggregates() -> None:
-    s = parse_spec(_with(CATEG, "scale", {"kind": "categorical", "ordered": True,
-                                          "labels": {"yes": "y", "maybe": "m", "no": "n"}}))
+    s = parse_spec(
+        _with(
+            CATEG,
+            "scale",
+            {"kind": "categorical", "ordered": True, "labels": {"yes": "y", "maybe": "m", "no": "n"}},
+        )
+    )
     assert isinstance(s.scale, CategoricalScale)
     assert s.scale.scores() == {"yes": 1.0, "maybe": 0.5, "no": 0.0}
     assert s.aggregate == "score_mean"
-    explicit = parse_spec(_with(CATEG, "scale.labels", [
-        {"name": "yes", "description": "y", "score": 1}, {"name": "maybe", "description": "m", "score": 0.5},
-        {"name": "no", "description": "n", "score": 0}]))
+    explicit = parse_spec(
+        _with(
+            CATEG,
+            "scale.labels",
+            [
+                {"name": "yes", "description": "y", "score": 1},
+                {"name": "maybe", "description": "m", "score": 0.5},
+                {"name": "no", "description": "n", "score": 0},
+            ],
+        )
+    )
     assert explicit.aggregate == "score_mean"
     unscored = parse_spec(CATEG)
     assert unscored.aggregate == "share"
@@ -199,8 +256,13 @@ def test_bundled_specs_load_validate_against_json_schema_and_resolve_dependencie
     schema = spec_json_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     library = bundled_specs()
-    assert {"answer_alignment", "answer_quality", "chunk_evaluation", "triple_evaluation",
-            "answer_completeness"} <= set(library)
+    assert {
+        "answer_alignment",
+        "answer_quality",
+        "chunk_evaluation",
+        "triple_evaluation",
+        "answer_completeness",
+    } <= set(library)
     for path in set(library.values()):
         jsonschema.validate(yaml.safe_load(Path(path).read_text()), schema)
     specs = resolve_specs(["answer_completeness"])
@@ -237,8 +299,12 @@ def test_cli_validate_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump(_with(VALUE, "scale.ranges", {"1-2": "a", "4-5": "c"})))
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(VALUE))
-    res = subprocess.run([sys.executable, "-m", "greval", "spec", "validate", str(good), str(bad)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "greval", "spec", "validate", str(good), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
     assert f"ok {good}: coherence" in res.stdout
@@ -248,8 +314,10 @@ def test_cli_validate_prints_one_line_and_exits_2(tmp_path: Path) -> None:
 
 def test_cli_run_with_bad_spec_exits_2_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\ndescription: d\nsteps: [a]\ninputs: [answer]\nscale: {kind: value, min: 1, max: 3, "
-                   "ranges: {'1': a, '2': b}}\n")
+    bad.write_text(
+        "name: x\ndescription: d\nsteps: [a]\ninputs: [answer]\nscale: {kind: value, min: 1, max: 3, "
+        "ranges: {'1': a, '2': b}}\n"
+    )
     data = tmp_path / "d.jsonl"
     data.write_text('{"answer": "a"}\n')
     res = CliRunner().invoke(main, ["run", str(data), "-s", str(bad), "--store", str(tmp_path / "s.sqlite")])
