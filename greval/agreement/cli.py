@@ -272,6 +272,10 @@ def agreement(
             mapping=_parse_map(maps),
         )
         raw = read_table(file)
+        if annotator and not item:
+            click.echo(
+                "note: --annotator without --item: every row is its own item, so no human ceiling", err=True
+            )
         frames = {
             j: to_agreement_frame(raw, j, human, item=item, annotator=annotator, group=group, slices=slices)
             for j in judges

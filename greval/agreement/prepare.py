@@ -172,8 +172,13 @@ def prepare(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOption
             human_val.append(v)
     if bad:
         uniq = sorted(set(bad))[:5]
-        what = f"labels are {labels}" if categorical else f"scale is {scale.min}..{scale.max}"
-        raise DataError(f"unknown human answer(s) {uniq} ({len(bad)} row(s)); {what} (use --map or --labels)")
+        if categorical:
+            what = f"labels are {labels} (use --map or --labels)"
+        elif scale.min is None and scale.max is None:
+            what = "a value scale expects numbers (or --kind categorical)"
+        else:
+            what = f"the scale is {scale.min}..{scale.max}"
+        raise DataError(f"unknown human answer(s) {uniq} ({len(bad)} row(s)); {what}")
 
     judge_txt = [label_text(v, options.mapping) for v in frame["judge"]]
     annot = [str(a) for a in frame["annotator"]] if has_annot else ["human"] * len(frame)
