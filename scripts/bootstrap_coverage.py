@@ -108,12 +108,12 @@ def main() -> None:
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--only", choices=["kappa", "spearman"], default=None)
+    ap.add_argument("--only", choices=["kappa", "spearman", "clustered"], default=None)
     ap.add_argument("--clustered", action="store_true", help="also run the clustered κ scenario")
     a = ap.parse_args()
     print(f"reps={a.reps} resamples={a.resamples} n={a.n} confidence={a.confidence} seed={a.seed}")
     scenarios = [w for w in ("kappa", "spearman") if not a.only or w == a.only]
-    if a.clustered:
+    if a.clustered or a.only == "clustered":
         scenarios += ["clustered-items", "clustered-groups"]
     for which in scenarios:
         truths = {"kappa": true_kappa(JOINT), "spearman": true_spearman(a.r)}
