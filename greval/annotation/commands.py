@@ -1,0 +1,267 @@
+"""``greval annotate push | pull | import-labels``: judge verdicts to Argilla and human answers back.
+
+The commands attach themselves to the ``annotate`` group of ``greval.annotation.cli``. User mistakes are
+``UserError`` subclasses (one line, exit 2); API keys are read from flags or the environment and never
+printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from greval.annotation import sync
+from greval.annotation.cli import annotate
+from greval.store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _connection_options(func: F) -> F:
+    """--api-url / --api-key (or ARGILLA_API_URL / ARGILLA_API_KEY), --workspace, --data-dir, --dataset."""
+    opts = [
+        click.option(
+            "--api-url",
+            envvar="ARGILLA_API_URL",
+            default=None,
+            help="An external Argilla [env ARGILLA_API_URL; default: the embedded server].",
+        ),
+        click.option(
+            "--api-key",
+            envvar="ARGILLA_API_KEY",
+            default=None,
+            show_default=False,
+            help="Its API key [env ARGILLA_API_KEY; default: the embedded server's].",
+        ),
+        click.option("--workspace", default=None, help="Argilla workspace [default: the server's]."),
+        click.option("--dataset", default=None, help="Argilla dataset name [default: the spec's name]."),
+        click.option(
+            "--data-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Data directory of the embedded server (as given to `annotate up`).",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+store_option = click.option(
+    "--store",
+    "store_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The greval store (SQLite) holding verdicts and human labels.",
+)
+spec_option = click.option("--spec", "spec_name", required=True, help="Metric (spec name) to review.")
+
+
+@contextlib.contextmanager
+def _opened(
+    store_path: Path,
+    api_url: str | None,
+    api_key: str | None,
+    data_dir: Path | None,
+    workspace: str | None,
+    need_argilla: bool = True,
+) -> Iterator[tuple[Store, sync.Connection | None]]:
+    if not store_path.exists():
+        raise sync.AnnotationError(f"{store_path}: no such store (run `greval run` first)")
+    conn = sync.connect(api_url, api_key, data_dir, workspace) if need_argilla else None
+    try:
+        with Store(store_path) as store:
+            yield store, conn
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+class _Bar:
+    """A rich progress bar that appears only once there is something to push (errors before stay one line)."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("pushing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        )
+        self.task: TaskID | None = None
+
+    def start(self, total: int) -> None:
+        self.progress.start()
+        self.task = self.progress.add_task("push", total=total)
+
+    def advance(self, k: int) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task, k)
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+
+@annotate.command("push")
+@store_option
+@spec_option
+@click.option(
+    "--select",
+    "strategy",
+    type=click.Choice(sync.STRATEGIES),
+    default="all",
+    show_default=True,
+    help="all; random sample; stratified by the judge's verdict; uncertain first + random control.",
+)
+@click.option("--n", "n", type=click.IntRange(min=1), default=None, help="How many items to select.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random choices.")
+@click.option(
+    "--control-share",
+    type=click.FloatRange(0, 1),
+    default=0.2,
+    show_default=True,
+    help="With --select uncertain: share of --n drawn at random as a control slice.",
+)
+@click.option("--blind", is_flag=True, help="Hide the judge's verdict and reasoning from annotators.")
+@click.option(
+    "--annotators-per-record",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Submitted answers needed before a record counts as done (Argilla task distribution).",
+)
+@click.option("--judge", default=None, help="Judge label or key, when several judged this spec.")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=sync.DEFAULT_BATCH, show_default=True)
+@_connection_options
+def push_cmd(
+    store_path: Path,
+    spec_name: str,
+    strategy: str,
+    n: int | None,
+    seed: int,
+    control_share: float,
+    blind: bool,
+    annotators_per_record: int,
+    judge: str | None,
+    batch_size: int,
+    api_url: str | None,
+    api_key: str | None,
+    workspace: str | None,
+    dataset: str | None,
+    data_dir: Path | None,
+) -> None:
+    """Push a spec's verdicts to Argilla for people to label (idempotent: re-running updates)."""
+    bar = _Bar(Console(stderr=True))
+    with _opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
+        assert conn is not None
+        res = sync.push(
+            store,
+            conn,
+            spec_name,
+            dataset=dataset,
+            workspace=workspace,
+            strategy=cast(sync.Strategy, strategy),
+            n=n,
+            seed=seed,
+            control_share=control_share,
+            blind=blind,
+            annotators_per_record=annotators_per_record,
+            judge=judge,
+            batch_size=batch_size,
+            on_start=bar.start,
+            on_progress=bar.advance,
+        )
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(res.by_selection.items()))
+    click.echo(
+        f"Pushed {res.pushed} of {res.population} items of {spec_name!r} to dataset {res.dataset!r} "
+        f"(workspace {res.workspace!r}; {res.strategy}: {parts or 'nothing'}) in {res.seconds:.1f}s."
+    )
+    click.echo(f"Selection recorded as push {res.push_id} in {store_path}.")
+
+
+@annotate.command("pull")
+@store_option
+@spec_option
+@_connection_options
+def pull_cmd(
+    store_path: Path,
+    spec_name: str,
+    api_url: str | None,
+    api_key: str | None,
+    workspace: str | None,
+    dataset: str | None,
+    data_dir: Path | None,
+) -> None:
+    """Fetch annotators' answers from Argilla into the store's human labels (idempotent)."""
+    with _opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn):
+        assert conn is not None
+        res = sync.pull(store, conn, spec_name, dataset=dataset, workspace=workspace)
+    click.echo(
+        f"Dataset {res.dataset!r}: {res.records} records; {res.submitted} submitted, "
+        f"{res.discarded} discarded, {res.drafts} drafts; {res.pending} records without a submitted answer."
+    )
+    if res.by_annotator:
+        table = Table("annotator", "submitted")
+        for name, k in sorted(res.by_annotator.items()):
+            table.add_row(name, str(k))
+        Console().print(table)
+    if res.unknown:
+        click.echo(f"{res.unknown} records were not pushed by greval (no record hash) and were skipped.")
+    click.echo(f"Stored {res.stored} answers ({res.changed} changed since the last pull) in {store_path}.")
+
+
+@annotate.command("import-labels")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@store_option
+@spec_option
+@click.option("--record-id", "record_id_col", required=True, help="Column holding the record id.")
+@click.option("--label", "label_col", required=True, help="Column holding the label (or integer value).")
+@click.option("--item-id", "item_id_col", default=None, help="Column holding the chunk / triple id (many specs).")
+@click.option("--annotator", "annotator_col", default=None, help="Column naming the annotator.")
+@click.option("--annotator-name", default=None, help="One annotator name for every row.")
+@click.option("--comment", "comment_col", default=None, help="Column with the annotator's comment.")
+@click.option("--to-argilla", is_flag=True, help="Also store them in Argilla as the annotators' answers.")
+@_connection_options
+def import_labels_cmd(
+    file: Path,
+    store_path: Path,
+    spec_name: str,
+    record_id_col: str,
+    label_col: str,
+    item_id_col: str | None,
+    annotator_col: str | None,
+    annotator_name: str | None,
+    comment_col: str | None,
+    to_argilla: bool,
+    api_url: str | None,
+    api_key: str | None,
+    workspace: str | None,
+    dataset: str | None,
+    data_dir: Path | None,
+) -> None:
+    """Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla."""
+    with _opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=to_argilla) as (store, conn):
+        res = sync.import_labels(
+            store,
+            file,
+            spec_name,
+            record_id_col=record_id_col,
+            label_col=label_col,
+            item_id_col=item_id_col,
+            annotator_col=annotator_col,
+            annotator_name=annotator_name,
+            comment_col=comment_col,
+            conn=conn,
+            dataset=dataset,
+            workspace=workspace,
+        )
+    who = ", ".join(f"{a} {k}" for a, k in sorted(res.annotators.items()))
+    click.echo(f"Imported {res.stored} labels of {spec_name!r} from {file.name} ({who}).")
+    if to_argilla:
+        click.echo(f"Stored them as answers in Argilla dataset {res.dataset!r} ({res.to_argilla} records).")

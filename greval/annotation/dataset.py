@@ -1,0 +1,340 @@
+"""From a metric spec to an Argilla dataset: the annotator answers the judge's own question.
+
+A categorical scale becomes a ``LabelQuestion`` with the same labels, a value scale a ``RatingQuestion``
+with the same integers; the spec's description, steps and described scale become the guidelines, so the
+person reads what the judge read. A "many" spec (one verdict per chunk / triple) becomes one Argilla record
+per item. This module only builds settings and record payloads; talking to the server is in ``sync.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import argilla as rg
+
+from greval.data import Record
+from greval.errors import UserError
+from greval.judge import describe_scale
+from greval.spec import CategoricalScale, Spec, ValueScale
+
+QUESTION = "verdict"
+COMMENT = "comment"
+ITEM_FIELD = "item"
+REASON_FIELD = "judge_reason"
+
+#: argilla-server 2.8 limits (api/schemas/v1/questions.py, datasets.py, suggestions.py).
+RATING_MIN, RATING_MAX, RATING_MAX_OPTIONS = 0, 10, 11
+LABEL_MAX_LENGTH = 200
+DESCRIPTION_MAX = 1000
+TITLE_MAX = 500
+GUIDELINES_MAX = 10000
+AGENT_MAX = 200
+_AGENT_BAD = re.compile(r"[^a-zA-Z0-9\-_:./\s]")
+
+#: Metadata properties: (name, kind, visible to annotators unless --blind hides it).
+METADATA: tuple[tuple[str, str, bool], ...] = (
+    ("record_id", "terms", True),
+    ("item_id", "terms", True),
+    ("system", "terms", True),
+    ("spec_name", "terms", True),
+    ("spec_hash", "terms", True),
+    ("judge", "terms", True),
+    ("judge_model", "terms", True),
+    ("judge_verdict", "terms", False),
+    ("judge_confidence", "float", False),
+    ("selection", "terms", False),
+    ("inclusion_probability", "float", False),
+    ("record_hash", "terms", False),
+)
+_JUDGE_VISIBLE = {"judge_verdict", "judge_confidence"}
+
+_TITLES = {
+    "question": "Question",
+    "answer": "Answer",
+    "expected_answer": "Expected answer",
+    "chunks": "Retrieved chunks",
+    "triples": "Knowledge-graph triples",
+    "source": "Source text",
+}
+
+
+class ScaleDoesNotFit(UserError):
+    """A spec's scale that Argilla cannot represent as the same question."""
+
+
+@dataclass(frozen=True)
+class VerdictRef:
+    """The judge's verdict on one unit (a record, or one chunk / triple of it), as pushed."""
+
+    record: Record
+    item_id: str
+    label: str | None
+    value: int | None
+    confidence: float | None
+    reason: str | None
+    judge: str
+    judge_model: str
+    selection: str = "all"
+    probability: float = 1.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def argilla_id(spec_name: str, record_hash: str, item_id: str) -> str:
+    """A stable Argilla record id: pushing the same unit again updates it, never duplicates it."""
+    blob = f"{spec_name}\x1f{record_hash}\x1f{item_id}".encode()
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def agent_name(judge_label: str, spec_hash: str) -> str:
+    """``<judge label>/<spec hash>``: argilla-server rejects '@' (and most punctuation) in an agent."""
+    clean = _AGENT_BAD.sub("_", judge_label)
+    return f"{clean[: AGENT_MAX - len(spec_hash) - 1]}/{spec_hash}"
+
+
+def parse_agent(agent: str | None) -> tuple[str, str] | None:
+    """(judge label, spec hash) back from an agent written by :func:`agent_name`."""
+    if not agent or "/" not in agent:
+        return None
+    label, _, spec_hash = agent.rpartition("/")
+    return label, spec_hash
+
+
+def _cut(text: str, limit: int, tail: str = " …") -> str:
+    return text if len(text) <= limit else text[: limit - len(tail)] + tail
+
+
+def _title(name: str) -> str:
+    return _TITLES.get(name, name.replace("_", " ").capitalize())
+
+
+def check_scale(spec: Spec) -> None:
+    """Raise a one-line error when the scale cannot be the same Argilla question."""
+    if isinstance(spec.scale, ValueScale):
+        s = spec.scale
+        n = s.max - s.min + 1
+        if s.min < RATING_MIN or s.max > RATING_MAX or n > RATING_MAX_OPTIONS:
+            raise ScaleDoesNotFit(
+                f"spec {spec.name!r}: value scale {s.min}-{s.max} does not fit an Argilla rating question "
+                f"(integers {RATING_MIN}-{RATING_MAX}); use a scale within {RATING_MIN}-{RATING_MAX} "
+                "or labels"
+            )
+    else:
+        long = [lab.name for lab in spec.scale.labels if len(lab.name) > LABEL_MAX_LENGTH]
+        if long:
+            raise ScaleDoesNotFit(
+                f"spec {spec.name!r}: label {long[0][:40]!r}… is longer than Argilla's {LABEL_MAX_LENGTH} characters"
+            )
+
+
+def guidelines(spec: Spec, *, blind: bool = False) -> str:
+    """Markdown guidelines: the judge's own description, steps and scale, plus how records are laid out."""
+    noun = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple"}.get(spec.each or "", "")
+    parts = [f"# {spec.name}", spec.description.strip()]
+    if spec.instructions:
+        parts.append("## Instructions\n" + spec.instructions.strip())
+    parts.append("## Steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
+    parts.append("## Scale\n" + describe_scale(spec))
+    how = []
+    if noun:
+        how.append(
+            f"Each record is one {noun} (field *Under review*); judge only that {noun}, "
+            "using the question and answer shown with it."
+        )
+    if blind:
+        how.append("The judge's verdict is hidden so that your answer is independent.")
+    else:
+        how.append(
+            "The judge's verdict is pre-selected as a suggestion and its reasoning is shown; "
+            "change it whenever you disagree."
+        )
+    how.append(f"Use *{COMMENT}* to explain a disagreement or an unclear case (optional).")
+    parts.append("## How to annotate\n" + "\n".join(f"- {h}" for h in how))
+    return _cut("\n\n".join(parts), GUIDELINES_MAX)
+
+
+def _question(spec: Spec, client: rg.Argilla) -> rg.LabelQuestion | rg.RatingQuestion:
+    check_scale(spec)
+    title = _cut(spec.description.strip().splitlines()[0], TITLE_MAX)
+    desc = _cut(describe_scale(spec), DESCRIPTION_MAX, " … (see the guidelines)")
+    if isinstance(spec.scale, CategoricalScale):
+        return rg.LabelQuestion(client=client, name=QUESTION, title=title, labels=spec.scale.names, description=desc)
+    return rg.RatingQuestion(
+        client=client,
+        name=QUESTION,
+        title=title,
+        values=list(range(spec.scale.min, spec.scale.max + 1)),
+        description=desc,
+    )
+
+
+def field_names(spec: Spec) -> list[str]:
+    """The record fields shown, in order: the item under review first for many specs, then the inputs
+    (question and answer always), then the judge's reasoning."""
+    names = [ITEM_FIELD] if spec.each else []
+    inputs = [n for n in spec.inputs if n != spec.each]
+    for must in ("answer", "question"):
+        if must not in inputs:
+            inputs.insert(0, must)
+    names += inputs
+    return names
+
+
+def build_settings(
+    spec: Spec,
+    client: rg.Argilla,
+    *,
+    blind: bool = False,
+    annotators_per_record: int = 1,
+    comment: bool = True,
+) -> rg.Settings:
+    """Argilla settings for a spec: same question, same options, the scale explained. (The SDK binds every
+    settings object to a client at construction; without one it would build a default from the env.)"""
+    if annotators_per_record < 1:
+        raise UserError("--annotators-per-record must be at least 1")
+    fields: list[rg.TextField] = []
+    for name in field_names(spec):
+        if name == ITEM_FIELD:
+            title = "Under review: " + ("chunk" if spec.each == "chunks" else "triple")
+            fields.append(rg.TextField(client=client, name=name, title=title, use_markdown=True, required=False))
+        else:
+            markdown = name in ("chunks", "triples")
+            desc = spec.inputs[name].description if name in spec.inputs else None
+            fields.append(
+                rg.TextField(
+                    client=client,
+                    name=name,
+                    title=_title(name),
+                    use_markdown=markdown,
+                    required=False,
+                    description=_cut(desc, DESCRIPTION_MAX) if desc else None,
+                )
+            )
+    if not blind:
+        fields.append(
+            rg.TextField(client=client, name=REASON_FIELD, title="Judge's reasoning", use_markdown=True, required=False)
+        )
+    questions: list[Any] = [_question(spec, client)]
+    if comment:
+        questions.append(
+            rg.TextQuestion(
+                client=client,
+                name=COMMENT,
+                title="Comment (optional)",
+                required=False,
+                description="Why you disagree with the judge, or what is unclear.",
+            )
+        )
+    metadata: list[Any] = []
+    for name, kind, visible in METADATA:
+        shown = visible or (name in _JUDGE_VISIBLE and not blind)
+        if kind == "float":
+            metadata.append(rg.FloatMetadataProperty(client=client, name=name, visible_for_annotators=shown))
+        else:
+            metadata.append(rg.TermsMetadataProperty(client=client, name=name, visible_for_annotators=shown))
+    return rg.Settings(
+        guidelines=guidelines(spec, blind=blind),
+        fields=fields,
+        questions=questions,
+        metadata=metadata,
+        distribution=rg.TaskDistribution(min_submitted=annotators_per_record),
+        allow_extra_metadata=False,
+    )
+
+
+# ------------------------------------------------------------------------------------------ rendering
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_chunks(chunks: Sequence[Mapping[str, Any]]) -> str:
+    """Chunks as markdown: each under its bold id, separated by rules."""
+    return "\n\n---\n\n".join(f"**[{c.get('id', '')}]** {c.get('text', '')}" for c in chunks)
+
+
+def render_triples(triples: Sequence[Mapping[str, Any]]) -> str:
+    """Triples as a markdown table (id, subject, predicate, object)."""
+    rows = ["| id | subject | predicate | object |", "| --- | --- | --- | --- |"]
+    rows += [
+        "| " + " | ".join(_md_cell(str(t.get(k, ""))) for k in ("id", "subject", "predicate", "object")) + " |"
+        for t in triples
+    ]
+    return "\n".join(rows)
+
+
+def render_item(field_name: str, item: Mapping[str, Any]) -> str:
+    """The chunk or triple under review, in markdown."""
+    if field_name == "triples":
+        return (
+            f"**Triple {item.get('id', '')}**\n\n**{item.get('subject', '')}**"
+            f" — *{item.get('predicate', '')}*"
+            f" — **{item.get('object', '')}**"
+        )
+    return f"**Chunk {item.get('id', '')}**\n\n{item.get('text', '')}"
+
+
+def record_fields(spec: Spec, ref: VerdictRef, *, blind: bool, known: set[str] | None = None) -> dict[str, str]:
+    """Field values of one Argilla record (only fields the dataset has, empty ones left out)."""
+    data = ref.record.data
+    out: dict[str, str] = {}
+    for name in field_names(spec):
+        if name == ITEM_FIELD and spec.each:
+            item = next((it for it in ref.record.items(spec.each) if str(it.get("id")) == ref.item_id), None)
+            value = render_item(spec.each, item) if item is not None else f"(item {ref.item_id} not found)"
+        elif name == "chunks" and isinstance(data.get(name), list):
+            value = render_chunks(data[name])
+        elif name == "triples" and isinstance(data.get(name), list):
+            value = render_triples(data[name])
+        else:
+            raw = data.get(name)
+            value = "" if raw is None else _text(raw)
+        if value.strip():
+            out[name] = value
+    if not blind and ref.reason:
+        out[REASON_FIELD] = ref.reason
+    if known is not None:
+        out = {k: v for k, v in out.items() if k in known}
+    return out
+
+
+def record_metadata(spec: Spec, ref: VerdictRef, *, known: set[str] | None = None) -> dict[str, Any]:
+    """Filterable metadata: who/what produced the verdict, and how the unit was selected."""
+    system = ref.record.data.get("system")
+    meta: dict[str, Any] = {
+        "record_id": ref.record.id,
+        "item_id": ref.item_id or "-",
+        "spec_name": spec.name,
+        "spec_hash": spec.hash,
+        "judge": ref.judge,
+        "judge_model": ref.judge_model,
+        "selection": ref.selection,
+        "inclusion_probability": float(ref.probability),
+        "record_hash": ref.record.hash,
+    }
+    if system is not None and str(system).strip():
+        meta["system"] = str(system)
+    verdict = ref.label if ref.label is not None else (str(ref.value) if ref.value is not None else None)
+    if verdict is not None:
+        meta["judge_verdict"] = verdict
+    if ref.confidence is not None:
+        meta["judge_confidence"] = float(ref.confidence)
+    if known is not None:
+        meta = {k: v for k, v in meta.items() if k in known}
+    return meta
+
+
+def suggestion_value(spec: Spec, ref: VerdictRef) -> str | int | None:
+    """The judge's verdict as an answer to the Argilla question (None when it is not on the scale)."""
+    if isinstance(spec.scale, CategoricalScale):
+        return ref.label if ref.label in spec.scale.names else None
+    if ref.value is None or not spec.scale.min <= ref.value <= spec.scale.max:
+        return None
+    return int(ref.value)

@@ -1,0 +1,1041 @@
+"""Push judge verdicts to Argilla, pull human answers back, import existing labels.
+
+Selection is pure (``select``) and recorded in the store (``annotation_pushes`` / ``annotation_selection``)
+with each unit's inclusion probability, so agreement estimated on a non-uniform sample (stratified,
+uncertain-first) can be reweighted honestly (Horvitz-Thompson: weight = 1 / probability).
+
+Argilla record ids are derived from (spec name, record hash, item id), so a push is an upsert: re-running a
+push, or finishing one that was interrupted, updates records and never duplicates them. Human answers are
+keyed (spec name, record hash, item id, annotator) in ``human_labels``, the key agreement joins on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import random
+import secrets
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import argilla as rg
+import httpx
+
+from greval.annotation import dataset as ds
+from greval.data import Record
+from greval.errors import UserError
+from greval.spec import CategoricalScale, Spec
+from greval.store import Store
+
+Strategy = Literal["all", "random", "stratified", "uncertain"]
+STRATEGIES: tuple[Strategy, ...] = ("all", "random", "stratified", "uncertain")
+DEFAULT_BATCH = 500
+_LIST_LIMIT = 1000  # argilla-server's maximum page size for listing records
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS annotation_pushes (
+    push_id TEXT PRIMARY KEY, spec_name TEXT NOT NULL, spec_key TEXT NOT NULL, spec_hash TEXT NOT NULL,
+    judge_key TEXT NOT NULL, dataset TEXT NOT NULL, workspace TEXT, api_url TEXT,
+    strategy TEXT NOT NULL, params TEXT NOT NULL, population INTEGER NOT NULL, selected INTEGER NOT NULL,
+    pushed INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS annotation_selection (
+    push_id TEXT NOT NULL, spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
+    record_id TEXT NOT NULL, argilla_id TEXT NOT NULL, stratum TEXT NOT NULL, probability REAL NOT NULL,
+    rank INTEGER NOT NULL, pushed_at REAL,
+    PRIMARY KEY (push_id, record_hash, item_id));
+CREATE INDEX IF NOT EXISTS annotation_selection_by_unit
+    ON annotation_selection(spec_name, record_hash, item_id);
+"""
+
+
+class AnnotationError(UserError):
+    """Something the user can fix about a push / pull / import (bad flag, unknown spec, server refused)."""
+
+
+def ensure_tables(store: Store) -> None:
+    """Create greval's push bookkeeping tables beside the store's own (idempotent)."""
+    with store._lock:
+        store.db.executescript(_DDL)
+
+
+# ------------------------------------------------------------------------------------------- selection
+@dataclass(frozen=True)
+class Unit:
+    """One thing a person can label: a record (``item_id == ""``) or one chunk / triple of it."""
+
+    record_hash: str
+    item_id: str
+    stratum: str  # the judge's verdict (label, or value as text)
+    confidence: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.record_hash, self.item_id)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A selected unit, why it was selected, and the probability it had of being selected."""
+
+    unit: Unit
+    selection: str
+    probability: float
+    rank: int
+
+
+def _shuffled(units: Sequence[Unit], rng: random.Random) -> list[Unit]:
+    ordered = sorted(units, key=lambda u: u.key)  # independent of the input order
+    rng.shuffle(ordered)
+    return ordered
+
+
+def allocate(sizes: Mapping[str, int], n: int) -> dict[str, int]:
+    """Split ``n`` across strata as evenly as their sizes allow (rare labels are covered, not drowned)."""
+    alloc = dict.fromkeys(sizes, 0)
+    left = min(n, sum(sizes.values()))
+    open_ = sorted(s for s in sizes if sizes[s] > 0)
+    while left > 0 and open_:
+        share = max(1, left // len(open_))
+        for s in list(open_):
+            take = min(share, sizes[s] - alloc[s], left)
+            alloc[s] += take
+            left -= take
+            if alloc[s] >= sizes[s]:
+                open_.remove(s)
+            if left == 0:
+                break
+    return alloc
+
+
+def select(
+    units: Sequence[Unit],
+    strategy: Strategy,
+    n: int | None = None,
+    seed: int = 0,
+    control_share: float = 0.2,
+) -> list[Pick]:
+    """Choose what people label, with each unit's inclusion probability.
+
+    - ``all``: everything (probability 1).
+    - ``random``: a simple random sample of n (probability n/N).
+    - ``stratified``: by the judge's verdict, n split evenly across verdicts (probability n_h/N_h).
+    - ``uncertain``: the least confident verdicts first (a take-all stratum, probability 1), plus a random
+      control slice (``control_share`` of n) drawn from the rest (probability n_c/(N - n_u)), so the
+      uncertain bias can be undone when estimating agreement. Unknown confidence counts as confident.
+    """
+    if strategy not in STRATEGIES:
+        raise AnnotationError(f"--select {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    if not 0.0 <= control_share <= 1.0:
+        raise AnnotationError(f"--control-share {control_share}: give a share between 0 and 1")
+    if n is not None and n < 1:
+        raise AnnotationError(f"--n {n}: give a positive number of items")
+    rng = random.Random(seed)
+    total = len(units)
+    if strategy == "all" or n is None or n >= total:
+        if strategy != "all" and n is None:
+            raise AnnotationError(f"--select {strategy} needs --n (how many items to label)")
+        ordered = sorted(units, key=lambda u: u.key)
+        return [Pick(u, "all", 1.0, i) for i, u in enumerate(ordered)]
+    picks: list[Pick] = []
+    if strategy == "random":
+        chosen = _shuffled(units, rng)[:n]
+        picks = [Pick(u, "random", n / total, i) for i, u in enumerate(chosen)]
+    elif strategy == "stratified":
+        by: dict[str, list[Unit]] = defaultdict(list)
+        for u in units:
+            by[u.stratum].append(u)
+        alloc = allocate({s: len(v) for s, v in by.items()}, n)
+        rows: list[tuple[Unit, str, float]] = []
+        for s in sorted(by):
+            for u in _shuffled(by[s], rng)[: alloc[s]]:
+                rows.append((u, f"stratum:{s}", alloc[s] / len(by[s])))
+        rng.shuffle(rows)  # interleave strata so a partial annotation pass still covers every label
+        picks = [Pick(u, sel, p, i) for i, (u, sel, p) in enumerate(rows)]
+    else:  # uncertain
+        n_control = round(n * control_share)
+        n_uncertain = n - n_control
+        tie = {u.key: rng.random() for u in sorted(units, key=lambda u: u.key)}
+        by_doubt = sorted(units, key=lambda u: (1.0 if u.confidence is None else u.confidence, tie[u.key]))
+        uncertain, rest = by_doubt[:n_uncertain], by_doubt[n_uncertain:]
+        picks = [Pick(u, "uncertain", 1.0, i) for i, u in enumerate(uncertain)]
+        if rest and n_control:
+            p = min(1.0, n_control / len(rest))
+            control = _shuffled(rest, rng)[:n_control]
+            picks += [Pick(u, "control", p, n_uncertain + i) for i, u in enumerate(control)]
+    return picks
+
+
+# ------------------------------------------------------------------------------------------- the store
+@dataclass(frozen=True)
+class Candidate:
+    """A stored ok verdict of the chosen spec version and judge."""
+
+    record_hash: str
+    item_id: str
+    record_id: str
+    label: str | None
+    value: int | None
+    confidence: float | None
+    reason: str | None
+
+    def unit(self) -> Unit:
+        verdict = self.label if self.label is not None else str(self.value)
+        return Unit(self.record_hash, self.item_id, verdict, self.confidence)
+
+
+@dataclass(frozen=True)
+class JudgeInfo:
+    key: str
+    label: str
+    model: str
+
+
+def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tuple[str, Spec, JudgeInfo]:
+    """The latest version of a spec in the store and the judge whose verdicts to push."""
+    spec_key, spec = store.latest_spec(spec_name)
+    rows = store.query(
+        "SELECT j.judge_key, j.label, j.identity, COUNT(*) AS n, MAX(v.updated_at) AS last FROM verdicts v"
+        " JOIN judges j ON j.judge_key = v.judge_key WHERE v.spec_key=? AND v.status='ok'"
+        " GROUP BY j.judge_key ORDER BY last DESC",
+        (spec_key,),
+    )
+    if not rows:
+        raise AnnotationError(f"{store.path}: no verdicts of {spec_name!r} (version {spec.hash}) to push")
+    if judge is not None:
+        rows = [r for r in rows if judge in (r["label"], r["judge_key"])]
+        if not rows:
+            raise AnnotationError(f"--judge {judge!r}: no verdicts of {spec_name!r} by that judge")
+    if len(rows) > 1:
+        names = ", ".join(f"{r['label']} ({r['judge_key']})" for r in rows[:5])
+        raise AnnotationError(f"several judges have verdicts of {spec_name!r}: {names}; choose one with --judge")
+    ident = json.loads(rows[0]["identity"] or "{}")
+    return spec_key, spec, JudgeInfo(rows[0]["judge_key"], rows[0]["label"], str(ident.get("model", "")))
+
+
+def candidates(store: Store, spec_key: str, judge_key: str) -> list[Candidate]:
+    rows = store.query(
+        "SELECT record_hash, item_id, record_id, label, value, confidence, reason FROM verdicts"
+        " WHERE spec_key=? AND judge_key=? AND status='ok' ORDER BY record_hash, item_id",
+        (spec_key, judge_key),
+    )
+    return [Candidate(**r) for r in rows]
+
+
+def selection_weights(store: Store, spec_name: str, push_id: str | None = None) -> dict[tuple[str, str], float]:
+    """Horvitz-Thompson weights (1 / inclusion probability) of the units of one push (default: the latest)."""
+    ensure_tables(store)
+    if push_id is None:
+        row = store.query(
+            "SELECT push_id FROM annotation_pushes WHERE spec_name=? ORDER BY updated_at DESC LIMIT 1",
+            (spec_name,),
+        )
+        if not row:
+            return {}
+        push_id = row[0]["push_id"]
+    rows = store.query("SELECT record_hash, item_id, probability FROM annotation_selection WHERE push_id=?", (push_id,))
+    return {(r["record_hash"], r["item_id"]): 1.0 / r["probability"] for r in rows if r["probability"] > 0}
+
+
+# ------------------------------------------------------------------------------------------ connection
+@dataclass
+class Connection:
+    """An Argilla client plus its raw HTTP client (bulk calls go straight to the REST API, one request per
+    batch). ``repr`` shows no key."""
+
+    url: str
+    client: rg.Argilla
+    workspace: str | None = None
+
+    @property
+    def http(self) -> httpx.Client:
+        h: httpx.Client = self.client.api.http_client
+        return h
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.http.close()
+
+
+def connect(
+    api_url: str | None, api_key: str | None, data_dir: Path | None = None, workspace: str | None = None
+) -> Connection:
+    """Connect to ``api_url`` with ``api_key``, or by default to the embedded server's credentials."""
+    if api_url and not api_key:
+        raise AnnotationError("--api-url needs an API key: pass --api-key or set ARGILLA_API_KEY")
+    if not api_url:
+        from greval.annotation import server
+
+        st = server.status(data_dir)
+        if not st.running or not st.url:
+            raise AnnotationError(
+                "no Argilla server: start the embedded one with `greval annotate up`, "
+                "or pass --api-url/--api-key "
+                "(or set ARGILLA_API_URL / ARGILLA_API_KEY)"
+            )
+        creds = server.read_credentials(data_dir)
+        api_url, api_key = st.url, api_key or creds.get("api_key")
+        workspace = workspace or creds.get("workspace")
+        if not api_key:
+            raise AnnotationError(f"no API key in the embedded server's credentials ({st.data_dir})")
+    try:
+        client = rg.Argilla(api_url=api_url, api_key=api_key, timeout=120)
+        me = client.api.http_client.get("/api/v1/me")
+    except Exception as exc:  # the SDK wraps connection failures in its own types
+        if "Credentials" in type(exc).__name__ or "Credentials" in str(exc):
+            raise AnnotationError(f"Argilla at {api_url} refused the API key") from None
+        raise AnnotationError(f"cannot reach Argilla at {api_url}: {_short(exc)}") from None
+    if me.status_code in (401, 403):
+        raise AnnotationError(f"Argilla at {api_url} refused the API key (HTTP {me.status_code})")
+    return Connection(url=api_url, client=client, workspace=workspace)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+def _scrub(value: Any) -> Any:
+    """Drop echoed inputs and secrets from an error body before it reaches a message."""
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items() if k not in ("input", "password", "api_key", "ctx")}
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def _check(resp: httpx.Response, what: str) -> Any:
+    if resp.status_code >= 400:
+        try:
+            detail = json.dumps(_scrub(resp.json().get("detail")))[:300]
+        except (ValueError, AttributeError):
+            detail = resp.text[:300]
+        raise AnnotationError(f"Argilla refused to {what} (HTTP {resp.status_code}): {detail}")
+    return resp.json() if resp.content else None
+
+
+def _workspace(conn: Connection, workspace: str | None) -> str:
+    name = workspace or conn.workspace
+    if name:
+        return name
+    items = _check(conn.http.get("/api/v1/me/workspaces"), "list workspaces")["items"]
+    if not items:
+        raise AnnotationError("this Argilla user has no workspace; pass --workspace")
+    return str(items[0]["name"])
+
+
+def find_dataset(conn: Connection, name: str, workspace: str | None) -> dict[str, Any] | None:
+    """The dataset named ``name`` in the workspace, as the REST API describes it (None if absent)."""
+    ws = _workspace(conn, workspace)
+    items = _check(conn.http.get("/api/v1/me/datasets"), "list datasets")["items"]
+    ws_ids = {w["name"]: w["id"] for w in _check(conn.http.get("/api/v1/me/workspaces"), "list workspaces")["items"]}
+    for d in items:
+        if d["name"] == name and d["workspace_id"] == ws_ids.get(ws):
+            return dict(d)
+    return None
+
+
+def _questions(conn: Connection, dataset_id: str) -> dict[str, dict[str, Any]]:
+    items = _check(conn.http.get(f"/api/v1/datasets/{dataset_id}/questions"), "read the questions")["items"]
+    return {q["name"]: q for q in items}
+
+
+def _names(conn: Connection, dataset_id: str, what: str, me: bool = False) -> set[str]:
+    prefix = "/api/v1/me/datasets" if me else "/api/v1/datasets"
+    items = _check(conn.http.get(f"{prefix}/{dataset_id}/{what}"), f"read the {what}")["items"]
+    return {str(i["name"]) for i in items}
+
+
+def _options(question: Mapping[str, Any]) -> list[Any]:
+    return [o["value"] for o in question.get("settings", {}).get("options", [])]
+
+
+@dataclass
+class DatasetHandle:
+    """What a push needs to know about the dataset on the server."""
+
+    id: str
+    name: str
+    workspace: str
+    question_id: str
+    comment_id: str | None
+    fields: set[str]
+    metadata: set[str]
+    created: bool = False
+
+
+def ensure_dataset(
+    conn: Connection,
+    spec: Spec,
+    name: str,
+    workspace: str | None,
+    *,
+    blind: bool = False,
+    annotators_per_record: int = 1,
+    create: bool = True,
+) -> DatasetHandle:
+    """Create the dataset for a spec, or check that the existing one asks the same question."""
+    ws = _workspace(conn, workspace)
+    found = find_dataset(conn, name, ws)
+    created = False
+    if found is None:
+        if not create:
+            raise AnnotationError(f"no Argilla dataset {name!r} in workspace {ws!r}; push first")
+        settings = ds.build_settings(spec, conn.client, blind=blind, annotators_per_record=annotators_per_record)
+        try:
+            rg.Dataset(name=name, settings=settings, workspace=ws, client=conn.client).create()
+        except Exception as exc:
+            raise AnnotationError(f"cannot create the Argilla dataset {name!r} in {ws!r}: {_short(exc)}") from None
+        found = find_dataset(conn, name, ws)
+        created = True
+        if found is None:
+            raise AnnotationError(f"the Argilla dataset {name!r} vanished right after it was created")
+    did = str(found["id"])
+    questions = _questions(conn, did)
+    q = questions.get(ds.QUESTION)
+    if q is None:
+        raise AnnotationError(
+            f"Argilla dataset {name!r} has no question {ds.QUESTION!r}; it was not made by "
+            "greval - choose another name with --dataset"
+        )
+    if create:
+        want = (
+            spec.scale.names
+            if isinstance(spec.scale, CategoricalScale)
+            else list(range(spec.scale.min, spec.scale.max + 1))
+        )
+        have = _options(q)
+        if [str(x) for x in have] != [str(x) for x in want]:
+            raise AnnotationError(
+                f"Argilla dataset {name!r} asks for {have} but spec {spec.name!r} has {want}; "
+                "push to a new dataset with --dataset"
+            )
+        dist = found.get("distribution") or {}
+        if not created and dist.get("min_submitted") not in (None, annotators_per_record):
+            resp = conn.http.patch(
+                f"/api/v1/datasets/{did}",
+                json={"distribution": {"strategy": "overlap", "min_submitted": annotators_per_record}},
+            )
+            _check(resp, f"change --annotators-per-record of {name!r} (it has responses already?)")
+    comment = questions.get(ds.COMMENT)
+    return DatasetHandle(
+        id=did,
+        name=name,
+        workspace=ws,
+        question_id=str(q["id"]),
+        comment_id=str(comment["id"]) if comment else None,
+        fields=_names(conn, did, "fields"),
+        metadata=_names(conn, did, "metadata-properties", me=True),
+        created=created,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ push
+@dataclass
+class PushResult:
+    push_id: str
+    dataset: str
+    workspace: str
+    strategy: str
+    population: int
+    selected: int
+    pushed: int
+    by_selection: dict[str, int]
+    seconds: float
+    created: bool
+
+
+def _push_id(
+    spec_key: str,
+    judge_key: str,
+    dataset: str,
+    strategy: str,
+    params: Mapping[str, Any],
+    picks: Sequence[Pick],
+) -> str:
+    """The same push (same verdicts, same choice) gets the same id: re-running it updates, not adds."""
+    blob = json.dumps(
+        [
+            spec_key,
+            judge_key,
+            dataset,
+            strategy,
+            params,
+            [[p.unit.record_hash, p.unit.item_id] for p in picks],
+        ],
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def record_payload(
+    spec: Spec,
+    ref: ds.VerdictRef,
+    handle: DatasetHandle,
+    *,
+    blind: bool,
+    responses: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """One item of a bulk upsert: stable external id, fields, metadata, the judge's suggestion."""
+    item: dict[str, Any] = {
+        "external_id": ds.argilla_id(spec.name, ref.record.hash, ref.item_id),
+        "fields": ds.record_fields(spec, ref, blind=blind, known=handle.fields),
+        "metadata": ds.record_metadata(spec, ref, known=handle.metadata),
+    }
+    value = ds.suggestion_value(spec, ref) if not blind else None
+    if value is not None:
+        sug: dict[str, Any] = {
+            "question_id": handle.question_id,
+            "value": value,
+            "type": "model",
+            "agent": ds.agent_name(ref.judge, spec.hash),
+        }
+        if ref.confidence is not None and 0.0 <= ref.confidence <= 1.0:
+            sug["score"] = float(ref.confidence)
+        item["suggestions"] = [sug]
+    if responses:
+        item["responses"] = list(responses)
+    return item
+
+
+def bulk_upsert(
+    conn: Connection, dataset_id: str, items: Sequence[Mapping[str, Any]], done: int = 0, total: int = 0
+) -> None:
+    """One request; a dead server becomes a one-line error saying that re-running finishes the job."""
+    try:
+        resp = conn.http.put(f"/api/v1/datasets/{dataset_id}/records/bulk", json={"items": list(items)})
+    except httpx.HTTPError as exc:
+        raise AnnotationError(
+            f"Argilla at {conn.url} stopped answering after {done} of {total} records ({_short(exc)}); "
+            "re-run the same command to finish (pushing is idempotent)"
+        ) from None
+    _check(resp, "store the records")
+
+
+def _batches(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+def push(
+    store: Store,
+    conn: Connection,
+    spec_name: str,
+    *,
+    dataset: str | None = None,
+    workspace: str | None = None,
+    strategy: Strategy = "all",
+    n: int | None = None,
+    seed: int = 0,
+    control_share: float = 0.2,
+    blind: bool = False,
+    annotators_per_record: int = 1,
+    judge: str | None = None,
+    batch_size: int = DEFAULT_BATCH,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> PushResult:
+    """Select verdicts of a spec, record the selection, upsert them into Argilla in batches."""
+    t0 = time.perf_counter()
+    ensure_tables(store)
+    spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
+    ds.check_scale(spec)
+    cands = candidates(store, spec_key, jinfo.key)
+    by_key = {(c.record_hash, c.item_id): c for c in cands}
+    params = {
+        "n": n,
+        "seed": seed,
+        "control_share": control_share if strategy == "uncertain" else None,
+        "blind": blind,
+        "annotators_per_record": annotators_per_record,
+    }
+    picks = select([c.unit() for c in cands], strategy, n, seed, control_share)
+    name = dataset or spec.name
+    handle = ensure_dataset(conn, spec, name, workspace, blind=blind, annotators_per_record=annotators_per_record)
+    push_id = _push_id(spec_key, jinfo.key, f"{conn.url}|{handle.workspace}|{name}", strategy, params, picks)
+    now = time.time()
+    with store._tx() as db:
+        db.execute(
+            "INSERT INTO annotation_pushes (push_id, spec_name, spec_key, spec_hash, judge_key, dataset,"
+            " workspace, api_url, strategy, params, population, selected, pushed, status, attempts,"
+            " created_at, updated_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,0,'running',1,?,?) ON CONFLICT(push_id) DO UPDATE SET"
+            " status='running', attempts=attempts+1, updated_at=excluded.updated_at",
+            (
+                push_id,
+                spec.name,
+                spec_key,
+                spec.hash,
+                jinfo.key,
+                name,
+                handle.workspace,
+                conn.url,
+                strategy,
+                json.dumps(params, sort_keys=True),
+                len(cands),
+                len(picks),
+                now,
+                now,
+            ),
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO annotation_selection (push_id, spec_name, record_hash, item_id, record_id,"
+            " argilla_id, stratum, probability, rank, pushed_at) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
+            [
+                (
+                    push_id,
+                    spec.name,
+                    p.unit.record_hash,
+                    p.unit.item_id,
+                    by_key[p.unit.key].record_id,
+                    ds.argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
+                    p.selection,
+                    p.probability,
+                    p.rank,
+                )
+                for p in picks
+            ],
+        )
+    records = {r.hash: r for r in store.records({p.unit.record_hash for p in picks})}
+    if on_start:
+        on_start(len(picks))
+    done = 0
+    for batch in _batches(picks, max(1, min(batch_size, 1000))):
+        items = []
+        for p in batch:
+            c = by_key[p.unit.key]
+            ref = ds.VerdictRef(
+                record=records[c.record_hash],
+                item_id=c.item_id,
+                label=c.label,
+                value=c.value,
+                confidence=c.confidence,
+                reason=c.reason,
+                judge=jinfo.label,
+                judge_model=jinfo.model,
+                selection=p.selection,
+                probability=p.probability,
+            )
+            items.append(record_payload(spec, ref, handle, blind=blind))
+        bulk_upsert(conn, handle.id, items, done, len(picks))
+        done += len(batch)
+        stamp = time.time()
+        with store._tx() as db:
+            db.executemany(
+                "UPDATE annotation_selection SET pushed_at=? WHERE push_id=? AND record_hash=? AND item_id=?",
+                [(stamp, push_id, p.unit.record_hash, p.unit.item_id) for p in batch],
+            )
+            db.execute("UPDATE annotation_pushes SET pushed=?, updated_at=? WHERE push_id=?", (done, stamp, push_id))
+        if on_progress:
+            on_progress(len(batch))
+    with store._tx() as db:
+        db.execute("UPDATE annotation_pushes SET status='done', updated_at=? WHERE push_id=?", (time.time(), push_id))
+    return PushResult(
+        push_id=push_id,
+        dataset=name,
+        workspace=handle.workspace,
+        strategy=strategy,
+        population=len(cands),
+        selected=len(picks),
+        pushed=done,
+        by_selection=dict(Counter(p.selection for p in picks)),
+        seconds=time.perf_counter() - t0,
+        created=handle.created,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ pull
+@dataclass
+class PullResult:
+    dataset: str
+    records: int
+    submitted: int
+    discarded: int
+    drafts: int
+    pending: int
+    stored: int
+    changed: int
+    by_annotator: dict[str, int] = field(default_factory=dict)
+    unknown: int = 0
+
+
+def _epoch(ts: str | None) -> float | None:
+    if not ts:
+        return None
+    dt = datetime.fromisoformat(ts)
+    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+
+
+def _usernames(conn: Connection) -> dict[str, str]:
+    """User id -> username (everyone for an owner; just oneself otherwise)."""
+    resp = conn.http.get("/api/v1/users")
+    if resp.status_code == 200:
+        return {str(u["id"]): str(u["username"]) for u in resp.json()["items"]}
+    me = _check(conn.http.get("/api/v1/me"), "read the current user")
+    return {str(me["id"]): str(me["username"])}
+
+
+def iter_records(conn: Connection, dataset_id: str, include: str = "responses") -> Iterator[dict[str, Any]]:
+    """Every record of a dataset, page by page (the REST list keeps response timestamps the SDK drops)."""
+    offset = 0
+    while True:
+        resp = conn.http.get(
+            f"/api/v1/datasets/{dataset_id}/records",
+            params={"include": include, "offset": offset, "limit": _LIST_LIMIT},
+        )
+        page = _check(resp, "list the records")["items"]
+        yield from page
+        if len(page) < _LIST_LIMIT:
+            return
+        offset += len(page)
+
+
+def pull(
+    store: Store,
+    conn: Connection,
+    spec_name: str,
+    *,
+    dataset: str | None = None,
+    workspace: str | None = None,
+) -> PullResult:
+    """Fetch every annotator's answers into ``human_labels`` (submitted, discarded and draft, with status)."""
+    ensure_tables(store)
+    _, spec = store.latest_spec(spec_name)
+    name = dataset or spec.name
+    handle = ensure_dataset(conn, spec, name, workspace, create=False)
+    users = _usernames(conn)
+    known = {
+        r["argilla_id"]: (r["record_hash"], r["item_id"], r["record_id"])
+        for r in store.query(
+            "SELECT DISTINCT argilla_id, record_hash, item_id, record_id FROM annotation_selection WHERE spec_name=?",
+            (spec.name,),
+        )
+    }
+    before = {
+        (r["record_hash"], r["item_id"], r["annotator"]): (r["label"], r["value"], r["comment"], r["status"])
+        for r in store.query(
+            "SELECT record_hash, item_id, annotator, label, value, comment, status FROM human_labels WHERE spec_name=?",
+            (spec.name,),
+        )
+    }
+    categorical = isinstance(spec.scale, CategoricalScale)
+    rows: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
+    per_user: Counter[str] = Counter()
+    n_records = pending = unknown = 0
+    for rec in iter_records(conn, handle.id, "responses"):
+        n_records += 1
+        meta = rec.get("metadata") or {}
+        if "record_hash" in meta:
+            item = str(meta.get("item_id", "-"))
+            unit = (str(meta["record_hash"]), "" if item == "-" else item, str(meta.get("record_id", "")))
+        elif rec.get("external_id") in known:
+            unit = known[rec["external_id"]]
+        else:
+            unknown += 1
+            continue
+        responses = rec.get("responses") or []
+        if not any(r["status"] == "submitted" for r in responses):
+            pending += 1
+        for r in responses:
+            status = str(r["status"])
+            counts[status] += 1
+            values = r.get("values") or {}
+            answer = (values.get(ds.QUESTION) or {}).get("value")
+            comment = (values.get(ds.COMMENT) or {}).get("value")
+            annotator = users.get(str(r["user_id"]), str(r["user_id"]))
+            if status == "submitted":
+                per_user[annotator] += 1
+            rows.append(
+                {
+                    "spec_name": spec.name,
+                    "record_hash": unit[0],
+                    "item_id": unit[1],
+                    "annotator": annotator,
+                    "record_id": unit[2],
+                    "spec_hash": meta.get("spec_hash", spec.hash),
+                    "label": str(answer) if categorical and answer is not None else None,
+                    "value": float(answer) if not categorical and answer is not None else None,
+                    "comment": comment or None,
+                    "status": status,
+                    "source": "argilla",
+                    "answered_at": _epoch(r.get("updated_at")),
+                }
+            )
+    changed = sum(
+        1
+        for r in rows
+        if (k := (r["record_hash"], r["item_id"], r["annotator"])) in before
+        and before[k] != (r["label"], r["value"], r["comment"], r["status"])
+    )
+    stored = store.put_human_labels(rows)
+    return PullResult(
+        dataset=name,
+        records=n_records,
+        submitted=counts["submitted"],
+        discarded=counts["discarded"],
+        drafts=counts["draft"],
+        pending=pending,
+        stored=stored,
+        changed=changed,
+        by_annotator=dict(per_user),
+        unknown=unknown,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- import
+@dataclass
+class ImportResult:
+    rows: int
+    stored: int
+    annotators: dict[str, int]
+    to_argilla: int = 0
+    dataset: str | None = None
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV / TSV / JSONL / JSON file as dicts (every cell as read, CSV cells as text)."""
+    import pandas as pd
+
+    if not path.exists():
+        raise AnnotationError(f"{path}: no such file")
+    name = path.name.lower().removesuffix(".gz")
+    try:
+        if name.endswith((".jsonl", ".ndjson")):
+            frame = pd.read_json(path, lines=True, dtype=False)
+        elif name.endswith(".json"):
+            frame = pd.read_json(path, dtype=False)
+        elif name.endswith(".tsv"):
+            frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+        else:
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (ValueError, OSError) as exc:
+        raise AnnotationError(f"{path}: cannot read ({_short(exc)})") from None
+    return [{str(k): v for k, v in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def _few(values: Iterable[Any], k: int = 5) -> str:
+    vals = list(dict.fromkeys(str(v) for v in values))
+    return ", ".join(vals[:k]) + (f" … ({len(vals)} in all)" if len(vals) > k else "")
+
+
+def _cell(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _resolve_records(store: Store, spec_key: str, ids: set[str]) -> dict[str, Record]:
+    """Record id -> the stored record version that has verdicts of this spec (else the newest version)."""
+    judged = {
+        r["record_hash"] for r in store.query("SELECT DISTINCT record_hash FROM verdicts WHERE spec_key=?", (spec_key,))
+    }
+    out: dict[str, Record] = {}
+    rows = store.query("SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid")
+    for r in rows:
+        rid = r["record_id"]
+        if rid not in ids:
+            continue
+        prev = out.get(rid)
+        if prev is None or prev.hash not in judged or r["record_hash"] in judged:
+            out[rid] = Record(id=rid, hash=r["record_hash"], data=json.loads(r["data"]))
+    return out
+
+
+def import_labels(
+    store: Store,
+    path: Path,
+    spec_name: str,
+    *,
+    record_id_col: str,
+    label_col: str,
+    item_id_col: str | None = None,
+    annotator_col: str | None = None,
+    annotator_name: str | None = None,
+    comment_col: str | None = None,
+    conn: Connection | None = None,
+    dataset: str | None = None,
+    workspace: str | None = None,
+) -> ImportResult:
+    """Load human labels from a file into ``human_labels`` (source "import"), optionally into Argilla as
+    submitted responses of the named annotator users (created when missing)."""
+    if (annotator_col is None) == (annotator_name is None):
+        raise AnnotationError("give exactly one of --annotator COL or --annotator-name NAME")
+    spec_key, spec = store.latest_spec(spec_name)
+    rows = read_table(path)
+    if not rows:
+        raise AnnotationError(f"{path}: no rows")
+    cols = list(rows[0])
+    for flag, col in (
+        ("--record-id", record_id_col),
+        ("--label", label_col),
+        ("--item-id", item_id_col),
+        ("--annotator", annotator_col),
+        ("--comment", comment_col),
+    ):
+        if col is not None and col not in cols:
+            raise AnnotationError(f"{flag} {col!r}: no such column in {path.name} (has: {_few(cols, 12)})")
+    if spec.each and item_id_col is None:
+        raise AnnotationError(f"spec {spec.name!r} labels each of the {spec.each}: give --item-id COL")
+    ids = {v for r in rows if (v := _cell(r[record_id_col])) is not None}
+    recs = _resolve_records(store, spec_key, ids)
+    missing_ids = [i for i in (_cell(r[record_id_col]) for r in rows) if i is None or i not in recs]
+    if missing_ids:
+        raise AnnotationError(
+            f"{len(missing_ids)} row(s) name records not in {store.path.name}: {_few(str(i) for i in missing_ids)}"
+        )
+    scale = spec.scale
+    categorical = isinstance(scale, CategoricalScale)
+    allowed_labels = scale.names if isinstance(scale, CategoricalScale) else []
+    lo_hi = (scale.min, scale.max) if not isinstance(scale, CategoricalScale) else (0, 0)
+    out: list[dict[str, Any]] = []
+    bad_labels: list[str] = []
+    bad_items: list[str] = []
+    for r in rows:
+        rec = recs[str(_cell(r[record_id_col]))]
+        item_id = ""
+        if spec.each and item_id_col:
+            item_id = _cell(r[item_id_col]) or ""
+            if item_id not in {str(it.get("id")) for it in rec.items(spec.each)}:
+                bad_items.append(f"{rec.id}/{item_id or '?'}")
+                continue
+        raw = _cell(r[label_col])
+        label: str | None = None
+        value: float | None = None
+        if categorical:
+            if raw is None or raw not in allowed_labels:
+                bad_labels.append(str(raw))
+                continue
+            label = raw
+        else:
+            try:
+                num = float(raw) if raw is not None else math.nan
+            except ValueError:
+                num = math.nan
+            lo, hi = lo_hi
+            if math.isnan(num) or num != int(num) or not lo <= num <= hi:
+                bad_labels.append(str(raw))
+                continue
+            value = float(int(num))
+        annotator = annotator_name if annotator_name is not None else _cell(r[str(annotator_col)])
+        if not annotator:
+            raise AnnotationError(f"record {rec.id}: empty annotator in column {annotator_col!r}")
+        out.append(
+            {
+                "spec_name": spec.name,
+                "record_hash": rec.hash,
+                "item_id": item_id,
+                "annotator": annotator,
+                "record_id": rec.id,
+                "spec_hash": spec.hash,
+                "label": label,
+                "value": value,
+                "comment": _cell(r[comment_col]) if comment_col else None,
+                "status": "submitted",
+                "source": "import",
+                "answered_at": None,
+            }
+        )
+    if bad_items:
+        raise AnnotationError(
+            f"{len(bad_items)} row(s) name {spec.each} that their record does not have: {_few(bad_items)}"
+        )
+    if bad_labels:
+        allowed = ", ".join(allowed_labels) if categorical else f"integers {lo_hi[0]}-{lo_hi[1]}"
+        raise AnnotationError(
+            f"{len(bad_labels)} label(s) not on the scale of {spec.name!r} ({allowed}): {_few(bad_labels)}"
+        )
+    stored = store.put_human_labels(out)
+    result = ImportResult(rows=len(rows), stored=stored, annotators=dict(Counter(r["annotator"] for r in out)))
+    if conn is not None:
+        result.to_argilla = _import_to_argilla(store, conn, spec_key, spec, out, recs, dataset, workspace)
+        result.dataset = dataset or spec.name
+    return result
+
+
+def ensure_user(conn: Connection, username: str, workspace: str) -> str:
+    """The id of an annotator user (created with a random password if missing), member of the workspace."""
+    users = {v: k for k, v in _usernames(conn).items()}
+    uid = users.get(username)
+    if uid is None:
+        resp = conn.http.post(
+            "/api/v1/users",
+            json={
+                "username": username,
+                "first_name": username,
+                "role": "annotator",
+                "password": secrets.token_urlsafe(18),
+            },
+        )
+        uid = str(_check(resp, f"create the user {username!r}")["id"])
+    ws = {w["name"]: w["id"] for w in _check(conn.http.get("/api/v1/me/workspaces"), "list workspaces")["items"]}
+    if workspace in ws:
+        members = _check(conn.http.get(f"/api/v1/workspaces/{ws[workspace]}/users"), "list workspace users")
+        if uid not in {str(u["id"]) for u in members["items"]}:
+            resp = conn.http.post(f"/api/v1/workspaces/{ws[workspace]}/users", json={"user_id": uid})
+            _check(resp, f"add {username!r} to the workspace {workspace!r}")
+    return uid
+
+
+def _import_to_argilla(
+    store: Store,
+    conn: Connection,
+    spec_key: str,
+    spec: Spec,
+    rows: Sequence[dict[str, Any]],
+    recs: Mapping[str, Record],
+    dataset: str | None,
+    workspace: str | None,
+) -> int:
+    """Upsert the labelled units with their judge verdict (when any) and the imported answers."""
+    handle = ensure_dataset(conn, spec, dataset or spec.name, workspace)
+    verdicts: dict[tuple[str, str], dict[str, Any]] = {}
+    for v in store.query(
+        "SELECT v.record_hash, v.item_id, v.label, v.value, v.confidence, v.reason, j.label AS judge,"
+        " j.identity"
+        " FROM verdicts v JOIN judges j ON j.judge_key=v.judge_key WHERE v.spec_key=? AND v.status='ok'"
+        " ORDER BY v.updated_at",
+        (spec_key,),
+    ):
+        verdicts[(v["record_hash"], v["item_id"])] = v
+    user_ids = {a: ensure_user(conn, a, handle.workspace) for a in sorted({r["annotator"] for r in rows})}
+    by_unit: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_unit[(r["record_hash"], r["item_id"])].append(r)
+    by_hash = {rec.hash: rec for rec in recs.values()}
+    items = []
+    for (rhash, item_id), answers in by_unit.items():
+        v = verdicts.get((rhash, item_id), {})
+        ident = json.loads(v.get("identity") or "{}")
+        ref = ds.VerdictRef(
+            record=by_hash[rhash],
+            item_id=item_id,
+            label=v.get("label"),
+            value=v.get("value"),
+            confidence=v.get("confidence"),
+            reason=v.get("reason"),
+            judge=v.get("judge") or "-",
+            judge_model=str(ident.get("model", "-")),
+            selection="import",
+        )
+        responses = []
+        for a in answers:
+            answer: str | int = a["label"] if a["label"] is not None else int(a["value"])
+            values: dict[str, Any] = {ds.QUESTION: {"value": answer}}
+            if a["comment"] and handle.comment_id:
+                values[ds.COMMENT] = {"value": a["comment"]}
+            responses.append({"values": values, "status": "submitted", "user_id": user_ids[a["annotator"]]})
+        items.append(record_payload(spec, ref, handle, blind=False, responses=responses))
+    done = 0
+    for batch in _batches(items, DEFAULT_BATCH):
+        bulk_upsert(conn, handle.id, batch, done, len(items))
+        done += len(batch)
+    return done

@@ -1,0 +1,414 @@
+"""Human review in Argilla end to end: spec -> dataset, push with suggestions, two annotators, pull,
+selection strategies with recorded probabilities, import-labels, and a push interrupted by a killed server.
+
+Real argilla-server 2.8.0 (embedded, one per module), real argilla SDK, real verdicts from the local
+OpenAI-compatible test server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from greval.annotation import dataset as ds
+from greval.annotation import server, sync
+from greval.data import Record
+from greval.errors import UserError
+from greval.models import JudgeConfig
+from greval.runner import run
+from greval.spec import CategoricalScale, Spec, parse_spec, resolve_specs
+from greval.store import Store
+from greval.testing.openai_server import OpenAIServer
+from tests.conftest import TEST_KEY
+
+import greval.annotation.commands  # noqa: F401  (attaches push / pull / import-labels)  # isort: skip
+
+rg = pytest.importorskip("argilla")
+
+pytestmark = [pytest.mark.slow, pytest.mark.argilla]
+
+RATING_SPEC: dict[str, Any] = {
+    "name": "answer_rating",
+    "description": "How good the answer is overall.",
+    "steps": ["Read the question.", "Rate the answer."],
+    "inputs": ["question", "answer"],
+    "scale": {"kind": "value", "min": 1, "max": 5, "ranges": {"1-2": "poor", "3": "fair", "4-5": "good"}},
+}
+
+
+def rag_records(n: int) -> list[Record]:
+    return [
+        Record.from_mapping({
+            "id": f"r{i}", "question": f"Question number {i}?", "expected_answer": f"Expected {i}.",
+            "answer": f"Answer {i}.", "chunks": [f"chunk {i}.{k}" for k in range(3)],
+            "triples": [[f"s{i}", "p", f"o{k}"] for k in range(2)], "system": "A" if i % 2 else "B",
+        })
+        for i in range(n)
+    ]
+
+
+@dataclass
+class Env:
+    info: server.ServerInfo
+    store_path: Path
+    tmp: Path
+    specs: dict[str, Spec]
+    users: dict[str, dict[str, str]]
+
+    def cli(self, *args: str, ok: bool = True) -> Any:
+        """``greval annotate ARGS`` through the main CLI (which turns UserErrors into one line, exit 2)."""
+        from greval.cli import main
+
+        env = {"ARGILLA_API_URL": self.info.url, "ARGILLA_API_KEY": self.info.api_key}
+        result = CliRunner().invoke(main, ["annotate", *args], env=env)
+        if ok:
+            assert result.exit_code == 0, (result.output, result.exception)
+        return result
+
+    def client(self, api_key: str | None = None) -> Any:
+        return rg.Argilla(api_url=self.info.url, api_key=api_key or self.info.api_key)
+
+    def http(self, api_key: str | None = None) -> httpx.Client:
+        return httpx.Client(base_url=self.info.url, headers={"X-Argilla-Api-Key": api_key or self.info.api_key},
+                            timeout=30)
+
+    def conn(self) -> sync.Connection:
+        return sync.connect(self.info.url, self.info.api_key, workspace=self.info.workspace)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("annotation")
+    specs = {s.name: s for s in resolve_specs(["answer_alignment", "chunk_evaluation"])}
+    specs["answer_rating"] = parse_spec(RATING_SPEC)
+    store_path = tmp / "store.sqlite"
+    openai_server.reset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", TEST_KEY)
+        cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
+        with Store(store_path) as st:
+            summary = run(list(specs.values()), rag_records(12), st, cfg)
+            assert summary.failed == 0
+            # Distinct confidences (a 1-sample judge has none): r0 least confident ... r11 most.
+            for i in range(12):
+                st.db.execute("UPDATE verdicts SET confidence=? WHERE record_id=? AND spec_name='answer_alignment'",
+                              (round(0.3 + i * 0.05, 2), f"r{i}"))
+    with server.running_server(data=tmp / "argilla") as info:
+        yield Env(info=info, store_path=store_path, tmp=tmp, specs=specs, users={})
+
+
+def _records(env: Env, name: str) -> list[Any]:
+    dataset = env.client().datasets(name, workspace=env.info.workspace)
+    assert dataset is not None
+    return list(dataset.records(with_suggestions=True, with_responses=True))
+
+
+def _verdicts(env: Env, spec: str) -> list[dict[str, Any]]:
+    with Store(env.store_path) as st:
+        return st.query("SELECT * FROM verdicts WHERE spec_name=? AND status='ok'", (spec,))
+
+
+def _labels(env: Env, spec: str) -> list[dict[str, Any]]:
+    with Store(env.store_path) as st:
+        return st.query("SELECT * FROM human_labels WHERE spec_name=? ORDER BY record_id, annotator", (spec,))
+
+
+# ------------------------------------------------------------------------------------- settings
+def test_settings_follow_each_spec_kind(env: Env) -> None:
+    cat = env.specs["answer_alignment"]
+    assert isinstance(cat.scale, CategoricalScale)
+    s = ds.build_settings(cat, env.client(), annotators_per_record=2)
+    q = s.questions[ds.QUESTION]
+    assert isinstance(q, rg.LabelQuestion) and q.labels == cat.scale.names
+    assert all(lab.description in (q.description or "") for lab in cat.scale.labels)
+    assert all(step in (s.guidelines or "") for step in cat.steps) and cat.description.strip() in s.guidelines
+    assert s.distribution.min_submitted == 2
+    assert [f.name for f in s.fields][:3] == ["question", "expected_answer", "answer"]
+    assert ds.REASON_FIELD in [f.name for f in s.fields]
+
+    val = env.specs["answer_rating"]
+    rq = ds.build_settings(val, env.client()).questions[ds.QUESTION]
+    assert isinstance(rq, rg.RatingQuestion) and rq.values == [1, 2, 3, 4, 5]
+
+    many = env.specs["chunk_evaluation"]
+    names = [f.name for f in ds.build_settings(many, env.client(), blind=True).fields]
+    assert names[0] == ds.ITEM_FIELD and "chunks" not in names and ds.REASON_FIELD not in names
+
+    too_wide = parse_spec({**RATING_SPEC, "scale": {"kind": "value", "min": 0, "max": 20,
+                                                     "ranges": {"0-10": "low", "11-20": "high"}}})
+    with pytest.raises(ds.ScaleDoesNotFit, match=r"value scale 0-20 does not fit an Argilla rating"):
+        ds.build_settings(too_wide, env.client())
+
+
+# ----------------------------------------------------------------------------------------- push
+def test_push_categorical_with_suggestions_and_metadata(env: Env) -> None:
+    spec = env.specs["answer_alignment"]
+    out = env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--annotators-per-record", "2").output
+    assert "Pushed 12 of 12 items" in out and env.info.api_key not in out
+    dataset = env.client().datasets(spec.name, workspace=env.info.workspace)
+    assert dataset.settings.distribution.min_submitted == 2
+    assert dataset.settings.questions[ds.QUESTION].labels == spec.scale.names  # type: ignore[union-attr]
+    verdicts = {v["record_id"]: v for v in _verdicts(env, spec.name)}
+    recs = _records(env, spec.name)
+    assert len(recs) == 12
+    for rec in recs:
+        meta = dict(rec.metadata)
+        v = verdicts[meta["record_id"]]
+        assert rec.id == ds.argilla_id(spec.name, v["record_hash"], "")
+        sug = rec.suggestions[ds.QUESTION]
+        assert sug.value == v["label"] and sug.agent == f"openai:judge-test/{spec.hash}"
+        assert sug.score == pytest.approx(v["confidence"])
+        assert meta["spec_name"] == spec.name and meta["spec_hash"] == spec.hash and meta["item_id"] == "-"
+        assert meta["judge"] == "openai:judge-test" and meta["judge_model"] == "judge-test"
+        assert meta["system"] in ("A", "B") and meta["judge_verdict"] == v["label"]
+        assert rec.fields[ds.REASON_FIELD] == v["reason"] and rec.fields["question"].startswith("Question number")
+
+
+def test_push_value_and_many_specs(env: Env) -> None:
+    env.cli("push", "--store", str(env.store_path), "--spec", "answer_rating")
+    val = _records(env, "answer_rating")
+    values = {v["record_id"]: v["value"] for v in _verdicts(env, "answer_rating")}
+    assert len(val) == 12
+    assert {dict(r.metadata)["record_id"]: r.suggestions[ds.QUESTION].value for r in val} == values
+
+    env.cli("push", "--store", str(env.store_path), "--spec", "chunk_evaluation", "--blind")
+    many = _records(env, "chunk_evaluation")
+    assert len(many) == len(_verdicts(env, "chunk_evaluation")) == 36
+    r = next(r for r in many if dict(r.metadata)["record_id"] == "r3" and dict(r.metadata)["item_id"] == "c2")
+    assert r.fields[ds.ITEM_FIELD] == "**Chunk c2**\n\nchunk 3.1"
+    assert r.fields["question"] == "Question number 3?"
+    assert len(list(r.suggestions)) == 0 and ds.REASON_FIELD not in r.fields  # blind: nothing to anchor on
+
+
+# ------------------------------------------------------------------------------- two annotators
+def _user(env: Env, name: str) -> dict[str, str]:
+    if name not in env.users:
+        client = env.client()
+        user = rg.User(username=name, password="annotator-pass-123", role="annotator", client=client).create()
+        client.workspaces(env.info.workspace).add_user(user)
+        with env.http() as http:
+            key = http.get(f"/api/v1/users/{user.id}").json()["api_key"]
+        env.users[name] = {"id": str(user.id), "api_key": key}
+    return env.users[name]
+
+
+def _server_ids(env: Env, name: str) -> dict[str, str]:
+    """record id (greval's) -> Argilla's record uuid."""
+    return {dict(r.metadata)["record_id"]: str(r._server_id) for r in _records(env, name)}
+
+
+def _respond(env: Env, user: str, record_uuid: str, status: str, values: dict[str, Any]) -> str:
+    with env.http(_user(env, user)["api_key"]) as http:
+        resp = http.post(f"/api/v1/records/{record_uuid}/responses", json={"status": status, "values": values})
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["id"])
+
+
+def test_two_annotators_pull_repull_and_change(env: Env) -> None:
+    spec = env.specs["answer_alignment"]
+    ids = _server_ids(env, spec.name)
+    a = {f"r{i}": _respond(env, "alice", ids[f"r{i}"], "submitted", {"verdict": {"value": "Correct"}})
+         for i in range(4)}
+    _respond(env, "bob", ids["r0"], "submitted",
+             {"verdict": {"value": "Incorrect"}, "comment": {"value": "misses the point"}})
+    _respond(env, "bob", ids["r1"], "discarded", {"verdict": {"value": "Correct"}})
+    out = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
+    assert "5 submitted, 1 discarded" in out and "alice" in out and "bob" in out
+    rows = _labels(env, spec.name)
+    sub = [(r["record_id"], r["annotator"], r["label"]) for r in rows if r["status"] == "submitted"]
+    assert sorted(sub) == sorted([(f"r{i}", "alice", "Correct") for i in range(4)] + [("r0", "bob", "Incorrect")])
+    bob0 = next(r for r in rows if r["annotator"] == "bob" and r["record_id"] == "r0")
+    assert bob0["comment"] == "misses the point" and bob0["source"] == "argilla" and bob0["answered_at"] > 0
+    hashes = {v["record_id"]: v["record_hash"] for v in _verdicts(env, spec.name)}
+    assert bob0["record_hash"] == hashes["r0"] and bob0["item_id"] == "" and bob0["spec_hash"] == spec.hash
+
+    again = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
+    assert "(0 changed" in again
+    def strip(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "updated_at"} for r in rs]
+
+    assert strip(_labels(env, spec.name)) == strip(rows)  # idempotent: same rows, same answer times
+
+    with env.http(_user(env, "alice")["api_key"]) as http:
+        resp = http.put(f"/api/v1/responses/{a['r2']}",
+                        json={"status": "submitted", "values": {"verdict": {"value": "Incorrect"}}})
+        assert resp.status_code == 200, resp.text
+    changed = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
+    assert "(1 changed" in changed
+    after = {(r["record_id"], r["annotator"]): r["label"] for r in _labels(env, spec.name)}
+    assert after[("r2", "alice")] == "Incorrect" and len(after) == len(rows)
+
+
+def test_repush_updates_without_duplicates_and_keeps_answers(env: Env) -> None:
+    spec = env.specs["answer_alignment"]
+    before = {r.id for r in _records(env, spec.name)}
+    with Store(env.store_path) as st:  # the judge changes its mind on r5: the suggestion follows
+        st.db.execute("UPDATE verdicts SET label='Incorrect' WHERE record_id='r5' AND spec_name=?", (spec.name,))
+    env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--annotators-per-record", "2")
+    recs = _records(env, spec.name)
+    assert {r.id for r in recs} == before and len(recs) == 12
+    r5 = next(r for r in recs if dict(r.metadata)["record_id"] == "r5")
+    assert r5.suggestions[ds.QUESTION].value == "Incorrect"
+    answered = Counter(len(list(r.responses)) for r in recs)
+    assert sum(k * v for k, v in answered.items()) >= 6  # alice's and bob's answers survived the re-push
+
+
+# ------------------------------------------------------------------------------------- selection
+def test_selection_strategies_are_honest() -> None:
+    units = [sync.Unit(f"h{i:03d}", "", "rare" if i < 3 else ("mid" if i < 20 else "common"), i / 100)
+             for i in range(100)]
+    rnd = sync.select(units, "random", n=10, seed=1)
+    assert len(rnd) == 10 and all(p.probability == pytest.approx(0.1) for p in rnd)
+    assert [p.unit for p in sync.select(units, "random", n=10, seed=1)] == [p.unit for p in rnd]
+
+    strat = sync.select(units, "stratified", n=12, seed=1)
+    by = Counter(p.unit.stratum for p in strat)
+    assert set(by) == {"rare", "mid", "common"} and by["rare"] == 3 and sum(by.values()) == 12
+    sizes = Counter(u.stratum for u in units)
+    for p in strat:
+        assert p.probability == pytest.approx(by[p.unit.stratum] / sizes[p.unit.stratum])
+    # Horvitz-Thompson: the weights add up to the population.
+    assert sum(1 / p.probability for p in strat) == pytest.approx(100)
+
+    unc = sync.select(units, "uncertain", n=20, seed=1, control_share=0.25)
+    first = [p for p in unc if p.selection == "uncertain"]
+    control = [p for p in unc if p.selection == "control"]
+    assert [p.unit.confidence for p in first] == sorted(u.confidence or 0 for u in units)[:15]
+    assert len(control) == 5 and all(p.probability == pytest.approx(5 / 85) for p in control)
+    assert all(p.probability == 1.0 for p in first)
+    assert sum(1 / p.probability for p in unc) == pytest.approx(100)
+    assert not {p.unit for p in first} & {p.unit for p in control}
+
+    with pytest.raises(UserError, match="needs --n"):
+        sync.select(units, "random")
+
+
+def test_push_records_selection_and_probabilities(env: Env) -> None:
+    spec = env.specs["answer_alignment"]
+    res = env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--dataset", "aa-uncertain",
+                  "--select", "uncertain", "--n", "5", "--control-share", "0.4", "--seed", "3")
+    assert "uncertain 3" in res.output and "control 2" in res.output
+    with Store(env.store_path) as st:
+        push = st.query("SELECT * FROM annotation_pushes WHERE dataset='aa-uncertain'")
+        assert len(push) == 1 and push[0]["status"] == "done" and push[0]["population"] == 12
+        rows = st.query("SELECT * FROM annotation_selection WHERE push_id=? ORDER BY rank", (push[0]["push_id"],))
+    assert [r["record_id"] for r in rows[:3]] == ["r0", "r1", "r2"]  # least confident first
+    assert [r["stratum"] for r in rows] == ["uncertain"] * 3 + ["control"] * 2
+    assert all(r["probability"] == pytest.approx(2 / 9) for r in rows[3:]) and all(r["pushed_at"] for r in rows)
+    recs = _records(env, "aa-uncertain")
+    assert len(recs) == 5
+    assert {dict(r.metadata)["selection"] for r in recs} == {"uncertain", "control"}
+    with Store(env.store_path) as st:
+        weights = sync.selection_weights(st, spec.name, push[0]["push_id"])
+    assert sum(weights.values()) == pytest.approx(12)
+
+    env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--dataset", "aa-strat",
+            "--select", "stratified", "--n", "6")
+    labels = {dict(r.metadata)["judge_verdict"] for r in _records(env, "aa-strat")}
+    assert labels == {v["label"] for v in _verdicts(env, spec.name)}
+
+
+# ---------------------------------------------------------------------------------------- import
+def test_import_labels_round_trip(env: Env) -> None:
+    spec = env.specs["answer_rating"]
+    path = env.tmp / "labels.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["rid", "score", "note"])
+        w.writerows([["r1", "4", "fine"], ["r2", "2", ""], ["r3", "5", ""]])
+    out = env.cli("import-labels", str(path), "--store", str(env.store_path), "--spec", spec.name,
+                  "--record-id", "rid", "--label", "score", "--comment", "note", "--annotator-name", "carol",
+                  "--to-argilla").output
+    assert "Imported 3 labels" in out
+    imported = [r for r in _labels(env, spec.name) if r["annotator"] == "carol"]
+    assert [(r["record_id"], r["value"], r["source"]) for r in imported] == [
+        ("r1", 4.0, "import"), ("r2", 2.0, "import"), ("r3", 5.0, "import")]
+    assert imported[0]["comment"] == "fine"
+
+    # carol's answers are in Argilla as hers: a pull reads them back unchanged.
+    pulled = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
+    assert "3 submitted" in pulled and "carol" in pulled and "(0 changed" in pulled
+    recs = _records(env, spec.name)
+    assert len(recs) == 12  # the imported units were updated in place, not duplicated
+
+    bad = env.tmp / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps({"rid": r, "score": s}) for r, s in
+                             [("r1", 3), ("nope", 2), ("zzz", 1)]) + "\n")
+    res = env.cli("import-labels", str(bad), "--store", str(env.store_path), "--spec", spec.name,
+                  "--record-id", "rid", "--label", "score", "--annotator-name", "dan", ok=False)
+    assert res.exit_code == 2 and "name records not in" in res.output
+    with pytest.raises(UserError, match=r"2 row\(s\) name records not in .*: nope, zzz"), Store(env.store_path) as st:
+        sync.import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
+    bad.write_text(json.dumps({"rid": "r1", "score": 9}) + "\n")
+    with pytest.raises(UserError, match=r"1 label\(s\) not on the scale .*integers 1-5\): 9"), Store(
+        env.store_path
+    ) as st:
+        sync.import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
+
+
+def test_user_errors_are_one_line(env: Env) -> None:
+    from greval.cli import main
+
+    runner = CliRunner()
+    envs = {"ARGILLA_API_URL": env.info.url, "ARGILLA_API_KEY": env.info.api_key}
+    res = runner.invoke(main, ["annotate", "push", "--store", str(env.store_path), "--spec", "nope"], env=envs)
+    assert res.exit_code == 2 and "no metric 'nope'" in res.output and len(res.output.strip().splitlines()) == 1
+    res = runner.invoke(main, ["annotate", "push", "--store", str(env.store_path), "--spec", "answer_alignment",
+                               "--select", "random"], env=envs)
+    assert res.exit_code == 2 and "needs --n" in res.output
+    res = runner.invoke(main, ["annotate", "pull", "--store", str(env.store_path), "--spec", "answer_alignment"],
+                        env={"ARGILLA_API_URL": env.info.url, "ARGILLA_API_KEY": "wrong-key"})
+    assert res.exit_code == 2 and "refused the API key" in res.output and "wrong-key" not in res.output
+
+
+# ---------------------------------------------------------------------------- killed mid-push
+def test_push_after_killing_the_server_loses_nothing(env: Env) -> None:
+    """The server dies after the first batch; after a restart the same command finishes the job."""
+    spec = env.specs["chunk_evaluation"]
+    port = int(env.info.url.rsplit(":", 1)[1])
+    calls = {"n": 0}
+
+    def kill_after_first(_: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            os.killpg(env.info.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(env.info.pid, 0)
+            for _ in range(100):
+                if not server.healthy(env.info.url, timeout=0.2):
+                    break
+                time.sleep(0.05)
+
+    with Store(env.store_path) as st:
+        conn = env.conn()
+        with pytest.raises(UserError, match=r"stopped answering after 8 of 36 records.*re-run the same command"):
+            sync.push(st, conn, spec.name, dataset="ce-killed", batch_size=8, on_progress=kill_after_first)
+        conn.close()
+        status = st.query("SELECT status, pushed FROM annotation_pushes WHERE dataset='ce-killed'")
+        assert status == [{"status": "running", "pushed": 8}]
+    info = server.start(port, env.info.data_dir)
+    env.info = info
+    with Store(env.store_path) as st:
+        conn = env.conn()
+        res = sync.push(st, conn, spec.name, dataset="ce-killed", batch_size=8)
+        conn.close()
+        assert res.pushed == 36
+        status = st.query("SELECT status, pushed, attempts FROM annotation_pushes WHERE dataset='ce-killed'")
+        assert status == [{"status": "done", "pushed": 36, "attempts": 2}]
+    recs = _records(env, "ce-killed")
+    assert len(recs) == 36 and len({r.id for r in recs}) == 36
+    # Everything pushed before the crash is still there (SQLite is the source of truth).
+    assert len(_records(env, spec.name)) == 36 and len(_records(env, "answer_alignment")) == 12
