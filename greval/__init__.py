@@ -8,7 +8,8 @@ The data's path through the package: spec (``greval.spec``) -> judge (``greval.j
 from __future__ import annotations
 
 from greval.data import Record, load_records
-from greval.judge import ItemVerdict, Judge, JudgeResult, compile, compile_suite
+from greval.evaluators import compile_suite
+from greval.judge import ItemVerdict, Judge, JudgeResult, compile
 from greval.models import JudgeConfig, make_chat_model
 from greval.results import export_results, load_results
 from greval.runner import RunOptions, RunSummary, arun, run

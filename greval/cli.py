@@ -71,19 +71,21 @@ def spec() -> None:
 @spec.command("list")
 def spec_list() -> None:
     """List the predefined metric specs shipped with greval."""
-    from greval.spec import CategoricalScale, bundled_specs, load_spec_file
+    from greval.spec import CategoricalScale, Spec, bundled_specs, load_spec_file
 
     table = Table(title="Predefined metric specs", show_lines=False)
-    for col in ("name", "target", "scale", "inputs", "hash"):
+    for col in ("name", "kind", "target", "scale", "inputs", "hash"):
         table.add_column(col, no_wrap=col in ("name", "hash"))
     for name, path in bundled_specs().items():
         s = next(x for x in load_spec_file(path) if x.name == name)
-        scale = (
-            ", ".join(s.scale.names)
-            if isinstance(s.scale, CategoricalScale)
-            else f"{s.scale.min}–{s.scale.max}"
-        )
-        table.add_row(name, s.each or "record", scale, ", ".join(s.inputs), s.hash)
+        scale = inputs = ""
+        if isinstance(s, Spec):
+            sc = s.scale
+            scale = ", ".join(sc.names) if isinstance(sc, CategoricalScale) else f"{sc.min}–{sc.max}"
+            inputs = ", ".join(s.inputs)
+        else:
+            inputs = ", ".join(s.required_inputs())
+        table.add_row(name, s.kind, s.each or "record", scale, inputs, s.hash)
     out.print(table)
 
 
@@ -91,10 +93,16 @@ def spec_list() -> None:
 @click.argument("ref")
 def spec_show(ref: str) -> None:
     """Print a spec (file or predefined name) with its hash, and the prompt the judge receives."""
+    import yaml
+
     from greval.judge import system_prompt, verdict_models
-    from greval.spec import resolve_specs
+    from greval.spec import Spec, resolve_specs
 
     for s in resolve_specs([ref], with_dependencies=False):
+        if not isinstance(s, Spec):
+            out.print(f"[bold]{s.name}[/]  hash {s.hash}  kind {s.kind}")
+            out.print(yaml.safe_dump(s.canonical(), sort_keys=False, allow_unicode=True), highlight=False)
+            continue
         answer, _ = verdict_models(s)
         out.print(f"[bold]{s.name}[/]  hash {s.hash}  target {s.each or 'record'}")
         out.print(system_prompt(s, "json_schema", answer.model_json_schema()), highlight=False)
@@ -105,13 +113,14 @@ def spec_show(ref: str) -> None:
 def spec_validate(files: Sequence[str]) -> None:
     """Validate spec files; print each spec's name and hash, or the first error as FILE: FIELD: PROBLEM."""
     from greval.judge import Judge
-    from greval.spec import load_spec_file
+    from greval.spec import Spec, load_spec_file
 
     failed = False
     for f in files:
         try:
             for s in load_spec_file(f):
-                Judge(s, cast(Any, _NoModel()))  # also checks few-shot examples against the verdict schema
+                if isinstance(s, Spec):
+                    Judge(s, cast(Any, _NoModel()))  # also checks few-shot examples against the verdict schema
                 out.print(f"[green]ok[/] {f}: {s.name} ({s.hash})", highlight=False)
         except UserError as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)

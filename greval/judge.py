@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
+from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -35,7 +35,7 @@ from greval.execution import (
     call_with_retries,
     describe_error,
 )
-from greval.spec import CategoricalScale, Spec, ValueScale, dependency_levels
+from greval.spec import CategoricalScale, Spec, ValueScale
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
 warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
@@ -719,43 +719,3 @@ def compile(
 ) -> Runnable[Any, JudgeResult]:
     """Compile a spec into a LangChain runnable: record in, checked :class:`JudgeResult` out."""
     return Judge(spec, model, method=method, samples=samples, policy=policy, limiter=limiter).runnable
-
-
-def compile_suite(
-    specs: Sequence[Spec],
-    model: BaseChatModel,
-    **options: Any,
-) -> Runnable[Any, dict[str, JudgeResult]]:
-    """Several specs as one runnable: independent metrics run concurrently (RunnableParallel), and
-    ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
-    def start(rec: Any) -> dict[str, Any]:
-        return {"record": rec, "results": {}}
-
-    state: Runnable[Any, Any] = RunnableLambda(start, name="greval:record")
-    for level in dependency_levels(specs):
-        branches: dict[str, Runnable[Any, Any]] = {}
-        for s in level:
-            judge = Judge(s, model, **options)
-
-            async def run(st: dict[str, Any], j: Judge = judge) -> JudgeResult:
-                return await j.ajudge(st["record"], st["results"])
-
-            def run_blocking(st: dict[str, Any], j: Judge = judge) -> JudgeResult:
-                return run_sync(j.ajudge(st["record"], st["results"]))
-
-            branches[s.name] = RunnableLambda(run_blocking, afunc=run, name=f"greval:{s.name}")
-        parallel = RunnableParallel(branches)
-
-        async def merge(st: dict[str, Any], p: RunnableParallel[Any] = parallel) -> dict[str, Any]:
-            done = await p.ainvoke(st)
-            return {"record": st["record"], "results": {**st["results"], **done}}
-
-        def merge_blocking(st: dict[str, Any], p: RunnableParallel[Any] = parallel) -> dict[str, Any]:
-            return {"record": st["record"], "results": {**st["results"], **p.invoke(st)}}
-
-        state = state | RunnableLambda(merge_blocking, afunc=merge, name="greval:level")
-
-    def results_of(st: dict[str, Any]) -> dict[str, JudgeResult]:
-        return dict(st["results"])
-
-    return state | RunnableLambda(results_of, name="greval:results")

@@ -18,10 +18,11 @@ from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
 from greval.data import Record
+from greval.evaluators import Evaluator, config_for, make_evaluator
 from greval.execution import AdaptiveLimiter, JudgeUnavailable, RetryPolicy
-from greval.judge import Judge, JudgeResult, Method
+from greval.judge import JudgeResult, Method
 from greval.models import JudgeConfig, make_chat_model
-from greval.spec import CategoricalScale, Spec, dependency_levels, order_specs
+from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale, dependency_levels, order_specs
 from greval.store import Store, spec_keys
 
 
@@ -77,7 +78,7 @@ def _error_kind(text: str | None) -> str:
 
 
 async def arun(
-    specs: Sequence[Spec],
+    specs: Sequence[BaseSpec],
     records: Sequence[Record],
     store: Store,
     cfg: JudgeConfig,
@@ -91,16 +92,18 @@ async def arun(
     opts = options or RunOptions()
     specs = order_specs(specs)
     keys = spec_keys(specs)
-    chat = model or make_chat_model(cfg)
+    chat = model or (make_chat_model(cfg) if any(s.needs_model for s in specs) else None)
     limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
     method: Any = opts.method
-    judges = {
-        s.name: Judge(s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter)
+    judges: dict[str, Evaluator] = {
+        s.name: make_evaluator(s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter)
         for s in specs
     }
+    cfgs = {s.name: config_for(s, cfg) for s in specs}
     levels = dependency_levels(specs)
     store.put_specs(specs, keys)
-    store.put_judge(cfg)
+    for c in {c.key: c for c in cfgs.values()}.values():
+        store.put_judge(c)
     run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
     store.put_records(records, run_id)
     started = time.perf_counter()
@@ -113,7 +116,7 @@ async def arun(
         pend: dict[str, list[str] | None] = {}
         for s in specs:
             ids = [it["id"] for it in rec.items(s.each)] if s.each else None
-            pend[s.name] = store.pending_items(keys[s.name], cfg.key, rec, ids)
+            pend[s.name] = store.pending_items(keys[s.name], cfgs[s.name].key, rec, ids)
             if pend[s.name] is None:
                 summaries[s.name].reused += 1
             else:
@@ -124,20 +127,21 @@ async def arun(
         progress(0, total, 0)
 
     async def judge_one(
-        rec: Record, spec: Spec, pending: list[str] | None, results: dict[str, JudgeResult]
+        rec: Record, spec: BaseSpec, pending: list[str] | None, results: dict[str, JudgeResult]
     ) -> None:
         nonlocal done, errors
+        scfg = cfgs[spec.name]
         if pending is None:
-            stored = store.result(keys[spec.name], cfg.key, rec)
+            stored = store.result(keys[spec.name], scfg.key, rec)
             if stored is not None:
                 results[spec.name] = stored
             return
         deps = {d: results[d] for d in spec.depends_on if d in results}
         only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
         res = await judges[spec.name].ajudge(rec, deps, only)
-        store.put_result(run_id, keys[spec.name], cfg, rec, res)
+        store.put_result(run_id, keys[spec.name], scfg, rec, res)
         if only is not None or not res.ok:
-            merged = store.result(keys[spec.name], cfg.key, rec)
+            merged = store.result(keys[spec.name], scfg.key, rec)
             results[spec.name] = merged if merged is not None else res
         else:
             results[spec.name] = res
@@ -182,7 +186,7 @@ async def arun(
         status = "interrupted"
         raise
     finally:
-        summary = _summarise(store, specs, keys, cfg, records, summaries)
+        summary = _summarise(store, specs, keys, cfgs, records, summaries)
         result = RunSummary(
             run_id=run_id,
             records=len(records),
@@ -199,9 +203,9 @@ async def arun(
 
 def _summarise(
     store: Store,
-    specs: Sequence[Spec],
+    specs: Sequence[BaseSpec],
     keys: dict[str, str],
-    cfg: JudgeConfig,
+    cfgs: dict[str, JudgeConfig],
     records: Sequence[Record],
     summaries: dict[str, MetricSummary],
 ) -> list[MetricSummary]:
@@ -212,20 +216,23 @@ def _summarise(
     for s in specs:
         m = summaries[s.name]
         rows = store.db.execute(
-            "SELECT record_hash, status, label, value, score, error FROM verdicts"
+            "SELECT record_hash, status, label, value, score, error, item_id FROM verdicts"
             " WHERE spec_key=? AND judge_key=?",
-            (keys[s.name], cfg.key),
+            (keys[s.name], cfgs[s.name].key),
         ).fetchall()
         rows = [r for r in rows if r[0] in hashes]
         ok = [r for r in rows if r[1] == "ok"]
         m.verdicts = len(ok)
         m.items_failed = len(rows) - len(ok)
-        if isinstance(s.scale, CategoricalScale):
+        if not isinstance(s, Spec):  # computed / pipeline metrics: the record-level scores
+            ok = [r for r in ok if r[6] == ""]
+        scale = s.scale if isinstance(s, Spec) else None
+        if isinstance(scale, CategoricalScale):
             counts = Counter(r[2] for r in ok)
-            m.distribution = {name: counts.get(name, 0) for name in s.scale.names}
-        else:
-            counts = Counter(int(r[3]) for r in ok if r[3] is not None)
-            m.distribution = {str(v): counts.get(v, 0) for v in range(s.scale.min, s.scale.max + 1)}
+            m.distribution = {name: counts.get(name, 0) for name in scale.names}
+        elif isinstance(scale, ValueScale):
+            vcounts = Counter(int(r[3]) for r in ok if r[3] is not None)
+            m.distribution = {str(v): vcounts.get(v, 0) for v in range(scale.min, scale.max + 1)}
         scores = [r[4] for r in ok if r[4] is not None]
         m.mean_score = sum(scores) / len(scores) if scores else None
         out.append(m)
@@ -233,7 +240,7 @@ def _summarise(
 
 
 def run(
-    specs: Sequence[Spec],
+    specs: Sequence[BaseSpec],
     records: Sequence[Record],
     store: Store,
     cfg: JudgeConfig,

@@ -251,11 +251,75 @@ class Example(_Strict):
     output: dict[str, Any]
 
 
-class Spec(_Strict):
-    """A judge metric. See README "Spec format" for a full example."""
+class BaseSpec(_Strict):
+    """What every kind of metric shares: a name, a description, dependencies, judge defaults, a version hash.
 
+    Kinds: ``judge`` (:class:`Spec`, one LLM call per record), ``computed`` (no model) and ``pipeline``
+    (declared multi-step LLM metrics). Other modules register theirs with :func:`register_kind`.
+    """
+
+    kind: str
     name: str = Field(pattern=_IDENT, description="Identifier, used on the command line and in the store.")
-    description: str = Field(min_length=1, description="What the metric measures; the judge reads it first.")
+    description: str = Field(min_length=1, description="What the metric measures.")
+    depends_on: list[Annotated[str, Field(pattern=_IDENT)]] = Field(
+        default_factory=list, description="Metrics whose verdicts this one reads (they run first)."
+    )
+    judge: JudgeDefaults = Field(default_factory=JudgeDefaults)
+
+    @property
+    def each(self) -> str | None:
+        """The item field judged one by one (``chunks`` / ``triples``), or None for record metrics."""
+        return None
+
+    @property
+    def needs_model(self) -> bool:
+        """Whether this metric calls a judge model (computed metrics do not)."""
+        return True
+
+    def required_inputs(self) -> list[str]:
+        return []
+
+    def canonical(self) -> dict[str, Any]:
+        """The spec's content as plain JSON, without judge defaults (they are part of the judge's identity)."""
+        return self.model_dump(mode="json", exclude={"judge"})
+
+    @property
+    def hash(self) -> str:
+        """A short content hash of the canonical form: the spec's version."""
+        blob = json.dumps(self.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+SPEC_KINDS: dict[str, type[BaseSpec]] = {}
+
+
+def register_kind(kind: str) -> Any:
+    """Class decorator: make ``kind: <kind>`` in a spec file validate with this model."""
+
+    def deco(cls: type[BaseSpec]) -> type[BaseSpec]:
+        SPEC_KINDS[kind] = cls
+        return cls
+
+    return deco
+
+
+def _kinds() -> dict[str, type[BaseSpec]]:
+    """The registered kinds; the optional kind modules register themselves on import."""
+    import importlib
+
+    for module in ("greval.computed", "greval.pipeline"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+    return SPEC_KINDS
+
+
+@register_kind("judge")
+class Spec(BaseSpec):
+    """A judge metric: one structured LLM verdict per record or per chunk / triple. See README "Spec format"."""
+
+    kind: Literal["judge"] = "judge"
     instructions: str | None = Field(None, description="Extra guidance for the judge.")
     steps: list[Annotated[str, Field(min_length=1)]] = Field(
         min_length=1, description="Chain-of-thought evaluation steps, in order."
@@ -263,12 +327,8 @@ class Spec(_Strict):
     inputs: Inputs = Field(description="Record fields the judge sees, and which are required.")
     scale: Scale
     target: Target = "record"
-    depends_on: list[Annotated[str, Field(pattern=_IDENT)]] = Field(
-        default_factory=list, description="Metrics whose verdicts this judge reads (they run first)."
-    )
     outputs: dict[Annotated[str, Field(pattern=_IDENT)], OutputSpec] = Field(default_factory=dict)
     examples: list[Example] = Field(default_factory=list)
-    judge: JudgeDefaults = Field(default_factory=JudgeDefaults)
 
     @field_validator("inputs")
     @classmethod
@@ -334,15 +394,8 @@ class Spec(_Strict):
             return [self.scale.labels[0].name]
         return []
 
-    def canonical(self) -> dict[str, Any]:
-        """The spec's content as plain JSON, without judge defaults (they are part of the judge's identity)."""
-        return self.model_dump(mode="json", exclude={"judge"})
-
-    @property
-    def hash(self) -> str:
-        """A short content hash of the canonical form: the spec's version."""
-        blob = json.dumps(self.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    def required_inputs(self) -> list[str]:
+        return [n for n, i in self.inputs.items() if i.required]
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -434,12 +487,18 @@ def _parent_model(loc: Sequence[Any]) -> type[BaseModel] | None:
     return model
 
 
-def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> Spec:
+def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> BaseSpec:
     """Validate one spec mapping; raise SpecError naming the source, the field path and the problem."""
     if not isinstance(data, dict):
         raise SpecError(source, where, f"a spec must be a mapping, got {type(data).__name__}")
+    kinds = _kinds()
+    kind = data.get("kind", "judge")
+    model = kinds.get(str(kind))
+    if model is None:
+        path = f"{where}.kind" if where else "kind"
+        raise SpecError(source, path, f"unknown kind {kind!r}; use one of: {', '.join(kinds)}")
     try:
-        return Spec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         # An unknown key usually explains a "missing" one beside it (a typo): report it first.
@@ -454,7 +513,7 @@ def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> Spec:
         raise SpecError(source, prefix + path, text) from None
 
 
-def load_spec_file(path: str | Path) -> list[Spec]:
+def load_spec_file(path: str | Path) -> list[BaseSpec]:
     """Load a YAML file holding one spec, a list of specs, or ``specs: [...]``."""
     p = Path(path)
     name = str(path)
@@ -494,14 +553,14 @@ def bundled_specs() -> dict[str, Path]:
     return out
 
 
-def resolve_specs(refs: Sequence[str], with_dependencies: bool = True) -> list[Spec]:
+def resolve_specs(refs: Sequence[str], with_dependencies: bool = True) -> list[BaseSpec]:
     """Turn command-line references (files, or names of predefined specs) into specs.
 
     Dependencies named in ``depends_on`` are added from the predefined library when not given, so
     ``--spec answer_completeness`` brings its chunk and triple evaluations along. The result is in
     dependency order.
     """
-    specs: dict[str, Spec] = {}
+    specs: dict[str, BaseSpec] = {}
     library: dict[str, Path] | None = None
     for ref in refs:
         p = Path(ref)
@@ -535,17 +594,17 @@ def resolve_specs(refs: Sequence[str], with_dependencies: bool = True) -> list[S
     return order_specs(list(specs.values()))
 
 
-def order_specs(specs: Sequence[Spec]) -> list[Spec]:
+def order_specs(specs: Sequence[BaseSpec]) -> list[BaseSpec]:
     """Dependency order (a topological sort); a cycle or a missing dependency is a SpecError."""
     by_name = {s.name: s for s in specs}
     for s in specs:
         for d in s.depends_on:
             if d not in by_name:
                 raise SpecError(s.name, "depends_on", f"metric {d!r} is not among the specs being run")
-    done: list[Spec] = []
+    done: list[BaseSpec] = []
     state: dict[str, int] = {}
 
-    def visit(s: Spec, trail: list[str]) -> None:
+    def visit(s: BaseSpec, trail: list[str]) -> None:
         if state.get(s.name) == 2:
             return
         if state.get(s.name) == 1:
@@ -562,12 +621,12 @@ def order_specs(specs: Sequence[Spec]) -> list[Spec]:
     return done
 
 
-def dependency_levels(specs: Sequence[Spec]) -> list[list[Spec]]:
+def dependency_levels(specs: Sequence[BaseSpec]) -> list[list[BaseSpec]]:
     """Groups of specs that can run concurrently: each level depends only on earlier levels."""
     level: dict[str, int] = {}
     for s in order_specs(specs):
         level[s.name] = 1 + max((level[d] for d in s.depends_on), default=-1)
-    out: list[list[Spec]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+    out: list[list[BaseSpec]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
     for s in order_specs(specs):
         out[level[s.name]].append(s)
     return out
@@ -575,9 +634,17 @@ def dependency_levels(specs: Sequence[Spec]) -> list[list[Spec]]:
 
 def spec_json_schema() -> dict[str, Any]:
     """JSON Schema for spec files (one spec, a list, or {specs: [...]}), for editors to validate against."""
-    one = Spec.model_json_schema(mode="validation")
-    defs = one.pop("$defs", {})
-    defs["Spec"] = one
+    defs: dict[str, Any] = {}
+    variants = []
+    for kind, cls in _kinds().items():
+        one = cls.model_json_schema(mode="validation")
+        defs.update(one.pop("$defs", {}))
+        title = f"{kind.capitalize()}Spec"
+        if kind == "judge" and "kind" in one.get("required", []):  # `kind` may be left out for judge specs
+            one["required"].remove("kind")
+        defs[title] = one
+        variants.append({"$ref": f"#/$defs/{title}"})
+    defs["Spec"] = {"anyOf": variants}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "greval metric spec file",

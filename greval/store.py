@@ -23,7 +23,7 @@ from greval.data import Record
 from greval.errors import UserError
 from greval.judge import ItemVerdict, JudgeResult
 from greval.models import JudgeConfig
-from greval.spec import Spec
+from greval.spec import BaseSpec, Spec, parse_spec
 
 SCHEMA_VERSION = 1
 
@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS human_labels (
 """
 
 
-def spec_keys(specs: Sequence[Spec]) -> dict[str, str]:
+def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
     """Each spec's key: its content hash, folded with its dependencies' keys (editing a dependency
     re-judges the metrics that read it)."""
     from greval.spec import order_specs
@@ -127,7 +127,7 @@ class Store:
             self.db.execute("COMMIT")
 
     # -------------------------------------------------------------------------------- catalogue
-    def put_specs(self, specs: Sequence[Spec], keys: dict[str, str]) -> None:
+    def put_specs(self, specs: Sequence[BaseSpec], keys: dict[str, str]) -> None:
         now = time.time()
         with self._tx() as db:
             db.executemany(
@@ -152,11 +152,19 @@ class Store:
                     "INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows]
                 )
 
-    def spec(self, spec_key: str) -> Spec:
+    def any_spec(self, spec_key: str) -> BaseSpec:
+        """A stored spec of any kind."""
         row = self.db.execute("SELECT body FROM specs WHERE spec_key=?", (spec_key,)).fetchone()
         if row is None:
             raise UserError(f"{self.path}: no spec with key {spec_key}")
-        return Spec.model_validate_json(row[0])
+        return parse_spec(json.loads(row[0]), f"{self.path}#{spec_key}")
+
+    def spec(self, spec_key: str) -> Spec:
+        """A stored judge spec (what people can label and agreement applies to)."""
+        spec = self.any_spec(spec_key)
+        if not isinstance(spec, Spec):
+            raise UserError(f"metric {spec.name!r} is a {spec.kind} metric, not a judge metric")
+        return spec
 
     def specs(self) -> list[dict[str, Any]]:
         """Every spec version the store has verdicts or labels for."""
@@ -164,15 +172,14 @@ class Store:
         return [dict(zip(("spec_key", "name", "spec_hash", "created_at"), r, strict=True)) for r in cur]
 
     def latest_spec(self, name: str) -> tuple[str, Spec]:
+        """The most recently stored version of a judge metric."""
         row = self.db.execute(
-            "SELECT spec_key, body FROM specs WHERE name=? ORDER BY created_at DESC LIMIT 1", (name,)
+            "SELECT spec_key FROM specs WHERE name=? ORDER BY created_at DESC, rowid DESC LIMIT 1", (name,)
         ).fetchone()
         if row is None:
             known = sorted({r["name"] for r in self.specs()})
-            raise UserError(
-                f"{self.path}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})"
-            )
-        return row[0], Spec.model_validate_json(row[1])
+            raise UserError(f"{self.path}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})")
+        return row[0], self.spec(row[0])
 
     def records(self, hashes: Iterable[str] | None = None) -> list[Record]:
         if hashes is None:

@@ -11,8 +11,9 @@ from langchain_openai import ChatOpenAI
 
 from greval._sync import run_sync
 from greval.data import Record
+from greval.evaluators import compile_suite
 from greval.execution import RetryPolicy
-from greval.judge import Judge, JudgeResult, compile, compile_suite, verdict_models
+from greval.judge import Judge, JudgeResult, compile, verdict_models
 from greval.spec import Spec, parse_spec, resolve_specs
 from greval.testing.openai_server import OpenAIServer
 

@@ -330,7 +330,7 @@ def test_cli_schema_and_list(tmp_path: Path) -> None:
     out = tmp_path / "schema.json"
     res = CliRunner().invoke(main, ["spec", "schema", "-o", str(out)])
     assert res.exit_code == 0, res.output
-    assert json.loads(out.read_text())["$defs"]["Spec"]["properties"]["steps"]
+    assert json.loads(out.read_text())["$defs"]["JudgeSpec"]["properties"]["steps"]
     res = CliRunner().invoke(main, ["spec", "list"])
     assert res.exit_code == 0
     assert "answer_completeness" in res.output
