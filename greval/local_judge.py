@@ -234,9 +234,13 @@ def _run_logged(
             if match:
                 reporter.step(int(match.group(1)), int(match.group(2)), line.strip())
         return proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
+    except BaseException:  # Ctrl-C: stop ninja (it stops its compilers), keep the work for a resume
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         raise
 
 
@@ -936,6 +940,7 @@ def serve_command(
     click.echo(f"slots:    {info.parallel} x {info.ctx_size} tokens, {info.threads} threads, pid {info.pid}")
     click.echo(f"log:      {info.log_path}")
     click.echo("Ctrl-C to stop.", err=True)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # a supervisor's SIGTERM stops the server too
     try:
         code = server.wait()
     except KeyboardInterrupt:
@@ -944,6 +949,10 @@ def serve_command(
         server.stop()
     if code not in (0, -signal.SIGTERM):
         raise click.ClickException(f"llama-server exited with code {code}; see {info.log_path}")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @local_judge.command("status")
