@@ -497,19 +497,33 @@ def results_runs(store: str) -> None:
 
 
 def _register_optional() -> None:
-    """Attach the command groups of the other stages (annotation, agreement, local judge) when present."""
+    """Attach the commands of the other stages when present. A module either exposes a click command
+    (added under its own name) or a ``register(main)`` function that adds commands where they belong
+    (e.g. under ``greval spec``)."""
     import importlib
 
     for module, attr in (
         ("greval.annotation.cli", "annotate"),
+        ("greval.annotation.commands", None),
         ("greval.agreement.cli", "agreement"),
+        ("greval.agreement.cli", "report"),
         ("greval.local_judge", "local_judge"),
+        ("greval.authoring", None),
+        ("greval.reliability", None),
+        ("greval.quickstart", None),
     ):
         try:
-            cmd = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError):
+            mod = importlib.import_module(module)
+        except ImportError:
             continue
-        main.add_command(cmd)
+        if attr is None:
+            hook = getattr(mod, "register", None)
+            if callable(hook):
+                hook(main)
+            continue
+        cmd = getattr(mod, attr, None)
+        if isinstance(cmd, click.Command) and cmd.name not in main.commands:
+            main.add_command(cmd)
 
 
 _register_optional()
