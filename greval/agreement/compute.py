@@ -45,9 +45,7 @@ def _estimate(val: Val, n: int, ci: bs.CI | None) -> Estimate:
     return Estimate(value=value, n=n, ci_low=ci.low, ci_high=ci.high, note="; ".join(notes) or None)
 
 
-def _headline(
-    prep: Prepared, options: AgreementOptions
-) -> Callable[[IntArray, IntArray | None], dict[str, Val]]:
+def _headline(prep: Prepared, options: AgreementOptions) -> Callable[[IntArray, IntArray | None], dict[str, Val]]:
     """The statistic over a subset of compared items (identity subset = point estimate)."""
     scale = prep.scale
     if scale.kind == "categorical":
@@ -71,9 +69,7 @@ def _headline(
         groups = None
         if options.protocol == "per-group":
             groups = inst if inst is not None else prep.groups
-        return st.value_metrics(
-            prep.hv[idx], prep.jv[idx], groups, options.protocol, domain, options.alpha_max_values
-        )
+        return st.value_metrics(prep.hv[idx], prep.jv[idx], groups, options.protocol, domain, options.alpha_max_values)
 
     return val
 
@@ -306,9 +302,7 @@ def _ceiling(prep: Prepared, options: AgreementOptions) -> Ceiling | None:
 
 def _describe(x: FloatArray) -> Describe:
     d = st.describe(x)
-    return Describe(
-        count=len(x), mean=d["mean"], median=d["median"], std=d["std"], min=d["min"], max=d["max"]
-    )
+    return Describe(count=len(x), mean=d["mean"], median=d["median"], std=d["std"], min=d["min"], max=d["max"])
 
 
 def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
@@ -318,9 +312,7 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
     point = fn(everything, prep.groups)
     cis = _bootstrap(prep, options, fn, n, prep.groups)
     est = {name: _estimate(val, _n_for(name, prep), cis.get(name)) for name, val in point.items()}
-    report = AgreementReport(
-        scale=prep.scale, options=options, counts=prep.counts, metrics=est, notes=list(prep.notes)
-    )
+    report = AgreementReport(scale=prep.scale, options=options, counts=prep.counts, metrics=est, notes=list(prep.notes))
     if prep.scale.kind == "categorical":
         report.categorical = _categorical(prep, options, est)
     else:
@@ -332,7 +324,7 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
                 extra = f"mean over groups ({used} with a defined Pearson, {skipped} skipped)"
                 e.note = f"{e.note}; {extra}" if e.note else extra
         report.value = ValueReport(
-            judge=_describe(prep.jv),
+            judge=_describe(prep.jv[~prep.invalid]),  # valid answers only, before any substitution
             human=_describe(prep.hv),
             protocol=options.protocol,
             n_groups=used,
@@ -431,16 +423,12 @@ def compare_agreement(
 
     cis: dict[str, bs.CI] = {}
     if options.bootstrap > 0 and order:
-        cis = bs.run(
-            bs.Resampler(len(order), groups, options.bootstrap, options.seed), diff, options.confidence
-        )
+        cis = bs.run(bs.Resampler(len(order), groups, options.bootstrap, options.seed), diff, options.confidence)
     differences = []
     for name in names[1:]:
         for metric, (vb, nb) in points[name].items():
             va, na = points[base].get(metric, (None, None))
-            val: Val = (
-                (None, na or nb or "undefined in a version") if va is None or vb is None else (vb - va, None)
-            )
+            val: Val = (None, na or nb or "undefined in a version") if va is None or vb is None else (vb - va, None)
             e = _estimate(val, len(order), cis.get(f"{name}|{metric}"))
             beyond = None if e.ci_low is None or e.ci_high is None else bool(e.ci_low > 0 or e.ci_high < 0)
             differences.append(Difference(metric=metric, a=base, b=name, estimate=e, beyond_ci=beyond))
