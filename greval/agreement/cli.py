@@ -193,9 +193,7 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--group", default=None, help="cluster column: bootstrap resamples whole groups")
 @click.option("--slice", "slices", multiple=True, help="report per value of this column (repeatable)")
 @click.option("--kind", type=click.Choice(["categorical", "value"]), default="categorical", show_default=True)
-@click.option(
-    "--labels", default=None, help="comma-separated labels in the spec's order (low → high if ordered)"
-)
+@click.option("--labels", default=None, help="comma-separated labels in the spec's order (low → high if ordered)")
 @click.option("--ordered", is_flag=True, help="labels are ordered: weighted κ, ordinal α, signed bias")
 @click.option("--min", "vmin", type=float, default=None, help="value scale minimum")
 @click.option("--max", "vmax", type=float, default=None, help="value scale maximum")
@@ -227,7 +225,7 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--reason", "reason_col", default=None, help="column shown as 'reason' in the HTML gallery")
 @click.option("--comment", "comment_col", default=None, help="column shown as 'comment' in the HTML gallery")
-@click.option("--decimals", type=click.IntRange(0, 15), default=3, show_default=True, help="printed decimals")
+@click.option("--decimals", type=click.IntRange(0, 15), default=6, show_default=True, help="decimals printed (JSON keeps full precision)")
 def agreement(
     file: Path,
     judges: tuple[str, ...],
@@ -273,9 +271,7 @@ def agreement(
         )
         raw = read_table(file)
         if annotator and not item:
-            click.echo(
-                "note: --annotator without --item: every row is its own item, so no human ceiling", err=True
-            )
+            click.echo("note: --annotator without --item: every row is its own item, so no human ceiling", err=True)
         frames = {
             j: to_agreement_frame(raw, j, human, item=item, annotator=annotator, group=group, slices=slices)
             for j in judges
