@@ -225,7 +225,13 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--reason", "reason_col", default=None, help="column shown as 'reason' in the HTML gallery")
 @click.option("--comment", "comment_col", default=None, help="column shown as 'comment' in the HTML gallery")
-@click.option("--decimals", type=click.IntRange(0, 15), default=6, show_default=True, help="decimals printed (JSON keeps full precision)")
+@click.option(
+    "--decimals",
+    type=click.IntRange(0, 15),
+    default=6,
+    show_default=True,
+    help="decimals printed (JSON keeps full precision)",
+)
 def agreement(
     file: Path,
     judges: tuple[str, ...],
