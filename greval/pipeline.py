@@ -1,0 +1,854 @@
+"""Declared multi-step LLM metrics (``kind: pipeline``): extract lists, verify every item, aggregate counts.
+
+Metrics such as faithfulness or answer correctness cannot be read off one verdict: the judge first lists the
+claims of a text, then decides for each claim whether the contexts imply it, and a formula turns the verdict
+counts into a score. A pipeline spec declares those steps in YAML, without Python::
+
+    kind: pipeline
+    name: faithfulness
+    inputs: [answer, chunks]
+    steps:
+      - extract: {name: claims, from: answer, what: factual claims}
+      - verify:
+          each: claims
+          against: [chunks]
+          labels: {implied: ..., not_implied: ...}
+    aggregate: {kind: ratio, step: claims, positive: [implied]}
+
+Each verify step is compiled into a generated judge :class:`~greval.spec.Spec` (categorical, one verdict per
+item) and run by :class:`greval.judge.Judge`, so transport retries, structured-output fallbacks, parse
+re-asks and re-asking of missing item ids come for free. Nothing intermediate is thrown away: the extracted
+lists go into ``outputs``, every item verdict (with its reason) into the result as ``<step>:<id>``, and each
+extraction as a ``<step>`` verdict whose value is the number of items - so people can check every count
+behind a score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core.core_schema import SerializerFunctionWrapHandler
+
+from greval.data import Record
+from greval.errors import SpecError
+from greval.execution import AdaptiveLimiter, RetryPolicy, describe_error
+from greval.judge import (
+    MISSING_INPUT,
+    CallLog,
+    ItemVerdict,
+    Judge,
+    JudgeResult,
+    Method,
+    ParseError,
+    _first_error,
+    _known,
+    _title,
+    _verdict_fields,
+    describe_scale,
+    not_applicable,
+    render_item,
+)
+from greval.spec import (
+    ITEM_FIELDS,
+    BaseSpec,
+    CategoricalScale,
+    EachTarget,
+    Inputs,
+    InputSpec,
+    Label,
+    Spec,
+    _labels_shorthand,
+    register_kind,
+)
+
+_IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+Ident = Annotated[str, Field(pattern=_IDENT)]
+PREAMBLE = "You are a careful, impartial evaluator of a retrieval-augmented question-answering system."
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
+
+# ----------------------------------------------------------------------------------------------- steps
+class ExtractStep(_Model):
+    """The judge lists the statements / claims / opinions of one text field."""
+
+    op: Literal["extract"] = Field("extract", exclude=True)
+    name: Ident = Field(description="Name of the extracted list; verify steps and `outputs` use it.")
+    from_: Ident = Field(alias="from", description="The record field to extract from.")
+    what: str = Field("statements", min_length=1, description="What to list, plural: 'factual claims'.")
+    instructions: str | None = Field(None, description="How to split the text (what counts as one item).")
+    context: list[Ident] = Field(
+        default_factory=list, description="Other record fields shown to help (e.g. the question)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _as_yaml(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {"extract": handler(self)}
+
+
+class VerifyStep(_Model):
+    """One categorical verdict per item of an extracted list (or per chunk / triple), all in one call."""
+
+    op: Literal["verify"] = Field("verify", exclude=True)
+    name: Ident | None = Field(None, description="Name of the verdicts (item ids '<name>:s1'); default: `each`.")
+    each: Ident = Field(description="An extract step's name, or chunks / triples.")
+    against: list[Ident] = Field(
+        default_factory=list, description="Record fields the items are checked against (shown to the judge)."
+    )
+    instructions: str | None = Field(None, description="Extra guidance for this verdict.")
+    steps: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="Chain-of-thought steps for this verdict (a generic list if empty)."
+    )
+    labels: Annotated[
+        list[Label],
+        BeforeValidator(_labels_shorthand, json_schema_input_type=list[Label] | dict[str, str]),
+    ] = Field(min_length=2, description="The labels, each described; as a mapping {label: description}.")
+    ordered: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.name or self.each
+
+    @model_serializer(mode="wrap")
+    def _as_yaml(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {"verify": handler(self)}
+
+    @model_validator(mode="after")
+    def _scale(self) -> VerifyStep:
+        CategoricalScale(labels=self.labels, ordered=self.ordered)  # duplicate labels, partial scores
+        return self
+
+    def scale(self) -> CategoricalScale:
+        return CategoricalScale(labels=self.labels, ordered=self.ordered)
+
+
+Step = Annotated[ExtractStep | VerifyStep, Field(discriminator="op")]
+
+
+class _ExtractEntry(_Model):
+    extract: ExtractStep
+
+
+class _VerifyEntry(_Model):
+    verify: VerifyStep
+
+
+# ------------------------------------------------------------------------------------------- aggregate
+def _refs(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+LabelRefs = Annotated[list[str], BeforeValidator(_refs, json_schema_input_type=str | list[str])]
+
+
+class _AggregateBase(_Model):
+    empty: float | None = Field(
+        None, description="The score when there is nothing to count (e.g. bias with no opinions: 0); default: no score."
+    )
+    max_over: Ident | None = Field(
+        None,
+        description="A record field that may hold several values (several expected answers): the steps "
+        "reading it run once per value and the best score is kept.",
+    )
+
+
+class RatioAggregate(_AggregateBase):
+    """Share of a verify step's items whose label is positive."""
+
+    kind: Literal["ratio"]
+    step: Ident
+    positive: list[str] = Field(min_length=1)
+
+
+class CountsAggregate(_AggregateBase):
+    """Precision tp/(tp+fp), recall tp/(tp+fn) or F1 tp/(tp+½(fp+fn)) over labelled counts."""
+
+    kind: Literal["precision", "recall", "f1"]
+    tp: LabelRefs = Field(description="'step.label' (or a list): verdicts counted as true positives.")
+    fp: LabelRefs = Field(default_factory=list, description="'step.label' (or a list): false positives.")
+    fn: LabelRefs = Field(default_factory=list, description="'step.label' (or a list): false negatives.")
+
+    @model_validator(mode="after")
+    def _needed(self) -> CountsAggregate:
+        if self.kind in ("precision", "f1") and not self.fp:
+            raise ValueError(f"@fp: {self.kind} needs false positives ('step.label')")
+        if self.kind in ("recall", "f1") and not self.fn:
+            raise ValueError(f"@fn: {self.kind} needs false negatives ('step.label')")
+        return self
+
+
+class RankedPrecisionAggregate(_AggregateBase):
+    """Rank-weighted precision: Σ_k precision@k · v_k / Σ_k v_k over items in order; 0 if none is positive."""
+
+    kind: Literal["ranked_precision"]
+    step: Ident
+    positive: list[str] = Field(min_length=1)
+
+
+class ScoreMeanAggregate(_AggregateBase):
+    """Mean of the label scores of a verify step's items."""
+
+    kind: Literal["score_mean"]
+    step: Ident
+
+
+Aggregate = Annotated[
+    RatioAggregate | CountsAggregate | RankedPrecisionAggregate | ScoreMeanAggregate,
+    Field(discriminator="kind"),
+]
+
+
+# ------------------------------------------------------------------------------------------------ spec
+def _identity(value: Any) -> Any:
+    return value
+
+
+_STEP_FIELDS: dict[str, type[BaseModel]] = {"extract": ExtractStep, "verify": VerifyStep}
+
+
+_AGGREGATES: dict[str, type[BaseModel]] = {
+    "ratio": RatioAggregate,
+    "precision": CountsAggregate,
+    "recall": CountsAggregate,
+    "f1": CountsAggregate,
+    "ranked_precision": RankedPrecisionAggregate,
+    "score_mean": ScoreMeanAggregate,
+}
+
+
+def _unknown_keys(path: str, data: Mapping[str, Any], fields: set[str], context: str = "") -> None:
+    for key in data:
+        if key not in fields:
+            hint = difflib.get_close_matches(str(key), sorted(fields), n=1)
+            extra = f" (did you mean '{hint[0]}'?)" if hint else f" (fields: {', '.join(sorted(fields))})"
+            raise ValueError(f"@{path or key}: unknown field '{key}'{context}{extra}")
+
+
+@register_kind("pipeline")
+class PipelineSpec(BaseSpec):
+    """A declared multi-step metric: extract lists, verify each item, aggregate the verdict counts."""
+
+    kind: Literal["pipeline"] = "pipeline"
+    inputs: Inputs = Field(description="Record fields the steps read, and which are required.")
+    steps: Annotated[
+        list[Step],
+        BeforeValidator(_identity, json_schema_input_type=list[_ExtractEntry | _VerifyEntry]),
+    ] = Field(min_length=1, description="extract / verify steps, in order.")
+    aggregate: Aggregate
+
+    @model_validator(mode="before")
+    @classmethod
+    def _step_shorthand(cls, data: Any) -> Any:
+        """``- extract: {...}`` in YAML becomes the tagged step the union expects; unknown keys are reported
+        here, where the right model (and so the right did-you-mean) is known."""
+        if not isinstance(data, dict):
+            return data
+        _unknown_keys("", data, set(cls.model_fields))
+        agg = data.get("aggregate")
+        if isinstance(agg, dict):
+            kind = agg.get("kind")
+            if kind is None:
+                raise ValueError(f"@aggregate.kind: required field is missing; use one of: {', '.join(_AGGREGATES)}")
+            if kind not in _AGGREGATES:
+                hint = difflib.get_close_matches(str(kind), list(_AGGREGATES), n=1)
+                extra = f" (did you mean '{hint[0]}'?)" if hint else f"; use one of: {', '.join(_AGGREGATES)}"
+                raise ValueError(f"@aggregate.kind: unknown kind '{kind}'{extra}")
+            agg_model = _AGGREGATES[kind]
+            _unknown_keys("aggregate", agg, set(agg_model.model_fields), f" for kind {kind}")
+            for name, f in agg_model.model_fields.items():
+                if f.is_required() and name != "kind" and name not in agg:
+                    raise ValueError(f"@aggregate.{name}: required for kind {kind}")
+        if not isinstance(data.get("steps"), list):
+            return data
+        out: list[Any] = []
+        for i, entry in enumerate(data["steps"]):
+            if isinstance(entry, BaseModel):
+                out.append(entry)
+                continue
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise ValueError(f"@steps[{i}]: a step is {{extract: {{...}}}} or {{verify: {{...}}}}")
+            op, body = next(iter(entry.items()))
+            if op not in _STEP_FIELDS:
+                hint = difflib.get_close_matches(str(op), list(_STEP_FIELDS), n=1)
+                extra = f" (did you mean '{hint[0]}'?)" if hint else "; use extract or verify"
+                raise ValueError(f"@steps[{i}]: unknown step '{op}'{extra}")
+            if not isinstance(body, dict):
+                raise ValueError(f"@steps[{i}].{op}: must be a mapping of the step's fields")
+            model: type[BaseModel] = _STEP_FIELDS[op]
+            _unknown_keys(f"steps[{i}].{op}", body, {f.alias or n for n, f in model.model_fields.items()} - {"op"})
+            out.append({**body, "op": op})
+        return {**data, "steps": out}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PipelineSpec:
+        declared = list(self.inputs)
+
+        def field(path: str, name: str) -> None:
+            if name not in self.inputs:
+                hint = difflib.get_close_matches(name, declared, n=1)
+                extra = f" (did you mean '{hint[0]}'?)" if hint else f"; inputs: {', '.join(declared)}"
+                raise ValueError(f"@{path}: '{name}' is not among the inputs{extra}")
+
+        extracts: set[str] = set()
+        verify_keys: set[str] = set()
+        for i, step in enumerate(self.steps):
+            if isinstance(step, ExtractStep):
+                where = f"steps[{i}].extract"
+                field(f"{where}.from", step.from_)
+                for j, c in enumerate(step.context):
+                    field(f"{where}.context[{j}]", c)
+                if step.name in extracts or step.name in ITEM_FIELDS:
+                    raise ValueError(f"@{where}.name: '{step.name}' names two extract steps (or a record field)")
+                extracts.add(step.name)
+            else:
+                where = f"steps[{i}].verify"
+                if step.each not in extracts and step.each not in ITEM_FIELDS:
+                    raise ValueError(
+                        f"@{where}.each: '{step.each}' is neither an earlier extract step nor chunks / triples"
+                    )
+                if step.each in ITEM_FIELDS:
+                    field(f"{where}.each", step.each)
+                for j, a in enumerate(step.against):
+                    field(f"{where}.against[{j}]", a)
+                if step.key in verify_keys or (step.key in extracts and step.key != step.each):
+                    raise ValueError(
+                        f"@{where}.name: '{step.key}' is taken by another step; give this verify step its own name"
+                    )
+                verify_keys.add(step.key)
+        verifies = {s.key: s for s in self.steps if isinstance(s, VerifyStep)}
+        if not verifies:
+            raise ValueError("@steps: declare at least one verify step (the aggregate counts its verdicts)")
+        agg = self.aggregate
+
+        def step_of(path: str, name: str) -> VerifyStep:
+            if name not in verifies:
+                hint = difflib.get_close_matches(name, list(verifies), n=1)
+                extra = f" (did you mean '{hint[0]}'?)" if hint else f"; verify steps: {', '.join(verifies)}"
+                raise ValueError(f"@aggregate.{path}: '{name}' is not a verify step{extra}")
+            return verifies[name]
+
+        def labels_of(path: str, step: VerifyStep, labels: Sequence[str]) -> None:
+            known = step.scale().names
+            for lab in labels:
+                if lab not in known:
+                    raise ValueError(
+                        f"@aggregate.{path}: '{lab}' is not a label of step '{step.key}' (labels: {', '.join(known)})"
+                    )
+
+        if isinstance(agg, RatioAggregate | RankedPrecisionAggregate):
+            labels_of("positive", step_of("step", agg.step), agg.positive)
+        elif isinstance(agg, ScoreMeanAggregate):
+            if step_of("step", agg.step).scale().scores() is None:
+                raise ValueError(f"@aggregate.step: score_mean needs label scores in step '{agg.step}'")
+        else:
+            for part in ("tp", "fp", "fn"):
+                for ref in getattr(agg, part):
+                    name, dot, lab = str(ref).partition(".")
+                    if not dot:
+                        raise ValueError(f"@aggregate.{part}: '{ref}' must be 'step.label'")
+                    labels_of(part, step_of(part, name), [lab])
+        if agg.max_over is not None:
+            field("aggregate.max_over", agg.max_over)
+            if not any(agg.max_over in _reads(s) for s in self.steps):
+                raise ValueError(f"@aggregate.max_over: no step reads '{agg.max_over}'")
+        if self.name in self.depends_on:
+            raise ValueError("@depends_on: a metric cannot depend on itself")
+        return self
+
+    # ------------------------------------------------------------------------------ derived facts
+    def required_inputs(self) -> list[str]:
+        return [n for n, i in self.inputs.items() if i.required]
+
+    def extract_step(self, name: str) -> ExtractStep:
+        return next(s for s in self.steps if isinstance(s, ExtractStep) and s.name == name)
+
+    def varies(self, step: ExtractStep | VerifyStep) -> bool:
+        """Whether a step runs once per value of ``aggregate.max_over`` (it reads it, or verifies a list
+        extracted from it)."""
+        field = self.aggregate.max_over
+        if field is None:
+            return False
+        if field in _reads(step):
+            return True
+        if isinstance(step, VerifyStep) and step.each not in ITEM_FIELDS:
+            return self.varies(self.extract_step(step.each))
+        return False
+
+    def evaluator(
+        self,
+        *,
+        model: BaseChatModel | None,
+        method: Method | Literal["auto"] = "auto",
+        samples: int = 1,
+        policy: RetryPolicy | None = None,
+        limiter: AdaptiveLimiter | None = None,
+    ) -> PipelineEvaluator:
+        if model is None:
+            raise ValueError("a pipeline metric needs a chat model")
+        return PipelineEvaluator(self, model, method=method, samples=samples, policy=policy, limiter=limiter)
+
+
+def _reads(step: ExtractStep | VerifyStep) -> set[str]:
+    if isinstance(step, ExtractStep):
+        return {step.from_, *step.context}
+    return {*step.against, *([step.each] if step.each in ITEM_FIELDS else [])}
+
+
+# ---------------------------------------------------------------------------------------- rendering
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(f"- {v}" for v in value)
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _field_block(name: str, value: Any, note: str | None = None) -> str:
+    head = f"## {_title(name)}" + (f" ({note})" if note else "")
+    if name in ITEM_FIELDS and isinstance(value, list):
+        sep = "\n\n" if name == "chunks" else "\n"
+        return head + "\n" + sep.join(render_item(name, it) for it in value)
+    return head + "\n" + _value_text(value)
+
+
+def _deps_blocks(deps: Mapping[str, JudgeResult] | None) -> list[str]:
+    parts = []
+    for dep_name, res in (deps or {}).items():
+        lines = [f"## Verdicts of the metric '{dep_name}'"]
+        for v in res.verdicts:
+            if v.status == "ok":
+                verdict = v.label if v.label is not None else (v.value if v.value is not None else v.score)
+                who = f"[{v.item_id}] " if v.item_id else ""
+                lines.append(f"- {who}{verdict}: {v.reason or ''}".rstrip())
+        parts.append("\n".join(lines))
+    return parts
+
+
+def _schema_note(method: Method, schema: Mapping[str, Any]) -> list[str]:
+    if method != "json_mode":
+        return []
+    return [
+        "Answer with one JSON object and nothing else, valid against this JSON schema:\n```json\n"
+        + json.dumps(schema, ensure_ascii=False)
+        + "\n```"
+    ]
+
+
+# ------------------------------------------------------------------------------------------ step judges
+def _step_spec(spec: PipelineSpec, name: str, each: Literal["chunks", "triples"], step: VerifyStep | None) -> Spec:
+    """A generated judge spec for one step: what :class:`Judge` needs to build and check its answers."""
+    labels = step.labels if step else [Label(name="done", description="-"), Label(name="none", description="-")]
+    return Spec(
+        name=f"{spec.name}__{name}",
+        description=spec.description,
+        instructions=step.instructions if step else None,
+        steps=(step.steps if step and step.steps else ["Judge each item on its own."]),
+        inputs={each: InputSpec()},
+        scale=CategoricalScale(labels=labels, ordered=step.ordered if step else False),
+        target=EachTarget(each=each),
+        depends_on=list(spec.depends_on) if step else [],
+    )
+
+
+class _Extractor(Judge):
+    """An extract step: Judge's calling machinery (retries, fallbacks, parse re-asks) with a list answer."""
+
+    def __init__(self, spec: PipelineSpec, step: ExtractStep, model: BaseChatModel, **kw: Any) -> None:
+        super().__init__(_step_spec(spec, step.name, "chunks", None), model, **kw)
+        self.pipeline = spec
+        self.step = step
+        title = "".join(w.capitalize() for w in f"{spec.name}_{step.name}".split("_"))
+        self.answer_model = create_model(
+            f"{title}Extraction",
+            __config__=ConfigDict(extra="forbid"),
+            reason=(str, Field(description="Briefly, how you read and split the text. Write it first.")),
+            items=(list[str], Field(description=f"The {step.what}, one self-contained sentence each, in order")),
+        )
+        self.item_model = self.answer_model
+        self.schema = self.answer_model.model_json_schema()
+
+    def _system(self, method: Method) -> str:
+        s = self.step
+        parts = [
+            PREAMBLE,
+            f"# Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
+            f"# Task\nList the {s.what} made in the {_title(s.from_).lower()}. Another step will check each "
+            "of them, so make every item a short, self-contained sentence (resolve pronouns), state each "
+            "only once, and add nothing the text does not say.",
+        ]
+        if s.instructions:
+            parts.append(f"# Instructions\n{s.instructions.strip()}")
+        parts.append(
+            f"# Your answer\nWrite `reason` first, then `items`: the {s.what} in the order they appear; "
+            "an empty list if there are none."
+        )
+        return "\n\n".join(parts + _schema_note(method, self.schema))
+
+    def messages(
+        self,
+        method: Method,
+        data: Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None,
+        item_ids: Sequence[str] | None,
+    ) -> list[BaseMessage]:
+        if method not in self._systems:
+            self._systems[method] = SystemMessage(self._system(method))
+        fields = data["fields"]
+        blocks = [_field_block(n, fields[n]) for n in self.step.context if fields.get(n) not in (None, "", [])]
+        blocks.append(_field_block(self.step.from_, fields[self.step.from_], f"list the {self.step.what} of this"))
+        return [self._systems[method], HumanMessage("\n\n".join(blocks))]
+
+    def _validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> dict[str, Any]:
+        try:
+            one = self.answer_model.model_validate(_known(payload, self.answer_model)).model_dump()
+        except ValidationError as exc:
+            raise ParseError(_first_error(exc)) from None
+        one["items"] = [t.strip() for t in one["items"] if t.strip()]
+        return {"items": {"": one}, "outputs": {}, "notes": []}
+
+    async def extract(self, fields: Mapping[str, Any], log: list[CallLog]) -> tuple[str, list[str]]:
+        answer = await self._call({"fields": fields}, None, None, log)
+        one = answer["items"][""]
+        return str(one["reason"]), list(one["items"])
+
+
+class _Verifier(Judge):
+    """A verify step: a generated many-judge over the items, with its own prompt wording."""
+
+    def __init__(self, spec: PipelineSpec, step: VerifyStep, model: BaseChatModel, **kw: Any) -> None:
+        self.item_field: Literal["chunks", "triples"] = "triples" if step.each == "triples" else "chunks"
+        super().__init__(_step_spec(spec, step.key, self.item_field, step), model, **kw)
+        self.pipeline = spec
+        self.step = step
+        if step.each in ITEM_FIELDS:
+            self.noun = "retrieved chunks" if step.each == "chunks" else "knowledge-graph triples"
+            self.heading = _title(step.each)
+        else:
+            source = spec.extract_step(step.each)
+            self.noun = source.what
+            self.heading = f"{source.what.capitalize()} (from the {_title(source.from_).lower()})"
+        title = "".join(w.capitalize() for w in f"{spec.name}_{step.key}".split("_"))
+        item = create_model(
+            f"{title}ItemVerdict",
+            __config__=ConfigDict(extra="forbid"),
+            id=(str, Field(description="The item id, exactly as listed")),
+            **_verdict_fields(self.spec),
+        )
+        self.item_model = item
+        self.answer_model = create_model(
+            f"{title}Verdicts",
+            __config__=ConfigDict(extra="forbid"),
+            verdicts=(list[item], Field(description="One verdict per listed item id, each id exactly once")),
+        )
+        self.schema = self.answer_model.model_json_schema()
+
+    def _system(self, method: Method) -> str:
+        s = self.step
+        names = [f"the {_title(a).lower()}" for a in s.against]
+        against = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        parts = [
+            PREAMBLE,
+            f"# Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
+            f"# Task\nJudge each of the {self.noun} listed below"
+            + (f" against {against}." if against else " on its own."),
+        ]
+        if s.instructions:
+            parts.append(f"# Instructions\n{s.instructions.strip()}")
+        if s.steps:
+            parts.append("# Evaluation steps\n" + "\n".join(f"{i}. {t.strip()}" for i, t in enumerate(s.steps, 1)))
+        parts.append("# Scale\n" + describe_scale(self.spec))
+        parts.append(
+            "# Your answer\nJudge each item separately. Return `verdicts`: one entry for every id listed under "
+            "'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your reasoning, "
+            "written first), then `label`."
+        )
+        return "\n\n".join(parts + _schema_note(method, self.schema))
+
+    def messages(
+        self,
+        method: Method,
+        data: Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None,
+        item_ids: Sequence[str] | None,
+    ) -> list[BaseMessage]:
+        if method not in self._systems:
+            self._systems[method] = SystemMessage(self._system(method))
+        fields = data["fields"]
+        blocks = [_field_block(n, fields[n]) for n in self.step.against if fields.get(n) not in (None, "", [])]
+        wanted = set(item_ids or [])
+        items = [it for it in data[self.item_field] if it["id"] in wanted]
+        sep = "\n\n" if self.item_field == "chunks" and self.step.each == "chunks" else "\n"
+        blocks.append(f"## {self.heading}\n" + sep.join(render_item(self.item_field, it) for it in items))
+        blocks += _deps_blocks(deps)
+        blocks.append("Item ids: " + ", ".join(item_ids or []))
+        return [self._systems[method], HumanMessage("\n\n".join(blocks))]
+
+
+# ------------------------------------------------------------------------------------------ evaluator
+_Key = tuple[str, int | None]  # (step name, variant index or None when the step runs once)
+
+
+class PipelineEvaluator:
+    """Runs a pipeline spec on a record: extract steps concurrently, then verify steps, then the formula."""
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        model: BaseChatModel,
+        *,
+        method: Method | Literal["auto"] = "auto",
+        samples: int = 1,
+        policy: RetryPolicy | None = None,
+        limiter: AdaptiveLimiter | None = None,
+    ) -> None:
+        self.spec = spec
+        common: dict[str, Any] = {"method": method, "policy": policy, "limiter": limiter}
+        self.extractors = {
+            s.name: _Extractor(spec, s, model, **common) for s in spec.steps if isinstance(s, ExtractStep)
+        }
+        self.verifiers = {
+            s.key: _Verifier(spec, s, model, samples=samples, **common) for s in spec.steps if isinstance(s, VerifyStep)
+        }
+
+    def _variants(self, data: Mapping[str, Any]) -> list[Any]:
+        field = self.spec.aggregate.max_over
+        if field is None:
+            return [None]
+        value = data.get(field)
+        if isinstance(value, list) and len(value) > 1:
+            return list(value)
+        return [value[0] if isinstance(value, list) and value else value]
+
+    def _keys(self, step: ExtractStep | VerifyStep, n: int) -> list[_Key]:
+        name = step.name if isinstance(step, ExtractStep) else step.key
+        return [(name, v) for v in range(n)] if self.spec.varies(step) else [(name, None)]
+
+    @staticmethod
+    def _id(key: _Key, n: int) -> str:
+        name, v = key
+        return name if v is None or n == 1 else f"{name}#{v + 1}"
+
+    async def ajudge(
+        self,
+        record: Record | Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None = None,
+        only_items: Sequence[str] | None = None,
+    ) -> JudgeResult:
+        """Judge one record. Model trouble never raises: a failed step leaves an explicit error verdict."""
+        rec = record if isinstance(record, Record) else Record.from_mapping(record)
+        spec = self.spec
+        result = JudgeResult(spec=spec.name, spec_hash=spec.hash)
+        missing = [n for n in spec.required_inputs() if rec.data.get(n) in (None, "", [])]
+        if missing:
+            result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
+            return result
+        deps = dict(deps or {})
+        for name in spec.depends_on:
+            dep = deps.get(name)
+            if dep is None:
+                result.error = f"needs the verdicts of {name!r}, which were not given"
+                return result
+            if not dep.ok and not not_applicable(dep):
+                result.error = f"depends on {name!r}, which failed for this record"
+                return result
+        deps = {k: deps[k] for k in spec.depends_on if not not_applicable(deps[k])}
+        variants = self._variants(rec.data)
+        n = len(variants)
+
+        def fields(v: int | None) -> dict[str, Any]:
+            data = dict(rec.data)
+            if v is not None and spec.aggregate.max_over is not None:
+                data[spec.aggregate.max_over] = variants[v]
+            return data
+
+        # 1. extract: every list at once (a list read per max_over value is extracted once per value)
+        ext_keys = [k for e in self.extractors.values() for k in self._keys(e.step, n)]
+        extracted: dict[_Key, tuple[str, list[str]]] = {}
+        ext_errors: dict[_Key, str] = {}
+        ext_logs: dict[_Key, list[CallLog]] = {k: [] for k in ext_keys}
+
+        async def extract(key: _Key) -> None:
+            try:
+                extracted[key] = await self.extractors[key[0]].extract(fields(key[1]), ext_logs[key])
+            except ParseError as exc:
+                ext_errors[key] = str(exc)
+            except Exception as exc:
+                if isinstance(exc, SpecError) or type(exc).__name__ == "JudgeUnavailable":
+                    raise
+                ext_errors[key] = describe_error(exc)
+
+        await asyncio.gather(*(extract(k) for k in ext_keys))
+
+        # 2. verify: every verify step at once, each one call per step (plus re-asks), all items together
+        ver_keys = [k for j in self.verifiers.values() for k in self._keys(j.step, n)]
+        verdicts: dict[_Key, list[ItemVerdict]] = {}
+        ver_errors: dict[_Key, str] = {}
+        ver_logs: dict[_Key, list[CallLog]] = {}
+
+        async def verify(key: _Key) -> None:
+            step = self.verifiers[key[0]].step
+            if step.each in ITEM_FIELDS:
+                items = rec.items(step.each)
+                field = step.each
+            else:
+                varies = self.spec.varies(self.spec.extract_step(step.each))
+                src: _Key = (step.each, key[1] if varies else None)
+                if src not in extracted:
+                    ver_errors[key] = f"the extraction '{self._id(src, n)}' failed"
+                    return
+                items = [{"id": f"s{i}", "text": t} for i, t in enumerate(extracted[src][1], 1)]
+                field = "chunks"  # the generated judge's item field; the prompt names the items properly
+            if not items:  # nothing to judge: the aggregate's `empty` value applies
+                verdicts[key] = []
+                return
+            synthetic = Record(id=rec.id, hash=rec.hash, data={field: items, "fields": fields(key[1])})
+            res = await self.verifiers[key[0]].ajudge(synthetic, deps)
+            ver_logs[key] = res.calls
+            if res.error:
+                ver_errors[key] = res.error
+            else:
+                verdicts[key] = res.verdicts
+
+        await asyncio.gather(*(verify(k) for k in ver_keys))
+
+        # 3. keep everything, in step order: extraction rows, item verdicts, texts, calls; then the score
+        for key in ext_keys:
+            sid = self._id(key, n)
+            if key in extracted:
+                reason, items = extracted[key]
+                result.verdicts.append(ItemVerdict(item_id=sid, value=len(items), reason=reason))
+                result.outputs[sid] = items
+            else:
+                error = f"extraction failed: {ext_errors.get(key, 'no answer')}"
+                result.verdicts.append(ItemVerdict(item_id=sid, status="error", error=error))
+            for c in ext_logs[key]:
+                c.items = [sid]
+            result.calls.extend(ext_logs[key])
+        for key in ver_keys:
+            prefix = self._id(key, n)
+            for v in verdicts.get(key, []):
+                result.verdicts.append(v.model_copy(update={"item_id": f"{prefix}:{v.item_id}"}))
+            for c in ver_logs.get(key, []):
+                c.items = [f"{prefix}:{i}" for i in c.items]
+            result.calls.extend(ver_logs.get(key, []))
+        result.verdicts.insert(0, self._score(verdicts, ver_errors, n))
+        return result
+
+    def _score(self, verdicts: dict[_Key, list[ItemVerdict]], errors: dict[_Key, str], n: int) -> ItemVerdict:
+        """The record-level verdict: the formula over the verdict counts (best variant for max_over)."""
+        agg = self.spec.aggregate
+        scored: list[tuple[float | None, str]] = []
+        for v in range(n):
+            labels: dict[str, list[str | None]] = {}
+            failed: list[str] = []
+            for name, judge in self.verifiers.items():
+                key: _Key = (name, v if self.spec.varies(judge.step) else None)
+                if key in errors:
+                    failed.append(f"{self._id(key, n)}: {errors[key]}")
+                    continue
+                got = verdicts.get(key, [])
+                bad = [x.item_id for x in got if x.status != "ok"]
+                if bad:
+                    failed.append(f"{self._id(key, n)}: no verdict for {', '.join(bad)}")
+                labels[name] = [x.label for x in got]
+            if failed:
+                return ItemVerdict(status="error", error="; ".join(failed)[:1000])
+            scored.append(aggregate_counts(agg, labels, {s.key: s.scale() for s in self.verifiers_steps()}))
+        best = max(range(n), key=lambda i: _or(scored[i][0], -1.0))
+        score, reason = scored[best]
+        if n > 1:
+            each = ", ".join(f"#{i + 1}: {'-' if s is None else round(s, 4)}" for i, (s, _) in enumerate(scored))
+            reason = f"best of {n} values of {agg.max_over} (#{best + 1}; {each}) - {reason}"
+        return ItemVerdict(score=score, reason=reason)
+
+    def verifiers_steps(self) -> list[VerifyStep]:
+        return [j.step for j in self.verifiers.values()]
+
+
+# ---------------------------------------------------------------------------------------------- formula
+def _or(x: float | None, default: float) -> float:
+    return default if x is None else x
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def aggregate_counts(
+    agg: RatioAggregate | CountsAggregate | RankedPrecisionAggregate | ScoreMeanAggregate,
+    labels: Mapping[str, Sequence[str | None]],
+    scales: Mapping[str, CategoricalScale],
+) -> tuple[float | None, str]:
+    """(score, how it was computed) from each verify step's labels in item order. Pure: no model call."""
+    empty = agg.empty
+    undefined = "nothing to count" + (f"; score {_fmt(empty)} by definition" if empty is not None else "; no score")
+    if isinstance(agg, RatioAggregate):
+        labs = list(labels.get(agg.step, []))
+        pos = sum(1 for lab in labs if lab in agg.positive)
+        if not labs:
+            return empty, f"{agg.step}: {undefined}"
+        share = pos / len(labs)
+        return share, f"{pos} of {len(labs)} {agg.step} are {' / '.join(agg.positive)}: {_fmt(share)}"
+    if isinstance(agg, RankedPrecisionAggregate):
+        labs = list(labels.get(agg.step, []))
+        if not labs:
+            return empty, f"{agg.step}: {undefined}"
+        hits = 0
+        terms: list[str] = []
+        total = 0.0
+        for k, lab in enumerate(labs, 1):
+            if lab in agg.positive:
+                hits += 1
+                total += hits / k
+                terms.append(f"{hits}/{k}")
+        if not hits:
+            return 0.0, f"none of the {len(labs)} {agg.step} is {' / '.join(agg.positive)}: 0"
+        mean = total / hits
+        return mean, f"mean precision@k at the positive ranks = ({' + '.join(terms)}) / {hits} = {_fmt(mean)}"
+    if isinstance(agg, ScoreMeanAggregate):
+        named = [lab for lab in labels.get(agg.step, []) if lab is not None]
+        scores: dict[str, float] = scales[agg.step].scores() or {}
+        if not named:
+            return empty, f"{agg.step}: {undefined}"
+        avg = sum(scores[lab] for lab in named) / len(named)
+        return avg, f"mean label score of {len(named)} {agg.step}: {_fmt(avg)}"
+
+    def count(refs: Sequence[str]) -> int:
+        total = 0
+        for ref in refs:
+            step, _, lab = ref.partition(".")
+            total += sum(1 for x in labels.get(step, []) if x == lab)
+        return total
+
+    tp, fp, fn = count(agg.tp), count(agg.fp), count(agg.fn)
+    counts = f"tp={tp}, fp={fp}, fn={fn}"
+    den: float
+    if agg.kind == "precision":
+        den, formula = tp + fp, "tp / (tp + fp)"
+    elif agg.kind == "recall":
+        den, formula = tp + fn, "tp / (tp + fn)"
+    else:
+        den, formula = tp + 0.5 * (fp + fn), "tp / (tp + ½(fp + fn))"
+    if den == 0:
+        return empty, f"{counts}: {undefined}"
+    return tp / den, f"{counts}; {agg.kind} = {formula} = {_fmt(tp / den)}"
