@@ -70,9 +70,7 @@ def summarise(samples: dict[str, list[float]], resamples: int, confidence: float
     for name, vals in samples.items():
         undefined = resamples - len(vals)
         if len(vals) < max(2, resamples // 2):
-            out[name] = CI(
-                None, None, f"CI undefined: statistic undefined in {undefined}/{resamples} resamples"
-            )
+            out[name] = CI(None, None, f"CI undefined: statistic undefined in {undefined}/{resamples} resamples")
             continue
         lo, hi = percentile_ci(vals, confidence)
         note = f"{undefined}/{resamples} resamples undefined, CI from the rest" if undefined else None

@@ -290,9 +290,7 @@ def prepare(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOption
     if n_tied:
         notes.append(f"{n_tied} item(s) whose human majority is tied left out of the judge comparison")
     if n_invalid:
-        notes.append(
-            f"{n_invalid} compared/labelled item(s) with an invalid or missing judge answer: policy {policy}"
-        )
+        notes.append(f"{n_invalid} compared/labelled item(s) with an invalid or missing judge answer: policy {policy}")
 
     if categorical:
         h_arr = np.array(h_list, dtype=np.int64)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 
 from greval.agreement.models import AgreementReport, Estimate
 from greval.agreement.prepare import prepare
@@ -56,9 +57,7 @@ def _charts(report: AgreementReport, frame: pd.DataFrame) -> list[str]:
         ax.set_xlabel("judge")
         ax.set_ylabel("human")
         for (r, c), v in np.ndenumerate(cm):
-            ax.text(
-                c, r, f"{int(v)}", ha="center", va="center", color="white" if v > cm.max() / 2 else "black"
-            )
+            ax.text(c, r, f"{int(v)}", ha="center", va="center", color="white" if v > cm.max() / 2 else "black")
         ax.set_title("confusion")
         out.append(_png(fig))
         fig, ax = plt.subplots(figsize=(4.5, 3))
@@ -118,10 +117,12 @@ def _headline_rows(report: AgreementReport) -> list[list[str]]:
     return rows
 
 
-def gallery(
-    report: AgreementReport, frame: pd.DataFrame, extra: Sequence[str] = ("reason", "comment")
-) -> pd.DataFrame:
-    """Items where the judge departs from people: all categorical disagreements, or values by |error|."""
+def gallery(report: AgreementReport, frame: pd.DataFrame, extra: Sequence[str] = ("reason", "comment")) -> pd.DataFrame:
+    """Items where the judge departs from people.
+
+    Categorical: every disagreement. Values: by |judge − human| when the scale has bounds (both sides on
+    one scale), else by the gap between percentile ranks (judge and people may use different scales).
+    """
     prep = prepare(frame, report.scale, report.options)
     cols = [c for c in extra if c in frame.columns]
     first = frame.assign(item=frame["item"].astype(str)).groupby("item", sort=False).first()
@@ -143,7 +144,12 @@ def gallery(
     else:
         data = pd.DataFrame({"item": prep.items, "human": prep.hv, "judge": prep.jv})
         data["error"] = data["judge"] - data["human"]
-        data = data.reindex(data["error"].abs().sort_values(ascending=False, kind="stable").index)
+        n = max(len(data), 1)
+        # Scale-free disagreement (what Spearman sees): gap between the item's percentile ranks.
+        data["rank_gap"] = (rankdata(prep.jv) - rankdata(prep.hv)) / n if len(data) else []
+        same_scale = report.scale.min is not None or report.scale.max is not None
+        key = data["error"] if same_scale else data["rank_gap"]
+        data = data.reindex(key.abs().sort_values(ascending=False, kind="stable").index)
         data = data[data["error"] != 0]
     for c in cols:
         data[c] = [first[c].get(i, "") for i in data["item"]]
@@ -262,16 +268,13 @@ def render_html(
     for col, sub in report.slices.items():
         names = list(next(iter(sub.values())).metrics) if sub else []
         rows = [
-            [val, str(r.counts.items_compared)]
-            + [f"{_f(r.metrics[m].value)} {_ci(r.metrics[m])}" for m in names]
+            [val, str(r.counts.items_compared)] + [f"{_f(r.metrics[m].value)} {_ci(r.metrics[m])}" for m in names]
             for val, r in sub.items()
         ]
         parts.append(f"<h2>By {html.escape(col)}</h2>" + _table([col, "n", *names], rows, "sortable"))
     g = gallery(report, frame, extra)
     parts.append(f"<h2>Disagreements ({len(g)} shown, click a column to sort)</h2>")
-    parts.append(
-        _table(list(g.columns), [[str(x) for x in row] for row in g.itertuples(index=False)], "sortable")
-    )
+    parts.append(_table(list(g.columns), [[str(x) for x in row] for row in g.itertuples(index=False)], "sortable"))
     parts.append("".join(f'<p class="note">{html.escape(n)}</p>' for n in report.notes))
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'

@@ -76,9 +76,7 @@ def macro_f1(h: IntArray, j: IntArray, k: int) -> Val:
     """Macro F1 over the spec's labels (a label with no support and no prediction scores 0)."""
     if (note := need(len(h), 1, "macro F1")) is not None:
         return None, note
-    return float(
-        _quiet(lambda: skm.f1_score(h, j, labels=list(range(k)), average="macro", zero_division=0))
-    ), None
+    return float(_quiet(lambda: skm.f1_score(h, j, labels=list(range(k)), average="macro", zero_division=0))), None
 
 
 def cohen_kappa(h: IntArray, j: IntArray, n_codes: int, weights: str | None = None) -> Val:
@@ -129,15 +127,11 @@ def categorical_metrics(
     }
     acc = out["accuracy"][0]
     out["disagreement_rate"] = (None, out["accuracy"][1]) if acc is None else (1.0 - acc, None)
-    out["alpha_nominal"] = alpha(
-        np.vstack([h, j_nom]).astype(float), "nominal", list(range(n_codes)), max_values
-    )
+    out["alpha_nominal"] = alpha(np.vstack([h, j_nom]).astype(float), "nominal", list(range(n_codes)), max_values)
     if ordered:
         out["linear_kappa"] = cohen_kappa(h, j_ord, k, "linear")
         out["quadratic_kappa"] = cohen_kappa(h, j_ord, k, "quadratic")
-        out["alpha_ordinal"] = alpha(
-            np.vstack([h, j_ord]).astype(float), "ordinal", list(range(k)), max_values
-        )
+        out["alpha_ordinal"] = alpha(np.vstack([h, j_ord]).astype(float), "ordinal", list(range(k)), max_values)
         valid = ~invalid
         hv, jv = h[valid], j_ord[valid]
         if len(hv) == 0:
