@@ -122,6 +122,15 @@ def test_invalid_as_wrong_is_its_own_nominal_category_and_worst_case_for_ordered
     assert [row[-1] for row in rep.categorical.confusion.counts] == [1, 0, 1]
 
 
+def test_signed_score_bias_uses_the_scale_scores() -> None:
+    scale = AgreementScale(labels=["low", "mid", "high"], ordered=True, scores={"low": 0.0, "mid": 0.5, "high": 1.0})
+    rep = compute_agreement(frame(["low", "mid", "high", "low"], ["mid", "mid", "low", "high"]), scale, NO_BOOT)
+    assert rep.categorical is not None
+    b = rep.categorical.bias
+    assert b.mean_signed_score is not None and close(b.mean_signed_score.value, (0.5 + 0 - 1 + 1) / 4)
+    assert b.judge_above_rate is not None and b.judge_above_rate.value == 0.5
+
+
 def test_invalid_drop_and_label_policies() -> None:
     h = ["a", "b", "b", "a"]
     j = ["a", "b", None, "nonsense"]

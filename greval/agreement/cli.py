@@ -58,6 +58,7 @@ def _headline(report: AgreementReport, d: int, title: str) -> Table:
             ("judge_above_rate", b.judge_above_rate),
             ("judge_below_rate", b.judge_below_rate),
             ("mean_signed_steps", b.mean_signed_steps),
+            ("mean_signed_score", b.mean_signed_score),
         ):
             if est is not None:
                 rows[name] = est
@@ -66,7 +67,8 @@ def _headline(report: AgreementReport, d: int, title: str) -> Table:
     return t
 
 
-def _print_report(console: Console, report: AgreementReport, d: int, name: str = "") -> None:
+def print_report(console: Console, report: AgreementReport, d: int, name: str = "") -> None:
+    """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`)."""
     c = report.counts
     prefix = f"{name}: " if name else ""
     console.print(
@@ -153,9 +155,10 @@ def _print_report(console: Console, report: AgreementReport, d: int, name: str =
         console.print(f"  note: {escape(note)}")
 
 
-def _print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
+def print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
+    """Print each version's report, then the paired differences."""
     for name, rep in comp.reports.items():
-        _print_report(console, rep, d, name)
+        print_report(console, rep, d, name)
     t = Table(title=f"paired differences on {comp.common_items} common items", title_justify="left")
     for col in ("metric", "b − a", "difference", "CI", "beyond CI"):
         t.add_column(col, justify="left" if col in ("metric", "b − a") else "right")
@@ -292,7 +295,7 @@ def agreement(
         if len(frames) == 1:
             frame = next(iter(frames.values()))
             result = compute_agreement(frame, scale, options)
-            _print_report(console, result, decimals)
+            print_report(console, result, decimals)
             if html_out is not None:
                 html_out.write_text(render_html(result, frame, title=f"{file.name}: {judges[0]} vs {human}"))
                 console.print(f"wrote {html_out}")
@@ -301,7 +304,7 @@ def agreement(
                 console.print(f"wrote {md_out}")
         else:
             result = compare_agreement(frames, scale, options)
-            _print_comparison(console, result, decimals)
+            print_comparison(console, result, decimals)
     except UserError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -34,7 +34,7 @@ from greval.agreement.stats import FloatArray, IntArray, Val
 from greval.errors import DataError
 
 INVALID_LABEL = "<invalid>"
-BIAS_KEYS = ("disagreement_rate", "judge_above_rate", "judge_below_rate", "mean_signed_steps")
+BIAS_KEYS = ("disagreement_rate", "judge_above_rate", "judge_below_rate", "mean_signed_steps", "mean_signed_score")
 
 
 def _estimate(val: Val, n: int, ci: bs.CI | None) -> Estimate:
@@ -49,7 +49,11 @@ def _headline(prep: Prepared, options: AgreementOptions) -> Callable[[IntArray, 
     """The statistic over a subset of compared items (identity subset = point estimate)."""
     scale = prep.scale
     if scale.kind == "categorical":
-        k = len(scale.labels or [])
+        labels = scale.labels or []
+        k = len(labels)
+        scores = None
+        if scale.ordered and scale.scores is not None and all(lab in scale.scores for lab in labels):
+            scores = np.array([scale.scores[lab] for lab in labels], dtype=float)
 
         def cat(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
             return st.categorical_metrics(
@@ -60,6 +64,7 @@ def _headline(prep: Prepared, options: AgreementOptions) -> Callable[[IntArray, 
                 k,
                 scale.ordered,
                 options.alpha_max_values,
+                scores,
             )
 
         return cat
@@ -84,7 +89,7 @@ def _value_domain(scale: AgreementScale) -> list[float] | None:
 
 
 def _n_for(name: str, prep: Prepared) -> int:
-    if name in ("judge_above_rate", "judge_below_rate", "mean_signed_steps"):
+    if name in BIAS_KEYS[1:]:
         return int((~prep.invalid).sum())
     return prep.counts.items_compared
 
@@ -170,6 +175,7 @@ def _categorical(prep: Prepared, options: AgreementOptions, est: dict[str, Estim
         judge_above_rate=est.pop("judge_above_rate", None),
         judge_below_rate=est.pop("judge_below_rate", None),
         mean_signed_steps=est.pop("mean_signed_steps", None),
+        mean_signed_score=est.pop("mean_signed_score", None),
         per_label=per_bias,
         cells=cells,
     )

@@ -129,6 +129,7 @@ class Bias(BaseModel):
     judge_above_rate: Estimate | None = None
     judge_below_rate: Estimate | None = None
     mean_signed_steps: Estimate | None = None
+    mean_signed_score: Estimate | None = Field(None, description="judge − human in the scale's scores")
     per_label: list[LabelBias]
     cells: list[DisagreementCell]
 

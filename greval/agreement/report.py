@@ -111,6 +111,7 @@ def _headline_rows(report: AgreementReport) -> list[list[str]]:
             ("judge_above_rate", b.judge_above_rate),
             ("judge_below_rate", b.judge_below_rate),
             ("mean_signed_steps", b.mean_signed_steps),
+            ("mean_signed_score", b.mean_signed_score),
         ):
             if est is not None:
                 rows.append([name, _f(est.value), _ci(est), str(est.n), est.note or ""])

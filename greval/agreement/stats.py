@@ -116,8 +116,12 @@ def categorical_metrics(
     k: int,
     ordered: bool,
     max_values: int,
+    scores: FloatArray | None = None,
 ) -> dict[str, Val]:
-    """The headline categorical statistics (the ones that get bootstrap CIs)."""
+    """The headline categorical statistics (the ones that get bootstrap CIs).
+
+    `scores` (one number per label code) adds the judge's mean signed score difference for ordered scales.
+    """
     n_codes = k + 1 if bool(invalid.any()) else k
     out: dict[str, Val] = {
         "accuracy": accuracy(h, j_nom),
@@ -141,6 +145,10 @@ def categorical_metrics(
             out["judge_above_rate"] = float(np.mean(jv > hv)), None
             out["judge_below_rate"] = float(np.mean(jv < hv)), None
             out["mean_signed_steps"] = float(np.mean(jv - hv)), None
+        if scores is not None:
+            out["mean_signed_score"] = (
+                (float(np.mean(scores[jv] - scores[hv])), None) if len(hv) else (None, "no valid judge answers")
+            )
     return out
 
 
