@@ -1,7 +1,8 @@
 """Judge-vs-human agreement: statistics with bootstrap CIs, human ceiling, slices and version comparison.
 
 Public API: `compute_agreement(frame, scale, options) -> AgreementReport` and
-`compare_agreement({version: frame}, scale, options) -> ComparisonReport`; `load_table` reads files.
+`compare_agreement({version: frame}, scale, options) -> ComparisonReport`; `read_table` and
+`to_agreement_frame` read files; `greval.agreement.report` renders HTML/Markdown.
 """
 
 from greval.agreement.compute import compare_agreement, compute_agreement
@@ -12,6 +13,7 @@ from greval.agreement.models import (
     ComparisonReport,
     Estimate,
 )
+from greval.agreement.tables import read_table, to_agreement_frame
 
 __all__ = [
     "AgreementOptions",
@@ -21,4 +23,6 @@ __all__ = [
     "Estimate",
     "compare_agreement",
     "compute_agreement",
+    "read_table",
+    "to_agreement_frame",
 ]
