@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -275,7 +276,7 @@ def run_cmd(
     from greval._sync import run_sync
     from greval.data import load_records
     from greval.execution import RetryPolicy
-    from greval.runner import RunOptions, arun
+    from greval.runner import RunOptions, arun, pending_calls
     from greval.spec import resolve_specs
     from greval.store import Store
 
@@ -289,25 +290,24 @@ def run_cmd(
         method=method,
         retry=RetryPolicy(max_attempts=max_attempts),
     )
-    with (
-        judge_session(
-            ref,
-            base_url=base_url,
-            temperature=temperature if temperature is not None else defaults.temperature,
-            max_tokens=max_tokens or defaults.max_tokens,
-            timeout=timeout,
-            samples=samples or defaults.samples,
-            seed=seed,
-        ) as cfg,
-        Store(store) as st,
-    ):
+    cfg = resolve_judge(
+        ref,
+        base_url=base_url,
+        temperature=temperature if temperature is not None else defaults.temperature,
+        max_tokens=max_tokens or defaults.max_tokens,
+        timeout=timeout,
+        samples=samples or defaults.samples,
+        seed=seed,
+    )
+    with Store(store) as st:
+        todo = pending_calls(specs, records, st, cfg)
         console.print(
             f"judging [bold]{len(records)}[/] records with {', '.join(s.name for s in specs)} "
-            f"— judge {cfg.label}, store {store}",
+            f"— judge {cfg.label}, store {store}, {todo} judgement(s) to make",
             highlight=False,
         )
-        with _progress(quiet) as hook:
-            summary = run_sync(arun(specs, records, st, cfg, options=opts, dataset=str(data), progress=hook))
+        with serve_judge(cfg, needed=todo > 0) as live, _progress(quiet) as hook:
+            summary = run_sync(arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook))
     print_summary(summary)
     if summary.failed:
         console.print(
@@ -315,37 +315,51 @@ def run_cmd(
         )
 
 
-class judge_session:
-    """Build the judge config; for local models start (and afterwards stop) the embedded llama-server."""
+def resolve_judge(ref: str, **params: Any) -> Any:
+    """The judge's configuration and identity, without starting anything (a local model is only hashed)."""
+    from greval.models import JudgeConfig
 
-    def __init__(self, ref: str, **params: Any) -> None:
-        from greval.models import JudgeConfig
-
-        self.cfg = JudgeConfig.parse(ref, **params)
-        self._server: Any = None
-
-    def __enter__(self) -> Any:
-        if self.cfg.provider not in ("gguf", "local"):
-            return self.cfg
-        from greval.local_judge import LocalJudgeError, LocalJudgeServer
+    cfg = JudgeConfig.parse(ref, **params)
+    if cfg.provider in ("gguf", "local"):
+        from greval.local_judge import LocalJudgeError, model_identity, resolve_local_model
 
         try:
-            self._server = LocalJudgeServer(model=None if self.cfg.provider == "local" else self.cfg.model)
-            console.print("starting the embedded local judge (llama.cpp) …")
-            info = self._server.__enter__()
+            path = resolve_local_model("local" if cfg.provider == "local" else f"gguf:{cfg.model}")
+            cfg = cfg.model_copy(update={"identity_override": model_identity(path)})
         except LocalJudgeError as exc:
             raise UserError(str(exc)) from None
+    return cfg
+
+
+@contextlib.contextmanager
+def serve_judge(cfg: Any, needed: bool = True) -> Iterator[Any]:
+    """For a local model, run the embedded llama-server while the block runs (only when calls are needed)."""
+    if cfg.provider not in ("gguf", "local") or not needed:
+        yield cfg
+        return
+    from greval.local_judge import LocalJudgeError, LocalJudgeServer
+
+    try:
+        server = LocalJudgeServer(model=None if cfg.provider == "local" else cfg.model)
+        console.print("starting the embedded local judge (llama.cpp) …")
+        info = server.__enter__()
+    except LocalJudgeError as exc:
+        raise UserError(str(exc)) from None
+    try:
         console.print(
             f"local judge {info.identity} at {info.base_url} ({info.threads} threads, {info.parallel} slots)",
             highlight=False,
         )
-        return self.cfg.model_copy(
-            update={"model": info.model, "base_url": info.base_url, "identity_override": info.identity}
-        )
+        yield cfg.model_copy(update={"model": info.model, "base_url": info.base_url})
+    finally:
+        server.__exit__(None, None, None)
 
-    def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.__exit__(*exc)
+
+@contextlib.contextmanager
+def judge_session(ref: str, **params: Any) -> Iterator[Any]:
+    """Resolve the judge and, for a local model, serve it for the duration of the block."""
+    with serve_judge(resolve_judge(ref, **params)) as cfg:
+        yield cfg
 
 
 def default_judge() -> str:

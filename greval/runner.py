@@ -92,13 +92,6 @@ async def arun(
     opts = options or RunOptions()
     specs = order_specs(specs)
     keys = spec_keys(specs)
-    chat = model or (make_chat_model(cfg) if any(s.needs_model for s in specs) else None)
-    limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
-    method: Any = opts.method
-    judges: dict[str, Evaluator] = {
-        s.name: make_evaluator(s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter)
-        for s in specs
-    }
     cfgs = {s.name: config_for(s, cfg) for s in specs}
     levels = dependency_levels(specs)
     store.put_specs(specs, keys)
@@ -122,6 +115,17 @@ async def arun(
             else:
                 total += 1
         todo.append((rec, pend))
+    # The chat model is built only when some judge call is still needed: a finished run needs no key,
+    # no server and no network.
+    calls_needed = any(p[s.name] is not None and s.needs_model for _, p in todo for s in specs)
+    chat = model or (make_chat_model(cfg) if calls_needed else None)
+    limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
+    method: Any = opts.method
+    judges: dict[str, Evaluator] = {
+        s.name: make_evaluator(s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter)
+        for s in specs
+        if chat is not None or not s.needs_model
+    }
     done = errors = 0
     if progress:
         progress(0, total, 0)
@@ -199,6 +203,21 @@ async def arun(
         )
         store.finish_run(run_id, status, result.model_dump(mode="json"))
     return result
+
+
+def pending_calls(specs: Sequence[BaseSpec], records: Sequence[Record], store: Store, cfg: JudgeConfig) -> int:
+    """How many (record, metric) judgements still need the judge model (0: no server, key or network needed)."""
+    specs = order_specs(specs)
+    keys = spec_keys(specs)
+    n = 0
+    for s in specs:
+        if not s.needs_model:
+            continue
+        for rec in records:
+            ids = [it["id"] for it in rec.items(s.each)] if s.each else None
+            if store.pending_items(keys[s.name], cfg.key, rec, ids) is not None:
+                n += 1
+    return n
 
 
 def _summarise(

@@ -165,13 +165,20 @@ def _labels_shorthand(value: Any) -> Any:
     return value
 
 
+class _LabelBody(_Strict):
+    """A label's description and score, in the mapping shorthand ``labels: {Name: {description, score}}``."""
+
+    description: str = Field(min_length=1)
+    score: float | None = None
+
+
 class CategoricalScale(_Strict):
     """Described labels. ``ordered: true`` means the list runs from best to worst."""
 
     kind: Literal["categorical"] = "categorical"
     labels: Annotated[
         list[Label],
-        BeforeValidator(_labels_shorthand, json_schema_input_type=list[Label] | dict[str, str]),
+        BeforeValidator(_labels_shorthand, json_schema_input_type=list[Label] | dict[str, str | _LabelBody]),
     ] = Field(min_length=2)
     ordered: bool = False
 
@@ -637,8 +644,9 @@ def spec_json_schema() -> dict[str, Any]:
     defs: dict[str, Any] = {}
     variants = []
     for kind, cls in _kinds().items():
-        one = cls.model_json_schema(mode="validation")
-        defs.update(one.pop("$defs", {}))
+        # Each kind's sub-models get their own namespace: two kinds may both define a "Label".
+        one = cls.model_json_schema(mode="validation", ref_template=f"#/$defs/{kind}__{{model}}")
+        defs.update({f"{kind}__{name}": body for name, body in one.pop("$defs", {}).items()})
         title = f"{kind.capitalize()}Spec"
         if kind == "judge" and "kind" in one.get("required", []):  # `kind` may be left out for judge specs
             one["required"].remove("kind")

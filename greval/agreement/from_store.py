@@ -1,0 +1,166 @@
+"""From the store to the agreement stage's boundary: judge verdicts joined with human labels, exactly.
+
+Humans and the judge meet on (record content hash, item id) for one metric. Every human answer becomes
+one row; an item a human labelled but the judge never answered (or answered with an error) keeps its row
+with the judge missing, so the invalid-answer policy decides what happens to it — nothing is dropped from
+one side only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import pandas as pd
+from pydantic import BaseModel
+
+from greval.agreement.models import AgreementScale
+from greval.errors import UserError
+from greval.results import aggregate_items
+from greval.spec import CategoricalScale, Spec
+from greval.store import Store
+
+
+class StoreSelection(BaseModel):
+    """Which verdicts the frame was built from (shown in reports)."""
+
+    spec: str
+    spec_hash: str
+    spec_key: str
+    judge_key: str
+    judge: str
+    level: str
+    judged_items: int
+    labelled_items: int
+    joined_rows: int
+
+
+def agreement_scale(spec: Spec) -> AgreementScale:
+    """The spec's scale in the agreement module's terms (ordered labels there run low → high)."""
+    if isinstance(spec.scale, CategoricalScale):
+        names = spec.scale.names
+        labels = list(reversed(names)) if spec.scale.ordered else list(names)
+        return AgreementScale(kind="categorical", labels=labels, ordered=spec.scale.ordered, scores=spec.scale.scores())
+    return AgreementScale(kind="value", min=spec.scale.min, max=spec.scale.max)
+
+
+def _judge_key(store: Store, spec_key: str, judge: str | None) -> tuple[str, str]:
+    rows = store.query(
+        "SELECT v.judge_key, j.label, COUNT(*) AS n FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key"
+        " WHERE v.spec_key=? GROUP BY v.judge_key ORDER BY n DESC",
+        (spec_key,),
+    )
+    if not rows:
+        raise UserError("no judge verdicts for this metric in the store; run `greval run` first")
+    if judge is None:
+        return rows[0]["judge_key"], rows[0]["label"]
+    for r in rows:
+        if judge in (r["judge_key"], r["label"]):
+            return r["judge_key"], r["label"]
+    raise UserError(f"no verdicts by judge {judge!r}; judges here: {', '.join(r['label'] for r in rows)}")
+
+
+def store_frame(
+    store: Store,
+    spec_name: str,
+    judge: str | None = None,
+    level: Literal["item", "record"] = "item",
+) -> tuple[pd.DataFrame, AgreementScale, StoreSelection]:
+    """The long (item, annotator) frame for one metric, its scale, and what was selected.
+
+    Columns: item, judge, human, annotator, group (the record, so bootstrap resamples whole records for
+    chunk / triple metrics), record_id, item_id, reason, comment, and ``system`` when records carry one.
+    ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
+    """
+    spec_key, spec = store.latest_spec(spec_name)
+    judge_key, judge_label = _judge_key(store, spec_key, judge)
+    judged = pd.DataFrame(
+        store.query(
+            "SELECT record_hash, record_id, item_id, status, label, value, reason FROM verdicts"
+            " WHERE spec_key=? AND judge_key=?",
+            (spec_key, judge_key),
+        )
+    )
+    humans = pd.DataFrame(
+        store.query(
+            "SELECT record_hash, item_id, annotator, label AS h_label, value AS h_value, comment, record_id AS h_record"
+            " FROM human_labels WHERE spec_name=? AND status='submitted'",
+            (spec.name,),
+        )
+    )
+    if humans.empty:
+        raise UserError(
+            f"no human labels for {spec.name!r} in the store: pull them with `greval annotate pull` "
+            "or load them with `greval annotate import-labels`"
+        )
+    categorical = isinstance(spec.scale, CategoricalScale)
+    if judged.empty:
+        judged = pd.DataFrame(columns=["record_hash", "record_id", "item_id", "status", "label", "value", "reason"])
+    judged = judged[judged["item_id"] != ""] if spec.each else judged
+    merged = humans.merge(judged, on=["record_hash", "item_id"], how="left")
+    merged["record_id"] = merged["record_id"].fillna(merged["h_record"])
+    ok = merged["status"] == "ok"
+    if categorical:
+        merged["judge"] = merged["label"].where(ok, None)
+        merged["human"] = merged["h_label"]
+    else:
+        merged["judge"] = merged["value"].where(ok, None)
+        merged["human"] = merged["h_value"]
+    merged["item"] = merged["record_id"].astype(str) + merged["item_id"].map(lambda i: f"/{i}" if i else "")
+    merged["group"] = merged["record_id"].astype(str)
+    systems = {
+        r["record_hash"]: json.loads(r["data"]).get("system")
+        for r in store.query(
+            "SELECT record_hash, data FROM records WHERE record_hash IN (SELECT DISTINCT record_hash FROM human_labels"
+            " WHERE spec_name=?)",
+            (spec.name,),
+        )
+    }
+    if any(v is not None for v in systems.values()):
+        merged["system"] = merged["record_hash"].map(systems).astype("string")
+    cols = ["item", "judge", "human", "annotator", "group", "record_id", "item_id", "reason", "comment"]
+    cols += ["system"] if "system" in merged else []
+    frame = merged[cols].reset_index(drop=True)
+    scale = agreement_scale(spec)
+    if level == "record" and spec.each:
+        frame, scale = _record_level(spec, frame)
+    selection = StoreSelection(
+        spec=spec.name,
+        spec_hash=spec.hash,
+        spec_key=spec_key,
+        judge_key=judge_key,
+        judge=judge_label,
+        level=level if spec.each else "record",
+        judged_items=int((judged["status"] == "ok").sum()),
+        labelled_items=int(humans[["record_hash", "item_id"]].drop_duplicates().shape[0]),
+        joined_rows=len(frame),
+    )
+    return frame, scale, selection
+
+
+def _record_level(spec: Spec, frame: pd.DataFrame) -> tuple[pd.DataFrame, AgreementScale]:
+    """Each annotator's and the judge's record score, aggregated the way the spec aggregates items."""
+    rows = []
+    for (record, annotator), grp in frame.groupby(["record_id", "annotator"], sort=False):
+        as_labels = isinstance(spec.scale, CategoricalScale)
+
+        def score(col: str, g: pd.DataFrame = grp, labels: bool = as_labels) -> float | None:
+            vals = [None if pd.isna(x) else x for x in g[col]]
+            if labels:
+                return aggregate_items(spec, [str(v) if v is not None else None for v in vals], [])
+            return aggregate_items(spec, [], [float(v) if v is not None else None for v in vals])
+
+        rows.append(
+            {
+                "item": str(record),
+                "judge": score("judge"),
+                "human": score("human"),
+                "annotator": annotator,
+                "group": str(record),
+                "record_id": record,
+                "item_id": "",
+            }
+        )
+    out = pd.DataFrame(rows)
+    lo, hi = (0.0, 1.0) if isinstance(spec.scale, CategoricalScale) else (spec.scale.min, spec.scale.max)
+    return out, AgreementScale(kind="value", min=lo, max=hi)
