@@ -761,30 +761,50 @@ def human_frame(
     spec: Spec,
     records: Sequence[Any],
     results: Mapping[str, Any],
-    humans: Mapping[str, Any],
+    humans: Mapping[str, Sequence[tuple[str, Any]]],
 ) -> Any:
-    """The agreement module's frame: one row per record (or per chunk / triple for item metrics)."""
+    """The agreement module's frame: one row per record (or per chunk / triple for item metrics) and human
+    annotator; the ``annotator`` column only when some record has several human answers."""
     import pandas as pd
 
     rows: list[dict[str, Any]] = []
+    several = any(len(v) > 1 for v in humans.values())
     for rec in records:
         res = results.get(rec.hash)
         verdicts = {v.item_id: v for v in res.verdicts} if res is not None else {}
-        human = humans.get(rec.id)
-        if spec.each is None:
-            rows.append({"item": rec.id, "judge": _verdict_value(spec, verdicts.get("")), "human": human})
-            continue
-        ids = [it["id"] for it in rec.items(spec.each)]
-        per_item = _per_item(human, ids, rec.id)
-        for iid in ids:
-            rows.append(
-                {
-                    "item": f"{rec.id}/{iid}",
-                    "judge": _verdict_value(spec, verdicts.get(iid)),
-                    "human": per_item.get(iid),
-                }
-            )
-    return pd.DataFrame(rows, columns=["item", "judge", "human"])
+        answers = list(humans.get(rec.id) or [("human", None)])
+        for annotator, human in answers:
+            extra = {"annotator": str(annotator)} if several else {}
+            if spec.each is None:
+                judged = _verdict_value(spec, verdicts.get(""))
+                rows.append({"item": rec.id, "judge": judged, "human": human, **extra})
+                continue
+            ids = [it["id"] for it in rec.items(spec.each)]
+            per_item = _per_item(human, ids, rec.id)
+            for iid in ids:
+                judged = _verdict_value(spec, verdicts.get(iid))
+                rows.append({"item": f"{rec.id}/{iid}", "judge": judged, "human": per_item.get(iid), **extra})
+    return pd.DataFrame(rows, columns=["item", "judge", "human", *(["annotator"] if several else [])])
+
+
+def humans_from_file(
+    path: str, column: str, id_column: str | None = None, annotator_column: str | None = None
+) -> dict[str, list[tuple[str, Any]]]:
+    """Human answers kept in their own table (e.g. pulled from Argilla), joined on the record id."""
+    from greval.agreement.tables import read_table, select
+
+    table = read_table(path)
+    id_col = id_column or next((c for c in ("record_id", "id") if c in table.columns), None)
+    if id_col is None:
+        raise UserError(f"{path}: no record_id or id column; name it with --human-id-column")
+    ids = select(table, id_col).astype(str)
+    values = select(table, column)
+    annotators = select(table, annotator_column).astype(str) if annotator_column else None
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for i, (rid, value) in enumerate(zip(ids, values, strict=True)):
+        who = str(annotators.iloc[i]) if annotators is not None else f"h{len(out.get(rid, [])) + 1}"
+        out.setdefault(rid, []).append((who, _plain(value)))
+    return out
 
 
 def _verdict_value(spec: Spec, v: Any) -> Any:
@@ -973,6 +993,11 @@ def register(main: click.Group) -> None:
     @click.argument("spec_file", type=click.Path())
     @click.option("--data", "data_file", required=True, type=click.Path(), help="Records with human labels.")
     @click.option("--human-column", required=True, help="Column with the human label / value (dotted path ok).")
+    @click.option(
+        "--human-file", type=click.Path(), default=None, help="Human answers in their own table, joined on record id."
+    )
+    @click.option("--human-id-column", default=None, help="Record-id column of --human-file [record_id, else id].")
+    @click.option("--annotator-column", default=None, help="Annotator column of --human-file (several per record).")
     @click.option("--name", "spec_name", default=None, help="Which spec of a multi-spec file [the last].")
     @click.option("--limit", type=int, default=20, show_default=True, help="Judge only the first N records.")
     @click.option("--store", type=click.Path(), default=None, help="Keep verdicts here [a temporary store].")
@@ -985,6 +1010,9 @@ def register(main: click.Group) -> None:
         spec_file: str,
         data_file: str,
         human_column: str,
+        human_file: str | None,
+        human_id_column: str | None,
+        annotator_column: str | None,
         spec_name: str | None,
         limit: int,
         store: str | None,
@@ -1004,6 +1032,7 @@ def register(main: click.Group) -> None:
 
         \b
           greval spec try my_metric.yaml --data labelled.csv --human-column label --limit 30
+
         For chunk / triple metrics the human column holds one label per item: a list in item order or a
         mapping {item_id: label}.
         """
@@ -1030,6 +1059,9 @@ def register(main: click.Group) -> None:
             limit=limit,
             store=store,
             bootstrap=bootstrap,
+            human_file=human_file,
+            human_id_column=human_id_column,
+            annotator_column=annotator_column,
         )
         print_try(out, target, report, frame, summary)
         if json_out:
@@ -1057,11 +1089,11 @@ def _load_target(spec_file: str, name: str | None) -> tuple[list[Any], Spec]:
     return specs, chosen
 
 
-def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[str, Any]]:
+def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[str, list[tuple[str, Any]]]]:
     """Take the human column out of the records (so the store sees the same records as `greval run`)."""
     from greval.data import Record, content_hash
 
-    humans: dict[str, Any] = {}
+    humans: dict[str, list[tuple[str, Any]]] = {}
     out: list[Any] = []
     found = False
     for rec in records:
@@ -1076,7 +1108,7 @@ def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[st
                 cur = cur.get(part) if isinstance(cur, Mapping) else None
             value = cur
             found = found or value is not None
-        humans[rec.id] = value
+        humans[rec.id] = [("human", value)]
         out.append(Record(id=rec.id, hash=content_hash(data), data=data))
     if not found:
         cols = sorted({k for r in records for k in r.data})
@@ -1098,15 +1130,26 @@ def try_spec(
     limit: int | None = 20,
     store: str | None = None,
     bootstrap: int = 200,
+    human_file: str | None = None,
+    human_id_column: str | None = None,
+    annotator_column: str | None = None,
 ) -> tuple[Any, Any, Any]:
-    """Run the specs on the labelled records and compute agreement of ``target`` with the human column."""
+    """Run the specs on the labelled records and compute agreement of ``target`` with the human answers
+    (a column of the data file, or of ``human_file`` joined on the record id)."""
     from greval.agreement import AgreementOptions, compute_agreement
     from greval.data import load_records
     from greval.evaluators import config_for
     from greval.runner import arun
     from greval.store import Store, spec_keys
 
-    records, humans = split_human(load_records(data_file, mapping, id_column, limit), human_column)
+    loaded = load_records(data_file, mapping, id_column, limit)
+    if human_file:
+        records = loaded
+        humans = humans_from_file(human_file, human_column, human_id_column, annotator_column)
+        if not any(r.id in humans for r in records):
+            raise UserError(f"{human_file}: no human answer for any of the {len(records)} record ids")
+    else:
+        records, humans = split_human(loaded, human_column)
     with tempfile.TemporaryDirectory(prefix="greval-try-") as tmp:
         path = store or str(Path(tmp) / "try.sqlite")
         with session(judge_ref, **judge_params) as cfg, Store(path) as st:

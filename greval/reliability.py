@@ -432,11 +432,12 @@ async def areliability(
 async def _logprob_stat(
     target: Spec, sample: Sequence[Record], cfg: JudgeConfig, opts: ReliabilityOptions
 ) -> LogprobStat:
-    if not isinstance(target.scale, ValueScale) or target.each is not None:
+    if not isinstance(target.scale, ValueScale) or target.each is not None or target.depends_on:
         return LogprobStat(
             requested=0,
             usable=0,
-            note="not done: probability-weighted scores are implemented for record-level value scales only",
+            note="not done: probability-weighted scores are implemented for record-level value scales "
+            "without depends_on only",
         )
     scores, problems = await alogprob_scores(target, sample, logprob_model(cfg, opts.top_logprobs))
     stat = LogprobStat(requested=len(sample), usable=len(scores))

@@ -468,3 +468,39 @@ def test_spec_try_item_metric_with_per_item_human_labels(llm: OpenAIServer, tmp_
     assert "2 of 2 items compared" in res.output
     bad = CliRunner().invoke(main, [*base, "--human-column", "nope"])
     assert bad.exit_code == 2 and "--human-column 'nope' not found" in bad.output
+
+
+def test_spec_try_with_human_labels_in_their_own_file(llm: OpenAIServer, tmp_path: Path) -> None:
+    begin = Path(__file__).resolve().parents[1] / "examples" / "begin"
+    labels = tmp_path / "labels.csv"
+    # Two annotators on the first record, one elsewhere: the frame gets an annotator column.
+    rows = (begin / "human_labels.csv").read_text().splitlines()
+    first = rows[1].split(",")
+    labels.write_text("\n".join([*rows, ",".join([first[0], first[1], "second-annotator"])]) + "\n")
+    res = CliRunner().invoke(
+        main,
+        [
+            "spec",
+            "try",
+            str(begin / "attribution.yaml"),
+            "--data",
+            str(begin / "records.jsonl"),
+            "--human-file",
+            str(labels),
+            "--human-column",
+            "label",
+            "--annotator-column",
+            "annotator",
+            "--limit",
+            "5",
+            "--bootstrap",
+            "0",
+            "--judge",
+            "openai:j",
+            "--base-url",
+            llm.base_url,
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "5 of 5 items compared" in res.output
+    assert len(llm.requests()) == 5
