@@ -436,8 +436,8 @@ async def _logprob_stat(
         return LogprobStat(
             requested=0,
             usable=0,
-            note="not done: probability-weighted scores are implemented for record-level value scales "
-            "without depends_on only",
+            note="not done: probability-weighted scores are implemented for record-level value scales only "
+            "(and not for specs with depends_on)",
         )
     scores, problems = await alogprob_scores(target, sample, logprob_model(cfg, opts.top_logprobs))
     stat = LogprobStat(requested=len(sample), usable=len(scores))
