@@ -278,6 +278,9 @@ class PipelineSpec(BaseSpec):
             for name, f in agg_model.model_fields.items():
                 if f.is_required() and name != "kind" and name not in agg:
                     raise ValueError(f"@aggregate.{name}: required for kind {kind}")
+            for part, kinds, what in (("fp", ("precision", "f1"), "positives"), ("fn", ("recall", "f1"), "negatives")):
+                if kind in kinds and not agg.get(part):
+                    raise ValueError(f"@aggregate.{part}: {kind} needs false {what} ('step.label')")
         if not isinstance(data.get("steps"), list):
             return data
         out: list[Any] = []
@@ -456,7 +459,9 @@ def _schema_note(method: Method, schema: Mapping[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ step judges
 def _step_spec(spec: PipelineSpec, name: str, each: Literal["chunks", "triples"], step: VerifyStep | None) -> Spec:
-    """A generated judge spec for one step: what :class:`Judge` needs to build and check its answers."""
+    """A generated judge spec for one step: what :class:`Judge` needs to build and check its answers.
+
+    An extract step has no labels; it gets placeholder ones (its answer model and prompt are its own)."""
     labels = step.labels if step else [Label(name="done", description="-"), Label(name="none", description="-")]
     return Spec(
         name=f"{spec.name}__{name}",
@@ -688,6 +693,10 @@ class PipelineEvaluator:
         ext_logs: dict[_Key, list[CallLog]] = {k: [] for k in ext_keys}
 
         async def extract(key: _Key) -> None:
+            source = self.extractors[key[0]].step.from_
+            if fields(key[1]).get(source) in (None, "", []):  # an optional field left empty: nothing to list
+                extracted[key] = (f"no {source} to extract from", [])
+                return
             try:
                 extracted[key] = await self.extractors[key[0]].extract(fields(key[1]), ext_logs[key])
             except ParseError as exc:

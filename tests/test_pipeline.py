@@ -544,3 +544,14 @@ def test_formulas_on_counts() -> None:
     }
     mean = ScoreMeanAggregate(kind="score_mean", step="s")
     assert aggregate_counts(mean, {"s": ["yes", "maybe", "no", "yes"]}, scored)[0] == pytest.approx(2.5 / 4)
+
+
+def test_extracting_from_an_empty_optional_field_lists_nothing_without_a_call(llm: OpenAIServer) -> None:
+    data = copy.deepcopy(BASE)
+    data["inputs"] = {"answer": {"required": False}, "chunks": {"required": True}}
+    data["aggregate"]["empty"] = 1
+    spec = parse_spec(data)
+    assert isinstance(spec, PipelineSpec)
+    result = evaluate(llm, spec, {"chunks": ["ctx"]})
+    assert record_score(result) == 1.0 and result.outputs["claims"] == []
+    assert llm.stats()["total"] == 0
