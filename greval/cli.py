@@ -525,6 +525,7 @@ def _register_optional() -> None:
         ("greval.authoring", None),
         ("greval.reliability", None),
         ("greval.quickstart", None),
+        ("greval.report", None),
     ):
         try:
             mod = importlib.import_module(module)

@@ -1,0 +1,376 @@
+"""``greval report``: what a store says, as files people open — an HTML index, per-metric agreement pages,
+JSON and Markdown summaries — and a compact table in the terminal.
+
+For every metric: how many verdicts, failures, the mean score with a bootstrap CI; per system (any grouping
+column of the records) side by side with the efficiency columns records carry (tokens, LLM calls, latency);
+for judge metrics with human labels, the judge-vs-human agreement report. Pure reads: no model call.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from pydantic import BaseModel, Field
+from scipy.stats import bootstrap
+
+from greval.errors import UserError
+from greval.results import load_results
+from greval.spec import Spec
+from greval.store import Store
+
+#: Record fields treated as the evaluated system's efficiency figures when present.
+EFFICIENCY = ("llm_calls", "prompt_tokens", "output_tokens", "tokens", "latency", "latency_s", "completion_time")
+
+
+class MeanCI(BaseModel):
+    n: int
+    mean: float | None
+    std: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    note: str | None = None
+
+
+class SystemRow(BaseModel):
+    metric: str
+    system: str
+    score: MeanCI
+    judged: int
+    failed: int
+    failure_rate: float
+    efficiency: dict[str, float] = Field(default_factory=dict)
+
+
+class MetricRow(BaseModel):
+    metric: str
+    kind: str
+    spec_hash: str
+    judge: str
+    records: int
+    failed: int
+    score: MeanCI
+    distribution: dict[str, int] = Field(default_factory=dict)
+    agreement: dict[str, Any] | None = None
+    agreement_page: str | None = None
+
+
+class StoreReport(BaseModel):
+    store: str
+    metrics: list[MetricRow]
+    systems: list[SystemRow]
+    system_column: str | None
+
+
+def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = 2000) -> MeanCI:
+    """Mean, std and a percentile bootstrap CI (scipy); defined, documented results for n < 2."""
+    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(x) == 0:
+        return MeanCI(n=0, mean=None, std=None, note="no scores")
+    if len(x) == 1:
+        return MeanCI(n=1, mean=float(x[0]), std=None, note="one score: no spread, no CI")
+    std = float(np.std(x, ddof=1))
+    if std == 0:
+        return MeanCI(
+            n=len(x), mean=float(x.mean()), std=0.0, ci_low=float(x[0]), ci_high=float(x[0]), note="all scores equal"
+        )
+    res = bootstrap((x,), np.mean, n_resamples=resamples, method="percentile", random_state=seed)
+    return MeanCI(
+        n=len(x),
+        mean=float(x.mean()),
+        std=std,
+        ci_low=float(res.confidence_interval.low),
+        ci_high=float(res.confidence_interval.high),
+    )
+
+
+def build(
+    store_path: str | Path,
+    specs: Sequence[str] = (),
+    system_column: str | None = "system",
+    bootstrap_resamples: int = 1000,
+    out_dir: Path | None = None,
+) -> StoreReport:
+    """Compute the report (and, with ``out_dir``, write the per-metric agreement pages)."""
+    with Store(store_path) as st:
+        frame = load_results(st, level="record")
+        if frame.empty:
+            raise UserError(f"{store_path}: no verdicts yet; run `greval run` first")
+        if specs:
+            unknown = sorted(set(specs) - set(frame["spec"]))
+            if unknown:
+                raise UserError(f"no verdicts for {', '.join(unknown)} in {store_path}")
+            frame = frame[frame["spec"].isin(specs)]
+        records = {r.hash: r.data for r in st.records()}
+        frame["system"] = frame["record_hash"].map(
+            lambda h: (
+                str(records.get(h, {}).get(system_column))
+                if system_column and records.get(h, {}).get(system_column) is not None
+                else None
+            )
+        )
+        metrics: list[MetricRow] = []
+        systems: list[SystemRow] = []
+        for (name, judge), grp in frame.groupby(["spec", "judge"], sort=False):
+            spec_key = st.query(
+                "SELECT spec_key FROM specs WHERE name=? AND spec_hash=? LIMIT 1", (name, grp["spec_hash"].iloc[0])
+            )[0]["spec_key"]
+            spec = st.any_spec(spec_key)
+            ok = grp[grp["status"] == "ok"]
+            dist: dict[str, int] = {}
+            if isinstance(spec, Spec) and spec.each is None:
+                col = "label" if spec.scale.kind == "categorical" else "value"
+                dist = {str(k): int(v) for k, v in ok[col].value_counts().sort_index().items()}
+            row = MetricRow(
+                metric=str(name),
+                kind=spec.kind,
+                spec_hash=str(grp["spec_hash"].iloc[0]),
+                judge=str(judge),
+                records=len(grp),
+                failed=int((grp["status"] != "ok").sum()),
+                score=mean_ci(ok["score"].dropna().astype(float).tolist()),
+                distribution=dist,
+            )
+            if isinstance(spec, Spec):
+                row.agreement, row.agreement_page = _agreement(st, spec, str(judge), bootstrap_resamples, out_dir)
+            metrics.append(row)
+            if grp["system"].notna().any():
+                for system, sg in grp.groupby("system", sort=True):
+                    sok = sg[sg["status"] == "ok"]
+                    eff: dict[str, float] = {}
+                    for col in EFFICIENCY:
+                        vals = [records.get(h, {}).get(col) for h in sg["record_hash"]]
+                        nums = [float(v) for v in vals if isinstance(v, int | float)]
+                        if nums:
+                            eff[col] = float(np.mean(nums))
+                    systems.append(
+                        SystemRow(
+                            metric=str(name),
+                            system=str(system),
+                            score=mean_ci(sok["score"].dropna().astype(float).tolist()),
+                            judged=len(sg),
+                            failed=int((sg["status"] != "ok").sum()),
+                            failure_rate=float((sg["status"] != "ok").mean()),
+                            efficiency=eff,
+                        )
+                    )
+    return StoreReport(
+        store=str(store_path), metrics=metrics, systems=systems, system_column=system_column if systems else None
+    )
+
+
+def _agreement(
+    st: Store, spec: Spec, judge: str, resamples: int, out_dir: Path | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The judge-vs-human headline for a metric with human labels (None when nobody labelled it)."""
+    from greval.agreement.compute import compute_agreement
+    from greval.agreement.from_store import store_frame
+    from greval.agreement.models import AgreementOptions
+    from greval.agreement.report import render_html, render_markdown
+
+    n = st.query("SELECT COUNT(*) AS n FROM human_labels WHERE spec_name=? AND status='submitted'", (spec.name,))
+    if not n or not n[0]["n"]:
+        return None, None
+    frame, scale, sel = store_frame(st, spec.name, judge)
+    slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
+    rep = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=0, slices=slices))
+    head = {k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n} for k, e in rep.metrics.items()}
+    page = None
+    if out_dir is not None:
+        page = f"{spec.name}.agreement.html"
+        title = f"{spec.name} ({spec.hash}): {sel.judge} vs people"
+        (out_dir / page).write_text(render_html(rep, frame, title=title), encoding="utf-8")
+        (out_dir / f"{spec.name}.agreement.md").write_text(render_markdown(rep), encoding="utf-8")
+        (out_dir / f"{spec.name}.agreement.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
+    return head, page
+
+
+# ------------------------------------------------------------------------------------------ rendering
+def _fmt(x: float | None, d: int = 3) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def _ci(m: MeanCI) -> str:
+    return "" if m.ci_low is None or m.ci_high is None else f"[{m.ci_low:.3f}, {m.ci_high:.3f}]"
+
+
+def _system_chart(rep: StoreReport) -> str:
+    if not rep.systems:
+        return ""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = sorted({s.metric for s in rep.systems})
+    systems = sorted({s.system for s in rep.systems})
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(metrics) * len(systems) / 2 + 2), 3.6))
+    width = 0.8 / max(1, len(systems))
+    for i, system in enumerate(systems):
+        xs, ys, lo, hi = [], [], [], []
+        for j, metric in enumerate(metrics):
+            row = next((s for s in rep.systems if s.metric == metric and s.system == system), None)
+            if row is None or row.score.mean is None:
+                continue
+            xs.append(j + i * width)
+            ys.append(row.score.mean)
+            lo.append(row.score.mean - (row.score.ci_low if row.score.ci_low is not None else row.score.mean))
+            hi.append((row.score.ci_high if row.score.ci_high is not None else row.score.mean) - row.score.mean)
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=system)
+    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(metrics))], metrics, rotation=20, ha="right")
+    ax.set_ylabel("mean score (95% CI)")
+    ax.legend(title=rep.system_column, fontsize=8)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return '<img alt="systems" src="data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode() + '">'
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2rem;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:.9em}"""
+
+
+def render_index(rep: StoreReport) -> str:
+    rows = []
+    for m in rep.metrics:
+        link = f'<a href="{html.escape(m.agreement_page)}">agreement</a>' if m.agreement_page else "—"
+        kappa = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
+        agree = f"{_fmt(kappa['value'])} {link}" if kappa else link
+        dist = ", ".join(f"{html.escape(k)}: {v}" for k, v in m.distribution.items())
+        rows.append(
+            f"<tr><td>{html.escape(m.metric)}</td><td>{html.escape(m.kind)}</td>"
+            f"<td>{html.escape(m.judge)}</td><td>{m.records}</td><td>{m.failed}</td>"
+            f"<td>{_fmt(m.score.mean)}</td><td>{_ci(m.score)}</td><td>{dist}</td><td>{agree}</td></tr>"
+        )
+    parts = [
+        f"<h1>greval report</h1><p class=note>store {html.escape(rep.store)}</p>",
+        "<h2>Metrics</h2><table><tr><th>metric</th><th>kind</th><th>judge</th><th>records</th><th>failed</th>"
+        "<th>mean score</th><th>95% CI</th><th>distribution</th><th>judge–human κ / ρ</th></tr>"
+        + "".join(rows)
+        + "</table>",
+    ]
+    if rep.systems:
+        eff_cols = sorted({k for s in rep.systems for k in s.efficiency})
+        srows = []
+        for s in rep.systems:
+            eff = "".join(f"<td>{_fmt(s.efficiency.get(c), 1)}</td>" for c in eff_cols)
+            srows.append(
+                f"<tr><td>{html.escape(s.metric)}</td><td>{html.escape(s.system)}</td><td>{s.judged}</td>"
+                f"<td>{_fmt(s.score.mean)}</td><td>{_fmt(s.score.std)}</td><td>{_ci(s.score)}</td>"
+                f"<td>{s.failure_rate:.1%}</td>{eff}</tr>"
+            )
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in eff_cols)
+        parts.append(
+            f"<h2>Systems by {html.escape(rep.system_column or '')}</h2>"
+            + _system_chart(rep)
+            + "<table><tr><th>metric</th><th>system</th><th>n</th><th>mean</th><th>std</th><th>95% CI</th>"
+            f"<th>failure rate</th>{head}</tr>" + "".join(srows) + "</table>"
+        )
+    parts.append("<p class=note>CIs: percentile bootstrap of the mean (scipy), 2000 resamples, seed 0.</p>")
+    return f"<!doctype html><meta charset=utf-8><title>greval report</title><style>{_CSS}</style>" + "".join(parts)
+
+
+def render_markdown(rep: StoreReport) -> str:
+    lines = [
+        "# greval report",
+        "",
+        f"store `{rep.store}`",
+        "",
+        "| metric | judge | records | failed | mean | 95% CI |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in rep.metrics:
+        lines.append(f"| {m.metric} | {m.judge} | {m.records} | {m.failed} | {_fmt(m.score.mean)} | {_ci(m.score)} |")
+    if rep.systems:
+        lines += [
+            "",
+            f"## Systems by {rep.system_column}",
+            "",
+            "| metric | system | n | mean | 95% CI | failure rate |",
+            "|---|---|---|---|---|---|",
+        ]
+        for s in rep.systems:
+            lines.append(
+                f"| {s.metric} | {s.system} | {s.judged} | {_fmt(s.score.mean)} | {_ci(s.score)} | "
+                f"{s.failure_rate:.1%} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def register(main: click.Group) -> None:
+    @main.command("report")
+    @click.option(
+        "--store",
+        default="greval.sqlite",
+        show_default=True,
+        type=click.Path(exists=True, dir_okay=False),
+        help="The store to report on.",
+    )
+    @click.option("--spec", "specs", multiple=True, help="Only these metrics (repeatable).")
+    @click.option(
+        "-o",
+        "--output",
+        default="greval-report",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="Directory for index.html, per-metric agreement pages, report.json and report.md.",
+    )
+    @click.option(
+        "--system-column",
+        default="system",
+        show_default=True,
+        help="Record field that names the system under test (compared side by side).",
+    )
+    @click.option(
+        "--bootstrap",
+        "resamples",
+        type=int,
+        default=1000,
+        show_default=True,
+        help="Bootstrap resamples for agreement CIs.",
+    )
+    def report(store: str, specs: Sequence[str], output: str, system_column: str, resamples: int) -> None:
+        """Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.
+
+        \b
+        Opens offline anywhere (plots are embedded). Also writes report.json and report.md.
+          greval report --store greval.sqlite -o report/
+        """
+        from rich.table import Table
+
+        from greval.cli import console, out
+
+        out_dir = Path(output)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        rep = build(store, specs, system_column, resamples, out_dir)
+        (out_dir / "index.html").write_text(render_index(rep), encoding="utf-8")
+        (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
+        (out_dir / "report.md").write_text(render_markdown(rep), encoding="utf-8")
+        table = Table(title=f"greval report — {store}")
+        for col in ("metric", "judge", "records", "failed", "mean", "95% CI", "judge–human"):
+            table.add_column(col)
+        for m in rep.metrics:
+            k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
+            table.add_row(
+                m.metric,
+                m.judge,
+                str(m.records),
+                str(m.failed),
+                _fmt(m.score.mean),
+                _ci(m.score),
+                "—" if not k else f"{_fmt(k['value'])} (n={k['n']})",
+            )
+        out.print(table)
+        console.print(
+            f"wrote {out_dir / 'index.html'} (+ report.json, report.md"
+            + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")
+            + ")"
+        )
