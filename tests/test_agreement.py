@@ -424,6 +424,22 @@ def test_cli_compares_versions(tmp_path: Path) -> None:
     res = CliRunner().invoke(agreement, [str(f), "--judge", "v1", "--judge", "v2", "--human", "h", "--bootstrap", "50"])
     assert res.exit_code == 0, res.output
     assert "paired differences" in res.output
+    long = tmp_path / "long.csv"
+    pd.DataFrame(
+        {
+            "id": list(range(8)) * 2,
+            "ver": ["v1"] * 8 + ["v2"] * 8,
+            "j": list("aabbaabb") + list("abababab"),
+            "h": list("abababab") * 2,
+        }
+    ).to_csv(long, index=False)
+    args = [str(long), "--judge", "j", "--version", "ver", "--item", "id", "--human", "h", "--bootstrap", "20"]
+    res = CliRunner().invoke(agreement, [*args, "--json", str(tmp_path / "c.json")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert set(data["reports"]) == {"v1", "v2"} and data["common_items"] == 8
+    acc = next(d for d in data["differences"] if d["metric"] == "accuracy")
+    assert acc["a"] == "v1" and acc["b"] == "v2" and acc["estimate"]["value"] == 0.5
 
 
 # -------------------------------------------------------------------------------------- UniEval

@@ -190,6 +190,12 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     required=True,
     help="judge column (dots select nested fields); repeat to compare versions side by side",
 )
+@click.option(
+    "--version",
+    "version_col",
+    default=None,
+    help="column naming the judge version of each row (rows per item and version): compare the versions",
+)
 @click.option("--human", required=True, help="human label column")
 @click.option("--annotator", default=None, help="annotator id column (enables the human–human ceiling)")
 @click.option("--item", default=None, help="item id column (default: one item per row)")
@@ -238,6 +244,7 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 def agreement(
     file: Path,
     judges: tuple[str, ...],
+    version_col: str | None,
     human: str,
     annotator: str | None,
     item: str | None,
@@ -281,16 +288,23 @@ def agreement(
         raw = read_table(file)
         if annotator and not item:
             click.echo("note: --annotator without --item: every row is its own item, so no human ceiling", err=True)
-        frames = {
-            j: to_agreement_frame(raw, j, human, item=item, annotator=annotator, group=group, slices=slices)
-            for j in judges
-        }
-        if (html_out or md_out) and len(frames) > 1:
-            raise UserError("--html/--markdown work with one --judge")
-        for name, col in (("reason", reason_col), ("comment", comment_col)):
-            if col:
-                for f in frames.values():
+        frames: dict[str, pd.DataFrame] = {}
+        for j in judges:
+            f = to_agreement_frame(raw, j, human, item=item, annotator=annotator, group=group, slices=slices)
+            for name, col in (("reason", reason_col), ("comment", comment_col)):
+                if col:
                     f[name] = select(raw, col).to_numpy()
+            if version_col is None:
+                frames[j] = f
+                continue
+            if len(judges) > 1:
+                raise UserError("--version splits one --judge column; give --judge once")
+            versions = select(raw, version_col).astype(str).to_numpy()
+            frames = {v: f[versions == v].reset_index(drop=True) for v in sorted(set(versions))}
+        if (html_out or md_out) and len(frames) > 1:
+            raise UserError("--html/--markdown work with one judge version")
+        if len(frames) == 1 and version_col is not None:
+            raise UserError(f"--version {version_col}: only one version in the file")
         result: AgreementReport | ComparisonReport
         if len(frames) == 1:
             frame = next(iter(frames.values()))
