@@ -50,7 +50,7 @@ class ItemVerdict(BaseModel):
     """The verdict on one record (``item_id == ""``) or one chunk / triple of it."""
 
     item_id: str = ""
-    status: Literal["ok", "error"] = "ok"
+    status: Literal["ok", "error", "skipped"] = "ok"
     label: str | None = None
     value: int | None = None
     score: float | None = Field(None, description="The value, or the label's score when labels have scores.")

@@ -67,10 +67,13 @@ def load_results(
         frame["outputs"] = frame["outputs"].map(lambda s: json.loads(s) if s else {})
         if level == "item":
             return frame.drop(columns=["spec_key", "judge_key"])
-        specs = {key: st.spec(key) for key in frame["spec_key"].unique()}
+        specs = {key: st.any_spec(key) for key in frame["spec_key"].unique()}
         out: list[dict[str, Any]] = []
         for (skey, _jkey, rhash), grp in frame.groupby(["spec_key", "judge_key", "record_hash"], sort=False):
             sp = specs[skey]
+            if not isinstance(sp, Spec):  # computed / pipeline: the record row holds the score, items the detail
+                record_rows = grp[grp["item_id"] == ""]
+                grp = record_rows if len(record_rows) else grp
             first = grp.iloc[0]
             ok = grp[grp["status"] == "ok"]
             row: dict[str, Any] = {
@@ -86,7 +89,7 @@ def load_results(
                 "tokens_in": first["tokens_in"],
                 "tokens_out": first["tokens_out"],
             }
-            if sp.each:
+            if isinstance(sp, Spec) and sp.each:
                 row["label"] = None
                 row["value"] = None
                 row["score"] = aggregate_items(

@@ -20,7 +20,7 @@ from greval._sync import run_sync
 from greval.data import Record
 from greval.evaluators import Evaluator, config_for, make_evaluator
 from greval.execution import AdaptiveLimiter, JudgeUnavailable, RetryPolicy
-from greval.judge import JudgeResult, Method
+from greval.judge import JudgeResult, Method, not_applicable
 from greval.models import JudgeConfig, make_chat_model
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale, dependency_levels, order_specs
 from greval.store import Store, spec_keys
@@ -143,7 +143,7 @@ async def arun(
         deps = {d: results[d] for d in spec.depends_on if d in results}
         only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
         res = await judges[spec.name].ajudge(rec, deps, only)
-        store.put_result(run_id, keys[spec.name], scfg, rec, res)
+        store.put_result(run_id, keys[spec.name], scfg, rec, res, partial=only is not None)
         if only is not None or not res.ok:
             merged = store.result(keys[spec.name], scfg.key, rec)
             results[spec.name] = merged if merged is not None else res
@@ -154,7 +154,7 @@ async def arun(
         m.tokens_in += res.tokens_in
         m.tokens_out += res.tokens_out
         m.calls += len(res.calls)
-        if not res.ok:
+        if not res.ok and not not_applicable(res):
             errors += 1
             m.failed += 1
             for v in res.verdicts:
@@ -242,7 +242,7 @@ def _summarise(
         rows = [r for r in rows if r[0] in hashes]
         ok = [r for r in rows if r[1] == "ok"]
         m.verdicts = len(ok)
-        m.items_failed = len(rows) - len(ok)
+        m.items_failed = sum(1 for r in rows if r[1] == "error")
         if not isinstance(s, Spec):  # computed / pipeline metrics: the record-level scores
             ok = [r for r in ok if r[6] == ""]
         scale = s.scale if isinstance(s, Spec) else None

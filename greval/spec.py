@@ -505,7 +505,7 @@ def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> BaseSpec:
         path = f"{where}.kind" if where else "kind"
         raise SpecError(source, path, f"unknown kind {kind!r}; use one of: {', '.join(kinds)}")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={"spec_source": source})
     except ValidationError as exc:
         errors = exc.errors()
         # An unknown key usually explains a "missing" one beside it (a typo): report it first.

@@ -21,7 +21,7 @@ from typing import Any
 
 from greval.data import Record
 from greval.errors import UserError
-from greval.judge import ItemVerdict, JudgeResult
+from greval.judge import ItemVerdict, JudgeResult, not_applicable
 from greval.models import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
 
@@ -232,9 +232,12 @@ class Store:
         """What is still to judge for one (spec, judge, record): None when nothing; for record metrics
         ``[""]``; for many metrics the item ids without a successful verdict."""
         rows = self.db.execute(
-            "SELECT item_id FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND status='ok'",
+            "SELECT item_id, status FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
+            " AND status IN ('ok', 'skipped')",
             (spec_key, judge_key, record.hash),
         ).fetchall()
+        if any(r[1] == "skipped" and r[0] == "" for r in rows):
+            return None
         done = {r[0] for r in rows}
         if item_ids is None:
             return None if "" in done else [""]
@@ -248,11 +251,22 @@ class Store:
         return missing or None
 
     def put_result(
-        self, run_id: str | None, spec_key: str, cfg: JudgeConfig, record: Record, result: JudgeResult
+        self,
+        run_id: str | None,
+        spec_key: str,
+        cfg: JudgeConfig,
+        record: Record,
+        result: JudgeResult,
+        partial: bool = False,
     ) -> None:
-        """Write one judgement and its verdicts in one transaction (all or nothing, at once)."""
+        """Write one judgement and its verdicts in one transaction (all or nothing, at once).
+
+        ``partial``: the result covers only some items (a resumed many-judge); otherwise it replaces every
+        earlier verdict of this (spec, judge, record), so a re-judged pipeline leaves no stale items.
+        """
         now = time.time()
-        status = "ok" if result.ok else "error"
+        skipped = not_applicable(result)
+        status = "ok" if result.ok else ("skipped" if skipped else "error")
         calls = [c.model_dump() for c in result.calls]
         raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
         with self._tx() as db:
@@ -298,13 +312,22 @@ class Store:
                 ),
             )
             verdicts = result.verdicts
+            if not partial:
+                keep = [v.item_id for v in verdicts] or [""]
+                db.execute(
+                    "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
+                    f" AND item_id NOT IN ({','.join('?' * len(keep))})",
+                    (spec_key, cfg.key, record.hash, *keep),
+                )
             if any(v.item_id for v in verdicts):  # item verdicts supersede an earlier record-level error
                 db.execute(
                     "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND item_id=''",
                     (spec_key, cfg.key, record.hash),
                 )
             if result.error is not None and not verdicts:
-                verdicts = [ItemVerdict(item_id="", status="error", error=result.error)]
+                # A metric that does not apply to this record (an input it requires is absent) is "skipped":
+                # done, not failed; the record's content hash changes when the input is added.
+                verdicts = [ItemVerdict(item_id="", status="skipped" if skipped else "error", error=result.error)]
             db.executemany(
                 "INSERT INTO verdicts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
@@ -365,7 +388,7 @@ class Store:
             )
             for r in rows
         ]
-        err = j[1] if j[0] == "error" and all(v.item_id == "" for v in verdicts) else None
+        err = j[1] if j[0] in ("error", "skipped") and all(v.item_id == "" for v in verdicts) else None
         if err is not None:
             verdicts = [v for v in verdicts if v.status == "ok"]
         return JudgeResult(

@@ -448,21 +448,20 @@ def test_run_with_only_computed_specs_makes_no_model_call(tmp_path: Path, monkey
     top = items[items["item_id"] == ""].set_index(["spec", "record_id"])
     assert top.loc[("citation_validity", "r1"), "score"] == pytest.approx(5 / 9)
     assert top.loc[("orphans", "r1"), "score"] == pytest.approx(0.5)
-    assert top.loc[("orphans", "r2"), "status"] == "error"
+    assert top.loc[("orphans", "r2"), "status"] == "skipped"  # not applicable: done, not failed
     assert MISSING_INPUT in str(top.loc[("orphans", "r2"), "error"])
     assert set(items["judge"]) == {f"computed:{s.computed_identity()}" for s in specs}
     cites = items[(items["spec"] == "citation_validity") & (items["item_id"] != "")]
     assert len(cites) == 9 and set(cites["label"]) == {"valid", "invalid"}
 
     again = greval.run(specs, records, store, JudgeConfig.parse("openai:another-model"))
-    # Only records that lacked an input are tried again (the runner retries every error, as for judges).
-    assert all(m.judged == m.failed for m in again.metrics), again.metrics
+    # Nothing is recomputed: a record that lacked an input is "skipped" (done) until its content changes.
     assert {m.spec: m.judged for m in again.metrics} == {
         "rouge_l": 0,
         "bleu2": 0,
         "citation_validity": 0,
-        "orphans": 1,
-        "kg": 1,
+        "orphans": 0,
+        "kg": 0,
     }
     assert len(greval.load_results(store)) == len(items)
     assert {m.spec: m.reused for m in again.metrics}["rouge_l"] == 2
