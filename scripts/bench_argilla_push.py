@@ -106,6 +106,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=sync.DEFAULT_BATCH)
+    ap.add_argument("--rounds", type=int, default=3, help="create rounds (alternating order), then one update")
     args = ap.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
     with tempfile.TemporaryDirectory(prefix="greval-bench-") as tmp:
@@ -114,25 +115,49 @@ def main() -> None:
         with server.running_server(data=Path(tmp) / "argilla") as info, Store(store_path) as st:
             conn = sync.connect(info.url, info.api_key, workspace=info.workspace)
             client = conn.client
-            # The SDK side gets the identical dataset settings, created outside the timed region.
-            sdk_ds = rg.Dataset(
-                name="bench-sdk", settings=ds.build_settings(spec, client), workspace=info.workspace, client=client
+            # Each round creates a fresh pair of datasets with identical settings (outside the timed region),
+            # then times greval's push and a plain SDK log of the same records; the order alternates so that
+            # load from other processes on the machine does not favour one side. A last round updates.
+            rows: list[tuple[str, float, float]] = []
+            spec_key = sync.spec_and_judge(st, spec.name)[0]
+            sdk_recs: list[Any] = []
+            names: list[str] = []
+            # Warm-up (untimed): the server's first writes pay for caches and connections.
+            warm = rg.Dataset(
+                name="bench-warmup-sdk",
+                settings=ds.build_settings(spec, client),
+                workspace=info.workspace,
+                client=client,
             ).create()
-            handle = sync.ensure_dataset(conn, spec, "bench-sdk", info.workspace)
-            sdk_recs = sdk_records(spec, cfg, st, handle.fields, handle.metadata, sync.spec_and_judge(st, spec.name)[0])
-            sync.ensure_dataset(conn, spec, "bench-greval", info.workspace)  # both datasets pre-created
-
-            rows = []
-            for phase in ("create", "update"):
-                t = time.perf_counter()
-                res = sync.push(st, conn, spec.name, dataset="bench-greval", batch_size=args.batch_size)
-                g = time.perf_counter() - t
-                assert res.pushed == args.n
-                t = time.perf_counter()
-                sdk_ds.records.log(sdk_recs)
-                s = time.perf_counter() - t
-                rows.append((phase, args.n / g, args.n / s))
-            n_g = len(list(client.datasets("bench-greval", workspace=info.workspace).records))
+            wh = sync.ensure_dataset(conn, spec, "bench-warmup-sdk", info.workspace)
+            warm.records.log(sdk_records(spec, cfg, st, wh.fields, wh.metadata, spec_key)[:100])
+            sync.push(st, conn, spec.name, dataset="bench-warmup", strategy="random", n=100)
+            for r in range(args.rounds):
+                g_name, s_name = f"bench-greval-{r}", f"bench-sdk-{r}"
+                sdk_ds = rg.Dataset(
+                    name=s_name, settings=ds.build_settings(spec, client), workspace=info.workspace, client=client
+                ).create()
+                handle = sync.ensure_dataset(conn, spec, s_name, info.workspace)
+                sdk_recs = sdk_records(spec, cfg, st, handle.fields, handle.metadata, spec_key)
+                sync.ensure_dataset(conn, spec, g_name, info.workspace)
+                rates = {}
+                for side in ("greval", "sdk") if r % 2 == 0 else ("sdk", "greval"):
+                    t = time.perf_counter()
+                    if side == "greval":
+                        res = sync.push(st, conn, spec.name, dataset=g_name, batch_size=args.batch_size)
+                        assert res.pushed == args.n
+                    else:
+                        sdk_ds.records.log(sdk_recs)
+                    rates[side] = args.n / (time.perf_counter() - t)
+                rows.append((f"create {r + 1}", rates["greval"], rates["sdk"]))
+                names = [g_name, s_name]
+            t = time.perf_counter()
+            sync.push(st, conn, spec.name, dataset=names[0], batch_size=args.batch_size)
+            g = time.perf_counter() - t
+            t = time.perf_counter()
+            sdk_ds.records.log(sdk_recs)
+            rows.append(("update", args.n / g, args.n / (time.perf_counter() - t)))
+            n_g = len(list(client.datasets(names[0], workspace=info.workspace).records))
             n_s = len(list(sdk_ds.records))
             assert n_g == n_s == args.n, (n_g, n_s)
 
@@ -141,7 +166,7 @@ def main() -> None:
                 username="bench-annotator", password="bench-pass-123", role="annotator", client=client
             ).create()
             client.workspaces(info.workspace).add_user(user)
-            gh = sync.ensure_dataset(conn, spec, "bench-greval", info.workspace)
+            gh = sync.ensure_dataset(conn, spec, names[0], info.workspace)
             items = [
                 {
                     "external_id": r.id,
@@ -158,11 +183,11 @@ def main() -> None:
             for i in range(0, len(items), 500):
                 sync.bulk_upsert(conn, gh.id, items[i : i + 500])
             t = time.perf_counter()
-            pulled = sync.pull(st, conn, spec.name, dataset="bench-greval")
+            pulled = sync.pull(st, conn, spec.name, dataset=names[0])
             p = time.perf_counter() - t
             assert pulled.submitted == args.n and pulled.stored == args.n
             t = time.perf_counter()
-            again = sync.pull(st, conn, spec.name, dataset="bench-greval")
+            again = sync.pull(st, conn, spec.name, dataset=names[0])
             p2 = time.perf_counter() - t
             assert again.changed == 0
             conn.close()
@@ -171,6 +196,8 @@ def main() -> None:
     print(f"{'phase':<8} {'greval push rec/s':>18} {'SDK records.log rec/s':>22} {'ratio':>7}")
     for phase, g_rate, s_rate in rows:
         print(f"{phase:<8} {g_rate:>18.0f} {s_rate:>22.0f} {g_rate / s_rate:>7.2f}")
+    ratios = sorted(g / s for _, g, s in rows)
+    print(f"median ratio greval/SDK: {ratios[len(ratios) // 2]:.2f}  (machine load: {os.getloadavg()[0]:.1f})")
     print(f"pull     {args.n / p:>18.0f} rec/s ({args.n} submitted answers); re-pull {args.n / p2:.0f} rec/s")
 
 

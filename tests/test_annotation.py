@@ -92,8 +92,10 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("annotation")
-    specs = {s.name: s for s in resolve_specs(["answer_alignment", "chunk_evaluation"])}
-    specs["answer_rating"] = parse_spec(RATING_SPEC)
+    specs = {s.name: s for s in resolve_specs(["answer_alignment", "chunk_evaluation"]) if isinstance(s, Spec)}
+    rating = parse_spec(RATING_SPEC)
+    assert isinstance(rating, Spec)
+    specs["answer_rating"] = rating
     store_path = tmp / "store.sqlite"
     openai_server.reset()
     with pytest.MonkeyPatch.context() as mp:
@@ -149,6 +151,7 @@ def test_settings_follow_each_spec_kind(env: Env) -> None:
 
     too_wide = parse_spec({**RATING_SPEC, "scale": {"kind": "value", "min": 0, "max": 20,
                                                      "ranges": {"0-10": "low", "11-20": "high"}}})
+    assert isinstance(too_wide, Spec)
     with pytest.raises(ds.ScaleDoesNotFit, match=r"value scale 0-20 does not fit an Argilla rating"):
         ds.build_settings(too_wide, env.client())
 
