@@ -118,9 +118,7 @@ def main() -> None:
     for which in scenarios:
         truths = {"kappa": true_kappa(JOINT), "spearman": true_spearman(a.r)}
         truth = truths.get(which, true_kappa(clustered_joint()))
-        jobs = [
-            (which, a.seed * 1_000_003 + 2 * i, a.n, a.resamples, a.confidence, a.r) for i in range(a.reps)
-        ]
+        jobs = [(which, a.seed * 1_000_003 + 2 * i, a.n, a.resamples, a.confidence, a.r) for i in range(a.reps)]
         t0 = time.time()
         with ProcessPoolExecutor(max_workers=a.workers) as pool:
             results = list(pool.map(one_rep, jobs, chunksize=max(1, a.reps // (8 * a.workers))))
