@@ -520,7 +520,6 @@ def _register_optional() -> None:
         ("greval.annotation.cli", "annotate"),
         ("greval.annotation.commands", None),
         ("greval.agreement.cli", "agreement"),
-        ("greval.agreement.cli", "report"),
         ("greval.local_judge", "local_judge"),
         ("greval.authoring", None),
         ("greval.reliability", None),

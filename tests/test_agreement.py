@@ -8,6 +8,7 @@ import math
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import krippendorff
 import numpy as np
@@ -27,6 +28,7 @@ from greval.agreement import (
     compute_agreement,
 )
 from greval.agreement.cli import agreement
+from greval.cli import main
 from greval.agreement.stats import corrected_prevalence
 from greval.agreement.tables import read_table, to_agreement_frame
 from greval.errors import DataError
@@ -572,3 +574,144 @@ def test_any_small_value_input_gives_defined_results(
     no_nan(rep)
     assert all(e.value is None or math.isfinite(e.value) for e in rep.metrics.values())
     assert all(e.note for e in rep.metrics.values() if e.value is None)
+
+
+# ---------------------------------------------------------------------------------- from the greval store
+def _judged_store(llm: Any, path: Path, versions: int = 1) -> list[dict[str, Any]]:
+    """A store with answer_alignment verdicts (one or two spec versions) and one annotator's labels."""
+    from greval.data import Record
+    from greval.execution import RetryPolicy
+    from greval.models import JudgeConfig
+    from greval.runner import RunOptions, run
+    from greval.spec import resolve_specs
+    from greval.store import Store
+
+    recs = [
+        Record.from_mapping(
+            {
+                "id": f"r{i}",
+                "question": f"q{i}",
+                "expected_answer": "e",
+                "answer": f"a{i}",
+                "chunks": [f"c{i}.{k}" for k in range(3)],
+            }
+        )
+        for i in range(16)
+    ]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url)
+    specs = resolve_specs(["answer_alignment", "chunk_evaluation"])
+    opts = RunOptions(retry=RetryPolicy(base_delay=0.01))
+    labels = ["Correct", "Acceptable", "Not Acceptable", "Incorrect"]
+    with Store(path) as st:
+        run(specs, recs, st, cfg, options=opts)
+        if versions == 2:
+            run([specs[0].model_copy(update={"steps": [*specs[0].steps, "Be strict."]})], recs, st, cfg, options=opts)
+        rows = st.query("SELECT DISTINCT record_hash, record_id FROM verdicts WHERE spec_name='answer_alignment'")
+        human = [
+            {
+                "spec_name": "answer_alignment",
+                "record_hash": r["record_hash"],
+                "item_id": "",
+                "annotator": "ann",
+                "record_id": r["record_id"],
+                "label": labels[i % 4],
+                "status": "submitted",
+            }
+            for i, r in enumerate(rows)
+        ]
+        chunk_rows = st.query("SELECT record_hash, record_id, item_id FROM verdicts WHERE spec_name='chunk_evaluation'")
+        human += [
+            {
+                "spec_name": "chunk_evaluation",
+                "record_hash": r["record_hash"],
+                "item_id": r["item_id"],
+                "annotator": "ann",
+                "record_id": r["record_id"],
+                "label": "Relevant" if i % 2 else "Irrelevant",
+                "status": "submitted",
+            }
+            for i, r in enumerate(chunk_rows)
+        ]
+        st.put_human_labels(human)
+    return human
+
+
+def test_agreement_from_the_store_joins_exactly(llm: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    from sklearn.metrics import accuracy_score, cohen_kappa_score
+
+    store = tmp_path / "s.sqlite"
+    _judged_store(llm, store)
+    out = tmp_path / "a.json"
+    res = CliRunner().invoke(
+        main,
+        ["agreement", "--store", str(store), "--spec", "answer_alignment", "--bootstrap", "50", "--json", str(out)],
+    )
+    assert res.exit_code == 0, res.output
+    db = sqlite3.connect(store)
+    pairs = db.execute(
+        "SELECT v.label, h.label FROM verdicts v JOIN human_labels h ON h.record_hash = v.record_hash"
+        " AND h.item_id = v.item_id AND h.spec_name = v.spec_name"
+        " WHERE v.spec_name='answer_alignment'"
+    ).fetchall()
+    assert len(pairs) == 16
+    judge, human = [p[0] for p in pairs], [p[1] for p in pairs]
+    metrics = json.loads(out.read_text())["metrics"]
+    assert metrics["accuracy"]["value"] == pytest.approx(accuracy_score(human, judge), abs=1e-12)
+    assert metrics["cohen_kappa"]["value"] == pytest.approx(cohen_kappa_score(human, judge), abs=1e-12)
+    res = CliRunner().invoke(
+        main,
+        [
+            "agreement",
+            "--store",
+            str(store),
+            "--spec",
+            "chunk_evaluation",
+            "--level",
+            "record",
+            "--bootstrap",
+            "50",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["counts"]["items_compared"] == 16  # one aggregated score per record
+    res = CliRunner().invoke(main, ["agreement", "--store", str(store), "--spec", "nope"])
+    assert res.exit_code == 2 and "no metric 'nope'" in res.output
+
+
+def test_agreement_compares_spec_versions_from_the_store(llm: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    store = tmp_path / "s.sqlite"
+    _judged_store(llm, store, versions=2)
+    hashes = [
+        h
+        for (h,) in sqlite3.connect(store).execute(
+            "SELECT spec_hash FROM specs WHERE name='answer_alignment' ORDER BY created_at"
+        )
+    ]
+    assert len(hashes) == 2
+    out = tmp_path / "cmp.json"
+    res = CliRunner().invoke(
+        main,
+        [
+            "agreement",
+            "--store",
+            str(store),
+            "--spec",
+            f"answer_alignment@{hashes[0]}",
+            "--spec",
+            f"answer_alignment@{hashes[1]}",
+            "--bootstrap",
+            "50",
+            "--json",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    comparison = json.loads(out.read_text())
+    assert set(comparison["reports"]) == {f"answer_alignment@{h}" for h in hashes}
+    assert comparison["differences"]

@@ -182,13 +182,32 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("agreement")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--store",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="read judge verdicts and pulled / imported human labels from a greval store instead of FILE",
+)
+@click.option(
+    "--spec",
+    "spec_refs",
+    multiple=True,
+    help="with --store: metric NAME, or NAME@HASH for one version; repeat to compare side by side",
+)
+@click.option(
+    "--level",
+    type=click.Choice(["item", "record"]),
+    default="item",
+    show_default=True,
+    help="with --store, chunk/triple metrics: per item, or on the aggregated record score",
+)
 @click.option(
     "--judge",
     "judges",
     multiple=True,
-    required=True,
-    help="judge column (dots select nested fields); repeat to compare versions side by side",
+    help="judge column (dots select nested fields); repeat to compare versions side by side. "
+    "With --store: which judge's verdicts (default: the one with most)",
 )
 @click.option(
     "--version",
@@ -196,7 +215,7 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     default=None,
     help="column naming the judge version of each row (rows per item and version): compare the versions",
 )
-@click.option("--human", required=True, help="human label column")
+@click.option("--human", default=None, help="human label column (FILE mode)")
 @click.option("--annotator", default=None, help="annotator id column (enables the human–human ceiling)")
 @click.option("--item", default=None, help="item id column (default: one item per row)")
 @click.option("--group", default=None, help="cluster column: bootstrap resamples whole groups")
@@ -242,10 +261,13 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     help="decimals printed (JSON keeps full precision)",
 )
 def agreement(
-    file: Path,
+    file: Path | None,
+    store: Path | None,
+    spec_refs: tuple[str, ...],
+    level: str,
     judges: tuple[str, ...],
     version_col: str | None,
-    human: str,
+    human: str | None,
     annotator: str | None,
     item: str | None,
     group: str | None,
@@ -267,9 +289,36 @@ def agreement(
     comment_col: str | None,
     decimals: int,
 ) -> None:
-    """Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok)."""
+    """Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok),
+    or in a greval store (--store S --spec NAME).
+
+    \b
+      greval agreement --store greval.sqlite --spec answer_alignment --html agreement.html
+      greval agreement --store s.sqlite --spec faithfulness@1a2b3c4d5e6f --spec faithfulness@9f8e7d6c5b4a
+      greval agreement data.csv --judge judge_label --human human_label --annotator annotator --item id
+    """
     console = Console() if sys.stdout.isatty() else Console(width=160)
+    if store is not None:
+        _from_store(
+            console,
+            store,
+            spec_refs,
+            judges,
+            level,
+            invalid,
+            resamples,
+            seed,
+            slices,
+            _parse_map(maps),
+            json_out,
+            html_out,
+            md_out,
+            decimals,
+        )
+        return
     try:
+        if file is None or not judges or human is None:
+            raise UserError("give FILE with --judge COL and --human COL, or --store S --spec NAME")
         scale = AgreementScale(
             kind=kind,
             labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
@@ -342,3 +391,67 @@ def frame_from_file(
 ) -> pd.DataFrame:
     """Convenience for Python callers: read a file and map its columns like the CLI does."""
     return to_agreement_frame(read_table(file), judge, human, item=item, annotator=annotator, group=group)
+
+
+def _from_store(
+    console: Console,
+    store_path: Path,
+    spec_refs: tuple[str, ...],
+    judges: tuple[str, ...],
+    level: str,
+    invalid: str,
+    resamples: int,
+    seed: int,
+    slices: tuple[str, ...],
+    mapping: dict[str, str],
+    json_out: Path | None,
+    html_out: Path | None,
+    md_out: Path | None,
+    decimals: int,
+) -> None:
+    """Agreement of stored judge verdicts with stored human labels, per metric or metric version."""
+    from greval.agreement.from_store import store_frame
+    from greval.store import Store
+
+    try:
+        if not spec_refs:
+            raise UserError("--store needs --spec NAME (the metric whose verdicts people labelled)")
+        frames: dict[str, pd.DataFrame] = {}
+        scale: AgreementScale | None = None
+        with Store(store_path) as st:
+            for ref in spec_refs:
+                name, _, version = ref.partition("@")
+                frame, sc, sel = store_frame(
+                    st, name, judges[0] if judges else None, "record" if level == "record" else "item", version or None
+                )
+                if scale is not None and sc != scale:
+                    raise UserError(f"{ref}: a different scale than {spec_refs[0]}; compare versions of one scale")
+                scale = sc
+                frames[f"{sel.spec}@{sel.spec_hash}"] = frame
+        assert scale is not None
+        auto = [c for c in ("system",) if all(c in f.columns and f[c].notna().any() for f in frames.values())]
+        options = AgreementOptions(
+            invalid=invalid, bootstrap=resamples, seed=seed, mapping=mapping, slices=list(slices) or auto
+        )
+        if len(frames) == 1:
+            ((title, frame),) = frames.items()
+            report = compute_agreement(frame, scale, options)
+            print_report(console, report, decimals, title)
+            if html_out is not None:
+                html_out.write_text(render_html(report, frame, title=f"{title}: judge vs people"), encoding="utf-8")
+                console.print(f"wrote {html_out}")
+            if md_out is not None:
+                md_out.write_text(render_markdown(report, decimals), encoding="utf-8")
+                console.print(f"wrote {md_out}")
+            result: AgreementReport | ComparisonReport = report
+        else:
+            if html_out or md_out:
+                raise UserError("--html/--markdown work with one --spec")
+            result = compare_agreement(frames, scale, options)
+            print_comparison(console, result, decimals)
+    except UserError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    if json_out is not None:
+        json_out.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        console.print(f"wrote {json_out}")

@@ -65,14 +65,25 @@ def store_frame(
     spec_name: str,
     judge: str | None = None,
     level: Literal["item", "record"] = "item",
+    version: str | None = None,
 ) -> tuple[pd.DataFrame, AgreementScale, StoreSelection]:
     """The long (item, annotator) frame for one metric, its scale, and what was selected.
 
     Columns: item, judge, human, annotator, group (the record, so bootstrap resamples whole records for
     chunk / triple metrics), record_id, item_id, reason, comment, and ``system`` when records carry one.
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
+    ``version`` picks a spec version by hash (default: the latest).
     """
-    spec_key, spec = store.latest_spec(spec_name)
+    if version:
+        rows = store.query(
+            "SELECT spec_key FROM specs WHERE name=? AND (spec_hash=? OR spec_key=?) ORDER BY created_at DESC LIMIT 1",
+            (spec_name, version, version),
+        )
+        if not rows:
+            raise UserError(f"no version {version!r} of {spec_name!r} in the store")
+        spec_key, spec = rows[0]["spec_key"], store.spec(rows[0]["spec_key"])
+    else:
+        spec_key, spec = store.latest_spec(spec_name)
     judge_key, judge_label = _judge_key(store, spec_key, judge)
     judged = pd.DataFrame(
         store.query(
