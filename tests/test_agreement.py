@@ -28,9 +28,9 @@ from greval.agreement import (
     compute_agreement,
 )
 from greval.agreement.cli import agreement
-from greval.cli import main
 from greval.agreement.stats import corrected_prevalence
 from greval.agreement.tables import read_table, to_agreement_frame
+from greval.cli import main
 from greval.errors import DataError
 
 TOL = 1e-12
