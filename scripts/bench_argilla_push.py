@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -196,8 +197,8 @@ def main() -> None:
     print(f"{'phase':<8} {'greval push rec/s':>18} {'SDK records.log rec/s':>22} {'ratio':>7}")
     for phase, g_rate, s_rate in rows:
         print(f"{phase:<8} {g_rate:>18.0f} {s_rate:>22.0f} {g_rate / s_rate:>7.2f}")
-    ratios = sorted(g / s for _, g, s in rows)
-    print(f"median ratio greval/SDK: {ratios[len(ratios) // 2]:.2f}  (machine load: {os.getloadavg()[0]:.1f})")
+    ratios = [g / s for _, g, s in rows]
+    print(f"median ratio greval/SDK: {statistics.median(ratios):.2f}  (machine load: {os.getloadavg()[0]:.1f})")
     print(f"pull     {args.n / p:>18.0f} rec/s ({args.n} submitted answers); re-pull {args.n / p2:.0f} rec/s")
 
 

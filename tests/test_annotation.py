@@ -375,6 +375,9 @@ def test_user_errors_are_one_line(env: Env) -> None:
     res = runner.invoke(main, ["annotate", "pull", "--store", str(env.store_path), "--spec", "answer_alignment"],
                         env={"ARGILLA_API_URL": env.info.url, "ARGILLA_API_KEY": "wrong-key"})
     assert res.exit_code == 2 and "refused the API key" in res.output and "wrong-key" not in res.output
+    # No key ever lands in the store (pushes record the URL, never the key).
+    for f in env.store_path.parent.glob(env.store_path.name + "*"):
+        assert env.info.api_key.encode() not in f.read_bytes()
 
 
 # ---------------------------------------------------------------------------- killed mid-push

@@ -251,7 +251,7 @@ class Connection:
     batch). ``repr`` shows no key."""
 
     url: str
-    client: rg.Argilla
+    client: rg.Argilla = field(repr=False)
     workspace: str | None = None
 
     @property
