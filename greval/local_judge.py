@@ -310,9 +310,7 @@ def _check_tools() -> None:
         missing.append("a C++ compiler (g++)")
     if missing:
         raise LocalJudgeError(
-            "building llama-server needs "
-            + ", ".join(missing)
-            + " (Debian: apt-get install cmake ninja-build g++)"
+            "building llama-server needs " + ", ".join(missing) + " (Debian: apt-get install cmake ninja-build g++)"
         )
 
 
@@ -324,9 +322,7 @@ def _tail(path: Path, lines: int = 25) -> str:
         return ""
 
 
-def ensure_llama_server(
-    progress: bool = True, version: str = LLAMA_CPP_PYTHON_VERSION, force: bool = False
-) -> Path:
+def ensure_llama_server(progress: bool = True, version: str = LLAMA_CPP_PYTHON_VERSION, force: bool = False) -> Path:
     """The llama-server binary, building it on first use (several minutes on 2 cores).
 
     ``$GREVAL_LLAMA_SERVER`` short-circuits everything. The build runs in a work directory beside
@@ -380,9 +376,7 @@ def _build(version: str, work: Path, log_path: Path, reporter: _Reporter, starte
     """Download, configure and compile in ``work``; returns the binary staged in ``work/out/bin``."""
     with log_path.open("a") as log:
         sdist_dir = work / "sdist"
-        existing = (
-            sorted(sdist_dir.glob("llama_cpp_python-*.tar.gz")) if not os.environ.get(ENV_SDIST) else []
-        )
+        existing = sorted(sdist_dir.glob("llama_cpp_python-*.tar.gz")) if not os.environ.get(ENV_SDIST) else []
         if existing:
             sdist = existing[0]
             reporter.phase("resuming an interrupted build")
@@ -416,9 +410,7 @@ def _build(version: str, work: Path, log_path: Path, reporter: _Reporter, starte
         (staged / "bin").mkdir(parents=True)
         binary = staged / "bin" / BINARY_NAME
         shutil.copy2(built, binary)
-        smoke = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False
-        )
+        smoke = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
         log.write(smoke.stdout + smoke.stderr)
         if smoke.returncode != 0:
             raise LocalJudgeError("the built llama-server does not run (--version failed)")
@@ -872,9 +864,7 @@ def start_local_judge(
     done, or use it in a ``with`` block. ``threads``/``parallel`` default to
     ``$GREVAL_LLAMA_THREADS`` / ``$GREVAL_LLAMA_PARALLEL``, else all cores / 2 slots.
     """
-    server = LocalJudgeServer(
-        model, threads=threads, parallel=parallel, ctx_size=ctx_size, port=port, **kwargs
-    )
+    server = LocalJudgeServer(model, threads=threads, parallel=parallel, ctx_size=ctx_size, port=port, **kwargs)
     server.start()
     return server
 
@@ -910,9 +900,7 @@ def build_command(force: bool, quiet: bool) -> None:
     show_default=True,
     help="'local' (bundled SmolLM2) or gguf:/path/to/model.gguf.",
 )
-@click.option(
-    "--threads", type=click.IntRange(min=1), default=None, help="CPU threads [env GREVAL_LLAMA_THREADS]."
-)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads [env GREVAL_LLAMA_THREADS].")
 @click.option(
     "--parallel",
     type=click.IntRange(min=1),
@@ -927,14 +915,10 @@ def build_command(force: bool, quiet: bool) -> None:
     help="Context tokens per slot.",
 )
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=0, help="Port (0 = any free port).")
-def serve_command(
-    model_spec: str, threads: int | None, parallel: int | None, ctx_size: int, port: int
-) -> None:
+def serve_command(model_spec: str, threads: int | None, parallel: int | None, ctx_size: int, port: int) -> None:
     """Run the local judge in the foreground until Ctrl-C; prints its base_url."""
     try:
-        server = start_local_judge(
-            model_spec, threads=threads, parallel=parallel, ctx_size=ctx_size, port=port
-        )
+        server = start_local_judge(model_spec, threads=threads, parallel=parallel, ctx_size=ctx_size, port=port)
     except LocalJudgeError as exc:
         raise click.ClickException(str(exc)) from None
     info = server.info

@@ -130,9 +130,7 @@ def test_bad_env_numbers_are_user_errors(tmp_path: Path, home: Path, monkeypatch
     assert (server.threads, server.parallel) == (3, 4)
 
 
-def test_failed_build_leaves_no_partial_state(
-    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failed_build_leaves_no_partial_state(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A broken source package must fail with a message and leave no version dir or temp dir."""
     sdist = tmp_path / "llama_cpp_python-0.0.0.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
@@ -147,6 +145,30 @@ def test_failed_build_leaves_no_partial_state(
     assert not (parent / "0.0.0").exists()
     assert not list(parent.glob(".build-*"))
     assert (parent / "build-0.0.0-failed.log").is_file()
+
+
+def test_second_builder_waits_for_the_lock(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another process holds the build lock, ensure_llama_server waits instead of building."""
+    lock = home / "llama.cpp" / ".0.0.0.lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(1.5)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    monkeypatch.setenv("GREVAL_LLAMA_SDIST", str(tmp_path / "missing.tar.gz"))
+    started = time.monotonic()
+    with pytest.raises(LocalJudgeError, match="GREVAL_LLAMA_SDIST points to a missing file"):
+        ensure_llama_server(progress=False, version="0.0.0")
+    assert time.monotonic() - started >= 0.8
+    holder.wait(timeout=10)
 
 
 def test_server_that_dies_at_start_is_reported(tmp_path: Path, home: Path) -> None:
@@ -362,9 +384,7 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer) 
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        assert first.startswith("base_url: http://127.0.0.1:"), first + (
-            proc.stderr.read() if proc.stderr else ""
-        )
+        assert first.startswith("base_url: http://127.0.0.1:"), first + (proc.stderr.read() if proc.stderr else "")
         base_url = first.split(": ", 1)[1].strip()
         with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=5) as response:
             assert response.status == 200
