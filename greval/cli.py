@@ -39,15 +39,12 @@ class GrevalGroup(click.Group):
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             console.print(
-                "[yellow]interrupted[/] — everything judged so far is stored; run the same command "
-                "again to resume."
+                "[yellow]interrupted[/] — everything judged so far is stored; run the same command again to resume."
             )
             sys.exit(130)
 
 
-@click.group(
-    cls=GrevalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
-)
+@click.group(cls=GrevalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="greval")
 def main() -> None:
     """greval — LLM judges for RAG and GraphRAG that people can check.
@@ -188,9 +185,7 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--temperature", type=float, default=None, help="Sampling temperature [spec, else 0]."),
         click.option("--max-tokens", type=int, default=None, help="Cap on the judge's answer length."),
         click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request."),
-        click.option(
-            "--samples", type=int, default=None, help="Judge samples per item; majority verdict [1]."
-        ),
+        click.option("--samples", type=int, default=None, help="Judge samples per item; majority verdict [1]."),
         click.option("--seed", type=int, default=None, help="Sampling seed, for servers that honour it."),
     ]
     for o in reversed(opts):
@@ -217,7 +212,11 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
 )
 @judge_options
 @click.option(
-    "-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most."
+    "-c",
+    "--concurrency",
+    type=int,
+    default=None,
+    help="Model calls in flight at most [8; the embedded judge: its parallel slots].",
 )
 @click.option("--no-adaptive", is_flag=True, help="Keep concurrency fixed even when rate limited.")
 @click.option(
@@ -227,9 +226,7 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Structured-output method (auto falls back when refused).",
 )
-@click.option(
-    "--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts."
-)
+@click.option("--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts.")
 @click.option(
     "--map",
     "maps",
@@ -239,6 +236,7 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--id-column", default=None, help="Column holding record ids [id, else a content hash].")
 @click.option("--limit", type=int, default=None, help="Judge only the first N records.")
+@click.option("--retry-errors", is_flag=True, help="Judge again what earlier runs recorded as errors.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
     data: str,
@@ -251,13 +249,14 @@ def run_cmd(
     timeout: float,
     samples: int | None,
     seed: int | None,
-    concurrency: int,
+    concurrency: int | None,
     no_adaptive: bool,
     method: str,
     max_attempts: int,
     maps: Sequence[str],
     id_column: str | None,
     limit: int | None,
+    retry_errors: bool,
     quiet: bool,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
@@ -284,11 +283,13 @@ def run_cmd(
     records = load_records(data, _parse_map(maps), id_column, limit)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     ref = judge_ref or defaults.model or default_judge()
+    local = ref == "local" or ref.startswith(("gguf:", "local:"))
     opts = RunOptions(
-        concurrency=concurrency,
+        concurrency=concurrency or (local_concurrency() if local else 8),
         adaptive=not no_adaptive,
         method=method,
         retry=RetryPolicy(max_attempts=max_attempts),
+        retry_errors=retry_errors,
     )
     cfg = resolve_judge(
         ref,
@@ -300,7 +301,7 @@ def run_cmd(
         seed=seed,
     )
     with Store(store) as st:
-        todo = pending_calls(specs, records, st, cfg)
+        todo = pending_calls(specs, records, st, cfg, retry_errors)
         console.print(
             f"judging [bold]{len(records)}[/] records with {', '.join(s.name for s in specs)} "
             f"— judge {cfg.label}, store {store}, {todo} judgement(s) to make",
@@ -311,14 +312,30 @@ def run_cmd(
     print_summary(summary)
     if summary.failed:
         console.print(
-            f"[yellow]{summary.failed} judgement(s) failed[/] and are stored as errors; re-run to retry them."
+            f"[yellow]{summary.failed} judgement(s) failed[/] and are stored as errors; "
+            "run again with --retry-errors to try them again."
         )
+
+
+LOCAL_MAX_TOKENS = 400
+
+
+def local_concurrency() -> int:
+    """Calls in flight for the embedded judge: its parallel slots (more would only queue and time out)."""
+    try:
+        return max(1, int(os.environ.get("GREVAL_LLAMA_PARALLEL", "2")))
+    except ValueError:
+        return 2
 
 
 def resolve_judge(ref: str, **params: Any) -> Any:
     """The judge's configuration and identity, without starting anything (a local model is only hashed)."""
     from greval.models import JudgeConfig
 
+    if ref == "local" or ref.startswith(("gguf:", "local:")):
+        # Small local models sometimes loop inside their reason until the context is full; a cap keeps a
+        # bad answer to seconds (it is then retried as unparsable) instead of minutes.
+        params["max_tokens"] = params.get("max_tokens") or LOCAL_MAX_TOKENS
     cfg = JudgeConfig.parse(ref, **params)
     if cfg.provider in ("gguf", "local"):
         from greval.local_judge import LocalJudgeError, model_identity, resolve_local_model
@@ -431,9 +448,7 @@ def print_summary(summary: Any) -> None:
         table.add_column(col, overflow="fold")
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
-        fails = str(m.items_failed) + (
-            f" ({', '.join(f'{k}×{v}' for k, v in m.errors.items())})" if m.errors else ""
-        )
+        fails = str(m.items_failed) + (f" ({', '.join(f'{k}×{v}' for k, v in m.errors.items())})" if m.errors else "")
         table.add_row(
             m.spec,
             str(m.judged),
@@ -454,9 +469,7 @@ def results() -> None:
 
 
 @results.command("export")
-@click.option(
-    "--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False)
-)
+@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(), help="Output file.")
 @click.option(
     "--format",
@@ -482,9 +495,7 @@ def results_export(store: str, output: str, fmt: str | None, spec: str | None, l
 
 
 @results.command("runs")
-@click.option(
-    "--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False)
-)
+@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
 def results_runs(store: str) -> None:
     """List the runs recorded in a store."""
     import time as _t

@@ -116,7 +116,16 @@ def _quickstart(
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
     from greval.agreement.report import render_html, render_markdown
-    from greval.cli import _progress, console, default_judge, out, print_summary, resolve_judge, serve_judge
+    from greval.cli import (
+        _progress,
+        console,
+        default_judge,
+        local_concurrency,
+        out,
+        print_summary,
+        resolve_judge,
+        serve_judge,
+    )
     from greval.data import load_records
     from greval.runner import RunOptions, arun, pending_calls
     from greval.spec import load_spec_file
@@ -145,7 +154,7 @@ def _quickstart(
                     records,
                     st,
                     live,
-                    options=RunOptions(concurrency=4),
+                    options=RunOptions(concurrency=local_concurrency() if live.provider in ("gguf", "local") else 8),
                     dataset=str(work / "records.jsonl"),
                     progress=hook,
                 )

@@ -33,6 +33,7 @@ class RunOptions(BaseModel):
     adaptive: bool = Field(True, description="Halve concurrency on 429s, then grow back.")
     method: Method | str = Field("auto", description="Structured-output method, or auto with fallbacks.")
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    retry_errors: bool = Field(False, description="Judge again what earlier runs recorded as errors.")
 
 
 class MetricSummary(BaseModel):
@@ -109,7 +110,7 @@ async def arun(
         pend: dict[str, list[str] | None] = {}
         for s in specs:
             ids = [it["id"] for it in rec.items(s.each)] if s.each else None
-            pend[s.name] = store.pending_items(keys[s.name], cfgs[s.name].key, rec, ids)
+            pend[s.name] = store.pending_items(keys[s.name], cfgs[s.name].key, rec, ids, opts.retry_errors)
             if pend[s.name] is None:
                 summaries[s.name].reused += 1
             else:
@@ -205,7 +206,9 @@ async def arun(
     return result
 
 
-def pending_calls(specs: Sequence[BaseSpec], records: Sequence[Record], store: Store, cfg: JudgeConfig) -> int:
+def pending_calls(
+    specs: Sequence[BaseSpec], records: Sequence[Record], store: Store, cfg: JudgeConfig, retry_errors: bool = False
+) -> int:
     """How many (record, metric) judgements still need the judge model (0: no server, key or network needed)."""
     specs = order_specs(specs)
     keys = spec_keys(specs)
@@ -215,7 +218,7 @@ def pending_calls(specs: Sequence[BaseSpec], records: Sequence[Record], store: S
             continue
         for rec in records:
             ids = [it["id"] for it in rec.items(s.each)] if s.each else None
-            if store.pending_items(keys[s.name], cfg.key, rec, ids) is not None:
+            if store.pending_items(keys[s.name], cfg.key, rec, ids, retry_errors) is not None:
                 n += 1
     return n
 

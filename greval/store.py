@@ -91,9 +91,7 @@ class Store:
         try:
             # The async runner works in greval's background loop thread (see greval._sync); access is
             # serialised by self._lock, so the connection may cross threads.
-            self.db = sqlite3.connect(
-                str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
-            )
+            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
@@ -148,9 +146,7 @@ class Store:
         with self._tx() as db:
             db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", rows)
             if run_id:
-                db.executemany(
-                    "INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows]
-                )
+                db.executemany("INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows])
 
     def any_spec(self, spec_key: str) -> BaseSpec:
         """A stored spec of any kind."""
@@ -183,9 +179,7 @@ class Store:
 
     def records(self, hashes: Iterable[str] | None = None) -> list[Record]:
         if hashes is None:
-            cur = self.db.execute(
-                "SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid"
-            )
+            cur = self.db.execute("SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid")
             return [Record(hash=h, id=i, data=json.loads(d)) for h, i, d in cur]
         out = []
         for h in hashes:
@@ -227,17 +221,24 @@ class Store:
 
     # ---------------------------------------------------------------------------------- verdicts
     def pending_items(
-        self, spec_key: str, judge_key: str, record: Record, item_ids: Sequence[str] | None
+        self,
+        spec_key: str,
+        judge_key: str,
+        record: Record,
+        item_ids: Sequence[str] | None,
+        retry_errors: bool = False,
     ) -> list[str] | None:
         """What is still to judge for one (spec, judge, record): None when nothing; for record metrics
-        ``[""]``; for many metrics the item ids without a successful verdict."""
+        ``[""]``; for many metrics the item ids without a verdict. An explicit error row counts as done
+        (a finished run makes no call) unless ``retry_errors``."""
+        final = "('ok', 'skipped')" if retry_errors else "('ok', 'skipped', 'error')"
         rows = self.db.execute(
             "SELECT item_id, status FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
-            " AND status IN ('ok', 'skipped')",
+            f" AND status IN {final}",
             (spec_key, judge_key, record.hash),
         ).fetchall()
-        if any(r[1] == "skipped" and r[0] == "" for r in rows):
-            return None
+        if any(r[0] == "" and (r[1] == "skipped" or (r[1] == "error" and item_ids is not None)) for r in rows):
+            return None  # not applicable, or a record-level failure of a many-metric (kept unless retried)
         done = {r[0] for r in rows}
         if item_ids is None:
             return None if "" in done else [""]

@@ -407,7 +407,7 @@ def test_run_stores_every_intermediate_result_and_resume_makes_zero_calls(llm: O
         assert again.metrics[0].reused == 1
 
 
-def test_failed_extraction_is_an_explicit_error_and_is_retried_on_rerun(llm: OpenAIServer, store_path: Path) -> None:
+def test_failed_extraction_is_an_explicit_error_and_is_retried_on_request(llm: OpenAIServer, store_path: Path) -> None:
     llm.script([{"match": "List the factual claims", "action": {"type": "malformed"}}])
     spec = pipeline("faithfulness")
     rec = Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})
@@ -419,7 +419,9 @@ def test_failed_extraction_is_an_explicit_error_and_is_retried_on_rerun(llm: Ope
         assert rows[""]["status"] == "error" and "extraction 'claims' failed" in rows[""]["error"]
         llm.reset()
         llm.script(FAITHFUL_RULES)
-        second = run([spec], [rec], st, cfg(llm), options=RUN)
+        kept = run([spec], [rec], st, cfg(llm), options=RUN)  # an error is final until asked to retry
+        assert kept.calls == 0 and llm.stats()["total"] == 0
+        second = run([spec], [rec], st, cfg(llm), options=RUN.model_copy(update={"retry_errors": True}))
         assert second.failed == 0 and llm.stats()["total"] == 2
         top = st.query("SELECT status, score FROM verdicts WHERE item_id=''")[0]
         assert top["status"] == "ok" and top["score"] == pytest.approx(2 / 3)

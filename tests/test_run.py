@@ -185,7 +185,9 @@ def test_partly_judged_many_record_resumes_missing_items_only(llm: OpenAIServer,
         first = run(specs, recs, st, cfg(llm), options=FAST)
         assert first.failed == 1
         llm.reset()
-        second = run(specs, recs, st, cfg(llm), options=FAST)
+        untouched = run(specs, recs, st, cfg(llm), options=FAST)  # errors are final unless retried
+        assert untouched.calls == 0 and llm.stats()["total"] == 0
+        second = run(specs, recs, st, cfg(llm), options=FAST.model_copy(update={"retry_errors": True}))
         assert second.failed == 0
     [body] = llm.requests()
     assert "Item ids: c2" in body["messages"][-1]["content"]
