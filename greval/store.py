@@ -271,11 +271,15 @@ class Store:
         calls = [c.model_dump() for c in result.calls]
         raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
         with self._tx() as db:
-            prev = db.execute(
-                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
-                " WHERE spec_key=? AND judge_key=? AND record_hash=?",
-                (spec_key, cfg.key, record.hash),
-            ).fetchone()
+            prev = (
+                db.execute(
+                    "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
+                    " WHERE spec_key=? AND judge_key=? AND record_hash=?",
+                    (spec_key, cfg.key, record.hash),
+                ).fetchone()
+                if partial
+                else None
+            )
             outputs = dict(result.outputs)
             t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
             if prev is not None:  # a resumed many-judge: keep what the earlier calls cost and produced

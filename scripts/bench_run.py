@@ -59,9 +59,10 @@ def records(n: int, k: int, tag: str) -> list[Record]:
 async def greval_pass(srv: OpenAIServer, n: int, k: int, conc: int, tag: str) -> tuple[float, float, int]:
     specs = resolve_specs(["chunk_evaluation"])
     cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
+    data = records(n, k, tag)  # reading the dataset is not part of the calls being measured
     with tempfile.TemporaryDirectory() as d, Store(Path(d) / "bench.sqlite") as st:
         c0, t0 = cpu(), time.perf_counter()
-        summary = await arun(specs, records(n, k, tag), st, cfg, options=RunOptions(concurrency=conc))
+        summary = await arun(specs, data, st, cfg, options=RunOptions(concurrency=conc))
         wall, used = time.perf_counter() - t0, cpu() - c0
     if summary.failed:
         raise SystemExit(f"greval run had {summary.failed} failures; the benchmark is void")
@@ -86,6 +87,42 @@ async def baseline_pass(
     return wall, used, len(bodies)
 
 
+async def layers_pass(srv: OpenAIServer, n: int, k: int, conc: int) -> dict[str, float]:
+    """CPU ms per call of each layer on the same request: where greval's extra CPU goes."""
+    from langchain_openai import ChatOpenAI
+
+    from greval.judge import Judge
+
+    spec = resolve_specs(["chunk_evaluation"])[0]
+    recs = records(n, k, "layers")
+    judge = Judge(spec, ChatOpenAI(model="bench-model", base_url=srv.base_url, api_key="bench", max_retries=0))
+    ids = [c["id"] for c in recs[0].data["chunks"]]
+    msgs = judge.messages("json_schema", recs[0].data, None, ids)
+    bound = judge.bound("json_schema")
+    srv.reset()
+    await bound.ainvoke(msgs)
+    body = srv.requests()[-1]
+    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="bench", max_retries=0, timeout=60)
+    sem = asyncio.Semaphore(conc)
+
+    async def timed(fn: Any) -> float:
+        async def one(i: int) -> None:
+            async with sem:
+                await fn(i)
+
+        c0 = cpu()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return 1000 * (cpu() - c0) / n
+
+    out = {
+        "openai SDK create": await timed(lambda i: client.chat.completions.create(**body)),
+        "langchain ChatOpenAI.ainvoke": await timed(lambda i: bound.ainvoke(msgs)),
+        "greval Judge.ajudge": await timed(lambda i: judge.ajudge(recs[i])),
+    }
+    await client.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--settings", nargs="+", default=["16:0.2", "64:1.0"], help="CONCURRENCY:LATENCY pairs")
@@ -93,6 +130,7 @@ def main() -> None:
         "--calls", type=int, default=0, help="Calls per pass (default: 12 waves of the concurrency)"
     )
     ap.add_argument("--chunks", type=int, default=5, help="Chunks per record (one call judges them all)")
+    ap.add_argument("--no-layers", action="store_true", help="Skip the per-layer CPU breakdown")
     args = ap.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench")
     print(
@@ -122,6 +160,13 @@ def main() -> None:
                 f"{setting:>12} {'ratio':>9} {'':>6} {'':>8} {'':>8} {'':>8} "
                 f"{(g_cpu / g_calls) / (b_cpu / b_calls):11.2f}×"
             )
+        if not args.no_layers:
+            srv.configure(latency=0.0)
+            layers = run_sync(layers_pass(srv, 400, args.chunks, 16))
+            print("\nCPU ms per call by layer (same request, zero latency, concurrency 16, 400 calls):")
+            base = layers["openai SDK create"]
+            for name, ms in layers.items():
+                print(f"  {name:30s} {ms:6.2f}  ({ms / base:.2f}x the SDK)")
 
 
 if __name__ == "__main__":
