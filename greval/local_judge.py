@@ -922,13 +922,15 @@ def serve_command(model_spec: str, threads: int | None, parallel: int | None, ct
     except LocalJudgeError as exc:
         raise click.ClickException(str(exc)) from None
     info = server.info
-    click.echo(f"base_url: {info.base_url}")
-    click.echo(f"model:    {info.model}  ({info.identity})")
-    click.echo(f"slots:    {info.parallel} x {info.ctx_size} tokens, {info.threads} threads, pid {info.pid}")
-    click.echo(f"log:      {info.log_path}")
-    click.echo("Ctrl-C to stop.", err=True)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # a supervisor's SIGTERM stops the server too
+    # Everything after the start is inside the try: a Ctrl-C that lands while the banner is printed must
+    # stop the server too (it did not, and a test caught the race).
     try:
+        click.echo(f"base_url: {info.base_url}")
+        click.echo(f"model:    {info.model}  ({info.identity})")
+        click.echo(f"slots:    {info.parallel} x {info.ctx_size} tokens, {info.threads} threads, pid {info.pid}")
+        click.echo(f"log:      {info.log_path}")
+        click.echo("Ctrl-C to stop.", err=True)
         code = server.wait()
     except KeyboardInterrupt:
         code = 0
