@@ -368,28 +368,38 @@ def test_logprobs_and_streaming_usage(judge: LocalJudgeServer) -> None:
 
 @pytest.mark.slow
 @pytest.mark.llama
-def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer) -> None:
+def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer, tmp_path: Path) -> None:
     import urllib.request
 
     binary = _server_binary()
     env = {**os.environ, "GREVAL_LLAMA_SERVER": str(binary)}
     code = "from greval.local_judge import local_judge; local_judge()"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--ctx-size", "512", "--parallel", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    # A job started in the background by a non-interactive shell inherits SIGINT as *ignored*; a real Ctrl-C
+    # comes from a terminal, so give the child the default disposition. stderr goes to a file so a chatty
+    # child can never block on a full pipe.
+    err_path = tmp_path / "serve.err"
+    with open(err_path, "w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "serve", "--ctx-size", "512", "--parallel", "1"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        assert first.startswith("base_url: http://127.0.0.1:"), first + (proc.stderr.read() if proc.stderr else "")
+        assert first.startswith("base_url: http://127.0.0.1:"), first + err_path.read_text()
         base_url = first.split(": ", 1)[1].strip()
         with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=5) as response:
             assert response.status == 200
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("serve did not stop on SIGINT; its stderr:\n" + err_path.read_text()) from None
+        assert code == 0, err_path.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
