@@ -20,7 +20,6 @@ import importlib.util
 import math
 import os
 import re
-import sys
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -209,20 +208,11 @@ _SOURCE_NOTE = "spec_source"  # validation-context key: the spec's file, for res
 
 
 def _spec_source(info: ValidationInfo) -> str | None:
-    """Where the spec being validated came from: the validation context, else ``parse_spec``'s ``source``.
-
-    ``greval.spec.parse_spec`` does not pass a context, so the frame is looked up; a relative table path is
-    then resolved against the spec file's folder, as a user expects.
-    """
+    """Where the spec being validated came from (``greval.spec.parse_spec`` passes it in the validation
+    context), so a relative table path resolves against the spec file's folder, as a user expects."""
     ctx = info.context
     if isinstance(ctx, Mapping) and isinstance(ctx.get(_SOURCE_NOTE), str):
         return str(ctx[_SOURCE_NOTE])
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "parse_spec" and frame.f_globals.get("__name__") == "greval.spec":
-            src = frame.f_locals.get("source")
-            return src if isinstance(src, str) else None
-        frame = frame.f_back  # type: ignore[assignment]
     return None
 
 
