@@ -101,6 +101,12 @@ ENV_SDIST = "GREVAL_LLAMA_SDIST"
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
+class _UsageProblem(click.ClickException):
+    """A problem the user can fix (bad model path, …): one ``Error:`` line and exit 2, like the rest of greval."""
+
+    exit_code = 2
+
+
 class LocalJudgeError(RuntimeError):
     """A user-facing problem with the local judge (missing model, failed build, server died).
 
@@ -920,7 +926,7 @@ def serve_command(model_spec: str, threads: int | None, parallel: int | None, ct
     try:
         server = start_local_judge(model_spec, threads=threads, parallel=parallel, ctx_size=ctx_size, port=port)
     except LocalJudgeError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _UsageProblem(str(exc)) from None
     info = server.info
     signal.signal(signal.SIGTERM, _raise_interrupt)  # a supervisor's SIGTERM stops the server too
     # Everything after the start is inside the try: a Ctrl-C that lands while the banner is printed must
