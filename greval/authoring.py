@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from greval._sync import run_sync
 from greval.errors import SpecError, UserError
 from greval.execution import RetryPolicy, UnsupportedMethod, call_with_retries
-from greval.spec import STANDARD_INPUTS, CategoricalScale, Spec, ValueScale, parse_spec
+from greval.spec import STANDARD_INPUTS, CategoricalScale, Spec, parse_spec
 
 Severity = Literal["error", "warning"]
 SCHEMA_HEADER = "# yaml-language-server: $schema={ref}"
@@ -835,18 +835,6 @@ def _per_item(human: Any, ids: Sequence[str], rid: str) -> dict[str, Any]:
     )
 
 
-def agreement_scale(spec: Spec) -> Any:
-    """The agreement module's scale for a spec. Spec labels run best → worst; agreement wants low → high."""
-    from greval.agreement import AgreementScale
-
-    if isinstance(spec.scale, ValueScale):
-        return AgreementScale(kind="value", min=spec.scale.min, max=spec.scale.max)
-    names = spec.scale.names
-    if spec.scale.ordered:
-        return AgreementScale(labels=list(reversed(names)), ordered=True)
-    return AgreementScale(labels=names)
-
-
 # ============================================================================================ CLI
 def _print_findings(findings: Iterable[Finding], console: Any) -> None:
     from rich.markup import escape
@@ -1159,6 +1147,8 @@ def try_spec(
             results = {r.hash: st.result(keys[target.name], jkey, r) for r in records}
     frame = human_frame(target, records, results, humans)
     frame["human"] = frame["human"].map(_plain)
+    from greval.agreement.from_store import agreement_scale
+
     report = compute_agreement(frame, agreement_scale(target), AgreementOptions(bootstrap=bootstrap))
     return report, frame, summary
 

@@ -223,7 +223,7 @@ def panel_agreement(spec: Spec, judges: Mapping[str, Mapping[str, JudgeResult | 
     import pandas as pd
 
     from greval.agreement import AgreementOptions, compute_agreement
-    from greval.authoring import agreement_scale
+    from greval.agreement.from_store import agreement_scale
 
     names = list(judges)
     scale = agreement_scale(spec)
