@@ -669,6 +669,10 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
+    # Latency is counted from the moment the handler starts, and the answer is built inside that window:
+    # a "200 ms model" then answers in 200 ms, not 200 ms plus this server's own Python work. Benchmarks
+    # compare clients against requests × latency ÷ concurrency, so the server must not add to it.
+    arrived = time.perf_counter()
     try:
         body = await request.json(loads=json.loads)
     except ValueError:
@@ -709,8 +713,11 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
     latency = config.latency
     if kind in ("latency", "timeout"):
         latency = float(action.get("seconds", 0.0))
-    if latency > 0:
-        await asyncio.sleep(latency)
+
+    async def wait() -> None:
+        remaining = latency - (time.perf_counter() - arrived)
+        if remaining > 0:
+            await asyncio.sleep(remaining)
 
     if kind == "fault":
         fault_status = int(action.get("status", 500))
@@ -718,6 +725,7 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
         headers = {}
         if action.get("retry_after") is not None:
             headers["Retry-After"] = f"{action['retry_after']:g}"
+        await wait()
         return _error(fault_status, message, err_type, code=code, headers=headers)
 
     ids = _item_ids(prompt)
@@ -732,8 +740,11 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
     state.completion_counter += 1
     completion_id = f"chatcmpl-{digest.hex()[:12]}{state.completion_counter:08d}"
     if body.get("stream"):
+        await wait()
         return await _stream(request, body, req, outputs, completion_id, prompt)
-    return web.json_response(_completion(body, req, outputs, completion_id, prompt))
+    response = web.json_response(_completion(body, req, outputs, completion_id, prompt))
+    await wait()
+    return response
 
 
 def _output_text(
