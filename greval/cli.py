@@ -237,6 +237,14 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--id-column", default=None, help="Column holding record ids [id, else a content hash].")
 @click.option("--limit", type=int, default=None, help="Judge only the first N records.")
 @click.option("--retry-errors", is_flag=True, help="Judge again what earlier runs recorded as errors.")
+@click.option(
+    "--no-direct",
+    is_flag=True,
+    help="Send every call through LangChain's ainvoke. By default an OpenAI-compatible model with no "
+    "callback, tracer or cache attached is called with the same request minus LangChain's per-call "
+    "overhead (less client CPU, see the README's benchmarks); LangSmith tracing, callbacks or a cache "
+    "switch that off by themselves.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
     data: str,
@@ -257,6 +265,7 @@ def run_cmd(
     id_column: str | None,
     limit: int | None,
     retry_errors: bool,
+    no_direct: bool,
     quiet: bool,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
@@ -290,6 +299,7 @@ def run_cmd(
         method=method,
         retry=RetryPolicy(max_attempts=max_attempts),
         retry_errors=retry_errors,
+        direct=not no_direct,
     )
     cfg = resolve_judge(
         ref,

@@ -288,10 +288,8 @@ class ComputedSpec(BaseSpec):
         """Score one record's data: the verdicts (record-level first, item ids after) and outputs."""
         raise NotImplementedError
 
-    def evaluator(
-        self, *, model: Any = None, method: Any = None, samples: int = 1, policy: Any = None, limiter: Any = None
-    ) -> ComputedEvaluator:
-        """No model, method, samples or limiter apply: computation is deterministic and local."""
+    def evaluator(self, **_options: Any) -> ComputedEvaluator:
+        """No model, method, samples, limiter or transport option applies: computation is local."""
         return ComputedEvaluator(self)
 
 

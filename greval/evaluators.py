@@ -41,17 +41,19 @@ def make_evaluator(
     samples: int = 1,
     policy: RetryPolicy | None = None,
     limiter: AdaptiveLimiter | None = None,
+    direct: bool = True,
 ) -> Evaluator:
     """The evaluator for any registered spec kind."""
+    opts: dict[str, Any] = dict(method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
     if isinstance(spec, Spec):
         if model is None:
             raise ValueError("a judge spec needs a chat model")
-        judge: Evaluator = Judge(spec, model, method=method, samples=samples, policy=policy, limiter=limiter)
+        judge: Evaluator = Judge(spec, model, **opts)
         return judge
     build = getattr(spec, "evaluator", None)
     if build is None:
         raise TypeError(f"spec kind {spec.kind!r} has no evaluator")
-    evaluator: Evaluator = build(model=model, method=method, samples=samples, policy=policy, limiter=limiter)
+    evaluator: Evaluator = build(model=model, **opts)
     return evaluator
 
 

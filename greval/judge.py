@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from greval._sync import run_sync
 from greval.data import Record
+from greval.direct import ModelCall
 from greval.errors import SpecError
 from greval.execution import (
     AdaptiveLimiter,
@@ -351,8 +352,10 @@ class Judge:
         samples: int = 1,
         policy: RetryPolicy | None = None,
         limiter: AdaptiveLimiter | None = None,
+        direct: bool = True,
     ) -> None:
         self.spec = spec
+        self.direct = direct
         self.model = model
         self.samples = samples
         self.policy = policy or RetryPolicy()
@@ -367,6 +370,7 @@ class Judge:
         self.methods: list[Method] = list(METHODS) if method == "auto" else [method]
         self._method_index = 0
         self._bound: dict[str, Runnable[Any, Any]] = {}
+        self._callers: dict[str, ModelCall] = {}
         self._systems: dict[str, SystemMessage] = {}
         self._examples = self._example_messages()
         self._lock = asyncio.Lock()
@@ -414,6 +418,12 @@ class Judge:
                 self._bound[method] = self.model.bind(response_format=fmt)
         return self._bound[method]
 
+    def caller(self, method: Method) -> ModelCall:
+        """How one method's bound model is called (directly when nothing listens; see greval.direct)."""
+        if method not in self._callers:
+            self._callers[method] = ModelCall(self.bound(method), direct=self.direct)
+        return self._callers[method]
+
     def messages(
         self,
         method: Method,
@@ -452,10 +462,11 @@ class Judge:
                     attempts += 1
 
                 messages = self.messages(method, data, deps, item_ids)
-                runnable = self.bound(method)
+                caller = self.caller(method)
                 start = time.perf_counter()
-                async def send(r: Runnable[Any, Any] = runnable, m: list[BaseMessage] = messages) -> Any:
-                    return await r.ainvoke(m)
+
+                async def send(c: ModelCall = caller, m: list[BaseMessage] = messages) -> Any:
+                    return await c(m)
 
                 try:
                     msg = await call_with_retries(send, self.policy, self.limiter, count)
@@ -716,6 +727,12 @@ def compile(
     samples: int = 1,
     policy: RetryPolicy | None = None,
     limiter: AdaptiveLimiter | None = None,
+    direct: bool = True,
 ) -> Runnable[Any, JudgeResult]:
-    """Compile a spec into a LangChain runnable: record in, checked :class:`JudgeResult` out."""
-    return Judge(spec, model, method=method, samples=samples, policy=policy, limiter=limiter).runnable
+    """Compile a spec into a LangChain runnable: record in, checked :class:`JudgeResult` out.
+
+    ``direct=False`` sends every model call through ``ainvoke`` even when no callback, tracer or cache
+    is attached (see :mod:`greval.direct`; the verdicts are the same, the client CPU is higher).
+    """
+    judge = Judge(spec, model, method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
+    return judge.runnable

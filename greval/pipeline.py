@@ -405,10 +405,13 @@ class PipelineSpec(BaseSpec):
         samples: int = 1,
         policy: RetryPolicy | None = None,
         limiter: AdaptiveLimiter | None = None,
+        direct: bool = True,
     ) -> PipelineEvaluator:
         if model is None:
             raise ValueError("a pipeline metric needs a chat model")
-        return PipelineEvaluator(self, model, method=method, samples=samples, policy=policy, limiter=limiter)
+        return PipelineEvaluator(
+            self, model, method=method, samples=samples, policy=policy, limiter=limiter, direct=direct
+        )
 
 
 def _reads(step: ExtractStep | VerifyStep) -> set[str]:
@@ -625,9 +628,10 @@ class PipelineEvaluator:
         samples: int = 1,
         policy: RetryPolicy | None = None,
         limiter: AdaptiveLimiter | None = None,
+        direct: bool = True,
     ) -> None:
         self.spec = spec
-        common: dict[str, Any] = {"method": method, "policy": policy, "limiter": limiter}
+        common: dict[str, Any] = {"method": method, "policy": policy, "limiter": limiter, "direct": direct}
         self.extractors = {
             s.name: _Extractor(spec, s, model, **common) for s in spec.steps if isinstance(s, ExtractStep)
         }

@@ -34,6 +34,11 @@ class RunOptions(BaseModel):
     method: Method | str = Field("auto", description="Structured-output method, or auto with fallbacks.")
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     retry_errors: bool = Field(False, description="Judge again what earlier runs recorded as errors.")
+    direct: bool = Field(
+        True,
+        description="Call OpenAI-compatible models without LangChain's per-call machinery when no callback, "
+        "tracer or cache is attached (same requests, less client CPU; see greval.direct).",
+    )
 
 
 class MetricSummary(BaseModel):
@@ -123,7 +128,9 @@ async def arun(
     limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
     method: Any = opts.method
     judges: dict[str, Evaluator] = {
-        s.name: make_evaluator(s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter)
+        s.name: make_evaluator(
+            s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter, direct=opts.direct
+        )
         for s in specs
         if chat is not None or not s.needs_model
     }

@@ -371,3 +371,80 @@ def test_samples_give_majority_and_confidence(llm: OpenAIServer) -> None:
     assert v.value == 3 and v.score == pytest.approx(10 / 3)  # mean of 4, 4, 2
     assert v.samples is not None and len(v.samples) == 3
     assert len(result.calls) == 3
+
+
+# ------------------------------------------------------------------ direct calls (greval.direct)
+@pytest.mark.parametrize("method", ["json_schema", "function_calling", "json_mode"])
+def test_direct_call_sends_and_returns_what_langchain_does(llm: OpenAIServer, method: Any) -> None:
+    """The direct path must be indistinguishable on the wire and in the message greval reads."""
+    j = judge(llm, LABEL_SPEC)
+    ids = [t["id"] for t in RECORD.items("triples")]
+    messages = j.messages(method, RECORD.data, None, ids)
+    caller = j.caller(method)
+    assert caller.direct, caller.reason
+    llm.reset()
+    via_langchain = run_sync(j.bound(method).ainvoke(messages))
+    via_direct = run_sync(caller(messages))
+    lc_body, direct_body = llm.requests()
+    assert direct_body == lc_body
+    assert via_direct.content == via_langchain.content
+    assert via_direct.tool_calls == via_langchain.tool_calls
+    assert via_direct.usage_metadata == via_langchain.usage_metadata
+    for key in ("finish_reason", "model_name", "token_usage", "logprobs"):
+        assert via_direct.response_metadata.get(key) == via_langchain.response_metadata.get(key), key
+
+
+def test_direct_and_langchain_paths_give_the_same_verdicts(llm: OpenAIServer) -> None:
+    direct = run_sync(judge(llm, LABEL_SPEC).ajudge(RECORD))
+    plain = run_sync(judge(llm, LABEL_SPEC, direct=False).ajudge(RECORD))
+    assert judge(llm, LABEL_SPEC, direct=False).caller("json_schema").reason == "direct calls are switched off"
+    assert [(v.item_id, v.label, v.reason) for v in direct.verdicts] == [
+        (v.item_id, v.label, v.reason) for v in plain.verdicts
+    ]
+
+
+def test_direct_call_steps_aside_when_langchain_callbacks_listen(llm: OpenAIServer) -> None:
+    """A callback handler (tracing, cost tracking) must see every model call, so those go via ainvoke."""
+    from langchain_core.callbacks import AsyncCallbackHandler
+
+    class Seen(AsyncCallbackHandler):
+        def __init__(self) -> None:
+            self.starts = 0
+
+        async def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+            self.starts += 1
+
+    seen = Seen()
+    runnable = compile(VALUE_SPEC, model(llm), policy=FAST)
+    result = run_sync(runnable.ainvoke(RECORD, config={"callbacks": [seen]}))
+    assert result.ok and seen.starts == 1  # the parent run's callbacks reached the model call
+    own = Seen()
+    result = run_sync(Judge(VALUE_SPEC, model(llm, callbacks=[own]), policy=FAST).ajudge(RECORD))
+    assert result.ok and own.starts == 1
+    result = run_sync(judge(llm, VALUE_SPEC).ajudge(RECORD))  # nothing listening: no handler ran
+    assert result.ok and seen.starts == 1 and own.starts == 1
+
+
+def test_direct_call_is_refused_for_models_that_need_langchain(llm: OpenAIServer) -> None:
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.globals import set_llm_cache
+    from langchain_core.rate_limiters import InMemoryRateLimiter
+
+    from greval.direct import direct_reason
+
+    assert direct_reason(model(llm)) is None
+    assert direct_reason(model(llm, streaming=True)) == "the model streams"
+    limiter = InMemoryRateLimiter(requests_per_second=100)
+    assert direct_reason(model(llm, rate_limiter=limiter)) == "the model has a rate limiter"
+    cached = model(llm, cache=InMemoryCache())
+    assert direct_reason(cached) == "the model has a cache"
+    set_llm_cache(InMemoryCache())
+    try:
+        assert direct_reason(model(llm)) == "a global LLM cache is set"
+        # The cache really is used on the LangChain path: the second identical judgement makes no request.
+        j = judge(llm, VALUE_SPEC)
+        llm.reset()
+        first, second = run_sync(j.ajudge(RECORD)), run_sync(j.ajudge(RECORD))
+        assert first.ok and second.ok and llm.stats()["total"] == 1
+    finally:
+        set_llm_cache(None)

@@ -1,0 +1,148 @@
+"""Calling a bound chat model, skipping LangChain's per-call machinery when nothing is listening to it.
+
+``ChatOpenAI.ainvoke`` spends more client CPU around the HTTP request than the openai SDK spends on it:
+it sets up a callback manager and run ids for tracers, checks the LLM cache, asks the SDK for the raw
+response and then hops to a thread pool to turn it into an ``AIMessage``. On 2 cores at 64 requests in
+flight, that CPU is what caps a judging run (``scripts/bench_run.py`` prints the breakdown).
+
+For an OpenAI-compatible model with nothing attached to it — no callback handler, tracer, cache, rate
+limiter, streaming or Responses API — :class:`ModelCall` sends the very request LangChain would build
+(the model's own ``_get_request_payload``) with the model's own SDK client, and turns the answer into the
+message LangChain would return (the model's own ``_create_chat_result``), in the event loop. The
+moment anything is attached (a ``callbacks`` config, LangSmith tracing, ``get_openai_callback()``, a
+cache …), or the model is not a plain ``BaseChatOpenAI``, the call goes through ``ainvoke`` as usual.
+``direct=False`` always takes the LangChain path. Tests check both paths send the same request and get
+the same message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import openai
+from langchain_core.callbacks import AsyncCallbackManager
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import Runnable, RunnableBinding
+from langchain_core.runnables.config import ensure_config
+
+__all__ = ["ModelCall", "direct_reason"]
+
+
+def _openai_parts() -> tuple[type[Any], Callable[..., Any] | None, Callable[..., Any] | None] | None:
+    try:
+        from langchain_openai.chat_models import base as lc_openai
+    except ImportError:  # pragma: no cover - langchain-openai is a dependency
+        return None
+    return (
+        lc_openai.BaseChatOpenAI,
+        getattr(lc_openai, "_handle_openai_bad_request", None),
+        getattr(lc_openai, "_handle_openai_api_error", None),
+    )
+
+
+def direct_reason(model: BaseChatModel) -> str | None:
+    """Why ``model`` must go through LangChain's ``ainvoke`` (``None``: the direct call is equivalent)."""
+    parts = _openai_parts()
+    if parts is None or not isinstance(model, parts[0]):
+        return "not an OpenAI-compatible LangChain model"
+    base = parts[0]
+    for name in ("_agenerate", "_get_request_payload", "_create_chat_result"):
+        if not hasattr(model, name):
+            return f"this langchain-openai has no {name}"
+    if type(model)._agenerate is not base._agenerate:
+        return f"{type(model).__name__} overrides _agenerate"
+    if getattr(model, "streaming", False):
+        return "the model streams"
+    if getattr(model, "rate_limiter", None) is not None:
+        return "the model has a rate limiter"
+    if getattr(model, "include_response_headers", False):
+        return "the model returns response headers"
+    if getattr(model, "output_version", None) not in (None, "v0"):
+        return f"output_version={model.output_version!r}"
+    if model.cache not in (None, False):
+        return "the model has a cache"
+    if model.cache is None:
+        from langchain_core.globals import get_llm_cache
+
+        if get_llm_cache() is not None:
+            return "a global LLM cache is set"
+    return None
+
+
+def _listening(model: BaseChatModel) -> bool:
+    """Whether LangChain would attach any callback handler to this call (tracing, callbacks, hooks).
+
+    Built exactly as ``BaseChatModel.agenerate`` builds it, from the current run's config (a parent
+    runnable's callbacks reach us through a context variable) and the model's own callbacks.
+    """
+    config = ensure_config()
+    manager = AsyncCallbackManager.configure(
+        config.get("callbacks"),
+        model.callbacks,
+        model.verbose,
+        config.get("tags"),
+        model.tags,
+        config.get("metadata"),
+        model.metadata,
+    )
+    return bool(manager.handlers)
+
+
+class ModelCall:
+    """One bound chat model (``model.bind(...)`` / ``bind_tools``), called with a message list."""
+
+    def __init__(self, bound: Runnable[Any, Any], *, direct: bool = True) -> None:
+        self.bound = bound
+        model = bound.bound if isinstance(bound, RunnableBinding) else bound
+        kwargs: Mapping[str, Any] = bound.kwargs if isinstance(bound, RunnableBinding) else {}
+        self.model: BaseChatModel | None = model if isinstance(model, BaseChatModel) else None
+        self.kwargs = dict(kwargs)
+        plain_binding = not isinstance(bound, RunnableBinding) or (
+            not bound.config and not bound.config_factories and not bound.custom_input_type
+        )
+        self.reason: str | None
+        if not direct:
+            self.reason = "direct calls are switched off"
+        elif self.model is None or not plain_binding:
+            self.reason = "not a plain bound chat model"
+        else:
+            self.reason = direct_reason(self.model)
+        parts = _openai_parts()
+        self._on_bad_request = parts[1] if parts else None
+        self._on_api_error = parts[2] if parts else None
+
+    @property
+    def direct(self) -> bool:
+        return self.reason is None
+
+    async def __call__(self, messages: list[BaseMessage]) -> Any:
+        if self.reason is not None or self.model is None or _listening(self.model):
+            return await self.bound.ainvoke(messages)
+        model: Any = self.model  # the BaseChatOpenAI internals below are not part of BaseChatModel's type
+        payload: dict[str, Any] = model._get_request_payload(messages, **self.kwargs)
+        if "response_format" in payload or model._use_responses_api(payload):
+            # LangChain takes its `.parse()` or Responses-API branch for these: keep its behaviour exactly.
+            self.reason = "the request needs LangChain's parse or Responses API branch"
+            return await self.bound.ainvoke(messages)
+        try:
+            response = await model.async_client.create(**payload)
+        except openai.BadRequestError as exc:
+            if self._on_bad_request is not None:
+                self._on_bad_request(exc)
+            raise
+        except openai.APIError as exc:
+            if self._on_api_error is not None:
+                self._on_api_error(exc)
+            raise
+        result = model._create_chat_result(response)
+        generation = result.generations[0]
+        message = generation.message
+        if not isinstance(message, AIMessage):  # pragma: no cover - chat completions always answer so
+            raise TypeError(f"expected an AIMessage, got {type(message).__name__}")
+        # The metadata merge `BaseChatModel._agenerate_with_cache` does (finish reason, logprobs, model name).
+        info = {k: v for k, v in (generation.generation_info or {}).items() if k != "lc_gateway_metadata"}
+        outer = result.llm_output if len(result.generations) == 1 and result.llm_output else {}
+        message.response_metadata = {**outer, **info, **message.response_metadata}
+        return message
