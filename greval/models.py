@@ -62,12 +62,18 @@ class JudgeConfig(BaseModel):
     @property
     def key(self) -> str:
         """Short hash of the identity; part of every verdict's key."""
-        return _digest(json.dumps(self.identity, sort_keys=True, separators=(",", ":")))
+        return _config_key(self)
 
     @property
     def label(self) -> str:
         """Short human-readable name, used as the Argilla suggestion agent."""
         return self.identity_override or f"{self.provider}:{self.model}"
+
+
+@lru_cache(maxsize=256)
+def _config_key(cfg: JudgeConfig) -> str:
+    # Asked several times per stored verdict; a frozen config hashes by its fields, so caching is safe.
+    return _digest(json.dumps(cfg.identity, sort_keys=True, separators=(",", ":")))
 
 
 @lru_cache(maxsize=256)

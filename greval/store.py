@@ -317,14 +317,16 @@ class Store:
                 ),
             )
             verdicts = result.verdicts
+            # Item verdicts supersede an earlier record-level error row (item id '').
+            drop_record_row = any(v.item_id for v in verdicts)
             if not partial:
                 keep = [v.item_id for v in verdicts] or [""]
                 db.execute(
                     "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
-                    f" AND item_id NOT IN ({','.join('?' * len(keep))})",
-                    (spec_key, cfg.key, record.hash, *keep),
+                    f" AND (item_id NOT IN ({','.join('?' * len(keep))}) OR (? AND item_id=''))",
+                    (spec_key, cfg.key, record.hash, *keep, drop_record_row),
                 )
-            if any(v.item_id for v in verdicts):  # item verdicts supersede an earlier record-level error
+            elif drop_record_row:
                 db.execute(
                     "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND item_id=''",
                     (spec_key, cfg.key, record.hash),
