@@ -37,6 +37,8 @@ from greval.spec import resolve_specs
 from greval.store import Store
 from greval.testing.openai_server import OpenAIServer
 
+BASELINE_CALL_MS: list[float] = []  # mean round trip of the SDK's calls, one entry per baseline pass
+
 
 def cpu() -> float:
     """CPU seconds of this process (user + system), every thread included."""
@@ -77,16 +79,20 @@ async def baseline_pass(
 ) -> tuple[float, float, int]:
     client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="bench", max_retries=0, timeout=60)
     sem = asyncio.Semaphore(conc)
+    durations: list[float] = []
 
     async def one(body: dict[str, Any]) -> None:
         async with sem:
+            start = time.perf_counter()
             resp = await client.chat.completions.create(**body)
+            durations.append(time.perf_counter() - start)
             assert resp.choices[0].message.content
 
     c0, t0 = cpu(), time.perf_counter()
     await asyncio.gather(*(one(b) for b in bodies))
     wall, used = time.perf_counter() - t0, cpu() - c0
     await client.close()
+    BASELINE_CALL_MS.append(1000 * statistics.mean(durations))
     return wall, used, len(bodies)
 
 
@@ -171,6 +177,10 @@ def main() -> None:
                     )
             med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
             ratios = [g[1] / b[1] for g, b in zip(rows["greval"], rows["openai"], strict=True)]
+            print(
+                f"{setting:>9} {'':>6}  an SDK call took {statistics.median(BASELINE_CALL_MS[-args.rounds:]):.1f} ms "
+                f"on average (median of rounds) for a latency of {1000 * lat:.0f} ms: the machine's own overhead"
+            )
             print(
                 f"{setting:>9} {'median':>6}  greval ÷ limit {med['greval'][0]:.3f} (SDK {med['openai'][0]:.3f}); "
                 f"CPU/call {med['greval'][1]:.2f} ms vs SDK {med['openai'][1]:.2f} ms; "
