@@ -304,9 +304,7 @@ async def _load_from_database() -> None:
         count = 0
         async with AsyncSessionLocal() as db:
             datasets = (
-                await db.scalars(
-                    select(Dataset).options(selectinload(Dataset.fields)).order_by(Dataset.inserted_at)
-                )
+                await db.scalars(select(Dataset).options(selectinload(Dataset.fields)).order_by(Dataset.inserted_at))
             ).all()
             for dataset in datasets:
                 _INDEX.docs(dataset.id)
@@ -480,9 +478,7 @@ class GrevalSearchEngine(SearchEngine):
     async def delete_index(self, dataset: Dataset) -> None:
         _INDEX.datasets.pop(dataset.id, None)
 
-    async def configure_metadata_property(
-        self, dataset: Dataset, metadata_property: MetadataProperty
-    ) -> None:
+    async def configure_metadata_property(self, dataset: Dataset, metadata_property: MetadataProperty) -> None:
         return None
 
     async def configure_index_vectors(self, vector_settings: VectorSettings) -> None:
@@ -570,9 +566,7 @@ class GrevalSearchEngine(SearchEngine):
         items: list[SearchResponseItem]
         if sort:
             ordered = _sort_docs([d for d, _ in hits], sort)
-            items = [
-                SearchResponseItem(record_id=d["id"], score=None) for d in ordered[offset : offset + limit]
-            ]
+            items = [SearchResponseItem(record_id=d["id"], score=None) for d in ordered[offset : offset + limit]]
         else:
             if user_id is not None:
                 hits = [(d, s * _random_for_user(user_id, d["id"])) for d, s in hits]
@@ -616,9 +610,7 @@ class GrevalSearchEngine(SearchEngine):
         total = len(top)
         if threshold is not None:
             top = [h for h in top if h[1] >= threshold]
-        return SearchResponses(
-            items=[SearchResponseItem(record_id=d["id"], score=s) for d, s in top], total=total
-        )
+        return SearchResponses(items=[SearchResponseItem(record_id=d["id"], score=s) for d, s in top], total=total)
 
     async def compute_metrics_for(self, metadata_property: MetadataProperty) -> MetadataMetrics:
         docs = _INDEX.docs(metadata_property.dataset_id).values()
@@ -626,9 +618,7 @@ class GrevalSearchEngine(SearchEngine):
         if metadata_property.type == MetadataPropertyType.terms:
             counts = Counter(str(v) for v in values)
             ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-            return TermsMetrics(
-                total=len(values), values=[TermsMetrics.TermCount(term=t, count=c) for t, c in ordered]
-            )
+            return TermsMetrics(total=len(values), values=[TermsMetrics.TermCount(term=t, count=c) for t, c in ordered])
         numbers = [n for v in values if (n := _as_number(v)) is not None]
         if metadata_property.type == MetadataPropertyType.integer:
             ints = [int(n) for n in numbers]

@@ -144,12 +144,8 @@ def load_credentials(data_dir: Path) -> dict[str, str]:
         stored = json.loads(path.read_text())
     creds = {
         "username": os.environ.get("GREVAL_ARGILLA_USERNAME") or stored.get("username") or "greval",
-        "password": os.environ.get("GREVAL_ARGILLA_PASSWORD")
-        or stored.get("password")
-        or secrets.token_urlsafe(12),
-        "api_key": os.environ.get("GREVAL_ARGILLA_API_KEY")
-        or stored.get("api_key")
-        or secrets.token_urlsafe(24),
+        "password": os.environ.get("GREVAL_ARGILLA_PASSWORD") or stored.get("password") or secrets.token_urlsafe(12),
+        "api_key": os.environ.get("GREVAL_ARGILLA_API_KEY") or stored.get("api_key") or secrets.token_urlsafe(24),
         "workspace": os.environ.get("GREVAL_ARGILLA_WORKSPACE") or stored.get("workspace") or "argilla",
     }
     return creds
@@ -213,9 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     # alembic's fileConfig disables every logger that existed before it ran; ours included.
     for name in ("greval.serve", "greval.search"):
         logging.getLogger(name).disabled = False
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
-    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     _LOGGER.info("migrations done after %.1fs", time.monotonic() - started)
 
     creds = load_credentials(data_dir)
@@ -223,17 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     if created:
         save_credentials(data_dir, creds)
     elif not (data_dir / CREDENTIALS_FILE).exists():
-        _LOGGER.warning(
-            "owner user %r already existed; its credentials are not stored here", creds["username"]
-        )
+        _LOGGER.warning("owner user %r already existed; its credentials are not stored here", creds["username"])
     _LOGGER.info("owner user %r ready (credentials in %s)", creds["username"], data_dir / CREDENTIALS_FILE)
 
     import uvicorn
     from argilla_server._app import app
 
-    _LOGGER.info(
-        "app ready after %.1fs; serving on http://%s:%d", time.monotonic() - started, args.host, args.port
-    )
+    _LOGGER.info("app ready after %.1fs; serving on http://%s:%d", time.monotonic() - started, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 

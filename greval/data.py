@@ -30,9 +30,7 @@ class Record(BaseModel):
     data: dict[str, Any]
 
     @classmethod
-    def from_mapping(
-        cls, row: Mapping[str, Any], id_field: str | None = None, where: str = "record"
-    ) -> Record:
+    def from_mapping(cls, row: Mapping[str, Any], id_field: str | None = None, where: str = "record") -> Record:
         """Normalise a plain mapping (one dataset row, already column-mapped) into a Record.
 
         The id comes from ``id_field`` (or an ``id`` column); it is not part of the content hash.
@@ -103,11 +101,7 @@ def normalise_chunks(value: Any, where: str) -> list[dict[str, Any]]:
             if text is None:
                 raise DataError(f"{where}: chunk {i} has no 'text' field")
             cid = next((chunk[k] for k in ("id", "chunk_id") if k in chunk and chunk[k] is not None), f"c{i}")
-            extra = {
-                k: v
-                for k, v in chunk.items()
-                if k not in ("id", "chunk_id", "text", "content", "page_content")
-            }
+            extra = {k: v for k, v in chunk.items() if k not in ("id", "chunk_id", "text", "content", "page_content")}
             out.append({"id": str(cid), "text": str(text), **({"metadata": extra} if extra else {})})
         else:
             raise DataError(f"{where}: chunk {i} must be a string or an object, got {type(chunk).__name__}")
@@ -152,9 +146,7 @@ def _unique_ids(items: Sequence[Mapping[str, Any]], where: str, what: str) -> No
     seen: set[str] = set()
     for item in items:
         if item["id"] in seen:
-            raise DataError(
-                f"{where}: two {what}s have the id {item['id']!r}; ids must be unique in a record"
-            )
+            raise DataError(f"{where}: two {what}s have the id {item['id']!r}; ids must be unique in a record")
         seen.add(item["id"])
 
 
@@ -196,9 +188,7 @@ def _rows(path: Path) -> Iterator[dict[str, Any]]:
         import pandas as pd
 
         if base.endswith((".csv", ".tsv")):
-            frame = pd.read_csv(
-                path, sep="\t" if base.endswith(".tsv") else ",", dtype=str, keep_default_na=False
-            )
+            frame = pd.read_csv(path, sep="\t" if base.endswith(".tsv") else ",", dtype=str, keep_default_na=False)
         else:
             frame = pd.read_parquet(path)
         for row in frame.to_dict(orient="records"):
@@ -245,8 +235,7 @@ def load_records(
             value = _get(row, column)
             if value is None and n == 0 and column not in row:
                 raise DataError(
-                    f"{path}: column {column!r} (mapped to {field!r}) not found; "
-                    f"columns: {', '.join(map(str, row))}"
+                    f"{path}: column {column!r} (mapped to {field!r}) not found; columns: {', '.join(map(str, row))}"
                 )
             mapped[field] = value
         if id_column and n == 0 and id_column not in mapped:

@@ -63,8 +63,7 @@ def config_for(spec: BaseSpec, cfg: JudgeConfig) -> JudgeConfig:
     if spec.needs_model:
         return cfg
     identity = getattr(spec, "computed_identity", None)
-    return JudgeConfig(provider="computed", model=str(identity() if callable(identity) else "greval"),
-                       temperature=None)
+    return JudgeConfig(provider="computed", model=str(identity() if callable(identity) else "greval"), temperature=None)
 
 
 def compile_suite(
@@ -74,6 +73,7 @@ def compile_suite(
 ) -> Runnable[Any, dict[str, JudgeResult]]:
     """Several specs as one runnable: independent metrics run concurrently (RunnableParallel), and
     ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
+
     def start(rec: Any) -> dict[str, Any]:
         return {"record": rec, "results": {}}
 

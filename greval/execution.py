@@ -31,9 +31,7 @@ class RetryPolicy(BaseModel):
     max_attempts: int = Field(6, ge=1, description="Transport attempts per call (429 / 5xx / timeout).")
     base_delay: float = Field(0.5, ge=0, description="First backoff, doubled each attempt (with jitter).")
     max_delay: float = Field(30.0, ge=0, description="Longest single wait, Retry-After included.")
-    parse_attempts: int = Field(
-        3, ge=1, description="Calls per item before an unparsable answer is an error."
-    )
+    parse_attempts: int = Field(3, ge=1, description="Calls per item before an unparsable answer is an error.")
     reask_rounds: int = Field(2, ge=0, description="Follow-up calls for items a many-judge left out.")
 
 
@@ -102,12 +100,7 @@ def classify(exc: BaseException) -> Failure:
         text = str(exc).lower()
         if any(w in text for w in ("response_format", "json_schema", "tool", "function", "not supported")):
             return Failure("unsupported")
-    if (
-        status in (401, 403, 404)
-        or "Authentication" in name
-        or "PermissionDenied" in name
-        or "NotFound" in name
-    ):
+    if status in (401, 403, 404) or "Authentication" in name or "PermissionDenied" in name or "NotFound" in name:
         return Failure("fatal")
     if status is not None and 400 <= status < 500:
         return Failure("fatal")

@@ -160,9 +160,7 @@ def verdict_models(spec: Spec) -> tuple[type[BaseModel], type[BaseModel]]:
     """
     title = "".join(w.capitalize() for w in spec.name.split("_"))
     if spec.each is None:
-        answer = create_model(
-            f"{title}Verdict", __config__=_FORBID, **_verdict_fields(spec), **_output_fields(spec)
-        )
+        answer = create_model(f"{title}Verdict", __config__=_FORBID, **_verdict_fields(spec), **_output_fields(spec))
         return answer, answer
     noun = "chunk" if spec.each == "chunks" else "triple"
     item: type[BaseModel] = create_model(
@@ -363,9 +361,7 @@ class Judge:
         self.answer_model, self.item_model = verdict_models(spec)
         self.schema = self.answer_model.model_json_schema()
         self._outputs_model: type[BaseModel] | None = (
-            create_model(f"{self.answer_model.__name__}Outputs", **_output_fields(spec))
-            if spec.outputs
-            else None
+            create_model(f"{self.answer_model.__name__}Outputs", **_output_fields(spec)) if spec.outputs else None
         )
         self.methods: list[Method] = list(METHODS) if method == "auto" else [method]
         self._method_index = 0
@@ -516,9 +512,7 @@ class Judge:
         outputs = {}
         if self._outputs_model is not None:
             try:
-                outputs = self._outputs_model.model_validate(
-                    _known(payload, self._outputs_model)
-                ).model_dump()
+                outputs = self._outputs_model.model_validate(_known(payload, self._outputs_model)).model_dump()
             except ValidationError:
                 outputs = {}  # the verdicts still count; the extra outputs are asked for with re-asked items
         raw_items = payload.get("verdicts")

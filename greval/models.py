@@ -25,9 +25,7 @@ class JudgeConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    provider: str = Field(
-        description="'openai' (and OpenAI-compatible servers), 'gguf', or a LangChain provider."
-    )
+    provider: str = Field(description="'openai' (and OpenAI-compatible servers), 'gguf', or a LangChain provider.")
     model: str
     temperature: float | None = 0.0
     max_tokens: int | None = None
@@ -90,9 +88,7 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             if base_url is None:
-                raise UserError(
-                    "no API key: set OPENAI_API_KEY, or point --base-url at an OpenAI-compatible server"
-                )
+                raise UserError("no API key: set OPENAI_API_KEY, or point --base-url at an OpenAI-compatible server")
             key = "not-needed"
         kwargs: dict[str, Any] = {
             "model": cfg.model,

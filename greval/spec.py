@@ -62,10 +62,7 @@ def _inputs_shorthand(value: Any) -> Any:
                 raise ValueError("each input must be a field name or {name: ..., required: ...}")
         return out
     if isinstance(value, dict):
-        return {
-            k: ({"required": v} if isinstance(v, bool) else ({} if v is None else v))
-            for k, v in value.items()
-        }
+        return {k: ({"required": v} if isinstance(v, bool) else ({} if v is None else v)) for k, v in value.items()}
     return value
 
 
@@ -239,9 +236,7 @@ class JudgeDefaults(_Strict):
     samples: int = Field(1, ge=1, le=20)
 
 
-OutputType = Literal[
-    "string", "integer", "number", "boolean", "list[string]", "list[integer]", "list[number]"
-]
+OutputType = Literal["string", "integer", "number", "boolean", "list[string]", "list[integer]", "list[number]"]
 
 
 class OutputSpec(_Strict):
@@ -355,14 +350,10 @@ class Spec(BaseSpec):
                 raise ValueError(f"@target.each: '{t.each}' is not among the inputs")
             if isinstance(self.scale, ValueScale):
                 if t.aggregate not in (None, "mean"):
-                    raise ValueError(
-                        f"@target.aggregate: '{t.aggregate}' needs labels; a value scale uses 'mean'"
-                    )
+                    raise ValueError(f"@target.aggregate: '{t.aggregate}' needs labels; a value scale uses 'mean'")
             else:
                 if t.aggregate == "mean":
-                    raise ValueError(
-                        "@target.aggregate: 'mean' needs a value scale; use 'share' or 'score_mean'"
-                    )
+                    raise ValueError("@target.aggregate: 'mean' needs a value scale; use 'share' or 'score_mean'")
                 if t.aggregate == "score_mean" and self.scale.scores() is None:
                     raise ValueError("@target.aggregate: 'score_mean' needs label scores (or ordered: true)")
                 for lab in t.positive or []:

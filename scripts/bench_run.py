@@ -52,9 +52,7 @@ def records(n: int, k: int, tag: str) -> list[Record]:
             {
                 "id": f"{tag}-{i}",
                 "question": f"Which of these passages explain item {i} of batch {tag}?",
-                "chunks": [
-                    f"Passage {j} about item {i}: " + "lorem ipsum dolor sit amet " * 12 for j in range(k)
-                ],
+                "chunks": [f"Passage {j} about item {i}: " + "lorem ipsum dolor sit amet " * 12 for j in range(k)],
             }
         )
         for i in range(n)
@@ -74,9 +72,7 @@ async def greval_pass(srv: OpenAIServer, n: int, k: int, conc: int, tag: str) ->
     return wall, used, summary.calls
 
 
-async def baseline_pass(
-    srv: OpenAIServer, bodies: list[dict[str, Any]], conc: int
-) -> tuple[float, float, int]:
+async def baseline_pass(srv: OpenAIServer, bodies: list[dict[str, Any]], conc: int) -> tuple[float, float, int]:
     client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="bench", max_retries=0, timeout=60)
     sem = asyncio.Semaphore(conc)
     durations: list[float] = []
@@ -178,7 +174,7 @@ def main() -> None:
             med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
             ratios = [g[1] / b[1] for g, b in zip(rows["greval"], rows["openai"], strict=True)]
             print(
-                f"{setting:>9} {'':>6}  an SDK call took {statistics.median(BASELINE_CALL_MS[-args.rounds:]):.1f} ms "
+                f"{setting:>9} {'':>6}  an SDK call took {statistics.median(BASELINE_CALL_MS[-args.rounds :]):.1f} ms "
                 f"on average (median of rounds) for a latency of {1000 * lat:.0f} ms: the machine's own overhead"
             )
             print(

@@ -51,11 +51,17 @@ RATING_SPEC: dict[str, Any] = {
 
 def rag_records(n: int) -> list[Record]:
     return [
-        Record.from_mapping({
-            "id": f"r{i}", "question": f"Question number {i}?", "expected_answer": f"Expected {i}.",
-            "answer": f"Answer {i}.", "chunks": [f"chunk {i}.{k}" for k in range(3)],
-            "triples": [[f"s{i}", "p", f"o{k}"] for k in range(2)], "system": "A" if i % 2 else "B",
-        })
+        Record.from_mapping(
+            {
+                "id": f"r{i}",
+                "question": f"Question number {i}?",
+                "expected_answer": f"Expected {i}.",
+                "answer": f"Answer {i}.",
+                "chunks": [f"chunk {i}.{k}" for k in range(3)],
+                "triples": [[f"s{i}", "p", f"o{k}"] for k in range(2)],
+                "system": "A" if i % 2 else "B",
+            }
+        )
         for i in range(n)
     ]
 
@@ -82,8 +88,9 @@ class Env:
         return rg.Argilla(api_url=self.info.url, api_key=api_key or self.info.api_key)
 
     def http(self, api_key: str | None = None) -> httpx.Client:
-        return httpx.Client(base_url=self.info.url, headers={"X-Argilla-Api-Key": api_key or self.info.api_key},
-                            timeout=30)
+        return httpx.Client(
+            base_url=self.info.url, headers={"X-Argilla-Api-Key": api_key or self.info.api_key}, timeout=30
+        )
 
     def conn(self) -> sync.Connection:
         return sync.connect(self.info.url, self.info.api_key, workspace=self.info.workspace)
@@ -106,8 +113,10 @@ def env(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer) -
             assert summary.failed == 0
             # Distinct confidences (a 1-sample judge has none): r0 least confident ... r11 most.
             for i in range(12):
-                st.db.execute("UPDATE verdicts SET confidence=? WHERE record_id=? AND spec_name='answer_alignment'",
-                              (round(0.3 + i * 0.05, 2), f"r{i}"))
+                st.db.execute(
+                    "UPDATE verdicts SET confidence=? WHERE record_id=? AND spec_name='answer_alignment'",
+                    (round(0.3 + i * 0.05, 2), f"r{i}"),
+                )
     with server.running_server(data=tmp / "argilla") as info:
         yield Env(info=info, store_path=store_path, tmp=tmp, specs=specs, users={})
 
@@ -149,8 +158,9 @@ def test_settings_follow_each_spec_kind(env: Env) -> None:
     names = [f.name for f in ds.build_settings(many, env.client(), blind=True).fields]
     assert names[0] == ds.ITEM_FIELD and "chunks" not in names and ds.REASON_FIELD not in names
 
-    too_wide = parse_spec({**RATING_SPEC, "scale": {"kind": "value", "min": 0, "max": 20,
-                                                     "ranges": {"0-10": "low", "11-20": "high"}}})
+    too_wide = parse_spec(
+        {**RATING_SPEC, "scale": {"kind": "value", "min": 0, "max": 20, "ranges": {"0-10": "low", "11-20": "high"}}}
+    )
     assert isinstance(too_wide, Spec)
     with pytest.raises(ds.ScaleDoesNotFit, match=r"value scale 0-20 does not fit an Argilla rating"):
         ds.build_settings(too_wide, env.client())
@@ -223,10 +233,16 @@ def _respond(env: Env, user: str, record_uuid: str, status: str, values: dict[st
 def test_two_annotators_pull_repull_and_change(env: Env) -> None:
     spec = env.specs["answer_alignment"]
     ids = _server_ids(env, spec.name)
-    a = {f"r{i}": _respond(env, "alice", ids[f"r{i}"], "submitted", {"verdict": {"value": "Correct"}})
-         for i in range(4)}
-    _respond(env, "bob", ids["r0"], "submitted",
-             {"verdict": {"value": "Incorrect"}, "comment": {"value": "misses the point"}})
+    a = {
+        f"r{i}": _respond(env, "alice", ids[f"r{i}"], "submitted", {"verdict": {"value": "Correct"}}) for i in range(4)
+    }
+    _respond(
+        env,
+        "bob",
+        ids["r0"],
+        "submitted",
+        {"verdict": {"value": "Incorrect"}, "comment": {"value": "misses the point"}},
+    )
     _respond(env, "bob", ids["r1"], "discarded", {"verdict": {"value": "Correct"}})
     out = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
     assert "5 submitted, 1 discarded" in out and "alice" in out and "bob" in out
@@ -240,14 +256,16 @@ def test_two_annotators_pull_repull_and_change(env: Env) -> None:
 
     again = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
     assert "(0 changed" in again
+
     def strip(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v for k, v in r.items() if k != "updated_at"} for r in rs]
 
     assert strip(_labels(env, spec.name)) == strip(rows)  # idempotent: same rows, same answer times
 
     with env.http(_user(env, "alice")["api_key"]) as http:
-        resp = http.put(f"/api/v1/responses/{a['r2']}",
-                        json={"status": "submitted", "values": {"verdict": {"value": "Incorrect"}}})
+        resp = http.put(
+            f"/api/v1/responses/{a['r2']}", json={"status": "submitted", "values": {"verdict": {"value": "Incorrect"}}}
+        )
         assert resp.status_code == 200, resp.text
     changed = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
     assert "(1 changed" in changed
@@ -271,8 +289,9 @@ def test_repush_updates_without_duplicates_and_keeps_answers(env: Env) -> None:
 
 # ------------------------------------------------------------------------------------- selection
 def test_selection_strategies_are_honest() -> None:
-    units = [sync.Unit(f"h{i:03d}", "", "rare" if i < 3 else ("mid" if i < 20 else "common"), i / 100)
-             for i in range(100)]
+    units = [
+        sync.Unit(f"h{i:03d}", "", "rare" if i < 3 else ("mid" if i < 20 else "common"), i / 100) for i in range(100)
+    ]
     rnd = sync.select(units, "random", n=10, seed=1)
     assert len(rnd) == 10 and all(p.probability == pytest.approx(0.1) for p in rnd)
     assert [p.unit for p in sync.select(units, "random", n=10, seed=1)] == [p.unit for p in rnd]
@@ -301,8 +320,23 @@ def test_selection_strategies_are_honest() -> None:
 
 def test_push_records_selection_and_probabilities(env: Env) -> None:
     spec = env.specs["answer_alignment"]
-    res = env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--dataset", "aa-uncertain",
-                  "--select", "uncertain", "--n", "5", "--control-share", "0.4", "--seed", "3")
+    res = env.cli(
+        "push",
+        "--store",
+        str(env.store_path),
+        "--spec",
+        spec.name,
+        "--dataset",
+        "aa-uncertain",
+        "--select",
+        "uncertain",
+        "--n",
+        "5",
+        "--control-share",
+        "0.4",
+        "--seed",
+        "3",
+    )
     assert "uncertain 3" in res.output and "control 2" in res.output
     with Store(env.store_path) as st:
         push = st.query("SELECT * FROM annotation_pushes WHERE dataset='aa-uncertain'")
@@ -318,8 +352,19 @@ def test_push_records_selection_and_probabilities(env: Env) -> None:
         weights = sync.selection_weights(st, spec.name, push[0]["push_id"])
     assert sum(weights.values()) == pytest.approx(12)
 
-    env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--dataset", "aa-strat",
-            "--select", "stratified", "--n", "6")
+    env.cli(
+        "push",
+        "--store",
+        str(env.store_path),
+        "--spec",
+        spec.name,
+        "--dataset",
+        "aa-strat",
+        "--select",
+        "stratified",
+        "--n",
+        "6",
+    )
     labels = {dict(r.metadata)["judge_verdict"] for r in _records(env, "aa-strat")}
     assert labels == {v["label"] for v in _verdicts(env, spec.name)}
 
@@ -332,13 +377,30 @@ def test_import_labels_round_trip(env: Env) -> None:
         w = csv.writer(fh)
         w.writerow(["rid", "score", "note"])
         w.writerows([["r1", "4", "fine"], ["r2", "2", ""], ["r3", "5", ""]])
-    out = env.cli("import-labels", str(path), "--store", str(env.store_path), "--spec", spec.name,
-                  "--record-id", "rid", "--label", "score", "--comment", "note", "--annotator-name", "carol",
-                  "--to-argilla").output
+    out = env.cli(
+        "import-labels",
+        str(path),
+        "--store",
+        str(env.store_path),
+        "--spec",
+        spec.name,
+        "--record-id",
+        "rid",
+        "--label",
+        "score",
+        "--comment",
+        "note",
+        "--annotator-name",
+        "carol",
+        "--to-argilla",
+    ).output
     assert "Imported 3 labels" in out
     imported = [r for r in _labels(env, spec.name) if r["annotator"] == "carol"]
     assert [(r["record_id"], r["value"], r["source"]) for r in imported] == [
-        ("r1", 4.0, "import"), ("r2", 2.0, "import"), ("r3", 5.0, "import")]
+        ("r1", 4.0, "import"),
+        ("r2", 2.0, "import"),
+        ("r3", 5.0, "import"),
+    ]
     assert imported[0]["comment"] == "fine"
 
     # carol's answers are in Argilla as hers: a pull reads them back unchanged.
@@ -348,17 +410,32 @@ def test_import_labels_round_trip(env: Env) -> None:
     assert len(recs) == 12  # the imported units were updated in place, not duplicated
 
     bad = env.tmp / "bad.jsonl"
-    bad.write_text("\n".join(json.dumps({"rid": r, "score": s}) for r, s in
-                             [("r1", 3), ("nope", 2), ("zzz", 1)]) + "\n")
-    res = env.cli("import-labels", str(bad), "--store", str(env.store_path), "--spec", spec.name,
-                  "--record-id", "rid", "--label", "score", "--annotator-name", "dan", ok=False)
+    bad.write_text(
+        "\n".join(json.dumps({"rid": r, "score": s}) for r, s in [("r1", 3), ("nope", 2), ("zzz", 1)]) + "\n"
+    )
+    res = env.cli(
+        "import-labels",
+        str(bad),
+        "--store",
+        str(env.store_path),
+        "--spec",
+        spec.name,
+        "--record-id",
+        "rid",
+        "--label",
+        "score",
+        "--annotator-name",
+        "dan",
+        ok=False,
+    )
     assert res.exit_code == 2 and "name records not in" in res.output
     with pytest.raises(UserError, match=r"2 row\(s\) name records not in .*: nope, zzz"), Store(env.store_path) as st:
         sync.import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
     bad.write_text(json.dumps({"rid": "r1", "score": 9}) + "\n")
-    with pytest.raises(UserError, match=r"1 label\(s\) not on the scale .*integers 1-5\): 9"), Store(
-        env.store_path
-    ) as st:
+    with (
+        pytest.raises(UserError, match=r"1 label\(s\) not on the scale .*integers 1-5\): 9"),
+        Store(env.store_path) as st,
+    ):
         sync.import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
 
 
@@ -369,11 +446,17 @@ def test_user_errors_are_one_line(env: Env) -> None:
     envs = {"ARGILLA_API_URL": env.info.url, "ARGILLA_API_KEY": env.info.api_key}
     res = runner.invoke(main, ["annotate", "push", "--store", str(env.store_path), "--spec", "nope"], env=envs)
     assert res.exit_code == 2 and "no metric 'nope'" in res.output and len(res.output.strip().splitlines()) == 1
-    res = runner.invoke(main, ["annotate", "push", "--store", str(env.store_path), "--spec", "answer_alignment",
-                               "--select", "random"], env=envs)
+    res = runner.invoke(
+        main,
+        ["annotate", "push", "--store", str(env.store_path), "--spec", "answer_alignment", "--select", "random"],
+        env=envs,
+    )
     assert res.exit_code == 2 and "needs --n" in res.output
-    res = runner.invoke(main, ["annotate", "pull", "--store", str(env.store_path), "--spec", "answer_alignment"],
-                        env={"ARGILLA_API_URL": env.info.url, "ARGILLA_API_KEY": "wrong-key"})
+    res = runner.invoke(
+        main,
+        ["annotate", "pull", "--store", str(env.store_path), "--spec", "answer_alignment"],
+        env={"ARGILLA_API_URL": env.info.url, "ARGILLA_API_KEY": "wrong-key"},
+    )
     assert res.exit_code == 2 and "refused the API key" in res.output and "wrong-key" not in res.output
     # No key ever lands in the store (pushes record the URL, never the key).
     for f in env.store_path.parent.glob(env.store_path.name + "*"):

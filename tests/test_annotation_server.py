@@ -99,9 +99,7 @@ def _search(env: Env, body: dict[str, Any], user: str | None = None, limit: int 
     """Run the UI's search endpoint as ``user`` (owner by default); return external ids in order."""
     key = env.users[user]["api_key"] if user and env.users else None
     with _http(env.info, key) as http:
-        resp = http.post(
-            f"/api/v1/me/datasets/{env.dataset_id}/records/search", params={"limit": limit}, json=body
-        )
+        resp = http.post(f"/api/v1/me/datasets/{env.dataset_id}/records/search", params={"limit": limit}, json=body)
     assert resp.status_code == 200, resp.text
     data = resp.json()
     ext = [item["record"]["external_id"] for item in data["items"]]
@@ -222,16 +220,13 @@ def test_two_users_respond(env: Env) -> None:
     for rec in dataset.records:
         if str(rec.id) in {"r0", "r4"}:
             rec.responses.add(rg.Response("verdict", "pass", user_id=ann2, status="submitted"))
-            rec.responses.add(
-                rg.Response("quality", 4 if str(rec.id) == "r0" else 3, user_id=ann2, status="submitted")
-            )
+            rec.responses.add(rg.Response("quality", 4 if str(rec.id) == "r0" else 3, user_id=ann2, status="submitted"))
             to_log.append(rec)
     dataset.records.log(to_log)
 
     back = {str(r.id): r for r in dataset.records(with_responses=True)}
     r0 = {
-        (str(r.user_id), r.question_name, r.value, getattr(r.status, "value", r.status))
-        for r in back["r0"].responses
+        (str(r.user_id), r.question_name, r.value, getattr(r.status, "value", r.status)) for r in back["r0"].responses
     }
     ann1 = env.users["ann1"]["id"]
     assert r0 == {
@@ -266,9 +261,11 @@ def _check_search(env: Env) -> None:
         "r3",
         "r5",
     ]
-    assert _search(
-        env, {"filters": {"and": [_status_filter("pending", "draft")]}, "sort": by_insert}, "ann1"
-    ) == ["r3", "r4", "r5"]
+    assert _search(env, {"filters": {"and": [_status_filter("pending", "draft")]}, "sort": by_insert}, "ann1") == [
+        "r3",
+        "r4",
+        "r5",
+    ]
     # The default (unsorted) queue is shuffled per user, deterministically, like Elasticsearch's random_score.
     queue = _search(env, {"filters": {"and": [_status_filter("pending")]}}, "ann2")
     assert sorted(queue) == ["r1", "r2", "r3", "r5"]
@@ -284,9 +281,7 @@ def _check_search(env: Env) -> None:
     # Metadata terms and range filters, combined with a user's queue.
     meta_terms = {"type": "terms", "scope": {"entity": "metadata", "metadata_property": "metric"}}
     score_range = {"type": "range", "scope": {"entity": "metadata", "metadata_property": "judge_score"}}
-    assert _search(
-        env, {"filters": {"and": [{**meta_terms, "values": ["relevance"]}]}, "sort": by_insert}
-    ) == [
+    assert _search(env, {"filters": {"and": [{**meta_terms, "values": ["relevance"]}]}, "sort": by_insert}) == [
         "r2",
         "r3",
     ]
@@ -312,9 +307,10 @@ def _check_search(env: Env) -> None:
         env, {"filters": {"and": [{"type": "range", "scope": score_scope, "ge": 0.5}]}, "sort": by_insert}
     ) == ["r0", "r2", "r4"]
     rating = {"entity": "suggestion", "question": "quality"}
-    assert _search(
-        env, {"filters": {"and": [{"type": "range", "scope": rating, "le": 2}]}, "sort": by_insert}
-    ) == ["r1", "r3"]
+    assert _search(env, {"filters": {"and": [{"type": "range", "scope": rating, "le": 2}]}, "sort": by_insert}) == [
+        "r1",
+        "r3",
+    ]
 
     # Response value filter, scoped to the current user.
     resp_verdict = {
@@ -363,9 +359,7 @@ def _check_search(env: Env) -> None:
     assert similar({"record_id": env.ids["r0"]}, 2) == ["r1", "r5"]
     assert similar({"value": [0.0, 0.0, 1.0]}, 3) == ["r4", "r5", "r3"]
     assert similar({"value": [0.0, 0.0, 1.0], "order": "least_similar"}, 1) == ["r0"]
-    assert similar({"value": [0.0, 1.0, 0.0]}, 1, {"and": [{**meta_terms, "values": ["faithfulness"]}]}) == [
-        "r1"
-    ]
+    assert similar({"value": [0.0, 1.0, 0.0]}, 1, {"and": [{**meta_terms, "values": ["faithfulness"]}]}) == ["r1"]
 
 
 def _check_counts(env: Env, completed: int) -> None:

@@ -297,9 +297,7 @@ def test_depends_on_feeds_verdicts_and_suite_runs_independent_metrics_concurrent
     assert all(r.ok for r in results.values())
     assert elapsed < 3 * 0.4 - 0.05  # two levels, not three sequential calls
     assert llm.stats()["max_in_flight"] >= 2
-    completeness = [
-        b for b in llm.requests() if "Metric: answer_completeness" in b["messages"][0]["content"]
-    ][-1]
+    completeness = [b for b in llm.requests() if "Metric: answer_completeness" in b["messages"][0]["content"]][-1]
     human = completeness["messages"][-1]["content"]
     assert "## Verdicts of the metric 'chunk_evaluation'" in human
     assert "- [c1] Relevant: names the drug" in human
@@ -345,9 +343,7 @@ def test_few_shot_examples_are_sent_and_checked(llm: OpenAIServer) -> None:
     )
     from greval.errors import SpecError
 
-    with pytest.raises(
-        SpecError, match=r"examples\[0\]\.output: value: Input should be less than or equal to 5"
-    ):
+    with pytest.raises(SpecError, match=r"examples\[0\]\.output: value: Input should be less than or equal to 5"):
         judge(llm, bad)
 
 

@@ -16,17 +16,25 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)], check=True, timeout=300
+    )
     [wheel] = wheels.glob("greval-*.whl")
     env_dir = tmp_path / "venv"
     # The venv sees the dependencies already installed here, but greval itself only from the wheel.
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)],
-                   check=True, timeout=300)
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)],
+        check=True,
+        timeout=300,
+    )
     probe = (
         "import greval, greval.paths as p; from greval.spec import bundled_specs;"
         "print(greval.__file__); print(sorted(bundled_specs())[:3]);"
@@ -38,6 +46,7 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     assert lines[0].startswith(site), lines[0]  # imported from the installed wheel, not the checkout
     assert "answer_alignment" in lines[1]
     assert lines[2] == "True True"
-    cli = subprocess.run([str(py), "-m", "greval", "spec", "list"], capture_output=True, text=True, cwd=tmp_path,
-                         timeout=120)
+    cli = subprocess.run(
+        [str(py), "-m", "greval", "spec", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert cli.returncode == 0 and "answer_completeness" in cli.stdout

@@ -30,8 +30,20 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         pytest.skip("llama-server is not built (CI builds it with `greval local-judge build`)")
     work, data = tmp_path / "ws", tmp_path / "argilla"
     port = server.free_port()
-    cmd = [sys.executable, "-m", "greval", "quickstart", "--dir", str(work), "--port", str(port),
-           "--argilla-data", str(data), "--bootstrap", "200"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "greval",
+        "quickstart",
+        "--dir",
+        str(work),
+        "--port",
+        str(port),
+        "--argilla-data",
+        str(data),
+        "--bootstrap",
+        "200",
+    ]
     try:
         first = subprocess.run(cmd, env=clean_env, capture_output=True, text=True, timeout=1500)
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

@@ -163,18 +163,14 @@ def test_killed_process_resumes_with_only_missing_verdicts(llm: OpenAIServer, tm
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
-    done_before = (
-        sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0]
-    )
+    done_before = sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0]
     assert 10 <= done_before < 40
     llm.reset()
     llm.configure(latency=0.0)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert llm.stats()["total"] == 40 - done_before
-    assert (
-        sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 40
-    )
+    assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 40
 
 
 def test_partly_judged_many_record_resumes_missing_items_only(llm: OpenAIServer, store_path: Path) -> None:
@@ -344,9 +340,7 @@ def test_data_formats_and_normalisation(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text('{"answer": "x"}\n{oops\n')
     with pytest.raises(DataError, match="line 2: invalid JSON"):
         load_records(tmp_path / "bad.jsonl")
-    (tmp_path / "dupchunk.jsonl").write_text(
-        json.dumps({"chunks": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]})
-    )
+    (tmp_path / "dupchunk.jsonl").write_text(json.dumps({"chunks": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]}))
     with pytest.raises(DataError, match="two chunks have the id '1'"):
         load_records(tmp_path / "dupchunk.jsonl")
 

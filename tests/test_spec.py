@@ -149,9 +149,7 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
 @pytest.mark.parametrize(
     ("data", "path", "fragment"), MALFORMED, ids=[f"{i:02d}-{m[1]}" for i, m in enumerate(MALFORMED)]
 )
-def test_malformed_spec_gives_one_line_error(
-    tmp_path: Path, data: dict[str, Any], path: str, fragment: str
-) -> None:
+def test_malformed_spec_gives_one_line_error(tmp_path: Path, data: dict[str, Any], path: str, fragment: str) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(SpecError) as info:

@@ -110,9 +110,7 @@ def venv_ready(venv: Path | None = None) -> bool:
     """True if the venv exists and was installed from the current requirements file."""
     venv = venv or venv_dir()
     marker = venv / _MARKER
-    return (
-        venv_python(venv).exists() and marker.exists() and marker.read_text().strip() == _requirements_hash()
-    )
+    return venv_python(venv).exists() and marker.exists() and marker.read_text().strip() == _requirements_hash()
 
 
 def _run(cmd: list[str], on_line: Callable[[str], None] | None) -> None:
@@ -121,9 +119,7 @@ def _run(cmd: list[str], on_line: Callable[[str], None] | None) -> None:
         if on_line is None:
             subprocess.run(cmd, check=True)
             return
-        with subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        ) as proc:
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
                 on_line(line.rstrip("\n"))
@@ -133,9 +129,7 @@ def _run(cmd: list[str], on_line: Callable[[str], None] | None) -> None:
         raise AnnotationServerError(f"setting up the Argilla environment failed: {exc}") from None
 
 
-def ensure_venv(
-    on_line: Callable[[str], None] | None = None, *, force: bool = False, venv: Path | None = None
-) -> Path:
+def ensure_venv(on_line: Callable[[str], None] | None = None, *, force: bool = False, venv: Path | None = None) -> Path:
     """Create the Argilla venv and install the pinned requirements, unless already done; returns its python.
 
     ``on_line`` receives pip's output line by line; without it pip writes to the terminal (progress bars).
@@ -172,9 +166,7 @@ def _install_venv(venv: Path, on_line: Callable[[str], None] | None) -> Path:
     if not venv_python(venv).exists():
         say(f"Creating the Argilla server environment in {venv} ...")
         _run([sys.executable, "-m", "venv", str(venv)], on_line)
-    say(
-        f"Installing argilla-server {ARGILLA_SERVER_VERSION} and its pinned dependencies (about a minute) ..."
-    )
+    say(f"Installing argilla-server {ARGILLA_SERVER_VERSION} and its pinned dependencies (about a minute) ...")
     _run(
         [
             str(venv_python(venv)),
@@ -350,8 +342,7 @@ def start(
         if proc.poll() is not None:
             _cleanup_state(d)
             raise AnnotationServerError(
-                f"the Argilla server exited during start (code {proc.returncode}); "
-                f"see {log}: {_log_tail(log, 3)}"
+                f"the Argilla server exited during start (code {proc.returncode}); see {log}: {_log_tail(log, 3)}"
             )
         if healthy(url, timeout=1.0):
             return _info(d, url, proc.pid)

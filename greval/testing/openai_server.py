@@ -174,9 +174,7 @@ def _compile(schema: Any, root: dict[str, Any], depth: int = 0) -> _Node:
     if isinstance(typ, list):
         types = [t for t in typ if t != "null"] or ["null"]
         if len(types) > 1:
-            return _Node(
-                "choice", choices=tuple(_compile({**schema, "type": t}, root, depth + 1) for t in types)
-            )
+            return _Node("choice", choices=tuple(_compile({**schema, "type": t}, root, depth + 1) for t in types))
         typ = types[0]
     if typ is None:
         if "properties" in schema:
@@ -319,16 +317,8 @@ class _Gen:
         return text
 
     def _integer(self, node: _Node, path: str) -> int:
-        lo = (
-            None
-            if node.lo is None
-            else (math.floor(node.lo) + 1 if node.lo_exclusive else math.ceil(node.lo))
-        )
-        hi = (
-            None
-            if node.hi is None
-            else (math.ceil(node.hi) - 1 if node.hi_exclusive else math.floor(node.hi))
-        )
+        lo = None if node.lo is None else (math.floor(node.lo) + 1 if node.lo_exclusive else math.ceil(node.lo))
+        hi = None if node.hi is None else (math.ceil(node.hi) - 1 if node.hi_exclusive else math.floor(node.hi))
         if lo is None and hi is None:
             lo, hi = 0, 10
         elif lo is None:
@@ -368,9 +358,7 @@ def _coerce_id(raw: str, id_node: _Node) -> Any:
     return raw
 
 
-def generate_instance(
-    schema: Any, prompt: str, *, seed: int = 0, choice: int = 0, ids: list[str] | None = None
-) -> Any:
+def generate_instance(schema: Any, prompt: str, *, seed: int = 0, choice: int = 0, ids: list[str] | None = None) -> Any:
     """Deterministic, schema-valid instance for a prompt (public so benchmarks can predict answers)."""
     return _Gen(prompt, seed, choice, ids).value(compile_schema(schema), "$", "")
 
@@ -606,9 +594,7 @@ class _Request:
 def _classify(body: dict[str, Any], prompt: str) -> _Request:
     fmt = body.get("response_format")
     fmt_type = fmt.get("type") if isinstance(fmt, dict) else None
-    tools = [
-        t for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
-    ]
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)]
     choice = body.get("tool_choice")
     forced = isinstance(choice, dict) or choice == "required"
     if tools and choice != "none" and (forced or fmt_type not in ("json_schema", "json_object")):
@@ -857,12 +843,8 @@ async def _stream(
         else:
             delta = {"role": "assistant", "content": text}
             finish = "stop"
-        chunks.append(
-            {**base, "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}]}
-        )
-        chunks.append(
-            {**base, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}]}
-        )
+        chunks.append({**base, "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}]})
+        chunks.append({**base, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}]})
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
         chunks.append({**base, "choices": [], "usage": _usage(prompt, outputs)})
