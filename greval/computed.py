@@ -378,6 +378,14 @@ def _rouge_scorer(types: tuple[str, ...], use_stemmer: bool) -> Any:
     return rouge_scorer.RougeScorer(list(types), use_stemmer=use_stemmer)
 
 
+def _prediction_and_references(data: Mapping[str, Any], prediction: str, reference: str) -> tuple[str, list[str]]:
+    """The text to score (a list is joined) and its references (a list means several); no reference is an error."""
+    refs = _texts(data.get(reference))
+    if not refs:
+        raise ComputeError(f"{reference}: no reference text")
+    return " ".join(_texts(data.get(prediction))), refs
+
+
 class RougeSpec(ComputedSpec):
     """ROUGE F-measure of a prediction against one or more references (max over references)."""
 
@@ -392,10 +400,7 @@ class RougeSpec(ComputedSpec):
 
     def compute(self, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
         p = self.params
-        prediction = " ".join(_texts(data.get(p.prediction)))
-        refs = _texts(data.get(p.reference))
-        if not refs:
-            raise ComputeError(f"{p.reference}: no reference text")
+        prediction, refs = _prediction_and_references(data, p.prediction, p.reference)
         scorer = _rouge_scorer(tuple(p.types), p.use_stemmer)
         # score_multi keeps, per type, the reference with the best F-measure (valor-lite: max per type).
         scores = scorer.score_multi(refs, prediction)
@@ -428,10 +433,7 @@ class BleuSpec(ComputedSpec):
 
     def compute(self, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
         p = self.params
-        prediction = " ".join(_texts(data.get(p.prediction)))
-        refs = _texts(data.get(p.reference))
-        if not refs:
-            raise ComputeError(f"{p.reference}: no reference text")
+        prediction, refs = _prediction_and_references(data, p.prediction, p.reference)
         score, hyp, ref_tokens = bleu_score(prediction, refs, p)
         outputs = {
             "bleu": score,
