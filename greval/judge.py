@@ -427,10 +427,17 @@ class Judge:
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
     ) -> list[BaseMessage]:
-        if method not in self._systems:
-            self._systems[method] = SystemMessage(system_prompt(self.spec, method, self.schema))
         human = HumanMessage(render_inputs(self.spec, data, deps, item_ids))
-        return [self._systems[method], *self._examples, human]
+        return [self.system_message(method), *self._examples, human]
+
+    def _system(self, method: Method) -> str:
+        return system_prompt(self.spec, method, self.schema)
+
+    def system_message(self, method: Method) -> SystemMessage:
+        """The system prompt for one method, built once (subclasses change ``_system``)."""
+        if method not in self._systems:
+            self._systems[method] = SystemMessage(self._system(method))
+        return self._systems[method]
 
     # --------------------------------------------------------------------------------- calling
     async def _fall_back(self, failed: Method) -> bool:

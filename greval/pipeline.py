@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -519,12 +519,10 @@ class _Extractor(Judge):
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
     ) -> list[BaseMessage]:
-        if method not in self._systems:
-            self._systems[method] = SystemMessage(self._system(method))
         fields = data["fields"]
         blocks = [_field_block(n, fields[n]) for n in self.step.context if fields.get(n) not in (None, "", [])]
         blocks.append(_field_block(self.step.from_, fields[self.step.from_], f"list the {self.step.what} of this"))
-        return [self._systems[method], HumanMessage("\n\n".join(blocks))]
+        return [self.system_message(method), HumanMessage("\n\n".join(blocks))]
 
     def _validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> dict[str, Any]:
         try:
@@ -599,8 +597,6 @@ class _Verifier(Judge):
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
     ) -> list[BaseMessage]:
-        if method not in self._systems:
-            self._systems[method] = SystemMessage(self._system(method))
         fields = data["fields"]
         blocks = [_field_block(n, fields[n]) for n in self.step.against if fields.get(n) not in (None, "", [])]
         wanted = set(item_ids or [])
@@ -609,7 +605,7 @@ class _Verifier(Judge):
         blocks.append(f"## {self.heading}\n" + sep.join(render_item(self.item_field, it) for it in items))
         blocks += _deps_blocks(deps)
         blocks.append("Item ids: " + ", ".join(item_ids or []))
-        return [self._systems[method], HumanMessage("\n\n".join(blocks))]
+        return [self.system_message(method), HumanMessage("\n\n".join(blocks))]
 
 
 # ------------------------------------------------------------------------------------------ evaluator
