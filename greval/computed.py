@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationI
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from greval.data import Record
-from greval.judge import MISSING_INPUT, ItemVerdict, JudgeResult
+from greval.judge import ItemVerdict, JudgeResult, begin
 from greval.spec import _IDENT, BaseSpec, _Strict, register_kind
 
 MetricName = Literal["rouge", "bleu", "embedding_similarity", "citations", "triple_validity", "orphan_claims"]
@@ -340,11 +340,8 @@ class ComputedEvaluator:
         deps: Mapping[str, JudgeResult] | None = None,
         only_items: Sequence[str] | None = None,
     ) -> JudgeResult:
-        rec = record if isinstance(record, Record) else Record.from_mapping(record)
-        result = JudgeResult(spec=self.spec.name, spec_hash=self.spec.hash)
-        missing = [n for n in self.spec.required_inputs() if rec.data.get(n) in (None, "", [])]
-        if missing:
-            result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
+        rec, result, ready = begin(self.spec, record, deps)
+        if ready is None:
             return result
         try:
             verdicts, outputs = await asyncio.to_thread(self.spec.compute, rec.data)

@@ -36,7 +36,7 @@ from greval.execution import (
     call_with_retries,
     describe_error,
 )
-from greval.spec import CategoricalScale, Spec, ValueScale
+from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
 warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
@@ -112,6 +112,35 @@ def not_applicable(result: JudgeResult) -> bool:
     """A metric that could not apply to a record (an input it requires is absent) - not a failure of the
     judge, so metrics that read it go on without it."""
     return bool(result.error and result.error.startswith(MISSING_INPUT))
+
+
+def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
+    """Required inputs the record lacks (absent, empty text or empty list)."""
+    return [n for n in spec.required_inputs() if data.get(n) in (None, "", [])]
+
+
+def begin(
+    spec: BaseSpec, record: Record | Mapping[str, Any], deps: Mapping[str, JudgeResult] | None
+) -> tuple[Record, JudgeResult, dict[str, JudgeResult] | None]:
+    """What every evaluator checks before working: the record, an empty result, and the dependency verdicts
+    to show. ``None`` for the latter means the judgement cannot run and ``result.error`` says why (a required
+    input is absent — then it is skipped, see :func:`not_applicable` — or a dependency is missing or failed)."""
+    rec = record if isinstance(record, Record) else Record.from_mapping(record)
+    result = JudgeResult(spec=spec.name, spec_hash=spec.hash)
+    missing = missing_inputs(spec, rec.data)
+    if missing:
+        result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
+        return rec, result, None
+    given = dict(deps or {})
+    for name in spec.depends_on:
+        dep = given.get(name)
+        if dep is None:
+            result.error = f"needs the verdicts of {name!r}, which were not given"
+            return rec, result, None
+        if not dep.ok and not not_applicable(dep):
+            result.error = f"depends on {name!r}, which failed for this record"
+            return rec, result, None
+    return rec, result, {k: given[k] for k in spec.depends_on if not not_applicable(given[k])}
 
 
 class ParseError(Exception):
@@ -609,9 +638,6 @@ class Judge:
             samples=v.get("samples"),
         )
 
-    def missing_inputs(self, data: Mapping[str, Any]) -> list[str]:
-        return [n for n, i in self.spec.inputs.items() if i.required and data.get(n) in (None, "", [])]
-
     async def ajudge(
         self,
         record: Record | Mapping[str, Any],
@@ -622,22 +648,9 @@ class Judge:
 
         ``only_items`` restricts a many-judge to some item ids (resuming a partly judged record).
         """
-        rec = record if isinstance(record, Record) else Record.from_mapping(record)
-        result = JudgeResult(spec=self.spec.name, spec_hash=self.spec.hash)
-        missing = self.missing_inputs(rec.data)
-        if missing:
-            result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
+        rec, result, deps = begin(self.spec, record, deps)
+        if deps is None:
             return result
-        deps = dict(deps or {})
-        for name in self.spec.depends_on:
-            dep = deps.get(name)
-            if dep is None:
-                result.error = f"needs the verdicts of {name!r}, which were not given"
-                return result
-            if not dep.ok and not not_applicable(dep):
-                result.error = f"depends on {name!r}, which failed for this record"
-                return result
-        deps = {k: deps[k] for k in self.spec.depends_on if not not_applicable(deps[k])}
         if self.spec.each is None:
             try:
                 answer = await self._sampled(rec.data, deps, None, result.calls)

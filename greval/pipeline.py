@@ -49,7 +49,6 @@ from greval.data import Record
 from greval.errors import SpecError
 from greval.execution import AdaptiveLimiter, RetryPolicy, describe_error
 from greval.judge import (
-    MISSING_INPUT,
     CallLog,
     ItemVerdict,
     Judge,
@@ -60,8 +59,8 @@ from greval.judge import (
     _known,
     _title,
     _verdict_fields,
+    begin,
     describe_scale,
-    not_applicable,
     render_item,
 )
 from greval.spec import (
@@ -660,23 +659,10 @@ class PipelineEvaluator:
         only_items: Sequence[str] | None = None,
     ) -> JudgeResult:
         """Judge one record. Model trouble never raises: a failed step leaves an explicit error verdict."""
-        rec = record if isinstance(record, Record) else Record.from_mapping(record)
         spec = self.spec
-        result = JudgeResult(spec=spec.name, spec_hash=spec.hash)
-        missing = [n for n in spec.required_inputs() if rec.data.get(n) in (None, "", [])]
-        if missing:
-            result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
+        rec, result, deps = begin(spec, record, deps)
+        if deps is None:
             return result
-        deps = dict(deps or {})
-        for name in spec.depends_on:
-            dep = deps.get(name)
-            if dep is None:
-                result.error = f"needs the verdicts of {name!r}, which were not given"
-                return result
-            if not dep.ok and not not_applicable(dep):
-                result.error = f"depends on {name!r}, which failed for this record"
-                return result
-        deps = {k: deps[k] for k in spec.depends_on if not not_applicable(deps[k])}
         variants = self._variants(rec.data)
         n = len(variants)
 

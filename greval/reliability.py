@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from greval._sync import run_sync
 from greval.data import Record, content_hash
 from greval.errors import UserError
-from greval.judge import ItemVerdict, Judge, JudgeResult
+from greval.judge import ItemVerdict, Judge, JudgeResult, missing_inputs
 from greval.models import JudgeConfig, make_chat_model
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale, parse_spec
 
@@ -294,7 +294,7 @@ async def alogprob_scores(
     out: dict[str, tuple[int, float, float]] = {}
     problems: list[str] = []
     for rec in records:
-        if judge.missing_inputs(rec.data):
+        if missing_inputs(spec, rec.data):
             continue
         method: Any = "json_schema"
         try:
