@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from greval._sync import run_sync
 from greval.errors import SpecError, UserError
 from greval.execution import RetryPolicy, UnsupportedMethod, call_with_retries
-from greval.spec import STANDARD_INPUTS, CategoricalScale, Spec, parse_spec
+from greval.spec import STANDARD_INPUTS, CategoricalScale, Spec, _compact, parse_spec
 
 Severity = Literal["error", "warning"]
 SCHEMA_HEADER = "# yaml-language-server: $schema={ref}"
@@ -307,19 +307,6 @@ def _check_text(data: dict[str, Any], labels: list[str], add: Callable[[str, str
         for i, s in enumerate(steps):
             if _words(s) > MAX_STEP_WORDS or len(s) > MAX_STEP_CHARS:
                 add(f"steps[{i}]", "step-too-long", f"{_words(s)} words in one step; split it into smaller steps")
-
-
-def _compact(values: Sequence[int]) -> str:
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(parts)
 
 
 _COVERED_BY_LINT = ("overlap", "not covered", "lies outside", "runs backwards", "duplicate label")
