@@ -161,9 +161,12 @@ def _quickstart(
             )
         print_summary(summary)
 
+        from greval.annotation import sync
+
         info = None
+        conn = None
         if not no_argilla:
-            from greval.annotation import server, sync
+            from greval.annotation import server
 
             console.print("[bold]3/5[/] embedded Argilla: starting (first time: creating its environment) …")
             try:
@@ -179,27 +182,17 @@ def _quickstart(
                 f"({'created' if pushed.created else 'updated'}) at {info.url}",
                 highlight=False,
             )
-            imported = sync.import_labels(
-                st,
-                work / "human_labels.csv",
-                SPEC,
-                record_id_col="record_id",
-                label_col="label",
-                annotator_col="annotator",
-                conn=conn,
-            )
         else:
-            from greval.annotation import sync
-
             console.print("[bold]3/5[/] Argilla skipped (--no-argilla)")
-            imported = sync.import_labels(
-                st,
-                work / "human_labels.csv",
-                SPEC,
-                record_id_col="record_id",
-                label_col="label",
-                annotator_col="annotator",
-            )
+        imported = sync.import_labels(
+            st,
+            work / "human_labels.csv",
+            SPEC,
+            record_id_col="record_id",
+            label_col="label",
+            annotator_col="annotator",
+            conn=conn,
+        )
         console.print(
             f"[bold]4/5[/] human labels: {imported.stored} stored from human_labels.csv"
             + (f", {imported.to_argilla} as Argilla responses" if imported.to_argilla else ""),
