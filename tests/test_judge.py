@@ -381,13 +381,69 @@ def test_direct_call_sends_and_returns_what_langchain_does(llm: OpenAIServer, me
     llm.reset()
     via_langchain = run_sync(j.bound(method).ainvoke(messages))
     via_direct = run_sync(caller(messages))
+    assert caller.direct, caller.reason  # the call really went the direct way
     lc_body, direct_body = llm.requests()
     assert direct_body == lc_body
+    assert_same_request_meta(llm)
     assert via_direct.content == via_langchain.content
     assert via_direct.tool_calls == via_langchain.tool_calls
     assert via_direct.usage_metadata == via_langchain.usage_metadata
     for key in ("finish_reason", "model_name", "token_usage", "logprobs"):
         assert via_direct.response_metadata.get(key) == via_langchain.response_metadata.get(key), key
+
+
+def assert_same_request_meta(llm: OpenAIServer) -> None:
+    """Headers and query string of the last two requests (LangChain's, then the direct one) match, except the
+    header asking the SDK for the raw response, which only LangChain's wrapper sets."""
+    lc, direct = llm.request_meta(limit=2)
+    lc["headers"].pop("x-stainless-raw-response", None)
+    differ = {k: (lc["headers"].get(k), v) for k, v in direct["headers"].items() if lc["headers"].get(k) != v}
+    assert direct == lc, differ
+
+
+def test_direct_call_carries_the_models_request_options(llm: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user sets on ChatOpenAI (model kwargs, default headers and query, timeout) and the judge's own
+    extra body field reach the server the same way on both paths: the direct call splits the payload into
+    body and request options as create() does. (A model-level ``extra_body`` makes the judge bind
+    ``response_format`` itself, which LangChain sends through the SDK's parse path: such models are called
+    through ``ainvoke``.)"""
+    chat = model(
+        llm,
+        timeout=7,
+        default_headers={"X-Team": "qa"},
+        default_query={"tenant": "t1"},
+        model_kwargs={"user": "greval-tests"},
+        temperature=0.3,
+    )
+    j = Judge(LABEL_SPEC, chat, policy=FAST)
+    ids = [t["id"] for t in RECORD.items("triples")]
+    messages = j.messages("json_schema", RECORD.data, None, ids)
+    caller = j.caller("json_schema")
+    assert caller.direct, caller.reason
+    llm.reset()
+    via_langchain = run_sync(j.bound("json_schema").ainvoke(messages))
+    via_direct = run_sync(caller(messages))
+    assert caller.direct, caller.reason  # the call really went the direct way
+    lc_body, direct_body = llm.requests()
+    assert direct_body == lc_body
+    # response_format travels as the request's extra JSON (greval binds it so), the rest as body fields
+    assert direct_body["response_format"]["type"] == "json_schema"
+    assert (direct_body["user"], direct_body["temperature"]) == ("greval-tests", 0.3)
+    assert_same_request_meta(llm)
+    meta = llm.request_meta(limit=1)[0]
+    assert meta["headers"]["x-team"] == "qa" and meta["query"] == {"tenant": "t1"}
+    assert meta["headers"]["x-stainless-read-timeout"] == "7.0"
+    assert via_direct.content == via_langchain.content
+
+    # ...and it is sent without create() and its per-call parameter transform (the CPU it saves is the
+    # point of the direct path; scripts/bench_run.py measures it).
+    async def no_create(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the direct path called chat.completions.create")
+
+    from openai.resources.chat.completions import AsyncCompletions
+
+    monkeypatch.setattr(AsyncCompletions, "create", no_create)
+    assert run_sync(caller(messages)).content == via_direct.content
 
 
 def test_direct_and_langchain_paths_give_the_same_verdicts(llm: OpenAIServer) -> None:

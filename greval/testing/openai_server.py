@@ -505,6 +505,9 @@ class _State:
         self.config = config
         self.rules: list[_Rule] = []
         self.log: deque[dict[str, Any]] = deque(maxlen=MAX_LOGGED_REQUESTS)
+        # The headers and query string of each logged request, in the same order (lets tests compare two
+        # clients' requests entirely, not only their bodies).
+        self.meta_log: deque[dict[str, Any]] = deque(maxlen=MAX_LOGGED_REQUESTS)
         self.completion_counter = 0
         self.in_flight = 0
         self.epoch = 0
@@ -666,6 +669,7 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         return _error(400, "'messages' is a required property", "invalid_request_error", param="messages")
     state.log.append(body)
+    state.meta_log.append({"headers": {k.lower(): v for k, v in request.headers.items()}, "query": dict(request.query)})
     config = state.config
     prompt = _prompt_text(body["messages"])
     req = _classify(body, prompt)
@@ -881,6 +885,7 @@ async def _admin_reset(request: web.Request) -> web.Response:
     state = request.app[_STATE_KEY]
     state.rules.clear()
     state.log.clear()
+    state.meta_log.clear()
     state.reset_stats()
     return web.json_response({"ok": True})
 
@@ -914,7 +919,8 @@ async def _admin_stats(request: web.Request) -> web.Response:
 
 
 async def _admin_requests(request: web.Request) -> web.Response:
-    log = request.app[_STATE_KEY].log
+    state = request.app[_STATE_KEY]
+    log = state.meta_log if request.query.get("meta") else state.log
     limit = int(request.query.get("limit", str(len(log))))
     entries = list(log)[-limit:] if limit > 0 else []
     return web.json_response(entries)
@@ -1090,6 +1096,12 @@ class OpenAIServer:
     def requests(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Recent chat-completion request bodies, oldest first (bounded to 10k)."""
         suffix = "" if limit is None else f"?limit={int(limit)}"
+        result: list[dict[str, Any]] = self._call("GET", "/_admin/requests" + suffix)
+        return result
+
+    def request_meta(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The headers (lower-cased names) and query parameters of the logged requests, in the same order."""
+        suffix = "?meta=1" + ("" if limit is None else f"&limit={int(limit)}")
         result: list[dict[str, Any]] = self._call("GET", "/_admin/requests" + suffix)
         return result
 
