@@ -105,23 +105,17 @@ async def arun(
     for c in {c.key: c for c in cfgs.values()}.values():
         store.put_judge(c)
     run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
-    store.put_records(records, run_id)
     started = time.perf_counter()
     summaries = {s.name: MetricSummary(spec=s.name, spec_hash=s.hash) for s in specs}
 
     # What is missing, decided up front: the progress bar's total is the real amount of work.
-    todo: list[tuple[Record, dict[str, list[str] | None]]] = []
+    pending = {s.name: store.pending(keys[s.name], cfgs[s.name].key, records, s.each, opts.retry_errors) for s in specs}
+    todo = [(rec, {s.name: pending[s.name][i] for s in specs}) for i, rec in enumerate(records)]
     total = 0
-    for rec in records:
-        pend: dict[str, list[str] | None] = {}
-        for s in specs:
-            ids = [it["id"] for it in rec.items(s.each)] if s.each else None
-            pend[s.name] = store.pending_items(keys[s.name], cfgs[s.name].key, rec, ids, opts.retry_errors)
-            if pend[s.name] is None:
-                summaries[s.name].reused += 1
-            else:
-                total += 1
-        todo.append((rec, pend))
+    for s in specs:
+        reused = sum(1 for p in pending[s.name] if p is None)
+        summaries[s.name].reused += reused
+        total += len(records) - reused
     # The chat model is built only when some judge call is still needed: a finished run needs no key,
     # no server and no network.
     calls_needed = any(p[s.name] is not None and s.needs_model for _, p in todo for s in specs)
@@ -204,7 +198,10 @@ async def arun(
         raise
     finally:
         gc.unfreeze()
-        summary = _summarise(store, specs, keys, cfgs, records, summaries)
+        # Each judged record was stored with its first verdict (nothing to store before the first call);
+        # the rest — already judged earlier, or not reached if the run stopped — are stored now.
+        store.put_records(records, run_id)
+        summary = _summarise(store, run_id, specs, keys, cfgs, summaries)
         result = RunSummary(
             run_id=run_id,
             records=len(records),
@@ -223,53 +220,47 @@ def pending_calls(
     specs: Sequence[BaseSpec], records: Sequence[Record], store: Store, cfg: JudgeConfig, retry_errors: bool = False
 ) -> int:
     """How many (record, metric) judgements still need the judge model (0: no server, key or network needed)."""
-    specs = order_specs(specs)
-    keys = spec_keys(specs)
-    n = 0
-    for s in specs:
-        if not s.needs_model:
-            continue
-        for rec in records:
-            ids = [it["id"] for it in rec.items(s.each)] if s.each else None
-            if store.pending_items(keys[s.name], cfg.key, rec, ids, retry_errors) is not None:
-                n += 1
-    return n
+    keys = spec_keys(order_specs(specs))
+    return sum(
+        sum(1 for p in store.pending(keys[s.name], cfg.key, records, s.each, retry_errors) if p is not None)
+        for s in specs
+        if s.needs_model
+    )
 
 
 def _summarise(
     store: Store,
+    run_id: str,
     specs: Sequence[BaseSpec],
     keys: dict[str, str],
     cfgs: dict[str, JudgeConfig],
-    records: Sequence[Record],
     summaries: dict[str, MetricSummary],
 ) -> list[MetricSummary]:
-    """Fill the distribution, mean and failures from the store: the state of the whole dataset, not only
-    of what this run happened to call."""
-    hashes = {r.hash for r in records}
+    """Fill the distribution, mean and failures from the store: the state of the whole dataset (every
+    record of this run), not only of what this run happened to call."""
     out = []
     for s in specs:
         m = summaries[s.name]
-        rows = store.db.execute(
-            "SELECT record_hash, status, label, value, score, error, item_id FROM verdicts"
-            " WHERE spec_key=? AND judge_key=?",
-            (keys[s.name], cfgs[s.name].key),
-        ).fetchall()
-        rows = [r for r in rows if r[0] in hashes]
-        ok = [r for r in rows if r[1] == "ok"]
-        m.verdicts = len(ok)
-        m.items_failed = sum(1 for r in rows if r[1] == "error")
+        groups = store.verdict_tally(keys[s.name], cfgs[s.name].key, run_id)
+        m.items_failed = sum(g.verdicts for g in groups if g.status == "error")
+        ok = [g for g in groups if g.status == "ok"]
+        m.verdicts = sum(g.verdicts for g in ok)
         if not isinstance(s, Spec):  # computed / pipeline metrics: the record-level scores
-            ok = [r for r in ok if r[6] == ""]
+            ok = [g for g in ok if g.whole_record]
         scale = s.scale if isinstance(s, Spec) else None
         if isinstance(scale, CategoricalScale):
-            counts = Counter(r[2] for r in ok)
+            counts = Counter[str]()
+            for g in ok:
+                counts[g.label or ""] += g.verdicts
             m.distribution = {name: counts.get(name, 0) for name in scale.names}
         elif isinstance(scale, ValueScale):
-            vcounts = Counter(int(r[3]) for r in ok if r[3] is not None)
+            vcounts = Counter[int]()
+            for g in ok:
+                if g.value is not None:
+                    vcounts[g.value] += g.verdicts
             m.distribution = {str(v): vcounts.get(v, 0) for v in range(scale.min, scale.max + 1)}
-        scores = [r[4] for r in ok if r[4] is not None]
-        m.mean_score = sum(scores) / len(scores) if scores else None
+        scored = sum(g.scored for g in ok)
+        m.mean_score = sum(g.score_sum for g in ok) / scored if scored else None
         out.append(m)
     return out
 

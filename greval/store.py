@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from greval.data import Record
 from greval.errors import UserError
@@ -80,12 +80,26 @@ def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
     return keys
 
 
+class VerdictTally(NamedTuple):
+    """Verdicts of one metric on one run's records that share a status, label, value and level."""
+
+    status: str
+    label: str | None
+    value: int | None
+    whole_record: bool  # item id '' (a record-level verdict), not one item's
+    verdicts: int
+    score_sum: float
+    scored: int  # how many of them have a score
+
+
 class Store:
     """A greval store file. Safe to open from several processes (SQLite WAL); one connection per Store."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        # (run id, record hash) pairs this connection has stored: a record is written once per run.
+        self._stored: set[tuple[str, str]] = set()
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -141,12 +155,21 @@ class Store:
             )
 
     def put_records(self, records: Iterable[Record], run_id: str | None = None) -> None:
+        """Store records (content-addressed, so a record is never stored twice) and link them to a run.
+        Records this connection already stored for the run are skipped without serialising them."""
+        todo = [r for r in records if (run_id or "", r.hash) not in self._stored]
+        if not todo:
+            return
+        with self._tx() as db:
+            self._insert_records(db, todo, run_id)
+        self._stored.update((run_id or "", r.hash) for r in todo)
+
+    def _insert_records(self, db: sqlite3.Connection, records: Sequence[Record], run_id: str | None) -> None:
         now = time.time()
         rows = [(r.hash, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for r in records]
-        with self._tx() as db:
-            db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", rows)
-            if run_id:
-                db.executemany("INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows])
+        db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", rows)
+        if run_id:
+            db.executemany("INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows])
 
     def any_spec(self, spec_key: str) -> BaseSpec:
         """A stored spec of any kind."""
@@ -220,36 +243,63 @@ class Store:
         return [dict(zip(cols, r, strict=True)) for r in cur]
 
     # ---------------------------------------------------------------------------------- verdicts
-    def pending_items(
+    def pending(
         self,
         spec_key: str,
         judge_key: str,
-        record: Record,
-        item_ids: Sequence[str] | None,
+        records: Sequence[Record],
+        each: str | None,
         retry_errors: bool = False,
-    ) -> list[str] | None:
-        """What is still to judge for one (spec, judge, record): None when nothing; for record metrics
-        ``[""]``; for many metrics the item ids without a verdict. An explicit error row counts as done
-        (a finished run makes no call) unless ``retry_errors``."""
+    ) -> list[list[str] | None]:
+        """What is still to judge for one (spec, judge) on each record, in order: None when nothing; for
+        record metrics ``[""]``; for many metrics (``each``: chunks / triples) the item ids without a
+        verdict. An explicit error row counts as done (a finished run makes no call) unless ``retry_errors``.
+
+        One query for the whole dataset: asking record by record cost more than the run's first wave of
+        calls takes to go out (scripts/bench_run.py)."""
         final = "('ok', 'skipped')" if retry_errors else "('ok', 'skipped', 'error')"
+        done: dict[str, list[tuple[str, str]]] = {}
+        for record_hash, item_id, status in self.db.execute(
+            f"SELECT record_hash, item_id, status FROM verdicts WHERE spec_key=? AND judge_key=? AND status IN {final}",
+            (spec_key, judge_key),
+        ):
+            done.setdefault(record_hash, []).append((item_id, status))
+        judged: set[str] | None = None  # records with a successful judgement (asked only if some have no items)
+        out: list[list[str] | None] = []
+        for record in records:
+            rows = done.get(record.hash, [])
+            item_ids = [it["id"] for it in record.items(each)] if each else None
+            if any(i == "" and (st == "skipped" or (st == "error" and item_ids is not None)) for i, st in rows):
+                out.append(None)  # not applicable, or a record-level failure of a many-metric (kept unless retried)
+                continue
+            have = {i for i, _ in rows}
+            if item_ids is None:
+                out.append(None if "" in have else [""])
+            elif not item_ids:  # a record with no items: judged once (an explicit error row says why)
+                if judged is None:
+                    judged = {
+                        h
+                        for (h,) in self.db.execute(
+                            "SELECT record_hash FROM judgements WHERE spec_key=? AND judge_key=? AND status='ok'",
+                            (spec_key, judge_key),
+                        )
+                    }
+                out.append(None if record.hash in judged else [])
+            else:
+                out.append([i for i in item_ids if i not in have] or None)
+        return out
+
+    def verdict_tally(self, spec_key: str, judge_key: str, run_id: str) -> list[VerdictTally]:
+        """Counts and score sums of one (spec, judge)'s verdicts on the records of a run, grouped in SQL (a
+        run's summary then costs one small query, not a pass over every verdict row)."""
         rows = self.db.execute(
-            "SELECT item_id, status FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
-            f" AND status IN {final}",
-            (spec_key, judge_key, record.hash),
+            "SELECT status, label, CAST(value AS INTEGER), item_id = '', COUNT(*), TOTAL(score), COUNT(score)"
+            " FROM verdicts WHERE spec_key=? AND judge_key=?"
+            " AND record_hash IN (SELECT record_hash FROM run_records WHERE run_id=?)"
+            " GROUP BY 1, 2, 3, 4",
+            (spec_key, judge_key, run_id),
         ).fetchall()
-        if any(r[0] == "" and (r[1] == "skipped" or (r[1] == "error" and item_ids is not None)) for r in rows):
-            return None  # not applicable, or a record-level failure of a many-metric (kept unless retried)
-        done = {r[0] for r in rows}
-        if item_ids is None:
-            return None if "" in done else [""]
-        if not item_ids:  # a record with no items: judged once (an explicit error row says why)
-            judged = self.db.execute(
-                "SELECT 1 FROM judgements WHERE spec_key=? AND judge_key=? AND record_hash=? AND status='ok'",
-                (spec_key, judge_key, record.hash),
-            ).fetchone()
-            return None if judged else []
-        missing = [i for i in item_ids if i not in done]
-        return missing or None
+        return [VerdictTally(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def put_result(
         self,
@@ -270,7 +320,12 @@ class Store:
         status = "ok" if result.ok else ("skipped" if skipped else "error")
         calls = [c.model_dump() for c in result.calls]
         raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
+        new_record = (run_id or "", record.hash) not in self._stored
         with self._tx() as db:
+            if new_record:
+                # The record goes in with its first verdict, in the same transaction: a run needs no
+                # up-front pass over the dataset before its first call, and no verdict lacks its record.
+                self._insert_records(db, [record], run_id)
             prev = (
                 db.execute(
                     "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
@@ -366,6 +421,8 @@ class Store:
                     for v in verdicts
                 ],
             )
+        if new_record:
+            self._stored.add((run_id or "", record.hash))
 
     def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
         """A stored judgement (to feed metrics that depend on it when a run resumes)."""

@@ -65,6 +65,13 @@ def test_rerun_makes_zero_calls_and_edit_rejudges_only_that_spec(llm: OpenAIServ
         assert llm.stats()["total"] == 0
         assert again.calls == 0
         assert [m.reused for m in again.metrics] == [6, 6]
+        # The summary is the dataset's state, reused verdicts included, and the run lists every record.
+        assert [(m.verdicts, m.distribution, m.mean_score) for m in again.metrics] == [
+            (m.verdicts, m.distribution, m.mean_score) for m in first.metrics
+        ]
+        assert [m.verdicts for m in first.metrics] == [6, 18] and sum(first.metrics[1].distribution.values()) == 18
+        linked = st.db.execute("SELECT COUNT(*) FROM run_records WHERE run_id=?", (again.run_id,)).fetchone()[0]
+        assert linked == 6
         edited = specs[0].model_copy(update={"steps": [*specs[0].steps, "Be strict."]})
         run([edited, specs[1]], recs, st, cfg(llm), options=FAST)
         assert llm.stats()["total"] == 6
@@ -165,12 +172,16 @@ def test_killed_process_resumes_with_only_missing_verdicts(llm: OpenAIServer, tm
     assert proc.returncode == -signal.SIGKILL
     done_before = sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0]
     assert 10 <= done_before < 40
+    # Each record is stored in the same transaction as its first verdict: none is missing after a kill.
+    orphans = "SELECT COUNT(*) FROM verdicts v LEFT JOIN records r USING (record_hash) WHERE r.record_hash IS NULL"
+    assert sqlite3.connect(store).execute(orphans).fetchone()[0] == 0
     llm.reset()
     llm.configure(latency=0.0)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert llm.stats()["total"] == 40 - done_before
     assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 40
+    assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM records").fetchone()[0] == 40
 
 
 def test_partly_judged_many_record_resumes_missing_items_only(llm: OpenAIServer, store_path: Path) -> None:
