@@ -1,5 +1,6 @@
 """Stage 6 — the quick start, end to end, as a new user runs it: no API key, the embedded local judge
-(real llama-server), the embedded Argilla, the bundled example, the report. Then again: nothing redone."""
+(real llama-server), the embedded Argilla, the bundled example, the report. Then again: nothing redone.
+And the same loop without Argilla, with a judge of one's own (the test server)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from greval.annotation import server
+from greval.cli import main
 from greval.local_judge import find_llama_server
-
-pytestmark = [pytest.mark.slow, pytest.mark.llama, pytest.mark.argilla]
+from greval.testing.openai_server import OpenAIServer
+from tests.conftest import TEST_KEY
 
 
 @pytest.fixture()
@@ -25,6 +28,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
+@pytest.mark.llama
+@pytest.mark.argilla
 def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
     if find_llama_server() is None and not os.environ.get("GREVAL_BUILD_LLAMA"):
         pytest.skip("llama-server is not built (CI builds it with `greval local-judge build`)")
@@ -72,3 +78,23 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 30
     finally:
         server.stop(data)
+
+
+def test_quickstart_without_argilla_with_an_openai_compatible_judge(llm: OpenAIServer, tmp_path: Path) -> None:
+    """--no-argilla: judged, human labels imported into the store only, report written; no server started."""
+    work = tmp_path / "ws"
+    args = ["quickstart", "--dir", str(work), "--no-argilla", "--bootstrap", "50"]
+    args += ["--judge", "openai:judge-test", "--base-url", llm.base_url]
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "30 judgement(s) to make" in result.output
+    assert "Argilla skipped (--no-argilla)" in result.output
+    assert "30 stored from human_labels.csv" in result.output and "Argilla responses" not in result.output
+    assert "login:" not in result.output  # no Argilla line in the closing panel
+    assert TEST_KEY not in result.output
+    assert llm.stats()["total"] >= 30
+    assert "<img" in (work / "report" / "attribution.html").read_text()
+    db = sqlite3.connect(work / "greval.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 30
+    assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 30
+    db.close()
