@@ -92,6 +92,19 @@ async def baseline_pass(srv: OpenAIServer, bodies: list[dict[str, Any]], conc: i
     return wall, used, len(bodies)
 
 
+async def floor_pass(srv: OpenAIServer, body: dict[str, Any], calls: int) -> float:
+    """Mean round trip (ms) of one SDK call at a time: the fixed cost of a call on this machine, with no
+    other call competing for either process (the best any client could do per call)."""
+    client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="bench", max_retries=0, timeout=60)
+    durations = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        await client.chat.completions.create(**body)
+        durations.append(time.perf_counter() - start)
+    await client.close()
+    return 1000 * statistics.mean(durations)
+
+
 async def layers_pass(srv: OpenAIServer, n: int, k: int, conc: int, rounds: int) -> dict[str, float]:
     """CPU ms per call of each layer on the same request (median of interleaved rounds)."""
     from langchain_openai import ChatOpenAI
@@ -173,9 +186,12 @@ def main() -> None:
                     )
             med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
             ratios = [g[1] / b[1] for g, b in zip(rows["greval"], rows["openai"], strict=True)]
+            one_at_a_time = run_sync(floor_pass(srv, bodies[0], max(5, int(8 / lat))))
             print(
                 f"{setting:>9} {'':>6}  an SDK call took {statistics.median(BASELINE_CALL_MS[-args.rounds :]):.1f} ms "
-                f"on average (median of rounds) for a latency of {1000 * lat:.0f} ms: the machine's own overhead"
+                f"on average (median of rounds) for a latency of {1000 * lat:.0f} ms, and {one_at_a_time:.1f} ms "
+                f"one at a time: the machine's own overhead (ceiling {1000 * lat / one_at_a_time:.3f} of the limit "
+                "with no call competing)"
             )
             print(
                 f"{setting:>9} {'median':>6}  greval ÷ limit {med['greval'][0]:.3f} (SDK {med['openai'][0]:.3f}); "
