@@ -255,13 +255,15 @@ class Store:
         record metrics ``[""]``; for many metrics (``each``: chunks / triples) the item ids without a
         verdict. An explicit error row counts as done (a finished run makes no call) unless ``retry_errors``.
 
-        One query for the whole dataset: asking record by record cost more than the run's first wave of
-        calls takes to go out (scripts/bench_run.py)."""
+        One query per 500 records: asking record by record cost more than the run's first wave of calls
+        takes to go out (scripts/bench_run.py), and reading the whole (spec, judge) would cost a small
+        re-run on a large store."""
         final = "('ok', 'skipped')" if retry_errors else "('ok', 'skipped', 'error')"
         done: dict[str, list[tuple[str, str]]] = {}
-        for record_hash, item_id, status in self.db.execute(
+        for record_hash, item_id, status in self._rows_for(
             f"SELECT record_hash, item_id, status FROM verdicts WHERE spec_key=? AND judge_key=? AND status IN {final}",
             (spec_key, judge_key),
+            [r.hash for r in records],
         ):
             done.setdefault(record_hash, []).append((item_id, status))
         judged: set[str] | None = None  # records with a successful judgement (asked only if some have no items)
@@ -277,17 +279,29 @@ class Store:
                 out.append(None if "" in have else [""])
             elif not item_ids:  # a record with no items: judged once (an explicit error row says why)
                 if judged is None:
+                    empty = [r.hash for r in records if each and not r.items(each)]
                     judged = {
                         h
-                        for (h,) in self.db.execute(
+                        for (h,) in self._rows_for(
                             "SELECT record_hash FROM judgements WHERE spec_key=? AND judge_key=? AND status='ok'",
                             (spec_key, judge_key),
+                            empty,
                         )
                     }
                 out.append(None if record.hash in judged else [])
             else:
                 out.append([i for i in item_ids if i not in have] or None)
         return out
+
+    def _rows_for(self, sql: str, params: tuple[Any, ...], hashes: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """Rows of ``sql`` (a query on a table with a record_hash column) for the given records, asked 500
+        records at a time (SQLite bounds the number of parameters)."""
+        unique = list(dict.fromkeys(hashes))
+        for i in range(0, len(unique), 500):
+            chunk = unique[i : i + 500]
+            yield from self.db.execute(
+                f"{sql} AND record_hash IN ({','.join('?' * len(chunk))})", (*params, *chunk)
+            ).fetchall()
 
     def verdict_tally(self, spec_key: str, judge_key: str, run_id: str) -> list[VerdictTally]:
         """Counts and score sums of one (spec, judge)'s verdicts on the records of a run, grouped in SQL (a

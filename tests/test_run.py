@@ -388,3 +388,22 @@ scale: {kind: value, min: 0, max: 2, ranges: {'0': useless, '1': some use, '2': 
         run([spec], rag_records(1), st, cfg(llm), options=FAST)
     rec = load_results(store_path, level="record")
     assert rec["score"].tolist() == [pytest.approx(4 / 3)]
+
+
+def test_many_metric_on_a_record_without_items_is_done_once(llm: OpenAIServer, store_path: Path) -> None:
+    """A "many" metric whose items are optional: a record without any is judged (no call, no verdict row)
+    and counted as done, so the next run reuses it instead of judging it again."""
+    body = resolve_specs(["triple_evaluation"])[0].model_dump(mode="json")
+    body["name"] = "triples_optional"
+    body["inputs"]["triples"]["required"] = False
+    spec = parse_spec(body, "triples_optional.yaml")
+    recs = [
+        Record.from_mapping({"id": "none", "question": "Who?"}),
+        Record.from_mapping({"id": "one", "question": "What?", "triples": [["s", "p", "o"]]}),
+    ]
+    with Store(store_path) as st:
+        first = run([spec], recs, st, cfg(llm), options=FAST)
+        assert llm.stats()["total"] == 1 and first.metrics[0].judged == 2 and first.metrics[0].verdicts == 1
+        llm.reset()
+        again = run([spec], recs, st, cfg(llm), options=FAST)
+        assert llm.stats()["total"] == 0 and again.metrics[0].reused == 2 and again.metrics[0].judged == 0
