@@ -292,9 +292,8 @@ def run_cmd(
     records = load_records(data, _parse_map(maps), id_column, limit)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     ref = judge_ref or defaults.model or default_judge()
-    local = ref == "local" or ref.startswith(("gguf:", "local:"))
     opts = RunOptions(
-        concurrency=concurrency or (local_concurrency() if local else 8),
+        concurrency=concurrency or (local_concurrency() if is_local_ref(ref) else 8),
         adaptive=not no_adaptive,
         method=method,
         retry=RetryPolicy(max_attempts=max_attempts),
@@ -338,11 +337,16 @@ def local_concurrency() -> int:
         return 2
 
 
+def is_local_ref(ref: str) -> bool:
+    """Whether a --judge reference names the embedded llama.cpp judge (``local`` or ``gguf:…``)."""
+    return ref == "local" or ref.startswith(("gguf:", "local:"))
+
+
 def resolve_judge(ref: str, **params: Any) -> Any:
     """The judge's configuration and identity, without starting anything (a local model is only hashed)."""
     from greval.models import JudgeConfig
 
-    if ref == "local" or ref.startswith(("gguf:", "local:")):
+    if is_local_ref(ref):
         # Small local models sometimes loop inside their reason until the context is full; a cap keeps a
         # bad answer to seconds (it is then retried as unparsable) instead of minutes.
         params["max_tokens"] = params.get("max_tokens") or LOCAL_MAX_TOKENS
