@@ -164,12 +164,12 @@ class ModelCall:
         if post is None or payload.get("stream") or not payload.keys() <= _CREATE_PARAMS:
             return await model.async_client.create(**payload)
         body = {k: v for k, v in payload.items() if k not in _REQUEST_OPTIONS}
-        options: dict[str, Any] = {}
-        for key, option in _REQUEST_OPTIONS.items():
-            if payload.get(key) is not None:
-                options[option] = payload[key]
-        if "timeout" in payload and payload["timeout"] is None:
-            options["timeout"] = None  # an explicit "no timeout", as create passes it
+        # As create: a None option is left out, except timeout=None, which means "no timeout".
+        options = {
+            option: payload[key]
+            for key, option in _REQUEST_OPTIONS.items()
+            if key in payload and (payload[key] is not None or key == "timeout")
+        }
         return await post("/chat/completions", body=body, options=options, cast_to=ChatCompletion)
 
 

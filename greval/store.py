@@ -266,11 +266,11 @@ class Store:
             [r.hash for r in records],
         ):
             done.setdefault(record_hash, []).append((item_id, status))
+        ids = [[it["id"] for it in r.items(each)] if each else None for r in records]
         judged: set[str] | None = None  # records with a successful judgement (asked only if some have no items)
         out: list[list[str] | None] = []
-        for record in records:
+        for record, item_ids in zip(records, ids, strict=True):
             rows = done.get(record.hash, [])
-            item_ids = [it["id"] for it in record.items(each)] if each else None
             if any(i == "" and (st == "skipped" or (st == "error" and item_ids is not None)) for i, st in rows):
                 out.append(None)  # not applicable, or a record-level failure of a many-metric (kept unless retried)
                 continue
@@ -279,7 +279,7 @@ class Store:
                 out.append(None if "" in have else [""])
             elif not item_ids:  # a record with no items: judged once (an explicit error row says why)
                 if judged is None:
-                    empty = [r.hash for r in records if each and not r.items(each)]
+                    empty = [r.hash for r, i in zip(records, ids, strict=True) if i == []]
                     judged = {
                         h
                         for (h,) in self._rows_for(
