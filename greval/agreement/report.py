@@ -2,6 +2,10 @@
 
 The HTML needs the frame too, for the per-item disagreement gallery (sortable; shows optional `reason` /
 `comment` columns next to the judge and human answers). Rendering never recomputes statistics.
+
+Both renderings follow the same rules: a missing value (None, NaN, pandas NA / NaT) is an empty cell, never the
+text "None" / "nan"; signed distances ("steps", mean_signed_steps ...) appear only for ordered scales; and every
+note the report carries (headline estimates, prevalence, ceiling, slices, report notes) is shown.
 """
 
 from __future__ import annotations
@@ -16,18 +20,48 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from greval.agreement.models import AgreementReport, Estimate
+from greval.agreement.models import AgreementReport, AgreementScale, Ceiling, Estimate, Prevalence
 from greval.agreement.prepare import prepare
 
 GALLERY_LIMIT = 500
+# Headline rows that only mean something when the labels have an order (judge above/below, signed distance).
+ORDERED_ONLY = ("judge_above_rate", "judge_below_rate", "mean_signed_steps", "mean_signed_score")
+
+
+def _missing(x: object) -> bool:
+    """None, NaN, pandas NA / NaT, numpy NaT: a value that is not there."""
+    if x is None or x is pd.NA or x is pd.NaT:
+        return True
+    if isinstance(x, float | np.floating):
+        return bool(np.isnan(x))
+    if isinstance(x, np.datetime64 | np.timedelta64):
+        return bool(np.isnat(x))
+    return False
+
+
+def _cell(x: object) -> str:
+    """The text of one table cell: empty for a missing value, never "None" / "nan" / "<NA>" / "NaT"."""
+    return "" if _missing(x) else str(x)
+
+
+def _ordered(scale: AgreementScale) -> bool:
+    """Positions on the scale mean something: a value scale, or labels declared low → high."""
+    return scale.kind == "value" or scale.ordered
 
 
 def _f(x: float | None, d: int = 3) -> str:
-    return "—" if x is None else f"{x:.{d}f}"
+    """An estimate's value; "—" when undefined (its note says why), as the CLI prints it."""
+    return "—" if x is None or _missing(x) else f"{x:.{d}f}"
 
 
 def _ci(e: Estimate, d: int = 3) -> str:
-    return "" if e.ci_low is None or e.ci_high is None else f"[{e.ci_low:.{d}f}, {e.ci_high:.{d}f}]"
+    lo, hi = e.ci_low, e.ci_high
+    return "" if lo is None or hi is None or _missing(lo) or _missing(hi) else f"[{lo:.{d}f}, {hi:.{d}f}]"
+
+
+def _value_ci(e: Estimate, d: int = 3) -> str:
+    """Value and CI in one cell: "0.712 [0.650, 0.770]", or just "—" when undefined."""
+    return f"{_f(e.value, d)} {_ci(e, d)}".strip()
 
 
 def _png(fig: Any) -> str:
@@ -96,14 +130,30 @@ def _charts(report: AgreementReport, frame: pd.DataFrame) -> list[str]:
     return out
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+def _table(headers: Sequence[object], rows: Sequence[Sequence[object]], cls: str = "") -> str:
+    head = "".join(f"<th>{html.escape(_cell(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _headline_rows(report: AgreementReport) -> list[list[str]]:
-    rows = [[k, _f(e.value), _ci(e), str(e.n), e.note or ""] for k, e in report.metrics.items()]
+def _md_cell(x: object) -> str:
+    return _cell(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(headers: Sequence[object], rows: Sequence[Sequence[object]]) -> list[str]:
+    return [
+        "| " + " | ".join(_md_cell(h) for h in headers) + " |",
+        "|" + "---|" * len(headers),
+        *("| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows),
+    ]
+
+
+def _notes_html(notes: Sequence[str]) -> str:
+    return "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes)
+
+
+def _headline_rows(report: AgreementReport, d: int = 3) -> list[list[str]]:
+    rows = [[k, _f(e.value, d), _ci(e, d), str(e.n), _cell(e.note)] for k, e in report.metrics.items()]
     if report.categorical is not None:
         b = report.categorical.bias
         for name, est in (
@@ -113,9 +163,74 @@ def _headline_rows(report: AgreementReport) -> list[list[str]]:
             ("mean_signed_steps", b.mean_signed_steps),
             ("mean_signed_score", b.mean_signed_score),
         ):
-            if est is not None:
-                rows.append([name, _f(est.value), _ci(est), str(est.n), est.note or ""])
+            if est is not None and (name not in ORDERED_ONLY or _ordered(report.scale)):
+                rows.append([name, _f(est.value, d), _ci(est, d), str(est.n), _cell(est.note)])
     return rows
+
+
+def prevalence_notes(p: Prevalence) -> list[str]:
+    """What to say under the prevalence table: the correction's own note (clipping ...) and the notes on the
+    corrected shares. When the correction is undefined, its explanation is on every share (the CLI prints
+    the first); a note on only some labels is prefixed with them."""
+    out = [p.note] if p.note else []
+    notes = [e.note for e in p.corrected]
+    for n in dict.fromkeys(x for x in notes if x):
+        labels = [lab for lab, x in zip(p.labels, notes, strict=True) if x == n]
+        out.append(n if len(labels) == len(p.labels) else f"{', '.join(labels)}: {n}")
+    return list(dict.fromkeys(out))
+
+
+def _prevalence_title(p: Prevalence) -> str:
+    return f"Prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)"
+
+
+def _prevalence_rows(p: Prevalence, d: int = 3) -> list[list[str]]:
+    return [
+        [lab, _f(p.observed[i], d), _f(p.human[i], d), _f(p.corrected[i].value, d), _ci(p.corrected[i], d)]
+        for i, lab in enumerate(p.labels)
+    ]
+
+
+def _ceiling_rows(ce: Ceiling, d: int = 3) -> list[list[str]]:
+    return [
+        [label, _f(e.value, d), _ci(e, d), str(e.n), _cell(e.note)]
+        for label, e in (
+            (f"human–human mean {ce.metric}", ce.human_pairwise_mean),
+            (f"judge–human mean {ce.metric}", ce.judge_pairwise_mean),
+            (f"α {ce.alpha_level} (humans)", ce.human_alpha),
+            (f"α {ce.alpha_level} (humans + judge)", ce.alpha_with_judge),
+        )
+    ]
+
+
+def _pair_notes(ce: Ceiling) -> list[str]:
+    """Why some annotator pairs have no value (they are left out of the means), one line per reason."""
+    by_note: dict[str, list[str]] = {}
+    for p in [*ce.human_pairs, *ce.judge_pairs]:
+        if p.note:
+            by_note.setdefault(p.note, []).append(f"{p.a}–{p.b}")
+    return [f"{note} (pairs: {', '.join(pairs)})" for note, pairs in by_note.items()]
+
+
+def _slice_rows(
+    report: AgreementReport, sub: dict[str, AgreementReport], d: int = 3
+) -> tuple[list[str], list[list[str]]]:
+    """Metric names and one row per slice value: n, each metric with its CI, and the notes behind them."""
+    names = list(next(iter(sub.values())).metrics) if sub else []
+    rows = []
+    for val, r in sub.items():
+        figures = [r.metrics.get(m) for m in names]
+        notes = [f"{m}: {e.note}" for m, e in zip(names, figures, strict=True) if e is not None and e.note]
+        notes += [n for n in r.notes if n not in report.notes]
+        rows.append(
+            [
+                val,
+                str(r.counts.items_compared),
+                *("" if e is None else _value_ci(e, d) for e in figures),
+                "; ".join(notes),
+            ]
+        )
+    return names, rows
 
 
 def gallery(report: AgreementReport, frame: pd.DataFrame, extra: Sequence[str] = ("reason", "comment")) -> pd.DataFrame:
@@ -138,10 +253,11 @@ def gallery(report: AgreementReport, frame: pd.DataFrame, extra: Sequence[str] =
             }
         )
         data = data[data["human"] != data["judge"]]
-        data["steps"] = [
-            "" if j >= len(labels) else str(j - h)
-            for h, j in zip(prep.h[data.index], prep.j_nom[data.index], strict=True)
-        ]
+        if _ordered(report.scale):  # unordered labels: positions are arbitrary, a distance would be junk
+            data["steps"] = [
+                "" if j >= len(labels) else str(j - h)
+                for h, j in zip(prep.h[data.index], prep.j_nom[data.index], strict=True)
+            ]
     else:
         data = pd.DataFrame({"item": prep.items, "human": prep.hv, "judge": prep.jv})
         data["error"] = data["judge"] - data["human"]
@@ -205,20 +321,9 @@ def render_html(
         if cat.prevalence is not None:
             p = cat.prevalence
             parts.append(
-                f"<h2>Prevalence ({html.escape(p.method)})</h2>"
-                + _table(
-                    ["label", "judge", "human", "corrected", "CI"],
-                    [
-                        [
-                            lab,
-                            _f(p.observed[i]),
-                            _f(p.human[i]),
-                            _f(p.corrected[i].value),
-                            _ci(p.corrected[i]),
-                        ]
-                        for i, lab in enumerate(p.labels)
-                    ],
-                )
+                f"<h2>{html.escape(_prevalence_title(p))}</h2>"
+                + _table(["label", "judge", "human", "corrected", "CI"], _prevalence_rows(p))
+                + _notes_html(prevalence_notes(p))
             )
     if report.value is not None:
         v = report.value
@@ -235,48 +340,17 @@ def render_html(
     if report.ceiling is not None:
         ce = report.ceiling
         parts.append(
-            "<h2>Human ceiling</h2>"
-            + _table(
-                ["figure", "value", "CI", "n"],
-                [
-                    [
-                        f"human–human mean {ce.metric}",
-                        _f(ce.human_pairwise_mean.value),
-                        _ci(ce.human_pairwise_mean),
-                        str(ce.human_pairwise_mean.n),
-                    ],
-                    [
-                        f"judge–human mean {ce.metric}",
-                        _f(ce.judge_pairwise_mean.value),
-                        _ci(ce.judge_pairwise_mean),
-                        str(ce.judge_pairwise_mean.n),
-                    ],
-                    [
-                        f"α {ce.alpha_level} (humans)",
-                        _f(ce.human_alpha.value),
-                        _ci(ce.human_alpha),
-                        str(ce.human_alpha.n),
-                    ],
-                    [
-                        f"α {ce.alpha_level} (humans + judge)",
-                        _f(ce.alpha_with_judge.value),
-                        _ci(ce.alpha_with_judge),
-                        str(ce.alpha_with_judge.n),
-                    ],
-                ],
-            )
+            f"<h2>Human ceiling ({ce.n_annotators} annotators, {ce.n_items_multi} items with ≥2)</h2>"
+            + _table(["figure", "value", "CI", "n", "note"], _ceiling_rows(ce))
+            + _notes_html(_pair_notes(ce))
         )
     for col, sub in report.slices.items():
-        names = list(next(iter(sub.values())).metrics) if sub else []
-        rows = [
-            [val, str(r.counts.items_compared)] + [f"{_f(r.metrics[m].value)} {_ci(r.metrics[m])}" for m in names]
-            for val, r in sub.items()
-        ]
-        parts.append(f"<h2>By {html.escape(col)}</h2>" + _table([col, "n", *names], rows, "sortable"))
+        names, rows = _slice_rows(report, sub)
+        parts.append(f"<h2>By {html.escape(col)}</h2>" + _table([col, "n", *names, "note"], rows, "sortable"))
     g = gallery(report, frame, extra)
     parts.append(f"<h2>Disagreements ({len(g)} shown, click a column to sort)</h2>")
-    parts.append(_table(list(g.columns), [[str(x) for x in row] for row in g.itertuples(index=False)], "sortable"))
-    parts.append("".join(f'<p class="note">{html.escape(n)}</p>' for n in report.notes))
+    parts.append(_table(list(g.columns), list(g.itertuples(index=False)), "sortable"))
+    parts.append(_notes_html(report.notes))
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{CSS}</style></head><body>{''.join(parts)}<script>{SORT_JS}</script></body></html>"
@@ -284,28 +358,32 @@ def render_html(
 
 
 def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
-    """A short Markdown summary: counts, headline table, notes."""
+    """A short Markdown summary: counts, headline table, ceiling, then every note (prevalence, ceiling,
+    slices, report)."""
     d = decimals
     c = report.counts
     lines = [
         f"**{c.items_compared} items compared** of {c.items} ({c.items_missing_human} without human, "
         f"{c.items_invalid_judge} invalid judge answers, policy `{report.options.invalid}`)",
         "",
-        "| metric | value | CI | n | note |",
-        "|---|---|---|---|---|",
+        *_md_table(["metric", "value", "CI", "n", "note"], _headline_rows(report, d)),
     ]
-    for name, value, ci, n, note in _headline_rows(report):
-        e = report.metrics.get(name)
-        if e is not None:
-            value, ci = _f(e.value, d), _ci(e, d)
-        lines.append(f"| {name} | {value} | {ci} | {n} | {note} |")
+    notes: list[str] = []
+    cat = report.categorical
+    if cat is not None and cat.prevalence is not None:
+        notes += [f"prevalence: {n}" for n in prevalence_notes(cat.prevalence)]
     if report.ceiling is not None:
         ce = report.ceiling
         lines += [
             "",
-            f"Human ceiling: human–human mean {ce.metric} {_f(ce.human_pairwise_mean.value, d)} "
-            f"{_ci(ce.human_pairwise_mean, d)}, judge–human {_f(ce.judge_pairwise_mean.value, d)} "
-            f"{_ci(ce.judge_pairwise_mean, d)}",
+            f"Human ceiling: human–human mean {ce.metric} {_value_ci(ce.human_pairwise_mean, d)}, "
+            f"judge–human {_value_ci(ce.judge_pairwise_mean, d)}",
         ]
-    lines += [""] + [f"- {n}" for n in report.notes]
+        notes += [f"ceiling, {figure}: {note}" for figure, *_, note in _ceiling_rows(ce, d) if note]
+        notes += [f"ceiling: {n}" for n in _pair_notes(ce)]
+    for col, sub in report.slices.items():
+        _, rows = _slice_rows(report, sub, d)
+        notes += [f"by {col} = {row[0]}: {row[-1]}" for row in rows if row[-1]]
+    notes += report.notes
+    lines += [""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,268 @@
+"""Agreement HTML/Markdown never show junk: missing values render as empty cells, the "steps" column appears
+only for ordered scales, and every note the report carries reaches both renderings (and says what the CLI says).
+
+Reports are computed with `compute_agreement` on small frames, never built by hand.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from greval.agreement import AgreementOptions, AgreementReport, AgreementScale, compute_agreement
+from greval.agreement.cli import agreement
+from greval.agreement.report import render_html, render_markdown
+
+NO_BOOT = AgreementOptions(bootstrap=0)
+JUNK = {"None", "nan", "NaN", "<NA>", "NaT", "NAType"}
+CHANCE = "judge no better than chance (sensitivity + specificity ≤ 1): correction undefined"
+
+
+def frame(h: Sequence[object], j: Sequence[object], **cols: Any) -> pd.DataFrame:
+    return pd.DataFrame({"item": [f"i{n}" for n in range(len(h))], "judge": j, "human": h, **cols})
+
+
+def cells(page: str) -> list[str]:
+    return [html.unescape(c) for c in re.findall(r"<td(?:\s[^>]*)?>(.*?)</td>", page, flags=re.S)]
+
+
+def headers(page: str) -> list[str]:
+    return [html.unescape(c) for c in re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", page, flags=re.S)]
+
+
+def gallery_rows(page: str) -> list[list[str]]:
+    """Rows of the last table on the page (the disagreement gallery)."""
+    table = page.rsplit("<table", 1)[1].split("</table>", 1)[0]
+    return [cells(r) for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]]
+
+
+def notes_in(report: AgreementReport) -> list[str]:
+    """Every note the report carries, outside the per-slice sub-reports."""
+    found: list[str] = []
+
+    def walk(x: object) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k == "slices":
+                    continue
+                if k == "note" and isinstance(v, str) and v:
+                    found.append(v)
+                elif k == "notes" and isinstance(v, list):
+                    found.extend(n for n in v if n)
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(report.model_dump())
+    return list(dict.fromkeys(found))
+
+
+def in_markdown(note: str, md: str) -> bool:
+    return note in md or note.replace("|", r"\|") in md
+
+
+# ------------------------------------------------------------------------------------ missing values
+
+
+@pytest.mark.parametrize(
+    ("scale", "h", "j"),
+    [
+        (AgreementScale(labels=["a", "b"]), ["a", "b", "a", "b", "a"], ["b", "a", "b", "a", "b"]),
+        (AgreementScale(labels=["a", "b"], ordered=True), ["a", "b", "a", "b", "a"], ["b", "a", "b", "a", "b"]),
+        (AgreementScale(kind="value"), [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 3.0, 4.0]),
+    ],
+    ids=["unordered", "ordered", "value"],
+)
+def test_missing_reason_and_comment_render_as_empty_cells(
+    scale: AgreementScale, h: list[object], j: list[object]
+) -> None:
+    f = frame(
+        h,
+        j,
+        reason=[None, np.nan, "because", None, "r4"],
+        comment=pd.array([pd.NA, "ok", None, pd.NA, "c4"], dtype="string"),
+        when=[pd.NaT, pd.Timestamp("2024-01-02"), pd.NaT, pd.NaT, pd.NaT],
+    )
+    rep = compute_agreement(f, scale, NO_BOOT)
+    page = render_html(rep, f, extra=("reason", "comment", "when"))
+    rows = gallery_rows(page)
+    assert len(rows) == 5  # every item is a disagreement
+    assert not JUNK & set(cells(page)), sorted(JUNK & set(cells(page)))
+    flat = {c for r in rows for c in r}
+    assert {"because", "r4", "ok", "c4", "2024-01-02 00:00:00"} <= flat
+    gallery_head = headers(page)[-len(rows[0]) :]
+    by_item = {r[gallery_head.index("item")]: r for r in rows}
+    assert by_item["i0"][gallery_head.index("reason")] == ""
+    assert by_item["i1"][gallery_head.index("reason")] == ""
+    assert by_item["i0"][gallery_head.index("comment")] == ""
+    assert by_item["i2"][gallery_head.index("comment")] == ""
+    assert by_item["i0"][gallery_head.index("when")] == ""
+
+
+def test_an_all_missing_comment_column_renders_as_empty_cells() -> None:
+    f = frame(["a", "b", "a"], ["b", "a", "b"], reason=[None, None, None], comment=[np.nan, np.nan, np.nan])
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), NO_BOOT)
+    rows = gallery_rows(render_html(rep, f))
+    assert rows and all(r[-1] == "" and r[-2] == "" for r in rows)
+
+
+# ------------------------------------------------------------------------------------------- steps
+
+
+def test_unordered_labels_have_no_steps_column_or_rows() -> None:
+    f = frame(["a", "b", "c", "a", "c"], ["b", "a", "a", "a", None], reason=["x", "y", "z", "w", "v"])
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b", "c"]), AgreementOptions(bootstrap=20))
+    page = render_html(rep, f)
+    md = render_markdown(rep)
+    assert "steps" not in headers(page)
+    assert "steps" not in md
+    assert "mean_signed_steps" not in page
+    assert gallery_rows(page)  # the gallery is still there, without the column
+
+
+def test_ordered_labels_keep_the_steps_column_and_rows() -> None:
+    f = frame(["a", "b", "c", "a", "c"], ["b", "a", "a", "a", None])
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b", "c"], ordered=True), NO_BOOT)
+    page = render_html(rep, f)
+    md = render_markdown(rep)
+    head = headers(page)
+    assert "steps" in head
+    rows = gallery_rows(page)
+    gallery_head = head[-len(rows[0]) :]
+    steps = {r[gallery_head.index("item")]: r[gallery_head.index("steps")] for r in rows}
+    assert steps == {"i0": "1", "i1": "-1", "i2": "-2", "i4": ""}  # invalid answer: no distance, no junk
+    assert "mean_signed_steps" in page and "| mean_signed_steps |" in md
+
+
+# ------------------------------------------------------------------------------------------- notes
+
+
+@pytest.mark.parametrize(
+    ("labels", "h", "j", "why"),
+    [
+        (["a", "b"], ["a", "a", "b", "b"], ["a", "b", "a", "b"], CHANCE),
+        (["a", "b"], ["a", "a", "a", "a"], ["a", "b", "a", "b"], "no human-labelled items for label code(s) [1]"),
+        (["a", "b", "c"], ["a", "b", "c", "a", "b", "c"], ["a", "a", "c", "a", "a", "c"], "singular"),
+    ],
+    ids=["chance", "no-human-support", "singular"],
+)
+def test_undefined_prevalence_correction_is_explained(
+    labels: list[str], h: list[object], j: list[object], why: str
+) -> None:
+    rep = compute_agreement(frame(h, j), AgreementScale(labels=labels), NO_BOOT)
+    assert rep.categorical is not None and rep.categorical.prevalence is not None
+    p = rep.categorical.prevalence
+    assert all(e.value is None for e in p.corrected)
+    explanation = p.note or p.corrected[0].note  # what the CLI prints
+    assert explanation and why in explanation
+    f = frame(h, j)
+    assert html.escape(explanation) in render_html(rep, f)
+    assert explanation in render_markdown(rep)
+
+
+def test_cli_html_and_markdown_give_the_same_prevalence_explanation(tmp_path: Path) -> None:
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"j": ["a", "b", "a", "b"], "h": ["a", "a", "b", "b"]}).to_csv(data, index=False)
+    page, md = tmp_path / "r.html", tmp_path / "r.md"
+    args = [str(data), "--judge", "j", "--human", "h", "--labels", "a,b", "--bootstrap", "0"]
+    res = CliRunner().invoke(agreement, [*args, "--html", str(page), "--markdown", str(md)])
+    assert res.exit_code == 0, res.output
+    assert CHANCE in res.output
+    assert html.escape(CHANCE) in page.read_text(encoding="utf-8")
+    assert CHANCE in md.read_text(encoding="utf-8")
+
+
+def test_clipped_prevalence_note_is_shown() -> None:
+    # spec 0.9, sens 0.8 on the labelled items; 80 more items the judge calls "a" push Rogan–Gladen below 0.
+    h = ["a"] * 10 + ["b"] * 10 + [None] * 80
+    j = ["a"] * 9 + ["b"] + ["b"] * 8 + ["a"] * 2 + ["a"] * 80
+    rep = compute_agreement(frame(h, j), AgreementScale(labels=["a", "b"]), NO_BOOT)
+    assert rep.categorical is not None and rep.categorical.prevalence is not None
+    note = rep.categorical.prevalence.note
+    assert note and "clipped" in note
+    assert html.escape(note) in render_html(rep, frame(h, j))
+    assert note in render_markdown(rep)
+
+
+def _ceiling_frame() -> pd.DataFrame:
+    rows: list[dict[str, object]] = []
+    for i in range(6):
+        for who in ("p", "q"):
+            rows.append({"item": f"x{i}", "annotator": who, "human": "a", "judge": "ab"[i % 2], "reason": None})
+    return pd.DataFrame(rows)
+
+
+def _mixed_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(5)
+    rows: list[dict[str, object]] = []
+    for i in range(30):
+        truth = int(rng.integers(0, 3))
+        for who in ("p", "q", "r"):
+            if rng.random() < 0.7:
+                lab = truth if rng.random() < 0.8 else int(rng.integers(0, 3))
+                rows.append({"item": f"x{i}", "annotator": who, "human": "abc"[lab], "judge": "abc"[truth]})
+    rows.append({"item": "lonely", "annotator": "p", "human": None, "judge": "zzz"})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    ("make", "scale", "options"),
+    [
+        (_ceiling_frame, AgreementScale(labels=["a", "b"]), AgreementOptions(bootstrap=20)),
+        (_mixed_frame, AgreementScale(labels=["a", "b", "c"], ordered=True), AgreementOptions(bootstrap=20)),
+        (
+            lambda: frame(["a", "a", "b", "b"], ["a", "b", "a", "b"]),
+            AgreementScale(labels=["a", "b"]),
+            AgreementOptions(bootstrap=10),
+        ),
+        (
+            lambda: frame([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 1.0], group=["g0", "g0", "g1", "g1"]),
+            AgreementScale(kind="value"),
+            AgreementOptions(bootstrap=10, protocol="per-group"),
+        ),
+    ],
+    ids=["constant-humans-ceiling", "ordered-three-annotators", "chance-prevalence", "value-per-group"],
+)
+def test_every_note_reaches_html_and_markdown(make: Any, scale: AgreementScale, options: AgreementOptions) -> None:
+    f = make()
+    rep = compute_agreement(f, scale, options)
+    notes = notes_in(rep)
+    assert notes
+    page = render_html(rep, f)
+    md = render_markdown(rep)
+    missing_html = [n for n in notes if html.escape(n) not in page]
+    missing_md = [n for n in notes if not in_markdown(n, md)]
+    assert not missing_html, missing_html
+    assert not missing_md, missing_md
+    assert not JUNK & set(cells(page))
+
+
+def test_ceiling_notes_are_shown() -> None:
+    f = _ceiling_frame()
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), NO_BOOT)
+    assert rep.ceiling is not None
+    note = rep.ceiling.human_pairwise_mean.note
+    assert rep.ceiling.human_pairwise_mean.value is None and note
+    assert html.escape(note) in render_html(rep, f)
+    assert note in render_markdown(rep)
+
+
+def test_slice_rows_carry_the_notes_of_their_figures() -> None:
+    f = frame(["a", "b", "a", "b", "a"], ["a", "b", "b", "b", "a"], lang=["en", "en", "en", "en", "de"])
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), AgreementOptions(bootstrap=0, slices=["lang"]))
+    de = rep.slices["lang"]["de"].metrics["cohen_kappa"]
+    assert de.value is None and de.note
+    page = render_html(rep, f)
+    slice_table = page.split("<h2>By lang</h2>", 1)[1].split("</table>", 1)[0]
+    assert html.escape(de.note) in slice_table
+    assert de.note in render_markdown(rep)
