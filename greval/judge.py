@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import statistics
 import time
 import warnings
 from collections import Counter
@@ -112,6 +113,19 @@ def not_applicable(result: JudgeResult) -> bool:
     """A metric that could not apply to a record (an input it requires is absent) - not a failure of the
     judge, so metrics that read it go on without it."""
     return bool(result.error and result.error.startswith(MISSING_INPUT))
+
+
+def majority_value(values: Sequence[int]) -> int:
+    """The majority verdict of several samples on a value scale: the most frequent value (the mode); among
+    equally frequent values, the one nearest the samples' median; if two are equally near, the smaller.
+
+    A mean rounded to an integer would invent values no sample gave (1 and 5 → 3) and Python's banker's
+    rounding sends 2.5 to 2; the mode is what "majority" says."""
+    counts = Counter(values)
+    top = max(counts.values())
+    tied = sorted(v for v, n in counts.items() if n == top)
+    middle = statistics.median(values)
+    return min(tied, key=lambda v: (abs(v - middle), v))
 
 
 def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
@@ -612,11 +626,11 @@ class Judge:
             label, top = min(counts.items(), key=lambda kv: (-kv[1], order[kv[0]]))
             winner = next(v for v in votes if v["label"] == label)
             return {**winner, "confidence": top / len(votes), "samples": votes}
-        values = [v["value"] for v in votes]
-        mean = sum(values) / len(values)
-        nearest = min(votes, key=lambda v: abs(v["value"] - mean))
-        agree = sum(1 for x in values if x == round(mean)) / len(values)
-        return {**nearest, "value": round(mean), "mean": mean, "confidence": agree, "samples": votes}
+        values = [int(v["value"]) for v in votes]
+        chosen = majority_value(values)
+        winner = next(v for v in votes if int(v["value"]) == chosen)
+        agree = sum(1 for x in values if x == chosen) / len(values)
+        return {**winner, "value": chosen, "mean": sum(values) / len(values), "confidence": agree, "samples": votes}
 
     # ------------------------------------------------------------------------------ the judgement
     def _verdict(self, iid: str, v: dict[str, Any]) -> ItemVerdict:
