@@ -284,14 +284,16 @@ def run_cmd(
     from greval._sync import run_sync
     from greval.data import load_records
     from greval.execution import RetryPolicy
-    from greval.runner import RunOptions, arun, pending_calls
+    from greval.runner import RunOptions, arun, pending_work
     from greval.spec import resolve_specs
     from greval.store import Store
 
     specs = resolve_specs(spec_refs)
     records = load_records(data, _parse_map(maps), id_column, limit)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
-    ref = judge_ref or defaults.model or default_judge()
+    # Computed metrics (ROUGE, BLEU, citations …) need no judge: none is resolved, started or required.
+    needs_judge = any(s.needs_model for s in specs)
+    ref = judge_ref or defaults.model or (default_judge() if needs_judge else "computed:greval")
     opts = RunOptions(
         concurrency=concurrency or (local_concurrency() if is_local_ref(ref) else 8),
         adaptive=not no_adaptive,
@@ -310,20 +312,29 @@ def run_cmd(
         seed=seed,
     )
     with Store(store) as st:
-        todo = pending_calls(specs, records, st, cfg, retry_errors)
+        todo, computed = pending_work(specs, records, st, cfg, retry_errors)
+        work = [f"{todo} judgement(s) to make"] if needs_judge else []
+        work += [f"{computed} computed score(s) to make"] if computed or not needs_judge else []
+        distinct = len({r.hash for r in records})
+        same = (
+            f" ({len(records) - distinct} share their content with another: judged once)"
+            if distinct < len(records)
+            else ""
+        )
         console.print(
-            f"judging [bold]{len(records)}[/] records with {', '.join(s.name for s in specs)} "
-            f"— judge {cfg.label}, store {store}, {todo} judgement(s) to make",
+            f"{'judging' if needs_judge else 'scoring'} [bold]{len(records)}[/] records{same} with "
+            f"{', '.join(s.name for s in specs)} — "
+            + (f"judge {cfg.label}, " if needs_judge else "")
+            + f"store {store}, {', '.join(work)}",
             highlight=False,
         )
         with serve_judge(cfg, needed=todo > 0) as live, _progress(quiet) as hook:
             summary = run_sync(arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook))
     print_summary(summary)
-    if summary.failed:
-        console.print(
-            f"[yellow]{summary.failed} judgement(s) failed[/] and are stored as errors; "
-            "run again with --retry-errors to try them again."
-        )
+    if summary.empty_metrics:
+        names = ", ".join(m.spec for m in summary.empty_metrics)
+        console.print(f"[bold red]no verdict at all[/] for {names} (see the notes above)", highlight=False)
+        sys.exit(1)
 
 
 LOCAL_MAX_TOKENS = 400
@@ -444,36 +455,38 @@ class _progress:
 
 
 def print_summary(summary: Any) -> None:
-    """Per metric: verdict distribution, mean score, failures, tokens."""
+    """Per metric: this run's work, then the figures of every record it was given (the same figures
+    ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
+    from greval.results import metric_notes
+
+    dup = summary.records - summary.distinct_contents
     table = Table(
-        title=f"run {summary.run_id} — {summary.records} records, judge {summary.judge}, "
-        f"{summary.calls} calls in {summary.seconds:.1f}s"
+        title=f"run {summary.run_id} — {summary.records} records"
+        + (f" ({dup} with the same content as another: judged once)" if dup > 0 else "")
+        + f", judge {summary.judge}, {summary.calls} calls in {summary.seconds:.1f}s"
     )
-    for col in (
-        "metric",
-        "judged",
-        "reused",
-        "verdicts",
-        "distribution",
-        "mean score",
-        "failed",
-        "tokens in/out",
-    ):
+    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "mean score", "tokens in/out"):
         table.add_column(col, overflow="fold")
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
-        fails = str(m.items_failed) + (f" ({', '.join(f'{k}×{v}' for k, v in m.errors.items())})" if m.errors else "")
+        not_scored = ", ".join(
+            f"{n} {what}" for n, what in ((m.partial, "partial"), (m.failed, "failed"), (m.skipped, "skipped")) if n
+        )
+        items = f" ({m.items_ok}/{m.items} items)" if m.items is not None else ""
         table.add_row(
             m.spec,
             str(m.judged),
             str(m.reused),
-            str(m.verdicts),
+            f"{m.ok}{items}",
+            not_scored or "—",
             dist,
             "—" if m.mean_score is None else f"{m.mean_score:.3f}",
-            fails,
             f"{m.tokens_in}/{m.tokens_out}",
         )
     out.print(table)
+    for m in summary.metrics:
+        for note in metric_notes(m):
+            console.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
 # -------------------------------------------------------------------------------------------- results

@@ -127,7 +127,7 @@ def _quickstart(
         serve_judge,
     )
     from greval.data import load_records
-    from greval.runner import RunOptions, arun, pending_calls
+    from greval.runner import RunOptions, arun, pending_work
     from greval.spec import load_spec_file
     from greval.store import Store
 
@@ -142,7 +142,7 @@ def _quickstart(
     store_path = work / "greval.sqlite"
     cfg = resolve_judge(judge_ref or default_judge(), **{k: v for k, v in params.items() if v is not None})
     with Store(store_path) as st:
-        todo = pending_calls(specs, records, st, cfg)
+        todo, _ = pending_work(specs, records, st, cfg)
         console.print(
             f"[bold]2/5[/] judging {len(records)} records with {SPEC} — judge {cfg.label}: {todo} judgement(s) to make",
             highlight=False,

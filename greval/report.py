@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from scipy.stats import bootstrap
 
 from greval.errors import UserError
-from greval.results import load_results
+from greval.results import MetricFigures, figures_from_rows, item_rows, metric_notes, record_rows
 from greval.spec import Spec
 from greval.store import Store
 
@@ -43,8 +43,9 @@ class SystemRow(BaseModel):
     metric: str
     system: str
     score: MeanCI
-    judged: int
+    judged: int = Field(description="Record ids of this system with an outcome (any status).")
     failed: int
+    skipped: int = 0
     failure_rate: float
     efficiency: dict[str, float] = Field(default_factory=dict)
 
@@ -54,12 +55,22 @@ class MetricRow(BaseModel):
     kind: str
     spec_hash: str
     judge: str
-    records: int
-    failed: int
+    figures: MetricFigures
     score: MeanCI
-    distribution: dict[str, int] = Field(default_factory=dict)
     agreement: dict[str, Any] | None = None
     agreement_page: str | None = None
+
+    @property
+    def records(self) -> int:
+        return self.figures.records
+
+    @property
+    def failed(self) -> int:
+        return self.figures.failed
+
+    @property
+    def distribution(self) -> dict[str, int]:
+        return self.figures.distribution
 
 
 class StoreReport(BaseModel):
@@ -100,70 +111,68 @@ def build(
 ) -> StoreReport:
     """Compute the report (and, with ``out_dir``, write the per-metric agreement pages)."""
     with Store(store_path) as st:
-        frame = load_results(st, level="record")
-        if frame.empty:
+        items = item_rows(st)
+        if not items:
             raise UserError(f"{store_path}: no verdicts yet; run `greval run` first")
         if specs:
-            unknown = sorted(set(specs) - set(frame["spec"]))
+            unknown = sorted(set(specs) - {r["spec"] for r in items})
             if unknown:
                 raise UserError(f"no verdicts for {', '.join(unknown)} in {store_path}")
-            frame = frame[frame["spec"].isin(specs)]
-        records = {r.hash: r.data for r in st.records()}
-        frame["system"] = frame["record_hash"].map(
-            lambda h: (
-                str(records.get(h, {}).get(system_column))
-                if system_column and records.get(h, {}).get(system_column) is not None
-                else None
-            )
-        )
+            items = [r for r in items if r["spec"] in specs]
+        spec_objs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
+        recs = record_rows(items, spec_objs)
+        data = {r.hash: r.data for r in st.records()}
+        for rec in recs:
+            value = data.get(rec["record_hash"], {}).get(system_column) if system_column else None
+            rec["system"] = None if value is None else str(value)
         metrics: list[MetricRow] = []
         systems: list[SystemRow] = []
-        for (name, judge), grp in frame.groupby(["spec", "judge"], sort=False):
-            spec_key = st.query(
-                "SELECT spec_key FROM specs WHERE name=? AND spec_hash=? LIMIT 1", (name, grp["spec_hash"].iloc[0])
-            )[0]["spec_key"]
-            spec = st.any_spec(spec_key)
-            ok = grp[grp["status"] == "ok"]
-            dist: dict[str, int] = {}
-            if isinstance(spec, Spec) and spec.each is None:
-                col = "label" if spec.scale.kind == "categorical" else "value"
-                dist = {str(k): int(v) for k, v in ok[col].value_counts().sort_index().items()}
+        for fig in figures_from_rows(items, spec_objs):
+            spec = spec_objs[fig.spec_key]
+            grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
             row = MetricRow(
-                metric=str(name),
+                metric=fig.spec,
                 kind=spec.kind,
-                spec_hash=str(grp["spec_hash"].iloc[0]),
-                judge=str(judge),
-                records=len(grp),
-                failed=int((grp["status"] != "ok").sum()),
-                score=mean_ci(ok["score"].dropna().astype(float).tolist()),
-                distribution=dist,
+                spec_hash=fig.spec_hash,
+                judge=fig.judge,
+                figures=fig,
+                score=mean_ci(_scores(grp)),
             )
             if isinstance(spec, Spec):
-                row.agreement, row.agreement_page = _agreement(st, spec, str(judge), bootstrap_resamples, out_dir)
+                row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, bootstrap_resamples, out_dir)
             metrics.append(row)
-            if grp["system"].notna().any():
-                for system, sg in grp.groupby("system", sort=True):
-                    sok = sg[sg["status"] == "ok"]
-                    eff: dict[str, float] = {}
-                    for col in EFFICIENCY:
-                        vals = [records.get(h, {}).get(col) for h in sg["record_hash"]]
-                        nums = [float(v) for v in vals if isinstance(v, int | float)]
-                        if nums:
-                            eff[col] = float(np.mean(nums))
-                    systems.append(
-                        SystemRow(
-                            metric=str(name),
-                            system=str(system),
-                            score=mean_ci(sok["score"].dropna().astype(float).tolist()),
-                            judged=len(sg),
-                            failed=int((sg["status"] != "ok").sum()),
-                            failure_rate=float((sg["status"] != "ok").mean()),
-                            efficiency=eff,
-                        )
+            by_system: dict[str, list[dict[str, Any]]] = {}
+            for r in grp:
+                if r["system"] is not None:
+                    by_system.setdefault(r["system"], []).append(r)
+            for system, sg in sorted(by_system.items()):
+                eff: dict[str, float] = {}
+                for col in EFFICIENCY:
+                    vals = [data.get(r["record_hash"], {}).get(col) for r in sg]
+                    nums = [float(v) for v in vals if isinstance(v, int | float)]
+                    if nums:
+                        eff[col] = float(np.mean(nums))
+                failed = sum(1 for r in sg if r["status"] == "error")
+                systems.append(
+                    SystemRow(
+                        metric=fig.spec,
+                        system=system,
+                        score=mean_ci(_scores(sg)),
+                        judged=len(sg),
+                        failed=failed,
+                        skipped=sum(1 for r in sg if r["status"] == "skipped"),
+                        failure_rate=failed / len(sg),
+                        efficiency=eff,
                     )
+                )
     return StoreReport(
         store=str(store_path), metrics=metrics, systems=systems, system_column=system_column if systems else None
     )
+
+
+def _scores(rows: Sequence[dict[str, Any]]) -> list[float]:
+    """The record scores a metric's mean is taken over (the same rows as MetricFigures.mean_score)."""
+    return [float(r["score"]) for r in rows if r["status"] in ("ok", "partial") and r["score"] is not None]
 
 
 def _agreement(
@@ -193,6 +202,14 @@ def _agreement(
 
 
 # ------------------------------------------------------------------------------------------ rendering
+def _outcomes(fig: MetricFigures) -> str:
+    """The records a metric did not score, by why: "2 failed, 10 skipped" ('' when every record is ok)."""
+    parts = [
+        f"{n} {what}" for n, what in ((fig.partial, "partial"), (fig.failed, "failed"), (fig.skipped, "skipped")) if n
+    ]
+    return ", ".join(parts)
+
+
 def _fmt(x: float | None, d: int = 3) -> str:
     return "—" if x is None else f"{x:.{d}f}"
 
@@ -247,12 +264,12 @@ def render_index(rep: StoreReport) -> str:
         dist = ", ".join(f"{html.escape(k)}: {v}" for k, v in m.distribution.items())
         rows.append(
             f"<tr><td>{html.escape(m.metric)}</td><td>{html.escape(m.kind)}</td>"
-            f"<td>{html.escape(m.judge)}</td><td>{m.records}</td><td>{m.failed}</td>"
+            f"<td>{html.escape(m.judge)}</td><td>{m.records}</td><td>{_outcomes(m.figures)}</td>"
             f"<td>{_fmt(m.score.mean)}</td><td>{_ci(m.score)}</td><td>{dist}</td><td>{agree}</td></tr>"
         )
     parts = [
         f"<h1>greval report</h1><p class=note>store {html.escape(rep.store)}</p>",
-        "<h2>Metrics</h2><table><tr><th>metric</th><th>kind</th><th>judge</th><th>records</th><th>failed</th>"
+        "<h2>Metrics</h2><table><tr><th>metric</th><th>kind</th><th>judge</th><th>records</th><th>not scored</th>"
         "<th>mean score</th><th>95% CI</th><th>distribution</th><th>judge–human κ / ρ</th></tr>"
         + "".join(rows)
         + "</table>",
@@ -274,6 +291,8 @@ def render_index(rep: StoreReport) -> str:
             + "<table><tr><th>metric</th><th>system</th><th>n</th><th>mean</th><th>std</th><th>95% CI</th>"
             f"<th>failure rate</th>{head}</tr>" + "".join(srows) + "</table>"
         )
+    notes = [n for m in rep.metrics for n in metric_notes(m.figures)]
+    parts.append("".join(f"<p class=note>{html.escape(n)}</p>" for n in notes))
     parts.append("<p class=note>CIs: percentile bootstrap of the mean (scipy), 2000 resamples, seed 0.</p>")
     return f"<!doctype html><meta charset=utf-8><title>greval report</title><style>{_CSS}</style>" + "".join(parts)
 
@@ -284,11 +303,17 @@ def render_markdown(rep: StoreReport) -> str:
         "",
         f"store `{rep.store}`",
         "",
-        "| metric | judge | records | failed | mean | 95% CI |",
+        "| metric | judge | records | not scored | mean | 95% CI |",
         "|---|---|---|---|---|---|",
     ]
     for m in rep.metrics:
-        lines.append(f"| {m.metric} | {m.judge} | {m.records} | {m.failed} | {_fmt(m.score.mean)} | {_ci(m.score)} |")
+        lines.append(
+            f"| {m.metric} | {m.judge} | {m.records} | {_outcomes(m.figures) or '—'} | {_fmt(m.score.mean)} | "
+            f"{_ci(m.score)} |"
+        )
+    notes = [n for m in rep.metrics for n in metric_notes(m.figures)]
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
     if rep.systems:
         lines += [
             "",
@@ -355,7 +380,7 @@ def register(main: click.Group) -> None:
         (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
         (out_dir / "report.md").write_text(render_markdown(rep), encoding="utf-8")
         table = Table(title=f"greval report — {store}")
-        for col in ("metric", "judge", "records", "failed", "mean", "95% CI", "judge–human"):
+        for col in ("metric", "judge", "records", "not scored", "mean", "95% CI", "judge–human"):
             table.add_column(col)
         for m in rep.metrics:
             k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
@@ -363,12 +388,15 @@ def register(main: click.Group) -> None:
                 m.metric,
                 m.judge,
                 str(m.records),
-                str(m.failed),
+                _outcomes(m.figures) or "—",
                 _fmt(m.score.mean),
                 _ci(m.score),
                 "—" if not k else f"{_fmt(k['value'])} (n={k['n']})",
             )
         out.print(table)
+        for m in rep.metrics:
+            for note in metric_notes(m.figures):
+                console.print(f"[yellow]note:[/] {note}", highlight=False)
         console.print(
             f"wrote {out_dir / 'index.html'} (+ report.json, report.md"
             + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,10 +19,11 @@ from pydantic import BaseModel, Field
 from greval._sync import run_sync
 from greval.data import Record
 from greval.evaluators import Evaluator, config_for, make_evaluator
-from greval.execution import AdaptiveLimiter, JudgeUnavailable, RetryPolicy
+from greval.execution import AdaptiveLimiter, RetryPolicy
 from greval.judge import JudgeResult, Method, not_applicable
 from greval.models import JudgeConfig, make_chat_model
-from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale, dependency_levels, order_specs
+from greval.results import MetricFigures, figures
+from greval.spec import BaseSpec, dependency_levels, order_specs
 from greval.store import Store, spec_keys
 
 
@@ -42,27 +42,21 @@ class RunOptions(BaseModel):
     )
 
 
-class MetricSummary(BaseModel):
-    """What one metric produced in a run (this run's new verdicts plus those reused from the store)."""
+class MetricSummary(MetricFigures):
+    """One metric in a run: what this run did (judged, reused, calls, tokens) beside the figures of every
+    record id the run was given (:class:`greval.results.MetricFigures`, the same figures every command shows)."""
 
-    spec: str
-    spec_hash: str
-    judged: int = 0
-    reused: int = 0
-    failed: int = 0
-    verdicts: int = 0
-    items_failed: int = 0
-    distribution: dict[str, int] = Field(default_factory=dict)
-    mean_score: float | None = None
+    judged: int = Field(0, description="Judgements made by this run.")
+    reused: int = Field(0, description="Judgements already in the store (no call).")
     tokens_in: int = 0
     tokens_out: int = 0
     calls: int = 0
-    errors: dict[str, int] = Field(default_factory=dict)
 
 
 class RunSummary(BaseModel):
     run_id: str
     records: int
+    distinct_contents: int = Field(0, description="Distinct record contents (identical records cost one call).")
     judge: str
     seconds: float
     calls: int
@@ -72,16 +66,16 @@ class RunSummary(BaseModel):
 
     @property
     def failed(self) -> int:
-        return sum(m.failed for m in self.metrics)
+        """Records (per metric) with a stored error: no verdict at all, or some items without one."""
+        return sum(m.failed + m.partial for m in self.metrics)
+
+    @property
+    def empty_metrics(self) -> list[MetricSummary]:
+        """Metrics that produced no verdict at all on a non-empty dataset."""
+        return [m for m in self.metrics if self.records and m.ok + m.partial == 0]
 
 
 ProgressHook = Callable[[int, int, int], None]  # (done, total, errors)
-
-
-def _error_kind(text: str | None) -> str:
-    if not text:
-        return "unknown"
-    return text.split(":")[0][:60]
 
 
 async def arun(
@@ -106,21 +100,79 @@ async def arun(
         store.put_judge(c)
     run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
     started = time.perf_counter()
-    summaries = {s.name: MetricSummary(spec=s.name, spec_hash=s.hash) for s in specs}
+    summaries = {
+        s.name: MetricSummary(
+            spec=s.name,
+            spec_hash=s.hash,
+            spec_key=keys[s.name],
+            kind=s.kind,
+            judge=cfgs[s.name].label,
+            judge_key=cfgs[s.name].key,
+        )
+        for s in specs
+    }
+    limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
+    status = "failed"
+    try:
+        await _judge_all(
+            specs, records, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress
+        )
+        status = "finished"
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "interrupted"
+        raise
+    finally:
+        # Every run ends with a status and a summary, however it ended (no run stays 'running'). Records
+        # judged were stored with their first verdict; the rest — judged earlier, or not reached — now.
+        store.put_records(records, run_id)
+        metrics = _summarise(store, run_id, specs, keys, cfgs, summaries)
+        summary = RunSummary(
+            run_id=run_id,
+            records=len(records),
+            distinct_contents=len({r.hash for r in records}),
+            judge=cfg.label,
+            seconds=time.perf_counter() - started,
+            calls=sum(m.calls for m in metrics),
+            metrics=metrics,
+            peak_concurrency=limiter.peak,
+            rate_limited=limiter.rate_limited,
+        )
+        store.finish_run(run_id, status, summary.model_dump(mode="json"))
+    return summary
 
-    # What is missing, decided up front: the progress bar's total is the real amount of work.
-    pending = {s.name: store.pending(keys[s.name], cfgs[s.name].key, records, s.each, opts.retry_errors) for s in specs}
-    todo = [(rec, {s.name: pending[s.name][i] for s in specs}) for i, rec in enumerate(records)]
+
+async def _judge_all(
+    specs: Sequence[BaseSpec],
+    records: Sequence[Record],
+    store: Store,
+    cfg: JudgeConfig,
+    cfgs: dict[str, JudgeConfig],
+    keys: dict[str, str],
+    levels: list[list[BaseSpec]],
+    summaries: dict[str, MetricSummary],
+    run_id: str,
+    model: BaseChatModel | None,
+    opts: RunOptions,
+    limiter: AdaptiveLimiter,
+    progress: ProgressHook | None,
+) -> None:
+    """The judging itself: what is pending, then every record's metrics level by level."""
+
+    # What is missing, decided up front: the progress bar's total is the real amount of work. Verdicts are
+    # keyed by content, so records that share their content with an earlier one (other id, same fields) are
+    # judged once: the duplicates are reused, and listed under their own ids (run_members) all the same.
+    unique = unique_contents(records)
+    pending = {s.name: store.pending(keys[s.name], cfgs[s.name].key, unique, s.each, opts.retry_errors) for s in specs}
+    todo = [(rec, {s.name: pending[s.name][i] for s in specs}) for i, rec in enumerate(unique)]
     total = 0
     for s in specs:
         reused = sum(1 for p in pending[s.name] if p is None)
-        summaries[s.name].reused += reused
-        total += len(records) - reused
+        summaries[s.name].reused += reused + len(records) - len(unique)
+        total += len(unique) - reused
     # The chat model is built only when some judge call is still needed: a finished run needs no key,
     # no server and no network.
     calls_needed = any(p[s.name] is not None and s.needs_model for _, p in todo for s in specs)
     chat = model or (make_chat_model(cfg) if calls_needed else None)
-    limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
     method: Any = opts.method
     judges: dict[str, Evaluator] = {
         s.name: make_evaluator(
@@ -159,12 +211,6 @@ async def arun(
         m.calls += len(res.calls)
         if not res.ok and not not_applicable(res):
             errors += 1
-            m.failed += 1
-            for v in res.verdicts:
-                if v.status == "error":
-                    m.errors[_error_kind(v.error)] = m.errors.get(_error_kind(v.error), 0) + 1
-            if res.error:
-                m.errors[_error_kind(res.error)] = m.errors.get(_error_kind(res.error), 0) + 1
         done += 1
         if progress:
             progress(done, total, errors)
@@ -183,49 +229,33 @@ async def arun(
         for rec, pend in it:
             await judge_record(rec, pend)
 
-    status = "finished"
     # Everything alive now (modules, specs, the dataset) lives for the whole run: freezing it keeps each
     # full garbage collection from walking ~200k long-lived objects (74-224 ms a collection in a 768-call
     # run, ~0.3 ms per call; scripts/bench_run.py). Unfrozen afterwards, so nothing escapes collection.
     gc.freeze()
     try:
         await asyncio.gather(*(worker() for _ in range(workers)))
-    except JudgeUnavailable:
-        status = "failed"
-        raise
-    except BaseException:
-        status = "interrupted"
-        raise
     finally:
         gc.unfreeze()
-        # Each judged record was stored with its first verdict (nothing to store before the first call);
-        # the rest — already judged earlier, or not reached if the run stopped — are stored now.
-        store.put_records(records, run_id)
-        summary = _summarise(store, run_id, specs, keys, cfgs, summaries)
-        result = RunSummary(
-            run_id=run_id,
-            records=len(records),
-            judge=cfg.label,
-            seconds=time.perf_counter() - started,
-            calls=sum(m.calls for m in summary),
-            metrics=summary,
-            peak_concurrency=limiter.peak,
-            rate_limited=limiter.rate_limited,
-        )
-        store.finish_run(run_id, status, result.model_dump(mode="json"))
-    return result
 
 
-def pending_calls(
+def unique_contents(records: Sequence[Record]) -> list[Record]:
+    """The first record of each content: verdicts are keyed by content, so only these are judged."""
+    return list({r.hash: r for r in reversed(records)}.values())[::-1]
+
+
+def pending_work(
     specs: Sequence[BaseSpec], records: Sequence[Record], store: Store, cfg: JudgeConfig, retry_errors: bool = False
-) -> int:
-    """How many (record, metric) judgements still need the judge model (0: no server, key or network needed)."""
+) -> tuple[int, int]:
+    """(judgements that still need the judge model, computed judgements still to make). The first is 0 when
+    no server, key or network is needed."""
     keys = spec_keys(order_specs(specs))
-    return sum(
-        sum(1 for p in store.pending(keys[s.name], cfg.key, records, s.each, retry_errors) if p is not None)
-        for s in specs
-        if s.needs_model
-    )
+    unique = unique_contents(records)
+    todo = [0, 0]
+    for s in specs:
+        pend = store.pending(keys[s.name], config_for(s, cfg).key, unique, s.each, retry_errors)
+        todo[0 if s.needs_model else 1] += sum(1 for p in pend if p is not None)
+    return todo[0], todo[1]
 
 
 def _summarise(
@@ -236,31 +266,15 @@ def _summarise(
     cfgs: dict[str, JudgeConfig],
     summaries: dict[str, MetricSummary],
 ) -> list[MetricSummary]:
-    """Fill the distribution, mean and failures from the store: the state of the whole dataset (every
-    record of this run), not only of what this run happened to call."""
+    """This run's activity beside the figures of every record id it was given (the whole dataset's state,
+    not only what this run happened to call), computed where every other command computes them."""
     out = []
     for s in specs:
         m = summaries[s.name]
-        groups = store.verdict_tally(keys[s.name], cfgs[s.name].key, run_id)
-        m.items_failed = sum(g.verdicts for g in groups if g.status == "error")
-        ok = [g for g in groups if g.status == "ok"]
-        m.verdicts = sum(g.verdicts for g in ok)
-        if not isinstance(s, Spec):  # computed / pipeline metrics: the record-level scores
-            ok = [g for g in ok if g.whole_record]
-        scale = s.scale if isinstance(s, Spec) else None
-        if isinstance(scale, CategoricalScale):
-            counts = Counter[str]()
-            for g in ok:
-                counts[g.label or ""] += g.verdicts
-            m.distribution = {name: counts.get(name, 0) for name in scale.names}
-        elif isinstance(scale, ValueScale):
-            vcounts = Counter[int]()
-            for g in ok:
-                if g.value is not None:
-                    vcounts[g.value] += g.verdicts
-            m.distribution = {str(v): vcounts.get(v, 0) for v in range(scale.min, scale.max + 1)}
-        scored = sum(g.scored for g in ok)
-        m.mean_score = sum(g.score_sum for g in ok) / scored if scored else None
+        found = figures(store, run_id=run_id, spec_key=keys[s.name], judge_key=cfgs[s.name].key)
+        if found:
+            activity = m.model_dump(include={"judged", "reused", "tokens_in", "tokens_out", "calls"})
+            m = MetricSummary(**{**found[0].model_dump(), **activity})
         out.append(m)
     return out
 

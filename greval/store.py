@@ -3,8 +3,14 @@
 A verdict is keyed by (spec key, judge key, record content hash, item id): the spec key is the spec's content
 hash folded with its dependencies' keys, the judge key hashes the model and its parameters. Re-running a
 finished job therefore makes no model call, a killed job resumes with exactly the missing verdicts, and an
-edited spec (or record) is re-judged alone. Human labels pulled from Argilla (or imported) live beside the
-verdicts, keyed by (spec name, record hash, item id, annotator), so agreement joins them exactly.
+edited spec (or record) is re-judged alone.
+
+The verdict cache is keyed by content, but a dataset's identity is its record ids: ``record_ids`` keeps every
+(record id, content hash) pair the store has seen, and ``run_members`` every id a run was given. Two records
+with the same content and different ids cost one call and are both listed, counted and weighted, by every
+reader (``greval.results``). Human labels pulled from Argilla (or imported) live beside the verdicts, keyed by
+(spec name, dataset, record id, record hash, item id, annotator): two Argilla datasets of one spec (a blind
+copy, a copy with suggestions) never overwrite each other.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from greval.data import Record
 from greval.errors import UserError
@@ -25,7 +31,7 @@ from greval.judge import ItemVerdict, JudgeResult, not_applicable
 from greval.models import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -40,8 +46,12 @@ CREATE INDEX IF NOT EXISTS records_by_id ON records(record_id);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
     dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT);
-CREATE TABLE IF NOT EXISTS run_records (
-    run_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_hash));
+CREATE TABLE IF NOT EXISTS record_ids (
+    record_id TEXT NOT NULL, record_hash TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (record_id, record_hash));
+CREATE INDEX IF NOT EXISTS record_ids_by_hash ON record_ids(record_hash);
+CREATE TABLE IF NOT EXISTS run_members (
+    run_id TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_id));
 CREATE TABLE IF NOT EXISTS verdicts (
     spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
     spec_name TEXT NOT NULL, spec_hash TEXT NOT NULL, record_id TEXT NOT NULL,
@@ -56,10 +66,23 @@ CREATE TABLE IF NOT EXISTS judgements (
     created_at REAL NOT NULL, updated_at REAL NOT NULL,
     PRIMARY KEY (spec_key, judge_key, record_hash));
 CREATE TABLE IF NOT EXISTS human_labels (
-    spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
-    record_id TEXT NOT NULL, spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
+    spec_name TEXT NOT NULL, dataset TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
+    item_id TEXT NOT NULL, annotator TEXT NOT NULL,
+    spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
     source TEXT NOT NULL, answered_at REAL, updated_at REAL NOT NULL,
-    PRIMARY KEY (spec_name, record_hash, item_id, annotator));
+    PRIMARY KEY (spec_name, dataset, record_id, record_hash, item_id, annotator));
+"""
+
+# Schema 1 -> 2: records kept one id per content (a second id with the same content vanished), runs linked
+# contents not ids, and human labels had no dataset. The ids schema 1 still knew are carried over.
+_MIGRATE_1_2 = """
+INSERT OR IGNORE INTO record_ids SELECT record_id, record_hash, created_at FROM records;
+INSERT OR IGNORE INTO record_ids SELECT DISTINCT record_id, record_hash, MIN(created_at) FROM verdicts
+    GROUP BY record_id, record_hash;
+INSERT OR IGNORE INTO run_members
+    SELECT rr.run_id, r.record_id, rr.record_hash FROM run_records rr JOIN records r USING (record_hash);
+DROP TABLE run_records;
+ALTER TABLE human_labels RENAME TO human_labels_v1;
 """
 
 
@@ -80,26 +103,14 @@ def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
     return keys
 
 
-class VerdictTally(NamedTuple):
-    """Verdicts of one metric on one run's records that share a status, label, value and level."""
-
-    status: str
-    label: str | None
-    value: int | None
-    whole_record: bool  # item id '' (a record-level verdict), not one item's
-    verdicts: int
-    score_sum: float
-    scored: int  # how many of them have a score
-
-
 class Store:
     """A greval store file. Safe to open from several processes (SQLite WAL); one connection per Store."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        # (run id, record hash) pairs this connection has stored: a record is written once per run.
-        self._stored: set[tuple[str, str]] = set()
+        # (run id, record id, record hash) this connection has stored: a record is written once per run.
+        self._stored: set[tuple[str, str, str]] = set()
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -117,6 +128,44 @@ class Store:
             self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         elif int(row[0]) > SCHEMA_VERSION:
             raise UserError(f"{self.path}: written by a newer greval (schema {row[0]}); upgrade greval")
+        elif int(row[0]) < SCHEMA_VERSION:
+            self._migrate(int(row[0]))
+
+    def _migrate(self, version: int) -> None:
+        """Bring an older store up to this schema in one transaction (nothing it holds is dropped)."""
+        with self._tx() as db:
+            if version < 2:
+                for stmt in _MIGRATE_1_2.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+                for stmt in _DDL.split(";"):
+                    if "human_labels" in stmt:
+                        db.execute(stmt)
+                # Schema 1 did not record which Argilla dataset a label came from: a spec pushed to exactly one
+                # dataset gets that name, else the default one (the spec's name); imports get "import".
+                pushed: dict[str, set[str]] = {}
+                if db.execute("SELECT 1 FROM sqlite_master WHERE name='annotation_pushes'").fetchone():
+                    for name, ds in db.execute("SELECT DISTINCT spec_name, dataset FROM annotation_pushes"):
+                        pushed.setdefault(name, set()).add(ds)
+                rows = db.execute(
+                    "SELECT spec_name, record_id, record_hash, item_id, annotator, spec_hash, label, value, comment,"
+                    " status, source, answered_at, updated_at FROM human_labels_v1"
+                ).fetchall()
+                db.executemany(
+                    "INSERT OR IGNORE INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (
+                            r[0],
+                            (next(iter(pushed[r[0]])) if len(pushed.get(r[0], ())) == 1 else r[0])
+                            if r[10] == "argilla"
+                            else "import",
+                            *r[1:],
+                        )
+                        for r in rows
+                    ],
+                )
+                db.execute("DROP TABLE human_labels_v1")
+            db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
         self.db.close()
@@ -157,19 +206,26 @@ class Store:
     def put_records(self, records: Iterable[Record], run_id: str | None = None) -> None:
         """Store records (content-addressed, so a record is never stored twice) and link them to a run.
         Records this connection already stored for the run are skipped without serialising them."""
-        todo = [r for r in records if (run_id or "", r.hash) not in self._stored]
+        todo = [r for r in records if (run_id or "", r.id, r.hash) not in self._stored]
         if not todo:
             return
         with self._tx() as db:
             self._insert_records(db, todo, run_id)
-        self._stored.update((run_id or "", r.hash) for r in todo)
+        self._stored.update((run_id or "", r.id, r.hash) for r in todo)
 
     def _insert_records(self, db: sqlite3.Connection, records: Sequence[Record], run_id: str | None) -> None:
+        """Content once per hash; every (id, hash) pair; the run's ids. Every id is kept, whatever its content."""
         now = time.time()
-        rows = [(r.hash, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for r in records]
-        db.executemany("INSERT OR IGNORE INTO records VALUES (?,?,?,?)", rows)
+        fresh = {r.hash: r for r in records}
+        db.executemany(
+            "INSERT OR IGNORE INTO records VALUES (?,?,?,?)",
+            [(h, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for h, r in fresh.items()],
+        )
+        db.executemany("INSERT OR IGNORE INTO record_ids VALUES (?,?,?)", [(r.id, r.hash, now) for r in records])
         if run_id:
-            db.executemany("INSERT OR IGNORE INTO run_records VALUES (?,?)", [(run_id, r[0]) for r in rows])
+            db.executemany(
+                "INSERT OR REPLACE INTO run_members VALUES (?,?,?)", [(run_id, r.id, r.hash) for r in records]
+            )
 
     def any_spec(self, spec_key: str) -> BaseSpec:
         """A stored spec of any kind."""
@@ -201,14 +257,24 @@ class Store:
         return row[0], self.spec(row[0])
 
     def records(self, hashes: Iterable[str] | None = None) -> list[Record]:
+        """Stored records, one per (record id, content): two ids with the same content are two Records."""
+        sql = "SELECT i.record_hash, i.record_id, r.data FROM record_ids i JOIN records r USING (record_hash) WHERE 1=1"
         if hashes is None:
-            cur = self.db.execute("SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid")
-            return [Record(hash=h, id=i, data=json.loads(d)) for h, i, d in cur]
-        out = []
-        for h in hashes:
-            row = self.db.execute("SELECT record_id, data FROM records WHERE record_hash=?", (h,)).fetchone()
-            if row:
-                out.append(Record(hash=h, id=row[0], data=json.loads(row[1])))
+            rows: Iterable[tuple[Any, ...]] = self.db.execute(sql + " ORDER BY i.created_at, i.rowid").fetchall()
+        else:
+            rows = sorted(self._rows_for(sql, (), list(hashes)), key=lambda r: (r[0], r[1]))
+        return [Record(hash=h, id=i, data=json.loads(d)) for h, i, d in rows]
+
+    def record_ids(self, hashes: Iterable[str] | None = None) -> dict[str, list[str]]:
+        """Content hash -> every record id the store knows for it (in the order they were first seen)."""
+        sql = "SELECT record_hash, record_id FROM record_ids WHERE 1=1"
+        if hashes is None:
+            rows: Iterable[tuple[Any, ...]] = self.db.execute(sql + " ORDER BY created_at, rowid").fetchall()
+        else:
+            rows = self._rows_for(sql, (), list(hashes))
+        out: dict[str, list[str]] = {}
+        for h, i in rows:
+            out.setdefault(h, []).append(i)
         return out
 
     # -------------------------------------------------------------------------------------- runs
@@ -303,18 +369,6 @@ class Store:
                 f"{sql} AND record_hash IN ({','.join('?' * len(chunk))})", (*params, *chunk)
             ).fetchall()
 
-    def verdict_tally(self, spec_key: str, judge_key: str, run_id: str) -> list[VerdictTally]:
-        """Counts and score sums of one (spec, judge)'s verdicts on the records of a run, grouped in SQL (a
-        run's summary then costs one small query, not a pass over every verdict row)."""
-        rows = self.db.execute(
-            "SELECT status, label, CAST(value AS INTEGER), item_id = '', COUNT(*), TOTAL(score), COUNT(score)"
-            " FROM verdicts WHERE spec_key=? AND judge_key=?"
-            " AND record_hash IN (SELECT record_hash FROM run_records WHERE run_id=?)"
-            " GROUP BY 1, 2, 3, 4",
-            (spec_key, judge_key, run_id),
-        ).fetchall()
-        return [VerdictTally(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6]) for r in rows]
-
     def put_result(
         self,
         run_id: str | None,
@@ -334,7 +388,7 @@ class Store:
         status = "ok" if result.ok else ("skipped" if skipped else "error")
         calls = [c.model_dump() for c in result.calls]
         raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
-        new_record = (run_id or "", record.hash) not in self._stored
+        new_record = (run_id or "", record.id, record.hash) not in self._stored
         with self._tx() as db:
             if new_record:
                 # The record goes in with its first verdict, in the same transaction: a run needs no
@@ -436,7 +490,7 @@ class Store:
                 ],
             )
         if new_record:
-            self._stored.add((run_id or "", record.hash))
+            self._stored.add((run_id or "", record.id, record.hash))
 
     def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
         """A stored judgement (to feed metrics that depend on it when a run resumes)."""
@@ -485,23 +539,27 @@ class Store:
 
     # ------------------------------------------------------------------------------ human labels
     def put_human_labels(self, rows: Iterable[dict[str, Any]]) -> int:
-        """Upsert human answers (idempotent: a re-pull rewrites the same keys; a changed answer updates)."""
+        """Upsert human answers (idempotent: a re-pull rewrites the same keys; a changed answer updates).
+
+        Keyed (spec name, dataset, record id, record hash, item id, annotator): ``dataset`` is the Argilla
+        dataset the answer came from (or ``import``), so two datasets of one spec never overwrite each other."""
         now = time.time()
         n = 0
         with self._tx() as db:
             for r in rows:
                 db.execute(
-                    "INSERT INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
-                    " ON CONFLICT(spec_name, record_hash, item_id, annotator) DO UPDATE SET"
+                    "INSERT INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT(spec_name, dataset, record_id, record_hash, item_id, annotator) DO UPDATE SET"
                     " label=excluded.label, value=excluded.value, comment=excluded.comment, status=excluded.status,"
                     " spec_hash=excluded.spec_hash, source=excluded.source, answered_at=excluded.answered_at,"
                     " updated_at=excluded.updated_at",
                     (
                         r["spec_name"],
+                        r.get("dataset", "import"),
+                        r["record_id"],
                         r["record_hash"],
                         r.get("item_id", ""),
                         r["annotator"],
-                        r["record_id"],
                         r.get("spec_hash"),
                         r.get("label"),
                         r.get("value"),

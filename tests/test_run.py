@@ -16,8 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
-from greval import load_records, load_results
+from greval import export_results, load_records, load_results
 from greval.cli import main
 from greval.data import Record
 from greval.errors import DataError
@@ -70,7 +72,7 @@ def test_rerun_makes_zero_calls_and_edit_rejudges_only_that_spec(llm: OpenAIServ
             (m.verdicts, m.distribution, m.mean_score) for m in first.metrics
         ]
         assert [m.verdicts for m in first.metrics] == [6, 18] and sum(first.metrics[1].distribution.values()) == 18
-        linked = st.db.execute("SELECT COUNT(*) FROM run_records WHERE run_id=?", (again.run_id,)).fetchone()[0]
+        linked = st.db.execute("SELECT COUNT(*) FROM run_members WHERE run_id=?", (again.run_id,)).fetchone()[0]
         assert linked == 6
         edited = specs[0].model_copy(update={"steps": [*specs[0].steps, "Be strict."]})
         run([edited, specs[1]], recs, st, cfg(llm), options=FAST)
@@ -407,3 +409,268 @@ def test_many_metric_on_a_record_without_items_is_done_once(llm: OpenAIServer, s
         llm.reset()
         again = run([spec], recs, st, cfg(llm), options=FAST)
         assert llm.stats()["total"] == 0 and again.metrics[0].reused == 2 and again.metrics[0].judged == 0
+
+
+# ------------------------------------------------------------- one figure everywhere (issue: numbers)
+def _same_as(rec: Record, new_id: str) -> Record:
+    """A record with the same content and another id (the verdict cache is keyed by content)."""
+    return Record(id=new_id, hash=rec.hash, data=rec.data)
+
+
+def _record_figures(frame: pd.DataFrame, spec: str) -> dict[str, Any]:
+    """Counts and the dataset score recomputed by hand from an exported record-level table."""
+    grp = frame[frame["spec"] == spec]
+    scored = grp[grp["status"].isin(["ok", "partial"])]["score"].dropna().astype(float)
+    counts = grp["status"].value_counts()
+    return {
+        "records": len(grp),
+        "ok": int(counts.get("ok", 0)),
+        "partial": int(counts.get("partial", 0)),
+        "failed": int(counts.get("error", 0)),
+        "skipped": int(counts.get("skipped", 0)),
+        "mean_score": None if scored.empty else float(scored.mean()),
+    }
+
+
+def test_identical_records_with_other_ids_are_judged_once_and_listed_each(
+    llm: OpenAIServer, store_path: Path, tmp_path: Path
+) -> None:
+    recs = rag_records(5)
+    recs.append(_same_as(recs[0], "r0-again"))
+    specs = resolve_specs(["answer_alignment", "chunk_evaluation"])
+    with Store(store_path) as st:
+        summary = run(specs, recs, st, cfg(llm), options=FAST)
+    # One call per content and metric: the copy costs nothing ...
+    assert llm.stats()["total"] == 2 * 5 and summary.calls == 10
+    assert summary.records == 6 and summary.distinct_contents == 5
+    # ... but it is a record of the dataset: counted, listed and weighted under its own id.
+    assert [(m.records, m.ok) for m in summary.metrics] == [(6, 6), (6, 6)]
+    assert [m.judged + m.reused for m in summary.metrics] == [6, 6]
+    items = load_results(store_path)
+    assert sorted(items[items["spec"] == "answer_alignment"]["record_id"]) == sorted(r.id for r in recs)
+    assert (items["spec"] == "chunk_evaluation").sum() == 6 * 3
+    records = load_results(store_path, level="record")
+    assert len(records) == 12 and set(records["record_id"]) == {r.id for r in recs}
+    out = tmp_path / "v.csv"
+    res = CliRunner().invoke(
+        main, ["results", "export", "--store", str(store_path), "-o", str(out), "--level", "record"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "r0-again" in set(pd.read_csv(out)["record_id"])
+    from greval.report import build
+
+    rep = build(store_path, system_column=None)
+    assert [m.records for m in rep.metrics] == [6, 6]
+    with Store(store_path) as st:
+        assert sorted(r.id for r in st.records()) == sorted(r.id for r in recs)
+        assert st.record_ids([recs[0].hash])[recs[0].hash] == ["r0", "r0-again"]
+
+
+def test_run_summary_report_and_export_agree_on_per_item_means(llm: OpenAIServer, store_path: Path) -> None:
+    """A per-chunk metric's dataset score is the mean of its record scores everywhere (the run summary took
+    the mean of item scores, the report the mean of record shares: 0.300 vs 0.000 on the same store)."""
+    llm.script(
+        [  # two records' chunk c2 never gets a verdict: those records are partial
+            {"match": "Item ids: c1, c2, c3, c4", "times": 2, "action": {"type": "drop_ids", "ids": ["c2"]}},
+            {"match": "Item ids: c2", "action": {"type": "drop_ids", "ids": ["c2"]}},
+        ]
+    )
+    specs = resolve_specs(["chunk_evaluation", "triple_evaluation"])
+    recs = rag_records(6, chunks=4)
+    with Store(store_path) as st:
+        summary = run(specs, recs, st, cfg(llm), options=FAST.model_copy(update={"retry": RetryPolicy(max_attempts=1)}))
+    from greval.report import build
+
+    rep = {m.metric: m for m in build(store_path, system_column=None).metrics}
+    frame = load_results(store_path, level="record")
+    for m in summary.metrics:
+        by_hand = _record_figures(frame, m.spec)
+        assert by_hand == {k: getattr(m, k) for k in by_hand}
+        in_report = rep[m.spec].figures.model_dump()
+        assert in_report == {k: v for k, v in m.model_dump().items() if k in in_report}
+        assert rep[m.spec].score.mean == m.mean_score
+    assert any(m.partial for m in summary.metrics)  # the dropped items made some records partial
+
+
+def test_skipped_records_are_counted_explained_and_an_empty_metric_fails_the_run(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"Q{i}?", "answer": f"A{i}."}) + "\n" for i in range(10))
+    )
+    store = tmp_path / "s.sqlite"
+    args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", "openai:judge-test"]
+    res = CliRunner().invoke(main, [*args, "--base-url", llm.base_url])
+    assert llm.stats()["total"] == 0
+    assert res.exit_code == 1, res.output
+    text = " ".join(res.output.split())
+    assert "10 record(s) skipped — missing required input: expected_answer" in text
+    assert "--map expected_answer=COLUMN" in text
+    assert "no verdict at all for answer_alignment" in text
+    rep = CliRunner().invoke(main, ["report", "--store", str(store), "-o", str(tmp_path / "rep")])
+    assert rep.exit_code == 0, rep.output
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    [m] = report["metrics"]
+    assert (m["figures"]["failed"], m["figures"]["skipped"], m["figures"]["records"]) == (0, 10, 10)
+    assert "10 record(s) skipped" in (tmp_path / "rep" / "index.html").read_text()
+    with Store(store) as st:
+        [r] = st.runs()
+    summ = json.loads(r["summary"])
+    assert r["status"] == "finished" and summ["metrics"][0]["skipped"] == 10 and summ["metrics"][0]["failed"] == 0
+
+
+def test_a_run_that_cannot_start_its_judge_is_marked_failed(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
+    store = tmp_path / "s.sqlite"
+    monkeypatch.delenv("OPENAI_API_KEY")
+    res = CliRunner().invoke(
+        main, ["run", str(data), "-s", "answer_quality", "--store", str(store), "--judge", "openai:gpt-4o-mini"]
+    )
+    assert res.exit_code == 2 and "no API key" in res.output
+    with Store(store) as st:
+        assert [r["status"] for r in st.runs()] == ["failed"]
+    listing = CliRunner().invoke(main, ["results", "runs", "--store", str(store)])
+    assert "failed" in listing.output and "running" not in listing.output
+
+
+def test_a_computed_only_run_needs_no_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No judge configured anywhere, and no local model to fall back to.
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GREVAL_JUDGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GREVAL_HOME", str(tmp_path / "empty-home"))
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "answer": f"Paris is in France [{i}].", "chunks": [f"c{i}"]}) + "\n"
+            for i in range(3)
+        )
+    )
+    res = CliRunner().invoke(main, ["run", str(data), "-s", "citation_validity", "--store", str(tmp_path / "s.sqlite")])
+    assert res.exit_code == 0, res.output
+    assert "judgement(s) to make" not in res.output and "local judge" not in res.output
+    assert "3 computed score(s) to make" in " ".join(res.output.split())
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=True,
+)
+@given(data=st.data())
+def test_run_summary_report_export_and_store_show_the_same_figures(
+    llm: OpenAIServer, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Property: for random stores — identical records under other ids, per-item metrics, skipped, failed
+    and partly failed judgements — the run summary, the stored run, ``greval report``, ``load_results`` and
+    a CSV export give the same counts and the same dataset score for every metric."""
+    from greval.report import build
+    from greval.results import figures
+
+    n = data.draw(st.integers(1, 6), label="records")
+    recs: list[Record] = []
+    rules: list[dict[str, Any]] = []
+    for i in range(n):
+        row: dict[str, Any] = {"id": f"r{i}", "question": f"Question number {i}?", "answer": f"Answer {i}."}
+        if data.draw(st.booleans(), label=f"r{i} has expected_answer"):
+            row["expected_answer"] = f"Expected {i}."
+        k = data.draw(st.integers(0, 3), label=f"r{i} chunks")
+        if k:
+            row["chunks"] = [f"chunk {i}.{j}" for j in range(k)]
+        recs.append(Record.from_mapping(row))
+        fault = data.draw(st.sampled_from(["none", "none", "malformed", "drop"]), label=f"r{i} fault")
+        if fault == "malformed":
+            rules.append({"match": f"Question number {i}?", "action": {"type": "malformed"}})
+        elif fault == "drop" and k:
+            rules.append({"match": f"Question number {i}?", "action": {"type": "drop_ids", "ids": ["c1"]}})
+    for j in data.draw(st.lists(st.integers(0, n - 1), max_size=3), label="copies"):
+        recs.append(_same_as(recs[j], f"copy{len(recs)}-of-{recs[j].id}"))
+    llm.reset()
+    llm.script(rules)
+    path = tmp_path_factory.mktemp("prop") / "s.sqlite"
+    specs = resolve_specs(["answer_alignment", "chunk_evaluation"])
+    opts = FAST.model_copy(update={"retry": RetryPolicy(max_attempts=2, base_delay=0.0, max_delay=0.0)})
+    with Store(path) as store:
+        summary = run(specs, recs, store, cfg(llm), options=opts)
+        in_store = {f.spec: f for f in figures(store)}
+        [stored_run] = store.runs()
+    stored = {m["spec"]: m for m in json.loads(stored_run["summary"])["metrics"]}
+    rep = {m.metric: m for m in build(path, system_column=None, bootstrap_resamples=10).metrics}
+    frame = load_results(path, level="record")
+    out = path.parent / "records.csv"
+    export_results(path, out, level="record")
+    exported = pd.read_csv(out, dtype={"record_id": str}, keep_default_na=False, na_values=[""])
+    for m in summary.metrics:
+        for what in ("partial", "failed", "skipped"):
+            if getattr(m, what):
+                event(f"{m.spec} {what}")  # --hypothesis-show-statistics shows what the examples covered
+        mine = m.model_dump()
+        if m.records == 0:
+            assert m.spec not in in_store
+            continue
+        same = in_store[m.spec].model_dump()
+        assert same == {k: mine[k] for k in same}
+        assert {k: stored[m.spec][k] for k in same} == same
+        assert rep[m.spec].figures.model_dump() == same
+        assert rep[m.spec].score.mean == pytest.approx(m.mean_score) if m.mean_score is not None else True
+        by_hand = _record_figures(frame, m.spec)
+        assert by_hand == {k: mine[k] for k in by_hand}
+        from_csv = _record_figures(exported, m.spec)
+        assert from_csv["mean_score"] == pytest.approx(by_hand["mean_score"]) if by_hand["mean_score"] else True
+        assert {k: v for k, v in from_csv.items() if k != "mean_score"} == {
+            k: v for k, v in by_hand.items() if k != "mean_score"
+        }
+        # Every record id of the dataset is there, once per metric.
+        assert m.records == len(recs)
+        assert sorted(frame[frame["spec"] == m.spec]["record_id"]) == sorted(r.id for r in recs)
+
+
+def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Stores written before record ids were kept apart (schema 1) open as schema 2 with their ids, run
+    links and human labels (which get the Argilla dataset they were pushed to)."""
+    path = tmp_path / "old.sqlite"
+    recs = rag_records(3)
+    with Store(path) as st:
+        summary = run(resolve_specs(["answer_alignment"]), recs, st, cfg(llm), options=FAST)
+    db = sqlite3.connect(path)
+    # Rewrite it as schema 1 had it: no record_ids, run_records by content, human labels without dataset.
+    db.executescript(
+        """
+        CREATE TABLE run_records (run_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_hash));
+        INSERT INTO run_records SELECT run_id, record_hash FROM run_members;
+        DROP TABLE run_members; DROP TABLE record_ids; DROP TABLE human_labels;
+        CREATE TABLE human_labels (
+            spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
+            record_id TEXT NOT NULL, spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
+            source TEXT NOT NULL, answered_at REAL, updated_at REAL NOT NULL,
+            PRIMARY KEY (spec_name, record_hash, item_id, annotator));
+        CREATE TABLE annotation_pushes (push_id TEXT PRIMARY KEY, spec_name TEXT NOT NULL, dataset TEXT NOT NULL);
+        INSERT INTO annotation_pushes VALUES ('p1', 'answer_alignment', 'my_review');
+        UPDATE meta SET value='1' WHERE key='schema_version';
+        """
+    )
+    db.executemany(
+        "INSERT INTO human_labels VALUES (?,?,'','ann',?,NULL,'Correct',NULL,NULL,'submitted',?,NULL,0)",
+        [
+            ("answer_alignment", r.hash, r.id, src)
+            for r, src in zip(recs, ["argilla", "argilla", "import"], strict=True)
+        ],
+    )
+    db.commit()
+    db.close()
+    with Store(path) as st:
+        version = st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        assert version == "2"
+        assert sorted(r.id for r in st.records()) == ["r0", "r1", "r2"]
+        members = st.db.execute("SELECT record_id FROM run_members WHERE run_id=?", (summary.run_id,)).fetchall()
+        assert sorted(m[0] for m in members) == ["r0", "r1", "r2"]
+        labels = st.query("SELECT record_id, dataset FROM human_labels ORDER BY record_id")
+        assert [(r["record_id"], r["dataset"]) for r in labels] == [
+            ("r0", "my_review"),
+            ("r1", "my_review"),
+            ("r2", "import"),
+        ]

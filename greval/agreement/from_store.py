@@ -1,14 +1,20 @@
 """From the store to the agreement stage's boundary: judge verdicts joined with human labels, exactly.
 
-Humans and the judge meet on (record content hash, item id) for one metric. Every human answer becomes
-one row; an item a human labelled but the judge never answered (or answered with an error) keeps its row
-with the judge missing, so the invalid-answer policy decides what happens to it — nothing is dropped from
-one side only.
+Humans and the judge meet on (record id, record content hash, item id) for one metric: the judge's
+verdicts are cached by content, and listed once per record id that has that content, so two records with
+identical content and different ids are two items here too. Every human answer becomes one row; an item a
+human labelled but the judge never answered (or answered with an error) keeps its row with the judge
+missing, so the invalid-answer policy decides what happens to it — nothing is dropped from one side only.
+
+Human labels come from one or more datasets (Argilla datasets, or ``import``): all by default, unless the
+same annotator answered the same item in several of them (a blind copy and a copy with suggestions) — then
+the user chooses, because counting one person twice would fake a human-vs-human ceiling.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Literal
 
 import pandas as pd
@@ -33,6 +39,7 @@ class StoreSelection(BaseModel):
     judged_items: int
     labelled_items: int
     joined_rows: int
+    datasets: list[str] = []
 
 
 def agreement_scale(spec: Spec) -> AgreementScale:
@@ -66,13 +73,15 @@ def store_frame(
     judge: str | None = None,
     level: Literal["item", "record"] = "item",
     version: str | None = None,
+    datasets: Sequence[str] = (),
 ) -> tuple[pd.DataFrame, AgreementScale, StoreSelection]:
     """The long (item, annotator) frame for one metric, its scale, and what was selected.
 
     Columns: item, judge, human, annotator, group (the record, so bootstrap resamples whole records for
     chunk / triple metrics), record_id, item_id, reason, comment, and ``system`` when records carry one.
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
-    ``version`` picks a spec version by hash (default: the latest).
+    ``version`` picks a spec version by hash (default: the latest). ``datasets``: the human-label datasets
+    to use (default: every one, see the module doc).
     """
     if version:
         rows = store.query(
@@ -87,29 +96,18 @@ def store_frame(
     judge_key, judge_label = _judge_key(store, spec_key, judge)
     judged = pd.DataFrame(
         store.query(
-            "SELECT record_hash, record_id, item_id, status, label, value, reason FROM verdicts"
-            " WHERE spec_key=? AND judge_key=?",
+            "SELECT v.record_hash, COALESCE(i.record_id, v.record_id) AS record_id, v.item_id, v.status, v.label,"
+            " v.value, v.reason FROM verdicts v LEFT JOIN record_ids i ON i.record_hash = v.record_hash"
+            " WHERE v.spec_key=? AND v.judge_key=?",
             (spec_key, judge_key),
         )
     )
-    humans = pd.DataFrame(
-        store.query(
-            "SELECT record_hash, item_id, annotator, label AS h_label, value AS h_value, comment, record_id AS h_record"
-            " FROM human_labels WHERE spec_name=? AND status='submitted'",
-            (spec.name,),
-        )
-    )
-    if humans.empty:
-        raise UserError(
-            f"no human labels for {spec.name!r} in the store: pull them with `greval annotate pull` "
-            "or load them with `greval annotate import-labels`"
-        )
+    humans = _human_rows(store, spec.name, datasets)
     categorical = isinstance(spec.scale, CategoricalScale)
     if judged.empty:
         judged = pd.DataFrame(columns=["record_hash", "record_id", "item_id", "status", "label", "value", "reason"])
     judged = judged[judged["item_id"] != ""] if spec.each else judged
-    merged = humans.merge(judged, on=["record_hash", "item_id"], how="left")
-    merged["record_id"] = merged["record_id"].fillna(merged["h_record"])
+    merged = humans.merge(judged, on=["record_id", "record_hash", "item_id"], how="left")
     ok = merged["status"] == "ok"
     if categorical:
         merged["judge"] = merged["label"].where(ok, None)
@@ -143,10 +141,45 @@ def store_frame(
         judge=judge_label,
         level=level if spec.each else "record",
         judged_items=int((judged["status"] == "ok").sum()),
-        labelled_items=int(humans[["record_hash", "item_id"]].drop_duplicates().shape[0]),
+        labelled_items=int(humans[["record_id", "record_hash", "item_id"]].drop_duplicates().shape[0]),
         joined_rows=len(frame),
+        datasets=sorted(humans["dataset"].unique()),
     )
     return frame, scale, selection
+
+
+def _human_rows(store: Store, spec_name: str, datasets: Sequence[str]) -> pd.DataFrame:
+    """Submitted human answers of the chosen datasets; a clear error when the choice is needed or wrong."""
+    humans = pd.DataFrame(
+        store.query(
+            "SELECT dataset, record_id, record_hash, item_id, annotator, label AS h_label, value AS h_value, comment"
+            " FROM human_labels WHERE spec_name=? AND status='submitted'",
+            (spec_name,),
+        ),
+        columns=["dataset", "record_id", "record_hash", "item_id", "annotator", "h_label", "h_value", "comment"],
+    )
+    if humans.empty:
+        raise UserError(
+            f"no human labels for {spec_name!r} in the store: pull them with `greval annotate pull` "
+            "or load them with `greval annotate import-labels`"
+        )
+    have = sorted(humans["dataset"].unique())
+    if datasets:
+        unknown = sorted(set(datasets) - set(have))
+        if unknown:
+            raise UserError(
+                f"no human labels of {spec_name!r} from dataset(s) {', '.join(unknown)}; have: {', '.join(have)}"
+            )
+        humans = humans[humans["dataset"].isin(list(datasets))]
+    key = ["record_id", "record_hash", "item_id", "annotator"]
+    twice = humans[humans.duplicated(key, keep=False)]
+    if not twice.empty:
+        where = sorted(twice["dataset"].unique())
+        raise UserError(
+            f"{twice['annotator'].nunique()} annotator(s) answered the same {spec_name!r} items in several datasets "
+            f"({', '.join(where)}); choose which to compare with --dataset NAME (repeatable)"
+        )
+    return humans.reset_index(drop=True)
 
 
 def _record_level(spec: Spec, frame: pd.DataFrame) -> tuple[pd.DataFrame, AgreementScale]:
