@@ -501,3 +501,198 @@ def test_push_after_killing_the_server_loses_nothing(env: Env) -> None:
     assert len(recs) == 36 and len({r.id for r in recs}) == 36
     # Everything pushed before the crash is still there (SQLite is the source of truth).
     assert len(_records(env, spec.name)) == 36 and len(_records(env, "answer_alignment")) == 12
+
+
+# ------------------------------------------------------------------- datasets and ids (schema 2)
+def _progress(env: Env, name: str) -> dict[str, Any]:
+    dataset = env.client().datasets(name, workspace=env.info.workspace)
+    assert dataset is not None
+    with env.http() as http:
+        resp = http.get(f"/api/v1/datasets/{dataset.id}/progress")
+        assert resp.status_code == 200, resp.text
+        return dict(resp.json())
+
+
+def _min_submitted(env: Env, name: str) -> int:
+    dataset = env.client().datasets(name, workspace=env.info.workspace)
+    assert dataset is not None
+    with env.http() as http:
+        return int(http.get(f"/api/v1/datasets/{dataset.id}").json()["distribution"]["min_submitted"])
+
+
+def test_pull_two_datasets_of_one_spec_keeps_both(env: Env) -> None:
+    """One person labels the same items in a blind copy and in the copy with suggestions, differently:
+    both answers are kept, under their dataset, and a re-pull of either reports nothing changed."""
+    spec = env.specs["answer_alignment"]
+    store = str(env.store_path)
+    env.cli("push", "--store", store, "--spec", spec.name, "--dataset", "aa-two-sugg")
+    env.cli("push", "--store", store, "--spec", spec.name, "--dataset", "aa-two-blind", "--blind")
+    sugg, blind = _server_ids(env, "aa-two-sugg"), _server_ids(env, "aa-two-blind")
+    for rid in ("r0", "r1"):
+        _respond(env, "erin", sugg[rid], "submitted", {"verdict": {"value": "Correct"}})
+        _respond(env, "erin", blind[rid], "submitted", {"verdict": {"value": "Incorrect"}})
+    first = [
+        env.cli("pull", "--store", store, "--spec", spec.name, "--dataset", d).output
+        for d in ("aa-two-sugg", "aa-two-blind")
+    ]
+    assert all("2 submitted" in out for out in first)
+    again = [
+        env.cli("pull", "--store", store, "--spec", spec.name, "--dataset", d).output
+        for d in ("aa-two-sugg", "aa-two-blind")
+    ]
+    assert all("(0 changed" in out for out in again), again
+    erin = {(r["dataset"], r["record_id"]): r["label"] for r in _labels(env, spec.name) if r["annotator"] == "erin"}
+    assert erin == {
+        ("aa-two-sugg", "r0"): "Correct",
+        ("aa-two-sugg", "r1"): "Correct",
+        ("aa-two-blind", "r0"): "Incorrect",
+        ("aa-two-blind", "r1"): "Incorrect",
+    }
+    # The labels pulled earlier from the default dataset are still there, untouched and under its name.
+    assert {r["dataset"] for r in _labels(env, spec.name) if r["annotator"] in ("alice", "bob")} == {spec.name}
+
+
+def test_agreement_cli_chooses_label_datasets(env: Env, tmp_path: Path) -> None:
+    """erin answered r0 and r1 in two datasets: agreement asks which; --dataset picks, and says what it used."""
+    from greval.cli import main
+
+    base = ["agreement", "--store", str(env.store_path), "--spec", "answer_alignment", "--bootstrap", "0"]
+    res = CliRunner().invoke(main, base)
+    assert res.exit_code == 2 and "--dataset NAME" in res.output and "aa-two-blind" in res.output, res.output
+    out = tmp_path / "blind.json"
+    res = CliRunner().invoke(main, [*base, "--dataset", "aa-two-blind", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "human labels from dataset(s) aa-two-blind" in res.output
+    counts = json.loads(out.read_text())["counts"]
+    assert counts["rows"] == 2 and counts["items"] == 2  # erin's two blind answers, nothing else
+    both = [*base, "--dataset", "answer_alignment", "--dataset", "aa-two-sugg", "--json", str(out)]
+    res = CliRunner().invoke(main, both)
+    assert res.exit_code == 0, res.output
+    assert "human labels from dataset(s) aa-two-sugg, answer_alignment" in res.output
+    with Store(env.store_path) as st:
+        n = st.query(
+            "SELECT COUNT(*) AS n FROM human_labels WHERE spec_name='answer_alignment' AND status='submitted'"
+            " AND dataset IN ('answer_alignment', 'aa-two-sugg')"
+        )[0]["n"]
+    assert json.loads(out.read_text())["counts"]["rows"] == n
+    res = CliRunner().invoke(main, [*base, "--dataset", "nope"])
+    assert res.exit_code == 2 and "nope" in res.output
+
+
+def _dup_store(env: Env, openai_server: OpenAIServer) -> tuple[Path, dict[str, str]]:
+    """A store where records "a" and "b" have identical content (one verdict) and "c" differs."""
+    path = env.tmp / "dup.sqlite"
+    base = {"question": "What is the capital of France?", "expected_answer": "Paris.", "answer": "Paris."}
+    recs = [
+        Record.from_mapping({"id": "a", **base}),
+        Record.from_mapping({"id": "b", **base}),
+        Record.from_mapping({"id": "c", **base, "answer": "Lyon."}),
+    ]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", TEST_KEY)
+        cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
+        with Store(path) as st:
+            assert run([env.specs["answer_alignment"]], recs, st, cfg).failed == 0
+    return path, {r.id: r.hash for r in recs}
+
+
+def test_identical_records_are_one_argilla_record_listing_every_id(env: Env, openai_server: OpenAIServer) -> None:
+    path, hashes = _dup_store(env, openai_server)
+    spec = env.specs["answer_alignment"]
+    env.cli("push", "--store", str(path), "--spec", spec.name, "--dataset", "dup-aa")
+    env.cli("push", "--store", str(path), "--spec", spec.name, "--dataset", "dup-aa")  # a re-push never duplicates
+    recs = _records(env, "dup-aa")
+    assert len(recs) == 2
+    by_hash = {dict(r.metadata)["record_hash"]: r for r in recs}
+    shared = by_hash[hashes["a"]]
+    assert sorted(dict(shared.metadata)["record_id"]) == ["a", "b"]
+    assert dict(by_hash[hashes["c"]].metadata)["record_id"] == "c"
+    with Store(path) as st:
+        sel = st.query("SELECT record_hash, record_id FROM annotation_selection WHERE record_hash=?", (hashes["a"],))
+    assert sel and all(r["record_id"] in ("a", "b") for r in sel)
+
+    _respond(env, "frank", str(shared._server_id), "submitted", {"verdict": {"value": "Acceptable"}})
+    out = env.cli("pull", "--store", str(path), "--spec", spec.name, "--dataset", "dup-aa").output
+    assert "Stored 1 answers as 2 labels" in out and "(0 changed" in out
+    with Store(path) as st:
+        rows = st.query("SELECT dataset, record_id, record_hash, label FROM human_labels ORDER BY record_id")
+    assert [(r["dataset"], r["record_id"], r["record_hash"], r["label"]) for r in rows] == [
+        ("dup-aa", "a", hashes["a"], "Acceptable"),
+        ("dup-aa", "b", hashes["b"], "Acceptable"),
+    ]
+    again = env.cli("pull", "--store", str(path), "--spec", spec.name, "--dataset", "dup-aa").output
+    assert "(0 changed" in again
+
+
+def test_import_keeps_the_id_each_row_names(env: Env, openai_server: OpenAIServer) -> None:
+    """A file row for "b" is stored for "b" (not for "a", which has the same content), under dataset
+    "import"; with --to-argilla under the Argilla dataset's name, which a pull then updates in place."""
+    path, hashes = _dup_store(env, openai_server)
+    spec = env.specs["answer_alignment"]
+    with Store(path) as st:  # "c" was edited after the run: its judged version is the one labelled
+        st.put_records([Record.from_mapping({"id": "c", "question": "Edited?", "answer": "x"})])
+    labels = env.tmp / "dup-labels.csv"
+    labels.write_text("rid,label\nb,Correct\nc,Incorrect\n")
+    args = ["--store", str(path), "--spec", spec.name, "--record-id", "rid", "--label", "label"]
+    out = env.cli("import-labels", str(labels), *args, "--annotator-name", "gina").output
+    assert "Imported 2 labels" in out and "'import'" in out
+    with Store(path) as st:
+        rows = st.query(
+            "SELECT dataset, record_id, record_hash, label, source FROM human_labels WHERE annotator='gina'"
+            " ORDER BY record_id"
+        )
+    assert [tuple(r.values()) for r in rows] == [
+        ("import", "b", hashes["b"], "Correct", "import"),
+        ("import", "c", hashes["c"], "Incorrect", "import"),
+    ]
+
+    out = env.cli(
+        "import-labels", str(labels), *args, "--annotator-name", "hana", "--to-argilla", "--dataset", "dup-imp"
+    ).output
+    assert "as dataset 'dup-imp'" in out
+    recs = _records(env, "dup-imp")
+    assert len(recs) == 2
+    shared = next(r for r in recs if dict(r.metadata)["record_hash"] == hashes["b"])
+    assert sorted(dict(shared.metadata)["record_id"]) == ["a", "b"]
+    pulled = env.cli("pull", "--store", str(path), "--spec", spec.name, "--dataset", "dup-imp").output
+    assert "(0 changed" in pulled
+    with Store(path) as st:
+        hana = st.query("SELECT dataset, record_id, label FROM human_labels WHERE annotator='hana' ORDER BY record_id")
+    # One Argilla record stands for a and b, so hana's answer on it is pulled for both ids.
+    assert [tuple(r.values()) for r in hana] == [
+        ("dup-imp", "a", "Correct"),
+        ("dup-imp", "b", "Correct"),
+        ("dup-imp", "c", "Incorrect"),
+    ]
+
+
+def test_changing_annotators_per_record_needs_force(env: Env) -> None:
+    """A different --annotators-per-record on a live dataset would recount its progress: refused with the
+    numbers unless --force, which applies it and says what changed."""
+    spec = env.specs["answer_rating"]
+    base = ["push", "--store", str(env.store_path), "--spec", spec.name, "--dataset", "ar-dist"]
+    env.cli(*base, "--annotators-per-record", "1")
+    ids = _server_ids(env, "ar-dist")
+    for rid in ("r0", "r1", "r2"):
+        _respond(env, "ivan", ids[rid], "submitted", {"verdict": {"value": 3}})
+    assert _progress(env, "ar-dist")["completed"] == 3
+
+    res = env.cli(*base, "--annotators-per-record", "2", ok=False)
+    assert res.exit_code == 2, res.output
+    msg = res.output.strip()
+    assert len(msg.splitlines()) == 1
+    assert "needs 1 submitted answer(s) per record" in msg and "--annotators-per-record 2" in msg
+    assert "3 of 12 records are completed" in msg and "--force" in msg
+    assert _min_submitted(env, "ar-dist") == 1 and _progress(env, "ar-dist")["completed"] == 3
+
+    env.cli(*base)  # no flag: the dataset keeps its setting
+    assert _min_submitted(env, "ar-dist") == 1 and _progress(env, "ar-dist")["completed"] == 3
+
+    out = env.cli(*base, "--annotators-per-record", "2", "--force").output
+    assert "from 1 to 2; 3 of 12 records were completed" in out
+    assert _min_submitted(env, "ar-dist") == 2
+    for _ in range(100):  # argilla-server recounts the records' status in a background job
+        if _progress(env, "ar-dist")["completed"] == 0:
+            break
+        time.sleep(0.05)
+    assert _progress(env, "ar-dist")["completed"] == 0

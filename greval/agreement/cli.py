@@ -196,6 +196,14 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     help="with --store: metric NAME, or NAME@HASH for one version; repeat to compare side by side",
 )
 @click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    help="with --store: which human-label datasets to compare with (an Argilla dataset's name, or 'import' "
+    "for imported labels); repeatable; default: all. Needed when one person labelled the same items in "
+    "several datasets (e.g. a --blind copy and the one with suggestions)",
+)
+@click.option(
     "--level",
     type=click.Choice(["item", "record"]),
     default="item",
@@ -264,6 +272,7 @@ def agreement(
     file: Path | None,
     store: Path | None,
     spec_refs: tuple[str, ...],
+    datasets: tuple[str, ...],
     level: str,
     judges: tuple[str, ...],
     version_col: str | None,
@@ -295,6 +304,7 @@ def agreement(
     \b
       greval agreement --store greval.sqlite --spec answer_alignment --html agreement.html
       greval agreement --store s.sqlite --spec faithfulness@1a2b3c4d5e6f --spec faithfulness@9f8e7d6c5b4a
+      greval agreement --store s.sqlite --spec answer_alignment --dataset answer_alignment-blind
       greval agreement data.csv --judge judge_label --human human_label --annotator annotator --item id
     """
     console = Console() if sys.stdout.isatty() else Console(width=160)
@@ -303,6 +313,7 @@ def agreement(
             console,
             store,
             spec_refs,
+            datasets,
             judges,
             level,
             invalid,
@@ -317,6 +328,8 @@ def agreement(
         )
         return
     try:
+        if datasets:
+            raise UserError("--dataset selects human labels in a store: use it with --store")
         if file is None or not judges or human is None:
             raise UserError("give FILE with --judge COL and --human COL, or --store S --spec NAME")
         scale = AgreementScale(
@@ -397,6 +410,7 @@ def _from_store(
     console: Console,
     store_path: Path,
     spec_refs: tuple[str, ...],
+    datasets: tuple[str, ...],
     judges: tuple[str, ...],
     level: str,
     invalid: str,
@@ -422,12 +436,22 @@ def _from_store(
             for ref in spec_refs:
                 name, _, version = ref.partition("@")
                 frame, sc, sel = store_frame(
-                    st, name, judges[0] if judges else None, "record" if level == "record" else "item", version or None
+                    st,
+                    name,
+                    judges[0] if judges else None,
+                    "record" if level == "record" else "item",
+                    version or None,
+                    datasets=datasets,
                 )
                 if scale is not None and sc != scale:
                     raise UserError(f"{ref}: a different scale than {spec_refs[0]}; compare versions of one scale")
                 scale = sc
                 frames[f"{sel.spec}@{sel.spec_hash}"] = frame
+                console.print(
+                    f"{escape(sel.spec)}@{sel.spec_hash}: human labels from dataset(s) "
+                    f"{escape(', '.join(sel.datasets))}" + ("" if datasets else " (all; choose with --dataset)"),
+                    highlight=False,
+                )
         assert scale is not None
         auto = [c for c in ("system",) if all(c in f.columns and f[c].notna().any() for f in frames.values())]
         options = AgreementOptions(

@@ -132,9 +132,15 @@ class _Bar:
 @click.option(
     "--annotators-per-record",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Submitted answers needed before a record counts as done (Argilla task distribution).",
+    default=None,
+    help="Submitted answers needed before a record counts as done (Argilla task distribution) "
+    "[default: 1 for a new dataset, an existing dataset keeps its own].",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Apply an --annotators-per-record that differs from the existing dataset's "
+    "(every record's progress is recounted).",
 )
 @click.option("--judge", default=None, help="Judge label or key, when several judged this spec.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=sync.DEFAULT_BATCH, show_default=True)
@@ -147,7 +153,8 @@ def push_cmd(
     seed: int,
     control_share: float,
     blind: bool,
-    annotators_per_record: int,
+    annotators_per_record: int | None,
+    force: bool,
     judge: str | None,
     batch_size: int,
     api_url: str | None,
@@ -172,10 +179,18 @@ def push_cmd(
             control_share=control_share,
             blind=blind,
             annotators_per_record=annotators_per_record,
+            force=force,
             judge=judge,
             batch_size=batch_size,
             on_start=bar.start,
             on_progress=bar.advance,
+        )
+    change = res.distribution_change
+    if change is not None:
+        done = f"; {change.completed} of {change.total} records were completed" if change.total is not None else ""
+        click.echo(
+            f"Changed annotators per record of dataset {res.dataset!r} from {change.before} to {change.after}"
+            f"{done} (Argilla recounts every record's progress)."
         )
     parts = ", ".join(f"{k} {v}" for k, v in sorted(res.by_selection.items()))
     click.echo(
@@ -213,7 +228,11 @@ def pull_cmd(
         Console().print(table)
     if res.unknown:
         click.echo(f"{res.unknown} records were not pushed by greval (no record hash) and were skipped.")
-    click.echo(f"Stored {res.stored} answers ({res.changed} changed since the last pull) in {store_path}.")
+    shared = f" as {res.stored} labels (one per id of records sharing a content)" if res.stored != res.answers else ""
+    click.echo(
+        f"Stored {res.answers} answers{shared} ({res.changed} changed since the last pull of {res.dataset!r})"
+        f" in {store_path}."
+    )
 
 
 @annotate.command("import-labels")
@@ -262,6 +281,6 @@ def import_labels_cmd(
             workspace=workspace,
         )
     who = ", ".join(f"{a} {k}" for a, k in sorted(res.annotators.items()))
-    click.echo(f"Imported {res.stored} labels of {spec_name!r} from {file.name} ({who}).")
+    click.echo(f"Imported {res.stored} labels of {spec_name!r} from {file.name} ({who}) as dataset {res.dataset!r}.")
     if to_argilla:
         click.echo(f"Stored them as answers in Argilla dataset {res.dataset!r} ({res.to_argilla} records).")

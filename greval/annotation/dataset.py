@@ -82,6 +82,13 @@ class VerdictRef:
     selection: str = "all"
     probability: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Every record id with this content (one Argilla record stands for all of them); empty: ``record.id``.
+    record_ids: tuple[str, ...] = ()
+
+    @property
+    def ids(self) -> list[str]:
+        """The record ids this unit stands for, each once, in order."""
+        return list(dict.fromkeys(self.record_ids)) or [self.record.id]
 
 
 def argilla_id(spec_name: str, record_hash: str, item_id: str) -> str:
@@ -306,10 +313,13 @@ def record_fields(spec: Spec, ref: VerdictRef, *, blind: bool, known: set[str] |
 
 
 def record_metadata(spec: Spec, ref: VerdictRef, *, known: set[str] | None = None) -> dict[str, Any]:
-    """Filterable metadata: who/what produced the verdict, and how the unit was selected."""
+    """Filterable metadata: who/what produced the verdict, and how the unit was selected. ``record_id`` is
+    the record's id, or the list of every id when several records have this content (a terms property
+    takes a list)."""
     system = ref.record.data.get("system")
+    ids = ref.ids
     meta: dict[str, Any] = {
-        "record_id": ref.record.id,
+        "record_id": ids[0] if len(ids) == 1 else ids,
         "item_id": ref.item_id or "-",
         "spec_name": spec.name,
         "spec_hash": spec.hash,

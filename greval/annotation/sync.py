@@ -5,8 +5,13 @@ with each unit's inclusion probability, so agreement estimated on a non-uniform 
 uncertain-first) can be reweighted honestly (Horvitz-Thompson: weight = 1 / probability).
 
 Argilla record ids are derived from (spec name, record hash, item id), so a push is an upsert: re-running a
-push, or finishing one that was interrupted, updates records and never duplicates them. Human answers are
-keyed (spec name, record hash, item id, annotator) in ``human_labels``, the key agreement joins on.
+push, or finishing one that was interrupted, updates records and never duplicates them. Records with the
+same content and different ids are one Argilla record whose ``record_id`` metadata lists every id.
+
+Human answers are keyed (spec name, dataset, record id, record hash, item id, annotator) in
+``human_labels``: ``dataset`` is the Argilla dataset an answer came from (``import`` for labels imported
+without Argilla), and an answer on a record shared by several ids is stored once per id. Two datasets of
+one spec (a blind copy beside the one with suggestions) therefore never overwrite each other.
 """
 
 from __future__ import annotations
@@ -357,6 +362,16 @@ def _options(question: Mapping[str, Any]) -> list[Any]:
     return [o["value"] for o in question.get("settings", {}).get("options", [])]
 
 
+@dataclass(frozen=True)
+class DistributionChange:
+    """``--annotators-per-record`` changed on a dataset that already existed (applied with ``force``)."""
+
+    before: int
+    after: int
+    completed: int | None  # records completed under the old setting (None: the server did not say)
+    total: int | None
+
+
 @dataclass
 class DatasetHandle:
     """What a push needs to know about the dataset on the server."""
@@ -369,6 +384,20 @@ class DatasetHandle:
     fields: set[str]
     metadata: set[str]
     created: bool = False
+    distribution_change: DistributionChange | None = None
+    annotators_per_record: int | None = None  # the dataset's setting after this call (None: unknown)
+
+
+def dataset_progress(conn: Connection, dataset_id: str) -> tuple[int, int] | None:
+    """(completed, total) records of a dataset, or None when the server will not say."""
+    try:
+        resp = conn.http.get(f"/api/v1/datasets/{dataset_id}/progress")
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    body = resp.json()
+    return int(body.get("completed", 0)), int(body.get("total", 0))
 
 
 def ensure_dataset(
@@ -378,17 +407,22 @@ def ensure_dataset(
     workspace: str | None,
     *,
     blind: bool = False,
-    annotators_per_record: int = 1,
+    annotators_per_record: int | None = None,
     create: bool = True,
+    force: bool = False,
 ) -> DatasetHandle:
-    """Create the dataset for a spec, or check that the existing one asks the same question."""
+    """Create the dataset for a spec, or check that the existing one asks the same question.
+
+    ``annotators_per_record``: the submitted answers a record needs (Argilla's task distribution). A new
+    dataset gets it (default 1); an existing one keeps its own when it is None. Changing it on an existing
+    dataset recounts every record's progress, so it is refused unless ``force``."""
     ws = _workspace(conn, workspace)
     found = find_dataset(conn, name, ws)
     created = False
     if found is None:
         if not create:
             raise AnnotationError(f"no Argilla dataset {name!r} in workspace {ws!r}; push first")
-        settings = ds.build_settings(spec, conn.client, blind=blind, annotators_per_record=annotators_per_record)
+        settings = ds.build_settings(spec, conn.client, blind=blind, annotators_per_record=annotators_per_record or 1)
         try:
             rg.Dataset(name=name, settings=settings, workspace=ws, client=conn.client).create()
         except Exception as exc:
@@ -405,6 +439,8 @@ def ensure_dataset(
             f"Argilla dataset {name!r} has no question {ds.QUESTION!r}; it was not made by "
             "greval - choose another name with --dataset"
         )
+    change: DistributionChange | None = None
+    current = (found.get("distribution") or {}).get("min_submitted")
     if create:
         want = (
             spec.scale.names
@@ -417,13 +453,27 @@ def ensure_dataset(
                 f"Argilla dataset {name!r} asks for {have} but spec {spec.name!r} has {want}; "
                 "push to a new dataset with --dataset"
             )
-        dist = found.get("distribution") or {}
-        if not created and dist.get("min_submitted") not in (None, annotators_per_record):
+        if not created and annotators_per_record is not None and current not in (None, annotators_per_record):
+            progress = dataset_progress(conn, did)
+            done = f"; {progress[0]} of {progress[1]} records are completed" if progress else ""
+            if not force:
+                raise AnnotationError(
+                    f"Argilla dataset {name!r} needs {current} submitted answer(s) per record{done}; "
+                    f"--annotators-per-record {annotators_per_record} would change that and recount every "
+                    "record's progress: pass --force to apply it (or leave the flag out to keep "
+                    f"{current})"
+                )
             resp = conn.http.patch(
                 f"/api/v1/datasets/{did}",
                 json={"distribution": {"strategy": "overlap", "min_submitted": annotators_per_record}},
             )
-            _check(resp, f"change --annotators-per-record of {name!r} (it has responses already?)")
+            _check(resp, f"change --annotators-per-record of {name!r}")
+            change = DistributionChange(
+                before=int(current),
+                after=annotators_per_record,
+                completed=progress[0] if progress else None,
+                total=progress[1] if progress else None,
+            )
     comment = questions.get(ds.COMMENT)
     return DatasetHandle(
         id=did,
@@ -434,6 +484,8 @@ def ensure_dataset(
         fields=_names(conn, did, "fields"),
         metadata=_names(conn, did, "metadata-properties", me=True),
         created=created,
+        distribution_change=change,
+        annotators_per_record=change.after if change else (int(current) if current is not None else None),
     )
 
 
@@ -450,6 +502,7 @@ class PushResult:
     by_selection: dict[str, int]
     seconds: float
     created: bool
+    distribution_change: DistributionChange | None = None
 
 
 def _push_id(
@@ -536,29 +589,41 @@ def push(
     seed: int = 0,
     control_share: float = 0.2,
     blind: bool = False,
-    annotators_per_record: int = 1,
+    annotators_per_record: int | None = None,
+    force: bool = False,
     judge: str | None = None,
     batch_size: int = DEFAULT_BATCH,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> PushResult:
-    """Select verdicts of a spec, record the selection, upsert them into Argilla in batches."""
+    """Select verdicts of a spec, record the selection, upsert them into Argilla in batches.
+
+    ``annotators_per_record``: None keeps an existing dataset's setting (1 for a new one); a different
+    value on an existing dataset is refused unless ``force`` (see :func:`ensure_dataset`)."""
     t0 = time.perf_counter()
     ensure_tables(store)
     spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
     ds.check_scale(spec)
     cands = candidates(store, spec_key, jinfo.key)
     by_key = {(c.record_hash, c.item_id): c for c in cands}
+    picks = select([c.unit() for c in cands], strategy, n, seed, control_share)
+    name = dataset or spec.name
+    handle = ensure_dataset(
+        conn, spec, name, workspace, blind=blind, annotators_per_record=annotators_per_record, force=force
+    )
     params = {
         "n": n,
         "seed": seed,
         "control_share": control_share if strategy == "uncertain" else None,
         "blind": blind,
-        "annotators_per_record": annotators_per_record,
+        "annotators_per_record": handle.annotators_per_record or annotators_per_record or 1,
     }
-    picks = select([c.unit() for c in cands], strategy, n, seed, control_share)
-    name = dataset or spec.name
-    handle = ensure_dataset(conn, spec, name, workspace, blind=blind, annotators_per_record=annotators_per_record)
+    # Every id of each selected content (one Argilla record stands for all of them).
+    ids = store.record_ids({p.unit.record_hash for p in picks})
+
+    def ids_of(c: Candidate) -> tuple[str, ...]:
+        return tuple(ids.get(c.record_hash) or [c.record_id])
+
     push_id = _push_id(spec_key, jinfo.key, f"{conn.url}|{handle.workspace}|{name}", strategy, params, picks)
     now = time.time()
     with store._tx() as db:
@@ -594,7 +659,7 @@ def push(
                     spec.name,
                     p.unit.record_hash,
                     p.unit.item_id,
-                    by_key[p.unit.key].record_id,
+                    ids_of(by_key[p.unit.key])[0],
                     ds.argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
                     p.selection,
                     p.probability,
@@ -622,6 +687,7 @@ def push(
                 judge_model=jinfo.model,
                 selection=p.selection,
                 probability=p.probability,
+                record_ids=ids_of(c),
             )
             items.append(record_payload(spec, ref, handle, blind=blind))
         bulk_upsert(conn, handle.id, items, done, len(picks))
@@ -648,6 +714,7 @@ def push(
         by_selection=dict(Counter(p.selection for p in picks)),
         seconds=time.perf_counter() - t0,
         created=handle.created,
+        distribution_change=handle.distribution_change,
     )
 
 
@@ -664,6 +731,7 @@ class PullResult:
     changed: int
     by_annotator: dict[str, int] = field(default_factory=dict)
     unknown: int = 0
+    answers: int = 0  # responses read; ``stored`` counts rows, one per record id an answer stands for
 
 
 def _epoch(ts: str | None) -> float | None:
@@ -697,6 +765,13 @@ def iter_records(conn: Connection, dataset_id: str, include: str = "responses") 
         offset += len(page)
 
 
+def _meta_ids(value: Any) -> list[str]:
+    """The record ids in a record's ``record_id`` metadata (one id, or a list of them)."""
+    if isinstance(value, list):
+        return [str(v) for v in value if str(v)]
+    return [str(value)] if value is not None and str(value) else []
+
+
 def pull(
     store: Store,
     conn: Connection,
@@ -705,7 +780,11 @@ def pull(
     dataset: str | None = None,
     workspace: str | None = None,
 ) -> PullResult:
-    """Fetch every annotator's answers into ``human_labels`` (submitted, discarded and draft, with status)."""
+    """Fetch every annotator's answers into ``human_labels`` (submitted, discarded and draft, with status).
+
+    Rows are keyed by this dataset's name, and written once per record id that has the answered content
+    (every id the store knows for it; else the ids the record itself names). What other datasets of the
+    spec hold is neither compared with nor touched."""
     ensure_tables(store)
     _, spec = store.latest_spec(spec_name)
     name = dataset or spec.name
@@ -719,25 +798,33 @@ def pull(
         )
     }
     before = {
-        (r["record_hash"], r["item_id"], r["annotator"]): (r["label"], r["value"], r["comment"], r["status"])
+        (r["record_id"], r["record_hash"], r["item_id"], r["annotator"]): (
+            r["label"],
+            r["value"],
+            r["comment"],
+            r["status"],
+        )
         for r in store.query(
-            "SELECT record_hash, item_id, annotator, label, value, comment, status FROM human_labels WHERE spec_name=?",
-            (spec.name,),
+            "SELECT record_id, record_hash, item_id, annotator, label, value, comment, status FROM human_labels"
+            " WHERE spec_name=? AND dataset=?",
+            (spec.name, name),
         )
     }
     categorical = isinstance(spec.scale, CategoricalScale)
-    rows: list[dict[str, Any]] = []
+    answers: list[tuple[tuple[str, str, list[str]], dict[str, Any]]] = []
     counts: Counter[str] = Counter()
     per_user: Counter[str] = Counter()
     n_records = pending = unknown = 0
     for rec in iter_records(conn, handle.id, "responses"):
         n_records += 1
         meta = rec.get("metadata") or {}
+        unit: tuple[str, str, list[str]]
         if "record_hash" in meta:
             item = str(meta.get("item_id", "-"))
-            unit = (str(meta["record_hash"]), "" if item == "-" else item, str(meta.get("record_id", "")))
+            unit = (str(meta["record_hash"]), "" if item == "-" else item, _meta_ids(meta.get("record_id")))
         elif rec.get("external_id") in known:
-            unit = known[rec["external_id"]]
+            h, i, rid = known[rec["external_id"]]
+            unit = (h, i, _meta_ids(meta.get("record_id")) or [rid])
         else:
             unknown += 1
             continue
@@ -753,28 +840,39 @@ def pull(
             annotator = users.get(str(r["user_id"]), str(r["user_id"]))
             if status == "submitted":
                 per_user[annotator] += 1
-            rows.append(
-                {
-                    "spec_name": spec.name,
-                    "record_hash": unit[0],
-                    "item_id": unit[1],
-                    "annotator": annotator,
-                    "record_id": unit[2],
-                    "spec_hash": meta.get("spec_hash", spec.hash),
-                    "label": str(answer) if categorical and answer is not None else None,
-                    "value": float(answer) if not categorical and answer is not None else None,
-                    "comment": comment or None,
-                    "status": status,
-                    "source": "argilla",
-                    "answered_at": _epoch(r.get("updated_at")),
-                }
+            answers.append(
+                (
+                    unit,
+                    {
+                        "spec_name": spec.name,
+                        "dataset": name,
+                        "record_hash": unit[0],
+                        "item_id": unit[1],
+                        "annotator": annotator,
+                        "spec_hash": meta.get("spec_hash", spec.hash),
+                        "label": str(answer) if categorical and answer is not None else None,
+                        "value": float(answer) if not categorical and answer is not None else None,
+                        "comment": comment or None,
+                        "status": status,
+                        "source": "argilla",
+                        "answered_at": _epoch(r.get("updated_at")),
+                    },
+                )
             )
-    changed = sum(
-        1
-        for r in rows
-        if (k := (r["record_hash"], r["item_id"], r["annotator"])) in before
-        and before[k] != (r["label"], r["value"], r["comment"], r["status"])
-    )
+    store_ids = store.record_ids({u[0] for u, _ in answers})
+    rows: list[dict[str, Any]] = []
+    changed = 0
+    for (rhash, item_id, meta_ids), answer_row in answers:
+        ids = list(dict.fromkeys(store_ids.get(rhash) or meta_ids or [rhash[:16]]))
+        mine = [{**answer_row, "record_id": rid} for rid in ids]
+        rows += mine
+        # An answer changed when a row it had before differs now (counted once, however many ids it has).
+        if any(
+            (k := (r["record_id"], rhash, item_id, r["annotator"])) in before
+            and before[k] != (r["label"], r["value"], r["comment"], r["status"])
+            for r in mine
+        ):
+            changed += 1
     stored = store.put_human_labels(rows)
     return PullResult(
         dataset=name,
@@ -787,6 +885,7 @@ def pull(
         changed=changed,
         by_annotator=dict(per_user),
         unknown=unknown,
+        answers=len(answers),
     )
 
 
@@ -797,7 +896,7 @@ class ImportResult:
     stored: int
     annotators: dict[str, int]
     to_argilla: int = 0
-    dataset: str | None = None
+    dataset: str = "import"  # the human-label dataset the rows are stored under
 
 
 def read_table(path: Path) -> list[dict[str, Any]]:
@@ -834,19 +933,27 @@ def _cell(value: Any) -> str | None:
 
 
 def _resolve_records(store: Store, spec_key: str, ids: set[str]) -> dict[str, Record]:
-    """Record id -> the stored record version that has verdicts of this spec (else the newest version)."""
+    """Record id -> the stored record version that has verdicts of this spec (else the newest version).
+
+    Every (id, content) pair the store has seen counts (``record_ids``): an id whose content another id
+    shares resolves to itself, and an edited record has one version per content."""
     judged = {
         r["record_hash"] for r in store.query("SELECT DISTINCT record_hash FROM verdicts WHERE spec_key=?", (spec_key,))
     }
     out: dict[str, Record] = {}
-    rows = store.query("SELECT record_hash, record_id, data FROM records ORDER BY created_at, rowid")
-    for r in rows:
-        rid = r["record_id"]
-        if rid not in ids:
-            continue
-        prev = out.get(rid)
-        if prev is None or prev.hash not in judged or r["record_hash"] in judged:
-            out[rid] = Record(id=rid, hash=r["record_hash"], data=json.loads(r["data"]))
+    wanted = sorted(ids)
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        rows = store.query(
+            "SELECT i.record_id, i.record_hash, r.data FROM record_ids i JOIN records r USING (record_hash)"
+            f" WHERE i.record_id IN ({','.join('?' * len(chunk))}) ORDER BY i.created_at, i.rowid",
+            tuple(chunk),
+        )
+        for r in rows:
+            rid = r["record_id"]
+            prev = out.get(rid)
+            if prev is None or prev.hash not in judged or r["record_hash"] in judged:
+                out[rid] = Record(id=rid, hash=r["record_hash"], data=json.loads(r["data"]))
     return out
 
 
@@ -866,7 +973,10 @@ def import_labels(
     workspace: str | None = None,
 ) -> ImportResult:
     """Load human labels from a file into ``human_labels`` (source "import"), optionally into Argilla as
-    submitted responses of the named annotator users (created when missing)."""
+    submitted responses of the named annotator users (created when missing).
+
+    Each row is stored for the record id it names. Its dataset is ``import``, or the Argilla dataset the
+    answers also go to (``conn`` given), so a later pull of that dataset updates these rows."""
     if (annotator_col is None) == (annotator_name is None):
         raise AnnotationError("give exactly one of --annotator COL or --annotator-name NAME")
     spec_key, spec = store.latest_spec(spec_name)
@@ -885,6 +995,7 @@ def import_labels(
             raise AnnotationError(f"{flag} {col!r}: no such column in {path.name} (has: {_few(cols, 12)})")
     if spec.each and item_id_col is None:
         raise AnnotationError(f"spec {spec.name!r} labels each of the {spec.each}: give --item-id COL")
+    label_dataset = (dataset or spec.name) if conn is not None else "import"
     ids = {v for r in rows if (v := _cell(r[record_id_col])) is not None}
     recs = _resolve_records(store, spec_key, ids)
     missing_ids = [i for i in (_cell(r[record_id_col]) for r in rows) if i is None or i not in recs]
@@ -931,6 +1042,7 @@ def import_labels(
         out.append(
             {
                 "spec_name": spec.name,
+                "dataset": label_dataset,
                 "record_hash": rec.hash,
                 "item_id": item_id,
                 "annotator": annotator,
@@ -954,10 +1066,11 @@ def import_labels(
             f"{len(bad_labels)} label(s) not on the scale of {spec.name!r} ({allowed}): {_few(bad_labels)}"
         )
     stored = store.put_human_labels(out)
-    result = ImportResult(rows=len(rows), stored=stored, annotators=dict(Counter(r["annotator"] for r in out)))
+    result = ImportResult(
+        rows=len(rows), stored=stored, annotators=dict(Counter(r["annotator"] for r in out)), dataset=label_dataset
+    )
     if conn is not None:
-        result.to_argilla = _import_to_argilla(store, conn, spec_key, spec, out, recs, dataset, workspace)
-        result.dataset = dataset or spec.name
+        result.to_argilla = _import_to_argilla(store, conn, spec_key, spec, out, recs, label_dataset, workspace)
     return result
 
 
@@ -992,11 +1105,15 @@ def _import_to_argilla(
     spec: Spec,
     rows: Sequence[dict[str, Any]],
     recs: Mapping[str, Record],
-    dataset: str | None,
+    dataset: str,
     workspace: str | None,
 ) -> int:
-    """Upsert the labelled units with their judge verdict (when any) and the imported answers."""
-    handle = ensure_dataset(conn, spec, dataset or spec.name, workspace)
+    """Upsert the labelled units with their judge verdict (when any) and the imported answers.
+
+    A unit is one Argilla record for every id with its content (as a push makes it), holding one answer
+    per annotator: when a file gives one person two answers for ids sharing a content, the last row wins
+    in Argilla (the store keeps both)."""
+    handle = ensure_dataset(conn, spec, dataset, workspace)
     verdicts: dict[tuple[str, str], dict[str, Any]] = {}
     for v in store.query(
         "SELECT v.record_hash, v.item_id, v.label, v.value, v.confidence, v.reason, j.label AS judge,"
@@ -1011,8 +1128,10 @@ def _import_to_argilla(
     for r in rows:
         by_unit[(r["record_hash"], r["item_id"])].append(r)
     by_hash = {rec.hash: rec for rec in recs.values()}
+    all_ids = store.record_ids(by_hash)
     items = []
-    for (rhash, item_id), answers in by_unit.items():
+    for (rhash, item_id), rows_of_unit in by_unit.items():
+        answers = list({a["annotator"]: a for a in rows_of_unit}.values())
         v = verdicts.get((rhash, item_id), {})
         ident = json.loads(v.get("identity") or "{}")
         ref = ds.VerdictRef(
@@ -1025,6 +1144,7 @@ def _import_to_argilla(
             judge=v.get("judge") or "-",
             judge_model=str(ident.get("model", "-")),
             selection="import",
+            record_ids=tuple(all_ids.get(rhash) or [by_hash[rhash].id]),
         )
         responses = []
         for a in answers:
