@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import threading
 import warnings
 from collections.abc import Coroutine
@@ -48,9 +49,23 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     else:
         coro.close()
         raise RuntimeError("greval: inside a running event loop, await the async API (ajudge / arun) instead")
-    future = asyncio.run_coroutine_threadsafe(coro, _background_loop())
+    finished = threading.Event()
+
+    async def until_done() -> T:
+        try:
+            return await coro
+        finally:
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(until_done(), _background_loop())
     try:
         return future.result()
     except BaseException:
+        # Ctrl-C (or any error) in this thread: cancel the coroutine and wait for its own cleanup — a run
+        # records its status and summary in the store — before the caller closes what it uses. A second
+        # Ctrl-C stops the wait.
         future.cancel()
+        with contextlib.suppress(KeyboardInterrupt):
+            while not finished.wait(0.1):
+                pass
         raise

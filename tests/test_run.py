@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -184,6 +185,44 @@ def test_killed_process_resumes_with_only_missing_verdicts(llm: OpenAIServer, tm
     assert llm.stats()["total"] == 40 - done_before
     assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 40
     assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM records").fetchone()[0] == 40
+
+
+@pytest.mark.slow
+def test_ctrl_c_marks_the_run_interrupted_and_keeps_what_was_judged(llm: OpenAIServer, tmp_path: Path) -> None:
+    """A real SIGINT to `greval run`: exit 130, the run stored as 'interrupted' with its summary, no crash
+    (the store used to be closed under the loop thread still writing the run's last transaction)."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(40)))
+    llm.configure(latency=0.2)
+    env = {**os.environ, "OPENAI_API_KEY": TEST_KEY}
+    for attempt in range(3):
+        store = tmp_path / f"s{attempt}.sqlite"
+        cmd = [sys.executable, "-m", "greval", "run", str(data), "-s", "answer_alignment", "--store", str(store)]
+        cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "-c", "4", "--quiet"]
+        # A background job inherits SIGINT as ignored; a user's terminal delivers it.
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        deadline = time.time() + 60
+        stored = 0
+        while time.time() < deadline and stored < 4 + attempt:
+            time.sleep(0.1)
+            with contextlib.suppress(sqlite3.OperationalError):
+                stored = sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "interrupted" in err
+        with Store(store) as st:
+            [r] = st.runs()
+            kept = st.db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
+        assert r["status"] == "interrupted" and r["finished_at"] is not None
+        assert json.loads(r["summary"])["metrics"][0]["ok"] == kept >= stored
 
 
 def test_partly_judged_many_record_resumes_missing_items_only(llm: OpenAIServer, store_path: Path) -> None:
