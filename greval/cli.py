@@ -469,9 +469,7 @@ def print_summary(summary: Any) -> None:
         table.add_column(col, overflow="fold")
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
-        not_scored = ", ".join(
-            f"{n} {what}" for n, what in ((m.partial, "partial"), (m.failed, "failed"), (m.skipped, "skipped")) if n
-        )
+        not_scored = ", ".join(f"{getattr(m, k)} {what}" for k, what in _NOT_SCORED if getattr(m, k))
         items = f" ({m.items_ok}/{m.items} items)" if m.items is not None else ""
         table.add_row(
             m.spec,
@@ -521,6 +519,9 @@ def results_export(store: str, output: str, fmt: str | None, spec: str | None, l
     console.print(f"wrote {n} rows to {output}")
 
 
+_NOT_SCORED = (("partial", "partial"), ("failed", "failed"), ("skipped", "skipped"))
+
+
 @results.command("runs")
 @click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
 def results_runs(store: str) -> None:
@@ -531,19 +532,25 @@ def results_runs(store: str) -> None:
 
     with Store(store) as st:
         table = Table(title=f"runs in {store}")
-        for col in ("run", "started", "status", "dataset", "metrics", "calls", "failed"):
+        for col in ("run", "started", "status", "dataset", "records", "calls", "metric: not scored"):
             table.add_column(col)
         for r in st.runs():
             summ = json.loads(r["summary"] or "{}")
-            failed = sum(m.get("failed", 0) for m in summ.get("metrics", []))
+            # The run's stored summary: the same figures `greval run` printed (greval.results).
+            metrics = summ.get("metrics") or [{"spec": name} for name in json.loads(r["specs"] or "[]")]
+            not_scored = [
+                f"{m['spec']}: "
+                + (", ".join(f"{m[k]} {what}" for k, what in _NOT_SCORED if m.get(k)) or ("—" if "ok" in m else "?"))
+                for m in metrics
+            ]
             table.add_row(
                 r["run_id"],
                 _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])),
                 r["status"],
                 r["dataset"] or "",
-                ", ".join(json.loads(r["specs"] or "[]")),
+                str(summ.get("records", "")),
                 str(summ.get("calls", "")),
-                str(failed),
+                "\n".join(not_scored),
             )
         out.print(table)
 

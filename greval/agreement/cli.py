@@ -23,7 +23,7 @@ from greval.agreement.models import (
     ComparisonReport,
     Estimate,
 )
-from greval.agreement.report import render_html, render_markdown
+from greval.agreement.report import prevalence_notes, render_html, render_markdown
 from greval.agreement.tables import read_table, select, to_agreement_frame
 from greval.errors import UserError
 
@@ -105,8 +105,8 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
                 e = p.corrected[i]
                 pt.add_row(lab, _fmt(p.observed[i], d), _fmt(p.human[i], d), _fmt(e.value, d), _ci(e, d))
             console.print(pt)
-            if p.note or p.corrected[0].note:
-                console.print(f"  prevalence: {p.note or p.corrected[0].note}")
+            for note in prevalence_notes(p):  # the same notes the HTML and Markdown pages show
+                console.print(f"  prevalence: {note}")
     if report.value is not None:
         v = report.value
         t = Table(title="scores", title_justify="left")
