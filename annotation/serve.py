@@ -42,7 +42,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def configure_environment(data_dir: Path) -> None:
     """Point argilla-server at our SQLite file and engine; must run before any argilla_server import."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    # The database holds the owner's API key in plain text: the directory is the user's alone.
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
     env = {
         "ARGILLA_HOME_PATH": str(data_dir),
         "ARGILLA_DATABASE_URL": f"sqlite+aiosqlite:///{data_dir / 'argilla.db'}",
@@ -198,6 +200,9 @@ async def ensure_owner(creds: dict[str, str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
+    # Files this process creates (argilla.db and its journals, server_id.dat, credentials) are 0600.
+    # greval also starts us with this umask; set it here too for direct runs.
+    os.umask(0o077)
     args = parse_args(argv)
     data_dir: Path = args.data_dir.expanduser().resolve()
     configure_environment(data_dir)

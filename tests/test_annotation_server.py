@@ -6,7 +6,13 @@ One server per module (temporary data dir, free port). The first run creates the
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import signal
+import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -440,3 +446,95 @@ def test_server_log_has_no_errors_or_secrets(env: Env) -> None:
     log = (env.info.data_dir / server.LOG_FILE).read_text()
     assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
     assert env.info.api_key not in log and env.info.password not in log
+
+
+# --------------------------------------------------------------------------- concurrent `up`, private data dir
+
+
+def _greval(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "greval", "annotate", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _serve_pids(data: Path) -> set[int]:
+    """Live serve.py processes (not zombies) whose --data-dir is ``data``."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"serve.py") for a in argv) and os.fsencode(str(data)) in argv:
+            pids.add(int(proc.name))
+    return pids
+
+
+def _kill_all(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds server processes through /proc")
+def test_two_concurrent_ups_leave_one_server_that_down_stops(tmp_path: Path) -> None:
+    data = (tmp_path / "data").resolve()
+    port = server.free_port()
+    cmd = [sys.executable, "-m", "greval", "annotate", "up", "--port", str(port), "--data-dir", str(data)]
+    try:
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        # Only the first line of stdout (it names the pid): the rest shows the password and API key.
+        outputs = [(out.partition("\n")[0], err) for out, err in (p.communicate(timeout=400) for p in procs)]
+        codes = [p.returncode for p in procs]
+        assert codes == [0, 0], outputs
+        assert all("Traceback" not in out + err for out, err in outputs), outputs
+
+        alive = _serve_pids(data)
+        assert len(alive) == 1, (alive, outputs)
+        (pid,) = alive
+        # Both report the one server (the second waited for the first, then found it running).
+        assert all(f"(pid {pid})" in out for out, _ in outputs), outputs
+        st = server.status(data)
+        assert st.running and st.pid == pid and st.url == f"http://127.0.0.1:{port}"
+        status_out = _greval("status", "--data-dir", str(data))
+        assert status_out.returncode == 0 and status_out.stdout.startswith("running:"), status_out
+
+        down = _greval("down", "--data-dir", str(data))
+        assert down.returncode == 0 and "Argilla stopped." in down.stdout, down
+        deadline = time.monotonic() + 10
+        while _serve_pids(data) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _serve_pids(data)
+        assert server.port_free("127.0.0.1", port)
+        assert not server.status(data).running
+    finally:
+        _kill_all(_serve_pids(data))
+
+
+def test_data_dir_is_private_also_for_an_older_store(tmp_path: Path) -> None:
+    """The database holds the owner's API key in plain text: nothing in the data dir may be group/other readable."""
+    data = (tmp_path / "data").resolve()
+    # A store as older versions left it: 0755 directories, 0644 files.
+    (data / "old-sub").mkdir(parents=True)
+    for path in (data / server.LOG_FILE, data / "old-sub" / "file"):
+        path.write_text("old\n")
+        path.chmod(0o644)
+    for d in (data, data / "old-sub"):
+        d.chmod(0o755)
+    try:
+        result = CliRunner().invoke(annotate, ["up", "--port", str(server.free_port()), "--data-dir", str(data)])
+        assert result.exit_code == 0, result.output
+        assert (data / "argilla.db").exists()
+        leaky = []
+        for root, dirs, files in os.walk(data):
+            for name in [*dirs, *files, "."]:
+                path = Path(root) / name
+                mode = path.lstat().st_mode
+                if stat.S_IMODE(mode) & 0o077:
+                    leaky.append(f"{path.relative_to(data)} {stat.S_IMODE(mode):o}")
+        assert not leaky, leaky
+    finally:
+        server.stop(data)
+        _kill_all(_serve_pids(data))

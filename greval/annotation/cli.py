@@ -62,9 +62,8 @@ def setup_cmd(force: bool) -> None:
 @_user_errors
 def up_cmd(port: int, host: str, data_dir: Path | None) -> None:
     """Start the Argilla server in the background and print how to log in."""
-    before = server.status(data_dir)
     info = server.start(port=port, data=data_dir, host=host)
-    if before.running:
+    if info.reused:  # decided under start()'s lock: another `up` may have started it a moment ago
         click.echo(f"Argilla is already running (pid {info.pid}).")
     else:
         click.echo(f"Argilla is running (pid {info.pid}).")

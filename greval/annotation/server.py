@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ STATE_FILE = "server.json"
 PID_FILE = "server.pid"
 LOG_FILE = "server.log"
 CREDENTIALS_FILE = "credentials.json"
+LOCK_FILE = "server.lock"
 _MARKER = ".greval-requirements.sha256"
 
 
@@ -55,6 +57,7 @@ class ServerInfo:
     pid: int
     data_dir: Path
     workspace: str = "argilla"
+    reused: bool = False  # True if the server was already running (started by an earlier or concurrent `up`)
 
 
 @dataclass(frozen=True)
@@ -195,8 +198,8 @@ def _read_json(path: Path) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _pid_alive(pid: int) -> bool:
-    """True if ``pid`` is our serve.py process (guards against a reused pid after a crash)."""
+def _pid_alive(pid: int, data: Path | None = None) -> bool:
+    """True if ``pid`` is a serve.py process (of ``data`` if given): guards against a reused pid after a crash."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -211,15 +214,122 @@ def _pid_alive(pid: int) -> bool:
             return False
         if not text.strip():  # zombie
             return False
-        return "serve.py" in text
+        return "serve.py" in text and (data is None or _cwd_is(pid, data))
     return True
 
 
+def _cwd_is(pid: int, data: Path) -> bool:
+    """Whether ``pid`` runs in ``data`` (start() runs the server there); True if that cannot be told."""
+    try:
+        return os.path.samefile(f"/proc/{pid}/cwd", data)
+    except OSError:
+        return True
+
+
+def _recorded_pid(data: Path) -> int | None:
+    """The pid in the pid file, alive or not."""
+    try:
+        pid_text = (data / PID_FILE).read_text().strip()
+    except OSError:
+        return None
+    return int(pid_text) if pid_text.isdigit() else None
+
+
 def _running_pid(data: Path) -> int | None:
-    pid_text = (data / PID_FILE).read_text().strip() if (data / PID_FILE).exists() else ""
-    if pid_text.isdigit() and _pid_alive(int(pid_text)):
-        return int(pid_text)
-    return None
+    pid = _recorded_pid(data)
+    return pid if pid is not None and _pid_alive(pid, data) else None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` atomically to a file only the owner can read (readers never see half a pid file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _make_private(d: Path) -> None:
+    """Create ``d`` (0700) and take group/other access away from everything in it.
+
+    The database holds the owner's API key in plain text. Stores created by older greval versions
+    (0755 directories, 0644 files) are fixed on the next start.
+    """
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(d, 0o700)
+    except OSError as exc:
+        raise AnnotationServerError(f"cannot use {d} as the Argilla data directory: {exc.strerror or exc}") from None
+    for root, dirs, files in os.walk(d):  # does not descend into symlinked directories
+        for name, private in [*((n, 0o700) for n in dirs), *((n, 0o600) for n in files)]:
+            path = Path(root) / name
+            with contextlib.suppress(OSError):  # vanished meanwhile, or not ours
+                mode = path.lstat().st_mode
+                if stat.S_ISLNK(mode):
+                    continue
+                wanted = (stat.S_IMODE(mode) & 0o700) | private
+                if stat.S_IMODE(mode) != wanted:
+                    os.chmod(path, wanted)
+
+
+@contextlib.contextmanager
+def _data_lock(d: Path, wait: float | None, on_wait: Callable[[], None] | None = None) -> Iterator[bool]:
+    """Hold an exclusive lock on ``d``'s lock file; yields whether it was acquired.
+
+    ``wait`` is how long to try (None: until the holder lets go; it is released when its process
+    exits, however that happens). ``on_wait`` runs once if the lock is busy. The lock file itself is
+    never removed: removing it would let two processes hold "the" lock on different files. A no-op
+    where fcntl is missing (Windows).
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    try:
+        fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by the server process
+    except OSError as exc:
+        raise AnnotationServerError(f"cannot lock the Argilla data directory {d}: {exc.strerror or exc}") from None
+    try:
+        deadline = None if wait is None else time.monotonic() + wait
+        acquired = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                acquired = True
+                break
+            except BlockingIOError:
+                pass
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if on_wait is not None:
+                on_wait()
+                on_wait = None
+            time.sleep(0.1)
+        yield acquired
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _forget(d: Path, pid: int | None) -> None:
+    """Remove the pid and state files if they record ``pid`` (None: a pid that is no longer running).
+
+    Call with the data directory's lock held: a concurrent `up` writes its own files under it.
+    """
+    recorded = _recorded_pid(d)
+    state_pid = _read_json(d / STATE_FILE).get("pid")
+    for name, owner in ((PID_FILE, recorded), (STATE_FILE, state_pid if isinstance(state_pid, int) else None)):
+        if not (d / name).exists():
+            continue
+        mine = owner == pid if pid is not None else owner is None or not _pid_alive(owner, d)
+        if mine:
+            with contextlib.suppress(FileNotFoundError):
+                (d / name).unlink()
 
 
 def _url(host: str, port: int) -> str:
@@ -284,7 +394,7 @@ def status(data: Path | str | None = None) -> ServerStatus:
     return ServerStatus(running=pid is not None, url=url, pid=pid, data_dir=d)
 
 
-def _info(d: Path, url: str, pid: int) -> ServerInfo:
+def _info(d: Path, url: str, pid: int, *, reused: bool = False) -> ServerInfo:
     creds = read_credentials(d)
     return ServerInfo(
         url=url,
@@ -294,6 +404,7 @@ def _info(d: Path, url: str, pid: int) -> ServerInfo:
         pid=pid,
         data_dir=d,
         workspace=creds.get("workspace", "argilla"),
+        reused=reused,
     )
 
 
@@ -307,13 +418,48 @@ def start(
 ) -> ServerInfo:
     """Start the server in the background (venv created first if missing) and wait until it is healthy.
 
-    If a server already runs for ``data`` it is reused. Raises PortInUseError if the port is taken.
+    If a server already runs for ``data`` it is reused (``reused=True``); if it is still starting,
+    this waits for it. Concurrent calls for one data directory are serialized by a lock file in it:
+    the first starts the server, the others wait and then reuse it. Raises PortInUseError if the
+    port is taken. The data directory and everything in it is made private to the user (0700/0600).
     """
     d = _resolve_data_dir(data)
-    d.mkdir(parents=True, exist_ok=True)
-    current = status(d)
-    if current.running and current.url and current.pid and healthy(current.url):
-        return _info(d, current.url, current.pid)
+    _make_private(d)
+    say = on_line or (lambda s: print(s, file=sys.stderr, flush=True))
+
+    def waiting() -> None:
+        say(f"Another `greval annotate up` is starting the Argilla server for {d}; waiting for it ...")
+
+    with _data_lock(d, wait=None, on_wait=waiting):
+        current = status(d)
+        if current.running and current.pid:
+            reused = _await_existing(d, current, timeout)
+            if reused is not None:
+                return reused
+        return _spawn(d, port, host, timeout, on_line)
+
+
+def _await_existing(d: Path, current: ServerStatus, timeout: float) -> ServerInfo | None:
+    """Wait for an already running server to answer; None if it exited meanwhile (so start a new one)."""
+    assert current.pid is not None
+    deadline = time.monotonic() + timeout
+    while current.url is not None and time.monotonic() < deadline:
+        if healthy(current.url, timeout=1.0):
+            return _info(d, current.url, current.pid, reused=True)
+        if not _pid_alive(current.pid, d):
+            _forget(d, current.pid)
+            return None
+        time.sleep(0.25)
+    raise AnnotationServerError(
+        f"an Argilla server (pid {current.pid}) runs for {d} but does not answer"
+        + (f" at {current.url}" if current.url else "")
+        + "; stop it with `greval annotate down`"
+        + (f" --data-dir {d}" if d != default_data_dir() else "")
+    )
+
+
+def _spawn(d: Path, port: int, host: str, timeout: float, on_line: Callable[[str], None] | None) -> ServerInfo:
+    """Start serve.py and wait until it answers. The caller holds the data directory's lock."""
     if not port_free(host, port):
         raise PortInUseError(
             f"port {port} on {host} is already in use; choose another with --port or stop what is using it"
@@ -325,7 +471,8 @@ def start(
     # greval's own environment must not leak into the server's interpreter.
     for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
         env.pop(var, None)
-    with open(log, "ab") as log_fh:
+    log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(log_fd, "ab") as log_fh:
         proc = subprocess.Popen(
             [str(python), str(serve_script()), "--data-dir", str(d), "--host", host, "--port", str(port)],
             stdin=subprocess.DEVNULL,
@@ -334,13 +481,15 @@ def start(
             env=env,
             cwd=str(d),
             start_new_session=True,
+            # Everything the server creates (database, journals, server_id.dat) is private to the user.
+            umask=0o077 if os.name == "posix" else -1,
         )
-    (d / PID_FILE).write_text(f"{proc.pid}\n")
-    (d / STATE_FILE).write_text(json.dumps({"pid": proc.pid, "url": url, "host": host, "port": port}))
+    _write_private(d / STATE_FILE, json.dumps({"pid": proc.pid, "url": url, "host": host, "port": port}))
+    _write_private(d / PID_FILE, f"{proc.pid}\n")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            _cleanup_state(d)
+            _forget(d, proc.pid)
             raise AnnotationServerError(
                 f"the Argilla server exited during start (code {proc.returncode}); see {log}: {_log_tail(log, 3)}"
             )
@@ -348,14 +497,8 @@ def start(
             return _info(d, url, proc.pid)
         time.sleep(0.25)
     _terminate(proc.pid)
-    _cleanup_state(d)
+    _forget(d, proc.pid)
     raise AnnotationServerError(f"the Argilla server did not become healthy within {timeout:.0f}s; see {log}")
-
-
-def _cleanup_state(d: Path) -> None:
-    for name in (PID_FILE, STATE_FILE):
-        with contextlib.suppress(FileNotFoundError):
-            (d / name).unlink()
 
 
 def _terminate(pid: int, timeout: float = 20.0) -> None:
@@ -376,15 +519,23 @@ def _terminate(pid: int, timeout: float = 20.0) -> None:
 
 
 def stop(data: Path | str | None = None, timeout: float = 20.0) -> bool:
-    """Stop the server of this data directory; returns False if none was running."""
+    """Stop the server of this data directory; returns False if none was running.
+
+    Also stops a server that a concurrent `up` is still starting. The pid and state files are
+    removed only if they record the stopped server (or a dead one), and only under the data
+    directory's lock, so a concurrent `up` never loses the files of the server it started.
+    """
     d = _resolve_data_dir(data)
-    pid = _running_pid(d)
-    if pid is None:
-        _cleanup_state(d)
+    if not d.is_dir():
         return False
-    _terminate(pid, timeout)
-    _cleanup_state(d)
-    return True
+    pid = _running_pid(d)
+    if pid is not None:
+        _terminate(pid, timeout)
+    # A concurrent `up` holding the lock owns the state files (it removes them if its server dies).
+    with contextlib.suppress(AnnotationServerError), _data_lock(d, wait=5.0 if pid else 0.0) as locked:
+        if locked:
+            _forget(d, pid)
+    return pid is not None
 
 
 @contextlib.contextmanager
