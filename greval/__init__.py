@@ -7,14 +7,50 @@ The data's path through the package: spec (``greval.spec``) -> judge (``greval.j
 
 from __future__ import annotations
 
-from greval.data import Record, load_records
-from greval.evaluators import compile_suite
-from greval.judge import ItemVerdict, Judge, JudgeResult, compile
-from greval.models import JudgeConfig, make_chat_model
-from greval.results import export_results, load_results
-from greval.runner import RunOptions, RunSummary, arun, run
-from greval.spec import Spec, load_spec_file, parse_spec, resolve_specs
-from greval.store import Store
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from greval.data import Record, load_records
+    from greval.evaluators import compile_suite
+    from greval.judge import ItemVerdict, Judge, JudgeResult, compile
+    from greval.models import JudgeConfig, make_chat_model
+    from greval.results import export_results, load_results
+    from greval.runner import RunOptions, RunSummary, arun, run
+    from greval.spec import Spec, load_spec_file, parse_spec, resolve_specs
+    from greval.store import Store
+
+# Names are imported on first use (PEP 562): `import greval` and the `greval` command stay light, and a
+# Ctrl-C while a command starts is handled instead of landing in the middle of an import.
+_WHERE = {
+    "Record": "greval.data",
+    "load_records": "greval.data",
+    "compile_suite": "greval.evaluators",
+    "ItemVerdict": "greval.judge",
+    "Judge": "greval.judge",
+    "JudgeResult": "greval.judge",
+    "compile": "greval.judge",
+    "JudgeConfig": "greval.models",
+    "make_chat_model": "greval.models",
+    "export_results": "greval.results",
+    "load_results": "greval.results",
+    "RunOptions": "greval.runner",
+    "RunSummary": "greval.runner",
+    "arun": "greval.runner",
+    "run": "greval.runner",
+    "Spec": "greval.spec",
+    "load_spec_file": "greval.spec",
+    "parse_spec": "greval.spec",
+    "resolve_specs": "greval.spec",
+    "Store": "greval.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'greval' has no attribute {name!r}")
+
 
 __all__ = [
     "ItemVerdict",

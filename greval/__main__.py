@@ -1,5 +1,16 @@
-"""``python -m greval`` is the ``greval`` command."""
+"""``python -m greval`` and the ``greval`` command."""
 
-from greval.cli import main
+import sys
 
-main()
+
+def entry() -> None:
+    """Import the command line, then run it; a Ctrl-C while it loads ends quietly (exit 130)."""
+    try:
+        from greval.cli import main
+    except KeyboardInterrupt:
+        sys.exit(130)
+    main()
+
+
+if __name__ == "__main__":
+    entry()

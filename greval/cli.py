@@ -28,20 +28,36 @@ console = Console(stderr=True, soft_wrap=True)
 out = Console(soft_wrap=True)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: what runs stops cleanly and records that it was interrupted."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def interrupted_exit(exc: BaseException, message: str) -> None:
+    """One line, then the shell's code for the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    console.print(f"[yellow]interrupted:[/] {message}", highlight=False)
+    sys.exit(143 if isinstance(exc, Terminated) else 130)
+
+
 class GrevalGroup(click.Group):
-    """Turns user errors into one line and exit code 2."""
+    """Turns user errors into one line and exit code 2; Ctrl-C and SIGTERM into one line and 130 / 143."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return super().invoke(ctx)
         except UserError as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            console.print(
-                "[yellow]interrupted[/] — everything judged so far is stored; run the same command again to resume."
-            )
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            interrupted_exit(exc, "everything done so far is stored; run the same command again to resume")
 
 
 @click.group(cls=GrevalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -328,8 +344,19 @@ def run_cmd(
             + f"store {store}, {', '.join(work)}",
             highlight=False,
         )
-        with serve_judge(cfg, needed=todo > 0) as live, _progress(quiet) as hook:
-            summary = run_sync(arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook))
+        try:
+            with serve_judge(cfg, needed=todo > 0) as live, _progress(quiet) as hook:
+                summary = run_sync(arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook))
+        except KeyboardInterrupt as exc:
+            # The run recorded itself as interrupted, with its summary, before run_sync returned.
+            last = st.query("SELECT summary FROM runs WHERE pid=? ORDER BY started_at DESC LIMIT 1", (os.getpid(),))
+            metrics = json.loads(last[0]["summary"] or "{}").get("metrics", []) if last else []
+            kept = sum(m.get("verdicts", 0) for m in metrics)
+            made = sum(m.get("judged", 0) for m in metrics)
+            interrupted_exit(
+                exc,
+                f"{kept} verdict(s) stored ({made} judgement(s) made by this run); re-run the same command to resume",
+            )
     print_summary(summary)
     if summary.empty_metrics:
         names = ", ".join(m.spec for m in summary.empty_metrics)

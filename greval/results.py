@@ -87,7 +87,10 @@ def item_rows(
     where: list[str] = []
     params: list[Any] = []
     if run_id is not None:
-        ids = "JOIN run_members i ON i.record_hash = v.record_hash AND i.run_id = ?"
+        ids = (
+            "JOIN snapshot_members i ON i.record_hash = v.record_hash"
+            " AND i.snapshot = (SELECT snapshot FROM runs WHERE run_id = ?)"
+        )
         params.append(run_id)
     else:
         ids = "LEFT JOIN record_ids i ON i.record_hash = v.record_hash"

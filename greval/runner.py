@@ -26,6 +26,9 @@ from greval.results import MetricFigures, figures
 from greval.spec import BaseSpec, dependency_levels, order_specs
 from greval.store import Store, spec_keys
 
+#: How often a run waiting for a judgement another run holds looks again (seconds).
+CLAIM_POLL_S = 0.2
+
 
 class RunOptions(BaseModel):
     """How to run (none of it changes a verdict's identity)."""
@@ -123,8 +126,9 @@ async def arun(
         raise
     finally:
         # Every run ends with a status and a summary, however it ended (no run stays 'running'). Records
-        # judged were stored with their first verdict; the rest — judged earlier, or not reached — now.
-        store.put_records(records, run_id)
+        # judged were stored with their first verdict; the dataset's snapshot (every id) goes in now.
+        store.release_claims()
+        store.link_run(run_id, records)
         metrics = _summarise(store, run_id, specs, keys, cfgs, summaries)
         summary = RunSummary(
             run_id=run_id,
@@ -160,7 +164,7 @@ async def _judge_all(
 
     # What is missing, decided up front: the progress bar's total is the real amount of work. Verdicts are
     # keyed by content, so records that share their content with an earlier one (other id, same fields) are
-    # judged once: the duplicates are reused, and listed under their own ids (run_members) all the same.
+    # judged once: the duplicates are reused, and listed under their own ids (the run's snapshot) all the same.
     unique = unique_contents(records)
     pending = {s.name: store.pending(keys[s.name], cfgs[s.name].key, unique, s.each, opts.retry_errors) for s in specs}
     todo = [(rec, {s.name: pending[s.name][i] for s in specs}) for i, rec in enumerate(unique)]
@@ -195,6 +199,22 @@ async def _judge_all(
             if stored is not None:
                 results[spec.name] = stored
             return
+        if spec.needs_model:
+            # Another run on this store may have judged it since this run started, or be judging it now:
+            # take the judgement's claim (waiting while a live run holds it), then ask the store again.
+            key, jkey = keys[spec.name], scfg.key
+            while not store.claim(key, jkey, rec.hash):
+                await asyncio.sleep(CLAIM_POLL_S)
+            pending = store.pending(key, jkey, [rec], spec.each, opts.retry_errors)[0]
+            if pending is None:
+                stored = store.result(key, jkey, rec)
+                if stored is not None:
+                    results[spec.name] = stored
+                summaries[spec.name].reused += 1
+                done += 1
+                if progress:
+                    progress(done, total, errors)
+                return
         deps = {d: results[d] for d in spec.depends_on if d in results}
         only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
         res = await judges[spec.name].ajudge(rec, deps, only)

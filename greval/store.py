@@ -6,7 +6,8 @@ finished job therefore makes no model call, a killed job resumes with exactly th
 edited spec (or record) is re-judged alone.
 
 The verdict cache is keyed by content, but a dataset's identity is its record ids: ``record_ids`` keeps every
-(record id, content hash) pair the store has seen, and ``run_members`` every id a run was given. Two records
+(record id, content hash) pair the store has seen, and a run points at the **snapshot** of the dataset it was
+given (``snapshot_members``: its ids and contents, stored once however often the same dataset is re-run). Two records
 with the same content and different ids cost one call and are both listed, counted and weighted, by every
 reader (``greval.results``). Human labels pulled from Argilla (or imported) live beside the verdicts, keyed by
 (spec name, dataset, record id, record hash, item id, annotator): two Argilla datasets of one spec (a blind
@@ -15,7 +16,10 @@ copy, a copy with suggestions) never overwrite each other.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -45,13 +49,19 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE INDEX IF NOT EXISTS records_by_id ON records(record_id);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
-    dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT);
+    dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT, snapshot TEXT, pid INTEGER, host TEXT);
 CREATE TABLE IF NOT EXISTS record_ids (
     record_id TEXT NOT NULL, record_hash TEXT NOT NULL, created_at REAL NOT NULL,
     PRIMARY KEY (record_id, record_hash));
 CREATE INDEX IF NOT EXISTS record_ids_by_hash ON record_ids(record_hash);
-CREATE TABLE IF NOT EXISTS run_members (
-    run_id TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_id));
+CREATE TABLE IF NOT EXISTS snapshots (snapshot TEXT PRIMARY KEY, records INTEGER NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshot_members (
+    snapshot TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
+    PRIMARY KEY (snapshot, record_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS claims (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, owner TEXT NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (spec_key, judge_key, record_hash));
 CREATE TABLE IF NOT EXISTS verdicts (
     spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
     spec_name TEXT NOT NULL, spec_hash TEXT NOT NULL, record_id TEXT NOT NULL,
@@ -79,11 +89,32 @@ _MIGRATE_1_2 = """
 INSERT OR IGNORE INTO record_ids SELECT record_id, record_hash, created_at FROM records;
 INSERT OR IGNORE INTO record_ids SELECT DISTINCT record_id, record_hash, MIN(created_at) FROM verdicts
     GROUP BY record_id, record_hash;
-INSERT OR IGNORE INTO run_members
-    SELECT rr.run_id, r.record_id, rr.record_hash FROM run_records rr JOIN records r USING (record_hash);
-DROP TABLE run_records;
+ALTER TABLE runs ADD COLUMN snapshot TEXT;
+ALTER TABLE runs ADD COLUMN pid INTEGER;
+ALTER TABLE runs ADD COLUMN host TEXT;
 ALTER TABLE human_labels RENAME TO human_labels_v1;
 """
+
+#: How long a claim on a judgement holds when its owner cannot be checked (another host); an owner on this
+#: host that is gone (killed) frees its claims at once.
+CLAIM_LEASE_S = 600.0
+_HOST = socket.gethostname()
+
+
+def snapshot_key(records: Sequence[Record]) -> str:
+    """A dataset's identity: its (record id, content hash) pairs, in any order."""
+    pairs = sorted(f"{r.id}\x1f{r.hash}" for r in records)
+    return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:24]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
@@ -94,8 +125,6 @@ def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
     keys: dict[str, str] = {}
     for s in order_specs(specs):
         if s.depends_on:
-            import hashlib
-
             blob = s.hash + "|" + "|".join(f"{d}={keys[d]}" for d in sorted(s.depends_on))
             keys[s.name] = hashlib.sha256(blob.encode()).hexdigest()[:12]
         else:
@@ -109,8 +138,9 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        # (run id, record id, record hash) this connection has stored: a record is written once per run.
-        self._stored: set[tuple[str, str, str]] = set()
+        # (record id, record hash) pairs this connection has stored: each is written once.
+        self._stored: set[tuple[str, str]] = set()
+        self.owner = uuid.uuid4().hex[:12]  # this connection, as the holder of claims
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -130,6 +160,18 @@ class Store:
             raise UserError(f"{self.path}: written by a newer greval (schema {row[0]}); upgrade greval")
         elif int(row[0]) < SCHEMA_VERSION:
             self._migrate(int(row[0]))
+        self._reap_runs()
+
+    def _reap_runs(self) -> None:
+        """Runs left 'running' by a process of this host that is gone (killed, crashed) are 'interrupted'."""
+        rows = self.db.execute("SELECT run_id, pid FROM runs WHERE status='running' AND host=?", (_HOST,)).fetchall()
+        gone = [run_id for run_id, pid in rows if pid is not None and not _alive(int(pid))]
+        if gone:
+            with self._tx() as db:
+                db.executemany(
+                    "UPDATE runs SET status='interrupted', finished_at=COALESCE(finished_at, ?) WHERE run_id=?",
+                    [(time.time(), r) for r in gone],
+                )
 
     def _migrate(self, version: int) -> None:
         """Bring an older store up to this schema in one transaction (nothing it holds is dropped)."""
@@ -138,6 +180,16 @@ class Store:
                 for stmt in _MIGRATE_1_2.split(";"):
                     if stmt.strip():
                         db.execute(stmt)
+                # Each schema-1 run's records (by content) become the snapshot of its dataset.
+                members: dict[str, list[Record]] = {}
+                for run_id, rid, rhash in db.execute(
+                    "SELECT rr.run_id, r.record_id, rr.record_hash"
+                    " FROM run_records rr JOIN records r USING (record_hash)"
+                ):
+                    members.setdefault(run_id, []).append(Record(id=rid, hash=rhash, data={}))
+                for run_id, recs in members.items():
+                    db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (self._put_snapshot(db, recs), run_id))
+                db.execute("DROP TABLE run_records")
                 for stmt in _DDL.split(";"):
                     if "human_labels" in stmt:
                         db.execute(stmt)
@@ -203,18 +255,18 @@ class Store:
                 (cfg.key, cfg.label, json.dumps(cfg.identity, sort_keys=True), time.time()),
             )
 
-    def put_records(self, records: Iterable[Record], run_id: str | None = None) -> None:
-        """Store records (content-addressed, so a record is never stored twice) and link them to a run.
-        Records this connection already stored for the run are skipped without serialising them."""
-        todo = [r for r in records if (run_id or "", r.id, r.hash) not in self._stored]
+    def put_records(self, records: Iterable[Record]) -> None:
+        """Store records (content once per hash, every (id, hash) pair). Records this connection already
+        stored are skipped without serialising them."""
+        todo = [r for r in records if (r.id, r.hash) not in self._stored]
         if not todo:
             return
         with self._tx() as db:
-            self._insert_records(db, todo, run_id)
-        self._stored.update((run_id or "", r.id, r.hash) for r in todo)
+            self._insert_records(db, todo)
+        self._stored.update((r.id, r.hash) for r in todo)
 
-    def _insert_records(self, db: sqlite3.Connection, records: Sequence[Record], run_id: str | None) -> None:
-        """Content once per hash; every (id, hash) pair; the run's ids. Every id is kept, whatever its content."""
+    def _insert_records(self, db: sqlite3.Connection, records: Sequence[Record]) -> None:
+        """Content once per hash; every (id, hash) pair. Every id is kept, whatever its content."""
         now = time.time()
         fresh = {r.hash: r for r in records}
         db.executemany(
@@ -222,10 +274,26 @@ class Store:
             [(h, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for h, r in fresh.items()],
         )
         db.executemany("INSERT OR IGNORE INTO record_ids VALUES (?,?,?)", [(r.id, r.hash, now) for r in records])
-        if run_id:
-            db.executemany(
-                "INSERT OR REPLACE INTO run_members VALUES (?,?,?)", [(run_id, r.id, r.hash) for r in records]
-            )
+
+    def link_run(self, run_id: str, records: Sequence[Record]) -> None:
+        """Record which dataset a run was given: its snapshot (ids and contents). A dataset run again — the
+        same ids with the same contents — adds nothing but the run's pointer to it; so does a finished job
+        re-run without a call."""
+        key = snapshot_key(records)
+        with self._lock:
+            known = self.db.execute("SELECT 1 FROM snapshots WHERE snapshot=?", (key,)).fetchone() is not None
+        if not known:
+            self.put_records(records)
+        with self._tx() as db:
+            if not known:
+                self._put_snapshot(db, records, key)
+            db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (key, run_id))
+
+    def _put_snapshot(self, db: sqlite3.Connection, records: Sequence[Record], key: str | None = None) -> str:
+        key = key or snapshot_key(records)
+        db.executemany("INSERT OR IGNORE INTO snapshot_members VALUES (?,?,?)", [(key, r.id, r.hash) for r in records])
+        db.execute("INSERT OR IGNORE INTO snapshots VALUES (?,?,?)", (key, len(records), time.time()))
+        return key
 
     def any_spec(self, spec_key: str) -> BaseSpec:
         """A stored spec of any kind."""
@@ -282,8 +350,8 @@ class Store:
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         with self._tx() as db:
             db.execute(
-                "INSERT INTO runs (run_id, started_at, status, dataset, judge_key, specs, options)"
-                " VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO runs (run_id, started_at, status, dataset, judge_key, specs, options, pid, host)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
                 (
                     run_id,
                     time.time(),
@@ -292,6 +360,8 @@ class Store:
                     judge_key,
                     json.dumps(list(specs)),
                     json.dumps(options),
+                    os.getpid(),
+                    _HOST,
                 ),
             )
         return run_id
@@ -304,7 +374,7 @@ class Store:
             )
 
     def runs(self) -> list[dict[str, Any]]:
-        cols = ("run_id", "started_at", "finished_at", "status", "dataset", "judge_key", "specs", "summary")
+        cols = ("run_id", "started_at", "finished_at", "status", "dataset", "judge_key", "specs", "summary", "pid")
         cur = self.db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY started_at")
         return [dict(zip(cols, r, strict=True)) for r in cur]
 
@@ -369,6 +439,29 @@ class Store:
                 f"{sql} AND record_hash IN ({','.join('?' * len(chunk))})", (*params, *chunk)
             ).fetchall()
 
+    def claim(self, spec_key: str, judge_key: str, record_hash: str) -> bool:
+        """Take the claim on one judgement before calling the model for it: False while another live owner
+        (a concurrent run on this store) holds it. Two processes on overlapping data then pay once."""
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT host, pid, owner, expires_at FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=?",
+                (spec_key, judge_key, record_hash),
+            ).fetchone()
+            held = row is not None and row[2] != self.owner and row[3] > now
+            if held and (row[0] != _HOST or _alive(int(row[1]))):
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO claims VALUES (?,?,?,?,?,?,?)",
+                (spec_key, judge_key, record_hash, _HOST, os.getpid(), self.owner, now + CLAIM_LEASE_S),
+            )
+        return True
+
+    def release_claims(self) -> None:
+        """Drop every claim this connection holds (a run's end, however it ended)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM claims WHERE owner=?", (self.owner,))
+
     def put_result(
         self,
         run_id: str | None,
@@ -388,12 +481,12 @@ class Store:
         status = "ok" if result.ok else ("skipped" if skipped else "error")
         calls = [c.model_dump() for c in result.calls]
         raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
-        new_record = (run_id or "", record.id, record.hash) not in self._stored
+        new_record = (record.id, record.hash) not in self._stored
         with self._tx() as db:
             if new_record:
                 # The record goes in with its first verdict, in the same transaction: a run needs no
                 # up-front pass over the dataset before its first call, and no verdict lacks its record.
-                self._insert_records(db, [record], run_id)
+                self._insert_records(db, [record])
             prev = (
                 db.execute(
                     "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
@@ -438,6 +531,10 @@ class Store:
                     now,
                     now,
                 ),
+            )
+            db.execute(
+                "DELETE FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=? AND owner=?",
+                (spec_key, cfg.key, record.hash, self.owner),
             )
             verdicts = result.verdicts
             # Item verdicts supersede an earlier record-level error row (item id '').
@@ -490,7 +587,7 @@ class Store:
                 ],
             )
         if new_record:
-            self._stored.add((run_id or "", record.id, record.hash))
+            self._stored.add((record.id, record.hash))
 
     def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
         """A stored judgement (to feed metrics that depend on it when a run resumes)."""

@@ -73,8 +73,9 @@ def test_rerun_makes_zero_calls_and_edit_rejudges_only_that_spec(llm: OpenAIServ
             (m.verdicts, m.distribution, m.mean_score) for m in first.metrics
         ]
         assert [m.verdicts for m in first.metrics] == [6, 18] and sum(first.metrics[1].distribution.values()) == 18
-        linked = st.db.execute("SELECT COUNT(*) FROM run_members WHERE run_id=?", (again.run_id,)).fetchone()[0]
-        assert linked == 6
+        # Both runs point at one snapshot of the dataset: a re-run adds no membership rows.
+        snaps = st.db.execute("SELECT DISTINCT snapshot FROM runs").fetchall()
+        assert len(snaps) == 1 and st.db.execute("SELECT COUNT(*) FROM snapshot_members").fetchone()[0] == 6
         edited = specs[0].model_copy(update={"steps": [*specs[0].steps, "Be strict."]})
         run([edited, specs[1]], recs, st, cfg(llm), options=FAST)
         assert llm.stats()["total"] == 6
@@ -187,42 +188,93 @@ def test_killed_process_resumes_with_only_missing_verdicts(llm: OpenAIServer, tm
     assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM records").fetchone()[0] == 40
 
 
-@pytest.mark.slow
-def test_ctrl_c_marks_the_run_interrupted_and_keeps_what_was_judged(llm: OpenAIServer, tmp_path: Path) -> None:
-    """A real SIGINT to `greval run`: exit 130, the run stored as 'interrupted' with its summary, no crash
-    (the store used to be closed under the loop thread still writing the run's last transaction)."""
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(40)))
-    llm.configure(latency=0.2)
-    env = {**os.environ, "OPENAI_API_KEY": TEST_KEY}
-    for attempt in range(3):
-        store = tmp_path / f"s{attempt}.sqlite"
-        cmd = [sys.executable, "-m", "greval", "run", str(data), "-s", "answer_alignment", "--store", str(store)]
-        cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "-c", "4", "--quiet"]
+def _start_run(data: Path, store: Path, llm: OpenAIServer, *extra: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "greval", "run", str(data), "-s", "answer_alignment", "--store", str(store)]
+    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "-c", "4", "--quiet", *extra]
+    return subprocess.Popen(
+        cmd,
+        env={**os.environ, "OPENAI_API_KEY": TEST_KEY},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         # A background job inherits SIGINT as ignored; a user's terminal delivers it.
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        deadline = time.time() + 60
-        stored = 0
-        while time.time() < deadline and stored < 4 + attempt:
-            time.sleep(0.1)
-            with contextlib.suppress(sqlite3.OperationalError):
-                stored = sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 130, err
-        assert "Traceback" not in err and "interrupted" in err
-        with Store(store) as st:
-            [r] = st.runs()
-            kept = st.db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
-        assert r["status"] == "interrupted" and r["finished_at"] is not None
-        assert json.loads(r["summary"])["metrics"][0]["ok"] == kept >= stored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _wait_for_verdicts(store: Path, n: int, timeout: float = 60) -> int:
+    deadline = time.time() + timeout
+    stored = 0
+    while time.time() < deadline and stored < n:
+        time.sleep(0.05)
+        with contextlib.suppress(sqlite3.Error):
+            stored = sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
+    return int(stored)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_mark_the_run_interrupted_and_keep_what_was_judged(
+    llm: OpenAIServer, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A real SIGINT (20 times) or SIGTERM to `greval run`: exit 130 / 143 with one line, the run stored as
+    'interrupted' with its summary, no crash (the store used to be closed under the loop thread still
+    writing the run's last transaction: 'Cannot operate on a closed database', or a segfault)."""
+    data = tmp_path / "data.jsonl"  # long enough (~15 s a run) that every signal lands mid-run
+    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(200)))
+    llm.configure(latency=0.3)
+    tries = 20 if sig == signal.SIGINT else 4
+    for batch in range(0, tries, 4):  # four at a time: the same signal, at different moments of a run
+        stores = [tmp_path / f"s{sig}-{batch + k}.sqlite" for k in range(4)]
+        procs = [_start_run(data, store, llm) for store in stores]
+        for k, (store, proc) in enumerate(zip(stores, procs, strict=True)):
+            stored = _wait_for_verdicts(store, 2 + k + batch // 4)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
+            assert "Traceback" not in err
+            lines = [line for line in err.splitlines() if line.startswith("interrupted:")]
+            assert len(lines) == 1 and "re-run the same command to resume" in lines[0], err
+            with Store(store) as st:
+                [r] = st.runs()
+                kept = st.db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
+            assert r["status"] == "interrupted" and r["finished_at"] is not None
+            assert json.loads(r["summary"])["metrics"][0]["ok"] == kept >= stored
+            assert f"{kept} verdict(s) stored" in lines[0]
+
+
+def test_a_killed_run_is_marked_interrupted_when_the_store_is_next_opened(llm: OpenAIServer, tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(20)))
+    llm.configure(latency=0.2)
+    store = tmp_path / "s.sqlite"
+    proc = _start_run(data, store, llm)
+    _wait_for_verdicts(store, 2)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert sqlite3.connect(store).execute("SELECT status FROM runs").fetchone()[0] == "running"
+    listing = CliRunner().invoke(main, ["results", "runs", "--store", str(store)], env={"COLUMNS": "200"})
+    assert "interrupted" in listing.output and "running" not in listing.output
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_store_pay_once_for_what_they_share(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Two processes on overlapping records: each judgement is claimed before its call, and the other
+    process waits for it and reuses it (it used to pay again for what the other had just stored)."""
+    recs = rag_records(40)
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in recs[:30]))
+    second.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in recs[10:]))
+    llm.configure(latency=0.1)
+    store = tmp_path / "s.sqlite"
+    procs = [_start_run(first, store, llm), _start_run(second, store, llm)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert llm.stats()["total"] == 40  # one call per judgement: none paid twice
+    with Store(store) as st:
+        assert st.db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 40
+        assert st.db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
 
 
 def test_partly_judged_many_record_resumes_missing_items_only(llm: OpenAIServer, store_path: Path) -> None:
@@ -682,8 +734,10 @@ def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: Ope
     db.executescript(
         """
         CREATE TABLE run_records (run_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_hash));
-        INSERT INTO run_records SELECT run_id, record_hash FROM run_members;
-        DROP TABLE run_members; DROP TABLE record_ids; DROP TABLE human_labels;
+        INSERT INTO run_records SELECT r.run_id, m.record_hash FROM runs r JOIN snapshot_members m USING (snapshot);
+        DROP TABLE snapshot_members; DROP TABLE snapshots; DROP TABLE claims; DROP TABLE record_ids;
+        DROP TABLE human_labels;
+        ALTER TABLE runs DROP COLUMN snapshot; ALTER TABLE runs DROP COLUMN pid; ALTER TABLE runs DROP COLUMN host;
         CREATE TABLE human_labels (
             spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
             record_id TEXT NOT NULL, spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
@@ -707,7 +761,10 @@ def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: Ope
         version = st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
         assert version == "2"
         assert sorted(r.id for r in st.records()) == ["r0", "r1", "r2"]
-        members = st.db.execute("SELECT record_id FROM run_members WHERE run_id=?", (summary.run_id,)).fetchall()
+        members = st.db.execute(
+            "SELECT m.record_id FROM runs r JOIN snapshot_members m USING (snapshot) WHERE r.run_id=?",
+            (summary.run_id,),
+        ).fetchall()
         assert sorted(m[0] for m in members) == ["r0", "r1", "r2"]
         labels = st.query("SELECT record_id, dataset FROM human_labels ORDER BY record_id")
         assert [(r["record_id"], r["dataset"]) for r in labels] == [
