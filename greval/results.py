@@ -62,11 +62,19 @@ _ITEM_COLS = (
 )
 
 
-def _item_sql(ids: str) -> str:
-    """Verdicts joined with their record ids (``ids``: the id table to join, with its own filter)."""
+#: What figures need of an item row (reading only these keeps a 100k-record summary fast and small).
+_FIGURE_COLS = _ITEM_COLS[:15]
+
+
+def _item_sql(ids: str, full: bool) -> str:
+    """Verdicts joined with their record ids (``ids``: the id table to join, with its own filter); ``full``
+    adds the judgement's outputs, tokens and timings."""
+    cols = """v.spec_name, v.spec_hash, v.spec_key, j.label, v.judge_key, COALESCE(i.record_id, v.record_id),
+       v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error"""
+    if not full:
+        return f"SELECT {cols} FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key {ids}"
     return f"""
-SELECT v.spec_name, v.spec_hash, v.spec_key, j.label, v.judge_key, COALESCE(i.record_id, v.record_id),
-       v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error,
+SELECT {cols},
        g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at
 FROM verdicts v
 JOIN judges j ON j.judge_key = v.judge_key
@@ -82,8 +90,10 @@ def item_rows(
     run_id: str | None = None,
     spec_key: str | None = None,
     judge_key: str | None = None,
+    full: bool = True,
 ) -> list[dict[str, Any]]:
-    """One row per verdict and record id. ``run_id``: only the records (ids) that run was given."""
+    """One row per verdict and record id. ``run_id``: only the records (ids) that run was given. Without
+    ``full``, only the columns figures read (no outputs, tokens or timings)."""
     where: list[str] = []
     params: list[Any] = []
     if run_id is not None:
@@ -98,10 +108,12 @@ def item_rows(
         if val is not None:
             where.append(f"{col} = ?")
             params.append(val)
-    sql = _item_sql(ids) + (" WHERE " + " AND ".join(where) if where else "")
+    sql = _item_sql(ids, full) + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY v.spec_name, v.created_at, v.rowid, 6"
     with store._lock:
         rows = store.db.execute(sql, params).fetchall()
+    if not full:
+        return [dict(zip(_FIGURE_COLS, r, strict=True)) for r in rows]
     out = []
     for r in rows:
         row = dict(zip(_ITEM_COLS, r, strict=True))
@@ -166,9 +178,9 @@ def record_rows(items: Sequence[Mapping[str, Any]], specs: Mapping[str, BaseSpec
             "status": _status(grp),
             "items": len(item_grp) if sp.each else None,
             "items_ok": sum(1 for r in item_grp if r["status"] == "ok") if sp.each else None,
-            "outputs": first["outputs"],
-            "tokens_in": first["tokens_in"],
-            "tokens_out": first["tokens_out"],
+            "outputs": first.get("outputs"),
+            "tokens_in": first.get("tokens_in"),
+            "tokens_out": first.get("tokens_out"),
         }
         if many:
             assert isinstance(sp, Spec)
@@ -318,7 +330,7 @@ def figures(
     judge_key: str | None = None,
 ) -> list[MetricFigures]:
     """Figures for every metric (version, judge) in a store, or of one run's records (``run_id``)."""
-    items = item_rows(store, spec, run_id=run_id, spec_key=spec_key, judge_key=judge_key)
+    items = item_rows(store, spec, run_id=run_id, spec_key=spec_key, judge_key=judge_key, full=False)
     specs = {key: store.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
     return figures_from_rows(items, specs)
 

@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS snapshots (snapshot TEXT PRIMARY KEY, records INTEGER
 CREATE TABLE IF NOT EXISTS snapshot_members (
     snapshot TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
     PRIMARY KEY (snapshot, record_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS snapshot_members_by_hash ON snapshot_members(snapshot, record_hash);
 CREATE TABLE IF NOT EXISTS claims (
     spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
     host TEXT NOT NULL, pid INTEGER NOT NULL, owner TEXT NOT NULL, expires_at REAL NOT NULL,
