@@ -353,13 +353,17 @@ def _compile_check(spec: Spec) -> None:
 
 def lint_text(text: str, file: str = "<spec>") -> list[Finding]:
     """Lint the text of a spec file (one spec, a list, or ``specs: [...]``)."""
+    from greval.spec import _mark, _Refused, _yaml
+
     try:
-        data = yaml.safe_load(text)
+        data = _yaml(text)  # the spec loader: duplicate keys, alias bombs and deep nesting are refused here too
+    except _Refused as exc:
+        return [Finding(file, _mark(exc), "yaml-refused", "error", str(exc.problem))]
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return [Finding(file, at, "yaml-syntax", "error", f"YAML syntax error: {problem}")]
+        return [Finding(file, _mark(exc), "yaml-syntax", "error", f"YAML syntax error: {problem}")]
+    except (RecursionError, ValueError, TypeError, AttributeError, OverflowError) as exc:
+        return [Finding(file, "", "yaml-syntax", "error", f"cannot load the YAML: {exc}")]
     if data is None:
         return [Finding(file, "", "schema", "error", "the file is empty")]
     if isinstance(data, dict) and set(data) == {"specs"}:

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -54,7 +55,7 @@ class GrevalGroup(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             interrupted_exit(exc, "everything done so far is stored; run the same command again to resume")
@@ -137,7 +138,7 @@ def spec_validate(files: Sequence[str]) -> None:
                     Judge(s, cast(Any, _NoModel()))  # also checks few-shot examples against the verdict schema
                 out.print(f"[green]ok[/] {f}: {s.name} ({s.hash})", highlight=False)
         except UserError as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             failed = True
     if failed:
         sys.exit(2)

@@ -6,10 +6,13 @@ unchanged one never is) and an id (from an id column, else the hash) that people
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import json
 import math
+import re
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,16 +49,43 @@ class Record(BaseModel):
                 data[key] = normalise_triples(value, where)
             else:
                 data[key] = value.tolist() if hasattr(value, "tolist") else value
-        digest = content_hash(data)
+        try:
+            digest = content_hash(data)
+        except UnicodeEncodeError:
+            raise DataError(f"{where}: {_surrogate_field(data)}") from None
+        except RecursionError:
+            raise DataError(f"{where}: nested too deeply") from None
         rid = row.get(id_key) if id_key else None
         if id_key and _missing(rid):
             raise DataError(f"{where}: the id column {id_key!r} is empty")
+        if id_key and _SURROGATES.search(str(rid)):
+            raise DataError(f"{where}: {_surrogate_field({id_key: str(rid)})}")
         return cls(id=str(rid) if id_key else digest[:16], hash=digest, data=data)
 
     def items(self, field: str) -> list[dict[str, Any]]:
         """The chunks or triples of this record (empty when absent)."""
         value = self.data.get(field)
         return list(value) if isinstance(value, list) else []
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_field(data: Mapping[str, Any]) -> str:
+    """Which field holds a lone UTF-16 surrogate (JSON lets ``"\\ud800"`` through; it is not text).
+
+    Such a record is rejected rather than repaired: replacing the character would change what is judged
+    and hashed, and the store (JSON, SQLite) cannot write it as it is.
+    """
+    for key, value in data.items():
+        blob = json.dumps([key, value], ensure_ascii=False, default=str)
+        if _SURROGATES.search(blob):
+            name = ascii(key) if _SURROGATES.search(key) else repr(key)
+            return (
+                f"field {name} holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is not text; "
+                "rejected, not replaced: fix the escape in the file"
+            )
+    return "holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is not text; fix the file"
 
 
 def content_hash(data: Mapping[str, Any]) -> str:
@@ -77,7 +107,7 @@ def _maybe_json(value: Any) -> Any:
     if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return value
     if hasattr(value, "tolist"):
         return value.tolist()
@@ -151,28 +181,74 @@ def _unique_ids(items: Sequence[Mapping[str, Any]], where: str, what: str) -> No
 
 
 # ------------------------------------------------------------------------------------------ reading
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _decode(raw: bytes, path: Path, line: int | None = None) -> str:
+    """UTF-8 text (a leading BOM is dropped), or a DataError naming the line and the offending byte."""
+    try:
+        return raw.decode("utf-8-sig" if raw.startswith(codecs.BOM_UTF8) else "utf-8")
+    except UnicodeDecodeError as exc:
+        if line is None:
+            line = raw.count(b"\n", 0, exc.start) + 1
+        byte = raw[exc.start : exc.start + 1].hex()
+        raise DataError(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{byte}); re-save the file as UTF-8 "
+            "(e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
 def _rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The file's rows; whatever the file itself gets wrong is a DataError naming it."""
+    gz = path.name.lower().endswith(".gz")
+    try:
+        yield from _read_rows(path)
+    except DataError:
+        raise
+    except gzip.BadGzipFile:
+        raise DataError(f"{path}: not a gzip file, though its name ends in .gz") from None
+    except (EOFError, zlib.error) as exc:
+        what = "truncated or corrupt gzip data" if gz else "the file ends unexpectedly"
+        raise DataError(f"{path}: {what} ({_one_line(exc)})") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({_one_line(exc)}); re-save the file as UTF-8") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, not a data file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or _one_line(exc)}") from None
+    except RecursionError:
+        raise DataError(f"{path}: nested too deeply") from None
+
+
+def _read_rows(path: Path) -> Iterator[dict[str, Any]]:
     name = path.name.lower()
     opener: Any = gzip.open if name.endswith(".gz") else open
     base = name.removesuffix(".gz")
     if base.endswith((".jsonl", ".ndjson")):
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for n, line in enumerate(fh, start=1):
+        with opener(path, "rb") as fh:
+            for n, raw in enumerate(fh, start=1):
+                line = _decode(raw, path, n)
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{path}: line {n}: invalid JSON ({exc.msg})") from None
+                except RecursionError:
+                    raise DataError(f"{path}: line {n}: JSON nested too deeply") from None
                 if not isinstance(row, dict):
                     raise DataError(f"{path}: line {n}: each line must be a JSON object")
                 yield row
     elif base.endswith(".json"):
-        with opener(path, "rt", encoding="utf-8") as fh:
-            try:
-                data = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from None
+        with opener(path, "rb") as fh:
+            text = _decode(fh.read(), path)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from None
+        except RecursionError:
+            raise DataError(f"{path}: JSON nested too deeply") from None
         if isinstance(data, dict):
             data = next(
                 (v for k, v in data.items() if k in ("records", "data", "items") and isinstance(v, list)),
@@ -188,9 +264,24 @@ def _rows(path: Path) -> Iterator[dict[str, Any]]:
         import pandas as pd
 
         if base.endswith((".csv", ".tsv")):
-            frame = pd.read_csv(path, sep="\t" if base.endswith(".tsv") else ",", dtype=str, keep_default_na=False)
+            kind = "TSV" if base.endswith(".tsv") else "CSV"
+            try:
+                frame = pd.read_csv(path, sep="\t" if kind == "TSV" else ",", dtype=str, keep_default_na=False)
+            except pd.errors.EmptyDataError:
+                raise DataError(f"{path}: empty {kind} file (no header row)") from None
+            except UnicodeDecodeError:
+                raise  # reported by _rows, like any other file that is not UTF-8
+            except (pd.errors.ParserError, ValueError) as exc:
+                raise DataError(f"{path}: cannot parse {kind}: {_one_line(exc)}") from None
         else:
-            frame = pd.read_parquet(path)
+            import pyarrow as pa
+
+            try:
+                frame = pd.read_parquet(path)
+            except (EOFError, zlib.error):
+                raise
+            except (pa.ArrowException, ValueError, OSError) as exc:
+                raise DataError(f"{path}: not a readable Parquet file ({_one_line(exc)})") from None
         for row in frame.to_dict(orient="records"):
             yield {str(k): v for k, v in row.items()}
     else:
@@ -223,6 +314,8 @@ def load_records(
     p = Path(path)
     if not p.exists():
         raise DataError(f"{path}: no such file")
+    if p.is_dir():
+        raise DataError(f"{path}: is a directory, not a data file")
     mapping = dict(mapping or {})
     records: list[Record] = []
     by_id: dict[str, str] = {}

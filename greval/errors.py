@@ -8,6 +8,14 @@ class UserError(Exception):
 
     exit_code = 2
 
+    def __str__(self) -> str:
+        # Printed as one line: a line break or terminal control character quoted from a file is escaped.
+        return super().__str__().translate(_ONE_LINE)
+
+
+#: Characters str.splitlines() breaks on, and other C0 controls (a terminal escape), except tab.
+_ONE_LINE = {c: ascii(chr(c))[1:-1] for c in [*range(0x20), 0x7F, 0x85, 0x2028, 0x2029] if c != 0x09}
+
 
 class SpecError(UserError):
     """A spec that cannot be loaded: names the file, the field path and what is wrong."""

@@ -268,7 +268,7 @@ class PipelineSpec(BaseSpec):
             kind = agg.get("kind")
             if kind is None:
                 raise ValueError(f"@aggregate.kind: required field is missing; use one of: {', '.join(_AGGREGATES)}")
-            if kind not in _AGGREGATES:
+            if not isinstance(kind, str) or kind not in _AGGREGATES:
                 hint = difflib.get_close_matches(str(kind), list(_AGGREGATES), n=1)
                 extra = f" (did you mean '{hint[0]}'?)" if hint else f"; use one of: {', '.join(_AGGREGATES)}"
                 raise ValueError(f"@aggregate.kind: unknown kind '{kind}'{extra}")

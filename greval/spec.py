@@ -12,7 +12,7 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from greval.errors import SpecError
 from greval.paths import metric_specs_dir
@@ -145,9 +146,17 @@ class ValueScale(_Strict):
 class Label(_Strict):
     """A categorical label, described for the judge (and the annotators)."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"})
     description: str = Field(min_length=1)
     score: float | None = Field(None, description="Numeric value of the label, used to aggregate scores.")
+
+    @field_validator("name")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # The judge must answer with the exact label: a blank one cannot be told apart from no answer.
+        if not value.strip():
+            raise ValueError(f"a label name may not be blank ({value!r})")
+        return value
 
 
 def _labels_shorthand(value: Any) -> Any:
@@ -363,6 +372,10 @@ class Spec(BaseSpec):
         clash = reserved.intersection(self.outputs)
         if clash:
             raise ValueError(f"@outputs: may not be named {', '.join(sorted(clash))} (reserved)")
+        # Outputs become fields of a pydantic model: names pydantic itself uses would break or shadow it.
+        taken = sorted(n for n in self.outputs if n.startswith("_") or hasattr(BaseModel, n))
+        if taken:
+            raise ValueError(f"@outputs: {', '.join(taken)} is a name pydantic reserves; choose another")
         if self.name in self.depends_on:
             raise ValueError("@depends_on: a metric cannot depend on itself")
         return self
@@ -485,6 +498,11 @@ def _parent_model(loc: Sequence[Any]) -> type[BaseModel] | None:
     return model
 
 
+def _at(where: str, path: str) -> str:
+    """A field path inside a file: ``[1]`` (the spec's index in a list file) joined with ``depends_on``."""
+    return ".".join(p for p in (where, path) if p).replace(".[", "[")
+
+
 def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> BaseSpec:
     """Validate one spec mapping; raise SpecError naming the source, the field path and the problem."""
     if not isinstance(data, dict):
@@ -496,7 +514,7 @@ def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> BaseSpec:
         path = f"{where}.kind" if where else "kind"
         raise SpecError(source, path, f"unknown kind {kind!r}; use one of: {', '.join(kinds)}")
     try:
-        return model.model_validate(data, context={"spec_source": source})
+        spec = model.model_validate(data, context={"spec_source": source})
     except ValidationError as exc:
         errors = exc.errors()
         # An unknown key usually explains a "missing" one beside it (a typo): report it first.
@@ -509,10 +527,173 @@ def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> BaseSpec:
             text = at.group(2)
         prefix = f"{where}." if where and path else where
         raise SpecError(source, prefix + path, text) from None
+    except (TypeError, KeyError, AttributeError) as exc:
+        # A validator that did not expect this type (a list where a name belongs …): still the file's fault.
+        raise SpecError(source, where, f"invalid {kind} spec: {type(exc).__name__}: {exc}") from None
+    try:
+        spec.hash  # noqa: B018 - the hash is the spec's identity in the store: it must be computable
+    except ValueError as exc:  # bytes that are not text, a lone surrogate …
+        raise SpecError(source, where, f"cannot be stored as JSON text: {exc}") from None
+    return spec
 
 
-def load_spec_file(path: str | Path) -> list[BaseSpec]:
-    """Load a YAML file holding one spec, a list of specs, or ``specs: [...]``."""
+def _check_examples(spec: Spec, source: str, where: str) -> None:
+    """Few-shot examples must be answers the judge could give, on inputs it can render.
+
+    Checked while loading a file, where the file is known; the judge checks again when built, but only
+    knows the spec's name.
+    """
+    if not spec.examples:
+        return
+    from greval.judge import verdict_models  # the verdict schema lives with the judge; it imports this module
+
+    answer, _ = verdict_models(spec)
+    for i, ex in enumerate(spec.examples):
+        here = _at(where, f"examples[{i}]")
+        try:
+            answer.model_validate(ex.output)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            if err["type"] == "extra_forbidden":
+                text = f"unknown field '{err['loc'][-1]}'"
+            elif err["type"] == "missing":
+                text = "required field is missing"
+            else:
+                text = str(err["msg"]).removeprefix("Value error, ")
+            inner = _loc(err["loc"])  # in the message, as the judge reports it: the path stays the output's
+            raise SpecError(source, f"{here}.output", f"{inner}: {text}" if inner else text) from None
+        for field in ITEM_FIELDS:
+            items = ex.inputs.get(field)
+            if items is None or (field != spec.each and not isinstance(items, list)):
+                continue
+            if not isinstance(items, list):
+                raise SpecError(source, f"{here}.inputs.{field}", f"the judged {field} must be a list of objects")
+            keys = ("id", "subject", "predicate", "object") if field == "triples" else ("id",)
+            for j, item in enumerate(items):
+                if not isinstance(item, dict) or any(k not in item for k in keys):
+                    need = ", ".join(keys) if field == "triples" else "id, text"
+                    raise SpecError(source, f"{here}.inputs.{field}[{j}]", f"each item must be an object with {need}")
+
+
+# --------------------------------------------------------------------------------------- YAML limits
+#: What one spec file may hold once its aliases are expanded, so a hostile file fails in milliseconds
+#: instead of exhausting memory: real specs are a few hundred values deep in single digits.
+MAX_DEPTH = 100
+MAX_VALUES = 200_000
+MAX_CHARS = 20_000_000
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Well-formed YAML that greval refuses (duplicate key, alias bomb, too deep): not a syntax error."""
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses, while loading, what would silently lose data or exhaust memory.
+
+    Duplicate keys (YAML says last wins: a typo would silently drop a field), lone surrogate escapes (not
+    text; the store could not write them), nesting deeper than MAX_DEPTH (the composer recurses) and
+    documents whose aliases expand past MAX_VALUES / MAX_CHARS ("billion laughs": constructing is cheap, as
+    aliases share objects, but validating, hashing or prompting walks every expanded copy).
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+        self._sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, characters), once composed
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        start: Any = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._aliases += 1
+            if node is not None and id(node) not in self._sizes:
+                raise _Refused(
+                    problem=f"alias *{event.anchor} refers to a collection that holds it (recursive alias)",
+                    problem_mark=start,
+                )
+            return node
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Refused(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=start)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if node is not None:
+            self._measure(node, start)
+        return node
+
+    def _measure(self, node: Node, mark: yaml.Mark) -> None:
+        if isinstance(node, ScalarNode):
+            size = (1, len(node.value))
+        else:
+            children: list[Node] = []
+            if isinstance(node, SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, MappingNode):
+                children = [n for pair in node.value for n in pair]
+            parts = [self._sizes.get(id(c), (1, 0)) for c in children]
+            size = (1 + sum(p[0] for p in parts), sum(p[1] for p in parts))
+        self._sizes[id(node)] = size
+        if size[0] > MAX_VALUES or size[1] > MAX_CHARS:
+            what = f"{MAX_VALUES:,} values" if size[0] > MAX_VALUES else f"{MAX_CHARS:,} characters"
+            how = f" through its {self._aliases:,} aliases (an alias bomb?)" if self._aliases else ""
+            raise _Refused(problem=f"expands to more than {what}{how}", problem_mark=mark)
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:  # e.g. `!!int x`, a 5000-digit int
+            raise _Refused(
+                problem=f"cannot read this {node.tag.rsplit(':', 1)[-1]} value: {exc}", problem_mark=node.start_mark
+            ) from None
+
+    def construct_scalar(self, node: ScalarNode | MappingNode) -> str:
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and _SURROGATE.search(value):
+            raise _Refused(
+                problem="a lone UTF-16 surrogate escape (\\ud800-\\udfff) is not a character; write the character",
+                problem_mark=node.start_mark,
+            )
+        return value
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value if isinstance(node, MappingNode) else []:  # else the base class objects
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` may be overridden by the keys beside it
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: the base class reports it
+            if first is not None:
+                raise _Refused(
+                    problem=f"duplicate key {key!r} (first at line {first.line + 1})", problem_mark=key_node.start_mark
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
+def _yaml(text: str) -> Any:
+    loader = _SpecLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _mark(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _load(path: str | Path) -> list[tuple[BaseSpec, str]]:
+    """The specs of one file, each with where it sits in the file (``[i]`` in a list, else "")."""
     p = Path(path)
     name = str(path)
     try:
@@ -522,31 +703,80 @@ def load_spec_file(path: str | Path) -> list[BaseSpec]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(name, "", f"cannot read: {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = _yaml(text)
+    except _Refused as exc:
+        raise SpecError(name, _mark(exc), str(exc.problem)) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(name, at, f"YAML syntax error: {problem}") from None
+        raise SpecError(name, _mark(exc), f"YAML syntax error: {problem}") from None
+    except RecursionError:  # MAX_DEPTH keeps the composer well away from this; a safety net
+        raise SpecError(name, "", "nested too deeply") from None
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:  # a constructor choking on a value
+        raise SpecError(name, "", f"cannot load the YAML: {exc}") from None
     if data is None:
         raise SpecError(name, "", "the file is empty")
     if isinstance(data, dict) and set(data) == {"specs"}:
         data = data["specs"]
     if isinstance(data, list):
-        specs = [parse_spec(item, name, f"[{i}]") for i, item in enumerate(data)]
-        names = [s.name for s in specs]
+        if not data:
+            raise SpecError(name, "", "no specs in file (an empty list)")
+        specs = [(parse_spec(item, name, f"[{i}]"), f"[{i}]") for i, item in enumerate(data)]
+        names = [s.name for s, _ in specs]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise SpecError(name, "", f"two specs named {dup[0]!r} in one file")
-        return specs
-    return [parse_spec(data, name)]
+    else:
+        specs = [(parse_spec(data, name), "")]
+    for spec, where in specs:
+        if isinstance(spec, Spec):
+            _check_examples(spec, name, where)
+    return specs
+
+
+def load_spec_file(path: str | Path) -> list[BaseSpec]:
+    """Load a YAML file holding one spec, a list of specs, or ``specs: [...]``.
+
+    ``depends_on`` is checked too: each dependency is in the file or predefined, and there is no cycle
+    (counting the predefined specs the file would bring along, as ``greval run`` does).
+    """
+    loaded = _load(path)
+    _check_dependencies(str(path), loaded)
+    return [s for s, _ in loaded]
+
+
+def _check_dependencies(file: str, loaded: Sequence[tuple[BaseSpec, str]]) -> None:
+    local = {s.name: where for s, where in loaded}
+    graph: dict[str, list[str]] = {s.name: list(s.depends_on) for s, _ in loaded}
+    library: dict[str, Path] = {}
+    if any(d not in local for s, _ in loaded for d in s.depends_on):
+        library = bundled_specs()
+    for s, where in loaded:
+        for i, dep in enumerate(s.depends_on):
+            if dep not in local and dep not in library:
+                hint = difflib.get_close_matches(dep, [*local, *library], n=1)
+                extra = f" (did you mean '{hint[0]}'?)" if hint else "; define it here or see `greval spec list`"
+                raise SpecError(
+                    file, _at(where, f"depends_on[{i}]"), f"metric {dep!r} is neither given nor predefined{extra}"
+                )
+    pending = [d for deps in graph.values() for d in deps if d not in graph]
+    while pending:  # the predefined specs `greval run` would add, and theirs
+        dep = pending.pop()
+        if dep in graph or dep not in library:
+            continue
+        found = next((s for s, _ in _load(library[dep]) if s.name == dep), None)
+        graph[dep] = list(found.depends_on) if found else []
+        pending.extend(d for d in graph[dep] if d not in graph)
+    try:
+        _topological(list(local), lambda n: [d for d in graph.get(n, []) if d in graph])
+    except _Cycle as cycle:
+        raise SpecError(file, _at(local[cycle.root], "depends_on"), f"dependency cycle: {cycle}") from None
 
 
 def bundled_specs() -> dict[str, Path]:
     """The predefined specs shipped with greval, by name."""
     out: dict[str, Path] = {}
     for f in sorted(metric_specs_dir().glob("*.yaml")):
-        for spec in load_spec_file(f):
+        for spec, _ in _load(f):
             out[spec.name] = f
     return out
 
@@ -556,67 +786,119 @@ def resolve_specs(refs: Sequence[str], with_dependencies: bool = True) -> list[B
 
     Dependencies named in ``depends_on`` are added from the predefined library when not given, so
     ``--spec answer_completeness`` brings its chunk and triple evaluations along. The result is in
-    dependency order.
+    dependency order. Without dependencies, the specs are ordered among themselves only. A spec may depend
+    on a metric of another file given in ``refs``; errors name the file (and the spec's place in it).
     """
     specs: dict[str, BaseSpec] = {}
+    origin: dict[str, tuple[str, str]] = {}  # name -> (file, where in the file), for errors
     library: dict[str, Path] | None = None
     for ref in refs:
         p = Path(ref)
         if p.suffix in (".yaml", ".yml", ".json") or p.exists():
-            loaded = load_spec_file(p)
+            loaded = _load(p)  # dependencies are checked below, across every file given
+            source = ref
         else:
             library = library if library is not None else bundled_specs()
             if ref not in library:
                 hint = difflib.get_close_matches(ref, list(library), n=1)
                 extra = f" (did you mean '{hint[0]}'?)" if hint else f"; predefined: {', '.join(library)}"
                 raise SpecError(ref, "", f"no such file or predefined spec{extra}")
-            loaded = [s for s in load_spec_file(library[ref]) if s.name == ref]
-        for s in loaded:
+            loaded = [(s, w) for s, w in _load(library[ref]) if s.name == ref]
+            source = str(library[ref])
+        for s, where in loaded:
             if s.name in specs and specs[s.name].hash != s.hash:
-                raise SpecError(ref, "name", f"two different specs are named {s.name!r}")
+                raise SpecError(ref, _at(where, "name"), f"two different specs are named {s.name!r}")
             specs[s.name] = s
-    if with_dependencies:
-        pending = [d for s in specs.values() for d in s.depends_on if d not in specs]
-        while pending:
-            dep = pending.pop()
-            if dep in specs:
-                continue
-            library = library if library is not None else bundled_specs()
-            if dep not in library:
-                owner = next(s.name for s in specs.values() if dep in s.depends_on)
-                raise SpecError(owner, "depends_on", f"metric {dep!r} is neither given nor predefined")
-            for s in load_spec_file(library[dep]):
-                if s.name == dep:
-                    specs[dep] = s
-                    pending.extend(d for d in s.depends_on if d not in specs)
-    return order_specs(list(specs.values()))
+            origin[s.name] = (source, where)
+    if not with_dependencies:
+        return order_specs(list(specs.values()), sources=origin, missing_ok=True)
+    pending = [d for s in specs.values() for d in s.depends_on if d not in specs]
+    while pending:
+        dep = pending.pop()
+        if dep in specs:
+            continue
+        library = library if library is not None else bundled_specs()
+        if dep not in library:
+            owner = next(s for s in specs.values() if dep in s.depends_on)
+            file, where = origin[owner.name]
+            at = _at(where, f"depends_on[{owner.depends_on.index(dep)}]")
+            hint = difflib.get_close_matches(dep, [*specs, *library], n=1)
+            extra = f" (did you mean '{hint[0]}'?)" if hint else "; see `greval spec list`"
+            raise SpecError(file, at, f"metric {dep!r} is neither given nor predefined{extra}")
+        for s, where in _load(library[dep]):
+            if s.name == dep:
+                specs[dep] = s
+                origin[dep] = (str(library[dep]), where)
+                pending.extend(d for d in s.depends_on if d not in specs)
+    return order_specs(list(specs.values()), sources=origin)
 
 
-def order_specs(specs: Sequence[BaseSpec]) -> list[BaseSpec]:
-    """Dependency order (a topological sort); a cycle or a missing dependency is a SpecError."""
+class _Cycle(Exception):
+    """A dependency cycle: ``root`` is where the search started, ``path`` the loop (first name repeated)."""
+
+    def __init__(self, root: str, path: list[str]) -> None:
+        super().__init__(" -> ".join(path))
+        self.root = root
+        self.path = path
+
+
+def _topological(roots: Sequence[str], deps: Callable[[str], Sequence[str]]) -> list[str]:
+    """Depth-first post-order from ``roots`` (dependencies first, in the order given).
+
+    Iterative, so a long chain of specs in a hostile file cannot exhaust the interpreter's stack.
+    """
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    order: list[str] = []
+    for root in roots:
+        if root in state:
+            continue
+        state[root] = 1
+        stack: list[tuple[str, Iterator[str]]] = [(root, iter(deps(root)))]
+        while stack:
+            name, rest = stack[-1]
+            nxt = next(rest, None)
+            if nxt is None:
+                stack.pop()
+                state[name] = 2
+                order.append(name)
+            elif state.get(nxt) == 1:
+                trail = [n for n, _ in stack]
+                raise _Cycle(root, [*trail[trail.index(nxt) :], nxt])
+            elif nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(deps(nxt))))
+    return order
+
+
+def order_specs(
+    specs: Sequence[BaseSpec],
+    *,
+    sources: Mapping[str, tuple[str, str]] | None = None,
+    missing_ok: bool = False,
+) -> list[BaseSpec]:
+    """Dependency order (a topological sort); a cycle or a missing dependency is a SpecError.
+
+    ``sources`` maps a spec's name to (file, where in the file) so an error names the file; without it the
+    spec's name stands in. ``missing_ok`` orders the specs among themselves, ignoring dependencies not given.
+    """
     by_name = {s.name: s for s in specs}
-    for s in specs:
-        for d in s.depends_on:
-            if d not in by_name:
-                raise SpecError(s.name, "depends_on", f"metric {d!r} is not among the specs being run")
-    done: list[BaseSpec] = []
-    state: dict[str, int] = {}
 
-    def visit(s: BaseSpec, trail: list[str]) -> None:
-        if state.get(s.name) == 2:
-            return
-        if state.get(s.name) == 1:
-            cycle = " -> ".join([*trail[trail.index(s.name) :], s.name])
-            raise SpecError(s.name, "depends_on", f"dependency cycle: {cycle}")
-        state[s.name] = 1
-        for d in s.depends_on:
-            visit(by_name[d], [*trail, s.name])
-        state[s.name] = 2
-        done.append(s)
+    def origin(name: str) -> tuple[str, str]:
+        return (sources or {}).get(name, (name, ""))
 
-    for s in specs:
-        visit(s, [])
-    return done
+    if not missing_ok:
+        for s in specs:
+            for i, d in enumerate(s.depends_on):
+                if d not in by_name:
+                    file, where = origin(s.name)
+                    at = _at(where, f"depends_on[{i}]" if sources else "depends_on")
+                    raise SpecError(file, at, f"metric {d!r} is not among the specs being run")
+    try:
+        names = _topological([s.name for s in specs], lambda n: [d for d in by_name[n].depends_on if d in by_name])
+    except _Cycle as cycle:
+        file, where = origin(cycle.path[0])
+        raise SpecError(file, _at(where, "depends_on"), f"dependency cycle: {cycle}") from None
+    return [by_name[n] for n in names]
 
 
 def dependency_levels(specs: Sequence[BaseSpec]) -> list[list[BaseSpec]]:
