@@ -17,11 +17,22 @@ moment anything is attached (a ``callbacks`` config, LangSmith tracing, ``get_op
 cache …), or the model is not a plain ``BaseChatOpenAI``, the call goes through ``ainvoke`` as usual.
 ``direct=False`` always takes the LangChain path. Tests check both paths send the same request and get
 the same message.
+
+**One connection pool per event loop.** An HTTP connection belongs to the event loop that opened it, and
+langchain-openai shares one cached ``httpx`` client per base URL across the whole process: a judge used from
+greval's background loop (``invoke``) and then under ``asyncio.run`` (``ainvoke``) reused a connection of
+the first loop in the second ("… is bound to a different event loop"). Both paths therefore call through a
+copy of the model's SDK client made for the running loop (same key, base URL, headers, timeout and retries;
+its own connection pool), created lazily on the loop's first call and closed when ``asyncio.run`` shuts that
+loop down. A model given its own ``http_async_client`` (or a proxy) keeps using it as is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import openai
@@ -95,6 +106,57 @@ def _listening(model: BaseChatModel) -> bool:
     return bool(manager.handlers)
 
 
+@dataclass
+class _LoopClients:
+    """What greval calls with in one event loop."""
+
+    # id(an HTTP client the models share) -> (that client, this loop's own HTTP client, with its pool)
+    pools: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    # a model's SDK client -> its copy for this loop (on this loop's HTTP client); held weakly: a model and
+    # its client can go, the pool stays for the next model that shares it
+    copies: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
+    closer: AsyncIterator[None] | None = None
+
+
+_LOOP_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = weakref.WeakKeyDictionary()
+
+
+async def _close_with_loop(state: _LoopClients) -> AsyncIterator[None]:
+    """Suspended for the loop's lifetime; ``loop.shutdown_asyncgens()`` (asyncio.run does it) resumes it to
+    close the loop's HTTP clients, and their connections, inside the loop they belong to."""
+    try:
+        yield
+    finally:
+        for _, http in list(state.pools.values()):
+            await http.aclose()
+
+
+def _own_client(model: Any) -> bool:
+    """Whether the model's SDK client can be copied per loop (not when the user gave an HTTP client)."""
+    return getattr(model, "root_async_client", None) is not None and getattr(model, "http_async_client", 1) is None
+
+
+async def loop_client(root: Any) -> Any:
+    """``root`` (an ``openai.AsyncOpenAI``), or rather its copy for the running event loop: same settings (key,
+    base URL, headers, timeout, retries), on the loop's own HTTP client (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    state = _LOOP_CLIENTS.get(loop)
+    if state is None:
+        state = _LOOP_CLIENTS[loop] = _LoopClients()
+    copy = state.copies.get(root)
+    if copy is not None:
+        return copy
+    shared = root._client
+    pool = state.pools.get(id(shared))
+    if pool is None:
+        pool = state.pools[id(shared)] = (shared, openai.DefaultAsyncHttpxClient(timeout=root.timeout))
+    copy = state.copies[root] = root.copy(http_client=pool[1])
+    if state.closer is None:
+        state.closer = _close_with_loop(state)
+        await anext(state.closer)  # registers it with the loop's async-generator shutdown
+    return copy
+
+
 class ModelCall:
     """One bound chat model (``model.bind(...)`` / ``bind_tools``), called with a message list."""
 
@@ -117,22 +179,47 @@ class ModelCall:
         parts = _openai_parts()
         self._on_bad_request = parts[1] if parts else None
         self._on_api_error = parts[2] if parts else None
+        self._per_loop = self.model is not None and parts is not None and isinstance(self.model, parts[0])
+        self._loop_bound: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Runnable[Any, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def direct(self) -> bool:
         return self.reason is None
 
+    async def _client(self) -> Any:
+        """The SDK client to call with in the running loop."""
+        model: Any = self.model
+        if self._per_loop and _own_client(model):
+            return await loop_client(model.root_async_client)
+        return model.root_async_client
+
+    async def _langchain(self, messages: list[BaseMessage]) -> Any:
+        """``bound.ainvoke``, with the model's SDK client swapped for the running loop's copy."""
+        model: Any = self.model
+        if not self._per_loop or not _own_client(model):
+            return await self.bound.ainvoke(messages)
+        loop = asyncio.get_running_loop()
+        bound = self._loop_bound.get(loop)
+        if bound is None:
+            client = await loop_client(model.root_async_client)
+            copy = model.model_copy(update={"root_async_client": client, "async_client": client.chat.completions})
+            bound = self.bound.model_copy(update={"bound": copy}) if isinstance(self.bound, RunnableBinding) else copy
+            self._loop_bound[loop] = bound
+        return await bound.ainvoke(messages)
+
     async def __call__(self, messages: list[BaseMessage]) -> Any:
         if self.reason is not None or self.model is None or _listening(self.model):
-            return await self.bound.ainvoke(messages)
+            return await self._langchain(messages)
         model: Any = self.model  # the BaseChatOpenAI internals below are not part of BaseChatModel's type
         payload: dict[str, Any] = model._get_request_payload(messages, **self.kwargs)
         if "response_format" in payload or model._use_responses_api(payload):
             # LangChain takes its `.parse()` or Responses-API branch for these: keep its behaviour exactly.
             self.reason = "the request needs LangChain's parse or Responses API branch"
-            return await self.bound.ainvoke(messages)
+            return await self._langchain(messages)
         try:
-            response = await self._send(model, payload)
+            response = await self._send(await self._client(), payload)
         except openai.BadRequestError as exc:
             if self._on_bad_request is not None:
                 self._on_bad_request(exc)
@@ -153,16 +240,17 @@ class ModelCall:
         return message
 
     @staticmethod
-    async def _send(model: Any, payload: dict[str, Any]) -> Any:
-        """``model.async_client.create(**payload)`` minus its no-op parameter transform.
+    async def _send(client: Any, payload: dict[str, Any]) -> Any:
+        """``client.chat.completions.create(**payload)`` minus its no-op parameter transform.
 
         ``create`` splits its keyword arguments into the JSON body and the request options
         (``extra_headers`` / ``extra_query`` / ``extra_body`` / ``timeout``) and posts them with the client's
         ``post``; this does the same split. Streaming and anything unexpected go through ``create``.
         """
-        post = getattr(model.async_client, "_post", None)
+        completions = client.chat.completions
+        post = getattr(completions, "_post", None)
         if post is None or payload.get("stream") or not payload.keys() <= _CREATE_PARAMS:
-            return await model.async_client.create(**payload)
+            return await completions.create(**payload)
         body = {k: v for k, v in payload.items() if k not in _REQUEST_OPTIONS}
         # As create: a None option is left out, except timeout=None, which means "no timeout".
         options = {

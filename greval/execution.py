@@ -1,20 +1,37 @@
-"""How judge calls are executed: bounded, adaptive concurrency and retries that respect the server.
+"""How judge calls are executed: typed failures, bounded adaptive concurrency, retries that respect the server.
 
-One asyncio code path. A call is retried on rate limits (429), server errors (5xx), connection failures and
-timeouts with exponential backoff and full jitter, honouring ``Retry-After``; the attempt count is bounded.
-On a 429 the limiter halves the number of calls in flight and then grows it back one slot at a time
-(additive increase, multiplicative decrease), so a run settles just below the provider's limit.
+One asyncio code path. Every failure is classified once, into an :class:`ErrorKind`, from what the error *is*
+(its exception type, HTTP status and the structured ``code`` / ``param`` of the error body; well-known message
+phrases only for servers that send no code), and that kind decides what happens:
+
+* ``rate_limited``, ``server_error``, ``timeout``, ``connection``: retried with exponential backoff and full
+  jitter, honouring ``Retry-After``; the attempt count is bounded.
+* ``context_length``, ``content_filter``, ``bad_request``, ``unparsable``, ``incomplete``: about ONE request —
+  the judgement gets an error verdict and the run goes on.
+* ``unsupported``: the server refused the structured-output method; the judge falls back to the next method.
+* ``auth``, ``not_found``, ``quota``: every call would fail the same way — :class:`JudgeUnavailable` stops the run.
+
+:func:`describe_error` is the one place an error becomes text: ``"<kind>: <detail>"`` with API keys and
+bearer tokens removed (:func:`redact`), so the text can be printed, logged, stored and exported.
+
+The limiter (:class:`AdaptiveLimiter`) cuts concurrency once per rate-limit episode and grows it back per
+round of successes (see its docstring).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
+import re
+import threading
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
@@ -35,38 +52,134 @@ class RetryPolicy(BaseModel):
     reask_rounds: int = Field(2, ge=0, description="Follow-up calls for items a many-judge left out.")
 
 
+# ------------------------------------------------------------------------------------------ kinds
+class ErrorKind(StrEnum):
+    """What went wrong with a judge call; the prefix of every stored error text (``"<kind>: …"``)."""
+
+    CONTEXT_LENGTH = "context_length"  # the prompt does not fit the model's context (this request)
+    CONTENT_FILTER = "content_filter"  # the provider's content filter refused this request
+    BAD_REQUEST = "bad_request"  # any other 4xx about this request (invalid image, …)
+    UNSUPPORTED = "unsupported"  # the structured-output method was refused: fall back to the next one
+    RATE_LIMITED = "rate_limited"  # 429: retried after Retry-After, the limiter cuts concurrency
+    QUOTA = "quota"  # 429 insufficient_quota: out of credit, every call fails
+    SERVER_ERROR = "server_error"  # 5xx: retried
+    TIMEOUT = "timeout"  # retried
+    CONNECTION = "connection"  # retried
+    UNPARSABLE = "unparsable"  # the answer is not JSON or does not fit the verdict schema (after re-asking)
+    INCOMPLETE = "incomplete"  # a many-judge left items out (after re-asking)
+    AUTH = "auth"  # 401 / 403: every call fails
+    NOT_FOUND = "not_found"  # 404, e.g. an unknown model: every call fails
+    UNKNOWN = "unknown"  # anything else (not an HTTP error): recorded for this judgement
+
+    @property
+    def retryable(self) -> bool:
+        return self in _RETRYABLE
+
+    @property
+    def fatal(self) -> bool:
+        """Every call would fail this way: stop the run."""
+        return self in _FATAL
+
+
+_RETRYABLE = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.SERVER_ERROR, ErrorKind.TIMEOUT, ErrorKind.CONNECTION})
+_FATAL = frozenset({ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.QUOTA})
+
+
+class JudgeError(Exception):
+    """An error greval raises about one judgement, with its kind (see :class:`ErrorKind`)."""
+
+    kind: ErrorKind = ErrorKind.UNKNOWN
+
+
+class CallFailed(JudgeError, UserError):
+    """A model call failed for good — retries spent, or an error about this request (context length …).
+
+    Raised by :func:`call_with_retries` instead of the SDK's exception, whose text may hold whatever the server
+    echoed (an API key): the message is :func:`describe_error`'s (``"<kind>: …"``, redacted). A judge records
+    it as the judgement's error; a one-shot command prints it in one line.
+    """
+
+    def __init__(self, text: str, kind: ErrorKind, status: int | None = None) -> None:
+        super().__init__(text)
+        self.kind = kind
+        self.status = status
+
+
 class JudgeUnavailable(UserError):
-    """The judge cannot be used at all (bad key, unknown model): stop the run, keep what is stored."""
+    """The judge cannot be used at all (bad key, unknown model, no usable method): stop the run, keep what is
+    stored. Its message is already redacted."""
+
+    def __init__(self, message: str, kind: ErrorKind = ErrorKind.UNKNOWN) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
-class UnsupportedMethod(Exception):
+class UnsupportedMethod(JudgeError):
     """The server rejected this structured-output method (HTTP 400): fall back to the next one."""
 
+    kind = ErrorKind.UNSUPPORTED
 
-@dataclass
+
+@dataclass(frozen=True)
 class Failure:
-    kind: str  # rate_limit | server | timeout | connection | fatal | unsupported
+    kind: ErrorKind
+    status: int | None = None
     retry_after: float | None = None
 
 
+# ------------------------------------------------------------------------------- classification
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what caused it (LangChain wraps the SDK's errors), at most a few levels."""
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(out) < 5 and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    return out
+
+
 def _status(exc: BaseException) -> int | None:
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int):
-        return status
-    response = getattr(exc, "response", None)
-    code = getattr(response, "status_code", None)
-    return code if isinstance(code, int) else None
+    for e in _chain(exc):
+        status = getattr(e, "status_code", None)
+        if isinstance(status, int):
+            return status
+        code = getattr(getattr(e, "response", None), "status_code", None)
+        if isinstance(code, int):
+            return code
+    return None
+
+
+def _error_body(exc: BaseException) -> dict[str, Any]:
+    """The error object of an HTTP error's JSON body (``{"message", "type", "code", "param"}``), if any."""
+    for e in _chain(exc):
+        body = getattr(e, "body", None)
+        if isinstance(body, dict):
+            inner = body.get("error", body)
+            return inner if isinstance(inner, dict) else body
+    return {}
+
+
+def _field(exc: BaseException, name: str) -> str:
+    for e in _chain(exc):
+        value = getattr(e, name, None)
+        if isinstance(value, str) and value:
+            return value.lower()
+    value = _error_body(exc).get(name)
+    return str(value).lower() if value not in (None, "") else ""
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
+    headers = None
+    for e in _chain(exc):
+        headers = getattr(getattr(e, "response", None), "headers", None)
+        if headers:
+            break
     if not headers:
         return None
     raw = headers.get("retry-after-ms")
     if raw:
         try:
-            return float(raw) / 1000.0
+            return max(0.0, float(raw) / 1000.0)
         except ValueError:
             pass
     raw = headers.get("retry-after")
@@ -84,94 +197,351 @@ def _retry_after(exc: BaseException) -> float | None:
         return max(0.0, (when - _dt.datetime.now(when.tzinfo)).total_seconds())
 
 
+# Structured error codes (OpenAI, Azure OpenAI, llama.cpp, LiteLLM …).
+_CONTEXT_CODES = frozenset(
+    {"context_length_exceeded", "string_above_max_length", "exceed_context_size_error", "context_window_exceeded"}
+)
+_FILTER_CODES = frozenset({"content_filter", "content_policy_violation", "invalid_prompt", "moderation_blocked"})
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+# Request parameters that carry a structured-output method: a 400 about one of them refuses the method.
+_METHOD_PARAMS = frozenset(
+    {"response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"}
+)
+# For servers whose errors carry no code (vLLM, Ollama, older proxies): their well-known phrases.
+_CONTEXT_PHRASES = (
+    "maximum context length",
+    "context length",
+    "context window",
+    "context size",
+    "prompt is too long",
+    "input tokens exceed",
+    "too many tokens",
+)
+_FILTER_PHRASES = ("content filter", "content_filter", "content management policy", "content policy", "flagged")
+_METHOD_PHRASES = ("response_format", "json_schema", "tool_choice", "tools", "tool call", "function call", "functions")
+
+
+def _class_names(exc: BaseException) -> str:
+    return " ".join(c.__name__ for e in _chain(exc) for c in type(e).__mro__)
+
+
+def _classify_request_error(exc: BaseException, status: int) -> ErrorKind:
+    """A 4xx that is neither auth, not-found nor rate limiting: about this request, or about the method."""
+    code = _field(exc, "code")
+    if status == 413 or code in _CONTEXT_CODES or "ContextOverflow" in _class_names(exc):
+        return ErrorKind.CONTEXT_LENGTH
+    if code in _FILTER_CODES:
+        return ErrorKind.CONTENT_FILTER
+    if _field(exc, "param") in _METHOD_PARAMS:
+        return ErrorKind.UNSUPPORTED
+    text = (str(_error_body(exc).get("message") or "") or str(exc)).lower()
+    if any(p in text for p in _CONTEXT_PHRASES):
+        return ErrorKind.CONTEXT_LENGTH
+    if any(p in text for p in _FILTER_PHRASES):
+        return ErrorKind.CONTENT_FILTER
+    if any(p in text for p in _METHOD_PHRASES):
+        return ErrorKind.UNSUPPORTED  # a 400 about the response format or the tools refuses the method
+    return ErrorKind.BAD_REQUEST
+
+
 def classify(exc: BaseException) -> Failure:
-    """Map an exception from any LangChain chat model to what to do about it."""
-    name = type(exc).__name__
+    """What an exception from any LangChain chat model (or greval itself) means, and so what to do about it."""
+    if isinstance(exc, JudgeUnavailable):
+        return Failure(exc.kind)
+    if isinstance(exc, JudgeError):
+        return Failure(exc.kind)
     status = _status(exc)
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError) or "Timeout" in name:
-        return Failure("timeout")
-    if status == 429 or "RateLimit" in name:
-        return Failure("rate_limit", _retry_after(exc))
-    if status is not None and status >= 500:
-        return Failure("server", _retry_after(exc))
-    if "Connection" in name or isinstance(exc, ConnectionError):
-        return Failure("connection")
-    if status == 400:
-        text = str(exc).lower()
-        if any(w in text for w in ("response_format", "json_schema", "tool", "function", "not supported")):
-            return Failure("unsupported")
-    if status in (401, 403, 404) or "Authentication" in name or "PermissionDenied" in name or "NotFound" in name:
-        return Failure("fatal")
-    if status is not None and 400 <= status < 500:
-        return Failure("fatal")
-    return Failure("unknown")
+    names = _class_names(exc)
+    if status is None:
+        if isinstance(exc, asyncio.TimeoutError | TimeoutError) or "Timeout" in names:
+            return Failure(ErrorKind.TIMEOUT)
+        if isinstance(exc, ConnectionError) or "Connection" in names:
+            return Failure(ErrorKind.CONNECTION)
+        if "RateLimit" in names:
+            return Failure(ErrorKind.RATE_LIMITED, None, _retry_after(exc))
+        if "Authentication" in names or "PermissionDenied" in names:
+            return Failure(ErrorKind.AUTH)
+        if "NotFound" in names:
+            return Failure(ErrorKind.NOT_FOUND)
+        if "ContextOverflow" in names or "ContextWindow" in names:
+            return Failure(ErrorKind.CONTEXT_LENGTH)
+        return Failure(ErrorKind.UNKNOWN)
+    if status == 429:
+        if _field(exc, "code") in _QUOTA_CODES or _field(exc, "type") in _QUOTA_CODES:
+            return Failure(ErrorKind.QUOTA, status)
+        return Failure(ErrorKind.RATE_LIMITED, status, _retry_after(exc))
+    if status >= 500 or status == 409:
+        return Failure(ErrorKind.SERVER_ERROR, status, _retry_after(exc))
+    if status == 408:
+        return Failure(ErrorKind.TIMEOUT, status)
+    if status in (401, 403):
+        return Failure(ErrorKind.AUTH, status)
+    if status == 404:
+        return Failure(ErrorKind.NOT_FOUND, status)
+    if 400 <= status < 500:
+        return Failure(_classify_request_error(exc, status), status)
+    return Failure(ErrorKind.UNKNOWN, status)
 
 
-_RETRYABLE = {"rate_limit", "server", "timeout", "connection"}
+# ------------------------------------------------------------------------------------- secrets
+_SECRETS: set[str] = set()
+_SECRETS_LOCK = threading.Lock()
+_MIN_SECRET = 8  # shorter "keys" (``test``, ``x``) are placeholders: replacing them would garble messages
+REDACTED = "[REDACTED]"  # upper case: rich (the CLI's console) reads "[redacted]" as a style tag
+_TOKEN_PATTERNS = (
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=:-]+"), r"\1 " + REDACTED),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), REDACTED),
+    (
+        re.compile(
+            r"(?i)\b(api[_-]?key|x-api-key|authorization)(['\"]?\s*[:=]\s*['\"]?)(?!(?:bearer|basic)\s)[^\s'\",;\[]+"
+        ),
+        r"\1\2" + REDACTED,
+    ),
+)
 
 
+def register_secret(value: str | None) -> None:
+    """Remember a configured API key: :func:`redact` removes it from every error text from now on."""
+    if value and len(value) >= _MIN_SECRET:
+        with _SECRETS_LOCK:
+            _SECRETS.add(value)
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` without API keys: every registered key (and ``secrets``), and ``Bearer …`` / ``sk-…`` /
+    ``api_key=…``-shaped tokens, replaced by ``[REDACTED]``."""
+    with _SECRETS_LOCK:
+        known = sorted({*_SECRETS, *(s for s in secrets if s and len(s) >= _MIN_SECRET)}, key=len, reverse=True)
+    for secret in known:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    for pattern, replacement in _TOKEN_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# --------------------------------------------------------------------------------- describing
+_MAX_DETAIL = 300
+
+
+def _detail(exc: BaseException, failure: Failure) -> str:
+    if isinstance(exc, JudgeError | JudgeUnavailable):
+        return str(exc)
+    if failure.status is not None:
+        message = _error_body(exc).get("message")
+        text = message if isinstance(message, str) and message else str(exc)
+        return f"HTTP {failure.status}: {text}"
+    text = str(exc)
+    if failure.kind in (ErrorKind.TIMEOUT, ErrorKind.CONNECTION):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def describe_error(exc: BaseException) -> str:
+    """The one place an error becomes text: ``"<kind>: <detail>"`` on one line, secrets removed.
+
+    Everything greval prints, logs, stores, exports or raises about a failed call goes through here.
+    """
+    failure = classify(exc)
+    detail = redact(" ".join(_detail(exc, failure).split()))
+    if len(detail) > _MAX_DETAIL:
+        detail = detail[: _MAX_DETAIL - 1] + "…"
+    prefix = f"{failure.kind.value}: "
+    return detail if detail.startswith(prefix) else prefix + detail
+
+
+# ------------------------------------------------------------------------------------- limiter
 class AdaptiveLimiter:
-    """A semaphore whose size adapts: halves on rate limiting, grows back by one per window of successes.
+    """A semaphore whose size adapts to rate limiting, like TCP's congestion window.
+
+    * **One cut per episode.** A 429 from a call that *started* before the last cut belongs to the episode
+      that cut already answered and changes nothing. A new episode halves the limit (multiplicative
+      decrease), once, when the server is really refusing: at least ``tolerance`` (a third) of the last round
+      of outcomes (``limit`` calls, at least ``min_window``) were 429s. Scattered 429s — a proxy refusing a
+      random tenth of the calls — are left to the retries: cutting on each of them halved the window every
+      round and settled a 32-slot run near 4 slots (7× slower). The price: a limit up to ~1.5× what the
+      server accepts is kept as long as fewer than a third of the calls are refused (and retried).
+    * **Cooldown.** After a cut, no new call starts before the 429's ``Retry-After`` has passed (the server
+      asked every client of this key to wait), and only calls started after the cut count towards growth.
+    * **Recovery per round.** After each round of successes (``limit`` successes at the current limit) the limit
+      grows: halfway back to where it was before the cut (binary search, so a limit cut by a short burst is
+      back within a few rounds), then by one per round (additive increase) to probe beyond it.
 
     Waiters queue first-in first-out and a release wakes exactly the waiters that now fit (no thundering
-    herd: waking everyone on each release made the client's CPU per call grow with concurrency).
+    herd). Waiters are futures of the loop they wait in: a limiter (and the judge holding it) can be used
+    from several event loops, one after the other or at once.
     """
 
-    def __init__(self, limit: int, adaptive: bool = True) -> None:
+    def __init__(
+        self,
+        limit: int,
+        adaptive: bool = True,
+        *,
+        tolerance: float = 1 / 3,
+        min_window: int = 16,
+        max_cooldown: float = 60.0,
+    ) -> None:
         if limit < 1:
             raise ValueError("concurrency must be at least 1")
         self.max_limit = limit
         self.limit = float(limit)
         self.adaptive = adaptive
+        self.tolerance = tolerance
+        self.min_window = min_window
+        self.max_cooldown = max_cooldown
         self.in_flight = 0
         self.peak = 0
         self.rate_limited = 0
+        self.cuts = 0
+        self.lowest = float(limit)
+        self._lock = threading.RLock()  # the state is shared by every loop that uses this limiter
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._last_cut = -math.inf  # monotonic time of the last cut: the start of the current episode
+        self._before_cut = float(limit)  # the limit the last cut started from (the target of recovery)
+        self._resume_at = 0.0  # no call starts before this (Retry-After of the last cut)
+        self._window: deque[bool] = deque(
+            maxlen=max(limit, min_window)
+        )  # outcomes since the cut (True: 429), newest last
+        self._round = 0  # successes since the limit last changed
+        self._timer_at: float | None = None  # when the pending cooldown timer fires
 
+    @staticmethod
+    def clock() -> float:
+        return time.monotonic()
+
+    # ------------------------------------------------------------------------------- slots
     def _take(self) -> None:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
 
+    def _open(self) -> bool:
+        return self.in_flight < int(self.limit) and self.clock() >= self._resume_at
+
     def _wake(self) -> None:
-        while self._waiters and self.in_flight < int(self.limit):
-            fut = self._waiters.popleft()
-            if not fut.done():
+        """Hand free slots to the oldest waiters (each in its own loop)."""
+        with self._lock:
+            while self._waiters and self._open():
+                fut = self._waiters.popleft()
+                loop = fut.get_loop()
+                if fut.done() or loop.is_closed():
+                    continue
                 self._take()
-                fut.set_result(None)
+                if _running_loop() is loop:
+                    fut.set_result(None)
+                else:
+                    loop.call_soon_threadsafe(self._hand_over, fut)
+            if self._waiters and self.in_flight < int(self.limit):
+                self._wake_at(self._resume_at)  # held by a cooldown: wake the queue when it ends
+
+    def _hand_over(self, fut: asyncio.Future[None]) -> None:
+        if fut.done():  # cancelled meanwhile: give the slot back
+            self._release()
+        else:
+            fut.set_result(None)
+
+    def _wake_at(self, when: float) -> None:
+        """One timer (in the oldest waiter's loop) that wakes the queue when the cooldown ends."""
+        if self._timer_at is not None and self._timer_at <= when:
+            return
+        loop = self._waiters[0].get_loop()
+        if loop.is_closed():
+            return
+        self._timer_at = when
+
+        def fire() -> None:
+            with self._lock:
+                self._timer_at = None
+            self._wake()
+
+        delay = max(0.0, when - self.clock())
+        if _running_loop() is loop:
+            loop.call_later(delay, fire)
+        else:
+            loop.call_soon_threadsafe(loop.call_later, delay, fire)
+
+    def _release(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+        self._wake()
 
     async def __aenter__(self) -> AdaptiveLimiter:
-        if self.in_flight < int(self.limit) and not self._waiters:
-            self._take()
-            return self
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        with self._lock:
+            if not self._waiters and self._open():
+                self._take()
+                return self
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            if self.in_flight < int(self.limit):
+                self._wake_at(self._resume_at)
         try:
             await fut
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():  # the slot was handed over just before the cancel
-                self.in_flight -= 1
-                self._wake()
-            else:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(fut)
+            with self._lock:
+                handed = fut.done() and not fut.cancelled()
+                if not handed:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(fut)
+            if handed:  # the slot was handed over just before the cancel
+                self._release()
             raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.in_flight -= 1
+        self._release()
+
+    # ------------------------------------------------------------------------------- signals
+    def on_success(self, started: float | None = None) -> None:
+        """A call that started at ``started`` (:meth:`clock`) succeeded."""
+        if not self.adaptive:
+            return
+        with self._lock:
+            if started is not None and started < self._last_cut:
+                return  # an outcome of the window before the cut
+            self._window.append(False)
+            if self.limit >= self.max_limit or self.clock() < self._resume_at:
+                return
+            self._round += 1
+            if self._round < int(self.limit):
+                return
+            self._round = 0
+            gap = self._before_cut - self.limit
+            step = max(1.0, math.floor(gap / 2)) if gap > 1 else 1.0
+            self.limit = min(float(self.max_limit), self.limit + step)
         self._wake()
 
-    def on_success(self) -> None:
-        if self.adaptive and self.limit < self.max_limit:
-            self.limit = min(float(self.max_limit), self.limit + 1.0 / max(self.limit, 1.0))
-            self._wake()
+    def on_rate_limited(self, started: float | None = None, retry_after: float | None = None) -> None:
+        """A call that started at ``started`` got a 429 (with ``Retry-After`` seconds, if the server said)."""
+        with self._lock:
+            self.rate_limited += 1
+            if not self.adaptive:
+                return
+            now = self.clock()
+            if started is not None and started < self._last_cut:
+                return  # the episode the last cut answered
+            self._window.append(True)
+            size = max(int(self.limit), self.min_window)
+            refused = sum(list(self._window)[-size:])
+            if refused < max(1, math.ceil(self.tolerance * size)):
+                return  # isolated 429s: the retries deal with them
+            self._before_cut = self.limit
+            self.limit = max(1.0, float(math.floor(self.limit / 2)))
+            self.lowest = min(self.lowest, self.limit)
+            self.cuts += 1
+            self._last_cut = now
+            self._window.clear()
+            self._round = 0
+            if retry_after:
+                self._resume_at = max(self._resume_at, now + min(retry_after, self.max_cooldown))
 
-    def on_rate_limited(self) -> None:
-        self.rate_limited += 1
-        if self.adaptive:
-            self.limit = max(1.0, self.limit / 2.0)
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
+# ------------------------------------------------------------------------------------- retries
 def _delay(exc: BaseException | None, attempt: int, policy: RetryPolicy) -> float:
     """Seconds to wait after failed attempt number ``attempt``: Retry-After when the server gives one
     (honoured up to a minute, plus a little jitter), else exponential backoff with full jitter."""
@@ -189,16 +559,38 @@ def _wait(policy: RetryPolicy, offset: int) -> Callable[[RetryCallState], float]
     return wait
 
 
+def _retryable(exc: BaseException) -> bool:
+    return classify(exc).kind.retryable
+
+
 async def call_with_retries(
     fn: Callable[[], Awaitable[T]],
     policy: RetryPolicy,
     limiter: AdaptiveLimiter | None,
     on_attempt: Callable[[], None] | None = None,
 ) -> T:
-    """Run ``fn`` under the limiter, retrying transport failures; re-raise the last error when out of tries.
+    """Run ``fn`` under the limiter, retrying transport failures.
 
-    ``UnsupportedMethod`` and ``JudgeUnavailable`` are raised at once (retrying cannot help).
+    Raises only greval's typed errors, with redacted messages: ``UnsupportedMethod`` (the method was refused)
+    and ``JudgeUnavailable`` (auth, unknown model, quota) at once, retrying cannot help; :class:`CallFailed`
+    for an error about this one request (context length, content filter …), at once, or for the last
+    transport error once the attempts are spent.
     """
+    try:
+        return await _call_with_retries(fn, policy, limiter, on_attempt)
+    except (JudgeError, JudgeUnavailable):
+        raise
+    except Exception as exc:
+        failure = classify(exc)
+        raise CallFailed(describe_error(exc), failure.kind, failure.status) from None
+
+
+async def _call_with_retries(
+    fn: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    limiter: AdaptiveLimiter | None,
+    on_attempt: Callable[[], None] | None,
+) -> T:
 
     async def attempt() -> T:
         if on_attempt is not None:
@@ -208,64 +600,51 @@ async def call_with_retries(
                 result = await fn()
             else:
                 async with limiter:
-                    result = await fn()
+                    # The limiter hears how the call went while the call still holds its slot: a refused call
+                    # must cut before its slot goes to the next waiter.
+                    started = limiter.clock()
+                    try:
+                        result = await fn()
+                    except Exception as exc:
+                        failure = classify(exc)
+                        if failure.kind is ErrorKind.RATE_LIMITED:
+                            limiter.on_rate_limited(started, failure.retry_after)
+                        raise
+                    limiter.on_success(started)
         except Exception as exc:
-            kind = classify(exc).kind
-            if kind == "rate_limit" and limiter is not None:
-                limiter.on_rate_limited()
-            if kind == "unsupported":
-                raise UnsupportedMethod(str(exc)) from exc
-            if kind == "fatal":
-                raise JudgeUnavailable(f"the judge model refused the request: {_short(exc)}") from exc
+            failure = classify(exc)
+            if failure.kind is ErrorKind.UNSUPPORTED and not isinstance(exc, UnsupportedMethod):
+                raise UnsupportedMethod(describe_error(exc)) from None
+            if failure.kind.fatal and not isinstance(exc, JudgeUnavailable):
+                raise JudgeUnavailable(
+                    f"the judge model cannot be used — {describe_error(exc)}", failure.kind
+                ) from None
             raise
-        if limiter is not None:
-            limiter.on_success()
         return result
 
     # Most calls succeed at once: only a failed first attempt pays for setting up tenacity.
     try:
         return await attempt()
     except Exception as exc:
-        if classify(exc).kind not in _RETRYABLE or policy.max_attempts <= 1:
+        if not _retryable(exc) or policy.max_attempts <= 1:
             raise
         await asyncio.sleep(_delay(exc, 1, policy))
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.max_attempts - 1),
         wait=_wait(policy, offset=1),
-        retry=retry_if_exception(lambda e: classify(e).kind in _RETRYABLE),
+        retry=retry_if_exception(_retryable),
         reraise=True,
     )
     return await retrying(attempt)
 
 
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300]
-
-
-def describe_error(exc: BaseException) -> str:
-    """A one-line, secret-free description for an error row."""
-    failure = classify(exc)
-    status = _status(exc)
-    prefix = {
-        "rate_limit": "rate limited (429)",
-        "server": f"server error ({status})",
-        "timeout": "timed out",
-        "connection": "connection failed",
-    }.get(failure.kind, type(exc).__name__)
-    return f"{prefix}: {_short(exc)}" if failure.kind not in ("timeout",) else prefix
-
-
-def redact(text: str, secrets: list[str | None]) -> str:
-    """Remove API keys from anything about to be logged or stored."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
-
-
 __all__: list[Any] = [
+    "REDACTED",
     "AdaptiveLimiter",
+    "CallFailed",
+    "ErrorKind",
+    "Failure",
+    "JudgeError",
     "JudgeUnavailable",
     "RetryPolicy",
     "UnsupportedMethod",
@@ -273,4 +652,5 @@ __all__: list[Any] = [
     "classify",
     "describe_error",
     "redact",
+    "register_secret",
 ]

@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 import statistics
+import threading
 import time
 import warnings
 from collections import Counter
@@ -32,11 +33,17 @@ from greval.direct import ModelCall
 from greval.errors import SpecError
 from greval.execution import (
     AdaptiveLimiter,
+    ErrorKind,
+    JudgeError,
+    JudgeUnavailable,
     RetryPolicy,
     UnsupportedMethod,
     call_with_retries,
+    classify,
     describe_error,
+    redact,
 )
+from greval.models import register_model_secrets
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
@@ -157,8 +164,10 @@ def begin(
     return rec, result, {k: given[k] for k in spec.depends_on if not not_applicable(given[k])}
 
 
-class ParseError(Exception):
+class ParseError(JudgeError):
     """The model's answer is not JSON or does not fit the verdict schema."""
+
+    kind = ErrorKind.UNPARSABLE
 
 
 # ---------------------------------------------------------------------------------- verdict models
@@ -412,7 +421,10 @@ class Judge:
         self._callers: dict[str, ModelCall] = {}
         self._systems: dict[str, SystemMessage] = {}
         self._examples = self._example_messages()
-        self._lock = asyncio.Lock()
+        # Not an asyncio.Lock: one judge serves any event loop (a sync call runs in greval's background loop,
+        # an ``await`` in the caller's), and nothing is awaited while it is held.
+        self._lock = threading.Lock()
+        register_model_secrets(model)
 
     # --------------------------------------------------------------------------- construction
     def _example_messages(self) -> list[BaseMessage]:
@@ -483,8 +495,8 @@ class Judge:
         return self._systems[method]
 
     # --------------------------------------------------------------------------------- calling
-    async def _fall_back(self, failed: Method) -> bool:
-        async with self._lock:
+    def _fall_back(self, failed: Method) -> bool:
+        with self._lock:
             if self.method == failed and self._method_index < len(self.methods) - 1:
                 self._method_index += 1
             return self.method != failed
@@ -516,19 +528,27 @@ class Judge:
 
                 try:
                     msg = await call_with_retries(send, self.policy, self.limiter, count)
-                except UnsupportedMethod as exc:
+                except Exception as exc:
+                    # Every request is logged, failed ones too (with their attempts and the redacted error).
                     log.append(
                         CallLog(
                             method=method,
                             items=list(item_ids or []),
                             attempts=attempts,
                             latency_ms=(time.perf_counter() - start) * 1000,
-                            error=str(exc)[:300],
+                            error=describe_error(exc),
                         )
                     )
-                    if await self._fall_back(method):
+                    if not isinstance(exc, UnsupportedMethod):
+                        raise
+                    if self._fall_back(method):
                         continue
-                    raise
+                    # No structured-output method left: every call of this judge would fail the same way.
+                    tried = ", ".join(self.methods)
+                    raise JudgeUnavailable(
+                        f"the judge model accepts none of the structured-output methods ({tried}) — {exc}",
+                        ErrorKind.UNSUPPORTED,
+                    ) from None
                 break
             usage = getattr(msg, "usage_metadata", None) or {}
             entry = CallLog(
@@ -544,8 +564,8 @@ class Judge:
                 payload, entry.raw = _json_payload(msg, method)
                 return self._validate(payload, item_ids)
             except ParseError as exc:
-                last_error = str(exc)
-                entry.error = last_error
+                last_error = redact(str(exc))
+                entry.error = describe_error(exc)
                 if not entry.raw:
                     entry.raw = str(msg.content)[:2000] if msg.content else json.dumps(msg.tool_calls)[:2000]
         raise ParseError(f"unusable answer after {self.policy.parse_attempts} tries: {last_error}")
@@ -668,12 +688,11 @@ class Judge:
         if self.spec.each is None:
             try:
                 answer = await self._sampled(rec.data, deps, None, result.calls)
-            except ParseError as exc:
-                result.verdicts = [ItemVerdict(status="error", error=str(exc))]
-                return result
+            except (SpecError, JudgeUnavailable):
+                raise  # the spec or the judge itself is unusable: the run stops
             except Exception as exc:
-                if isinstance(exc, SpecError) or type(exc).__name__ == "JudgeUnavailable":
-                    raise
+                # About this judgement only (its prompt is too long, the answer is unusable, the server kept
+                # failing …): an error verdict whose text starts with the kind, and the run goes on.
                 result.verdicts = [ItemVerdict(status="error", error=describe_error(exc))]
                 return result
             result.outputs = answer["outputs"]
@@ -682,31 +701,28 @@ class Judge:
         ids = [it["id"] for it in rec.items(self.spec.each)]
         pending = [i for i in ids if only_items is None or i in set(only_items)]
         got: dict[str, ItemVerdict] = {}
-        last_error = ""
+        kind, last_error = ErrorKind.INCOMPLETE, ""
         for _ in range(1 + self.policy.reask_rounds):
             if not pending:
                 break
             try:
                 answer = await self._sampled(rec.data, deps, pending, result.calls)
-            except ParseError as exc:
-                last_error = str(exc)
-                break
+            except (SpecError, JudgeUnavailable):
+                raise
             except Exception as exc:
-                if type(exc).__name__ == "JudgeUnavailable":
-                    raise
-                last_error = describe_error(exc)
+                kind, last_error = classify(exc).kind, describe_error(exc).split(": ", 1)[-1]
                 break
             if answer["outputs"] and not result.outputs:
                 result.outputs = answer["outputs"]
             for iid, v in answer["items"].items():
                 got[iid] = self._verdict(iid, v)
             pending = [i for i in pending if i not in got]
-            last_error = "; ".join(answer["notes"][:3]) or "the judge left it out"
+            last_error = redact("; ".join(answer["notes"][:3])) or "the judge left it out"
         for iid in pending:
             got[iid] = ItemVerdict(
                 item_id=iid,
                 status="error",
-                error=f"no verdict after {len(result.calls)} call(s): {last_error}",
+                error=f"{kind.value}: no verdict after {len(result.calls)} call(s): {last_error}",
             )
         result.verdicts = [got[i] for i in ids if i in got]
         return result

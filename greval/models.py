@@ -16,6 +16,7 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from greval.errors import UserError
+from greval.execution import redact, register_secret
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -79,6 +80,18 @@ def _digest(blob: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def register_model_secrets(model: Any) -> None:
+    """Register every secret field of a chat model (``api_key`` and the like, kept as ``SecretStr``) so that
+    no error text greval prints, logs or stores can contain it (see :func:`greval.execution.redact`)."""
+    fields = getattr(type(model), "model_fields", None)
+    if not isinstance(fields, dict):
+        return
+    for name in fields:
+        value = getattr(model, name, None)
+        if isinstance(value, SecretStr):
+            register_secret(value.get_secret_value())
+
+
 def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatModel:
     """Build the LangChain chat model. One instance serves a whole run: it owns one shared HTTP client."""
     if cfg.provider in ("openai", "gguf", "local"):
@@ -90,6 +103,7 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
             if base_url is None:
                 raise UserError("no API key: set OPENAI_API_KEY, or point --base-url at an OpenAI-compatible server")
             key = "not-needed"
+        register_secret(key)
         kwargs: dict[str, Any] = {
             "model": cfg.model,
             "api_key": SecretStr(key),
@@ -117,5 +131,6 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
     try:
         model: BaseChatModel = init_chat_model(cfg.model, model_provider=cfg.provider, **params)
     except (ImportError, ValueError) as exc:
-        raise UserError(f"--judge {cfg.provider}:{cfg.model}: {exc}") from None
+        raise UserError(f"--judge {cfg.provider}:{cfg.model}: {redact(str(exc))}") from None
+    register_model_secrets(model)
     return model

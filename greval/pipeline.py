@@ -686,7 +686,7 @@ class PipelineEvaluator:
             try:
                 extracted[key] = await self.extractors[key[0]].extract(fields(key[1]), ext_logs[key])
             except ParseError as exc:
-                ext_errors[key] = str(exc)
+                ext_errors[key] = describe_error(exc)  # typed and redacted like every other failure
             except Exception as exc:
                 if isinstance(exc, SpecError) or type(exc).__name__ == "JudgeUnavailable":
                     raise

@@ -34,7 +34,7 @@ class RunOptions(BaseModel):
     """How to run (none of it changes a verdict's identity)."""
 
     concurrency: int = Field(8, ge=1, description="Model calls in flight at most.")
-    adaptive: bool = Field(True, description="Halve concurrency on 429s, then grow back.")
+    adaptive: bool = Field(True, description="Halve concurrency once per rate-limit episode, then grow back.")
     method: Method | str = Field("auto", description="Structured-output method, or auto with fallbacks.")
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     retry_errors: bool = Field(False, description="Judge again what earlier runs recorded as errors.")
@@ -254,7 +254,16 @@ async def _judge_all(
     # run, ~0.3 ms per call; scripts/bench_run.py). Unfrozen afterwards, so nothing escapes collection.
     gc.freeze()
     try:
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        tasks = [asyncio.ensure_future(worker()) for _ in range(workers)]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            # One worker failing (the judge unavailable, an interrupt) stops the others before the run is
+            # recorded: none may call the model or write to the store afterwards.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
     finally:
         gc.unfreeze()
 

@@ -228,7 +228,7 @@ def test_transport_failure_after_bounded_attempts_is_an_error_verdict(llm: OpenA
     llm.script([{"match": "Rate it", "action": {"type": "fault", "status": 503}}])
     result = run_sync(judge(llm, VALUE_SPEC).ajudge({"question": "q", "answer": "a"}))
     assert not result.ok
-    assert result.verdicts[0].error and result.verdicts[0].error.startswith("server error (503)")
+    assert result.verdicts[0].error and result.verdicts[0].error.startswith("server_error: HTTP 503")
     assert llm.stats()["total"] == FAST.max_attempts
 
 

@@ -16,11 +16,23 @@ Rules (first match with ``times`` left wins; ``match`` is a substring, or a rege
 seed, rule, prompt and attempt so they do not depend on request interleaving)::
 
     {"match": "c17", "times": 1, "action": {"type": "fault", "status": 429, "retry_after": 2}}
-    actions: respond{content|text}, fault{status, retry_after}, timeout{seconds},
-             malformed, invalid, drop_ids{ids}, extra_ids{ids}, latency{seconds}
+    actions: respond{content|text}, fault{status, retry_after, body, message, code, error_type, param,
+             echo_auth}, timeout{seconds}, malformed, invalid, drop_ids{ids}, extra_ids{ids}, latency{seconds}
 
 ``respond.text`` is sent verbatim as the content, or as the tool-call arguments when the
 request forces a tool.
+
+``fault`` answers ``status`` with an OpenAI-style error body ``{"error": {"message", "type", "param",
+"code"}}``: the defaults for the status (400 invalid request, 401 bad key, 403, 404 unknown model, 413,
+429, 500, 503), each field overridable (``message``, ``code``, ``error_type``, ``param``), or ``body``, sent
+verbatim as the JSON body. ``echo_auth: true`` appends the request's ``Authorization`` header to the error
+message (the body's ``error.message``, else a top-level ``authorization`` field), as some proxies do;
+``echo_auth: "token"`` echoes the credential alone, without its ``Bearer`` scheme::
+
+    {"match": "Question 3", "action": {"type": "fault", "status": 400, "body": {"error": {
+        "message": "This model's maximum context length is 8192 tokens …",
+        "type": "invalid_request_error", "code": "context_length_exceeded"}}}}
+    {"action": {"type": "fault", "status": 401, "echo_auth": true}}
 """
 
 from __future__ import annotations
@@ -629,6 +641,11 @@ def _error(
 
 
 _FAULT_KINDS: Final = {
+    400: ("Invalid request (injected)", "invalid_request_error", None),
+    401: ("Incorrect API key provided (injected)", "invalid_request_error", "invalid_api_key"),
+    403: ("You are not allowed to sample from this model (injected)", "invalid_request_error", None),
+    404: ("The model does not exist or you do not have access to it (injected)", "invalid_request_error", None),
+    413: ("Request entity too large (injected)", "invalid_request_error", None),
     429: ("Rate limit reached (injected by greval test server)", "requests", "rate_limit_exceeded"),
     500: ("The server had an error while processing your request (injected)", "server_error", None),
     503: ("The engine is currently overloaded (injected)", "server_error", "service_unavailable"),
@@ -710,13 +727,13 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
             await asyncio.sleep(remaining)
 
     if kind == "fault":
-        fault_status = int(action.get("status", 500))
-        message, err_type, code = _FAULT_KINDS.get(fault_status, ("Injected fault", "server_error", None))
         headers = {}
         if action.get("retry_after") is not None:
             headers["Retry-After"] = f"{action['retry_after']:g}"
+        fault_status = int(action.get("status", 500))
+        fault_body = _fault_body(fault_status, action, request.headers.get("Authorization", ""), body)
         await wait()
-        return _error(fault_status, message, err_type, code=code, headers=headers)
+        return web.json_response(fault_body, status=fault_status, headers=headers)
 
     ids = _item_ids(prompt)
     if ids is not None and kind == "drop_ids":
@@ -735,6 +752,34 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
     response = web.json_response(_completion(body, req, outputs, completion_id, prompt))
     await wait()
     return response
+
+
+def _fault_body(status: int, action: dict[str, Any], authorization: str, request: dict[str, Any]) -> Any:
+    """The JSON body of an injected error: ``action["body"]`` verbatim, or an OpenAI-style error object."""
+    if "body" in action:
+        fault: Any = json.loads(json.dumps(action["body"]))  # a copy: echoing must not change the rule
+    else:
+        message, err_type, code = _FAULT_KINDS.get(status, ("Injected fault", "server_error", None))
+        if status == 404 and "message" not in action:
+            message = f"The model `{request.get('model')}` does not exist or you do not have access to it."
+        fault = {
+            "error": {
+                "message": action.get("message", message),
+                "type": action.get("error_type", err_type),
+                "param": action.get("param"),
+                "code": action.get("code", code),
+            }
+        }
+    echo = action.get("echo_auth")
+    if echo:
+        if echo == "token":  # the credential alone, without its scheme
+            authorization = authorization.partition(" ")[2] or authorization
+        error = fault.get("error") if isinstance(fault, dict) else None
+        if isinstance(error, dict):
+            error["message"] = f"{error.get('message', '')} (received Authorization: {authorization})".strip()
+        elif isinstance(fault, dict):
+            fault["authorization"] = authorization
+    return fault
 
 
 def _output_text(
