@@ -25,8 +25,17 @@ from rich.table import Table
 
 from greval.errors import UserError
 
-console = Console(stderr=True, soft_wrap=True)
-out = Console(soft_wrap=True)
+
+def _console(stderr: bool) -> Console:
+    """A terminal gets its own width; a file or pipe a wide one, so tables are not cut at 80 columns and
+    words are not wrapped apart (COLUMNS still wins)."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = stream.isatty() or "COLUMNS" in os.environ
+    return Console(stderr=stderr, soft_wrap=True, width=None if wide else 200)
+
+
+console = _console(stderr=True)
+out = _console(stderr=False)
 
 
 class Terminated(KeyboardInterrupt):

@@ -1,22 +1,33 @@
 """``greval quickstart``: the whole loop on a bundled example, offline, in one idempotent command.
 
 spec + dataset -> judge (the configured one, else the embedded local judge) -> store -> embedded Argilla
-(verdicts as suggestions) -> the example's existing human labels -> agreement report. A second run reuses
-everything: the store answers every judgement (no judge call, no judge server), the Argilla dataset and its
-records keep their ids, the labels are upserted.
+(verdicts as suggestions) -> the example's human labels of 20 of the 30 records (the other 10 wait in Argilla,
+with the judge's suggestion, for the user's label) -> agreement report (the files ``greval report`` writes).
+A second run reuses everything: the store answers every judgement (no judge call, no judge server), the
+Argilla dataset and its records keep their ids, the labels are upserted, the user's own answers are kept.
 """
 
 from __future__ import annotations
 
+import csv
+import shlex
 import shutil
+import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.panel import Panel
+from rich.markup import escape
 
+from greval.annotation.server import DEFAULT_PORT
 from greval.paths import examples_dir
+
+if TYPE_CHECKING:
+    from greval.annotation.server import ServerInfo
+    from greval.annotation.sync import Connection
 
 EXAMPLE = "begin"
 SPEC = "attribution"
@@ -49,7 +60,7 @@ def register(main: click.Group) -> None:
         help="Workspace: the example data, the store and the report are written here.",
     )
     @judge_options
-    @click.option("--port", type=int, default=6900, show_default=True, help="Port of the embedded Argilla.")
+    @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Port of the embedded Argilla.")
     @click.option("--no-argilla", is_flag=True, help="Skip the Argilla step (judge and report only).")
     @click.option(
         "--argilla-data",
@@ -80,10 +91,13 @@ def register(main: click.Group) -> None:
         2. judges them (your --judge, else OpenAI when OPENAI_API_KEY is set, else the embedded
            llama.cpp judge — a tiny model that only makes the loop run, not a judge to trust);
         3. starts the embedded Argilla and pushes the verdicts as suggestions;
-        4. imports the example's human labels (into the store and into Argilla);
-        5. writes the agreement report and prints where everything is.
+        4. imports the example's human labels of 20 records (into the store and into Argilla);
+           the other 10 wait in Argilla, with the judge's suggestion, for your label;
+        5. writes the agreement report and prints where everything is, how to label the open
+           records, and the commands to do the same on your own data.
 
-        Running it again reuses everything: no new judge call, the same Argilla dataset.
+        Running it again reuses everything: no new judge call, the same Argilla dataset, your
+        answers in Argilla kept.
         """
         _quickstart(
             Path(workdir),
@@ -113,9 +127,9 @@ def _quickstart(
     argilla_data: str | None = None,
 ) -> None:
     from greval._sync import run_sync
-    from greval.agreement.from_store import store_frame
-    from greval.agreement.models import AgreementOptions
-    from greval.agreement.report import render_html, render_markdown
+    from greval.agreement.cli import print_report
+    from greval.agreement.models import AgreementReport
+    from greval.annotation import sync
     from greval.cli import (
         _progress,
         console,
@@ -127,24 +141,29 @@ def _quickstart(
         serve_judge,
     )
     from greval.data import load_records
+    from greval.report import build, print_labels, write
     from greval.runner import RunOptions, arun, pending_work
     from greval.spec import load_spec_file
     from greval.store import Store
 
     t0 = time.perf_counter()
+    work = work.expanduser().resolve()  # every path printed works from any directory
     written = write_workspace(work)
     console.print(
-        f"[bold]1/5[/] workspace {work}/" + (f" (wrote {', '.join(written)})" if written else " (reused)"),
+        f"[bold]1/5[/] workspace {escape(str(work))}/" + (f" (wrote {', '.join(written)})" if written else " (reused)"),
         highlight=False,
     )
     specs = load_spec_file(work / "attribution.yaml")
     records = load_records(work / "records.jsonl")
     store_path = work / "greval.sqlite"
-    cfg = resolve_judge(judge_ref or default_judge(), **{k: v for k, v in params.items() if v is not None})
+    ref = judge_ref or default_judge()
+    cfg = resolve_judge(ref, **{k: v for k, v in params.items() if v is not None})
+    argilla: _Argilla | None = None
     with Store(store_path) as st:
         todo, _ = pending_work(specs, records, st, cfg)
         console.print(
-            f"[bold]2/5[/] judging {len(records)} records with {SPEC} — judge {cfg.label}: {todo} judgement(s) to make",
+            f"[bold]2/5[/] judging {len(records)} records with {SPEC} — judge {escape(cfg.label)}: "
+            f"{todo} judgement(s) to make",
             highlight=False,
         )
         with serve_judge(cfg, needed=todo > 0) as live, _progress(False) as hook:
@@ -161,74 +180,194 @@ def _quickstart(
             )
         print_summary(summary)
 
-        from greval.annotation import sync
-
-        info = None
         conn = None
-        if not no_argilla:
-            from greval.annotation import server
-
-            console.print("[bold]3/5[/] embedded Argilla: starting (first time: creating its environment) …")
-            try:
-                info = server.start(port, argilla_data)
-            except server.AnnotationServerError as exc:
-                from greval.errors import UserError
-
-                raise UserError(str(exc)) from None
-            conn = sync.connect(info.url, info.api_key, workspace=info.workspace)
-            pushed = sync.push(st, conn, SPEC)
-            console.print(
-                f"      {pushed.pushed} verdicts pushed as suggestions to dataset '{pushed.dataset}' "
-                f"({'created' if pushed.created else 'updated'}) at {info.url}",
-                highlight=False,
-            )
-        else:
+        if no_argilla:
             console.print("[bold]3/5[/] Argilla skipped (--no-argilla)")
-        imported = sync.import_labels(
-            st,
-            work / "human_labels.csv",
-            SPEC,
-            record_id_col="record_id",
-            label_col="label",
-            annotator_col="annotator",
-            conn=conn,
-        )
-        console.print(
-            f"[bold]4/5[/] human labels: {imported.stored} stored from human_labels.csv"
-            + (f", {imported.to_argilla} as Argilla responses" if imported.to_argilla else ""),
-            highlight=False,
-        )
+        else:
+            argilla = _start_argilla(port, argilla_data)
+            conn = sync.connect(argilla.info.url, argilla.info.api_key, workspace=argilla.info.workspace)
+        try:
+            if conn is not None and argilla is not None:
+                pushed = sync.push(st, conn, SPEC)
+                argilla.dataset = pushed.dataset
+                console.print(
+                    f"      {pushed.pushed} verdicts pushed as suggestions to dataset '{escape(pushed.dataset)}' "
+                    f"({'created' if pushed.created else 'updated'}) at {argilla.info.url}",
+                    highlight=False,
+                )
+            labels_file = work / "human_labels.csv"
+            # With Argilla, the example's labels of the first IMPORTED records only: the others wait there,
+            # with the judge's suggestion, for the user's own label.
+            rows = _first_records(sync.read_table(labels_file), None if conn is None else IMPORTED)
+            with tempfile.TemporaryDirectory(prefix="greval-quickstart-") as tmp:
+                subset = Path(tmp) / labels_file.name
+                _write_csv(subset, rows)
+                imported = sync.import_labels(
+                    st,
+                    subset,
+                    SPEC,
+                    record_id_col="record_id",
+                    label_col="label",
+                    annotator_col="annotator",
+                    conn=conn,
+                )
+            if conn is not None and argilla is not None:
+                labelled = len({r["record_id"] for r in rows})
+                console.print(
+                    f"[bold]4/5[/] human labels: {imported.stored} stored from human_labels.csv (its first "
+                    f"{labelled} records), also in Argilla as the BEGIN annotators' answers; the other "
+                    f"{len(records) - labelled} records are left for you to label",
+                    highlight=False,
+                )
+                argilla.progress = _progress_of(conn, argilla)
+            else:
+                console.print(f"[bold]4/5[/] human labels: {imported.stored} stored from human_labels.csv")
+        finally:
+            if conn is not None:
+                conn.close()
 
-        from greval.agreement.compute import compute_agreement
-
-        frame, scale, selection = store_frame(st, SPEC)
-        options = AgreementOptions(bootstrap=bootstrap, seed=0, slices=["system"] if "system" in frame.columns else [])
-        report = compute_agreement(frame, scale, options)
-    title = f"{SPEC}: {selection.judge} vs BEGIN annotators"
     report_dir = work / "report"
     report_dir.mkdir(exist_ok=True)
-    (report_dir / f"{SPEC}.html").write_text(render_html(report, frame, title=title), encoding="utf-8")
-    (report_dir / f"{SPEC}.md").write_text(render_markdown(report), encoding="utf-8")
-    (report_dir / f"{SPEC}.json").write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    console.print("[bold]5/5[/] agreement report written", highlight=False)
-    from greval.agreement.cli import print_report
+    rep = build(store_path, [SPEC], bootstrap_resamples=bootstrap, out_dir=report_dir)
+    write(rep, report_dir)  # the same files `greval report -o report_dir` writes
+    metric = rep.metrics[0]
+    page = report_dir / (metric.agreement_page or f"{SPEC}.agreement.html")
+    console.print(f"[bold]5/5[/] agreement report written to {escape(str(report_dir))}/", highlight=False)
+    agreement = AgreementReport.model_validate_json(page.with_suffix(".json").read_text(encoding="utf-8"))
+    print_report(out, agreement, 3, SPEC)
+    print_labels(rep)  # "attribution: 20 human labels — 20 imported from …"
 
-    print_report(out, report, 3, title)
+    click.echo("")
+    for line in _closing(work, store_path, report_dir, page, ref, params.get("base_url"), argilla, port):
+        click.echo(line)
+    click.echo("")
+    click.echo(f"done in {time.perf_counter() - t0:.0f}s")
 
+
+#: With Argilla, how many of the example's records arrive with their human labels; the others are the user's.
+IMPORTED = 20
+
+#: Predefined metrics that fit a typical RAG file (question, answer, chunks); the first is reviewed in Argilla.
+OWN_SPECS = ("answer_quality", "chunk_evaluation")
+
+
+@dataclass
+class _Argilla:
+    info: ServerInfo
+    custom_data: bool  # started with --argilla-data: commands need --data-dir
+    dataset: str = SPEC
+    progress: tuple[int, int] | None = None  # (labelled, total) records of the dataset
+
+
+def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
+    """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
+    from greval.annotation import server
+    from greval.cli import console
+
+    data = Path(argilla_data).expanduser().resolve() if argilla_data else None
+    current = server.status(data)
+    if current.running and current.url:
+        doing = f"reusing the server running at {current.url}"
+    elif server.venv_ready():
+        doing = "starting …"
+    else:
+        doing = "creating its environment (once, about a minute), then starting it …"
+    console.print(f"[bold]3/5[/] embedded Argilla: {doing}", highlight=False)
+    try:
+        info = server.start(port, data, on_line=lambda line: console.print(f"      {escape(line)}", highlight=False))
+    except server.AnnotationServerError as exc:
+        # Its message may carry a build log's last lines: printed as they are, not as rich markup.
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        sys.exit(2)
+    return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir())
+
+
+def _progress_of(conn: Connection, argilla: _Argilla) -> tuple[int, int] | None:
+    """(labelled, total) records of the quick start's Argilla dataset, None when the server will not say."""
+    from greval.annotation import sync
+
+    found = sync.find_dataset(conn, argilla.dataset, argilla.info.workspace)
+    return sync.dataset_progress(conn, str(found["id"])) if found else None
+
+
+def _first_records(rows: list[dict[str, Any]], n: int | None) -> list[dict[str, Any]]:
+    """The rows of the first ``n`` distinct record ids, in file order (all rows when ``n`` is None)."""
+    if n is None:
+        return rows
+    keep = list(dict.fromkeys(str(r["record_id"]) for r in rows))[:n]
+    return [r for r in rows if str(r["record_id"]) in keep]
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["record_id", "label", "annotator"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _q(path: Path) -> str:
+    return shlex.quote(str(path))
+
+
+def _closing(
+    work: Path,
+    store: Path,
+    report_dir: Path,
+    page: Path,
+    judge: str,
+    base_url: str | None,
+    argilla: _Argilla | None,
+    port: int,
+) -> list[str]:
+    """Where everything is and what to type next: plain lines (nothing cut at 80 columns), every command
+    complete and runnable from any directory."""
+    data_dir = f" --data-dir {_q(argilla.info.data_dir)}" if argilla is not None and argilla.custom_data else ""
     lines = []
-    if info is not None:
-        lines.append(f"Argilla      {info.url}   login: {info.username} / {info.password}")
-    lines.append(f"Report       {(report_dir / f'{SPEC}.html').resolve()}")
-    lines.append(f"Store        {store_path.resolve()}")
+    if argilla is not None:
+        info = argilla.info
+        lines.append(f"Argilla     {info.url}   login: {info.username} / {info.password}")
+        state = ""
+        if argilla.progress is not None:
+            done, total = argilla.progress
+            state = f": {done} of {total} records labelled, {total - done} wait for your label"
+        lines.append(f"  dataset   '{argilla.dataset}' in workspace '{info.workspace}'{state}")
+    lines.append(f"Report      {report_dir / 'index.html'}")
+    lines.append(f"  agreement {page}")
+    lines.append(f"Store       {store}")
+    lines.append(f"Workspace   {work}")
     lines.append("")
-    lines.append("The same on your own data and judge:")
+    if argilla is not None:
+        lines.append(
+            f"Label the open records yourself: open {argilla.info.url}, log in, open the dataset '{argilla.dataset}'"
+        )
+        lines.append("and submit a label for each record (the judge's verdict is pre-selected as a suggestion).")
+        lines.append("Then fetch your answers into the store and rebuild the report:")
+        lines.append(f"  greval annotate pull --store {_q(store)} --spec {SPEC}{data_dir}")
+    else:
+        lines.append("Rebuild the report (after adding labels with greval annotate import-labels):")
+    lines.append(f"  greval report --store {_q(store)} -o {_q(report_dir)}")
+    lines.append("")
+    judge_args = f"--judge {shlex.quote(judge)}" + (f" --base-url {shlex.quote(base_url)}" if base_url else "")
+    first = OWN_SPECS[0]
+    lines.append("The same on your own data: a JSONL, JSON, CSV or Parquet file with the columns question, answer")
+    lines.append("and chunks (a list of texts), here my_data.jsonl:")
+    lines.append(f"  greval run my_data.jsonl {' '.join(f'-s {s}' for s in OWN_SPECS)} {judge_args} --store my.sqlite")
+    if argilla is None:
+        lines.append("  greval annotate up" + (f" --port {port}" if port != DEFAULT_PORT else ""))
+    lines.append(f"  greval annotate push --store my.sqlite --spec {first}{data_dir}")
+    lines.append(f"  greval annotate pull --store my.sqlite --spec {first}{data_dir}")
+    lines.append("  greval report --store my.sqlite -o my-report")
+    if judge == "local" or judge.startswith(("gguf:", "local:")):
+        lines.append(f"{judge_args} is a tiny embedded model, only for trying the loop: name a real judge, e.g.")
+        lines.append("--judge openai:gpt-4o-mini with OPENAI_API_KEY set.")
     lines.append(
-        "  greval run my_data.jsonl -s answer_alignment -s chunk_evaluation --judge openai:gpt-4o-mini "
-        "--store my.sqlite"
+        f"{OWN_SPECS[0]} judges each answer against its question, {OWN_SPECS[1]} each chunk's relevance to it;"
     )
-    lines.append("  greval annotate push --store my.sqlite --spec answer_alignment")
-    lines.append("  greval annotate pull --store my.sqlite --spec answer_alignment     # after people labelled")
-    lines.append("  greval report --store my.sqlite --spec answer_alignment -o report/")
+    lines.append("hallucination counts the chunks the answer contradicts; answer_alignment also needs expected_answer.")
+    lines.append("Columns named differently: add --map question=YOUR_COLUMN (one per column) to greval run.")
+    lines.append("Every predefined metric and the columns it reads: greval spec list")
     lines.append("")
-    lines.append(f"done in {time.perf_counter() - t0:.0f}s")
-    out.print(Panel("\n".join(lines), title="greval quickstart", expand=False), highlight=False)
+    started = "Argilla" if argilla is not None else "the Argilla that greval annotate up started"
+    lines.append(f"Stop {started} when you are done (the labels stay in its data directory):")
+    lines.append(f"  greval annotate down{data_dir}")
+    return lines

@@ -14,7 +14,7 @@ import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -25,6 +25,9 @@ from greval.errors import UserError
 from greval.results import MetricFigures, figures_from_rows, item_rows, metric_notes, record_rows
 from greval.spec import Spec
 from greval.store import Store
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 #: Record fields treated as the evaluated system's efficiency figures when present.
 EFFICIENCY = ("llm_calls", "prompt_tokens", "output_tokens", "tokens", "latency", "latency_s", "completion_time")
@@ -50,6 +53,17 @@ class SystemRow(BaseModel):
     efficiency: dict[str, float] = Field(default_factory=dict)
 
 
+class LabelSource(BaseModel):
+    """Human labels of a metric from one place: an Argilla dataset (``source`` "argilla"), or a file
+    (``source`` "import", or "import:FILE" when the file's name is known; ``dataset`` "import" when the
+    labels went to the store only, else the Argilla dataset they were also given to)."""
+
+    dataset: str
+    source: str
+    submitted: int
+    other: int = Field(0, description="Draft and discarded answers (not compared with the judge).")
+
+
 class MetricRow(BaseModel):
     metric: str
     kind: str
@@ -59,6 +73,7 @@ class MetricRow(BaseModel):
     score: MeanCI
     agreement: dict[str, Any] | None = None
     agreement_page: str | None = None
+    labels: list[LabelSource] = Field(default_factory=list)
 
     @property
     def records(self) -> int:
@@ -140,6 +155,7 @@ def build(
             )
             if isinstance(spec, Spec):
                 row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, bootstrap_resamples, out_dir)
+                row.labels = label_sources(st, spec.name)
             metrics.append(row)
             by_system: dict[str, list[dict[str, Any]]] = {}
             for r in grp:
@@ -201,7 +217,59 @@ def _agreement(
     return head, page
 
 
+def label_sources(st: Store, spec_name: str) -> list[LabelSource]:
+    """Where a metric's human labels came from: one entry per (dataset, source), imports first."""
+    rows = st.query(
+        "SELECT dataset, source, SUM(status='submitted') AS submitted, SUM(status!='submitted') AS other"
+        " FROM human_labels WHERE spec_name=? GROUP BY dataset, source",
+        (spec_name,),
+    )
+    found = [
+        LabelSource(dataset=r["dataset"], source=r["source"], submitted=r["submitted"], other=r["other"]) for r in rows
+    ]
+    return sorted(found, key=lambda s: (not s.source.startswith("import"), s.source != "argilla", s.dataset, s.source))
+
+
 # ------------------------------------------------------------------------------------------ rendering
+def describe_labels(sources: Sequence[LabelSource]) -> str:
+    """The count line of a metric's human labels ('' when there are none), e.g.
+    "23 human labels — 20 imported from a file, 3 from Argilla dataset 'x'"."""
+    parts = []
+    for s in sources:
+        if not s.submitted:
+            continue
+        kind, _, name = s.source.partition(":")
+        if kind == "import":
+            text = f"{s.submitted} imported from {name or 'a file'}"
+            if s.dataset != "import":
+                text += f" (also in Argilla dataset '{s.dataset}')"
+        elif kind == "argilla":
+            text = f"{s.submitted} from Argilla dataset '{s.dataset}'"
+        else:
+            text = f"{s.submitted} from {s.source} (dataset '{s.dataset}')"
+        parts.append(text)
+    total = sum(s.submitted for s in sources)
+    other = sum(s.other for s in sources)
+    if not total and not other:
+        return ""
+    line = f"{total} human label{'' if total == 1 else 's'}"
+    if parts:
+        line += " — " + ", ".join(parts)
+    if other:
+        line += f" ({other} draft or discarded answer{'' if other == 1 else 's'} not compared)"
+    return line
+
+
+def _label_lines(rep: StoreReport) -> list[str]:
+    """One line per metric with human labels: "metric: 23 human labels — …" (once per metric)."""
+    lines: dict[str, str] = {}
+    for m in rep.metrics:
+        text = describe_labels(m.labels)
+        if text and m.metric not in lines:
+            lines[m.metric] = f"{m.metric}: {text}"
+    return list(lines.values())
+
+
 def _outcomes(fig: MetricFigures) -> str:
     """The records a metric did not score, by why: "2 failed, 10 skipped" ('' when every record is ok)."""
     parts = [
@@ -274,6 +342,9 @@ def render_index(rep: StoreReport) -> str:
         + "".join(rows)
         + "</table>",
     ]
+    labels = _label_lines(rep)
+    if labels:
+        parts.append("<h2>Human labels</h2>" + "".join(f"<p>{html.escape(line)}</p>" for line in labels))
     if rep.systems:
         eff_cols = sorted({k for s in rep.systems for k in s.efficiency})
         srows = []
@@ -314,6 +385,9 @@ def render_markdown(rep: StoreReport) -> str:
     notes = [n for m in rep.metrics for n in metric_notes(m.figures)]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    labels = _label_lines(rep)
+    if labels:
+        lines += ["", "## Human labels", ""] + [f"- {line}" for line in labels]
     if rep.systems:
         lines += [
             "",
@@ -328,6 +402,34 @@ def render_markdown(rep: StoreReport) -> str:
                 f"{s.failure_rate:.1%} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def write(rep: StoreReport, out_dir: Path) -> None:
+    """The report's files (``build`` with the same ``out_dir`` wrote the agreement pages)."""
+    (out_dir / "index.html").write_text(render_index(rep), encoding="utf-8")
+    (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
+    (out_dir / "report.md").write_text(render_markdown(rep), encoding="utf-8")
+
+
+def print_table(table: Table) -> None:
+    """A rich table on stdout: as wide as the terminal, or, into a file or a pipe (80 columns by default),
+    as wide as the table needs, so that no word is wrapped apart or cut."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    from greval.cli import out
+
+    if out.is_terminal:
+        out.print(table)
+        return
+    need = Measurement.get(out, out.options.update(width=100_000), table).maximum
+    Console(file=out.file, width=max(need, out.width), soft_wrap=True, color_system=None).print(table)
+
+
+def print_labels(rep: StoreReport) -> None:
+    """The human-label count lines, as plain text on stdout."""
+    for line in _label_lines(rep):
+        click.echo(line)
 
 
 def register(main: click.Group) -> None:
@@ -371,14 +473,12 @@ def register(main: click.Group) -> None:
         """
         from rich.table import Table
 
-        from greval.cli import console, out
+        from greval.cli import console
 
         out_dir = Path(output)
         out_dir.mkdir(parents=True, exist_ok=True)
         rep = build(store, specs, system_column, resamples, out_dir)
-        (out_dir / "index.html").write_text(render_index(rep), encoding="utf-8")
-        (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
-        (out_dir / "report.md").write_text(render_markdown(rep), encoding="utf-8")
+        write(rep, out_dir)
         table = Table(title=f"greval report — {store}")
         for col in ("metric", "judge", "records", "not scored", "mean", "95% CI", "judge–human"):
             table.add_column(col)
@@ -393,7 +493,8 @@ def register(main: click.Group) -> None:
                 _ci(m.score),
                 "—" if not k else f"{_fmt(k['value'])} (n={k['n']})",
             )
-        out.print(table)
+        print_table(table)
+        print_labels(rep)
         for m in rep.metrics:
             for note in metric_notes(m.figures):
                 console.print(f"[yellow]note:[/] {note}", highlight=False)

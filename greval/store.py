@@ -649,7 +649,11 @@ class Store:
                     "INSERT INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                     " ON CONFLICT(spec_name, dataset, record_id, record_hash, item_id, annotator) DO UPDATE SET"
                     " label=excluded.label, value=excluded.value, comment=excluded.comment, status=excluded.status,"
-                    " spec_hash=excluded.spec_hash, source=excluded.source, answered_at=excluded.answered_at,"
+                    " spec_hash=excluded.spec_hash, answered_at=excluded.answered_at,"
+                    # An answer a pull finds unchanged keeps where it came from (an import sent to Argilla).
+                    " source=CASE WHEN human_labels.label IS excluded.label AND human_labels.value IS excluded.value"
+                    " AND human_labels.comment IS excluded.comment AND human_labels.status=excluded.status"
+                    " THEN human_labels.source ELSE excluded.source END,"
                     " updated_at=excluded.updated_at",
                     (
                         r["spec_name"],

@@ -1,16 +1,23 @@
 """Stage 6 — the quick start, end to end, as a new user runs it: no API key, the embedded local judge
 (real llama-server), the embedded Argilla, the bundled example, the report. Then again: nothing redone.
-And the same loop without Argilla, with a judge of one's own (the test server)."""
+And the same loop without Argilla, with a judge of one's own (the test server). Then the first hour of a
+newcomer: records left to label in Argilla, every printed command run as printed, the report saying where its
+labels came from, and the Argilla environment's setup output kept in a log."""
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -59,11 +66,11 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         assert "starting the embedded local judge" in both
         assert "(created)" in both
         assert re.search(r"Argilla\s+http://127\.0\.0\.1:\d+\s+login: \S+ / \S+", first.stdout)
-        report = work / "report" / "attribution.html"
+        report = work / "report" / "attribution.agreement.html"
         assert report.exists() and "<img" in report.read_text()
         db = sqlite3.connect(work / "greval.sqlite")
         assert db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 30
-        assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 30
+        assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 20  # 10 left to the user
         calls = db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0]
         db.close()
 
@@ -75,7 +82,7 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         assert "(updated)" in both and "(created)" not in both  # the same Argilla dataset
         db = sqlite3.connect(work / "greval.sqlite")
         assert db.execute("SELECT COUNT(*) FROM judgements").fetchone()[0] == calls
-        assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 30
+        assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 20
     finally:
         server.stop(data)
 
@@ -90,11 +97,290 @@ def test_quickstart_without_argilla_with_an_openai_compatible_judge(llm: OpenAIS
     assert "30 judgement(s) to make" in result.output
     assert "Argilla skipped (--no-argilla)" in result.output
     assert "30 stored from human_labels.csv" in result.output and "Argilla responses" not in result.output
-    assert "login:" not in result.output  # no Argilla line in the closing panel
+    assert "login:" not in result.output  # no Argilla line in the closing lines
     assert TEST_KEY not in result.output
     assert llm.stats()["total"] >= 30
-    assert "<img" in (work / "report" / "attribution.html").read_text()
+    assert "<img" in (work / "report" / "attribution.agreement.html").read_text()
+    assert "30 human labels — 30 imported from a file" in (work / "report" / "index.html").read_text()
     db = sqlite3.connect(work / "greval.sqlite")
     assert db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 30
     assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 30
     db.close()
+
+
+# ------------------------------------------------------------------------ the first hour (issue "The first hour")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The commands a run printed: every line that starts with ``greval `` (indented or not)."""
+    return [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("greval ")]
+
+
+def _greval(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    assert args[0] == "greval"
+    return subprocess.run(
+        [sys.executable, "-m", "greval", *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _piped_env() -> dict[str, str]:
+    """The environment of a user's shell: no judge or Argilla settings, and no COLUMNS (a pipe: 80 columns)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "GREVAL_JUDGE", "ARGILLA_")) and k not in ("COLUMNS", "LINES")
+    }
+    env["OPENAI_API_KEY"] = TEST_KEY
+    return env
+
+
+def _argilla(data: Path) -> httpx.Client:
+    st = server.status(data)
+    assert st.running and st.url
+    key = server.read_credentials(data)["api_key"]
+    return httpx.Client(base_url=st.url, headers={"X-Argilla-Api-Key": key}, timeout=30)
+
+
+def _argilla_records(http: httpx.Client, name: str) -> list[dict[str, Any]]:
+    found = [d for d in http.get("/api/v1/me/datasets").json()["items"] if d["name"] == name]
+    assert len(found) == 1, found
+    resp = http.get(
+        f"/api/v1/datasets/{found[0]['id']}/records",
+        params=[("include", "responses"), ("include", "suggestions"), ("limit", "1000")],
+    )
+    assert resp.status_code == 200, resp.text
+    items: list[dict[str, Any]] = resp.json()["items"]
+    return items
+
+
+def _write_rag_file(path: Path) -> None:
+    """A typical RAG output: question, answer and the retrieved chunks (plain texts), nothing else."""
+    rows = [
+        {
+            "question": f"What is the capital of country {i}?",
+            "answer": f"The capital of country {i} is city {i}.",
+            "chunks": [f"Country {i} has city {i} as its capital.", f"City {i} lies on a river."],
+        }
+        for i in range(4)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.argilla
+def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """The loop a newcomer sees: 20 records labelled by the BEGIN annotators, 10 with the judge's suggestion
+    waiting for them; every command printed runs as printed (from another directory, at 80 columns); the
+    report says where its labels came from; a second run keeps the user's answers."""
+    openai_server.reset()
+    openai_server.configure(latency=0.0, json_schema=True, tools=True)
+    data, here, own = tmp_path / "argilla", tmp_path / "here", tmp_path / "own"
+    here.mkdir()
+    own.mkdir()
+    env = _piped_env()
+    cmd = ["greval", "quickstart", "--dir", "ws", "--port", str(server.free_port()), "--argilla-data", str(data)]
+    cmd += ["--bootstrap", "50", "--judge", "openai:judge-test", "--base-url", openai_server.base_url]
+    store = (here / "ws" / "greval.sqlite").resolve()
+    try:
+        first = _greval(cmd, here, env, timeout=900)
+        both = first.stdout + first.stderr
+        assert first.returncode == 0, both[-4000:]
+        assert "Traceback" not in both
+        assert "(created)" in both
+        db = sqlite3.connect(store)
+        assert db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 30
+        assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 20
+        db.close()
+
+        # Argilla: 20 records answered by the BEGIN annotators, 10 open with the judge's suggestion.
+        http = _argilla(data)
+        records = _argilla_records(http, "attribution")
+        assert len(records) == 30
+        open_records = [r for r in records if not r.get("responses")]
+        assert len(open_records) == 10
+        assert all(r.get("suggestions") for r in open_records)
+        creds = server.read_credentials(data)
+        url = server.status(data).url
+        assert url and url in first.stdout
+        assert creds["username"] in first.stdout and creds["password"] in first.stdout
+        assert "'attribution'" in first.stdout
+        assert "╭" not in first.stdout  # plain lines, no panel that cuts paths at 80 columns
+
+        commands = _commands(first.stdout)
+        mine = [c for c in commands if str(store) in c]
+        pull = [c for c in mine if c[1:3] == ["annotate", "pull"]]
+        report = [c for c in mine if c[1] == "report"]
+        assert len(pull) == 1 and len(report) == 1, first.stdout
+        assert pull[0][pull[0].index("--spec") + 1] == "attribution"
+        assert Path(report[0][report[0].index("-o") + 1]).is_absolute()
+        assert any(c[1] == "run" for c in commands) and any(c[1:3] == ["annotate", "push"] for c in commands)
+
+        # The user labels three of the open records in Argilla.
+        me = http.get("/api/v1/me").json()
+        for rec in open_records[:3]:
+            values = {"verdict": {"value": "Fully attributable"}}
+            resp = http.post(f"/api/v1/records/{rec['id']}/responses", json={"status": "submitted", "values": values})
+            assert resp.status_code in (200, 201), resp.text
+
+        # Every printed command, in the order printed, from another directory, with a typical RAG file there.
+        _write_rag_file(own / "my_data.jsonl")
+        outputs = {}
+        for c in commands:
+            res = _greval(c, own, env)
+            assert res.returncode == 0, (c, res.stdout[-2000:], res.stderr[-2000:])
+            assert "Traceback" not in res.stdout + res.stderr
+            outputs[shlex.join(c)] = res.stdout + res.stderr
+        said = outputs[shlex.join(report[0])]
+        assert "23 human labels" in said and "from Argilla dataset 'attribution'" in said
+        report_dir = Path(report[0][report[0].index("-o") + 1])
+        md = (report_dir / "report.md").read_text()
+        assert "23 human labels" in md and "from Argilla dataset 'attribution'" in md
+        assert "23 human labels" in (report_dir / "index.html").read_text()
+        calls = openai_server.stats()["total"]
+
+        # A second run: no judge call, the same dataset, the user's answers untouched.
+        second = _greval(cmd, here, env, timeout=600)
+        both = second.stdout + second.stderr
+        assert second.returncode == 0, both[-4000:]
+        assert "0 judgement(s) to make" in both
+        assert "(updated)" in both and "(created)" not in both
+        assert "creating its environment" not in both and "first time" not in both
+        assert "7 wait for your label" in second.stdout
+        assert openai_server.stats()["total"] == calls
+        http = _argilla(data)
+        records = _argilla_records(http, "attribution")
+        assert len(records) == 30
+        answers = [a for r in records for a in r.get("responses") or [] if a["user_id"] == me["id"]]
+        assert len(answers) == 3 and all(a["status"] == "submitted" for a in answers)
+        assert all(a["values"]["verdict"]["value"] == "Fully attributable" for a in answers)
+        db = sqlite3.connect(store)
+        assert db.execute("SELECT COUNT(*) FROM human_labels WHERE status='submitted'").fetchone()[0] == 23
+        db.close()
+    finally:
+        server.stop(data)
+
+
+def _labelled_store(llm: OpenAIServer, work: Path) -> Path:
+    """The quick start's example judged by the test server, 20 labels imported, 3 pulled from Argilla."""
+    from greval.annotation import sync
+    from greval.data import load_records
+    from greval.models import JudgeConfig
+    from greval.quickstart import write_workspace
+    from greval.runner import run
+    from greval.spec import load_spec_file
+    from greval.store import Store
+
+    write_workspace(work)
+    path = work / "greval.sqlite"
+    rows = (work / "human_labels.csv").read_text().splitlines()
+    (work / "first20.csv").write_text("\n".join(rows[:21]) + "\n")
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(path) as st:
+        run(load_spec_file(work / "attribution.yaml"), load_records(work / "records.jsonl"), st, cfg)
+        sync.import_labels(
+            st,
+            work / "first20.csv",
+            "attribution",
+            record_id_col="record_id",
+            label_col="label",
+            annotator_col="annotator",
+        )
+        late = [r.split(",")[0] for r in rows[21:24]]
+        recs = st.query("SELECT record_id, record_hash FROM verdicts WHERE spec_name='attribution'")
+        st.put_human_labels(
+            {
+                "spec_name": "attribution",
+                "dataset": "attribution",
+                "record_id": r["record_id"],
+                "record_hash": r["record_hash"],
+                "annotator": "owner",
+                "label": "Fully attributable",
+                "status": "submitted",
+                "source": "argilla",
+            }
+            for r in recs
+            if r["record_id"] in late
+        )
+    return path
+
+
+def test_report_says_where_its_human_labels_came_from(llm: OpenAIServer, tmp_path: Path) -> None:
+    """`greval report`: one line per metric with the label count by dataset and source, in the terminal
+    (piped, 80 columns: no word of its table wrapped apart), the HTML index and the Markdown summary."""
+    store = _labelled_store(llm, tmp_path / "ws")
+    out_dir = tmp_path / "report"
+    env = _piped_env()
+    res = _greval(["greval", "report", "--store", str(store), "-o", str(out_dir), "--bootstrap", "50"], tmp_path, env)
+    assert res.returncode == 0, res.stderr
+    want = "23 human labels — 20 imported from a file, 3 from Argilla dataset 'attribution'"
+    assert want in res.stdout
+    assert want in (out_dir / "report.md").read_text()
+    assert html.escape(want) in (out_dir / "index.html").read_text()
+    assert "openai:judge-test" in res.stdout  # the table is as wide as it needs, not cut to 80 columns
+    assert "…" not in res.stdout
+
+
+def test_a_pull_keeps_imported_answers_counted_as_imported(llm: OpenAIServer, tmp_path: Path) -> None:
+    from greval.report import build
+    from greval.store import Store
+
+    store = _labelled_store(llm, tmp_path / "ws")
+    with Store(store) as st:
+        # As `import-labels --to-argilla` stores them: under the Argilla dataset they were also given to ...
+        st.db.execute("UPDATE human_labels SET dataset='attribution' WHERE source='import'")
+        imported = st.query("SELECT * FROM human_labels WHERE source='import'")
+        # ... and as `greval annotate pull` then writes them back, unchanged.
+        st.put_human_labels({**r, "source": "argilla"} for r in imported)
+    rep = build(store, ["attribution"], bootstrap_resamples=20)
+    assert {(s.dataset, s.source, s.submitted) for s in rep.metrics[0].labels} == {
+        ("attribution", "import", 20),
+        ("attribution", "argilla", 3),
+    }
+
+
+def test_the_quickstart_workspace_is_git_ignored() -> None:
+    param = next(p for p in main.commands["quickstart"].params if p.name == "workdir")
+    assert f"/{param.default}/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def _fake_requirements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    req = tmp_path / "requirements.txt"
+    req.write_text(text)
+    monkeypatch.setattr(server, "requirements_file", lambda: req)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # offline and fast: only what is installed already
+    monkeypatch.setenv("GREVAL_HOME", str(tmp_path / "home"))
+    return server.venv_dir().parent / "setup.log"
+
+
+@pytest.mark.slow
+def test_argilla_environment_setup_writes_pip_output_to_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`greval annotate setup` (and `up`, the quick start): pip's output goes to a log in the data
+    directory; the terminal gets a progress line and nothing on stdout mixed with the credentials."""
+    log = _fake_requirements(tmp_path, monkeypatch, "pip\n")
+    result = CliRunner().invoke(main, ["annotate", "setup"])
+    assert result.exit_code == 0, result.output
+    captured = capfd.readouterr()
+    assert "Requirement already satisfied" not in captured.out + captured.err + result.output
+    assert "Requirement already satisfied" in log.read_text()
+    assert str(log) in captured.err + result.output
+    assert server.venv_ready()
+
+
+@pytest.mark.slow
+def test_argilla_environment_setup_failure_shows_the_logs_tail_and_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    log = _fake_requirements(tmp_path, monkeypatch, "greval-no-such-package-4242\n")
+    result = CliRunner().invoke(main, ["annotate", "setup"])
+    assert result.exit_code == 2
+    captured = capfd.readouterr()
+    shown = captured.out + captured.err + result.output
+    assert "Traceback" not in shown
+    assert str(log) in result.output
+    assert "No matching distribution found for greval-no-such-package-4242" in result.output
+    assert not server.venv_ready()

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -35,6 +36,7 @@ PID_FILE = "server.pid"
 LOG_FILE = "server.log"
 CREDENTIALS_FILE = "credentials.json"
 LOCK_FILE = "server.lock"
+SETUP_LOG = "setup.log"
 _MARKER = ".greval-requirements.sha256"
 
 
@@ -116,26 +118,71 @@ def venv_ready(venv: Path | None = None) -> bool:
     return venv_python(venv).exists() and marker.exists() and marker.read_text().strip() == _requirements_hash()
 
 
-def _run(cmd: list[str], on_line: Callable[[str], None] | None) -> None:
-    """Run a setup command; with ``on_line`` its output is streamed line by line, else to the terminal."""
-    try:
-        if on_line is None:
-            subprocess.run(cmd, check=True)
-            return
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+def setup_log(venv: Path | None = None) -> Path:
+    """The log of the last environment setup (pip's whole output), beside the venv in greval's data dir."""
+    return (venv or venv_dir()).parent / SETUP_LOG
+
+
+class _StepLine:
+    """One status line on a terminal's stderr, rewritten in place with pip's latest step; silent elsewhere."""
+
+    def __init__(self) -> None:
+        self.active = sys.stderr.isatty()
+        self.width = max(20, shutil.get_terminal_size().columns - 1)
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        if self.active:
+            sys.stderr.write("\r" + text[: self.width].ljust(self.width))
+            sys.stderr.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * self.width + "\r")
+            sys.stderr.flush()
+            self.shown = False
+
+
+_STEPS = ("Collecting ", "Downloading ", "Installing collected packages", "Successfully installed")
+
+
+def _run(cmd: list[str], log: Path, step: _StepLine) -> None:
+    """Run a setup command with its output appended to ``log``; pip's steps update the status line.
+
+    On failure the error names the log and carries its last lines."""
+    with open(log, "a", encoding="utf-8", errors="replace") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n")
+        fh.flush()
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            )
+        except OSError as exc:
+            fh.write(f"cannot run {cmd[0]}: {exc}\n")
+            raise AnnotationServerError(
+                f"setting up the Argilla environment failed: cannot run {cmd[0]} ({exc.strerror or exc}); log: {log}"
+            ) from None
+        with proc:
             assert proc.stdout is not None
             for line in proc.stdout:
-                on_line(line.rstrip("\n"))
-            if proc.wait() != 0:
-                raise subprocess.CalledProcessError(proc.returncode, cmd)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise AnnotationServerError(f"setting up the Argilla environment failed: {exc}") from None
+                fh.write(line)
+                if line.startswith(_STEPS):
+                    step.show(f"  {line.strip()}")
+            code = proc.wait()
+    if code != 0:
+        tail = "\n".join(f"  {line}" for line in _tail_lines(log, 12))
+        raise AnnotationServerError(
+            f"setting up the Argilla environment failed ({Path(cmd[0]).name} {' '.join(cmd[1:3])} exited with "
+            f"code {code}); the whole output is in {log}, its last lines:\n{tail}"
+        )
 
 
 def ensure_venv(on_line: Callable[[str], None] | None = None, *, force: bool = False, venv: Path | None = None) -> Path:
     """Create the Argilla venv and install the pinned requirements, unless already done; returns its python.
 
-    ``on_line`` receives pip's output line by line; without it pip writes to the terminal (progress bars).
+    pip's output goes to :func:`setup_log`; ``on_line`` receives the few progress messages (default: stderr),
+    and on a terminal one status line shows pip's current step.
     """
     venv = venv or venv_dir()
     if venv_ready(venv) and not force:
@@ -166,22 +213,33 @@ def _venv_lock(venv: Path) -> Iterator[None]:
 
 def _install_venv(venv: Path, on_line: Callable[[str], None] | None) -> Path:
     say = on_line or (lambda s: print(s, file=sys.stderr, flush=True))
-    if not venv_python(venv).exists():
-        say(f"Creating the Argilla server environment in {venv} ...")
-        _run([sys.executable, "-m", "venv", str(venv)], on_line)
-    say(f"Installing argilla-server {ARGILLA_SERVER_VERSION} and its pinned dependencies (about a minute) ...")
-    _run(
-        [
-            str(venv_python(venv)),
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "-r",
-            str(requirements_file()),
-        ],
-        on_line,
+    log = setup_log(venv)
+    log.write_text("")  # this attempt's output only
+    say(
+        f"Setting up the Argilla server environment (argilla-server {ARGILLA_SERVER_VERSION}, once, about a "
+        f"minute) in {venv}; log: {log}"
     )
+    step = _StepLine()
+    try:
+        if not venv_python(venv).exists():
+            step.show("  creating the virtual environment")
+            _run([sys.executable, "-m", "venv", str(venv)], log, step)
+        step.show(f"  installing argilla-server {ARGILLA_SERVER_VERSION} and its pinned dependencies")
+        _run(
+            [
+                str(venv_python(venv)),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-r",
+                str(requirements_file()),
+            ],
+            log,
+            step,
+        )
+    finally:
+        step.clear()  # before any message: the error, or "ready"
     (venv / _MARKER).write_text(_requirements_hash())
     say("Argilla server environment ready.")
     return venv_python(venv)
@@ -374,12 +432,16 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _log_tail(log: Path, lines: int = 8) -> str:
+def _tail_lines(log: Path, lines: int = 8) -> list[str]:
     try:
-        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        text = log.read_text(errors="replace")
     except OSError:
-        return ""
-    return " | ".join(line.strip() for line in tail if line.strip())
+        return []
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+
+
+def _log_tail(log: Path, lines: int = 8) -> str:
+    return " | ".join(line.strip() for line in _tail_lines(log, lines))
 
 
 # --------------------------------------------------------------------------- start / stop / status
