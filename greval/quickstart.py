@@ -34,6 +34,17 @@ SPEC = "attribution"
 FILES = ("records.jsonl", "human_labels.csv", "attribution.yaml", "NOTICE", "LICENSE")
 
 
+def greval_command() -> str:
+    """How to type greval so that the printed commands work as printed: ``greval`` when that is this
+    environment's command on PATH, else its full path (scripts/quickstart.sh run outside a virtual
+    environment installs into ./.venv, whose bin/ is not on PATH)."""
+    mine = Path(sys.prefix) / "bin" / "greval"
+    found = shutil.which("greval")
+    if found and mine.exists() and Path(found).resolve() == mine.resolve():
+        return "greval"
+    return shlex.quote(str(mine)) if mine.exists() else f"{shlex.quote(sys.executable)} -m greval"
+
+
 def write_workspace(directory: Path) -> list[str]:
     """Copy the bundled example into ``directory`` (existing files are left alone: they may be edited)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -322,6 +333,7 @@ def _closing(
     """Where everything is and what to type next: plain lines (nothing cut at 80 columns), every command
     complete and runnable from any directory."""
     data_dir = f" --data-dir {_q(argilla.info.data_dir)}" if argilla is not None and argilla.custom_data else ""
+    gv = greval_command()
     lines = []
     if argilla is not None:
         info = argilla.info
@@ -342,21 +354,21 @@ def _closing(
         )
         lines.append("and submit a label for each record (the judge's verdict is pre-selected as a suggestion).")
         lines.append("Then fetch your answers into the store and rebuild the report:")
-        lines.append(f"  greval annotate pull --store {_q(store)} --spec {SPEC}{data_dir}")
+        lines.append(f"  {gv} annotate pull --store {_q(store)} --spec {SPEC}{data_dir}")
     else:
         lines.append("Rebuild the report (after adding labels with greval annotate import-labels):")
-    lines.append(f"  greval report --store {_q(store)} -o {_q(report_dir)}")
+    lines.append(f"  {gv} report --store {_q(store)} -o {_q(report_dir)}")
     lines.append("")
     judge_args = f"--judge {shlex.quote(judge)}" + (f" --base-url {shlex.quote(base_url)}" if base_url else "")
     first = OWN_SPECS[0]
     lines.append("The same on your own data: a JSONL, JSON, CSV or Parquet file with the columns question, answer")
     lines.append("and chunks (a list of texts), here my_data.jsonl:")
-    lines.append(f"  greval run my_data.jsonl {' '.join(f'-s {s}' for s in OWN_SPECS)} {judge_args} --store my.sqlite")
+    lines.append(f"  {gv} run my_data.jsonl {' '.join(f'-s {s}' for s in OWN_SPECS)} {judge_args} --store my.sqlite")
     if argilla is None:
-        lines.append("  greval annotate up" + (f" --port {port}" if port != DEFAULT_PORT else ""))
-    lines.append(f"  greval annotate push --store my.sqlite --spec {first}{data_dir}")
-    lines.append(f"  greval annotate pull --store my.sqlite --spec {first}{data_dir}")
-    lines.append("  greval report --store my.sqlite -o my-report")
+        lines.append(f"  {gv} annotate up" + (f" --port {port}" if port != DEFAULT_PORT else ""))
+    lines.append(f"  {gv} annotate push --store my.sqlite --spec {first}{data_dir}")
+    lines.append(f"  {gv} annotate pull --store my.sqlite --spec {first}{data_dir}")
+    lines.append(f"  {gv} report --store my.sqlite -o my-report")
     if judge == "local" or judge.startswith(("gguf:", "local:")):
         lines.append(f"{judge_args} is a tiny embedded model, only for trying the loop: name a real judge, e.g.")
         lines.append("--judge openai:gpt-4o-mini with OPENAI_API_KEY set.")
@@ -369,5 +381,5 @@ def _closing(
     lines.append("")
     started = "Argilla" if argilla is not None else "the Argilla that greval annotate up started"
     lines.append(f"Stop {started} when you are done (the labels stay in its data directory):")
-    lines.append(f"  greval annotate down{data_dir}")
+    lines.append(f"  {gv} annotate down{data_dir}")
     return lines

@@ -113,15 +113,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _commands(text: str) -> list[list[str]]:
-    """The commands a run printed: every line that starts with ``greval `` (indented or not)."""
-    return [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("greval ")]
+    """The commands a run printed: every line whose first word is the greval command — ``greval``, or its
+    full path when this environment's bin/ is not on PATH (a ./.venv made by scripts/quickstart.sh)."""
+    out = []
+    for line in text.splitlines():
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        if first == "greval" or first.endswith("/greval"):
+            out.append(shlex.split(line.strip()))
+    return out
 
 
 def _greval(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    assert args[0] == "greval"
-    return subprocess.run(
-        [sys.executable, "-m", "greval", *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    """Run a printed command exactly as printed (its first word found the way a shell would)."""
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _piped_env() -> dict[str, str]:
