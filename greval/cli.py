@@ -315,7 +315,10 @@ def run_cmd(
     from greval.store import Store
 
     specs = resolve_specs(spec_refs)
-    records = load_records(data, _parse_map(maps), id_column, limit)
+    notes: list[str] = []
+    records = load_records(data, _parse_map(maps), id_column, limit, notes=notes)
+    for note in notes:  # nothing the user gave disappears without a word
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     # Computed metrics (ROUGE, BLEU, citations …) need no judge: none is resolved, started or required.
     needs_judge = any(s.needs_model for s in specs)

@@ -305,11 +305,13 @@ def load_records(
     mapping: Mapping[str, str] | None = None,
     id_column: str | None = None,
     limit: int | None = None,
+    notes: list[str] | None = None,
 ) -> list[Record]:
     """Read a dataset file into Records.
 
     ``mapping`` maps greval field names to the file's columns (dotted paths reach nested JSON), e.g.
-    ``{"question": "query", "answer": "response.text"}``; unmapped columns keep their names.
+    ``{"question": "query", "answer": "response.text"}``; unmapped columns keep their names. A row that
+    repeats an earlier one exactly (same id, same content) is read once; ``notes`` receives a line saying so.
     """
     p = Path(path)
     if not p.exists():
@@ -319,6 +321,7 @@ def load_records(
     mapping = dict(mapping or {})
     records: list[Record] = []
     by_id: dict[str, str] = {}
+    repeated: list[int] = []
     for n, row in enumerate(_rows(p)):
         if limit is not None and len(records) >= limit:
             break
@@ -337,9 +340,16 @@ def load_records(
         if rec.id in by_id:
             if by_id[rec.id] != rec.hash:
                 raise DataError(f"{path}: two different records have the id {rec.id!r}")
-            continue  # the same record twice: judge it once
+            repeated.append(n + 1)  # the same record twice: judged and listed once
+            continue
         by_id[rec.id] = rec.hash
         records.append(rec)
     if not records:
         raise DataError(f"{path}: no records")
+    if repeated and notes is not None:
+        shown = ", ".join(map(str, repeated[:5])) + (f" … ({len(repeated)} in all)" if len(repeated) > 5 else "")
+        notes.append(
+            f"{path}: {len(repeated)} row(s) repeat an earlier row exactly (same id and content), "
+            f"read once: rows {shown}"
+        )
     return records

@@ -772,3 +772,16 @@ def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: Ope
             ("r1", "my_review"),
             ("r2", "import"),
         ]
+
+
+def test_a_row_repeated_exactly_is_read_once_and_said(llm: OpenAIServer, tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    row = {"id": "a", "question": "q?", "answer": "x", "expected_answer": "x"}
+    data.write_text("".join(json.dumps(r) + "\n" for r in [row, {**row, "id": "b"}, row]))
+    store = tmp_path / "s.sqlite"
+    args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", "openai:judge-test"]
+    res = CliRunner().invoke(main, [*args, "--base-url", llm.base_url])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "1 row(s) repeat an earlier row exactly (same id and content), read once: rows 3" in text
+    assert "judging 2 records (1 share their content with another: judged once)" in text
