@@ -497,7 +497,7 @@ class _progress:
 def print_summary(summary: Any) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
     ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
-    from greval.results import metric_notes
+    from greval.results import metric_notes, not_scored
 
     dup = summary.records - summary.distinct_contents
     table = Table(
@@ -509,14 +509,14 @@ def print_summary(summary: Any) -> None:
         table.add_column(col, overflow="fold")
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
-        not_scored = ", ".join(f"{getattr(m, k)} {what}" for k, what in _NOT_SCORED if getattr(m, k))
+        unscored = not_scored(m.model_dump())
         items = f" ({m.items_ok}/{m.items} items)" if m.items is not None else ""
         table.add_row(
             m.spec,
             str(m.judged),
             str(m.reused),
             f"{m.ok}{items}",
-            not_scored or "—",
+            unscored or "—",
             dist,
             "—" if m.mean_score is None else f"{m.mean_score:.3f}",
             f"{m.tokens_in}/{m.tokens_out}",
@@ -559,15 +559,13 @@ def results_export(store: str, output: str, fmt: str | None, spec: str | None, l
     console.print(f"wrote {n} rows to {output}")
 
 
-_NOT_SCORED = (("partial", "partial"), ("failed", "failed"), ("skipped", "skipped"))
-
-
 @results.command("runs")
 @click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
 def results_runs(store: str) -> None:
     """List the runs recorded in a store."""
     import time as _t
 
+    from greval.results import not_scored
     from greval.store import Store
 
     with Store(store) as st:
@@ -578,11 +576,7 @@ def results_runs(store: str) -> None:
             summ = json.loads(r["summary"] or "{}")
             # The run's stored summary: the same figures `greval run` printed (greval.results).
             metrics = summ.get("metrics") or [{"spec": name} for name in json.loads(r["specs"] or "[]")]
-            not_scored = [
-                f"{m['spec']}: "
-                + (", ".join(f"{m[k]} {what}" for k, what in _NOT_SCORED if m.get(k)) or ("—" if "ok" in m else "?"))
-                for m in metrics
-            ]
+            per_metric = [f"{m['spec']}: " + (not_scored(m) or ("—" if "ok" in m else "?")) for m in metrics]
             table.add_row(
                 r["run_id"],
                 _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])),
@@ -590,7 +584,7 @@ def results_runs(store: str) -> None:
                 r["dataset"] or "",
                 str(summ.get("records", "")),
                 str(summ.get("calls", "")),
-                "\n".join(not_scored),
+                "\n".join(per_metric),
             )
         out.print(table)
 

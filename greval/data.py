@@ -199,6 +199,16 @@ def _decode(raw: bytes, path: Path, line: int | None = None) -> str:
         ) from None
 
 
+def _json(text: str, where: str, at: str) -> Any:
+    """Parsed JSON, or a one-line DataError naming ``where`` (``at`` may place the error: ``{line}``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: invalid JSON{at.format(line=exc.lineno)} ({exc.msg})") from None
+    except RecursionError:
+        raise DataError(f"{where}: JSON nested too deeply") from None
+
+
 def _rows(path: Path) -> Iterator[dict[str, Any]]:
     """The file's rows; whatever the file itself gets wrong is a DataError naming it."""
     gz = path.name.lower().endswith(".gz")
@@ -231,24 +241,14 @@ def _read_rows(path: Path) -> Iterator[dict[str, Any]]:
                 line = _decode(raw, path, n)
                 if not line.strip():
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}: line {n}: invalid JSON ({exc.msg})") from None
-                except RecursionError:
-                    raise DataError(f"{path}: line {n}: JSON nested too deeply") from None
+                row = _json(line, f"{path}: line {n}", "")
                 if not isinstance(row, dict):
                     raise DataError(f"{path}: line {n}: each line must be a JSON object")
                 yield row
     elif base.endswith(".json"):
         with opener(path, "rb") as fh:
             text = _decode(fh.read(), path)
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: invalid JSON at line {exc.lineno} ({exc.msg})") from None
-        except RecursionError:
-            raise DataError(f"{path}: JSON nested too deeply") from None
+        data = _json(text, str(path), " at line {line}")
         if isinstance(data, dict):
             data = next(
                 (v for k, v in data.items() if k in ("records", "data", "items") and isinstance(v, list)),

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from scipy.stats import bootstrap
 
 from greval.errors import UserError
-from greval.results import MetricFigures, figures_from_rows, item_rows, metric_notes, record_rows
+from greval.results import MetricFigures, figures_from_rows, item_rows, metric_notes, not_scored, record_rows
 from greval.spec import Spec
 from greval.store import Store
 
@@ -270,14 +270,6 @@ def _label_lines(rep: StoreReport) -> list[str]:
     return list(lines.values())
 
 
-def _outcomes(fig: MetricFigures) -> str:
-    """The records a metric did not score, by why: "2 failed, 10 skipped" ('' when every record is ok)."""
-    parts = [
-        f"{n} {what}" for n, what in ((fig.partial, "partial"), (fig.failed, "failed"), (fig.skipped, "skipped")) if n
-    ]
-    return ", ".join(parts)
-
-
 def _fmt(x: float | None, d: int = 3) -> str:
     return "—" if x is None else f"{x:.{d}f}"
 
@@ -332,7 +324,7 @@ def render_index(rep: StoreReport) -> str:
         dist = ", ".join(f"{html.escape(k)}: {v}" for k, v in m.distribution.items())
         rows.append(
             f"<tr><td>{html.escape(m.metric)}</td><td>{html.escape(m.kind)}</td>"
-            f"<td>{html.escape(m.judge)}</td><td>{m.records}</td><td>{_outcomes(m.figures)}</td>"
+            f"<td>{html.escape(m.judge)}</td><td>{m.records}</td><td>{not_scored(m.figures.model_dump())}</td>"
             f"<td>{_fmt(m.score.mean)}</td><td>{_ci(m.score)}</td><td>{dist}</td><td>{agree}</td></tr>"
         )
     parts = [
@@ -379,8 +371,8 @@ def render_markdown(rep: StoreReport) -> str:
     ]
     for m in rep.metrics:
         lines.append(
-            f"| {m.metric} | {m.judge} | {m.records} | {_outcomes(m.figures) or '—'} | {_fmt(m.score.mean)} | "
-            f"{_ci(m.score)} |"
+            f"| {m.metric} | {m.judge} | {m.records} | {not_scored(m.figures.model_dump()) or '—'} | "
+            f"{_fmt(m.score.mean)} | {_ci(m.score)} |"
         )
     notes = [n for m in rep.metrics for n in metric_notes(m.figures)]
     if notes:
@@ -488,7 +480,7 @@ def register(main: click.Group) -> None:
                 m.metric,
                 m.judge,
                 str(m.records),
-                _outcomes(m.figures) or "—",
+                not_scored(m.figures.model_dump()) or "—",
                 _fmt(m.score.mean),
                 _ci(m.score),
                 "—" if not k else f"{_fmt(k['value'])} (n={k['n']})",

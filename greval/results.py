@@ -232,6 +232,12 @@ class MetricFigures(BaseModel):
     errors: dict[str, int] = Field(default_factory=dict, description="Failed records and items by error kind.")
 
 
+def not_scored(counts: Mapping[str, Any]) -> str:
+    """The records a metric did not score, by why: "2 failed, 10 skipped" ('' when every record is ok).
+    ``counts``: a MetricFigures dumped, or a run's stored summary of one metric."""
+    return ", ".join(f"{counts[k]} {k}" for k in ("partial", "failed", "skipped") if counts.get(k))
+
+
 def metric_notes(fig: MetricFigures) -> list[str]:
     """What a reader must know about a metric's figures, in words (the same in every rendering)."""
     notes = []
