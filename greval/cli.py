@@ -310,7 +310,7 @@ def run_cmd(
     from greval._sync import run_sync
     from greval.data import load_records
     from greval.execution import RetryPolicy
-    from greval.runner import RunOptions, arun, pending_work
+    from greval.runner import RunOptions, arun, plan_work
     from greval.spec import resolve_specs
     from greval.store import Store
 
@@ -341,7 +341,8 @@ def run_cmd(
         seed=seed,
     )
     with Store(store) as st:
-        todo, computed = pending_work(specs, records, st, cfg, retry_errors)
+        plan = plan_work(specs, records, st, cfg, retry_errors)
+        todo, computed = plan.judgements, plan.computed
         work = [f"{todo} judgement(s) to make"] if needs_judge else []
         work += [f"{computed} computed score(s) to make"] if computed or not needs_judge else []
         distinct = len({r.hash for r in records})
@@ -359,7 +360,9 @@ def run_cmd(
         )
         try:
             with serve_judge(cfg, needed=todo > 0) as live, _progress(quiet) as hook:
-                summary = run_sync(arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook))
+                summary = run_sync(
+                    arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook, plan=plan)
+                )
         except KeyboardInterrupt as exc:
             # The run recorded itself as interrupted, with its summary, before run_sync returned.
             last = st.query("SELECT summary FROM runs WHERE pid=? ORDER BY started_at DESC LIMIT 1", (os.getpid(),))

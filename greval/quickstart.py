@@ -153,7 +153,7 @@ def _quickstart(
     )
     from greval.data import load_records
     from greval.report import build, print_labels, write
-    from greval.runner import RunOptions, arun, pending_work
+    from greval.runner import RunOptions, arun, plan_work
     from greval.spec import load_spec_file
     from greval.store import Store
 
@@ -171,7 +171,8 @@ def _quickstart(
     cfg = resolve_judge(ref, **{k: v for k, v in params.items() if v is not None})
     argilla: _Argilla | None = None
     with Store(store_path) as st:
-        todo, _ = pending_work(specs, records, st, cfg)
+        plan = plan_work(specs, records, st, cfg)
+        todo = plan.judgements
         console.print(
             f"[bold]2/5[/] judging {len(records)} records with {SPEC} — judge {escape(cfg.label)}: "
             f"{todo} judgement(s) to make",
@@ -187,6 +188,7 @@ def _quickstart(
                     options=RunOptions(concurrency=local_concurrency() if live.provider in ("gguf", "local") else 8),
                     dataset=str(work / "records.jsonl"),
                     progress=hook,
+                    plan=plan,
                 )
             )
         print_summary(summary)

@@ -17,15 +17,18 @@ Pure computation over stored rows: changing how a figure is computed never needs
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from greval.errors import UserError
+from greval.execution import CUT_OFF_HINT, ErrorKind
 from greval.judge import MISSING_INPUT
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 from greval.store import Store
@@ -63,7 +66,7 @@ _ITEM_COLS = (
 
 
 #: What figures need of an item row (reading only these keeps a 100k-record summary fast and small).
-_FIGURE_COLS = _ITEM_COLS[:15]
+_FIGURE_COLS = (*_ITEM_COLS[:15], "created_at")
 
 
 def _item_sql(ids: str, full: bool) -> str:
@@ -72,7 +75,7 @@ def _item_sql(ids: str, full: bool) -> str:
     cols = """v.spec_name, v.spec_hash, v.spec_key, j.label, v.judge_key, COALESCE(i.record_id, v.record_id),
        v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error"""
     if not full:
-        return f"SELECT {cols} FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key {ids}"
+        return f"SELECT {cols}, v.created_at FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key {ids}"
     return f"""
 SELECT {cols},
        g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at
@@ -83,17 +86,10 @@ LEFT JOIN judgements g ON g.spec_key = v.spec_key AND g.judge_key = v.judge_key 
 """
 
 
-def item_rows(
-    store: Store,
-    spec: str | None = None,
-    *,
-    run_id: str | None = None,
-    spec_key: str | None = None,
-    judge_key: str | None = None,
-    full: bool = True,
-) -> list[dict[str, Any]]:
-    """One row per verdict and record id. ``run_id``: only the records (ids) that run was given. Without
-    ``full``, only the columns figures read (no outputs, tokens or timings)."""
+def _select(
+    spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None, full: bool
+) -> tuple[str, list[Any]]:
+    """The item-row query (no ORDER BY) and its parameters; ``run_id``: only the ids that run was given."""
     where: list[str] = []
     params: list[Any] = []
     if run_id is not None:
@@ -108,18 +104,41 @@ def item_rows(
         if val is not None:
             where.append(f"{col} = ?")
             params.append(val)
-    sql = _item_sql(ids, full) + (" WHERE " + " AND ".join(where) if where else "")
-    sql += " ORDER BY v.spec_name, v.created_at, v.rowid, 6"
+    return _item_sql(ids, full) + (" WHERE " + " AND ".join(where) if where else ""), params
+
+
+def item_rows(
+    store: Store,
+    spec: str | None = None,
+    *,
+    run_id: str | None = None,
+    spec_key: str | None = None,
+    judge_key: str | None = None,
+) -> list[dict[str, Any]]:
+    """One row per verdict and record id, by metric name then storage order. ``run_id``: only the record
+    ids that run was given."""
+    sql, params = _select(spec, run_id, spec_key, judge_key, full=True)
     with store._lock:
-        rows = store.db.execute(sql, params).fetchall()
-    if not full:
-        return [dict(zip(_FIGURE_COLS, r, strict=True)) for r in rows]
+        rows = store.db.execute(sql + " ORDER BY v.spec_name, v.created_at, v.rowid, 6", params).fetchall()
     out = []
     for r in rows:
         row = dict(zip(_ITEM_COLS, r, strict=True))
         row["outputs"] = json.loads(row["outputs"]) if row["outputs"] else {}
         out.append(row)
     return out
+
+
+def _stream(
+    store: Store, spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None
+) -> Iterator[dict[str, Any]]:
+    """The columns figures read, sorted so that each record's rows come together (in storage order), read
+    a few thousand at a time."""
+    sql, params = _select(spec, run_id, spec_key, judge_key, full=False)
+    sql += " ORDER BY v.spec_key, v.judge_key, 6, v.record_hash, v.created_at, v.rowid"
+    with store._lock:
+        cur = store.db.execute(sql, params)
+        while chunk := cur.fetchmany(5000):
+            yield from (dict(zip(_FIGURE_COLS, r, strict=True)) for r in chunk)
 
 
 def aggregate_items(spec: Spec, labels: Sequence[str | None], values: Sequence[float | None]) -> float | None:
@@ -151,53 +170,65 @@ def _status(rows: Sequence[Mapping[str, Any]]) -> RecordStatus:
     return "ok" if ok == len(statuses) else ("partial" if ok else "error")
 
 
+GroupKey = tuple[str, str, str, str]  # (spec key, judge key, record id, record hash)
+
+
+def _group_key(r: Mapping[str, Any]) -> GroupKey:
+    return (r["spec_key"], r["judge_key"], r["record_id"], r["record_hash"])
+
+
+def _groups(items: Iterable[Mapping[str, Any]]) -> dict[GroupKey, list[Mapping[str, Any]]]:
+    groups: dict[GroupKey, list[Mapping[str, Any]]] = {}
+    for r in items:
+        groups.setdefault(_group_key(r), []).append(r)
+    return groups
+
+
 def record_rows(items: Sequence[Mapping[str, Any]], specs: Mapping[str, BaseSpec]) -> list[dict[str, Any]]:
     """Item rows grouped into one row per (metric version, judge, record id, content) — see the module doc.
     ``specs``: spec key -> spec, for every spec key in ``items``."""
-    groups: dict[tuple[str, str, str, str], list[Mapping[str, Any]]] = {}
-    for r in items:
-        groups.setdefault((r["spec_key"], r["judge_key"], r["record_id"], r["record_hash"]), []).append(r)
-    out: list[dict[str, Any]] = []
-    for (skey, jkey, rid, rhash), grp in groups.items():
-        sp = specs[skey]
-        if not isinstance(sp, Spec):  # computed / pipeline: the record row holds the score, items the detail
-            whole = [r for r in grp if r["item_id"] == ""]
-            grp = whole or grp
-        first = grp[0]
-        ok = [r for r in grp if r["status"] == "ok"]
-        many = isinstance(sp, Spec) and sp.each is not None
-        item_grp = [r for r in grp if r["item_id"] != ""]
-        row: dict[str, Any] = {
-            "spec": first["spec"],
-            "spec_hash": first["spec_hash"],
-            "spec_key": skey,
-            "judge": first["judge"],
-            "judge_key": jkey,
-            "record_id": rid,
-            "record_hash": rhash,
-            "status": _status(grp),
-            "items": len(item_grp) if sp.each else None,
-            "items_ok": sum(1 for r in item_grp if r["status"] == "ok") if sp.each else None,
-            "outputs": first.get("outputs"),
-            "tokens_in": first.get("tokens_in"),
-            "tokens_out": first.get("tokens_out"),
-        }
-        if many:
-            assert isinstance(sp, Spec)
-            row["label"] = None
-            row["value"] = None
-            row["score"] = aggregate_items(
-                sp,
-                [r["label"] for r in ok],
-                [None if r["value"] is None else float(r["value"]) for r in ok],
-            )
-            row["reason"] = None
-            row["error"] = "; ".join(sorted({str(r["error"]) for r in grp if r["error"]})) or None
-        else:
-            for col in ("label", "value", "score", "reason", "error"):
-                row[col] = first[col]
-        out.append(row)
-    return out
+    return [_record_row(specs[key[0]], grp) for key, grp in _groups(items).items()]
+
+
+def _record_row(sp: BaseSpec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One record row from the item rows of one (metric version, judge, record id, content), in stored order."""
+    if not isinstance(sp, Spec):  # computed / pipeline: the record row holds the score, items the detail
+        whole = [r for r in grp if r["item_id"] == ""]
+        grp = whole or grp
+    first = grp[0]
+    ok = [r for r in grp if r["status"] == "ok"]
+    many = isinstance(sp, Spec) and sp.each is not None
+    item_grp = [r for r in grp if r["item_id"] != ""]
+    row: dict[str, Any] = {
+        "spec": first["spec"],
+        "spec_hash": first["spec_hash"],
+        "spec_key": first["spec_key"],
+        "judge": first["judge"],
+        "judge_key": first["judge_key"],
+        "record_id": first["record_id"],
+        "record_hash": first["record_hash"],
+        "status": _status(grp),
+        "items": len(item_grp) if sp.each else None,
+        "items_ok": sum(1 for r in item_grp if r["status"] == "ok") if sp.each else None,
+        "outputs": first.get("outputs"),
+        "tokens_in": first.get("tokens_in"),
+        "tokens_out": first.get("tokens_out"),
+    }
+    if many:
+        assert isinstance(sp, Spec)
+        row["label"] = None
+        row["value"] = None
+        row["score"] = aggregate_items(
+            sp,
+            [r["label"] for r in ok],
+            [None if r["value"] is None else float(r["value"]) for r in ok],
+        )
+        row["reason"] = None
+        row["error"] = "; ".join(sorted({str(r["error"]) for r in grp if r["error"]})) or None
+    else:
+        for col in ("label", "value", "score", "reason", "error"):
+            row[col] = first[col]
+    return row
 
 
 def error_kind(text: str | None) -> str:
@@ -245,9 +276,10 @@ def metric_notes(fig: MetricFigures) -> list[str]:
         notes.append(f"{fig.spec}: {n} record(s) skipped — {why}{_map_hint(why)}")
     if fig.failed or fig.partial:
         kinds = ", ".join(f"{k} ×{v}" for k, v in fig.errors.items())
+        hint = f" ({CUT_OFF_HINT})" if ErrorKind.TRUNCATED.value in fig.errors else ""
         notes.append(
             f"{fig.spec}: {fig.failed} record(s) failed, {fig.partial} partly failed ({kinds}); "
-            "`greval run … --retry-errors` judges them again"
+            f"`greval run … --retry-errors` judges them again{hint}"
         )
     if fig.records and fig.ok + fig.partial == 0:
         notes.append(f"{fig.spec}: no verdict at all — the metric produced nothing to score")
@@ -261,70 +293,91 @@ def _map_hint(why: str) -> str:
     return " — map a column with " + " ".join(f"--map {n}=COLUMN" for n in names) if names else ""
 
 
-def _figures_for(sp: BaseSpec, items: Sequence[Mapping[str, Any]], recs: Sequence[Mapping[str, Any]]) -> MetricFigures:
-    first = recs[0]
-    statuses = Counter(r["status"] for r in recs)
-    fig = MetricFigures(
-        spec=first["spec"],
-        spec_hash=first["spec_hash"],
-        spec_key=first["spec_key"],
-        kind=sp.kind,
-        judge=first["judge"],
-        judge_key=first["judge_key"],
-        records=len(recs),
-        ok=statuses["ok"],
-        partial=statuses["partial"],
-        failed=statuses["error"],
-        skipped=statuses["skipped"],
-    )
-    judged = [r for r in recs if r["status"] in ("ok", "partial")]
-    scores = [float(r["score"]) for r in judged if r["score"] is not None]
-    fig.scored = len(scores)
-    fig.mean_score = sum(scores) / len(scores) if scores else None
-    skipped_ids = {(r["record_id"], r["record_hash"]) for r in recs if r["status"] == "skipped"}
-    fig.skipped_why = dict(
-        Counter(
-            str(r["error"]) for r in items if r["item_id"] == "" and (r["record_id"], r["record_hash"]) in skipped_ids
+class _Tally:
+    """One metric's (version, judge) figures, added up record by record: the same definition whether the
+    rows come from memory (a report) or stream from the store (a 100k-record run summary in bounded memory)."""
+
+    def __init__(self, sp: BaseSpec, first: Mapping[str, Any]) -> None:
+        self.sp = sp
+        self.fig = MetricFigures(
+            spec=first["spec"],
+            spec_hash=first["spec_hash"],
+            spec_key=first["spec_key"],
+            kind=sp.kind,
+            judge=first["judge"],
+            judge_key=first["judge_key"],
         )
-    )
-    failed_ids = {(r["record_id"], r["record_hash"]) for r in recs if r["status"] in ("error", "partial")}
-    fig.errors = dict(
-        Counter(
-            error_kind(r["error"])
-            for r in items
-            if r["status"] == "error" and (r["record_id"], r["record_hash"]) in failed_ids
-        )
-    )
-    if sp.each:
-        unit_items = [r for r in items if r["item_id"] != ""]
-        fig.items = len(unit_items)
-        fig.items_ok = sum(1 for r in unit_items if r["status"] == "ok")
-        fig.items_failed = sum(1 for r in unit_items if r["status"] == "error")
-    # The distribution counts the ok verdicts a person would count: items of a many-metric, records otherwise.
-    if isinstance(sp, Spec):
-        counted = [r for r in items if r["status"] == "ok" and (r["item_id"] != "") == (sp.each is not None)]
-        fig.verdicts = len(counted)
-        scale = sp.scale
-        if isinstance(scale, CategoricalScale):
-            labels = Counter(str(r["label"]) for r in counted)
-            fig.distribution = {name: labels.get(name, 0) for name in scale.names}
-        elif isinstance(scale, ValueScale):
-            values = Counter(int(r["value"]) for r in counted if r["value"] is not None)
-            fig.distribution = {str(v): values.get(v, 0) for v in range(scale.min, scale.max + 1)}
-    else:
-        fig.verdicts = fig.ok + fig.partial
-    return fig
+        self.statuses: Counter[str] = Counter()
+        self.scores: list[float] = []
+        self.skipped_why: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.items = self.items_ok = self.items_failed = self.verdicts = 0
+        self.labels: Counter[str] = Counter()
+        self.values: Counter[int] = Counter()
+
+    def add(self, rec: Mapping[str, Any], grp: Sequence[Mapping[str, Any]]) -> None:
+        """One record row and the item rows it was made from."""
+        sp, status = self.sp, rec["status"]
+        self.statuses[status] += 1
+        if status in ("ok", "partial") and rec["score"] is not None:
+            self.scores.append(float(rec["score"]))
+        if status == "skipped":
+            self.skipped_why.update(str(r["error"]) for r in grp if r["item_id"] == "")
+        if status in ("error", "partial"):
+            self.errors.update(error_kind(r["error"]) for r in grp if r["status"] == "error")
+        if sp.each:
+            for r in grp:
+                if r["item_id"] != "":
+                    self.items += 1
+                    self.items_ok += r["status"] == "ok"
+                    self.items_failed += r["status"] == "error"
+        # The distribution counts the ok verdicts a person would count: items of a many-metric, records otherwise.
+        if isinstance(sp, Spec):
+            counted = [r for r in grp if r["status"] == "ok" and (r["item_id"] != "") == (sp.each is not None)]
+            self.verdicts += len(counted)
+            if isinstance(sp.scale, CategoricalScale):
+                self.labels.update(str(r["label"]) for r in counted)
+            elif isinstance(sp.scale, ValueScale):
+                self.values.update(int(r["value"]) for r in counted if r["value"] is not None)
+
+    def result(self) -> MetricFigures:
+        fig, sp, st = self.fig, self.sp, self.statuses
+        fig.records = sum(st.values())
+        fig.ok, fig.partial, fig.failed, fig.skipped = st["ok"], st["partial"], st["error"], st["skipped"]
+        fig.scored = len(self.scores)
+        # fsum: the mean does not depend on the order rows were read in (memory vs the store's stream).
+        fig.mean_score = math.fsum(self.scores) / len(self.scores) if self.scores else None
+        fig.skipped_why = dict(self.skipped_why)
+        fig.errors = dict(self.errors)
+        if sp.each:
+            fig.items, fig.items_ok, fig.items_failed = self.items, self.items_ok, self.items_failed
+        if isinstance(sp, Spec):
+            fig.verdicts = self.verdicts
+            if isinstance(sp.scale, CategoricalScale):
+                fig.distribution = {name: self.labels.get(name, 0) for name in sp.scale.names}
+            elif isinstance(sp.scale, ValueScale):
+                fig.distribution = {str(v): self.values.get(v, 0) for v in range(sp.scale.min, sp.scale.max + 1)}
+        else:
+            fig.verdicts = fig.ok + fig.partial
+        return fig
+
+
+def _tally(
+    groups: Iterable[Sequence[Mapping[str, Any]]], spec_of: Callable[[str], BaseSpec]
+) -> dict[tuple[str, str], _Tally]:
+    tallies: dict[tuple[str, str], _Tally] = {}
+    for grp in groups:
+        key = (grp[0]["spec_key"], grp[0]["judge_key"])
+        tally = tallies.get(key)
+        if tally is None:
+            tally = tallies[key] = _Tally(spec_of(key[0]), grp[0])
+        tally.add(_record_row(tally.sp, grp), grp)
+    return tallies
 
 
 def figures_from_rows(items: Sequence[Mapping[str, Any]], specs: Mapping[str, BaseSpec]) -> list[MetricFigures]:
     """Each (metric version, judge)'s figures from item rows (the one definition; see the module doc)."""
-    recs = record_rows(items, specs)
-    by_metric: dict[tuple[str, str], tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]] = {}
-    for r in items:
-        by_metric.setdefault((r["spec_key"], r["judge_key"]), ([], []))[0].append(r)
-    for rec in recs:
-        by_metric[(rec["spec_key"], rec["judge_key"])][1].append(rec)
-    return [_figures_for(specs[skey], its, rs) for (skey, _), (its, rs) in by_metric.items() if rs]
+    return [t.result() for t in _tally(_groups(items).values(), specs.__getitem__).values()]
 
 
 def figures(
@@ -335,10 +388,31 @@ def figures(
     spec_key: str | None = None,
     judge_key: str | None = None,
 ) -> list[MetricFigures]:
-    """Figures for every metric (version, judge) in a store, or of one run's records (``run_id``)."""
-    items = item_rows(store, spec, run_id=run_id, spec_key=spec_key, judge_key=judge_key, full=False)
-    specs = {key: store.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
-    return figures_from_rows(items, specs)
+    """Figures for every metric (version, judge) in a store, or of one run's records (``run_id``).
+
+    Streams the rows record by record (the store sorts them), so a large store is never held in memory;
+    metrics come in the order :func:`item_rows` lists them (by name, then first verdict)."""
+    specs: dict[str, BaseSpec] = {}
+
+    def spec_of(key: str) -> BaseSpec:
+        if key not in specs:
+            specs[key] = store.any_spec(key)
+        return specs[key]
+
+    firsts: dict[tuple[str, str], tuple[str, float]] = {}
+
+    def grouped() -> Iterator[Sequence[Mapping[str, Any]]]:
+        rows = _stream(store, spec, run_id, spec_key, judge_key)
+        for _, grp in itertools.groupby(rows, key=_group_key):
+            members = list(grp)
+            mkey = (members[0]["spec_key"], members[0]["judge_key"])
+            first = (members[0]["spec"], min(r["created_at"] for r in members))
+            if mkey not in firsts or first < firsts[mkey]:
+                firsts[mkey] = first
+            yield members
+
+    tallies = _tally(grouped(), spec_of)
+    return [tallies[k].result() for k in sorted(tallies, key=lambda k: firsts[k])]
 
 
 def _frame(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from greval._sync import run_sync
 from greval.data import Record
@@ -91,8 +91,11 @@ async def arun(
     options: RunOptions | None = None,
     dataset: str = "",
     progress: ProgressHook | None = None,
+    plan: Plan | None = None,
 ) -> RunSummary:
-    """Judge every record with every spec; store each verdict as it arrives; return the summary."""
+    """Judge every record with every spec; store each verdict as it arrives; return the summary.
+
+    ``plan``: :func:`plan_work` already made for these records, store and judge (saves asking twice)."""
     opts = options or RunOptions()
     specs = order_specs(specs)
     keys = spec_keys(specs)
@@ -118,7 +121,7 @@ async def arun(
     status = "failed"
     try:
         await _judge_all(
-            specs, records, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress
+            specs, records, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress, plan
         )
         status = "finished"
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -159,14 +162,18 @@ async def _judge_all(
     opts: RunOptions,
     limiter: AdaptiveLimiter,
     progress: ProgressHook | None,
+    plan: Plan | None,
 ) -> None:
     """The judging itself: what is pending, then every record's metrics level by level."""
 
     # What is missing, decided up front: the progress bar's total is the real amount of work. Verdicts are
     # keyed by content, so records that share their content with an earlier one (other id, same fields) are
     # judged once: the duplicates are reused, and listed under their own ids (the run's snapshot) all the same.
-    unique = unique_contents(records)
-    pending = {s.name: store.pending(keys[s.name], cfgs[s.name].key, unique, s.each, opts.retry_errors) for s in specs}
+    # A plan made for another judge (a served local model's config), spec set or retry choice is made again.
+    wanted = {s.name: cfgs[s.name].key for s in specs}
+    if plan is None or plan.judge_keys != wanted or plan.retry_errors != opts.retry_errors:
+        plan = plan_work(specs, records, store, cfg, opts.retry_errors)
+    unique, pending = plan.unique, plan.pending
     todo = [(rec, {s.name: pending[s.name][i] for s in specs}) for i, rec in enumerate(unique)]
     total = 0
     for s in specs:
@@ -273,18 +280,39 @@ def unique_contents(records: Sequence[Record]) -> list[Record]:
     return list({r.hash: r for r in reversed(records)}.values())[::-1]
 
 
-def pending_work(
+class Plan(BaseModel):
+    """What a run over these records still has to do, asked of the store once (the CLI prints it, the
+    runner then works from it; each model call re-checks its one judgement under a claim all the same)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    unique: list[Record] = Field(description="The first record of each content: only these are judged.")
+    judge_keys: dict[str, str] = Field(description="Spec name -> the judge key the plan was made for.")
+    pending: dict[str, list[list[str] | None]] = Field(description="Spec name -> per unique record (Store.pending).")
+    judgements: int = Field(description="Judgements that still need the judge model (0: no server or key needed).")
+    computed: int = Field(description="Computed judgements still to make.")
+    retry_errors: bool = False
+
+
+def plan_work(
     specs: Sequence[BaseSpec], records: Sequence[Record], store: Store, cfg: JudgeConfig, retry_errors: bool = False
-) -> tuple[int, int]:
-    """(judgements that still need the judge model, computed judgements still to make). The first is 0 when
-    no server, key or network is needed."""
+) -> Plan:
+    """Ask the store what is still missing for every spec on these records."""
     keys = spec_keys(order_specs(specs))
     unique = unique_contents(records)
+    judge_keys = {s.name: config_for(s, cfg).key for s in specs}
+    pending = {s.name: store.pending(keys[s.name], judge_keys[s.name], unique, s.each, retry_errors) for s in specs}
     todo = [0, 0]
     for s in specs:
-        pend = store.pending(keys[s.name], config_for(s, cfg).key, unique, s.each, retry_errors)
-        todo[0 if s.needs_model else 1] += sum(1 for p in pend if p is not None)
-    return todo[0], todo[1]
+        todo[0 if s.needs_model else 1] += sum(1 for p in pending[s.name] if p is not None)
+    return Plan(
+        unique=unique,
+        judge_keys=judge_keys,
+        pending=pending,
+        judgements=todo[0],
+        computed=todo[1],
+        retry_errors=retry_errors,
+    )
 
 
 def _summarise(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -519,7 +520,8 @@ def _record_figures(frame: pd.DataFrame, spec: str) -> dict[str, Any]:
         "partial": int(counts.get("partial", 0)),
         "failed": int(counts.get("error", 0)),
         "skipped": int(counts.get("skipped", 0)),
-        "mean_score": None if scored.empty else float(scored.mean()),
+        # greval sums scores with math.fsum (exactly rounded: the same mean in whatever order rows are read)
+        "mean_score": None if scored.empty else math.fsum(scored) / len(scored),
     }
 
 
