@@ -26,12 +26,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from greval._sync import run_sync
 from greval.errors import SpecError, UserError
-from greval.execution import RetryPolicy, UnsupportedMethod, call_with_retries
+from greval.execution import (
+    CUT_OFF_HINT,
+    CallFailed,
+    ErrorKind,
+    RetryPolicy,
+    UnsupportedMethod,
+    call_with_retries,
+    finish_reason,
+)
 from greval.spec import STANDARD_INPUTS, CategoricalScale, Spec, _compact, parse_spec
 
 Severity = Literal["error", "warning"]
 SCHEMA_HEADER = "# yaml-language-server: $schema={ref}"
 DEFAULT_SCHEMA_REF = "./greval-spec.schema.json"
+#: `spec new`'s token budget when --max-tokens is not given (a draft is ~500-1,200 tokens of JSON).
+DRAFT_MAX_TOKENS = 2048
 
 
 # ============================================================================================ lint
@@ -553,9 +563,15 @@ async def _ask(
         except UnsupportedMethod as exc:
             last = str(exc)[:200]
             continue
+        except CallFailed as exc:
+            if exc.kind in (ErrorKind.TRUNCATED, ErrorKind.CONTENT_FILTER):  # about this answer: ask again
+                return None, str(exc)
+            raise
         parsed = out.get("parsed") if isinstance(out, dict) else None
         if isinstance(parsed, dict):
             return parsed, ""
+        if finish_reason(out.get("raw") if isinstance(out, dict) else None) == "length":
+            return None, f"{ErrorKind.TRUNCATED}: the answer was cut off at the token limit (finish_reason=length)"
         err = out.get("parsing_error") if isinstance(out, dict) else None
         return None, f"the answer was not valid JSON for the schema ({str(err)[:200]})"
     return None, f"the server refused every structured-output method ({last})"
@@ -686,7 +702,10 @@ async def adraft_spec(
         if not any(f.severity == "error" for f in findings):
             return DraftOutcome(data, requests, notes, findings)
     last = notes[-1] if notes else "no usable answer"
-    raise UserError(f"the judge model did not produce a usable draft in {attempts} tries ({last}); nothing written")
+    hint = f"; {CUT_OFF_HINT}" if ErrorKind.TRUNCATED.value in last and CUT_OFF_HINT not in last else ""
+    raise UserError(
+        f"the judge model did not produce a usable draft in {attempts} tries ({last}); nothing written{hint}"
+    )
 
 
 def draft_spec(req: DraftRequest, model: BaseChatModel, **kw: Any) -> DraftOutcome:
@@ -947,8 +966,11 @@ def register(main: click.Group) -> None:
         from greval.models import make_chat_model
 
         ref = judge_ref or default_judge()
+        # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
+        # default cap, e.g. the local judge's, cut drafts off mid-JSON).
+        budget = max_tokens or DRAFT_MAX_TOKENS
         with judge_session(
-            ref, base_url=base_url, temperature=temperature, max_tokens=max_tokens, timeout=timeout, seed=seed
+            ref, base_url=base_url, temperature=temperature, max_tokens=budget, timeout=timeout, seed=seed
         ) as cfg:
             console.print(f"drafting [bold]{name}[/] with {cfg.label} …", highlight=False)
             outcome = draft_spec(req, make_chat_model(cfg))
@@ -1161,6 +1183,12 @@ def print_try(console: Any, spec: Spec, report: Any, frame: Any, summary: Any) -
         f"items compared ({c.items_missing_human} without a human label, {c.items_invalid_judge} judge failures)",
         highlight=False,
     )
+    from greval.results import metric_notes
+
+    for m in summary.metrics:  # why judge answers failed (truncated, content filter …), as `greval run` says
+        if m.spec == spec.name:
+            for note in metric_notes(m):
+                console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     t = Table(title="judge vs human", title_justify="left")
     for col in ("metric", "value", "95% CI", "n", "note"):
         t.add_column(col, justify="right" if col in ("value", "n") else "left")

@@ -66,6 +66,7 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"  # retried
     CONNECTION = "connection"  # retried
     UNPARSABLE = "unparsable"  # the answer is not JSON or does not fit the verdict schema (after re-asking)
+    TRUNCATED = "truncated"  # the answer hit the max_tokens limit (finish_reason "length"; after re-asking)
     INCOMPLETE = "incomplete"  # a many-judge left items out (after re-asking)
     AUTH = "auth"  # 401 / 403: every call fails
     NOT_FOUND = "not_found"  # 404, e.g. an unknown model: every call fails
@@ -112,6 +113,28 @@ class JudgeUnavailable(UserError):
     def __init__(self, message: str, kind: ErrorKind = ErrorKind.UNKNOWN) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class CutOff(JudgeError):
+    """The model stopped at the max_tokens limit (finish_reason ``length``) before its answer was complete."""
+
+    kind = ErrorKind.TRUNCATED
+
+
+class Filtered(JudgeError):
+    """The provider's content filter withheld the answer (HTTP 200, finish_reason ``content_filter``)."""
+
+    kind = ErrorKind.CONTENT_FILTER
+
+
+CUT_OFF_HINT = "raise the judge's token budget (--max-tokens) or use a larger judge model"
+
+
+def finish_reason(message: Any) -> str | None:
+    """Why the model stopped, as a chat model's message reports it (``stop``, ``length``, ``content_filter`` …)."""
+    meta = getattr(message, "response_metadata", None) or {}
+    reason = meta.get("finish_reason")
+    return str(reason) if reason else None
 
 
 class UnsupportedMethod(JudgeError):
@@ -225,6 +248,18 @@ def _class_names(exc: BaseException) -> str:
     return " ".join(c.__name__ for e in _chain(exc) for c in type(e).__mro__)
 
 
+def _finish_kind(exc: BaseException) -> ErrorKind | None:
+    """The openai SDK's ``.parse()`` raises on an answer that did not finish (HTTP 200, not an API error)."""
+    import openai
+
+    for e in _chain(exc):
+        if isinstance(e, openai.LengthFinishReasonError):
+            return ErrorKind.TRUNCATED
+        if isinstance(e, openai.ContentFilterFinishReasonError):
+            return ErrorKind.CONTENT_FILTER
+    return None
+
+
 def _classify_request_error(exc: BaseException, status: int) -> ErrorKind:
     """A 4xx that is neither auth, not-found nor rate limiting: about this request, or about the method."""
     code = _field(exc, "code")
@@ -250,6 +285,9 @@ def classify(exc: BaseException) -> Failure:
         return Failure(exc.kind)
     if isinstance(exc, JudgeError):
         return Failure(exc.kind)
+    finished = _finish_kind(exc)
+    if finished is not None:
+        return Failure(finished)
     status = _status(exc)
     names = _class_names(exc)
     if status is None:
@@ -327,6 +365,13 @@ _MAX_DETAIL = 300
 def _detail(exc: BaseException, failure: Failure) -> str:
     if isinstance(exc, JudgeError | JudgeUnavailable):
         return str(exc)
+    if failure.kind is ErrorKind.TRUNCATED:
+        usage = next((getattr(e, "completion", None) for e in _chain(exc) if hasattr(e, "completion")), None)
+        used = getattr(getattr(usage, "usage", None), "completion_tokens", None)
+        after = f" after {used} tokens" if used else ""
+        return f"the answer was cut off at the token limit{after} (finish_reason=length); {CUT_OFF_HINT}"
+    if failure.kind is ErrorKind.CONTENT_FILTER and failure.status is None:
+        return "the provider's content filter withheld the answer (finish_reason=content_filter)"
     if failure.status is not None:
         message = _error_body(exc).get("message")
         text = message if isinstance(message, str) and message else str(exc)

@@ -32,8 +32,11 @@ from greval.data import Record
 from greval.direct import ModelCall
 from greval.errors import SpecError
 from greval.execution import (
+    CUT_OFF_HINT,
     AdaptiveLimiter,
+    CutOff,
     ErrorKind,
+    Filtered,
     JudgeError,
     JudgeUnavailable,
     RetryPolicy,
@@ -41,6 +44,7 @@ from greval.execution import (
     call_with_retries,
     classify,
     describe_error,
+    finish_reason,
     redact,
 )
 from greval.models import register_model_secrets
@@ -510,6 +514,7 @@ class Judge:
     ) -> dict[str, Any]:
         """One request, with transport retries, method fallback and re-asking on unparsable answers."""
         last_error = "no answer"
+        stopped: str | None = None
         for _ in range(self.policy.parse_attempts):
             while True:
                 method = self.method
@@ -560,6 +565,11 @@ class Judge:
                 attempts=attempts,
             )
             log.append(entry)
+            stopped = finish_reason(msg)
+            if stopped == "content_filter":  # withheld, not garbled: asking again gets the same refusal
+                filtered = Filtered("the provider's content filter withheld the answer (finish_reason=content_filter)")
+                entry.error = describe_error(filtered)
+                raise filtered
             try:
                 payload, entry.raw = _json_payload(msg, method)
                 return self._validate(payload, item_ids)
@@ -568,7 +578,13 @@ class Judge:
                 entry.error = describe_error(exc)
                 if not entry.raw:
                     entry.raw = str(msg.content)[:2000] if msg.content else json.dumps(msg.tool_calls)[:2000]
-        raise ParseError(f"unusable answer after {self.policy.parse_attempts} tries: {last_error}")
+        tries = self.policy.parse_attempts
+        if stopped == "length":  # say why: the answer did not fit max_tokens, it was not garbled
+            raise CutOff(
+                f"the answer was cut off at the token limit in {tries} tries (finish_reason=length); "
+                f"{CUT_OFF_HINT}. Last: {last_error}"
+            )
+        raise ParseError(f"unusable answer after {tries} tries: {last_error}")
 
     def _validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> dict[str, Any]:
         """Check an answer. Many-judges: keep each valid item, report the rest as missing (asked again)."""

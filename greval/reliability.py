@@ -339,15 +339,24 @@ class ReliabilityOptions(BaseModel):
 
 
 async def _judged(
-    specs: Sequence[BaseSpec], records: Sequence[Record], store: Any, cfg: JudgeConfig, concurrency: int
+    specs: Sequence[BaseSpec],
+    records: Sequence[Record],
+    store: Any,
+    cfg: JudgeConfig,
+    concurrency: int,
+    notes: list[str] | None = None,
 ) -> dict[str, JudgeResult | None]:
-    """Run (or reuse from the store) and read back the target spec's verdicts, by record id."""
+    """Run (or reuse from the store) and read back the target spec's verdicts, by record id; ``notes``
+    receives what the run summary says about failed judgements."""
     from greval.evaluators import config_for
+    from greval.results import metric_notes
     from greval.runner import RunOptions, arun
     from greval.store import spec_keys
 
-    await arun(specs, records, store, cfg, options=RunOptions(concurrency=concurrency), dataset="reliability")
+    summary = await arun(specs, records, store, cfg, options=RunOptions(concurrency=concurrency), dataset="reliability")
     target = specs[-1]
+    if notes is not None:  # why judgements failed (truncated, content filter …), said once per kind of run
+        notes.extend(n for m in summary.metrics if m.spec == target.name for n in metric_notes(m) if n not in notes)
     key = spec_keys(specs)[target.name]
     jkey = config_for(target, cfg).key
     return {r.id: store.result(key, jkey, r) for r in records}
@@ -384,7 +393,7 @@ async def areliability(
         seed=opts.seed,
         order=opts.order,
     )
-    base = await _judged(ordered, sample, store, cfg, opts.concurrency)
+    base = await _judged(ordered, sample, store, cfg, opts.concurrency, report.notes)
 
     if "items" in opts.perturb:
         field = item_field(target)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
@@ -31,6 +34,7 @@ from greval.execution import (
     RetryPolicy,
     call_with_retries,
     classify,
+    describe_error,
     redact,
 )
 from greval.judge import Judge, JudgeResult, compile
@@ -41,6 +45,8 @@ from greval.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 from tests.test_run import cfg, rag_records
+
+SPECS_DIR = Path(__file__).resolve().parents[1] / "metric_specs"
 
 FAST = RunOptions(concurrency=8, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05))
 
@@ -257,6 +263,49 @@ def test_unparsable_and_server_errors_carry_their_kind(llm: OpenAIServer) -> Non
     assert info.value.kind == ErrorKind.QUOTA
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "langchain"])
+def test_an_answer_cut_off_or_filtered_is_named_so(llm: OpenAIServer, direct: bool) -> None:
+    """finish_reason "length" (max_tokens ran out) and "content_filter" arrive as HTTP 200: each is that
+    judgement's own typed error, not "unparsable"; a filtered answer is not asked again (it would be refused
+    again), a cut-off one is re-asked like any unusable answer and then says to raise the token budget."""
+    llm.script(
+        [
+            {"match": "Question 0?", "action": {"type": "length"}},
+            {"match": "Question 1?", "action": {"type": "content_filter"}},
+        ]
+    )
+    j = Judge(SPEC, model(llm), direct=direct)
+    cut, filtered = (run_sync(j.ajudge(r)) for r in records(2))
+    assert (cut.verdicts[0].error or "").startswith("truncated: the answer was cut off at the token limit in 3 tries")
+    assert "--max-tokens" in (cut.verdicts[0].error or "")
+    assert len(cut.calls) == 3
+    assert (filtered.verdicts[0].error or "").startswith("content_filter: the provider's content filter withheld")
+    assert len(filtered.calls) == 1
+    assert error_kind(cut.verdicts[0].error) == ErrorKind.TRUNCATED
+    assert error_kind(filtered.verdicts[0].error) == ErrorKind.CONTENT_FILTER
+
+
+def test_the_sdk_s_finish_reason_errors_are_classified() -> None:
+    """The openai SDK's `.parse()` (LangChain's json_schema path, `spec new`) raises on such answers."""
+    from openai.types import CompletionUsage
+    from openai.types.chat import ChatCompletion
+
+    completion = ChatCompletion.model_validate(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "{"}, "finish_reason": "length"}],
+            "usage": CompletionUsage(completion_tokens=21, prompt_tokens=5, total_tokens=26).model_dump(),
+        }
+    )
+    cut = openai.LengthFinishReasonError(completion=completion)
+    assert classify(cut).kind is ErrorKind.TRUNCATED
+    assert describe_error(cut).startswith("truncated: the answer was cut off at the token limit after 21 tokens")
+    assert classify(openai.ContentFilterFinishReasonError()).kind is ErrorKind.CONTENT_FILTER
+
+
 def test_a_failed_call_raises_greval_s_error_never_the_sdk_s(llm: OpenAIServer) -> None:
     """What leaves the call layer is typed and redacted (the SDK's error holds the server's echo), and a
     one-shot command prints it in one line (a UserError)."""
@@ -435,3 +484,67 @@ def test_a_configured_key_is_redacted_whatever_its_shape(
     assert summary.failed == 1
     assert key.encode() not in store_bytes(store_path) and b"[REDACTED]" in store_bytes(store_path)
     assert redact(f"key={key}; Authorization: Bearer abc.def") == "key=[REDACTED]; Authorization: Bearer [REDACTED]"
+
+
+# ------------------------------------------------ every command that calls a model, with a small model
+_TRUNCATING = [{"action": {"type": "length"}}]  # every answer cut off, as a small model with a low max_tokens does
+
+
+def _cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "greval", *args], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_every_model_calling_command_copes_with_answers_cut_off(llm: OpenAIServer, tmp_path: Path) -> None:
+    """`run`, `spec new`, `spec try`, `reliability` and `quickstart` against a server whose every answer stops
+    at finish_reason "length": no traceback; each says the answers were cut off and how to give the judge more
+    tokens; `spec new` writes nothing and exits 2 with one line; the run goes on and exits as it says."""
+    llm.script(_TRUNCATING)
+    env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "COLUMNS": "200"}
+    judge = ["--judge", "openai:judge-test", "--base-url", llm.base_url]
+    rows = [
+        {
+            "id": f"r{i}",
+            "question": f"Question {i}?",
+            "answer": f"Answer {i}.",
+            "expected_answer": f"Expected {i}.",
+            "label": "Correct",
+        }
+        for i in range(3)
+    ]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "aa.yaml").write_text((SPECS_DIR / "answer_alignment.yaml").read_text())
+    commands: dict[str, tuple[list[str], int]] = {
+        "run": (["run", "d.jsonl", "-s", "answer_alignment", "--store", "s.sqlite", *judge], 1),
+        "spec new": (["spec", "new", "polite", "-d", "Is the answer polite?", *judge], 2),
+        "spec try": (
+            ["spec", "try", "aa.yaml", "--data", "d.jsonl", "--human-column", "label", "--bootstrap", "0", *judge],
+            0,
+        ),
+        "reliability": (
+            [
+                "reliability",
+                "-s",
+                "answer_alignment",
+                "--data",
+                "d.jsonl",
+                "--sample",
+                "3",
+                "--store",
+                "r.sqlite",
+                *judge,
+            ],
+            0,
+        ),
+        "quickstart": (["quickstart", "--no-argilla", "--dir", "qs", "--bootstrap", "20", *judge], 0),
+    }
+    for name, (args, code) in commands.items():
+        res = _cli(args, tmp_path, env)
+        out = res.stdout + res.stderr
+        assert "Traceback" not in out, (name, out[-3000:])
+        assert res.returncode == code, (name, res.returncode, out[-3000:])
+        assert "truncated" in out and "--max-tokens" in out, (name, out[-3000:])
+    assert not (tmp_path / "polite.yaml").exists()
+    new_err = _cli(commands["spec new"][0], tmp_path, env).stderr.strip().splitlines()
+    errors = [line for line in new_err if line.startswith("error:")]
+    assert errors == new_err[-1:] and errors[0].startswith("error: the judge model did not produce a usable draft")

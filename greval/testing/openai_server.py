@@ -17,7 +17,9 @@ seed, rule, prompt and attempt so they do not depend on request interleaving)::
 
     {"match": "c17", "times": 1, "action": {"type": "fault", "status": 429, "retry_after": 2}}
     actions: respond{content|text}, fault{status, retry_after, body, message, code, error_type, param,
-             echo_auth}, timeout{seconds}, malformed, invalid, drop_ids{ids}, extra_ids{ids}, latency{seconds}
+             echo_auth}, timeout{seconds}, malformed, invalid, drop_ids{ids}, extra_ids{ids}, latency{seconds},
+             length (the answer cut in half, finish_reason "length", as when max_tokens runs out),
+             content_filter (no content, finish_reason "content_filter")
 
 ``respond.text`` is sent verbatim as the content, or as the tool-call arguments when the
 request forces a tool.
@@ -484,8 +486,21 @@ class _Rule:
 
 
 _ACTION_TYPES: Final = frozenset(
-    {"respond", "fault", "timeout", "malformed", "invalid", "drop_ids", "extra_ids", "latency"}
+    {
+        "respond",
+        "fault",
+        "timeout",
+        "malformed",
+        "invalid",
+        "drop_ids",
+        "extra_ids",
+        "latency",
+        "length",
+        "content_filter",
+    }
 )
+#: Actions that end the answer with another finish reason than "stop" / "tool_calls".
+_FINISH: Final = {"length": "length", "content_filter": "content_filter"}
 
 
 def _parse_rule(index: int, raw: Any) -> _Rule:
@@ -748,8 +763,8 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
     completion_id = f"chatcmpl-{digest.hex()[:12]}{state.completion_counter:08d}"
     if body.get("stream"):
         await wait()
-        return await _stream(request, body, req, outputs, completion_id, prompt)
-    response = web.json_response(_completion(body, req, outputs, completion_id, prompt))
+        return await _stream(request, body, req, outputs, completion_id, prompt, _FINISH.get(str(kind)))
+    response = web.json_response(_completion(body, req, outputs, completion_id, prompt, _FINISH.get(str(kind))))
     await wait()
     return response
 
@@ -799,7 +814,7 @@ def _output_text(
             return str(action["content"])
         return json.dumps(action.get("content"))
     if req.mode == "text":
-        return "OK"
+        return "OK" if kind not in _FINISH else _finished(kind, "OK, a plain answer cut short")
     schema = req.schema
     if schema is None:  # JSON mode without a schema in the prompt
         value: Any = {}
@@ -812,7 +827,14 @@ def _output_text(
     text = json.dumps(value)
     if kind == "malformed":
         text = _malformed(text)
-    return text
+    return _finished(kind, text)
+
+
+def _finished(kind: Any, text: str) -> str:
+    """What is left of an answer that did not finish: half of it (length), nothing (content filter)."""
+    if kind == "length":
+        return text[: max(1, len(text) // 2)]
+    return "" if kind == "content_filter" else text
 
 
 def _usage(prompt: str, outputs: list[str]) -> dict[str, int]:
@@ -834,12 +856,21 @@ def _tool_call(req: _Request, completion_id: str, index: int, arguments: str) ->
 
 
 def _completion(
-    body: dict[str, Any], req: _Request, outputs: list[str], completion_id: str, prompt: str
+    body: dict[str, Any],
+    req: _Request,
+    outputs: list[str],
+    completion_id: str,
+    prompt: str,
+    finish_as: str | None = None,
 ) -> dict[str, Any]:
     choices = []
     for i, text in enumerate(outputs):
-        if req.mode == "tools":
-            message: dict[str, Any] = {
+        message: dict[str, Any]
+        if finish_as == "content_filter":
+            message = {"role": "assistant", "content": None, "refusal": None}
+            finish = finish_as
+        elif req.mode == "tools":
+            message = {
                 "role": "assistant",
                 "content": None,
                 "tool_calls": [_tool_call(req, completion_id, i, text)],
@@ -849,6 +880,7 @@ def _completion(
         else:
             message = {"role": "assistant", "content": text, "refusal": None}
             finish = "stop"
+        finish = finish_as or finish
         choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": finish})
     return {
         "id": completion_id,
@@ -868,6 +900,7 @@ async def _stream(
     outputs: list[str],
     completion_id: str,
     prompt: str,
+    finish_as: str | None = None,
 ) -> web.StreamResponse:
     """Server-sent events, one delta per choice: enough for clients that set ``stream=True``."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -892,6 +925,7 @@ async def _stream(
         else:
             delta = {"role": "assistant", "content": text}
             finish = "stop"
+        finish = finish_as or finish
         chunks.append({**base, "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": None}]})
         chunks.append({**base, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}]})
     options = body.get("stream_options")
