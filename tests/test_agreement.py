@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import re
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from greval.errors import DataError
 TOL = 1e-12
 NO_BOOT = AgreementOptions(bootstrap=0)
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "agreement.md"
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -544,8 +547,9 @@ def test_any_small_categorical_input_gives_defined_results(
             "group": [f"g{r[3] % 2}" for r in rows],
         }
     )
-    # one verdict per item, as the contract requires
+    # one verdict per item and one answer per (item, annotator), as the contract requires
     f["judge"] = f.groupby("item")["judge"].transform("first") if len(f) else f["judge"]
+    f = f.drop_duplicates(["item", "annotator"]).reset_index(drop=True)
     rep = compute_agreement(
         f, AgreementScale(labels=["a", "b", "c"], ordered=ordered), AgreementOptions(bootstrap=5, invalid=policy)
     )
@@ -715,3 +719,607 @@ def test_agreement_compares_spec_versions_from_the_store(llm: Any, tmp_path: Pat
     comparison = json.loads(out.read_text())
     assert set(comparison["reports"]) == {f"answer_alignment@{h}" for h in hashes}
     assert comparison["differences"]
+
+
+# ------------------------------------------------------- issue 14: wrong numbers (each failed before the fix)
+
+
+def _cli_json(tmp_path: Path, args: list[str]) -> dict[str, Any]:
+    out = tmp_path / "out.json"
+    res = CliRunner().invoke(agreement, [*args, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    data: dict[str, Any] = json.loads(out.read_text())
+    data["_output"] = res.output
+    return data
+
+
+def _majority(values: list[str]) -> str | None:
+    top = Counter(values).most_common()
+    return None if len(top) > 1 and top[0][1] == top[1][1] else top[0][0]
+
+
+def test_duplicate_human_rows_without_annotator_are_anonymous_annotators(tmp_path: Path) -> None:
+    # The issue's repro plus a tied item: the last row used to win silently (accuracy 0.333, no note).
+    rows = [("a", "1", "1"), ("a", "1", "1"), ("a", "1", "2"), ("b", "2", "2"), ("b", "2", "2"), ("b", "2", "1")]
+    rows += [("c", "1", "1"), ("d", "1", "1"), ("d", "1", "2")]
+    f = tmp_path / "dup.csv"
+    pd.DataFrame(rows, columns=["id", "j", "h"]).to_csv(f, index=False)
+    data = _cli_json(tmp_path, [str(f), "--judge", "j", "--human", "h", "--item", "id", "--bootstrap", "0"])
+    by_item: dict[str, list[str]] = {}
+    judge: dict[str, str] = {}
+    for item, j, h in rows:
+        by_item.setdefault(item, []).append(h)
+        judge[item] = j
+    consensus = {i: _majority(v) for i, v in by_item.items()}
+    kept = [i for i, c in consensus.items() if c is not None]
+    ref = skm.accuracy_score([consensus[i] for i in kept], [judge[i] for i in kept])
+    assert data["metrics"]["accuracy"]["value"] == pytest.approx(ref, abs=TOL)
+    assert data["counts"]["items_tied_majority"] == 1 and data["counts"]["items_compared"] == 3
+    assert any("anonymous annotators" in n for n in data["notes"]), data["notes"]
+    assert "anonymous annotators" in data["_output"]
+    # the human ceiling: rows in file order are annotators #1, #2, #3 (α does not depend on that order)
+    width = max(len(v) for v in by_item.values())
+    mat = np.full((width, len(by_item)), np.nan)
+    for col, vals in enumerate(by_item.values()):
+        mat[: len(vals), col] = [float(v) for v in vals]
+    ceiling = data["ceiling"]
+    assert ceiling is not None
+    ref_alpha = krippendorff.alpha(mat, value_domain=[1.0, 2.0], level_of_measurement="nominal")
+    assert ceiling["human_alpha"]["value"] == pytest.approx(ref_alpha, abs=TOL)
+
+
+def test_duplicate_human_values_without_annotator_are_averaged() -> None:
+    f = pd.DataFrame({"item": ["a", "a", "b", "b", "c"], "judge": [2, 2, 3, 3, 5], "human": [1, 3, 4, 5, 5]})
+    rep = compute_agreement(f, AgreementScale(kind="value", min=1, max=5), NO_BOOT)
+    ref = skm.mean_absolute_error([2.0, 4.5, 5.0], [2.0, 3.0, 5.0])
+    assert close(value(rep, "mae"), ref)
+    assert any("anonymous annotators" in n for n in rep.notes)
+
+
+def test_conflicting_judge_rows_are_refused_naming_the_items(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    pd.DataFrame(
+        {"id": ["x", "x", "y", "y", "z"], "j": ["a", "b", "a", "b", "a"], "h": ["a", "a", "b", "b", "a"]}
+    ).to_csv(f, index=False)
+    res = CliRunner().invoke(agreement, [str(f), "--judge", "j", "--human", "h", "--item", "id", "--bootstrap", "0"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert "'x'" in res.output and "'y'" in res.output
+
+
+def test_identical_judge_rows_collapse_with_a_note() -> None:
+    f = pd.DataFrame({"item": ["x", "x", "y"], "judge": ["a", "a", "b"], "human": ["a", "b", "b"]})
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), NO_BOOT)
+    assert any("counted once" in n for n in rep.notes), rep.notes
+
+
+def test_same_annotator_twice_on_an_item_is_refused_when_it_differs() -> None:
+    f = pd.DataFrame(
+        {"item": ["x", "x", "y"], "annotator": ["p", "p", "p"], "judge": ["a", "a", "b"], "human": ["a", "b", "b"]}
+    )
+    with pytest.raises(DataError, match="'x'"):
+        compute_agreement(f, AgreementScale(labels=["a", "b"]), NO_BOOT)
+
+
+LITERALS = ["NA", "None", "null", "N/A", "nan"]
+
+
+def test_label_literals_pandas_reads_as_missing_stay_labels(tmp_path: Path) -> None:
+    h = [*LITERALS, "yes", "yes", "NA"]
+    j = [*LITERALS, "NA", "", "None"]  # the empty judge answer is missing: invalid, as-wrong
+    f = tmp_path / "lit.csv"
+    f.write_text("id,j,h\n" + "".join(f"{n},{a},{b}\n" for n, (a, b) in enumerate(zip(j, h, strict=True))))
+    labels = [*LITERALS, "yes"]
+    args = [str(f), "--judge", "j", "--human", "h", "--item", "id", "--labels", ",".join(labels), "--bootstrap", "0"]
+    data = _cli_json(tmp_path, args)
+    assert data["counts"]["items_compared"] == len(h) and data["counts"]["items_invalid_judge"] == 1
+    assert data["counts"]["rows_missing_judge"] == 1 and data["counts"]["rows_missing_human"] == 0
+    ref_j = [x if x else "<invalid>" for x in j]
+    assert data["metrics"]["accuracy"]["value"] == pytest.approx(skm.accuracy_score(h, ref_j), abs=TOL)
+    # only what the user says is missing: NA now means "no answer" on both sides
+    data = _cli_json(tmp_path, [*args, "--missing-values", "NA"])
+    assert data["counts"]["items_missing_human"] == 2 and data["counts"]["rows_missing_judge"] == 3
+
+
+def test_json_null_stays_missing_and_is_counted(tmp_path: Path) -> None:
+    f = tmp_path / "d.jsonl"
+    rows = [{"id": 1, "j": "null", "h": "null"}, {"id": 2, "j": None, "h": "ok"}, {"id": 3, "j": "ok", "h": None}]
+    f.write_text("\n".join(json.dumps(r) for r in rows))
+    args = [str(f), "--judge", "j", "--human", "h", "--item", "id", "--labels", "null,ok", "--bootstrap", "0"]
+    data = _cli_json(tmp_path, args)
+    c = data["counts"]
+    assert c["rows_missing_judge"] == 1 and c["rows_missing_human"] == 1 and c["items_missing_human"] == 1
+    assert c["items_compared"] == 2 and data["metrics"]["accuracy"]["value"] == 0.5
+
+
+def test_parquet_nulls_are_missing_and_literals_are_not(tmp_path: Path) -> None:
+    f = tmp_path / "d.parquet"
+    pd.DataFrame({"j": ["NA", None, "None"], "h": ["NA", "NA", None]}).to_parquet(f)
+    data = _cli_json(tmp_path, [str(f), "--judge", "j", "--human", "h", "--labels", "NA,None", "--bootstrap", "0"])
+    c = data["counts"]
+    assert c["rows_missing_judge"] == 1 and c["items_missing_human"] == 1 and c["items_compared"] == 2
+
+
+def _grouped_frame(seed: int, n: int = 60, k: int = 3, groups: int = 4) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    h = rng.integers(0, k, n)
+    j = np.where(rng.random(n) < 0.7, h, rng.integers(0, k, n))
+    return frame([f"L{x}" for x in h], [f"L{x}" for x in j], group=[f"g{x}" for x in rng.integers(0, groups, n)])
+
+
+def test_per_group_protocol_for_categorical_statistics() -> None:
+    f = _grouped_frame(4)
+    labels = ["L0", "L1", "L2"]
+    rep = compute_agreement(f, AgreementScale(labels=labels), AgreementOptions(bootstrap=0, protocol="per-group"))
+    per: dict[str, list[float]] = {"accuracy": [], "macro_f1": [], "cohen_kappa": []}
+    for _, sub in f.groupby("group"):
+        per["accuracy"].append(skm.accuracy_score(sub["human"], sub["judge"]))
+        per["macro_f1"].append(
+            skm.f1_score(sub["human"], sub["judge"], labels=labels, average="macro", zero_division=0)
+        )
+        per["cohen_kappa"].append(skm.cohen_kappa_score(sub["human"], sub["judge"], labels=labels))
+    for name, vals in per.items():
+        assert close(value(rep, name), float(np.mean(vals))), name
+    assert [g.group for g in rep.per_group] == sorted(f["group"].unique())
+    g0 = f[f["group"] == rep.per_group[0].group]
+    assert close(rep.per_group[0].metrics["accuracy"].value, skm.accuracy_score(g0["human"], g0["judge"]))
+
+
+def test_per_group_bootstrap_resamples_items_within_groups() -> None:
+    # group a: the judge always right, group b: always wrong. Within-group resampling keeps every group's
+    # accuracy fixed, so the mean's CI is one point; resampling groups or pooled items would not.
+    f = frame(["x", "y"] * 5 + ["x", "y"] * 5, ["x", "y"] * 5 + ["y", "x"] * 5, group=["a"] * 10 + ["b"] * 10)
+    scale = AgreementScale(labels=["x", "y"])
+    rep = compute_agreement(f, scale, AgreementOptions(bootstrap=200, protocol="per-group"))
+    acc = rep.metrics["accuracy"]
+    assert acc.value == 0.5 and acc.ci_low == 0.5 and acc.ci_high == 0.5
+    assert rep.bootstrap is not None and rep.bootstrap.unit == "items within groups" and rep.bootstrap.n_units == 2
+    pooled = compute_agreement(f, scale, AgreementOptions(bootstrap=200))
+    assert pooled.bootstrap is not None and pooled.bootstrap.unit == "groups"
+    assert pooled.metrics["accuracy"].ci_low == 0.0 and pooled.metrics["accuracy"].ci_high == 1.0
+
+
+def test_resampled_unit_is_reported_in_every_case() -> None:
+    opts = AgreementOptions(bootstrap=20)
+    scale = AgreementScale(labels=["a", "b"])
+    rows = compute_agreement(frame(["a", "b", "a"], ["a", "b", "b"]), scale, opts)
+    assert rows.bootstrap is not None and rows.bootstrap.unit == "rows" and rows.bootstrap.n_units == 3
+    several = pd.DataFrame(
+        {"item": ["x", "x", "y", "y"], "annotator": ["p", "q"] * 2, "judge": ["a"] * 4, "human": ["a", "a", "b", "b"]}
+    )
+    items = compute_agreement(several, scale, opts)
+    assert items.bootstrap is not None and items.bootstrap.unit == "items" and items.bootstrap.n_units == 2
+    assert any("resamples of items (2)" in n for n in items.notes)
+    assert compute_agreement(several, scale, NO_BOOT).bootstrap is None
+
+
+def test_stacked_conditions_resample_by_item(tmp_path: Path) -> None:
+    # one item under two conditions: rows are the compared units, --group clusters them by item
+    f = tmp_path / "stacked.csv"
+    pd.DataFrame(
+        {
+            "id": [1, 1, 2, 2, 3, 3, 4, 4],
+            "cond": ["plain", "cot"] * 4,
+            "j": list("abababba"),
+            "h": list("aabbaabb"),
+        }
+    ).to_csv(f, index=False)
+    data = _cli_json(tmp_path, [str(f), "--judge", "j", "--human", "h", "--group", "id", "--bootstrap", "50"])
+    assert data["bootstrap"]["unit"] == "groups" and data["bootstrap"]["n_units"] == 4
+    assert data["counts"]["items_compared"] == 8
+    res = CliRunner().invoke(agreement, [str(f), "--judge", "j", "--human", "h", "--item", "id", "--bootstrap", "0"])
+    assert res.exit_code == 2 and "--group" in res.output
+
+
+@SETTINGS
+@given(
+    k=hs.integers(2, 4),
+    rows=hs.lists(hs.tuples(hs.integers(0, 3), hs.integers(0, 3), hs.integers(0, 3)), min_size=1, max_size=50),
+)
+def test_per_group_categorical_equals_mean_of_sklearn_per_group(k: int, rows: list[tuple[int, int, int]]) -> None:
+    h = np.array([a % k for a, _, _ in rows])
+    j = np.array([b % k for _, b, _ in rows])
+    g = np.array([f"g{c}" for _, _, c in rows])
+    labels = [f"L{i}" for i in range(k)]
+    f = frame([labels[x] for x in h], [labels[x] for x in j], group=g.tolist())
+    opts = AgreementOptions(bootstrap=0, protocol="per-group", pos_label="L0")
+    rep = compute_agreement(f, AgreementScale(labels=labels, ordered=True), opts)
+    no_nan(rep)
+    codes = list(range(k))
+    refs: dict[str, list[float]] = {}
+    for name in ("accuracy", "macro_f1", "cohen_kappa", "quadratic_kappa", "precision", "recall"):
+        refs[name] = []
+    for x in sorted(set(g)):
+        hh, jj = h[g == x], j[g == x]
+        refs["accuracy"].append(skm.accuracy_score(hh, jj))
+        refs["macro_f1"].append(skm.f1_score(hh, jj, labels=codes, average="macro", zero_division=0))
+        if len(hh) >= 2 and len(set(hh) | set(jj)) > 1:
+            refs["cohen_kappa"].append(skm.cohen_kappa_score(hh, jj, labels=codes))
+            refs["quadratic_kappa"].append(skm.cohen_kappa_score(hh, jj, labels=codes, weights="quadratic"))
+        if (jj == 0).any():
+            refs["precision"].append(skm.precision_score(hh == 0, jj == 0))
+        if (hh == 0).any():
+            refs["recall"].append(skm.recall_score(hh == 0, jj == 0))
+    for name, vals in refs.items():
+        if vals:
+            assert close(value(rep, name), float(np.mean(vals))), name
+        else:
+            assert value(rep, name) is None and rep.metrics[name].note, name
+    assert [p.n for p in rep.per_group] == [int((g == x).sum()) for x in sorted(set(g))]
+
+
+@SETTINGS
+@given(
+    rows=hs.lists(
+        hs.tuples(hs.floats(0, 10, allow_nan=False), hs.floats(0, 10, allow_nan=False), hs.integers(0, 2)),
+        min_size=2,
+        max_size=40,
+    )
+)
+def test_per_group_value_equals_mean_of_scipy_per_group(rows: list[tuple[float, float, int]]) -> None:
+    h = np.array([r[0] for r in rows])
+    j = np.array([r[1] for r in rows])
+    g = np.array([f"g{r[2]}" for r in rows])
+    f = frame(h.tolist(), j.tolist(), group=g.tolist())
+    rep = compute_agreement(f, AgreementScale(kind="value"), AgreementOptions(bootstrap=0, protocol="per-group"))
+    no_nan(rep)
+    mae = [skm.mean_absolute_error(h[g == x], j[g == x]) for x in sorted(set(g))]
+    assert close(value(rep, "mae"), float(np.mean(mae)))
+    for name, fn in (("pearson", sps.pearsonr), ("spearman", sps.spearmanr), ("kendall", sps.kendalltau)):
+        vals = [
+            fn(j[g == x], h[g == x])[0]
+            for x in sorted(set(g))
+            if (g == x).sum() >= 2 and np.ptp(h[g == x]) > 0 and np.ptp(j[g == x]) > 0
+        ]
+        vals = [v for v in vals if math.isfinite(v)]
+        if vals:
+            assert value(rep, name) == pytest.approx(float(np.mean(vals)), abs=TOL), name
+        else:
+            assert value(rep, name) is None
+
+
+# ------------------------------------------------------------------------------ issue 14: protocols
+
+
+@SETTINGS
+@given(
+    k=hs.integers(2, 4),
+    pairs=hs.lists(hs.tuples(hs.integers(0, 3), hs.integers(0, 3)), min_size=1, max_size=60),
+    pos=hs.integers(0, 3),
+)
+def test_pos_label_precision_recall_f1_match_sklearn(k: int, pairs: list[tuple[int, int]], pos: int) -> None:
+    h = np.array([a % k for a, _ in pairs])
+    j = np.array([b % k for _, b in pairs])
+    pos %= k
+    labels = [f"L{i}" for i in range(k)]
+    f = frame([labels[x] for x in h], [labels[x] for x in j])
+    rep = compute_agreement(f, AgreementScale(labels=labels), AgreementOptions(bootstrap=0, pos_label=labels[pos]))
+    yt, yp = h == pos, j == pos
+    if k == 2:  # the binary definition, with the label as pos_label
+        kw: dict[str, Any] = {"pos_label": pos, "average": "binary", "zero_division": np.nan}
+        ref_p, ref_r, ref_f = (fn(h, j, **kw) for fn in (skm.precision_score, skm.recall_score, skm.f1_score))
+    else:
+        ref_p, ref_r, ref_f = (
+            fn(yt, yp, zero_division=np.nan) for fn in (skm.precision_score, skm.recall_score, skm.f1_score)
+        )
+    for name, ref in (("precision", ref_p), ("recall", ref_r), ("f1", ref_f)):
+        assert close(value(rep, name), float(ref)), name
+
+
+def _policies_table() -> tuple[list[str], list[str | None]]:
+    """The worked example of docs/agreement.md (--invalid): 10 items, two unparseable verdicts."""
+    h = ["yes", "yes", "yes", "yes", "no", "no", "no", "no", "no", "no"]
+    j: list[str | None] = ["yes", "yes", "yes", "?", "no", "no", "no", "yes", "no", None]
+    return h, j
+
+
+@pytest.mark.parametrize("policy", ["as-wrong", "opposite", "drop", "label:no"])
+def test_invalid_policies_worked_example(tmp_path: Path, policy: str) -> None:
+    h, j = _policies_table()
+    f = tmp_path / "inv.csv"
+    pd.DataFrame({"h": h, "j": j}).to_csv(f, index=False)
+    data = _cli_json(
+        tmp_path,
+        [str(f), "--judge", "j", "--human", "h", "--labels", "no,yes", "--invalid", policy, "--bootstrap", "0"],
+    )
+    bad = [x not in ("yes", "no") for x in j]
+    if policy == "drop":
+        hh = [a for a, b in zip(h, bad, strict=True) if not b]
+        jj = [b for b, x in zip(j, bad, strict=True) if not x]
+    elif policy == "opposite":
+        hh, jj = h, [("no" if a == "yes" else "yes") if x else b for a, b, x in zip(h, j, bad, strict=True)]
+    elif policy == "label:no":
+        hh, jj = h, ["no" if x else b for b, x in zip(j, bad, strict=True)]
+    else:
+        hh, jj = h, ["<invalid>" if x else b for b, x in zip(j, bad, strict=True)]
+    m = data["metrics"]
+    assert m["accuracy"]["value"] == pytest.approx(skm.accuracy_score(hh, jj), abs=TOL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert m["balanced_accuracy"]["value"] == pytest.approx(skm.balanced_accuracy_score(hh, jj), abs=TOL)
+    ref_f1 = skm.f1_score(hh, jj, labels=["no", "yes"], average="macro", zero_division=0)
+    assert m["macro_f1"]["value"] == pytest.approx(ref_f1, abs=TOL)
+    judge_cols = data["categorical"]["confusion"]["judge_labels"]
+    assert ("<invalid>" in judge_cols) == (policy == "as-wrong")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        figures = (skm.accuracy_score(hh, jj), skm.balanced_accuracy_score(hh, jj), ref_f1)
+    row = f"| `{policy}` | {len(hh)} | " + " | ".join(f"{x:.3f}" for x in figures) + " |"
+    assert row in DOCS.read_text(encoding="utf-8"), row
+    assert data["counts"]["items_invalid_judge"] == 2
+
+
+def test_invalid_opposite_needs_two_labels(tmp_path: Path) -> None:
+    f = tmp_path / "d.csv"
+    pd.DataFrame({"j": ["a", "?", "c"], "h": ["a", "b", "c"]}).to_csv(f, index=False)
+    res = CliRunner().invoke(agreement, [str(f), "--judge", "j", "--human", "h", "--invalid", "opposite"])
+    assert res.exit_code == 2 and "exactly two labels" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@SETTINGS
+@given(
+    rows=hs.lists(
+        hs.tuples(hs.booleans(), hs.one_of(hs.none(), hs.floats(0, 1, allow_nan=False)), hs.integers(0, 1)),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_score_auc_matches_sklearn(rows: list[tuple[bool, float | None, int]]) -> None:
+    y = np.array([r[0] for r in rows])
+    s = np.array([math.nan if r[1] is None else r[1] for r in rows])
+    f = frame(["pos" if v else "neg" for v in y], ["pos"] * len(rows), score=[r[1] for r in rows])
+    opts = AgreementOptions(bootstrap=0, pos_label="pos")
+    rep = compute_agreement(f, AgreementScale(labels=["neg", "pos"]), opts)
+    no_nan(rep)
+    has = ~np.isnan(s)
+    if has.sum() >= 2 and len(set(y[has])) == 2:
+        assert close(value(rep, "roc_auc"), skm.roc_auc_score(y[has], s[has]))
+        assert close(value(rep, "pr_auc"), skm.average_precision_score(y[has], s[has]))
+    else:
+        assert value(rep, "roc_auc") is None and rep.metrics["roc_auc"].note
+    assert rep.metrics["roc_auc"].n == int(has.sum())
+
+
+DETECTOR_CSV = """id,split,label,p_halluc
+1,dev,faithful,0.10
+2,dev,faithful,0.35
+3,dev,hallucinated,0.40
+4,dev,faithful,0.40
+5,dev,hallucinated,0.70
+6,dev,faithful,0.55
+7,dev,hallucinated,0.90
+8,dev,faithful,0.20
+9,test,faithful,0.15
+10,test,hallucinated,0.50
+11,test,faithful,0.50
+12,test,hallucinated,0.65
+13,test,faithful,0.30
+14,test,hallucinated,0.45
+15,test,faithful,0.60
+16,test,hallucinated,0.80
+17,test,faithful,0.05
+18,test,faithful,0.40
+19,test,hallucinated,0.35
+20,test,faithful,0.25
+"""
+
+
+def _detector_table() -> pd.DataFrame:
+    """The worked example of docs/agreement.md (--score): a hallucination detector's probability, dev + test."""
+    return pd.read_csv(io.StringIO(DETECTOR_CSV))
+
+
+def test_docs_show_the_detector_table() -> None:
+    assert DETECTOR_CSV.strip() in DOCS.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("rule", ["gt", "ge"])
+def test_fixed_threshold_worked_example(tmp_path: Path, rule: str) -> None:
+    t = _detector_table()
+    f = tmp_path / "det.csv"
+    t.to_csv(f, index=False)
+    args = [str(f), "--score", "p_halluc", "--human", "label", "--pos-label", "hallucinated", "--item", "id"]
+    data = _cli_json(tmp_path, [*args, "--threshold", "0.5", "--threshold-rule", rule, "--bootstrap", "0"])
+    y = t["label"].to_numpy() == "hallucinated"
+    s = t["p_halluc"].to_numpy()
+    pred = s > 0.5 if rule == "gt" else s >= 0.5
+    m = data["metrics"]
+    assert m["accuracy"]["value"] == pytest.approx(skm.accuracy_score(y, pred), abs=TOL)
+    assert m["f1"]["value"] == pytest.approx(skm.f1_score(y, pred), abs=TOL)
+    assert m["roc_auc"]["value"] == pytest.approx(skm.roc_auc_score(y, s), abs=TOL)
+    assert m["pr_auc"]["value"] == pytest.approx(skm.average_precision_score(y, s), abs=TOL)
+    assert data["threshold"]["threshold"] == 0.5 and data["threshold"]["rule"] == rule
+    refs = (skm.accuracy_score(y, pred), skm.precision_score(y, pred), skm.recall_score(y, pred), skm.f1_score(y, pred))
+    refs += (skm.roc_auc_score(y, s), skm.average_precision_score(y, s))
+    op = ">" if rule == "gt" else "≥"
+    row = f"| all 20, score {op} 0.5 | 20 | 0.5 | " + " | ".join(f"{x:.3f}" for x in refs) + " |"
+    assert row in DOCS.read_text(encoding="utf-8"), row
+
+
+@pytest.mark.parametrize("criterion", ["max-f1", "max-balanced-accuracy", "youden"])
+def test_chosen_threshold_worked_example(tmp_path: Path, criterion: str) -> None:
+    t = _detector_table()
+    f = tmp_path / "det.csv"
+    t.to_csv(f, index=False)
+    args = [str(f), "--score", "p_halluc", "--human", "label", "--pos-label", "hallucinated", "--item", "id"]
+    args += ["--choose-threshold", criterion, "--select-on", "split=dev", "--bootstrap", "0"]
+    data = _cli_json(tmp_path, args)
+    dev, test = t[t["split"] == "dev"], t[t["split"] == "test"]
+    yd, sd = dev["label"].to_numpy() == "hallucinated", dev["p_halluc"].to_numpy()
+    grid = np.unique(sd)
+    crit = []
+    for c in grid:
+        p = sd >= c
+        if criterion == "max-f1":
+            crit.append(skm.f1_score(yd, p, zero_division=0))
+        else:
+            crit.append(skm.balanced_accuracy_score(yd, p))  # Youden's J = 2 × balanced accuracy − 1: same argmax
+    best = grid[int(np.argmax(crit))]
+    assert data["threshold"]["threshold"] == best and data["threshold"]["candidates"] == len(grid)
+    yt, pt = test["label"].to_numpy() == "hallucinated", test["p_halluc"].to_numpy() >= best
+    assert data["counts"]["items_compared"] == len(test)
+    assert data["metrics"]["accuracy"]["value"] == pytest.approx(skm.accuracy_score(yt, pt), abs=TOL)
+    assert data["metrics"]["f1"]["value"] == pytest.approx(skm.f1_score(yt, pt), abs=TOL)
+    auc = skm.roc_auc_score(yt, test["p_halluc"].to_numpy())
+    assert data["metrics"]["roc_auc"]["value"] == pytest.approx(auc, abs=TOL)
+    if criterion == "max-f1":
+        ap = skm.average_precision_score(yt, test["p_halluc"].to_numpy())
+        row = (
+            f"| T by max-f1 on dev, test rows | {len(test)} | {best:g} | {skm.accuracy_score(yt, pt):.3f} | "
+            f"{skm.precision_score(yt, pt):.3f} | {skm.recall_score(yt, pt):.3f} | "
+            f"{skm.f1_score(yt, pt):.3f} | {auc:.3f} | {ap:.3f} |"
+        )
+        assert row in DOCS.read_text(encoding="utf-8"), row
+
+
+def test_choose_threshold_takes_the_lowest_of_tied_maxima() -> None:
+    from greval.agreement.stats import choose_threshold
+
+    y = np.array([False, True, True])
+    s = np.array([0.1, 0.5, 0.9])
+    # every threshold in (0.1, 0.5] separates perfectly: 0.5 (ge) and 0.1 (gt) are the first maxima
+    assert choose_threshold(y, s, "ge", "max-f1")[0] == 0.5
+    assert choose_threshold(y, s, "gt", "max-f1")[0] == 0.1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--score", "s", "--human", "h"], "--pos-label"),
+        (["--score", "s", "--human", "h", "--pos-label", "b", "--threshold", "1", "--judge", "j"], "not both"),
+        (["--judge", "j", "--human", "h", "--pos-label", "zz"], "not a label"),
+        (["--score", "s", "--human", "h", "--pos-label", "b", "--choose-threshold", "youden"], "select_on"),
+        (
+            ["--score", "s", "--human", "h", "--pos-label", "b", "--choose-threshold", "youden", "--select-on", "j=q"],
+            "no row",
+        ),
+        (["--judge", "j", "--pair-by", "j", "--human", "h"], "drop --human"),
+    ],
+)
+def test_new_flags_user_mistakes_exit_2_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    f = tmp_path / "d.csv"
+    pd.DataFrame({"j": list("abab"), "h": list("abba"), "s": [0.1, 0.9, 0.8, 0.2]}).to_csv(f, index=False)
+    res = CliRunner().invoke(agreement, [str(f), *args, "--bootstrap", "0"])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@SETTINGS
+@given(
+    k=hs.integers(2, 4),
+    pairs=hs.lists(hs.tuples(hs.integers(0, 4), hs.integers(0, 4), hs.integers(0, 2)), min_size=1, max_size=50),
+    policy=hs.sampled_from(["agree", "disagree"]),
+)
+def test_pair_by_consistency_matches_sklearn(k: int, pairs: list[tuple[int, int, int]], policy: str) -> None:
+    from greval.agreement import compute_consistency
+
+    labels = [f"L{i}" for i in range(k)]
+
+    def ans(x: int) -> str:
+        return labels[x] if x < k else "garbled"  # codes ≥ k are invalid answers
+
+    rows = []
+    for n, (a, b, _) in enumerate(pairs):
+        rows += [
+            {"item": f"i{n}", "run": "original", "judge": ans(a)},
+            {"item": f"i{n}", "run": "swapped", "judge": ans(b)},
+        ]
+    f = pd.DataFrame(rows)
+    opts = AgreementOptions(bootstrap=0, invalid_pairs=policy)  # type: ignore[arg-type]
+    rep = compute_consistency(f, AgreementScale(labels=labels), opts, column="run")
+    a = np.array([min(x, k) for x, _, _ in pairs])
+    b = np.array([min(y, k) for _, y, _ in pairs])
+    if policy == "disagree":
+        b = np.where((a == k) & (b == k), k + 1, b)
+    assert rep.runs == ["original", "swapped"] and rep.counts.items_paired == len(pairs)
+    assert close(rep.metrics["consistency"].value, skm.accuracy_score(a, b))
+    if len(pairs) >= 2 and len(set(a) | set(b)) > 1:
+        assert close(rep.metrics["cohen_kappa"].value, skm.cohen_kappa_score(a, b, labels=list(range(k + 2))))
+    # pivoted and per group: the mean of the per-group figures
+    f["group"] = f["item"].map({f"i{n}": f"g{p[2]}" for n, p in enumerate(pairs)})
+    per = compute_consistency(f, AgreementScale(labels=labels), opts.model_copy(update={"protocol": "per-group"}))
+    g = np.array([f"g{p[2]}" for p in pairs])
+    ref = np.mean([skm.accuracy_score(a[g == x], b[g == x]) for x in sorted(set(g))])
+    assert close(per.metrics["consistency"].value, float(ref))
+
+
+def _positional_table() -> pd.DataFrame:
+    """The worked example of docs/agreement.md (--pair-by): a pairwise judge run twice, answers in the
+    original and the swapped order already mapped back to the same answer names (A = the first response)."""
+    verdicts = {
+        "q1": ("A", "A"),
+        "q2": ("A", "B"),
+        "q3": ("B", "B"),
+        "q4": ("tie", "A"),
+        "q5": ("A", "A"),
+        "q6": ("B", "B"),
+        "q7": ("??", "??"),
+        "q8": ("B", "A"),
+    }
+    rows = []
+    for q, (o, s) in verdicts.items():
+        rows += [{"id": q, "order": "original", "winner": o}, {"id": q, "order": "swapped", "winner": s}]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("policy", ["agree", "disagree"])
+def test_pair_by_worked_example(tmp_path: Path, policy: str) -> None:
+    t = _positional_table()
+    f = tmp_path / "pos.csv"
+    t.to_csv(f, index=False)
+    args = [str(f), "--judge", "winner", "--item", "id", "--pair-by", "order", "--labels", "A,B,tie"]
+    data = _cli_json(tmp_path, [*args, "--invalid-pairs", policy, "--bootstrap", "0"])
+    wide = t.pivot(index="id", columns="order", values="winner")
+    a = wide["original"].to_numpy()
+    b = wide["swapped"].to_numpy()
+    if policy == "disagree":
+        b = np.where((a == "??") & (b == "??"), "??-second", b)
+    assert data["metrics"]["consistency"]["value"] == pytest.approx(skm.accuracy_score(a, b), abs=TOL)
+    assert data["metrics"]["cohen_kappa"]["value"] == pytest.approx(skm.cohen_kappa_score(a, b), abs=TOL)
+    assert data["counts"]["items_both_invalid"] == 1 and data["runs"] == ["original", "swapped"]
+    row = f"| `{policy}` | {skm.accuracy_score(a, b):.3f} | {skm.cohen_kappa_score(a, b):.3f} |"
+    assert row in DOCS.read_text(encoding="utf-8"), row
+    assert "consistency" in data["_output"] and f"[{policy}]" in data["_output"]
+
+
+@pytest.mark.skipif(not UNIEVAL_README.exists(), reason=f"UniEval data not found at {DATA} (needs ../shared/data)")
+def test_topical_chat_per_dialogue_worked_example() -> None:
+    raw = read_table(DATA / "unieval" / "topical_chat_result.json.gz")
+    f = to_agreement_frame(raw, "predict_scores.overall", "scores.overall", group="source")
+    rep = compute_agreement(f, AgreementScale(kind="value"), AgreementOptions(bootstrap=0, protocol="per-group"))
+    docs = DOCS.read_text(encoding="utf-8")
+    shown = []
+    for name, fn in (("pearson", sps.pearsonr), ("spearman", sps.spearmanr), ("kendall", sps.kendalltau)):
+        vals = [
+            fn(g["judge"].astype(float), g["human"].astype(float))[0]
+            for _, g in f.groupby("group")
+            if g["judge"].nunique() > 1 and g["human"].nunique() > 1
+        ]
+        ref = float(np.mean(vals))
+        assert value(rep, name) == pytest.approx(ref, abs=TOL), name
+        shown.append(f"{ref:.4f}")
+    assert f"| per dialogue, averaged (60 groups) | {' | '.join(shown)} |" in docs
+    assert len(rep.per_group) == 60
+
+
+@pytest.mark.skipif(not UNIEVAL_README.exists(), reason=f"UniEval data not found at {DATA} (needs ../shared/data)")
+def test_topical_chat_clusters_resample_dialogues() -> None:
+    raw = read_table(DATA / "unieval" / "topical_chat_result.json.gz")
+    f = to_agreement_frame(raw, "predict_scores.overall", "scores.overall", group="source")
+    rep = compute_agreement(f, AgreementScale(kind="value"), AgreementOptions(bootstrap=20))
+    assert rep.bootstrap is not None and (rep.bootstrap.unit, rep.bootstrap.n_units) == ("groups", 60)
+    assert close(value(rep, "spearman"), sps.spearmanr(f["judge"], f["human"])[0])
+
+
+def test_version_comparison_reports_its_resampling_unit() -> None:
+    f = _grouped_frame(9, n=30)
+    frames = {"v1": f, "v1-again": f}
+    scale = AgreementScale(labels=["L0", "L1", "L2"])
+    comp = compare_agreement(frames, scale, AgreementOptions(bootstrap=30, protocol="per-group"))
+    assert comp.bootstrap is not None and comp.bootstrap.unit == "items within groups"
+    acc = next(d for d in comp.differences if d.metric == "accuracy")
+    assert acc.estimate.value == 0.0 and acc.estimate.ci_low == acc.estimate.ci_high == 0.0
+    plain = compare_agreement(frames, scale, AgreementOptions(bootstrap=30))
+    assert plain.bootstrap is not None and plain.bootstrap.unit == "groups"

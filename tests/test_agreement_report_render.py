@@ -266,3 +266,88 @@ def test_slice_rows_carry_the_notes_of_their_figures() -> None:
     slice_table = page.split("<h2>By lang</h2>", 1)[1].split("</table>", 1)[0]
     assert html.escape(de.note) in slice_table
     assert de.note in render_markdown(rep)
+
+
+# ------------------------------------------------------------------- per-group, threshold, resampling unit
+
+
+def _per_group_frame() -> pd.DataFrame:
+    h = ["a", "b", "a", "b", "a", "a", "b", "b", "a"]
+    j = ["a", "b", "b", "b", "a", "b", "a", "b", "a"]
+    return frame(h, j, group=["d1"] * 4 + ["d2"] * 3 + ["d3"] * 2)
+
+
+def test_per_group_values_reach_terminal_json_html_and_markdown(tmp_path: Path) -> None:
+    f = _per_group_frame()
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), AgreementOptions(bootstrap=20, protocol="per-group"))
+    assert [g.group for g in rep.per_group] == ["d1", "d2", "d3"]
+    page, md = render_html(rep, f), render_markdown(rep)
+    table = page.split("<h2>Per group", 1)[1].split("</table>", 1)[0]
+    for g in rep.per_group:
+        acc = g.metrics["accuracy"].value
+        assert acc is not None
+        assert f"<td>{g.group}</td>" in table and f"<td>{acc:.3f}</td>" in table
+        assert f"| {g.group} | {g.n} |" in md
+    assert "resamples of items within groups (3)" in page and "resamples of items within groups (3)" in md
+    data = tmp_path / "d.csv"
+    f.rename(columns={"item": "id", "judge": "j", "human": "h", "group": "doc"}).to_csv(data, index=False)
+    args = [str(data), "--judge", "j", "--human", "h", "--item", "id", "--group", "doc", "--protocol", "per-group"]
+    res = CliRunner().invoke(agreement, [*args, "--bootstrap", "20", "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    assert "per group (3" in res.output and "d2" in res.output
+
+
+def test_threshold_reports_render_the_rule_and_a_gallery() -> None:
+    f = pd.DataFrame(
+        {
+            "item": [f"i{n}" for n in range(6)],
+            "human": ["yes", "no", "yes", "no", "yes", "no"],
+            "score": [0.9, 0.1, 0.5, 0.5, 0.2, 0.7],
+        }
+    )
+    opts = AgreementOptions(bootstrap=0, pos_label="yes", threshold=0.5, threshold_rule="gt")
+    rep = compute_agreement(f, AgreementScale(labels=["no", "yes"]), opts)
+    page, md = render_html(rep, f), render_markdown(rep)
+    assert "yes when score &gt; 0.5, else no" in page and "yes when score > 0.5, else no" in md
+    rows = gallery_rows(page)
+    assert sorted(r[0] for r in rows) == ["i2", "i4", "i5"]  # 0.5 is not > 0.5: i2 is "no"; i4 "no"; i5 "yes"
+
+
+@pytest.mark.parametrize(
+    ("make", "scale", "options"),
+    [
+        (
+            _per_group_frame,
+            AgreementScale(labels=["a", "b"]),
+            AgreementOptions(bootstrap=10, protocol="per-group", pos_label="b"),
+        ),
+        (
+            lambda: frame(["a", "b", "a"], [None, "b", "b"], score=[0.2, None, 0.4]),
+            AgreementScale(labels=["a", "b"]),
+            AgreementOptions(bootstrap=10, pos_label="b", invalid="opposite"),
+        ),
+    ],
+    ids=["categorical-per-group", "scores-opposite"],
+)
+def test_new_notes_reach_html_and_markdown(make: Any, scale: AgreementScale, options: AgreementOptions) -> None:
+    f = make()
+    rep = compute_agreement(f, scale, options)
+    notes = notes_in(rep)
+    assert notes
+    page, md = render_html(rep, f), render_markdown(rep)
+    assert not [n for n in notes if html.escape(n) not in page]
+    assert not [n for n in notes if not in_markdown(n, md)]
+    assert not JUNK & set(cells(page))
+
+
+def test_consistency_markdown_lists_figures_and_confusion() -> None:
+    from greval.agreement import compute_consistency
+    from greval.agreement.report import render_consistency_markdown
+
+    f = pd.DataFrame(
+        {"item": ["q1", "q1", "q2", "q2", "q3"], "run": ["o", "s", "o", "s", "o"], "judge": ["A", "A", "A", "B", "B"]}
+    )
+    rep = compute_consistency(f, AgreementScale(labels=["A", "B"]), NO_BOOT)
+    md = render_consistency_markdown(rep)
+    assert "| consistency | 0.500 |" in md and "| A | 1 | 1 | 0 |" in md
+    assert "1 item(s) appear in only one run: left out" in md

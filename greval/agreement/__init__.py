@@ -1,16 +1,18 @@
 """Judge-vs-human agreement: statistics with bootstrap CIs, human ceiling, slices and version comparison.
 
 Public API: `compute_agreement(frame, scale, options) -> AgreementReport` and
-`compare_agreement({version: frame}, scale, options) -> ComparisonReport`; `read_table` and
+`compare_agreement({version: frame}, scale, options) -> ComparisonReport`;
+`compute_consistency(frame, scale, options)` compares two runs of the judge (--pair-by); `read_table` and
 `to_agreement_frame` read files; `greval.agreement.report` renders HTML/Markdown.
 """
 
-from greval.agreement.compute import compare_agreement, compute_agreement
+from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,
     AgreementScale,
     ComparisonReport,
+    ConsistencyReport,
     Estimate,
 )
 from greval.agreement.tables import read_table, to_agreement_frame
@@ -20,9 +22,11 @@ __all__ = [
     "AgreementReport",
     "AgreementScale",
     "ComparisonReport",
+    "ConsistencyReport",
     "Estimate",
     "compare_agreement",
     "compute_agreement",
+    "compute_consistency",
     "read_table",
     "to_agreement_frame",
 ]

@@ -15,22 +15,47 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from greval.agreement.compute import compare_agreement, compute_agreement
+from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,
     AgreementScale,
     ComparisonReport,
+    ConsistencyReport,
     Estimate,
+    GroupFigures,
 )
-from greval.agreement.report import prevalence_notes, render_html, render_markdown
+from greval.agreement.report import (
+    prevalence_notes,
+    render_consistency_markdown,
+    render_html,
+    render_markdown,
+)
 from greval.agreement.tables import read_table, select, to_agreement_frame
 from greval.errors import UserError
 
 HEADLINE_SLICE = {
-    "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa"),
+    "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa", "f1", "roc_auc", "pr_auc"),
     "value": ("pearson", "spearman", "kendall", "mae"),
 }
+GROUPS_PRINTED = 50
+GROUP_NAME_WIDTH = 40
+
+
+def _group_table(title: str, groups: list[GroupFigures], keys: list[str], d: int) -> Table:
+    """Per-group values (per-group protocol): the figures the headline averages."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("group")
+    t.add_column("n", justify="right")
+    for k in keys:
+        t.add_column(k, justify="right")
+    for g in groups[:GROUPS_PRINTED]:
+        name = g.group if len(g.group) <= GROUP_NAME_WIDTH else g.group[: GROUP_NAME_WIDTH - 1].rstrip() + "…"
+        name = " ".join(name.split())  # a group id may be a whole text (e.g. a dialogue); --json keeps it whole
+        t.add_row(escape(name), str(g.n), *[_fmt(g.metrics[k].value if k in g.metrics else None, d) for k in keys])
+    if len(groups) > GROUPS_PRINTED:
+        t.add_row(f"… {len(groups) - GROUPS_PRINTED} more (--json has all)", "", *[""] * len(keys))
+    return t
 
 
 def _fmt(x: float | None, d: int) -> str:
@@ -77,7 +102,21 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
         f"({escape(report.options.invalid)}), {c.items_dropped_invalid} dropped, "
         f"{c.items_tied_majority} tied majority)"
     )
+    if c.rows_missing_judge or c.rows_missing_human:
+        console.print(
+            f"  missing answers (null, empty or --missing-values): {c.rows_missing_judge} judge row(s), "
+            f"{c.rows_missing_human} human row(s)"
+        )
+    th = report.threshold
+    if th is not None:
+        op = ">" if th.rule == "gt" else "≥"
+        how = f", chosen by {th.chosen_by} on {th.select_on}" if th.chosen_by else ""
+        console.print(f"  threshold: {escape(th.pos_label)} when score {op} {th.threshold:g}{escape(how)}")
     console.print(_headline(report, d, f"{prefix}judge vs human"))
+    if report.per_group:
+        keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in report.metrics]
+        title = f"per group ({len(report.per_group)}; the headline is their unweighted mean)"
+        console.print(_group_table(title, report.per_group, keys, d))
     cat = report.categorical
     if cat is not None:
         t = Table(title="classification report (human = truth)", title_justify="left")
@@ -155,6 +194,34 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
         console.print(f"  note: {escape(note)}")
 
 
+def print_consistency(console: Console, rep: ConsistencyReport, d: int) -> None:
+    """Print the judge's agreement with itself across two runs (--pair-by)."""
+    c = rep.counts
+    a, b = rep.runs
+    console.print(
+        f"[bold]{c.items_paired} items paired[/] of {c.items} ({c.rows} rows; {c.items_one_run_only} in one run "
+        f"only, {c.items_one_invalid} with one invalid answer, {c.items_both_invalid} with two "
+        f"{escape('[' + rep.options.invalid_pairs + ']')})"
+    )
+    t = Table(title=f"judge vs itself: {escape(rep.column)} = {escape(a)} vs {escape(b)}", title_justify="left")
+    for col in ("metric", "value", "CI", "n", "note"):
+        t.add_column(col, justify="right" if col in ("value", "n") else "left")
+    for name, e in rep.metrics.items():
+        t.add_row(name, _fmt(e.value, d), _ci(e, d), str(e.n), escape(e.note or ""))
+    console.print(t)
+    if rep.per_group:
+        console.print(_group_table("per group", rep.per_group, list(rep.metrics), d))
+    cm = Table(title=f"confusion (rows {escape(a)}, columns {escape(b)})", title_justify="left")
+    cm.add_column(f"{escape(a)} \\ {escape(b)}")
+    for lab in rep.confusion.judge_labels:
+        cm.add_column(escape(lab), justify="right")
+    for lab, row in zip(rep.confusion.labels, rep.confusion.counts, strict=True):
+        cm.add_row(escape(lab), *[str(v) for v in row])
+    console.print(cm)
+    for note in rep.notes:
+        console.print(f"  note: {escape(note)}")
+
+
 def print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
     """Print each version's report, then the paired differences."""
     for name, rep in comp.reports.items():
@@ -224,9 +291,19 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     help="column naming the judge version of each row (rows per item and version): compare the versions",
 )
 @click.option("--human", default=None, help="human label column (FILE mode)")
-@click.option("--annotator", default=None, help="annotator id column (enables the human–human ceiling)")
+@click.option(
+    "--annotator",
+    default=None,
+    help="annotator id column (enables the human–human ceiling). Without it, several rows for one --item are "
+    "read as anonymous annotators (#1, #2 … in file order), with a note",
+)
 @click.option("--item", default=None, help="item id column (default: one item per row)")
-@click.option("--group", default=None, help="cluster column: bootstrap resamples whole groups")
+@click.option(
+    "--group",
+    default=None,
+    help="cluster column (source document, or the item when one item appears under several conditions): the "
+    "bootstrap resamples whole groups; with --protocol per-group, the groups to average over",
+)
 @click.option("--slice", "slices", multiple=True, help="report per value of this column (repeatable)")
 @click.option("--kind", type=click.Choice(["categorical", "value"]), default="categorical", show_default=True)
 @click.option("--labels", default=None, help="comma-separated labels in the spec's order (low → high if ordered)")
@@ -234,9 +311,91 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--min", "vmin", type=float, default=None, help="value scale minimum")
 @click.option("--max", "vmax", type=float, default=None, help="value scale maximum")
 @click.option("--map", "maps", multiple=True, help='relabel raw answers on both sides, e.g. --map "2=0"')
-@click.option("--invalid", default="as-wrong", show_default=True, help="as-wrong | drop | label:X")
-@click.option("--protocol", type=click.Choice(["pooled", "per-group"]), default="pooled", show_default=True)
-@click.option("--bootstrap", "resamples", type=click.IntRange(min=0), default=1000, show_default=True)
+@click.option(
+    "--missing-values",
+    "missing_values",
+    multiple=True,
+    help="answers that mean 'no answer' (repeatable or comma list, exact text), e.g. --missing-values NA,n/a. "
+    "Default: only an empty cell or a JSON/Parquet null; 'NA', 'None', 'null', 'N/A', 'nan' are labels otherwise",
+)
+@click.option(
+    "--invalid",
+    default="as-wrong",
+    show_default=True,
+    help="a missing / unparseable judge answer: as-wrong (never matches; an <invalid> confusion column), drop "
+    "(the item leaves both sides), opposite (two labels: the label people did not choose, counted as that "
+    "label), or label:X (counts as X). See docs/agreement.md for how each moves accuracy and macro F1",
+)
+@click.option(
+    "--pos-label",
+    default=None,
+    help="the positive label: adds its precision, recall and F1 (vs the rest) to the headline; needed by --score",
+)
+@click.option(
+    "--score",
+    "score_col",
+    default=None,
+    help="column with the judge's raw score or probability for --pos-label: adds ROC-AUC and PR-AUC (average "
+    "precision) with CIs; without --judge, labels come from --threshold / --choose-threshold (or only AUCs)",
+)
+@click.option(
+    "--threshold",
+    type=float,
+    default=None,
+    help="with --score: the judge says --pos-label when its score passes T (see --threshold-rule), else the "
+    "other label",
+)
+@click.option(
+    "--threshold-rule",
+    type=click.Choice(["gt", "ge"]),
+    default="ge",
+    show_default=True,
+    help="gt: positive when score > T; ge: when score ≥ T (papers differ: say which yours used)",
+)
+@click.option(
+    "--choose-threshold",
+    type=click.Choice(["max-f1", "max-balanced-accuracy", "youden"]),
+    default=None,
+    help="with --score and --select-on: choose T on the selection rows (grid: their distinct scores; ties → the "
+    "lowest T) and evaluate on the other rows",
+)
+@click.option(
+    "--select-on",
+    default=None,
+    metavar="COL=VALUE",
+    help="rows that choose the threshold, e.g. split=dev; every other row is evaluated",
+)
+@click.option(
+    "--pair-by",
+    "pair_by",
+    default=None,
+    help="column naming two runs of the judge per item (e.g. order = original / swapped, or seed): report "
+    "how often the two runs agree (consistency) and κ, instead of agreement with people (no --human)",
+)
+@click.option(
+    "--invalid-pairs",
+    type=click.Choice(["agree", "disagree"]),
+    default="disagree",
+    show_default=True,
+    help="with --pair-by: whether an item whose two answers are both invalid counts as consistent",
+)
+@click.option(
+    "--protocol",
+    type=click.Choice(["pooled", "per-group"]),
+    default="pooled",
+    show_default=True,
+    help="per-group (needs --group): every headline figure inside each group, then the unweighted mean over "
+    "the groups ('Average' in papers); per-group values are listed; the bootstrap resamples items within groups",
+)
+@click.option(
+    "--bootstrap",
+    "resamples",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="resamples for the CIs (0: none); the report says what was resampled: rows, items, groups, or items "
+    "within groups",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--json",
@@ -287,7 +446,16 @@ def agreement(
     vmin: float | None,
     vmax: float | None,
     maps: tuple[str, ...],
+    missing_values: tuple[str, ...],
     invalid: str,
+    pos_label: str | None,
+    score_col: str | None,
+    threshold: float | None,
+    threshold_rule: str,
+    choose_threshold: str | None,
+    select_on: str | None,
+    pair_by: str | None,
+    invalid_pairs: str,
     protocol: str,
     resamples: int,
     seed: int,
@@ -330,8 +498,8 @@ def agreement(
     try:
         if datasets:
             raise UserError("--dataset selects human labels in a store: use it with --store")
-        if file is None or not judges or human is None:
-            raise UserError("give FILE with --judge COL and --human COL, or --store S --spec NAME")
+        if file is None or not (judges or score_col) or (human is None and pair_by is None):
+            raise UserError("give FILE with --judge COL (or --score COL) and --human COL, or --store S --spec NAME")
         scale = AgreementScale(
             kind=kind,
             labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
@@ -346,18 +514,40 @@ def agreement(
             seed=seed,
             slices=list(slices),
             mapping=_parse_map(maps),
+            missing_values=_split_list(missing_values),
+            pos_label=pos_label,
+            threshold=threshold,
+            threshold_rule=threshold_rule,
+            choose_threshold=choose_threshold,
+            select_on=select_on,
+            invalid_pairs=invalid_pairs,
         )
-        raw = read_table(file)
+        raw = read_table(file, as_text=True)
+        if pair_by is not None:
+            result_c = _pair_mode(raw, judges, human, item, group, pair_by, scale, options, version_col, html_out)
+            print_consistency(console, result_c, decimals)
+            if md_out is not None:
+                md_out.write_text(render_consistency_markdown(result_c, decimals), encoding="utf-8")
+                console.print(f"wrote {md_out}")
+            if json_out is not None:
+                json_out.write_text(result_c.model_dump_json(indent=2), encoding="utf-8")
+                console.print(f"wrote {json_out}")
+            return
         if annotator and not item:
             click.echo("note: --annotator without --item: every row is its own item, so no human ceiling", err=True)
+        if score_col and len(judges) > 1:
+            raise UserError("--score goes with one --judge (or none)")
+        extra = [select_on.partition("=")[0]] if select_on else []
         frames: dict[str, pd.DataFrame] = {}
-        for j in judges:
-            f = to_agreement_frame(raw, j, human, item=item, annotator=annotator, group=group, slices=slices)
+        for j in judges or (None,):
+            f = to_agreement_frame(
+                raw, j, human, item=item, annotator=annotator, group=group, slices=slices, extra=extra, score=score_col
+            )
             for name, col in (("reason", reason_col), ("comment", comment_col)):
                 if col:
                     f[name] = select(raw, col).to_numpy()
             if version_col is None:
-                frames[j] = f
+                frames[j or score_col or "score"] = f
                 continue
             if len(judges) > 1:
                 raise UserError("--version splits one --judge column; give --judge once")
@@ -373,7 +563,8 @@ def agreement(
             result = compute_agreement(frame, scale, options)
             print_report(console, result, decimals)
             if html_out is not None:
-                html_out.write_text(render_html(result, frame, title=f"{file.name}: {judges[0]} vs {human}"))
+                who = judges[0] if judges else score_col
+                html_out.write_text(render_html(result, frame, title=f"{file.name}: {who} vs {human}"))
                 console.print(f"wrote {html_out}")
             if md_out is not None:
                 md_out.write_text(render_markdown(result, decimals), encoding="utf-8")
@@ -387,11 +578,46 @@ def agreement(
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        click.echo(f"error: {where + ': ' if where else ''}{first['msg']}", err=True)
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        click.echo(f"error: {where + ': ' if where else ''}{msg}", err=True)
         sys.exit(2)
     if json_out is not None:
         json_out.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")
+
+
+def _split_list(values: tuple[str, ...]) -> list[str]:
+    """Repeatable or comma-separated: ("NA,n/a", "-") → ["NA", "n/a", "-"]."""
+    return [x.strip() for v in values for x in v.split(",") if x.strip()]
+
+
+def _pair_mode(
+    raw: pd.DataFrame,
+    judges: tuple[str, ...],
+    human: str | None,
+    item: str | None,
+    group: str | None,
+    pair_by: str,
+    scale: AgreementScale,
+    options: AgreementOptions,
+    version_col: str | None,
+    html_out: Path | None,
+) -> ConsistencyReport:
+    """--pair-by: one judge column, two runs per item, compared with each other (no humans)."""
+    if human is not None:
+        raise UserError(
+            "--pair-by compares the judge's two runs with each other; drop --human (or use --version "
+            f"{pair_by} to compare each run with people)"
+        )
+    if len(judges) != 1 or version_col is not None:
+        raise UserError("--pair-by takes one --judge column (the runs are rows, named by the --pair-by column)")
+    if item is None:
+        raise UserError("--pair-by needs --item: the id that pairs the two runs' rows")
+    if html_out is not None:
+        raise UserError("--pair-by writes --json and --markdown, not --html")
+    frame = to_agreement_frame(raw, judges[0], None, item=item, group=group)
+    frame["run"] = select(raw, pair_by).to_numpy()
+    return compute_consistency(frame, scale, options, column=pair_by)
 
 
 def frame_from_file(

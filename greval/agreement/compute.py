@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from greval.agreement import bootstrap as bs
@@ -15,21 +18,27 @@ from greval.agreement.models import (
     AgreementReport,
     AgreementScale,
     Bias,
+    BootstrapInfo,
     CategoricalReport,
     Ceiling,
     ComparisonReport,
     ConfusionMatrix,
+    ConsistencyCounts,
+    ConsistencyReport,
     Describe,
     Difference,
     DisagreementCell,
     Estimate,
+    GroupFigures,
     LabelBias,
     LabelReport,
     PairAgreement,
     Prevalence,
+    ResampleUnit,
+    ThresholdInfo,
     ValueReport,
 )
-from greval.agreement.prepare import MISSING, Prepared, prepare, resolve_scale
+from greval.agreement.prepare import MISSING, Prepared, label_text, prepare, resolve_scale
 from greval.agreement.stats import FloatArray, IntArray, Val
 from greval.errors import DataError
 
@@ -45,8 +54,86 @@ def _estimate(val: Val, n: int, ci: bs.CI | None) -> Estimate:
     return Estimate(value=value, n=n, ci_low=ci.low, ci_high=ci.high, note="; ".join(notes) or None)
 
 
-def _headline(prep: Prepared, options: AgreementOptions) -> Callable[[IntArray, IntArray | None], dict[str, Val]]:
+Statistic = Callable[[IntArray, IntArray | None], dict[str, Val]]
+
+
+class StratifiedResampler(bs.Resampler):
+    """Resamples items within each group (strata kept whole, sizes fixed): the per-group protocol's bootstrap.
+
+    Groups there are fixed subsets (a paper's datasets, documents), so the CI reflects which items each
+    group happened to get, not which groups were chosen. Yields (row indices, each row's group code).
+    """
+
+    def __init__(self, groups: IntArray, resamples: int, seed: int) -> None:
+        super().__init__(0, None, resamples, seed)
+        self.n = len(groups)
+        self.groups = groups
+        self.strata = [np.flatnonzero(groups == g).astype(np.int64) for g in np.unique(groups)]
+        self.units = self.strata
+        self.clustered = True
+
+    def draws(self) -> Iterator[tuple[IntArray, IntArray]]:
+        rng = np.random.default_rng(self.seed)
+        if self.n == 0:
+            return
+        for _ in range(self.resamples):
+            idx = np.concatenate([s[rng.integers(0, len(s), size=len(s))] for s in self.strata]).astype(np.int64)
+            yield idx, self.groups[idx]
+
+
+def _resampler(n: int, groups: IntArray | None, options: AgreementOptions) -> bs.Resampler:
+    """Items, whole groups (clusters), or items within groups (per-group protocol)."""
+    if options.protocol == "per-group" and groups is not None:
+        return StratifiedResampler(groups, options.bootstrap, options.seed)
+    return bs.Resampler(n, groups, options.bootstrap, options.seed)
+
+
+def _group_values(base: Statistic, idx: IntArray, gids: IntArray) -> dict[int, tuple[int, dict[str, Val]]]:
+    """The pooled statistic inside each group: {group code: (n items, figures)}."""
+    out: dict[int, tuple[int, dict[str, Val]]] = {}
+    for g in np.unique(gids):
+        sub = idx[gids == g]
+        out[int(g)] = (len(sub), base(sub, None))
+    return out
+
+
+def _mean_over_groups(per: dict[int, tuple[int, dict[str, Val]]]) -> dict[str, Val]:
+    """Unweighted mean of each figure over the groups where it is defined (papers' "Average")."""
+    names: dict[str, None] = {}
+    for _, figures in per.values():
+        names.update(dict.fromkeys(figures))
+    out: dict[str, Val] = {}
+    for name in names:
+        vals = [v for _, f in per.values() if (v := f.get(name, (None, None))[0]) is not None]
+        if vals:
+            out[name] = float(np.mean(vals)), None
+            continue
+        why = next((n for _, f in per.values() if (n := f.get(name, (None, None))[1])), "undefined")
+        out[name] = None, f"undefined in every group ({len(per)}), e.g. {why}"
+    return out
+
+
+def _per_group(base: Statistic, point_groups: IntArray | None) -> Statistic:
+    """`base` inside each group, averaged over groups; the group of each drawn row comes as `inst`."""
+
+    def fn(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
+        gids = inst if inst is not None else point_groups
+        assert gids is not None
+        return _mean_over_groups(_group_values(base, idx, gids))
+
+    return fn
+
+
+def _headline(prep: Prepared, options: AgreementOptions) -> Statistic:
     """The statistic over a subset of compared items (identity subset = point estimate)."""
+    base = _pooled_headline(prep, options)
+    if options.protocol == "per-group":
+        return _per_group(base, prep.groups)
+    return base
+
+
+def _pooled_headline(prep: Prepared, options: AgreementOptions) -> Statistic:
+    """Every headline figure over one subset of items, pooled."""
     scale = prep.scale
     if scale.kind == "categorical":
         labels = scale.labels or []
@@ -54,27 +141,34 @@ def _headline(prep: Prepared, options: AgreementOptions) -> Callable[[IntArray, 
         scores = None
         if scale.ordered and scale.scores is not None and all(lab in scale.scores for lab in labels):
             scores = np.array([scale.scores[lab] for lab in labels], dtype=float)
+        pos = labels.index(options.pos_label) if options.pos_label is not None else None
+        invalid_code = options.invalid != "opposite"
 
         def cat(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
-            return st.categorical_metrics(
-                prep.h[idx],
-                prep.j_nom[idx],
-                prep.j_ord[idx],
-                prep.invalid[idx],
-                k,
-                scale.ordered,
-                options.alpha_max_values,
-                scores,
-            )
+            out: dict[str, Val] = {}
+            if prep.has_judge:
+                out = st.categorical_metrics(
+                    prep.h[idx],
+                    prep.j_nom[idx],
+                    prep.j_ord[idx],
+                    prep.invalid[idx],
+                    k,
+                    scale.ordered,
+                    options.alpha_max_values,
+                    scores,
+                    invalid_code,
+                )
+                if pos is not None:
+                    out.update(st.positive_label_metrics(prep.h[idx], prep.j_nom[idx], pos))
+            if pos is not None and prep.score is not None:
+                out.update(st.score_metrics(prep.h[idx] == pos, prep.score[idx]))
+            return out
 
         return cat
     domain = _value_domain(scale)
 
-    def val(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
-        groups = None
-        if options.protocol == "per-group":
-            groups = inst if inst is not None else prep.groups
-        return st.value_metrics(prep.hv[idx], prep.jv[idx], groups, options.protocol, domain, options.alpha_max_values)
+    def val(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
+        return st.value_metrics(prep.hv[idx], prep.jv[idx], None, "pooled", domain, options.alpha_max_values)
 
     return val
 
@@ -91,6 +185,8 @@ def _value_domain(scale: AgreementScale) -> list[float] | None:
 def _n_for(name: str, prep: Prepared) -> int:
     if name in BIAS_KEYS[1:]:
         return int((~prep.invalid).sum())
+    if name in ("roc_auc", "pr_auc") and prep.score is not None:
+        return int(np.isfinite(prep.score).sum())
     return prep.counts.items_compared
 
 
@@ -103,15 +199,14 @@ def _bootstrap(
 ) -> dict[str, bs.CI]:
     if options.bootstrap <= 0 or n == 0:
         return {}
-    sampler = bs.Resampler(n, groups, options.bootstrap, options.seed)
-    return bs.run(sampler, fn, options.confidence)
+    return bs.run(bs.Resampler(n, groups, options.bootstrap, options.seed), fn, options.confidence)
 
 
 def _categorical(prep: Prepared, options: AgreementOptions, est: dict[str, Estimate]) -> CategoricalReport:
     labels = list(prep.scale.labels or [])
     k = len(labels)
     h, j = prep.h, prep.j_nom
-    has_invalid = bool(prep.invalid.any())
+    has_invalid = bool(np.any(j == k))
     n_codes = k + 1 if has_invalid else k
     rep = st.classification_report(h, j, labels) if len(h) else {}
     per_label = [
@@ -311,24 +406,52 @@ def _describe(x: FloatArray) -> Describe:
     return Describe(count=len(x), mean=d["mean"], median=d["median"], std=d["std"], min=d["min"], max=d["max"])
 
 
+def _unit(prep: Prepared, options: AgreementOptions) -> ResampleUnit:
+    if prep.groups is not None:
+        return "items within groups" if options.protocol == "per-group" else "groups"
+    return "items" if prep.multi_row_items else "rows"
+
+
 def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
     fn = _headline(prep, options)
     n = prep.counts.items_compared
     everything = np.arange(n, dtype=np.int64)
     point = fn(everything, prep.groups)
-    cis = _bootstrap(prep, options, fn, n, prep.groups)
+    cis: dict[str, bs.CI] = {}
+    if options.bootstrap > 0 and n:
+        cis = bs.run(_resampler(n, prep.groups, options), fn, options.confidence)
     est = {name: _estimate(val, _n_for(name, prep), cis.get(name)) for name, val in point.items()}
     report = AgreementReport(scale=prep.scale, options=options, counts=prep.counts, metrics=est, notes=list(prep.notes))
-    if prep.scale.kind == "categorical":
-        report.categorical = _categorical(prep, options, est)
-    else:
-        used = skipped = None
-        if options.protocol == "per-group" and prep.groups is not None and n:
-            _, used, skipped = st.grouped_correlation("pearson", prep.jv, prep.hv, prep.groups)
-            for kind in ("pearson", "spearman", "kendall"):
-                e = est[kind]
-                extra = f"mean over groups ({used} with a defined Pearson, {skipped} skipped)"
+    if prep.score is not None and (missing := int((~np.isfinite(prep.score)).sum())):
+        report.notes.append(f"ROC-AUC / PR-AUC leave out {missing} compared item(s) without a score")
+    used = skipped = None
+    if options.protocol == "per-group" and prep.groups is not None and n:
+        per = _group_values(_pooled_headline(prep, options), everything, prep.groups)
+        report.per_group = [
+            GroupFigures(
+                group=prep.group_names[g],
+                n=size,
+                metrics={name: Estimate(value=v, n=size, note=note) for name, (v, note) in figures.items()},
+            )
+            for g, (size, figures) in per.items()
+        ]
+        for name, e in est.items():
+            defined = sum(1 for _, f in per.values() if f.get(name, (None, None))[0] is not None)
+            if 0 < defined < len(per):
+                extra = f"mean over {defined} of {len(per)} groups ({len(per) - defined} undefined, skipped)"
                 e.note = f"{e.note}; {extra}" if e.note else extra
+        first = "pearson" if prep.scale.kind == "value" else "accuracy"
+        used = sum(1 for _, f in per.values() if f.get(first, (None, None))[0] is not None)
+        skipped = len(per) - used
+        report.notes.append(
+            f"per-group protocol: each headline figure is the unweighted mean of its values in the {len(per)} "
+            "groups (where defined; listed per group); the classification report, confusion, prevalence and "
+            "ceiling are pooled"
+        )
+    if prep.scale.kind == "categorical":
+        if prep.has_judge:
+            report.categorical = _categorical(prep, options, est)
+    else:
         report.value = ValueReport(
             judge=_describe(prep.jv[~prep.invalid]),  # valid answers only, before any substitution
             human=_describe(prep.hv),
@@ -337,14 +460,126 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
             groups_skipped=skipped,
         )
     report.metrics = est
-    report.ceiling = _ceiling(prep, options)
+    report.ceiling = _ceiling(prep, options) if prep.has_judge else None
     if options.bootstrap > 0:
-        unit = "groups" if prep.groups is not None else "items"
+        unit = _unit(prep, options)
+        n_units = len(prep.group_names) if prep.groups is not None else n
+        report.bootstrap = BootstrapInfo(
+            unit=unit, n_units=n_units, resamples=options.bootstrap, seed=options.seed, confidence=options.confidence
+        )
         report.notes.append(
             f"{int(options.confidence * 100)}% percentile bootstrap CIs: {options.bootstrap} resamples "
-            f"of {unit}, seed {options.seed}"
+            f"of {unit} ({n_units}), seed {options.seed}"
         )
     return report
+
+
+def _check_options(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> None:
+    """Flag combinations that cannot work, as one-line user errors."""
+    if options.protocol == "per-group" and "group" not in frame.columns:
+        raise DataError("--protocol per-group needs a group column (--group)")
+    categorical = scale.kind == "categorical"
+    labels = scale.labels or []
+    if options.pos_label is not None:
+        if not categorical:
+            raise DataError("--pos-label needs a categorical scale")
+        if options.pos_label not in labels:
+            raise DataError(f"--pos-label {options.pos_label!r} is not a label; labels are {labels}")
+    wants_threshold = options.threshold is not None or options.choose_threshold is not None
+    if "score" in frame.columns or wants_threshold:
+        if "score" not in frame.columns:
+            raise DataError("a threshold turns scores into labels: give the score column (--score)")
+        if not categorical:
+            raise DataError("--score needs a categorical scale (the positive label and the rest)")
+        if options.pos_label is None:
+            raise DataError("--score needs --pos-label: which label a high score means")
+    if wants_threshold:
+        if len(labels) != 2:
+            raise DataError(f"a threshold makes two labels; the scale has {len(labels)}: {labels}")
+        if "judge" in frame.columns:
+            raise DataError("a threshold makes the judge's labels from its score: --judge or a threshold, not both")
+    if "judge" not in frame.columns and "score" not in frame.columns:
+        raise DataError("missing column(s) ['judge']; give the judge's labels or its score")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _selection_mask(frame: pd.DataFrame, select_on: str) -> npt.NDArray[np.bool_]:
+    """Rows where COL equals VALUE (compared as canonical text: 1, 1.0 and "1" match)."""
+    col, _, want = select_on.partition("=")
+    if col not in frame.columns:
+        raise DataError(f"--select-on {select_on!r}: no column {col!r} in the frame")
+    target = label_text(want, {})
+    return np.array([label_text(v, {}) == target for v in frame[col]], dtype=np.bool_)
+
+
+def judge_from_score(frame: pd.DataFrame, info: ThresholdInfo, options: AgreementOptions) -> pd.DataFrame:
+    """The evaluated rows of `frame` with the judge's labels made from its score (renderers reuse this)."""
+    out = frame
+    if info.select_on is not None:
+        out = frame[~_selection_mask(frame, info.select_on)].reset_index(drop=True)
+    out = out.copy()
+    missing = frozenset(options.missing_values)
+    judged: list[str | None] = []
+    for v in out["score"]:
+        text = label_text(v, {}, missing)
+        f = float(text) if text is not None and _is_number(text) else math.nan
+        if not math.isfinite(f):
+            judged.append(None)
+        else:
+            judged.append(
+                info.pos_label if st.binarise(np.array([f]), info.threshold, info.rule)[0] else info.neg_label
+            )
+    out["judge"] = judged
+    return out
+
+
+def _threshold_frame(
+    frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions
+) -> tuple[pd.DataFrame, ThresholdInfo]:
+    """The judge's labels from its score: a given threshold, or one chosen on the selection rows.
+
+    With `select_on`, the threshold is chosen on those rows and the others are returned for evaluation.
+    """
+    labels = list(scale.labels or [])
+    assert options.pos_label is not None
+    pos = options.pos_label
+    neg = labels[1 - labels.index(pos)]
+    rule = options.threshold_rule
+    if options.choose_threshold is None:
+        assert options.threshold is not None
+        info = ThresholdInfo(threshold=options.threshold, rule=rule, pos_label=pos, neg_label=neg)
+        return judge_from_score(frame, info, options), info
+    assert options.select_on is not None
+    chosen = _selection_mask(frame, options.select_on)
+    if not chosen.any() or chosen.all():
+        what = "no row" if not chosen.any() else "every row"
+        raise DataError(f"--select-on {options.select_on}: {what} matches; need rows to choose on and to evaluate")
+    sel = prepare(frame[chosen].reset_index(drop=True), scale, options)
+    assert sel.score is not None
+    y = sel.h == labels.index(pos)
+    has = np.isfinite(sel.score)
+    if not (y[has].any() and (~y[has]).any()):
+        raise DataError(f"--select-on {options.select_on}: the selection rows need both labels among people")
+    t, v, grid = st.choose_threshold(y[has], sel.score[has], rule, options.choose_threshold)
+    info = ThresholdInfo(
+        threshold=t,
+        rule=rule,
+        pos_label=pos,
+        neg_label=neg,
+        chosen_by=options.choose_threshold,
+        select_on=options.select_on,
+        selection_items=int(has.sum()),
+        selection_value=v,
+        candidates=grid,
+    )
+    return judge_from_score(frame, info, options), info
 
 
 def compute_agreement(
@@ -355,13 +590,27 @@ def compute_agreement(
     Raises greval.errors.DataError for user mistakes (missing columns, unknown human labels ...).
     """
     options = options or AgreementOptions()
-    if options.protocol == "per-group" and "group" not in frame.columns:
-        raise DataError("--protocol per-group needs a group column (--group)")
-    if options.protocol == "per-group" and scale.kind != "value":
-        raise DataError("--protocol per-group applies to correlations on a value scale")
     scale = resolve_scale(frame, scale, options)
+    _check_options(frame, scale, options)
+    threshold = None
+    if options.threshold is not None or options.choose_threshold is not None:
+        frame, threshold = _threshold_frame(frame, scale, options)
     report = _report(prepare(frame, scale, options), options)
-    sub_options = options.model_copy(update={"slices": []})
+    report.threshold = threshold
+    if threshold is not None:
+        how = (
+            f"chosen by {threshold.chosen_by} on the {threshold.selection_items} items with {threshold.select_on} "
+            f"(grid: their {threshold.candidates} distinct scores, lowest on ties); evaluated on the other rows"
+            if threshold.chosen_by
+            else "given"
+        )
+        op = ">" if threshold.rule == "gt" else "≥"
+        report.notes.append(
+            f"judge labels from its score: {threshold.pos_label} when score {op} {threshold.threshold:g}, else "
+            f"{threshold.neg_label} (threshold {how})"
+        )
+    plain: dict[str, Any] = {"slices": [], "threshold": None, "choose_threshold": None, "select_on": None}
+    sub_options = options.model_copy(update=plain)
     for col in options.slices:
         if col not in frame.columns:
             raise DataError(f"slice column {col!r} not in the frame; columns are {list(frame.columns)}")
@@ -409,6 +658,7 @@ def compare_agreement(
         )
         if scale.kind == "categorical":
             q.h, q.j_nom, q.j_ord, q.invalid = p.h[sel], p.j_nom[sel], p.j_ord[sel], p.invalid[sel]
+            q.score = None if p.score is None else p.score[sel]
         else:
             q.hv, q.jv, q.invalid = p.hv[sel], p.jv[sel], p.invalid[sel]
         aligned[name] = q
@@ -429,7 +679,7 @@ def compare_agreement(
 
     cis: dict[str, bs.CI] = {}
     if options.bootstrap > 0 and order:
-        cis = bs.run(bs.Resampler(len(order), groups, options.bootstrap, options.seed), diff, options.confidence)
+        cis = bs.run(_resampler(len(order), groups, options), diff, options.confidence)
     differences = []
     for name in names[1:]:
         for metric, (vb, nb) in points[name].items():
@@ -438,4 +688,164 @@ def compare_agreement(
             e = _estimate(val, len(order), cis.get(f"{name}|{metric}"))
             beyond = None if e.ci_low is None or e.ci_high is None else bool(e.ci_low > 0 or e.ci_high < 0)
             differences.append(Difference(metric=metric, a=base, b=name, estimate=e, beyond_ci=beyond))
-    return ComparisonReport(reports=reports, common_items=len(order), differences=differences, notes=notes)
+    info = None
+    if options.bootstrap > 0 and order:
+        unit = _unit(preps[base], options)
+        n_units = len(np.unique(groups)) if groups is not None else len(order)
+        info = BootstrapInfo(
+            unit=unit, n_units=n_units, resamples=options.bootstrap, seed=options.seed, confidence=options.confidence
+        )
+        notes.append(f"paired differences: {options.bootstrap} resamples of {unit} ({n_units}), seed {options.seed}")
+    return ComparisonReport(
+        reports=reports, common_items=len(order), differences=differences, bootstrap=info, notes=notes
+    )
+
+
+def compute_consistency(
+    frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None, column: str = "run"
+) -> ConsistencyReport:
+    """Agreement of the judge with itself: the frame's `run` column names two runs per item (e.g. the
+    original and the swapped order, or two seeds); pivoted to one row per item, the runs are compared
+    like two annotators: consistency (share of items with the same answer) and Cohen's κ.
+
+    An invalid answer (missing, or not a label) is one more category; two invalid answers for one item
+    count as agreement or not by `options.invalid_pairs`. Items seen in only one run are counted, left out.
+    """
+    options = options or AgreementOptions()
+    if scale.kind != "categorical":
+        raise DataError("--pair-by compares categorical answers (consistency, κ); use --kind categorical")
+    for col in ("item", "judge", "run"):
+        if col not in frame.columns:
+            raise DataError(f"missing column {col!r} for --pair-by")
+    if options.protocol == "per-group" and "group" not in frame.columns:
+        raise DataError("--protocol per-group needs a group column (--group)")
+    missing = frozenset(options.missing_values)
+    answers = [label_text(v, options.mapping, missing) for v in frame["judge"]]
+    runs_raw = [label_text(v, {}) for v in frame["run"]]
+    runs = list(dict.fromkeys(r for r in runs_raw if r is not None))
+    if len(runs) != 2:
+        raise DataError(f"--pair-by {column}: expected exactly two runs, found {len(runs)}: {runs[:6]}")
+    if any(r is None for r in runs_raw):
+        raise DataError(f"--pair-by {column}: {sum(r is None for r in runs_raw)} row(s) name no run")
+    labels = list(scale.labels) if scale.labels else sorted({a for a in answers if a is not None})
+    if not labels:
+        raise DataError("no judge answers to compare; pass --labels")
+    scale = scale.model_copy(update={"labels": labels})
+    index = {lab: i for i, lab in enumerate(labels)}
+    k = len(labels)
+    items = [label_text(v, {}) for v in frame["item"]]
+    if any(i is None for i in items):
+        raise DataError(f"{sum(i is None for i in items)} row(s) have no item id")
+    groups_raw = [label_text(v, {}) for v in frame["group"]] if "group" in frame.columns else None
+    seen: dict[tuple[str, str], str | None] = {}
+    conflict: list[str] = []
+    repeated = 0
+    order: list[str] = []
+    group_of: dict[str, str | None] = {}
+    for r, (item, run, ans) in enumerate(zip(items, runs_raw, answers, strict=True)):
+        assert item is not None and run is not None
+        if item not in group_of:
+            order.append(item)
+            group_of[item] = groups_raw[r] if groups_raw is not None else None
+        key = (item, run)
+        if key in seen:
+            if seen[key] != ans:
+                conflict.append(item)
+            repeated += 1
+        seen[key] = ans
+    if conflict:
+        bad = list(dict.fromkeys(conflict))
+        shown = ", ".join(repr(i) for i in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise DataError(f"{len(bad)} item(s) have two different answers in one run ({shown})")
+    if groups_raw is not None and any(group_of[i] is None for i in order):
+        raise DataError("some items have no group id")
+    paired = [i for i in order if (i, runs[0]) in seen and (i, runs[1]) in seen]
+    code_a: list[int] = []
+    code_b: list[int] = []
+    both_invalid = one_invalid = 0
+    for item in paired:
+        a, b = seen[(item, runs[0])], seen[(item, runs[1])]
+        ca = index.get(a, k) if a is not None else k
+        cb = index.get(b, k) if b is not None else k
+        if ca == k and cb == k:
+            both_invalid += 1
+            if options.invalid_pairs == "disagree":
+                cb = k + 1  # a second, different "invalid": never matches the first
+        elif ca == k or cb == k:
+            one_invalid += 1
+        code_a.append(ca)
+        code_b.append(cb)
+    ja = np.array(code_a, dtype=np.int64)
+    jb = np.array(code_b, dtype=np.int64)
+    group_names = sorted({g for g in group_of.values() if g is not None})
+    gidx = {g: n for n, g in enumerate(group_names)}
+    groups = np.array([gidx[str(group_of[i])] for i in paired], dtype=np.int64) if groups_raw is not None else None
+    n_codes = k + 2
+
+    def base(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
+        return {"consistency": st.accuracy(ja[idx], jb[idx]), "cohen_kappa": st.cohen_kappa(ja[idx], jb[idx], n_codes)}
+
+    fn = _per_group(base, groups) if options.protocol == "per-group" and groups is not None else base
+    n = len(paired)
+    everything = np.arange(n, dtype=np.int64)
+    point = fn(everything, groups)
+    cis: dict[str, bs.CI] = {}
+    if options.bootstrap > 0 and n:
+        cis = bs.run(_resampler(n, groups, options), fn, options.confidence)
+    metrics = {name: _estimate(v, n, cis.get(name)) for name, v in point.items()}
+    notes: list[str] = []
+    per_group: list[GroupFigures] = []
+    if options.protocol == "per-group" and groups is not None and n:
+        per = _group_values(base, everything, groups)
+        per_group = [
+            GroupFigures(
+                group=group_names[g], n=size, metrics={m: Estimate(value=v, n=size, note=w) for m, (v, w) in f.items()}
+            )
+            for g, (size, f) in per.items()
+        ]
+        notes.append("per-group protocol: each figure is the unweighted mean of its values in the groups")
+    merged = np.minimum(np.vstack([ja, jb]), k).astype(np.int64)  # both "invalid" codes shown as one column
+    cm = st.confusion(merged[0], merged[1], k + 1) if n else np.zeros((k + 1, k + 1), dtype=np.int64)
+    label_names = [*labels, INVALID_LABEL]
+    only_one = len(order) - n
+    if only_one:
+        notes.append(f"{only_one} item(s) appear in only one run: left out")
+    if repeated:
+        notes.append(f"{repeated} row(s) repeat an item's answer in the same run identically: counted once")
+    if both_invalid:
+        notes.append(
+            f"{both_invalid} item(s) have an invalid answer in both runs: counted as "
+            f"{'agreement' if options.invalid_pairs == 'agree' else 'disagreement'} (--invalid-pairs)"
+        )
+    info = None
+    if options.bootstrap > 0:
+        unit: ResampleUnit = (
+            "items" if groups is None else ("items within groups" if options.protocol == "per-group" else "groups")
+        )
+        n_units = len(group_names) if groups is not None else n
+        info = BootstrapInfo(
+            unit=unit, n_units=n_units, resamples=options.bootstrap, seed=options.seed, confidence=options.confidence
+        )
+        notes.append(
+            f"{int(options.confidence * 100)}% percentile bootstrap CIs: {options.bootstrap} resamples of "
+            f"{unit} ({n_units}), seed {options.seed}"
+        )
+    return ConsistencyReport(
+        column=column,
+        runs=runs,
+        scale=scale,
+        options=options,
+        counts=ConsistencyCounts(
+            rows=len(frame),
+            items=len(order),
+            items_paired=n,
+            items_one_run_only=only_one,
+            items_both_invalid=both_invalid,
+            items_one_invalid=one_invalid,
+        ),
+        metrics=metrics,
+        confusion=ConfusionMatrix(labels=label_names, judge_labels=label_names, counts=cm.tolist()),
+        per_group=per_group,
+        bootstrap=info,
+        notes=notes,
+    )

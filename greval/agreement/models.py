@@ -13,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Kind = Literal["categorical", "value"]
 Protocol = Literal["pooled", "per-group"]
+ThresholdRule = Literal["gt", "ge"]
+ThresholdChoice = Literal["max-f1", "max-balanced-accuracy", "youden"]
+InvalidPairs = Literal["agree", "disagree"]
+ResampleUnit = Literal["rows", "items", "groups", "items within groups"]
 
 
 class AgreementScale(BaseModel):
@@ -42,20 +46,43 @@ class AgreementScale(BaseModel):
 
 
 class AgreementOptions(BaseModel):
-    """How to compute: invalid-answer policy, correlation protocol, bootstrap, slices, label mapping."""
+    """How to compute: invalid-answer policy, protocol, bootstrap, slices, label mapping, scores and thresholds."""
 
     model_config = ConfigDict(extra="forbid")
 
     invalid: str = Field(
         "as-wrong",
-        description="as-wrong | drop | label:X — what to do with a missing/unparseable judge answer",
+        description="as-wrong | drop | opposite | label:X — what to do with a missing/unparseable judge answer",
     )
-    protocol: Protocol = "pooled"
+    protocol: Protocol = Field(
+        "pooled",
+        description="pooled: every statistic over all items; per-group: inside each group, then the unweighted "
+        "mean over the groups where it is defined (bootstrap resamples items within each group)",
+    )
     bootstrap: int = Field(1000, ge=0, description="resamples; 0 disables CIs")
     seed: int = 0
     confidence: float = Field(0.95, gt=0.0, lt=1.0)
     slices: list[str] = Field(default_factory=list)
     mapping: dict[str, str] = Field(default_factory=dict, description="raw label → label, both sides")
+    missing_values: list[str] = Field(
+        default_factory=list,
+        description="answers (exact text, after trimming) that mean 'no answer', besides an empty cell and a "
+        "JSON/Parquet null; nothing else is missing: NA, None, null, N/A and nan are labels like any other",
+    )
+    pos_label: str | None = Field(
+        None, description="the positive label: precision / recall / F1 of it (vs the rest) in the headline"
+    )
+    threshold: float | None = Field(None, description="turn the judge's score into labels at this threshold")
+    threshold_rule: ThresholdRule = Field("ge", description="gt: positive when score > T; ge: when score ≥ T")
+    choose_threshold: ThresholdChoice | None = Field(
+        None, description="choose the threshold on the selection rows (select_on) by this criterion"
+    )
+    select_on: str | None = Field(
+        None, description="COL=VALUE: rows choosing the threshold; the other rows are evaluated"
+    )
+    invalid_pairs: InvalidPairs = Field(
+        "disagree", description="pair-by consistency: whether two invalid answers for one item count as agreement"
+    )
     alpha_max_values: int = Field(
         100,
         ge=2,
@@ -64,8 +91,14 @@ class AgreementOptions(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> AgreementOptions:
-        if self.invalid not in ("as-wrong", "drop") and not self.invalid.startswith("label:"):
-            raise ValueError(f"invalid policy must be as-wrong, drop or label:X, not {self.invalid!r}")
+        if self.invalid not in ("as-wrong", "drop", "opposite") and not self.invalid.startswith("label:"):
+            raise ValueError(f"invalid policy must be as-wrong, drop, opposite or label:X, not {self.invalid!r}")
+        if self.threshold is not None and self.choose_threshold is not None:
+            raise ValueError("give a threshold or a rule to choose one, not both")
+        if (self.choose_threshold is None) != (self.select_on is None):
+            raise ValueError("choose_threshold and select_on go together (choose on COL=VALUE rows)")
+        if self.select_on is not None and "=" not in self.select_on:
+            raise ValueError(f"select_on {self.select_on!r}: expected COL=VALUE, e.g. split=dev")
         return self
 
 
@@ -212,6 +245,11 @@ class Counts(BaseModel):
     """Where the rows went: nothing is dropped without being counted here."""
 
     rows: int
+    rows_missing_judge: int = Field(0, description="rows whose judge answer is null/empty/a --missing-values text")
+    rows_missing_human: int = Field(0, description="rows whose human answer is null/empty/a --missing-values text")
+    items_several_human_rows: int = Field(
+        0, description="items with several human rows and no annotator column: read as anonymous annotators"
+    )
     items: int
     items_missing_human: int
     items_invalid_judge: int
@@ -222,6 +260,41 @@ class Counts(BaseModel):
     groups: int | None = None
 
 
+class GroupFigures(BaseModel):
+    """One group's headline figures under the per-group protocol (point values; the CI is on the mean)."""
+
+    group: str
+    n: int
+    metrics: dict[str, Estimate]
+
+
+class BootstrapInfo(BaseModel):
+    """What one bootstrap resample draws, so a reader knows which dependence the CIs respect."""
+
+    unit: ResampleUnit = Field(
+        description="rows (one item per row), items (several rows per item), groups (whole clusters), or "
+        "items within groups (stratified, per-group protocol)"
+    )
+    n_units: int
+    resamples: int
+    seed: int
+    confidence: float
+
+
+class ThresholdInfo(BaseModel):
+    """How the judge's scores became labels."""
+
+    threshold: float
+    rule: ThresholdRule
+    pos_label: str
+    neg_label: str
+    chosen_by: ThresholdChoice | None = None
+    select_on: str | None = None
+    selection_items: int | None = Field(None, description="items (with a score) the threshold was chosen on")
+    selection_value: float | None = Field(None, description="the criterion's value at the chosen threshold")
+    candidates: int | None = Field(None, description="grid size: distinct scores on the selection rows")
+
+
 class AgreementReport(BaseModel):
     """Judge-vs-human agreement on one frame (and, nested, per slice)."""
 
@@ -229,6 +302,9 @@ class AgreementReport(BaseModel):
     options: AgreementOptions
     counts: Counts
     metrics: dict[str, Estimate]
+    per_group: list[GroupFigures] = Field(default_factory=list, description="per-group protocol: each group")
+    bootstrap: BootstrapInfo | None = None
+    threshold: ThresholdInfo | None = None
     categorical: CategoricalReport | None = None
     value: ValueReport | None = None
     ceiling: Ceiling | None = None
@@ -252,4 +328,31 @@ class ComparisonReport(BaseModel):
     reports: dict[str, AgreementReport]
     common_items: int
     differences: list[Difference]
+    bootstrap: BootstrapInfo | None = Field(None, description="what the paired bootstrap resampled")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ConsistencyCounts(BaseModel):
+    """Where the rows went when pairing two runs of the judge."""
+
+    rows: int
+    items: int
+    items_paired: int
+    items_one_run_only: int
+    items_both_invalid: int
+    items_one_invalid: int
+
+
+class ConsistencyReport(BaseModel):
+    """Agreement of the judge with itself: two runs (e.g. original / swapped order, two seeds) per item."""
+
+    column: str = Field(description="the column whose two values name the runs")
+    runs: list[str]
+    scale: AgreementScale
+    options: AgreementOptions
+    counts: ConsistencyCounts
+    metrics: dict[str, Estimate] = Field(description="consistency (share of items with the same answer), κ")
+    confusion: ConfusionMatrix = Field(description="rows: first run, columns: second run")
+    per_group: list[GroupFigures] = Field(default_factory=list)
+    bootstrap: BootstrapInfo | None = None
     notes: list[str] = Field(default_factory=list)

@@ -20,8 +20,16 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from greval.agreement.models import AgreementReport, AgreementScale, Ceiling, Estimate, Prevalence
-from greval.agreement.prepare import prepare
+from greval.agreement.models import (
+    AgreementReport,
+    AgreementScale,
+    Ceiling,
+    ConsistencyReport,
+    Estimate,
+    GroupFigures,
+    Prevalence,
+)
+from greval.agreement.prepare import Prepared, prepare
 
 GALLERY_LIMIT = 500
 # Headline rows that only mean something when the labels have an order (judge above/below, signed distance).
@@ -114,7 +122,7 @@ def _charts(report: AgreementReport, frame: pd.DataFrame) -> list[str]:
         ax.legend()
         out.append(_png(fig))
     elif report.value is not None:
-        prep = prepare(frame, report.scale, report.options)
+        prep, _ = _prepared(report, frame)
         if len(prep.hv):
             fig, ax = plt.subplots(figsize=(4.5, 3))
             ax.hist([prep.hv, prep.jv], bins=20, label=["human", "judge"])
@@ -233,14 +241,51 @@ def _slice_rows(
     return names, rows
 
 
+def _prepared(report: AgreementReport, frame: pd.DataFrame) -> tuple[Prepared, pd.DataFrame]:
+    """The compared items as the report saw them: with the judge's labels from its score when a threshold
+    made them (and only the evaluated rows)."""
+    if report.threshold is not None:
+        from greval.agreement.compute import judge_from_score
+
+        frame = judge_from_score(frame, report.threshold, report.options)
+    return prepare(frame, report.scale, report.options), frame
+
+
+def _group_rows(groups: Sequence[GroupFigures], d: int = 3) -> tuple[list[str], list[list[str]]]:
+    """Per-group protocol: one row per group with each figure the headline averages (and their notes)."""
+    names = list(dict.fromkeys(m for g in groups for m in g.metrics))
+    rows = []
+    for g in groups:
+        notes = [f"{m}: {e.note}" for m, e in g.metrics.items() if e.note]
+        rows.append([g.group, str(g.n), *(_f(g.metrics[m].value, d) if m in g.metrics else "" for m in names)])
+        rows[-1].append("; ".join(notes))
+    return names, rows
+
+
+def _method_lines(report: AgreementReport) -> list[str]:
+    """How the figures were made: the resampling unit and the threshold that turned scores into labels."""
+    out = []
+    b = report.bootstrap
+    if b is not None:
+        out.append(f"Bootstrap: {b.resamples} resamples of {b.unit} ({b.n_units}), seed {b.seed}.")
+    th = report.threshold
+    if th is not None:
+        op = ">" if th.rule == "gt" else "≥"
+        how = f" (chosen by {th.chosen_by} on {th.select_on})" if th.chosen_by else ""
+        out.append(f"Judge labels: {th.pos_label} when score {op} {th.threshold:g}, else {th.neg_label}{how}.")
+    return out
+
+
 def gallery(report: AgreementReport, frame: pd.DataFrame, extra: Sequence[str] = ("reason", "comment")) -> pd.DataFrame:
     """Items where the judge departs from people.
 
     Categorical: every disagreement. Values: by |judge − human| when the scale has bounds (both sides on
     one scale), else by the gap between percentile ranks (judge and people may use different scales).
     """
-    prep = prepare(frame, report.scale, report.options)
+    prep, frame = _prepared(report, frame)
     cols = [c for c in extra if c in frame.columns]
+    if not prep.has_judge:
+        return pd.DataFrame({"item": [], "human": [], "judge": []})
     first = frame.assign(item=frame["item"].astype(str)).groupby("item", sort=False).first()
     if report.scale.kind == "categorical":
         labels = list(report.scale.labels or [])
@@ -307,7 +352,14 @@ def render_html(
         f"{c.items_invalid_judge} invalid judge answers [{html.escape(report.options.invalid)}], "
         f"{c.items_dropped_invalid} dropped, {c.items_tied_majority} tied majority).</p>"
     )
+    parts.extend(f"<p>{html.escape(line)}</p>" for line in _method_lines(report))
     parts.append("<h2>Headline</h2>" + _table(["metric", "value", "CI", "n", "note"], _headline_rows(report)))
+    if report.per_group:
+        names, rows = _group_rows(report.per_group)
+        parts.append(
+            f"<h2>Per group ({len(rows)}; the headline is their unweighted mean)</h2>"
+            + _table(["group", "n", *names, "note"], rows, "sortable")
+        )
     parts.append('<div class="charts">' + "".join(_charts(report, frame)) + "</div>")
     cat = report.categorical
     if cat is not None:
@@ -366,8 +418,14 @@ def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
         f"**{c.items_compared} items compared** of {c.items} ({c.items_missing_human} without human, "
         f"{c.items_invalid_judge} invalid judge answers, policy `{report.options.invalid}`)",
         "",
+        *[f"{line}  " for line in _method_lines(report)],
+        "",
         *_md_table(["metric", "value", "CI", "n", "note"], _headline_rows(report, d)),
     ]
+    if report.per_group:
+        names, rows = _group_rows(report.per_group, d)
+        lines += ["", f"Per group ({len(rows)}; the headline is their unweighted mean):", ""]
+        lines += _md_table(["group", "n", *names, "note"], rows)
     notes: list[str] = []
     cat = report.categorical
     if cat is not None and cat.prevalence is not None:
@@ -386,4 +444,31 @@ def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
         notes += [f"by {col} = {row[0]}: {row[-1]}" for row in rows if row[-1]]
     notes += report.notes
     lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_consistency_markdown(report: ConsistencyReport, decimals: int = 3) -> str:
+    """The judge-vs-itself summary (--pair-by): counts, figures, per-group values, confusion, notes."""
+    d = decimals
+    c = report.counts
+    a, b = report.runs
+    lines = [
+        f"**{c.items_paired} items paired** of {c.items} by `{report.column}` ({a} vs {b}; {c.items_one_run_only} "
+        f"in one run only, {c.items_one_invalid} with one invalid answer, {c.items_both_invalid} with two, counted "
+        f"as `{report.options.invalid_pairs}`)",
+        "",
+        *_md_table(
+            ["metric", "value", "CI", "n", "note"],
+            [[k, _f(e.value, d), _ci(e, d), str(e.n), _cell(e.note)] for k, e in report.metrics.items()],
+        ),
+    ]
+    if report.per_group:
+        names, rows = _group_rows(report.per_group, d)
+        lines += ["", "Per group:", "", *_md_table(["group", "n", *names, "note"], rows)]
+    cm = report.confusion
+    lines += ["", f"Confusion (rows {a}, columns {b}):", ""]
+    lines += _md_table(
+        [f"{a} \\ {b}", *cm.judge_labels], [[lab, *row] for lab, row in zip(cm.labels, cm.counts, strict=True)]
+    )
+    lines += [""] + [f"- {n}" for n in report.notes]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal
 
 import krippendorff
@@ -117,12 +118,15 @@ def categorical_metrics(
     ordered: bool,
     max_values: int,
     scores: FloatArray | None = None,
+    invalid_code: bool = True,
 ) -> dict[str, Val]:
     """The headline categorical statistics (the ones that get bootstrap CIs).
 
     `scores` (one number per label code) adds the judge's mean signed score difference for ordered scales.
+    `invalid_code` False: invalid answers were already turned into labels (`--invalid opposite`), so no
+    extra nominal category exists; signed bias still uses valid answers only.
     """
-    n_codes = k + 1 if bool(invalid.any()) else k
+    n_codes = k + 1 if invalid_code and bool(invalid.any()) else k
     out: dict[str, Val] = {
         "accuracy": accuracy(h, j_nom),
         "balanced_accuracy": balanced_accuracy(h, j_nom),
@@ -150,6 +154,71 @@ def categorical_metrics(
                 (float(np.mean(scores[jv] - scores[hv])), None) if len(hv) else (None, "no valid judge answers")
             )
     return out
+
+
+def positive_label_metrics(h: IntArray, j: IntArray, pos: int) -> dict[str, Val]:
+    """Precision, recall and F1 of one label against the rest (binary P/R/F1 with `pos` as positive).
+
+    Undefined (None) rather than sklearn's 0 when a ratio has nothing to divide: precision when the judge
+    never says `pos`, recall when people never do, F1 when neither does.
+    """
+    if (note := need(len(h), 1, "precision/recall")) is not None:
+        return {"precision": (None, note), "recall": (None, note), "f1": (None, note)}
+    p, r, f, _ = _quiet(lambda: skm.precision_recall_fscore_support(h, j, labels=[pos], zero_division=np.nan))
+    return {
+        "precision": _finite(p[0], "the judge never gives the positive label: precision undefined"),
+        "recall": _finite(r[0], "people never give the positive label: recall undefined"),
+        "f1": _finite(f[0], "neither side gives the positive label: F1 undefined"),
+    }
+
+
+def score_metrics(positive: BoolArray, score: FloatArray) -> dict[str, Val]:
+    """ROC-AUC and PR-AUC (sklearn's average precision) of the judge's raw score for the positive label.
+
+    Items without a score are left out (the caller counts them).
+    """
+    has = np.isfinite(score)
+    y, s = positive[has], score[has]
+    if (note := need(len(y), 2, "AUC")) is not None:
+        return {"roc_auc": (None, note), "pr_auc": (None, note)}
+    if bool(y.all()) or not bool(y.any()):
+        why = "people use only one of the two classes: AUC undefined"
+        out: dict[str, Val] = {"roc_auc": (None, why)}
+        out["pr_auc"] = (None, "no positive item: average precision undefined") if not y.any() else (1.0, None)
+        return out
+    return {
+        "roc_auc": _finite(_quiet(lambda: skm.roc_auc_score(y, s)), "ROC-AUC undefined"),
+        "pr_auc": _finite(_quiet(lambda: skm.average_precision_score(y, s)), "average precision undefined"),
+    }
+
+
+def binarise(score: FloatArray, threshold: float, rule: str) -> BoolArray:
+    """Positive when score > T (`gt`) or score ≥ T (`ge`)."""
+    return np.asarray(score > threshold if rule == "gt" else score >= threshold, dtype=np.bool_)
+
+
+def choose_threshold(positive: BoolArray, score: FloatArray, rule: str, criterion: str) -> tuple[float, float, int]:
+    """The threshold maximising `criterion` on these items: (threshold, criterion value, grid size).
+
+    The grid is the distinct observed scores in ascending order; ties go to the first maximum, i.e. the
+    lowest threshold. Youden's J (sensitivity + specificity − 1) equals 2 × balanced accuracy − 1 on two
+    classes, so both criteria choose the same threshold; both are offered because papers name either.
+    """
+    grid = np.unique(score[np.isfinite(score)])
+    values = []
+    for t in grid:
+        pred = binarise(score, float(t), rule)
+        if criterion == "max-f1":
+            v = skm.f1_score(positive, pred, zero_division=0)
+        elif criterion == "max-balanced-accuracy":
+            v = _quiet(partial(skm.balanced_accuracy_score, positive, pred))
+        else:
+            sens = skm.recall_score(positive, pred, zero_division=0)
+            spec = skm.recall_score(~positive, ~pred, zero_division=0)
+            v = sens + spec - 1.0
+        values.append(float(v))
+    best = int(np.argmax(values))  # first maximum = lowest threshold
+    return float(grid[best]), values[best], len(grid)
 
 
 def classification_report(h: IntArray, j: IntArray, labels: list[str]) -> dict[str, Any]:

@@ -3,6 +3,10 @@
 Formats: .csv, .tsv, .jsonl/.ndjson, .json (an array of objects), .parquet, each optionally .gz.
 Nested fields are selected with dots (`scores.consistency`): JSON is flattened with pandas.json_normalize,
 and dict-valued cells (e.g. Parquet structs) are walked key by key.
+
+CSV/TSV cells are read as text with no "NA" list: only an empty cell is missing, so labels such as `NA`,
+`None`, `null`, `N/A` or `nan` survive (the agreement stage treats as missing only what the user lists in
+`--missing-values`). JSON `null` and Parquet nulls stay missing.
 """
 
 from __future__ import annotations
@@ -25,8 +29,12 @@ def _suffixes(path: Path) -> list[str]:
     return parts[:-1] if parts and parts[-1] == ".gz" else parts
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a file into a DataFrame; JSON records are flattened so nested keys become dotted columns."""
+def read_table(path: str | Path, as_text: bool = False) -> pd.DataFrame:
+    """Read a file into a DataFrame; JSON records are flattened so nested keys become dotted columns.
+
+    `as_text=True` reads CSV/TSV cells as strings with only the empty cell missing (labels such as "NA" or
+    "None" would otherwise become NaN); the default keeps pandas' number parsing for other callers.
+    """
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: no such file")
@@ -34,7 +42,10 @@ def read_table(path: str | Path) -> pd.DataFrame:
     compression = "gzip" if p.suffix.lower() == ".gz" else None
     try:
         if kind in (".csv", ".tsv", ".tab"):
-            return pd.read_csv(p, sep="\t" if kind != ".csv" else ",", compression="infer")
+            sep = "\t" if kind != ".csv" else ","
+            if as_text:
+                return pd.read_csv(p, sep=sep, compression="infer", dtype=str, keep_default_na=False, na_values=[""])
+            return pd.read_csv(p, sep=sep, compression="infer")
         if kind == ".parquet":
             return pd.read_parquet(p)
         if kind in (".jsonl", ".ndjson", ".json"):
@@ -84,28 +95,40 @@ def select(frame: pd.DataFrame, column: str) -> pd.Series:
     raise DataError(f"no column {column!r}; columns are {shown}{more}")
 
 
+def _ids(col: pd.Series) -> list[str | None]:
+    """Item ids as text; a missing id stays missing (not the text "nan") so the stage can refuse it."""
+    return [None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v) for v in col]
+
+
 def to_agreement_frame(
     raw: pd.DataFrame,
-    judge: str,
-    human: str,
+    judge: str | None,
+    human: str | None,
     item: str | None = None,
     annotator: str | None = None,
     group: str | None = None,
     slices: Sequence[str] = (),
     extra: Sequence[str] = (),
+    score: str | None = None,
 ) -> pd.DataFrame:
-    """The contract frame: item, judge, human[, annotator][, group] plus slice/extra columns by their names.
+    """The contract frame: item, judge, human[, annotator][, group][, score] plus slice/extra columns.
 
     Without `item`, each row is its own item (row number), which is right for one human per row.
+    `judge` may be None when `score` gives the judge's answer (labels come from a threshold, or only the
+    AUCs are wanted); `human` may be None when only the judge's runs are compared (--pair-by).
     """
     out = pd.DataFrame(index=raw.index)
-    out["item"] = select(raw, item).astype(str) if item else [str(i) for i in range(len(raw))]
-    out["judge"] = select(raw, judge)
-    out["human"] = select(raw, human)
+    out["item"] = _ids(select(raw, item)) if item else [str(i) for i in range(len(raw))]
+    if judge is not None:
+        out["judge"] = select(raw, judge)
+    if human is not None:
+        out["human"] = select(raw, human)
     if annotator:
         out["annotator"] = select(raw, annotator).astype(str)
     if group:
         out["group"] = select(raw, group)
+    if score:
+        out["score"] = select(raw, score)
     for col in [*slices, *extra]:
         if col in out.columns:
             continue  # e.g. --slice group: slice on the mapped contract column
