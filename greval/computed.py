@@ -370,7 +370,7 @@ def _record_verdict(score: float | None, reason: str) -> ItemVerdict:
 # ------------------------------------------------------------------------------------------- ROUGE
 @lru_cache(maxsize=16)
 def _rouge_scorer(types: tuple[str, ...], use_stemmer: bool) -> Any:
-    from rouge_score import rouge_scorer  # type: ignore[import-untyped]
+    from rouge_score import rouge_scorer
 
     return rouge_scorer.RougeScorer(list(types), use_stemmer=use_stemmer)
 
@@ -447,8 +447,8 @@ class BleuSpec(ComputedSpec):
 
 def bleu_score(prediction: str, references: Sequence[str], p: BleuParams) -> tuple[float, list[str], list[list[str]]]:
     """nltk sentence BLEU with the spec's tokenizer, weights and smoothing; the tokens for the outputs."""
-    from nltk.tokenize import RegexpTokenizer  # type: ignore[import-untyped]
-    from nltk.translate import bleu_score as nltk_bleu  # type: ignore[import-untyped]
+    from nltk.tokenize import RegexpTokenizer
+    from nltk.translate import bleu_score as nltk_bleu
 
     tok = RegexpTokenizer(p.tokenizer)
 
