@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -45,8 +46,18 @@ def _estimate(val: Val, n: int, ci: bs.CI | None) -> Estimate:
     return Estimate(value=value, n=n, ci_low=ci.low, ci_high=ci.high, note="; ".join(notes) or None)
 
 
-def _headline(prep: Prepared, options: AgreementOptions) -> Callable[[IntArray, IntArray | None], dict[str, Val]]:
-    """The statistic over a subset of compared items (identity subset = point estimate)."""
+@dataclass
+class Headline:
+    """The headline statistics: their point estimates, and how the bootstrap computes them (`batched` for
+    many resamples at once, `rest` one resample at a time for what is not vectorised)."""
+
+    point: dict[str, Val]
+    batched: bs.BatchStatistic | None
+    rest: Callable[[IntArray, IntArray | None], dict[str, Val]] | None
+
+
+def _headline(prep: Prepared, options: AgreementOptions) -> Headline:
+    """The statistics over the compared items, and over bootstrap resamples of them."""
     scale = prep.scale
     if scale.kind == "categorical":
         labels = scale.labels or []
@@ -54,29 +65,47 @@ def _headline(prep: Prepared, options: AgreementOptions) -> Callable[[IntArray, 
         scores = None
         if scale.ordered and scale.scores is not None and all(lab in scale.scores for lab in labels):
             scores = np.array([scale.scores[lab] for lab in labels], dtype=float)
+        point = st.categorical_metrics(
+            prep.h, prep.j_nom, prep.j_ord, prep.invalid, k, scale.ordered, options.alpha_max_values, scores
+        )
+        (nom, n_nom), (ordc, n_ord) = st.categorical_cells(prep.h, prep.j_nom, prep.j_ord, prep.invalid, k)
 
-        def cat(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
-            return st.categorical_metrics(
-                prep.h[idx],
-                prep.j_nom[idx],
-                prep.j_ord[idx],
-                prep.invalid[idx],
-                k,
-                scale.ordered,
-                options.alpha_max_values,
-                scores,
-            )
+        def cat(b: bs.Batch) -> dict[str, FloatArray]:
+            tallies = b.tally(nom, n_nom), b.tally(ordc, n_ord) if scale.ordered else None
+            batch = st.categorical_from_tallies(*tallies, k, scale.ordered, options.alpha_max_values, scores)
+            return {name: values for name, (values, _) in batch.items()}
 
-        return cat
+        return Headline(point, cat, None)
     domain = _value_domain(scale)
+    grouped = options.protocol == "per-group"
+    point = st.value_metrics(
+        prep.hv, prep.jv, prep.groups if grouped else None, options.protocol, domain, options.alpha_max_values
+    )
+    vectorised = [name for name in st.MOMENT_METRICS if not (grouped and name == "pearson")]
+    codes = st.value_kappa_codes(prep.hv, prep.jv, domain) if domain is not None else None
+    if codes is not None and not isinstance(codes, str):
+        vectorised += ["linear_kappa", "quadratic_kappa"]  # a fixed domain: the same codes in every resample
+    features = st.value_features(prep.hv, prep.jv)
 
-    def val(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
+    def val_batch(b: bs.Batch) -> dict[str, FloatArray]:
+        moments = st.moment_metrics(b.sums(features), b.constant(prep.jv), b.constant(prep.hv))
+        out = {name: moments[name][0] for name in st.MOMENT_METRICS if name in vectorised}
+        if codes is not None and not isinstance(codes, str):
+            hc, jc, n_cats = codes
+            cm = b.tally(hc * n_cats + jc, n_cats * n_cats).reshape(b.size, n_cats, n_cats)
+            out["linear_kappa"] = st.kappa_from(cm, "linear")[0]
+            out["quadratic_kappa"] = st.kappa_from(cm, "quadratic")[0]
+        return out
+
+    def val_rest(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
         groups = None
-        if options.protocol == "per-group":
+        if grouped:
             groups = inst if inst is not None else prep.groups
-        return st.value_metrics(prep.hv[idx], prep.jv[idx], groups, options.protocol, domain, options.alpha_max_values)
+        return st.value_metrics(
+            prep.hv[idx], prep.jv[idx], groups, options.protocol, domain, options.alpha_max_values, vectorised
+        )
 
-    return val
+    return Headline(point, val_batch, val_rest)
 
 
 def _value_domain(scale: AgreementScale) -> list[float] | None:
@@ -97,14 +126,15 @@ def _n_for(name: str, prep: Prepared) -> int:
 def _bootstrap(
     prep: Prepared,
     options: AgreementOptions,
-    fn: Callable[[IntArray, IntArray | None], dict[str, Val]],
+    fn: Callable[[IntArray, IntArray | None], dict[str, Val]] | None,
     n: int,
     groups: IntArray | None,
+    batched: bs.BatchStatistic | None = None,
 ) -> dict[str, bs.CI]:
     if options.bootstrap <= 0 or n == 0:
         return {}
     sampler = bs.Resampler(n, groups, options.bootstrap, options.seed)
-    return bs.run(sampler, fn, options.confidence)
+    return bs.run(sampler, fn, options.confidence, batched)
 
 
 def _categorical(prep: Prepared, options: AgreementOptions, est: dict[str, Estimate]) -> CategoricalReport:
@@ -193,29 +223,35 @@ def _prevalence(prep: Prepared, options: AgreementOptions) -> Prevalence:
     k = len(labels)
     method = "rogan-gladen" if k == 2 else "confusion-matrix inversion (least squares, clipped, renormalised)"
 
-    def shares(idx: IntArray) -> tuple[FloatArray | None, str | None, FloatArray, FloatArray, int, int]:
-        aj, ah = prep.all_j[idx], prep.all_h[idx]
-        judged = aj[aj != MISSING]
-        q = np.bincount(judged, minlength=k).astype(float) / max(len(judged), 1)
-        both = (aj != MISSING) & (ah != MISSING)
-        cm = np.bincount(ah[both] * k + aj[both], minlength=k * k).reshape(k, k).astype(np.int64)  # a tally
-        lab = ah[ah != MISSING]
-        hs = np.bincount(lab, minlength=k).astype(float) / max(len(lab), 1)
-        if len(judged) == 0:
-            return None, "no valid judge answers", q, hs, 0, int(both.sum())
+    # One tally cell per row: judge code × human code, code k where missing.
+    cells = np.where(prep.all_j == MISSING, k, prep.all_j) * (k + 1) + np.where(prep.all_h == MISSING, k, prep.all_h)
+    n_cells = (k + 1) * (k + 1)
+
+    def shares(t: IntArray) -> tuple[FloatArray | None, str | None, FloatArray, FloatArray, int, int]:
+        """From one (judge + missing) × (human + missing) tally of rows."""
+        t = t.reshape(k + 1, k + 1)
+        judged = t[:k, :].sum(axis=1)
+        n_judged = int(judged.sum())
+        q = judged.astype(float) / max(n_judged, 1)
+        cm = np.ascontiguousarray(t[:k, :k].T).astype(np.int64)  # human rows × judge columns
+        lab = t[:, :k].sum(axis=0)
+        hs = lab.astype(float) / max(int(lab.sum()), 1)
+        if n_judged == 0:
+            return None, "no valid judge answers", q, hs, 0, int(cm.sum())
         pi, note = st.corrected_prevalence(q, cm)
-        return pi, note, q, hs, len(judged), int(both.sum())
+        return pi, note, q, hs, n_judged, int(cm.sum())
 
-    everything = np.arange(len(prep.all_j), dtype=np.int64)
-    pi, note, q, hs, n_j, n_l = shares(everything)
+    pi, note, q, hs, n_j, n_l = shares(st.tally(cells, n_cells)[0])
 
-    def stat(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
-        p, why, *_ = shares(idx)
-        if p is None:
-            return {lab: (None, why) for lab in labels}
-        return {lab: (float(p[i]), None) for i, lab in enumerate(labels)}
+    def stat(b: bs.Batch) -> dict[str, FloatArray]:
+        out = np.full((b.size, k), np.nan)
+        for r, t in enumerate(b.tally(cells, n_cells)):
+            p = shares(t)[0]
+            if p is not None:
+                out[r] = p
+        return {lab: out[:, i] for i, lab in enumerate(labels)}
 
-    cis = _bootstrap(prep, options, stat, len(everything), prep.all_groups)
+    cis = _bootstrap(prep, options, None, len(cells), prep.all_groups, stat)
     corrected = [
         _estimate((None, note) if pi is None else (float(pi[i]), None), n_j, cis.get(lab))
         for i, lab in enumerate(labels)
@@ -312,12 +348,10 @@ def _describe(x: FloatArray) -> Describe:
 
 
 def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
-    fn = _headline(prep, options)
+    head = _headline(prep, options)
     n = prep.counts.items_compared
-    everything = np.arange(n, dtype=np.int64)
-    point = fn(everything, prep.groups)
-    cis = _bootstrap(prep, options, fn, n, prep.groups)
-    est = {name: _estimate(val, _n_for(name, prep), cis.get(name)) for name, val in point.items()}
+    cis = _bootstrap(prep, options, head.rest, n, prep.groups, head.batched)
+    est = {name: _estimate(val, _n_for(name, prep), cis.get(name)) for name, val in head.point.items()}
     report = AgreementReport(scale=prep.scale, options=options, counts=prep.counts, metrics=est, notes=list(prep.notes))
     if prep.scale.kind == "categorical":
         report.categorical = _categorical(prep, options, est)
@@ -397,7 +431,7 @@ def compare_agreement(
     if any(len(p.items) != len(order) for p in preps.values()):
         notes.append(f"differences use the {len(order)} items every version compares")
     aligned: dict[str, Prepared] = {}
-    fns = {}
+    heads: dict[str, Headline] = {}
     for name, p in preps.items():
         pos = {it: n for n, it in enumerate(p.items)}
         sel = np.array([pos[i] for i in order], dtype=np.int64)
@@ -412,24 +446,34 @@ def compare_agreement(
         else:
             q.hv, q.jv, q.invalid = p.hv[sel], p.jv[sel], p.invalid[sel]
         aligned[name] = q
-        fns[name] = _headline(q, options)
+        heads[name] = _headline(q, options)
     base = names[0]
     groups = aligned[base].groups
-    everything = np.arange(len(order), dtype=np.int64)
-    points = {name: fns[name](everything, groups) for name in names}
+    points = {name: heads[name].point for name in names}
+
+    def diff_batch(b: bs.Batch) -> dict[str, FloatArray]:
+        vals = {name: fn(b) for name in names if (fn := heads[name].batched) is not None}
+        out: dict[str, FloatArray] = {}
+        for name in names[1:]:
+            for metric, vb in vals.get(name, {}).items():
+                va = vals[base].get(metric)
+                out[f"{name}|{metric}"] = np.full(b.size, np.nan) if va is None else vb - va
+        return out
 
     def diff(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
         out: dict[str, Val] = {}
-        vals = {name: fns[name](idx, inst) for name in names}
+        vals = {name: rest(idx, inst) for name in names if (rest := heads[name].rest) is not None}
         for name in names[1:]:
-            for metric, (vb, _) in vals[name].items():
+            for metric, (vb, _) in vals.get(name, {}).items():
                 va = vals[base].get(metric, (None, None))[0]
                 out[f"{name}|{metric}"] = (None, None) if va is None or vb is None else (vb - va, None)
         return out
 
     cis: dict[str, bs.CI] = {}
     if options.bootstrap > 0 and order:
-        cis = bs.run(bs.Resampler(len(order), groups, options.bootstrap, options.seed), diff, options.confidence)
+        sampler = bs.Resampler(len(order), groups, options.bootstrap, options.seed)
+        rest = diff if heads[base].rest is not None else None
+        cis = bs.run(sampler, rest, options.confidence, diff_batch)
     differences = []
     for name in names[1:]:
         for metric, (vb, nb) in points[name].items():
