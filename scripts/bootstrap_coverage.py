@@ -1,7 +1,7 @@
 """Simulate bootstrap CI coverage for Cohen's κ and Spearman ρ with a known truth.
 
 Each repetition draws n pairs from a known population, computes greval's percentile bootstrap CI
-(greval.agreement.bootstrap, the statistic from sklearn / scipy as in reports) and checks whether it
+(greval.agreement.bootstrap: κ from batched confusion tallies, Spearman from scipy, as in reports) and checks whether it
 contains the population value. Coverage near the nominal level means the CIs in reports can be trusted.
 
   κ:        pairs from a fixed k×k joint distribution P; κ = (Σ diag P − Σ p_h p_j) / (1 − Σ p_h p_j)
@@ -74,17 +74,11 @@ def one_rep(args: tuple[str, int, int, int, float, float]) -> tuple[bool | None,
         truth = true_kappa(clustered_joint())
         if which == "clustered-groups":
             groups = np.repeat(np.arange(m), size).astype(np.int64)
-
-        def stat(idx: np.ndarray, _inst: np.ndarray | None) -> dict[str, st.Val]:
-            return {"x": st.cohen_kappa(h[idx], j[idx], k)}
     elif which == "kappa":
         k = JOINT.shape[0]
         cells = rng.choice(k * k, size=n, p=JOINT.ravel())
         h, j = (cells // k).astype(np.int64), (cells % k).astype(np.int64)
         truth = true_kappa(JOINT)
-
-        def stat(idx: np.ndarray, _inst: np.ndarray | None) -> dict[str, st.Val]:
-            return {"x": st.cohen_kappa(h[idx], j[idx], k)}
     else:
         z = rng.multivariate_normal([0, 0], [[1, r], [r, 1]], size=n)
         x, y = z[:, 0], z[:, 1]
@@ -93,7 +87,16 @@ def one_rep(args: tuple[str, int, int, int, float, float]) -> tuple[bool | None,
         def stat(idx: np.ndarray, _inst: np.ndarray | None) -> dict[str, st.Val]:
             return {"x": st.correlation("spearman", x[idx], y[idx])}
 
-    ci = bs.run(bs.Resampler(n, groups, resamples, seed + 1), stat, confidence)["x"]
+    sampler = bs.Resampler(n, groups, resamples, seed + 1)
+    if which == "spearman":
+        ci = bs.run(sampler, stat, confidence)["x"]
+    else:  # κ as greval bootstraps it: confusion tallies of whole batches of resamples
+        codes = h * k + j
+
+        def kappas(b: bs.Batch) -> dict[str, np.ndarray]:
+            return {"x": st.kappa_from(b.tally(codes, k * k).reshape(b.size, k, k))[0]}
+
+        ci = bs.run(sampler, None, confidence, kappas)["x"]
     if ci.low is None or ci.high is None:
         return None, math.nan
     return bool(ci.low <= truth <= ci.high), ci.high - ci.low

@@ -2,6 +2,14 @@
 
 We resample ourselves rather than call scipy.stats.bootstrap because one resample must feed every
 statistic at once, be shared across judge versions (paired differences), and may draw whole clusters.
+
+Resamples are drawn in batches: an (R × units) matrix of unit indices per batch, sized so that the arrays
+built from it stay under `MAX_CELLS` elements each (the whole bootstrap stays well under 1 GiB). A
+*batched* statistic sees the batch at once (tallies of cell codes by one `np.bincount`, sums of per-row
+terms by one matrix product) and returns one value per resample; a *per-resample* statistic sees the row
+indices of one resample at a time (what is not vectorised: Spearman, Kendall, per-group correlations ...).
+The draws are the same either way: numpy's Generator gives the same integers for one (R, m) call as for R
+calls of size m (a test checks it).
 """
 
 from __future__ import annotations
@@ -10,47 +18,125 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
-import sklearn
 
 from greval.agreement.stats import Val
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+MAX_CELLS = 1 << 23
+"""Elements in one batch's largest arrays (8 Mi: 64 MiB as int64 or float64)."""
+
+ResampleStatistic = Callable[[IntArray, IntArray], dict[str, Val]]
+"""Statistics of one resample from its (row indices, cluster-instance ids)."""
+
+BatchStatistic = Callable[["Batch"], dict[str, FloatArray]]
+"""Statistics of a batch of R resamples: one value per resample, NaN where undefined."""
 
 
 class Resampler:
     """Draws bootstrap resamples of row indices; units are single rows or whole groups."""
 
-    def __init__(self, n: int, groups: IntArray | None, resamples: int, seed: int) -> None:
+    def __init__(self, n: int, groups: IntArray | None, resamples: int, seed: int, max_cells: int = MAX_CELLS) -> None:
         self.n = n
         self.resamples = resamples
         self.seed = seed
+        self.max_cells = max_cells
+        self.clustered = groups is not None
         if groups is None:
-            self.units: list[IntArray] = [np.array([i], dtype=np.int64) for i in range(n)]
-            self.clustered = False
+            self.m = n
+            self.unit_of_row = np.arange(n, dtype=np.int64)
+            self.units: list[IntArray] = []
+            self.sizes = np.ones(n, dtype=np.int64)
         else:
-            self.units = [np.flatnonzero(groups == g).astype(np.int64) for g in np.unique(groups)]
-            self.clustered = True
+            _, inverse = np.unique(groups, return_inverse=True)
+            self.unit_of_row = inverse.reshape(-1).astype(np.int64)
+            self.m = int(self.unit_of_row.max(initial=-1)) + 1
+            self.sizes = np.bincount(self.unit_of_row, minlength=self.m).astype(np.int64)
+            # Each unit's rows in row order (a stable sort keeps it).
+            order = np.argsort(self.unit_of_row, kind="stable").astype(np.int64)
+            self.units = np.split(order, np.cumsum(self.sizes)[:-1]) if self.m else []
+
+    def batches(self) -> Iterator[Batch]:
+        """The resamples in batches of at most max(1, max_cells // units) rows."""
+        rng = np.random.default_rng(self.seed)
+        if self.m == 0:
+            return
+        per_batch = max(1, self.max_cells // self.m)
+        done = 0
+        while done < self.resamples:
+            size = min(per_batch, self.resamples - done)
+            yield Batch(self, rng.integers(0, self.m, size=(size, self.m)).astype(np.int64, copy=False))
+            done += size
 
     def draws(self) -> Iterator[tuple[IntArray, IntArray]]:
-        """Yield (row indices, cluster-instance ids): a group drawn twice counts as two clusters."""
-        rng = np.random.default_rng(self.seed)
-        m = len(self.units)
-        if m == 0:
-            return
-        if not self.clustered:
-            for _ in range(self.resamples):
-                idx = rng.integers(0, m, size=m).astype(np.int64)
-                yield idx, idx
-            return
-        sizes = np.array([len(u) for u in self.units])
-        for _ in range(self.resamples):
-            pick = rng.integers(0, m, size=m)
-            idx = np.concatenate([self.units[p] for p in pick])
-            inst = np.repeat(np.arange(m, dtype=np.int64), sizes[pick])
+        """Yield (row indices, cluster-instance ids) per resample: a group drawn twice counts as two clusters."""
+        for batch in self.batches():
+            yield from batch.draws()
+
+
+class Batch:
+    """R consecutive resamples: `picks[r]` are the units drawn for resample r."""
+
+    def __init__(self, sampler: Resampler, picks: IntArray) -> None:
+        self.sampler = sampler
+        self.picks = picks
+        self.size = picks.shape[0]
+        self._weights: FloatArray | None = None
+
+    def draws(self) -> Iterator[tuple[IntArray, IntArray]]:
+        """Each resample's (row indices, cluster-instance ids), as the per-resample statistics want them."""
+        s = self.sampler
+        for pick in self.picks:
+            if not s.clustered:
+                yield pick, pick
+                continue
+            idx = np.concatenate([s.units[p] for p in pick])
+            inst = np.repeat(np.arange(s.m, dtype=np.int64), s.sizes[pick])
             yield idx, inst
 
+    def unit_weights(self) -> FloatArray:
+        """(R, units): how many times each unit was drawn in each resample."""
+        if self._weights is None:
+            m = self.sampler.m
+            self._weights = np.stack([np.bincount(pick, minlength=m) for pick in self.picks]).astype(np.float64)
+        return self._weights
 
-def percentile_ci(samples: list[float], confidence: float) -> tuple[float, float]:
+    def tally(self, codes: IntArray, n_cells: int) -> IntArray:
+        """(R, n_cells): how many rows of each cell code 0..n_cells-1 each resample holds."""
+        s = self.sampler
+        if not s.clustered:
+            # One bincount per resample over codes in the smallest dtype that holds them: no offsets and
+            # no int64 temporaries of the batch's size (several times faster than one offset bincount).
+            small = codes.astype(np.min_scalar_type(max(n_cells - 1, 0)))
+            rows = [np.bincount(row, minlength=n_cells) for row in small[self.picks]]
+            return np.stack(rows).astype(np.int64, copy=False)
+        per_unit = np.bincount(s.unit_of_row * n_cells + codes, minlength=s.m * n_cells).reshape(s.m, n_cells)
+        return np.rint(self.unit_weights() @ per_unit.astype(np.float64)).astype(np.int64)
+
+    def sums(self, values: FloatArray) -> FloatArray:
+        """(R, columns): column sums of `values` (rows × columns) over each resample's rows."""
+        s = self.sampler
+        per_unit = values
+        if s.clustered:
+            per_unit = np.zeros((s.m, values.shape[1]), dtype=np.float64)
+            np.add.at(per_unit, s.unit_of_row, values)
+        return np.asarray(self.unit_weights() @ per_unit, dtype=np.float64)
+
+    def constant(self, x: FloatArray) -> npt.NDArray[np.bool_]:
+        """(R,): whether every row in the resample has the same value of x."""
+        s = self.sampler
+        lo = np.full(s.m, np.inf)
+        hi = np.full(s.m, -np.inf)
+        np.minimum.at(lo, s.unit_of_row, x)
+        np.maximum.at(hi, s.unit_of_row, x)
+        drawn = self.unit_weights() > 0
+        low = np.where(drawn, lo[None, :], np.inf).min(axis=1)
+        high = np.where(drawn, hi[None, :], -np.inf).max(axis=1)
+        return np.asarray(low == high)
+
+
+def percentile_ci(samples: FloatArray | list[float], confidence: float) -> tuple[float, float]:
     """Percentile interval of the bootstrap distribution."""
     tail = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(np.asarray(samples, dtype=float), [tail, 1.0 - tail])
@@ -64,7 +150,7 @@ class CI:
         self.low, self.high, self.note = low, high, note
 
 
-def summarise(samples: dict[str, list[float]], resamples: int, confidence: float) -> dict[str, CI]:
+def summarise(samples: dict[str, FloatArray], resamples: int, confidence: float) -> dict[str, CI]:
     """CIs from collected resample values; resamples where a statistic was undefined are counted in a note."""
     out: dict[str, CI] = {}
     for name, vals in samples.items():
@@ -80,16 +166,26 @@ def summarise(samples: dict[str, list[float]], resamples: int, confidence: float
 
 def run(
     resampler: Resampler,
-    statistic: Callable[[IntArray, IntArray], dict[str, Val]],
+    statistic: ResampleStatistic | None,
     confidence: float,
+    batched: BatchStatistic | None = None,
 ) -> dict[str, CI]:
-    """Bootstrap every statistic that `statistic` returns; keys seen in any resample get a CI."""
-    samples: dict[str, list[float]] = {}
-    # The point estimate already validated these arrays; skipping sklearn's re-validation halves the cost.
-    with sklearn.config_context(skip_parameter_validation=True, assume_finite=True):
-        for idx, inst in resampler.draws():
+    """Bootstrap every statistic that `batched` (per batch) or `statistic` (per resample) returns; keys
+    seen in any resample get a CI. The two should return different keys."""
+    chunks: dict[str, list[FloatArray]] = {}
+    for batch in resampler.batches():
+        if batched is not None:
+            for name, values in batched(batch).items():
+                chunks.setdefault(name, []).append(values[np.isfinite(values)])
+        if statistic is None:
+            continue
+        single: dict[str, list[float]] = {}
+        for idx, inst in batch.draws():
             for name, (value, _) in statistic(idx, inst).items():
-                bucket = samples.setdefault(name, [])
+                bucket = single.setdefault(name, [])
                 if value is not None:
                     bucket.append(value)
+        for name, vals in single.items():
+            chunks.setdefault(name, []).append(np.asarray(vals, dtype=np.float64))
+    samples = {name: np.concatenate(parts) for name, parts in chunks.items()}
     return summarise(samples, resampler.resamples, confidence)

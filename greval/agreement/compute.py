@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -61,24 +62,30 @@ class StratifiedResampler(bs.Resampler):
     """Resamples items within each group (strata kept whole, sizes fixed): the per-group protocol's bootstrap.
 
     Groups there are fixed subsets (a paper's datasets, documents), so the CI reflects which items each
-    group happened to get, not which groups were chosen. Yields (row indices, each row's group code).
+    group happened to get, not which groups were chosen. Its one batch yields (row indices, each row's
+    group code) per resample; the per-group protocol has no batched statistic.
     """
 
     def __init__(self, groups: IntArray, resamples: int, seed: int) -> None:
-        super().__init__(0, None, resamples, seed)
-        self.n = len(groups)
+        super().__init__(len(groups), None, resamples, seed)
         self.groups = groups
         self.strata = [np.flatnonzero(groups == g).astype(np.int64) for g in np.unique(groups)]
-        self.units = self.strata
-        self.clustered = True
+
+    def batches(self) -> Iterator[bs.Batch]:
+        if self.n:
+            yield _StratifiedDraws(self)
+
+
+class _StratifiedDraws(bs.Batch):
+    def __init__(self, sampler: StratifiedResampler) -> None:
+        super().__init__(sampler, np.empty((sampler.resamples, 0), dtype=np.int64))
 
     def draws(self) -> Iterator[tuple[IntArray, IntArray]]:
-        rng = np.random.default_rng(self.seed)
-        if self.n == 0:
-            return
-        for _ in range(self.resamples):
-            idx = np.concatenate([s[rng.integers(0, len(s), size=len(s))] for s in self.strata]).astype(np.int64)
-            yield idx, self.groups[idx]
+        s = cast(StratifiedResampler, self.sampler)
+        rng = np.random.default_rng(s.seed)
+        for _ in range(s.resamples):
+            idx = np.concatenate([t[rng.integers(0, len(t), size=len(t))] for t in s.strata]).astype(np.int64)
+            yield idx, s.groups[idx]
 
 
 def _resampler(n: int, groups: IntArray | None, options: AgreementOptions) -> bs.Resampler:
@@ -124,12 +131,87 @@ def _per_group(base: Statistic, point_groups: IntArray | None) -> Statistic:
     return fn
 
 
-def _headline(prep: Prepared, options: AgreementOptions) -> Statistic:
-    """The statistic over a subset of compared items (identity subset = point estimate)."""
-    base = _pooled_headline(prep, options)
-    if options.protocol == "per-group":
-        return _per_group(base, prep.groups)
-    return base
+@dataclass
+class Headline:
+    """The headline statistics: their point estimates, and how the bootstrap computes them (`batched` for
+    many resamples at once, `rest` one resample at a time for what is not vectorised)."""
+
+    point: dict[str, Val]
+    batched: bs.BatchStatistic | None
+    rest: Statistic | None
+
+
+def _headline(prep: Prepared, options: AgreementOptions) -> Headline:
+    """The statistics over the compared items, and over bootstrap resamples of them."""
+    every = _pooled_headline(prep, options)
+    everything = np.arange(prep.counts.items_compared, dtype=np.int64)
+    if options.protocol == "per-group":  # each resample's figures per group, then averaged: one at a time
+        fn = _per_group(every, prep.groups)
+        return Headline(fn(everything, prep.groups), None, fn)
+    return _vectorised(prep, options, every(everything, None))
+
+
+def _vectorised(prep: Prepared, options: AgreementOptions, point: dict[str, Val]) -> Headline:
+    """The pooled headline's bootstrap: confusion tallies and sums for a batch of resamples at once; the
+    rest (positive-label and score figures, rank correlations) one resample at a time. Same formulas as
+    the point estimate (greval.agreement.stats computes both from tallies)."""
+    scale = prep.scale
+    if scale.kind == "categorical":
+        labels = scale.labels or []
+        k = len(labels)
+        scores = None
+        if scale.ordered and scale.scores is not None and all(lab in scale.scores for lab in labels):
+            scores = np.array([scale.scores[lab] for lab in labels], dtype=float)
+        pos = labels.index(options.pos_label) if options.pos_label is not None else None
+        invalid_code = options.invalid != "opposite"
+        batched: bs.BatchStatistic | None = None
+        if prep.has_judge:
+            (nom, n_nom), (ordc, n_ord) = st.categorical_cells(prep.h, prep.j_nom, prep.j_ord, prep.invalid, k)
+
+            def cat(b: bs.Batch) -> dict[str, FloatArray]:
+                tallies = b.tally(nom, n_nom), b.tally(ordc, n_ord) if scale.ordered else None
+                batch = st.categorical_from_tallies(
+                    *tallies, k, scale.ordered, options.alpha_max_values, scores, invalid_code
+                )
+                return {name: values for name, (values, _) in batch.items()}
+
+            batched = cat
+        rest: Statistic | None = None
+        if pos is not None:
+
+            def positive(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
+                out: dict[str, Val] = {}
+                if prep.has_judge:
+                    out.update(st.positive_label_metrics(prep.h[idx], prep.j_nom[idx], pos))
+                if prep.score is not None:
+                    out.update(st.score_metrics(prep.h[idx] == pos, prep.score[idx]))
+                return out
+
+            rest = positive
+        return Headline(point, batched, rest)
+    domain = _value_domain(scale)
+    vectorised = list(st.MOMENT_METRICS)
+    codes = st.value_kappa_codes(prep.hv, prep.jv, domain) if domain is not None else None
+    if codes is not None and not isinstance(codes, str):
+        vectorised += ["linear_kappa", "quadratic_kappa"]  # a fixed domain: the same codes in every resample
+    features = st.value_features(prep.hv, prep.jv)
+
+    def val_batch(b: bs.Batch) -> dict[str, FloatArray]:
+        moments = st.moment_metrics(b.sums(features), b.constant(prep.jv), b.constant(prep.hv))
+        out = {name: moments[name][0] for name in st.MOMENT_METRICS if name in vectorised}
+        if codes is not None and not isinstance(codes, str):
+            hc, jc, n_cats = codes
+            cm = b.tally(hc * n_cats + jc, n_cats * n_cats).reshape(b.size, n_cats, n_cats)
+            out["linear_kappa"] = st.kappa_from(cm, "linear")[0]
+            out["quadratic_kappa"] = st.kappa_from(cm, "quadratic")[0]
+        return out
+
+    def val_rest(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
+        return st.value_metrics(
+            prep.hv[idx], prep.jv[idx], None, "pooled", domain, options.alpha_max_values, vectorised
+        )
+
+    return Headline(point, val_batch, val_rest)
 
 
 def _pooled_headline(prep: Prepared, options: AgreementOptions) -> Statistic:
@@ -193,13 +275,14 @@ def _n_for(name: str, prep: Prepared) -> int:
 def _bootstrap(
     prep: Prepared,
     options: AgreementOptions,
-    fn: Callable[[IntArray, IntArray | None], dict[str, Val]],
+    fn: Statistic | None,
     n: int,
     groups: IntArray | None,
+    batched: bs.BatchStatistic | None = None,
 ) -> dict[str, bs.CI]:
     if options.bootstrap <= 0 or n == 0:
         return {}
-    return bs.run(bs.Resampler(n, groups, options.bootstrap, options.seed), fn, options.confidence)
+    return bs.run(bs.Resampler(n, groups, options.bootstrap, options.seed), fn, options.confidence, batched)
 
 
 def _categorical(prep: Prepared, options: AgreementOptions, est: dict[str, Estimate]) -> CategoricalReport:
@@ -288,29 +371,35 @@ def _prevalence(prep: Prepared, options: AgreementOptions) -> Prevalence:
     k = len(labels)
     method = "rogan-gladen" if k == 2 else "confusion-matrix inversion (least squares, clipped, renormalised)"
 
-    def shares(idx: IntArray) -> tuple[FloatArray | None, str | None, FloatArray, FloatArray, int, int]:
-        aj, ah = prep.all_j[idx], prep.all_h[idx]
-        judged = aj[aj != MISSING]
-        q = np.bincount(judged, minlength=k).astype(float) / max(len(judged), 1)
-        both = (aj != MISSING) & (ah != MISSING)
-        cm = np.bincount(ah[both] * k + aj[both], minlength=k * k).reshape(k, k).astype(np.int64)  # a tally
-        lab = ah[ah != MISSING]
-        hs = np.bincount(lab, minlength=k).astype(float) / max(len(lab), 1)
-        if len(judged) == 0:
-            return None, "no valid judge answers", q, hs, 0, int(both.sum())
+    # One tally cell per row: judge code × human code, code k where missing.
+    cells = np.where(prep.all_j == MISSING, k, prep.all_j) * (k + 1) + np.where(prep.all_h == MISSING, k, prep.all_h)
+    n_cells = (k + 1) * (k + 1)
+
+    def shares(t: IntArray) -> tuple[FloatArray | None, str | None, FloatArray, FloatArray, int, int]:
+        """From one (judge + missing) × (human + missing) tally of rows."""
+        t = t.reshape(k + 1, k + 1)
+        judged = t[:k, :].sum(axis=1)
+        n_judged = int(judged.sum())
+        q = judged.astype(float) / max(n_judged, 1)
+        cm = np.ascontiguousarray(t[:k, :k].T).astype(np.int64)  # human rows × judge columns
+        lab = t[:, :k].sum(axis=0)
+        hs = lab.astype(float) / max(int(lab.sum()), 1)
+        if n_judged == 0:
+            return None, "no valid judge answers", q, hs, 0, int(cm.sum())
         pi, note = st.corrected_prevalence(q, cm)
-        return pi, note, q, hs, len(judged), int(both.sum())
+        return pi, note, q, hs, n_judged, int(cm.sum())
 
-    everything = np.arange(len(prep.all_j), dtype=np.int64)
-    pi, note, q, hs, n_j, n_l = shares(everything)
+    pi, note, q, hs, n_j, n_l = shares(st.tally(cells, n_cells)[0])
 
-    def stat(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
-        p, why, *_ = shares(idx)
-        if p is None:
-            return {lab: (None, why) for lab in labels}
-        return {lab: (float(p[i]), None) for i, lab in enumerate(labels)}
+    def stat(b: bs.Batch) -> dict[str, FloatArray]:
+        out = np.full((b.size, k), np.nan)
+        for r, t in enumerate(b.tally(cells, n_cells)):
+            p = shares(t)[0]
+            if p is not None:
+                out[r] = p
+        return {lab: out[:, i] for i, lab in enumerate(labels)}
 
-    cis = _bootstrap(prep, options, stat, len(everything), prep.all_groups)
+    cis = _bootstrap(prep, options, None, len(cells), prep.all_groups, stat)
     corrected = [
         _estimate((None, note) if pi is None else (float(pi[i]), None), n_j, cis.get(lab))
         for i, lab in enumerate(labels)
@@ -413,14 +502,13 @@ def _unit(prep: Prepared, options: AgreementOptions) -> ResampleUnit:
 
 
 def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
-    fn = _headline(prep, options)
+    head = _headline(prep, options)
     n = prep.counts.items_compared
     everything = np.arange(n, dtype=np.int64)
-    point = fn(everything, prep.groups)
     cis: dict[str, bs.CI] = {}
     if options.bootstrap > 0 and n:
-        cis = bs.run(_resampler(n, prep.groups, options), fn, options.confidence)
-    est = {name: _estimate(val, _n_for(name, prep), cis.get(name)) for name, val in point.items()}
+        cis = bs.run(_resampler(n, prep.groups, options), head.rest, options.confidence, head.batched)
+    est = {name: _estimate(val, _n_for(name, prep), cis.get(name)) for name, val in head.point.items()}
     report = AgreementReport(scale=prep.scale, options=options, counts=prep.counts, metrics=est, notes=list(prep.notes))
     if prep.score is not None and (missing := int((~np.isfinite(prep.score)).sum())):
         report.notes.append(f"ROC-AUC / PR-AUC leave out {missing} compared item(s) without a score")
@@ -646,7 +734,7 @@ def compare_agreement(
     if any(len(p.items) != len(order) for p in preps.values()):
         notes.append(f"differences use the {len(order)} items every version compares")
     aligned: dict[str, Prepared] = {}
-    fns = {}
+    heads: dict[str, Headline] = {}
     for name, p in preps.items():
         pos = {it: n for n, it in enumerate(p.items)}
         sel = np.array([pos[i] for i in order], dtype=np.int64)
@@ -662,24 +750,34 @@ def compare_agreement(
         else:
             q.hv, q.jv, q.invalid = p.hv[sel], p.jv[sel], p.invalid[sel]
         aligned[name] = q
-        fns[name] = _headline(q, options)
+        heads[name] = _headline(q, options)
     base = names[0]
     groups = aligned[base].groups
-    everything = np.arange(len(order), dtype=np.int64)
-    points = {name: fns[name](everything, groups) for name in names}
+    points = {name: heads[name].point for name in names}
+
+    def diff_batch(b: bs.Batch) -> dict[str, FloatArray]:
+        vals = {name: fn(b) for name in names if (fn := heads[name].batched) is not None}
+        out: dict[str, FloatArray] = {}
+        for name in names[1:]:
+            for metric, vb in vals.get(name, {}).items():
+                va = vals[base].get(metric)
+                out[f"{name}|{metric}"] = np.full(b.size, np.nan) if va is None else vb - va
+        return out
 
     def diff(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
         out: dict[str, Val] = {}
-        vals = {name: fns[name](idx, inst) for name in names}
+        vals = {name: rest(idx, inst) for name in names if (rest := heads[name].rest) is not None}
         for name in names[1:]:
-            for metric, (vb, _) in vals[name].items():
+            for metric, (vb, _) in vals.get(name, {}).items():
                 va = vals[base].get(metric, (None, None))[0]
                 out[f"{name}|{metric}"] = (None, None) if va is None or vb is None else (vb - va, None)
         return out
 
     cis: dict[str, bs.CI] = {}
     if options.bootstrap > 0 and order:
-        cis = bs.run(_resampler(len(order), groups, options), diff, options.confidence)
+        rest = diff if heads[base].rest is not None else None
+        batched = diff_batch if heads[base].batched is not None else None
+        cis = bs.run(_resampler(len(order), groups, options), rest, options.confidence, batched)
     differences = []
     for name in names[1:]:
         for metric, (vb, nb) in points[name].items():

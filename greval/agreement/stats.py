@@ -1,8 +1,10 @@
 """Pure agreement statistics on aligned numpy arrays (no pandas, no I/O).
 
 Every function returns `Val = (value, note)`: a finite float, or None with a note saying why it is
-undefined. The numbers come from scikit-learn, scipy and krippendorff; this module only decides when a
-statistic is defined and which arrays it sees.
+undefined. Confusion-based statistics (accuracy, balanced accuracy, macro-F1, Cohen's κ, Krippendorff's α)
+and the moment-based ones (MAE, RMSE, Pearson ...) are computed here from tallies / sums, for many bootstrap
+resamples at once (`BatchVal`) or for one (the point estimate), by the same function; the tests check them
+against scikit-learn, scipy and krippendorff to 1e-12. Spearman and Kendall come from scipy.
 
 Categorical arrays are integer codes into the spec's label list (0..k-1). A judge answer kept "as wrong"
 is code k in nominal statistics (a category nobody else uses, so it never matches), and is replaced by the
@@ -13,11 +15,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from typing import Any, Literal
 
-import krippendorff
 import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
@@ -60,53 +61,302 @@ def worst_case_codes(h: IntArray, k: int) -> IntArray:
     return np.where(2 * h >= (k - 1), 0, k - 1).astype(np.int64)
 
 
+# ------------------------------------------------------------------------------- batches of statistics
+#
+# Every confusion-based statistic is computed from tallies, for R resamples at once (the bootstrap) or for
+# R = 1 (the point estimate): one formula per statistic, whichever asks.
+
+Notes = npt.NDArray[np.object_]
+BatchVal = tuple[FloatArray, Notes]
+"""One statistic over R resamples: values (NaN where undefined) and why (None where defined)."""
+
+Weights = Literal["linear", "quadratic"] | None
+
+
+def batch_val(values: FloatArray, rules: Sequence[tuple[BoolArray, str | Notes]], why: str) -> BatchVal:
+    """`values` made NaN, with a note, where a rule holds (the first listed wins) or the value is not finite.
+
+    A rule's note is one string, or one string per resample where its mask holds.
+    """
+    vals = np.array(values, dtype=np.float64).reshape(-1)
+    notes: Notes = np.full(vals.shape, None, dtype=object)
+    undefined = ~np.isfinite(vals)
+    notes[undefined] = why
+    for mask, text in reversed(rules):
+        notes[mask] = text
+        undefined |= mask
+    vals[undefined] = np.nan
+    return vals, notes
+
+
+def at(bv: BatchVal, i: int = 0) -> Val:
+    """Resample i of a batch as a Val."""
+    values, notes = bv
+    note = notes[i]
+    return (None, str(note)) if note is not None else (float(values[i]), None)
+
+
+def _need_rule(n: IntArray, minimum: int, what: str) -> tuple[BoolArray, Notes]:
+    mask = n < minimum
+    return mask, np.array([need(int(x), minimum, what) for x in n[mask]], dtype=object)
+
+
+def tally(codes: IntArray, n_cells: int) -> IntArray:
+    """Counts of each cell code 0..n_cells-1 as one resample: shape (1, n_cells)."""
+    return np.bincount(codes, minlength=n_cells).astype(np.int64).reshape(1, n_cells)
+
+
+def _diagonal(cm: IntArray) -> IntArray:
+    """(R, a, b) → (R, min(a, b)): the matching-code counts."""
+    return np.diagonal(cm, axis1=1, axis2=2)
+
+
+def accuracy_from(cm: IntArray) -> BatchVal:
+    """Share of items on the diagonal of each (R, human, judge) confusion matrix."""
+    n = cm.sum(axis=(1, 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = _diagonal(cm).sum(axis=1) / n
+    return batch_val(value, [_need_rule(n, 1, "accuracy")], "undefined")
+
+
+def balanced_accuracy_from(cm: IntArray) -> BatchVal:
+    """Mean recall over the labels people used (sklearn's definition); rows are the human codes."""
+    k = cm.shape[1]
+    n = cm.sum(axis=(1, 2))
+    rows = cm.sum(axis=2)
+    used = rows > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        recall = np.where(used, _diagonal(cm)[:, :k] / np.where(used, rows, 1), 0.0)
+        value = recall.sum(axis=1) / used.sum(axis=1)
+    return batch_val(value, [_need_rule(n, 1, "balanced accuracy")], "undefined")
+
+
+def macro_f1_from(cm: IntArray, k: int) -> BatchVal:
+    """Macro F1 over labels 0..k-1 (a label with no support and no prediction scores 0); judge codes ≥ k
+    (an invalid answer) are predictions of no label."""
+    n = cm.sum(axis=(1, 2))
+    tp = _diagonal(cm)[:, :k].astype(np.float64)
+    true = cm[:, :k, :].sum(axis=2)
+    pred = cm[:, :, :k].sum(axis=1)
+    denom = (true + pred).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f1 = np.where(denom > 0, 2.0 * tp / np.where(denom > 0, denom, 1.0), 0.0)
+    return batch_val(f1.mean(axis=1), [_need_rule(n, 1, "macro F1")], "undefined")
+
+
+def _weight_matrix(n_codes: int, weights: Weights) -> FloatArray:
+    pos = np.arange(n_codes, dtype=np.float64)
+    diff = pos[None, :] - pos[:, None]
+    if weights is None:
+        return np.ones((n_codes, n_codes)) - np.eye(n_codes)
+    return np.abs(diff) if weights == "linear" else diff**2
+
+
+def kappa_from(cm: IntArray, weights: Weights = None) -> BatchVal:
+    """Cohen's κ (optionally linear/quadratic weighted) of square (R, codes, codes) confusion matrices."""
+    c = cm.astype(np.float64)
+    n = cm.sum(axis=(1, 2))
+    cols, rows = c.sum(axis=1), c.sum(axis=2)
+    w = _weight_matrix(cm.shape[1], weights)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = cols[:, :, None] * rows[:, None, :] / n[:, None, None]
+        value = 1.0 - (w * c).sum(axis=(1, 2)) / (w * expected).sum(axis=(1, 2))
+    single: BoolArray = (cols + rows > 0).sum(axis=1) == 1
+    rules: list[tuple[BoolArray, str | Notes]] = [
+        _need_rule(n, 2, "κ"),
+        (single, "both sides use the same single label: chance agreement is 1 and κ is undefined"),
+    ]
+    return batch_val(value, rules, "κ undefined (expected agreement is 1)")
+
+
+def _distances(level: Level, values: FloatArray, n_v: FloatArray) -> FloatArray:
+    """Krippendorff's δ² between the domain's values, (R or 1, V, V); ordinal depends on the value counts."""
+    v = len(values)
+    if level == "nominal":
+        return (np.ones((v, v)) - np.eye(v))[None]
+    if level == "interval":
+        return ((values[:, None] - values[None, :]) ** 2)[None]
+    if level == "ratio":
+        total = values[:, None] + values[None, :]
+        diff = values[:, None] - values[None, :]
+        safe = np.where(total != 0, total, 1.0)
+        return np.where(total != 0, diff / safe, 0.0)[None] ** 2
+    idx = np.arange(v)
+    lo, hi = np.minimum(idx[:, None], idx[None, :]), np.maximum(idx[:, None], idx[None, :])
+    cum = np.concatenate([np.zeros((n_v.shape[0], 1)), np.cumsum(n_v, axis=1)], axis=1)
+    between = cum[:, hi + 1] - cum[:, lo]
+    return np.asarray((between - (n_v[:, lo] + n_v[:, hi]) / 2.0) ** 2, dtype=np.float64)
+
+
+def alpha_from_coincidences(
+    o: FloatArray,
+    level: Level,
+    values: FloatArray,
+    distinct: IntArray,
+    n_domain: IntArray,
+    max_values: int,
+) -> BatchVal:
+    """Krippendorff's α from (R, V, V) coincidence matrices over the domain `values`.
+
+    `distinct`: how many different values were coded in each resample; `n_domain`: the size of the domain
+    the data was checked against (over `max_values` the statistic is skipped, as on the full data).
+    """
+    n_v = o.sum(axis=1)
+    total = n_v.sum(axis=1)
+    eye = np.eye(len(values))
+    d = _distances(level, values, n_v)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = (n_v[:, :, None] * n_v[:, None, :] - n_v[:, :, None] * eye) / (total - 1.0)[:, None, None]
+        value = 1.0 - (o * d).sum(axis=(1, 2)) / (e * d).sum(axis=(1, 2))
+    too_many = n_domain > max_values
+    rules: list[tuple[BoolArray, str | Notes]] = [
+        (total == 0, "α needs at least one unit coded twice"),
+        (distinct < 2, "every answer is the same value: α is undefined (no expected disagreement)"),
+        (
+            too_many,
+            np.array(
+                [f"skipped: {x} distinct values > alpha_max_values={max_values}" for x in n_domain[too_many]],
+                dtype=object,
+            ),
+        ),
+    ]
+    return batch_val(value, rules, "α undefined (no expected disagreement)")
+
+
+def coincidences(data: FloatArray, values: FloatArray) -> FloatArray:
+    """Krippendorff's coincidence matrix (V × V) of a coders × units matrix (NaN = not coded)."""
+    counts = (data.T[:, :, None] == values[None, None, :]).sum(axis=1).astype(np.float64)
+    coded = counts.sum(axis=1)
+    pairable = coded >= 2
+    counts, coded = counts[pairable], coded[pairable]
+    scaled = counts / (coded - 1.0)[:, None]
+    return np.asarray(scaled.T @ counts - np.diag(scaled.sum(axis=0)), dtype=np.float64)
+
+
+def _square(cm: IntArray) -> IntArray:
+    """(R, a, b) → (R, s, s), s = max(a, b), padded with zeros."""
+    r, a, b = cm.shape
+    s = max(a, b)
+    out = np.zeros((r, s, s), dtype=np.int64)
+    out[:, :a, :b] = cm
+    return out
+
+
+def _distinct(cm: IntArray) -> IntArray:
+    """How many codes either side used, per square confusion matrix."""
+    return np.asarray((cm.sum(axis=1) + cm.sum(axis=2) > 0).sum(axis=1), dtype=np.int64)
+
+
+def _confusion_of(h: IntArray, j: IntArray, rows: int, cols: int) -> IntArray:
+    """One (1, rows, cols) confusion matrix: human codes 0..rows-1 × judge codes 0..cols-1."""
+    return tally(h * cols + j, rows * cols).reshape(1, rows, cols)
+
+
+def _codes(x: IntArray) -> int:
+    return int(x.max(initial=-1)) + 1
+
+
 def accuracy(h: IntArray, j: IntArray) -> Val:
-    if (note := need(len(h), 1, "accuracy")) is not None:
-        return None, note
-    return float(skm.accuracy_score(h, j)), None
+    return at(accuracy_from(_confusion_of(h, j, _codes(h), max(_codes(h), _codes(j)))))
 
 
 def balanced_accuracy(h: IntArray, j: IntArray) -> Val:
     """Mean recall over the labels people used (sklearn's definition)."""
-    if (note := need(len(h), 1, "balanced accuracy")) is not None:
-        return None, note
-    return _finite(_quiet(lambda: skm.balanced_accuracy_score(h, j)), "undefined")
+    return at(balanced_accuracy_from(_confusion_of(h, j, _codes(h), max(_codes(h), _codes(j)))))
 
 
 def macro_f1(h: IntArray, j: IntArray, k: int) -> Val:
-    """Macro F1 over the spec's labels (a label with no support and no prediction scores 0)."""
-    if (note := need(len(h), 1, "macro F1")) is not None:
-        return None, note
-    return float(_quiet(lambda: skm.f1_score(h, j, labels=list(range(k)), average="macro", zero_division=0))), None
+    """Macro F1 over the spec's labels 0..k-1 (a label with no support and no prediction scores 0)."""
+    return at(macro_f1_from(_confusion_of(h, j, k, max(k, _codes(j))), k))
 
 
-def cohen_kappa(h: IntArray, j: IntArray, n_codes: int, weights: str | None = None) -> Val:
+def cohen_kappa(h: IntArray, j: IntArray, n_codes: int, weights: Weights = None) -> Val:
     """Cohen's κ (optionally linear/quadratic weighted) over codes 0..n_codes-1."""
-    if (note := need(len(h), 2, "κ")) is not None:
-        return None, note
-    if len(np.unique(np.concatenate([h, j]))) == 1:
-        return None, "both sides use the same single label: chance agreement is 1 and κ is undefined"
-    value = _quiet(lambda: skm.cohen_kappa_score(h, j, labels=list(range(n_codes)), weights=weights))
-    return _finite(value, "κ undefined (expected agreement is 1)")
+    return at(kappa_from(tally(h * n_codes + j, n_codes * n_codes).reshape(1, n_codes, n_codes), weights))
 
 
 def alpha(data: FloatArray, level: Level, domain: Sequence[float] | None, max_values: int) -> Val:
     """Krippendorff's α on a coders × units matrix (NaN = not coded).
 
-    Skipped above `max_values` distinct values: krippendorff builds a units × values² coincidence tensor.
+    Skipped above `max_values` distinct values (the coincidence matrix is values²).
     """
     coded = data[~np.isnan(data)]
     pairable = int(np.sum(np.sum(~np.isnan(data), axis=0) >= 2))
     if pairable < 1:
         return None, "α needs at least one unit coded twice"
     values = np.unique(coded) if domain is None else np.asarray(domain, dtype=float)
-    if len(np.unique(coded)) < 2:
+    distinct = len(np.unique(coded))
+    if distinct < 2:
         return None, "every answer is the same value: α is undefined (no expected disagreement)"
     if len(values) > max_values:
         return None, f"skipped: {len(values)} distinct values > alpha_max_values={max_values}"
-    dom = None if domain is None else list(domain)
-    value = _quiet(lambda: krippendorff.alpha(data, value_domain=dom, level_of_measurement=level))
-    return _finite(value, "α undefined (no expected disagreement)")
+    o = coincidences(data, values)[None]
+    one = np.array([1], dtype=np.int64)
+    return at(alpha_from_coincidences(o, level, values, one * distinct, one * len(values), max_values))
+
+
+def categorical_cells(
+    h: IntArray, j_nom: IntArray, j_ord: IntArray, invalid: BoolArray, k: int
+) -> tuple[tuple[IntArray, int], tuple[IntArray, int]]:
+    """Each item's cell in the two tallies the categorical statistics need, with the tallies' sizes.
+
+    Nominal: (invalid, human, judge code 0..k with k = invalid); ordinal: (invalid, human, judge position).
+    """
+    inv = invalid.astype(np.int64)
+    return ((inv * k + h) * (k + 1) + j_nom, 2 * k * (k + 1)), ((inv * k + h) * k + j_ord, 2 * k * k)
+
+
+def categorical_from_tallies(
+    nom: IntArray,
+    ord_: IntArray | None,
+    k: int,
+    ordered: bool,
+    max_values: int,
+    scores: FloatArray | None = None,
+    invalid_code: bool = True,
+) -> dict[str, BatchVal]:
+    """The headline categorical statistics of R resamples from their tallies (see `categorical_cells`);
+    `ord_` is needed for ordered scales. `invalid_code` False: invalid answers were already turned into
+    labels, so no extra nominal category exists (signed bias still uses valid answers only)."""
+    r = nom.shape[0]
+    t = nom.reshape(r, 2, k, k + 1)
+    cm = t.sum(axis=1)
+    n_codes = k + ((t[:, 1].sum(axis=(1, 2)) > 0) & invalid_code).astype(np.int64)
+    sq = _square(cm)
+    out: dict[str, BatchVal] = {
+        "accuracy": accuracy_from(cm),
+        "balanced_accuracy": balanced_accuracy_from(cm),
+        "macro_f1": macro_f1_from(cm, k),
+        "cohen_kappa": kappa_from(sq),
+    }
+    acc, acc_notes = out["accuracy"]
+    out["disagreement_rate"] = 1.0 - acc, acc_notes
+    o = (sq + sq.transpose(0, 2, 1)).astype(np.float64)
+    codes = np.arange(k + 1, dtype=np.float64)
+    out["alpha_nominal"] = alpha_from_coincidences(o, "nominal", codes, _distinct(sq), n_codes, max_values)
+    if not ordered:
+        return out
+    assert ord_ is not None
+    to = ord_.reshape(r, 2, k, k)
+    cmo = to.sum(axis=1)
+    out["linear_kappa"] = kappa_from(cmo, "linear")
+    out["quadratic_kappa"] = kappa_from(cmo, "quadratic")
+    oo = (cmo + cmo.transpose(0, 2, 1)).astype(np.float64)
+    domain = np.full(r, k, dtype=np.int64)
+    positions = np.arange(k, dtype=np.float64)
+    out["alpha_ordinal"] = alpha_from_coincidences(oo, "ordinal", positions, _distinct(cmo), domain, max_values)
+    valid = to[:, 0]
+    n_valid = valid.sum(axis=(1, 2))
+    steps = np.arange(k)[None, :] - np.arange(k)[:, None]  # judge position minus human position
+    rules = [(n_valid == 0, "no valid judge answers")]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["judge_above_rate"] = batch_val((valid * (steps > 0)).sum(axis=(1, 2)) / n_valid, rules, "undefined")
+        out["judge_below_rate"] = batch_val((valid * (steps < 0)).sum(axis=(1, 2)) / n_valid, rules, "undefined")
+        out["mean_signed_steps"] = batch_val((valid * steps).sum(axis=(1, 2)) / n_valid, rules, "undefined")
+        if scores is not None:
+            diff = scores[None, :] - scores[:, None]
+            out["mean_signed_score"] = batch_val((valid * diff).sum(axis=(1, 2)) / n_valid, rules, "undefined")
+    return out
 
 
 def categorical_metrics(
@@ -122,38 +372,13 @@ def categorical_metrics(
 ) -> dict[str, Val]:
     """The headline categorical statistics (the ones that get bootstrap CIs).
 
-    `scores` (one number per label code) adds the judge's mean signed score difference for ordered scales.
-    `invalid_code` False: invalid answers were already turned into labels (`--invalid opposite`), so no
-    extra nominal category exists; signed bias still uses valid answers only.
+    `scores` (one number per label code) adds the judge's mean signed score difference for ordered scales;
+    `invalid_code` as in `categorical_from_tallies`.
     """
-    n_codes = k + 1 if invalid_code and bool(invalid.any()) else k
-    out: dict[str, Val] = {
-        "accuracy": accuracy(h, j_nom),
-        "balanced_accuracy": balanced_accuracy(h, j_nom),
-        "macro_f1": macro_f1(h, j_nom, k),
-        "cohen_kappa": cohen_kappa(h, j_nom, n_codes),
-    }
-    acc = out["accuracy"][0]
-    out["disagreement_rate"] = (None, out["accuracy"][1]) if acc is None else (1.0 - acc, None)
-    out["alpha_nominal"] = alpha(np.vstack([h, j_nom]).astype(float), "nominal", list(range(n_codes)), max_values)
-    if ordered:
-        out["linear_kappa"] = cohen_kappa(h, j_ord, k, "linear")
-        out["quadratic_kappa"] = cohen_kappa(h, j_ord, k, "quadratic")
-        out["alpha_ordinal"] = alpha(np.vstack([h, j_ord]).astype(float), "ordinal", list(range(k)), max_values)
-        valid = ~invalid
-        hv, jv = h[valid], j_ord[valid]
-        if len(hv) == 0:
-            why = "no valid judge answers"
-            out["judge_above_rate"] = out["judge_below_rate"] = out["mean_signed_steps"] = (None, why)
-        else:
-            out["judge_above_rate"] = float(np.mean(jv > hv)), None
-            out["judge_below_rate"] = float(np.mean(jv < hv)), None
-            out["mean_signed_steps"] = float(np.mean(jv - hv)), None
-        if scores is not None:
-            out["mean_signed_score"] = (
-                (float(np.mean(scores[jv] - scores[hv])), None) if len(hv) else (None, "no valid judge answers")
-            )
-    return out
+    (nom, n_nom), (ordc, n_ord) = categorical_cells(h, j_nom, j_ord, invalid, k)
+    tallies = tally(nom, n_nom), tally(ordc, n_ord)
+    batch = categorical_from_tallies(*tallies, k, ordered, max_values, scores, invalid_code)
+    return {name: at(bv) for name, bv in batch.items()}
 
 
 def positive_label_metrics(h: IntArray, j: IntArray, pos: int) -> dict[str, Val]:
@@ -291,15 +516,71 @@ def describe(x: FloatArray) -> dict[str, float | None]:
     }
 
 
+def _correlation_rules(
+    n: IntArray, x_const: BoolArray, y_const: BoolArray, kind: str
+) -> list[tuple[BoolArray, str | Notes]]:
+    return [
+        _need_rule(n, 2, kind),
+        (x_const, "judge scores are constant: correlation undefined"),
+        (y_const, "human scores are constant: correlation undefined"),
+    ]
+
+
+MOMENT_METRICS = ("mae", "rmse", "mean_signed_error", "exact_agreement", "within_1", "pearson")
+"""The value-scale statistics computed from sums over the items (`value_features`)."""
+
+
+def value_features(h: FloatArray, j: FloatArray) -> FloatArray:
+    """Per-item terms whose sums give MOMENT_METRICS: an (items × 11) matrix.
+
+    Columns: 1, j−h, |j−h|, (j−h)², j = h, |j−h| ≤ 1, x, y, x², y², xy with x the judge and y the human
+    score, both shifted by their means over all the items given (so that sums of squares do not cancel).
+    """
+    d = j - h
+    x = j - (float(np.mean(j)) if len(j) else 0.0)
+    y = h - (float(np.mean(h)) if len(h) else 0.0)
+    cols = [np.ones_like(d), d, np.abs(d), d * d, d == 0, np.abs(d) <= 1.0, x, y, x * x, y * y, x * y]
+    return np.column_stack(cols).astype(np.float64) if len(d) else np.zeros((0, len(cols)))
+
+
+def moment_metrics(sums: FloatArray, x_const: BoolArray, y_const: BoolArray) -> dict[str, BatchVal]:
+    """MOMENT_METRICS of R resamples from their column sums of `value_features` (R × 11), and whether
+    the judge's (x) or the human's (y) scores are constant in each resample."""
+    n = sums[:, 0]
+    count = np.rint(n).astype(np.int64)
+    empty = [(count == 0, "no items to compare")]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = sums / n[:, None]
+        sx, sy, sxx, syy, sxy = (sums[:, c] for c in range(6, 11))
+        cxx, cyy, cxy = sxx - sx * sx / n, syy - sy * sy / n, sxy - sx * sy / n
+        r = np.clip(cxy / np.sqrt(cxx * cyy), -1.0, 1.0)
+    return {
+        "mae": batch_val(mean[:, 2], empty, "undefined"),
+        "rmse": batch_val(np.sqrt(mean[:, 3]), empty, "undefined"),
+        "mean_signed_error": batch_val(mean[:, 1], empty, "undefined"),
+        "exact_agreement": batch_val(mean[:, 4], empty, "undefined"),
+        "within_1": batch_val(mean[:, 5], empty, "undefined"),
+        "pearson": batch_val(r, _correlation_rules(count, x_const, y_const, "pearson"), "pearson undefined"),
+    }
+
+
+def _moments_of(h: FloatArray, j: FloatArray) -> dict[str, BatchVal]:
+    const = np.array([len(h) > 0 and bool(np.all(j == j[0]))]), np.array([len(h) > 0 and bool(np.all(h == h[0]))])
+    return moment_metrics(value_features(h, j).sum(axis=0)[None], *const)
+
+
 def correlation(kind: str, x: FloatArray, y: FloatArray) -> Val:
-    """Pearson / Spearman / Kendall τ-b from scipy, None for n < 2 or a constant side."""
-    if (note := need(len(x), 2, kind)) is not None:
-        return None, note
-    if np.all(x == x[0]):
-        return None, "judge scores are constant: correlation undefined"
-    if np.all(y == y[0]):
-        return None, "human scores are constant: correlation undefined"
-    fn = {"pearson": sps.pearsonr, "spearman": sps.spearmanr, "kendall": sps.kendalltau}[kind]
+    """Pearson (from moments, as in the bootstrap) / Spearman / Kendall τ-b (scipy); None for n < 2 or a
+    constant side."""
+    if kind == "pearson":
+        return at(_moments_of(y, x)["pearson"])
+    n = np.array([len(x)], dtype=np.int64)
+    x_const = np.array([len(x) > 0 and bool(np.all(x == x[0]))])
+    y_const = np.array([len(y) > 0 and bool(np.all(y == y[0]))])
+    first = at(batch_val(np.zeros(1), _correlation_rules(n, x_const, y_const, kind), ""))
+    if first[0] is None:
+        return first
+    fn = {"spearman": sps.spearmanr, "kendall": sps.kendalltau}[kind]
     return _finite(_quiet(lambda: fn(x, y)[0]), f"{kind} undefined")
 
 
@@ -327,6 +608,35 @@ def integer_codes(x: FloatArray) -> bool:
     return bool(np.all(np.isfinite(x)) and np.all(x == np.round(x)))
 
 
+def value_kappa_codes(h: FloatArray, j: FloatArray, domain: list[float] | None) -> tuple[IntArray, IntArray, int] | str:
+    """Both sides as category codes for weighted κ (the domain's, else the values seen), or why not."""
+    if not (integer_codes(h) and integer_codes(j)):
+        return "weighted κ needs whole-number scores on both sides"
+    cats = domain if domain is not None else sorted(set(h.tolist()) | set(j.tolist()))
+    index = {c: i for i, c in enumerate(cats)}
+    if not all(v in index for v in h.tolist() + j.tolist()):
+        return "values outside the scale's min..max"
+    hc = np.array([index[v] for v in h.tolist()], dtype=np.int64)
+    jc = np.array([index[v] for v in j.tolist()], dtype=np.int64)
+    return hc, jc, len(cats)
+
+
+VALUE_METRICS = (
+    "mae",
+    "rmse",
+    "mean_signed_error",
+    "exact_agreement",
+    "within_1",
+    "pearson",
+    "spearman",
+    "kendall",
+    "linear_kappa",
+    "quadratic_kappa",
+    "alpha_interval",
+    "alpha_ordinal",
+)
+
+
 def value_metrics(
     h: FloatArray,
     j: FloatArray,
@@ -334,55 +644,43 @@ def value_metrics(
     protocol: str,
     domain: list[float] | None,
     max_values: int,
+    skip: Collection[str] = (),
 ) -> dict[str, Val]:
-    """The headline value-scale statistics (the ones that get bootstrap CIs)."""
+    """The headline value-scale statistics (the ones that get bootstrap CIs), but those in `skip` (which
+    the bootstrap computes for many resamples at once)."""
     n = len(h)
-    out: dict[str, Val] = {}
     if n == 0:
-        note = "no items to compare"
-        for name in (
-            "mae",
-            "rmse",
-            "mean_signed_error",
-            "exact_agreement",
-            "within_1",
-            "pearson",
-            "spearman",
-            "kendall",
-            "linear_kappa",
-            "quadratic_kappa",
-            "alpha_interval",
-            "alpha_ordinal",
-        ):
-            out[name] = (None, note)
-        return out
-    out["mae"] = float(skm.mean_absolute_error(h, j)), None
-    out["rmse"] = float(skm.root_mean_squared_error(h, j)), None
-    out["mean_signed_error"] = float(np.mean(j - h)), None
-    out["exact_agreement"] = float(np.mean(j == h)), None
-    out["within_1"] = float(np.mean(np.abs(j - h) <= 1.0)), None
+        return {name: (None, "no items to compare") for name in VALUE_METRICS if name not in skip}
+    out: dict[str, Val] = {}
+    grouped = protocol == "per-group" and groups is not None
+    if any(name not in skip for name in MOMENT_METRICS):
+        moments = _moments_of(h, j)
+        for name in MOMENT_METRICS[:-1]:
+            out[name] = at(moments[name])
+        if not grouped:
+            out["pearson"] = at(moments["pearson"])
     for kind in ("pearson", "spearman", "kendall"):
-        if protocol == "per-group" and groups is not None:
+        if kind in skip or (kind in out):
+            continue
+        if grouped:
+            assert groups is not None
             out[kind] = grouped_correlation(kind, j, h, groups)[0]
         else:
             out[kind] = correlation(kind, j, h)
-    if integer_codes(h) and integer_codes(j):
-        cats = domain if domain is not None else sorted(set(h.tolist()) | set(j.tolist()))
-        index = {c: i for i, c in enumerate(cats)}
-        if all(v in index for v in h.tolist() + j.tolist()):
-            hc = np.array([index[v] for v in h.tolist()], dtype=np.int64)
-            jc = np.array([index[v] for v in j.tolist()], dtype=np.int64)
-            out["linear_kappa"] = cohen_kappa(hc, jc, len(cats), "linear")
-            out["quadratic_kappa"] = cohen_kappa(hc, jc, len(cats), "quadratic")
+    if "linear_kappa" not in skip or "quadratic_kappa" not in skip:
+        codes = value_kappa_codes(h, j, domain)
+        if isinstance(codes, str):
+            out["linear_kappa"] = out["quadratic_kappa"] = (None, codes)
         else:
-            out["linear_kappa"] = out["quadratic_kappa"] = (None, "values outside the scale's min..max")
-    else:
-        why = "weighted κ needs whole-number scores on both sides"
-        out["linear_kappa"] = out["quadratic_kappa"] = (None, why)
+            hc, jc, n_cats = codes
+            out["linear_kappa"] = cohen_kappa(hc, jc, n_cats, "linear")
+            out["quadratic_kappa"] = cohen_kappa(hc, jc, n_cats, "quadratic")
     data = np.vstack([h, j])
-    out["alpha_interval"] = alpha(data, "interval", None, max_values)
-    out["alpha_ordinal"] = alpha(data, "ordinal", None, max_values)
-    return out
+    if "alpha_interval" not in skip:
+        out["alpha_interval"] = alpha(data, "interval", None, max_values)
+    if "alpha_ordinal" not in skip:
+        out["alpha_ordinal"] = alpha(data, "ordinal", None, max_values)
+    return {name: out[name] for name in VALUE_METRICS if name in out and name not in skip}
 
 
 def pairwise(kind: str, a: FloatArray, b: FloatArray, n_codes: int | None) -> Val:
@@ -390,5 +688,5 @@ def pairwise(kind: str, a: FloatArray, b: FloatArray, n_codes: int | None) -> Va
     if kind == "pearson":
         return correlation("pearson", a, b)
     assert n_codes is not None
-    weights = "quadratic" if kind == "quadratic_kappa" else None
+    weights: Weights = "quadratic" if kind == "quadratic_kappa" else None
     return cohen_kappa(a.astype(np.int64), b.astype(np.int64), n_codes, weights)
