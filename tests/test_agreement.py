@@ -1323,3 +1323,20 @@ def test_version_comparison_reports_its_resampling_unit() -> None:
     assert acc.estimate.value == 0.0 and acc.estimate.ci_low == acc.estimate.ci_high == 0.0
     plain = compare_agreement(frames, scale, AgreementOptions(bootstrap=30))
     assert plain.bootstrap is not None and plain.bootstrap.unit == "groups"
+
+
+def test_rows_without_a_slice_value_are_a_named_slice_with_a_note() -> None:
+    """A slice column's empty cells were a slice named "nan"; now "(missing)", said in a note."""
+    frame = pd.DataFrame(
+        {
+            "item": list("abcd"),
+            "judge": ["x", "y", "x", "y"],
+            "human": ["x", "y", "y", "y"],
+            "sys": ["A", None, "B", "A"],
+        }
+    )
+    options = AgreementOptions(bootstrap=0, slices=["sys"])
+    rep = compute_agreement(frame, AgreementScale(kind="categorical", labels=["x", "y"]), options)
+    assert sorted(rep.slices["sys"]) == ["(missing)", "A", "B"]
+    assert rep.slices["sys"]["(missing)"].counts.items_compared == 1
+    assert any("(missing)" in n and "1 row(s)" in n for n in rep.notes)

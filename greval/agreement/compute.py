@@ -705,9 +705,16 @@ def compute_agreement(
         parts: dict[str, AgreementReport] = {}
         for value, sub in frame.groupby(col, sort=True, dropna=False):
             key = value[0] if isinstance(value, tuple) else value
-            parts[str(key)] = _report(prepare(sub, scale, sub_options), sub_options)
+            absent = key is None or (isinstance(key, float) and math.isnan(key))
+            if absent:  # rows without a value are a slice of their own, named so (not "nan")
+                report.notes.append(f"slice {col}: {len(sub)} row(s) have no value, listed as {MISSING_SLICE!r}")
+            parts[MISSING_SLICE if absent else str(key)] = _report(prepare(sub, scale, sub_options), sub_options)
         report.slices[col] = parts
     return report
+
+
+MISSING_SLICE = "(missing)"
+"""The slice of rows whose slice column is empty."""
 
 
 def compare_agreement(
