@@ -8,22 +8,14 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from greval.errors import UserError
+from greval.lazy import Lazy, LazyGroup
 
 
 def _console(stderr: bool) -> Console:
@@ -52,8 +44,10 @@ def interrupted_exit(exc: BaseException, message: str) -> None:
     sys.exit(143 if isinstance(exc, Terminated) else 130)
 
 
-class GrevalGroup(click.Group):
-    """Turns user errors into one line and exit code 2; Ctrl-C and SIGTERM into one line and 130 / 143."""
+class GrevalGroup(LazyGroup):
+    """Turns user errors into one line and exit code 2; Ctrl-C and SIGTERM into one line and 130 / 143.
+
+    Its commands are resolved inside ``invoke``, so a lazily imported command gets the same treatment."""
 
     def invoke(self, ctx: click.Context) -> Any:
         import signal
@@ -70,7 +64,85 @@ class GrevalGroup(click.Group):
             interrupted_exit(exc, "everything done so far is stored; run the same command again to resume")
 
 
-@click.group(cls=GrevalGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+# ------------------------------------------------------------------------------------- command table
+# Every command of `greval`, where it lives and its short help (the first sentence of its docstring;
+# tests/test_cli_startup.py checks they agree). A command's module is imported only when the command runs
+# or its help is asked for, so `greval --help` imports no stage. No `except ImportError`: a module that
+# cannot be imported fails loudly when its command is used.
+COMMANDS: dict[str, Lazy] = {
+    "agreement": Lazy(
+        "greval.agreement.cli:agreement",
+        "Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok), or in a "
+        "greval store (--store S --spec NAME).",
+    ),
+    "annotate": Lazy(
+        "greval.annotation.cli:annotate",
+        "Human review of judge verdicts in a local Argilla server (no Docker, Elasticsearch or Redis).",
+    ),
+    "local-judge": Lazy(
+        "greval.local_judge:local_judge",
+        "Build and run the offline judge (llama.cpp's llama-server with a bundled small model).",
+    ),
+    "quickstart": Lazy(
+        "greval.quickstart:quickstart_cmd",
+        "Run greval's whole loop on a bundled example, offline, in one command.",
+    ),
+    "reliability": Lazy(
+        "greval.reliability:reliability_cmd",
+        "Position bias and model dependence of a judge: re-judge a sample with chunks / triples and labels "
+        "reordered, report how often verdicts flip, and how well a panel of judge models agrees.",
+    ),
+    "report": Lazy(
+        "greval.report:report_cmd",
+        "Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.",
+    ),
+    "results": Lazy("greval.cli:results", "Read verdicts out of a store."),
+    "run": Lazy("greval.cli:run_cmd", "Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs."),
+    "spec": Lazy("greval.cli:spec", "Inspect, validate and document metric specs."),
+}
+
+SPEC_COMMANDS: dict[str, Lazy] = {
+    "lint": Lazy(
+        "greval.authoring:spec_lint",
+        "Lint spec files for what makes judges unreliable; print FILE: FIELD: [rule] message.",
+    ),
+    "list": Lazy("greval.cli:spec_list", "List the predefined metric specs shipped with greval."),
+    "new": Lazy(
+        "greval.authoring:spec_new",
+        "Draft a new metric spec with the judge model: evaluation steps and scale descriptions.",
+    ),
+    "schema": Lazy(
+        "greval.cli:spec_schema",
+        "Write the JSON Schema of spec files, for editor validation and autocompletion.",
+    ),
+    "show": Lazy(
+        "greval.cli:spec_show",
+        "Print a spec (file or predefined name) with its hash, and the prompt the judge receives.",
+    ),
+    "try": Lazy(
+        "greval.authoring:spec_try",
+        "Judge a few human-labelled records with a draft spec and print judge–human agreement.",
+    ),
+    "validate": Lazy(
+        "greval.cli:spec_validate",
+        "Validate spec files; print each spec's name and hash, or the first error as FILE: FIELD: PROBLEM.",
+    ),
+}
+
+RESULTS_COMMANDS: dict[str, Lazy] = {
+    "export": Lazy(
+        "greval.cli:results_export",
+        "Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet.",
+    ),
+    "runs": Lazy("greval.cli:results_runs", "List the runs recorded in a store."),
+}
+
+
+@click.group(
+    cls=GrevalGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
 @click.version_option(package_name="greval")
 def main() -> None:
     """greval — LLM judges for RAG and GraphRAG that people can check.
@@ -87,14 +159,16 @@ def main() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- spec
-@main.group()
+@click.group("spec", cls=LazyGroup, lazy=SPEC_COMMANDS)
 def spec() -> None:
     """Inspect, validate and document metric specs."""
 
 
-@spec.command("list")
+@click.command("list")
 def spec_list() -> None:
     """List the predefined metric specs shipped with greval."""
+    from rich.table import Table
+
     from greval.spec import CategoricalScale, Spec, bundled_specs, load_spec_file
 
     table = Table(title="Predefined metric specs", show_lines=False)
@@ -113,7 +187,7 @@ def spec_list() -> None:
     out.print(table)
 
 
-@spec.command("show")
+@click.command("show")
 @click.argument("ref")
 def spec_show(ref: str) -> None:
     """Print a spec (file or predefined name) with its hash, and the prompt the judge receives."""
@@ -132,19 +206,19 @@ def spec_show(ref: str) -> None:
         out.print(system_prompt(s, "json_schema", answer.model_json_schema()), highlight=False)
 
 
-@spec.command("validate")
+@click.command("validate")
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 def spec_validate(files: Sequence[str]) -> None:
     """Validate spec files; print each spec's name and hash, or the first error as FILE: FIELD: PROBLEM."""
-    from greval.judge import Judge
     from greval.spec import Spec, load_spec_file
+    from greval.verdict import check_judge
 
     failed = False
     for f in files:
         try:
             for s in load_spec_file(f):
                 if isinstance(s, Spec):
-                    Judge(s, cast(Any, _NoModel()))  # also checks few-shot examples against the verdict schema
+                    check_judge(s)  # what building its judge checks: verdict schema, outputs, few-shot examples
                 out.print(f"[green]ok[/] {f}: {s.name} ({s.hash})", highlight=False)
         except UserError as exc:
             console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -153,7 +227,7 @@ def spec_validate(files: Sequence[str]) -> None:
         sys.exit(2)
 
 
-@spec.command("schema")
+@click.command("schema")
 @click.option("-o", "--output", type=click.Path(), help="Write to a file instead of stdout.")
 def spec_schema(output: str | None) -> None:
     """Write the JSON Schema of spec files, for editor validation and autocompletion.
@@ -170,13 +244,6 @@ def spec_schema(output: str | None) -> None:
         console.print(f"wrote {output}")
     else:
         click.echo(text)
-
-
-class _NoModel:
-    """Stand-in for validation only: Judge construction needs no model call."""
-
-    def bind(self, **_: Any) -> Any:  # pragma: no cover - never called during validation
-        raise RuntimeError("no model")
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -219,7 +286,7 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-@main.command("run")
+@click.command("run")
 @click.argument("data", type=click.Path())
 @click.option(
     "-s",
@@ -464,6 +531,15 @@ class _progress:
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet or (not console.is_terminal and os.environ.get("GREVAL_PROGRESS") != "1")
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
         self.bar = Progress(
             TextColumn("[bold]judging"),
             BarColumn(),
@@ -503,6 +579,8 @@ def print_summary(summary: Any) -> None:
     from greval.results import metric_notes, not_scored
 
     dup = summary.records - summary.distinct_contents
+    from rich.table import Table
+
     table = Table(
         title=f"run {summary.run_id} — {summary.records} records"
         + (f" ({dup} with the same content as another: judged once)" if dup > 0 else "")
@@ -531,12 +609,12 @@ def print_summary(summary: Any) -> None:
 
 
 # -------------------------------------------------------------------------------------------- results
-@main.group()
+@click.group("results", cls=LazyGroup, lazy=RESULTS_COMMANDS)
 def results() -> None:
     """Read verdicts out of a store."""
 
 
-@results.command("export")
+@click.command("export")
 @click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(), help="Output file.")
 @click.option(
@@ -562,11 +640,13 @@ def results_export(store: str, output: str, fmt: str | None, spec: str | None, l
     console.print(f"wrote {n} rows to {output}")
 
 
-@results.command("runs")
+@click.command("runs")
 @click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
 def results_runs(store: str) -> None:
     """List the runs recorded in a store."""
     import time as _t
+
+    from rich.table import Table
 
     from greval.results import not_scored
     from greval.store import Store
@@ -590,36 +670,3 @@ def results_runs(store: str) -> None:
                 "\n".join(per_metric),
             )
         out.print(table)
-
-
-def _register_optional() -> None:
-    """Attach the commands of the other stages when present. A module either exposes a click command
-    (added under its own name) or a ``register(main)`` function that adds commands where they belong
-    (e.g. under ``greval spec``)."""
-    import importlib
-
-    for module, attr in (
-        ("greval.annotation.cli", "annotate"),
-        ("greval.annotation.commands", None),
-        ("greval.agreement.cli", "agreement"),
-        ("greval.local_judge", "local_judge"),
-        ("greval.authoring", None),
-        ("greval.reliability", None),
-        ("greval.quickstart", None),
-        ("greval.report", None),
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        if attr is None:
-            hook = getattr(mod, "register", None)
-            if callable(hook):
-                hook(main)
-            continue
-        cmd = getattr(mod, attr, None)
-        if isinstance(cmd, click.Command) and cmd.name not in main.commands:
-            main.add_command(cmd)
-
-
-_register_optional()

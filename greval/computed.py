@@ -32,8 +32,8 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationI
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from greval.data import Record
-from greval.judge import ItemVerdict, JudgeResult, begin
 from greval.spec import _IDENT, BaseSpec, _Strict, register_kind
+from greval.types import ItemVerdict, JudgeResult
 
 MetricName = Literal["rouge", "bleu", "embedding_similarity", "citations", "triple_validity", "orphan_claims"]
 FieldName = str  # a record field name; each such parameter is checked against the identifier pattern
@@ -340,6 +340,8 @@ class ComputedEvaluator:
         deps: Mapping[str, JudgeResult] | None = None,
         only_items: Sequence[str] | None = None,
     ) -> JudgeResult:
+        from greval.judge import begin  # not at the top: reading a computed spec must not import LangChain
+
         rec, result, ready = begin(self.spec, record, deps)
         if ready is None:
             return result

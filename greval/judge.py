@@ -19,13 +19,13 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
 from greval._sync import run_sync
 from greval.data import Record
@@ -50,80 +50,26 @@ from greval.execution import (
 from greval.models import register_model_secrets
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 
+# The result models live in greval.types, which reading a store imports without LangChain; re-exported here.
+from greval.types import MISSING_INPUT as MISSING_INPUT
+from greval.types import CallLog as CallLog
+from greval.types import ItemVerdict as ItemVerdict
+from greval.types import JudgeResult as JudgeResult
+from greval.types import not_applicable as not_applicable
+
+# The verdict schema lives in greval.verdict (``greval spec validate`` checks it without LangChain).
+from greval.verdict import _first_error as _first_error
+from greval.verdict import _output_fields as _output_fields
+from greval.verdict import _verdict_fields as _verdict_fields
+from greval.verdict import check_examples, outputs_model
+from greval.verdict import verdict_models as verdict_models
+
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
 warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
 
 Method = Literal["json_schema", "function_calling", "json_mode"]
 METHODS: tuple[Method, ...] = ("json_schema", "function_calling", "json_mode")
 TOOL_NAME = "submit_verdict"
-
-
-# ------------------------------------------------------------------------------------------ results
-class ItemVerdict(BaseModel):
-    """The verdict on one record (``item_id == ""``) or one chunk / triple of it."""
-
-    item_id: str = ""
-    status: Literal["ok", "error", "skipped"] = "ok"
-    label: str | None = None
-    value: int | None = None
-    score: float | None = Field(None, description="The value, or the label's score when labels have scores.")
-    reason: str | None = None
-    confidence: float | None = Field(None, description="Share of samples agreeing with the verdict.")
-    error: str | None = None
-    samples: list[dict[str, Any]] | None = None
-
-
-class CallLog(BaseModel):
-    """One request to the model (retries of the same request are counted in ``attempts``)."""
-
-    method: str
-    items: list[str]
-    latency_ms: float
-    tokens_in: int = 0
-    tokens_out: int = 0
-    attempts: int = 1
-    raw: str = ""
-    error: str | None = None
-
-
-class JudgeResult(BaseModel):
-    """Everything one judgement of one record produced, successful or not."""
-
-    spec: str
-    spec_hash: str
-    verdicts: list[ItemVerdict] = Field(default_factory=list)
-    outputs: dict[str, Any] = Field(default_factory=dict)
-    calls: list[CallLog] = Field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and all(v.status == "ok" for v in self.verdicts)
-
-    @property
-    def tokens_in(self) -> int:
-        return sum(c.tokens_in for c in self.calls)
-
-    @property
-    def tokens_out(self) -> int:
-        return sum(c.tokens_out for c in self.calls)
-
-    @property
-    def attempts(self) -> int:
-        return sum(c.attempts for c in self.calls)
-
-    @property
-    def latency_ms(self) -> float:
-        return sum(c.latency_ms for c in self.calls)
-
-
-MISSING_INPUT = "missing required input"
-
-
-def not_applicable(result: JudgeResult) -> bool:
-    """A metric that could not apply to a record (an input it requires is absent) - not a failure of the
-    judge, so metrics that read it go on without it."""
-    return bool(result.error and result.error.startswith(MISSING_INPUT))
 
 
 def majority_value(values: Sequence[int]) -> int:
@@ -172,67 +118,6 @@ class ParseError(JudgeError):
     """The model's answer is not JSON or does not fit the verdict schema."""
 
     kind = ErrorKind.UNPARSABLE
-
-
-# ---------------------------------------------------------------------------------- verdict models
-_PY_TYPES: dict[str, Any] = {
-    "string": str,
-    "integer": int,
-    "number": float,
-    "boolean": bool,
-    "list[string]": list[str],
-    "list[integer]": list[int],
-    "list[number]": list[float],
-}
-
-
-def _verdict_fields(spec: Spec) -> dict[str, Any]:
-    reason = (
-        str,
-        Field(description="Your step-by-step reasoning, following the evaluation steps. Write it first."),
-    )
-    if isinstance(spec.scale, CategoricalScale):
-        labels = tuple(spec.scale.names)
-        label_type: Any = Literal.__getitem__(labels)
-        verdict: Any = (label_type, Field(description="The label: " + ", ".join(labels)))
-        return {"reason": reason, "label": verdict}
-    s = spec.scale
-    bounded = Annotated[int, Field(ge=s.min, le=s.max)]
-    return {"reason": reason, "value": (bounded, Field(description=f"An integer from {s.min} to {s.max}"))}
-
-
-def _output_fields(spec: Spec) -> dict[str, Any]:
-    return {name: (_PY_TYPES[o.type], Field(description=o.description)) for name, o in spec.outputs.items()}
-
-
-_FORBID = ConfigDict(extra="forbid")
-
-
-def verdict_models(spec: Spec) -> tuple[type[BaseModel], type[BaseModel]]:
-    """(answer model the judge must produce, model of one item's verdict).
-
-    Record metrics: the answer is ``{reason, label|value, <outputs>}``. Many metrics: ``{verdicts: [{id,
-    reason, label|value}], <outputs>}``. The reason precedes the verdict in every schema.
-    """
-    title = "".join(w.capitalize() for w in spec.name.split("_"))
-    if spec.each is None:
-        answer = create_model(f"{title}Verdict", __config__=_FORBID, **_verdict_fields(spec), **_output_fields(spec))
-        return answer, answer
-    noun = "chunk" if spec.each == "chunks" else "triple"
-    item: type[BaseModel] = create_model(
-        f"{title}ItemVerdict",
-        __config__=_FORBID,
-        id=(str, Field(description=f"The {noun} id, exactly as listed")),
-        **_verdict_fields(spec),
-    )
-    items_type: Any = list.__class_getitem__(item)
-    many: type[BaseModel] = create_model(
-        f"{title}Verdicts",
-        __config__=_FORBID,
-        verdicts=(items_type, Field(description=f"One verdict per listed {noun} id, each id exactly once")),
-        **_output_fields(spec),
-    )
-    return many, item
 
 
 # -------------------------------------------------------------------------------------------- prompt
@@ -387,12 +272,6 @@ def _known(payload: Any, model: type[BaseModel]) -> Any:
     return {k: v for k, v in payload.items() if k in model.model_fields}
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else str(err["msg"])
-
-
 # --------------------------------------------------------------------------------------------- judge
 class Judge:
     """One spec bound to one chat model. Shared by every call of a run (one HTTP client, one limiter)."""
@@ -416,9 +295,7 @@ class Judge:
         self.limiter = limiter
         self.answer_model, self.item_model = verdict_models(spec)
         self.schema = self.answer_model.model_json_schema()
-        self._outputs_model: type[BaseModel] | None = (
-            create_model(f"{self.answer_model.__name__}Outputs", **_output_fields(spec)) if spec.outputs else None
-        )
+        self._outputs_model = outputs_model(spec, self.answer_model)
         self.methods: list[Method] = list(METHODS) if method == "auto" else [method]
         self._method_index = 0
         self._bound: dict[str, Runnable[Any, Any]] = {}
@@ -432,12 +309,9 @@ class Judge:
 
     # --------------------------------------------------------------------------- construction
     def _example_messages(self) -> list[BaseMessage]:
+        check_examples(self.spec, self.answer_model)
         msgs: list[BaseMessage] = []
-        for i, ex in enumerate(self.spec.examples):
-            try:
-                self.answer_model.model_validate(ex.output)
-            except ValidationError as exc:
-                raise SpecError(self.spec.name, f"examples[{i}].output", _first_error(exc)) from None
+        for ex in self.spec.examples:
             ids = [it["id"] for it in ex.inputs.get(self.spec.each, [])] if self.spec.each else None
             msgs.append(HumanMessage(render_inputs(self.spec, ex.inputs, None, ids)))
             msgs.append(AIMessage(json.dumps(ex.output, ensure_ascii=False)))

@@ -10,13 +10,15 @@ import hashlib
 import json
 import os
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from greval.errors import UserError
 from greval.execution import redact, register_secret
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
 
 DEFAULT_TIMEOUT = 120.0
 

@@ -23,6 +23,7 @@ import click
 from rich.markup import escape
 
 from greval.annotation.server import DEFAULT_PORT
+from greval.cli import judge_options
 from greval.paths import examples_dir
 
 if TYPE_CHECKING:
@@ -58,74 +59,72 @@ def write_workspace(directory: Path) -> list[str]:
     return written
 
 
-def register(main: click.Group) -> None:
-    from greval.cli import judge_options
+# `greval quickstart`: named in greval.cli's command table, imported when used.
+@click.command("quickstart")
+@click.option(
+    "--dir",
+    "workdir",
+    default="greval-quickstart",
+    show_default=True,
+    type=click.Path(),
+    help="Workspace: the example data, the store and the report are written here.",
+)
+@judge_options
+@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Port of the embedded Argilla.")
+@click.option("--no-argilla", is_flag=True, help="Skip the Argilla step (judge and report only).")
+@click.option(
+    "--argilla-data",
+    type=click.Path(),
+    default=None,
+    help="Data directory of the embedded Argilla [greval's data directory].",
+)
+@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap resamples for CIs.")
+def quickstart_cmd(
+    workdir: str,
+    judge_ref: str | None,
+    base_url: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    timeout: float,
+    samples: int | None,
+    seed: int | None,
+    port: int,
+    no_argilla: bool,
+    argilla_data: str | None,
+    bootstrap: int,
+) -> None:
+    """Run greval's whole loop on a bundled example, offline, in one command.
 
-    @main.command("quickstart")
-    @click.option(
-        "--dir",
-        "workdir",
-        default="greval-quickstart",
-        show_default=True,
-        type=click.Path(),
-        help="Workspace: the example data, the store and the report are written here.",
+    \b
+    1. writes a workspace with 30 BEGIN dialogue turns (CC BY 4.0), their human attribution
+       labels and a matching spec;
+    2. judges them (your --judge, else OpenAI when OPENAI_API_KEY is set, else the embedded
+       llama.cpp judge — a tiny model that only makes the loop run, not a judge to trust);
+    3. starts the embedded Argilla and pushes the verdicts as suggestions;
+    4. imports the example's human labels of 20 records (into the store and into Argilla);
+       the other 10 wait in Argilla, with the judge's suggestion, for your label;
+    5. writes the agreement report and prints where everything is, how to label the open
+       records, and the commands to do the same on your own data.
+
+    Running it again reuses everything: no new judge call, the same Argilla dataset, your
+    answers in Argilla kept.
+    """
+    _quickstart(
+        Path(workdir),
+        judge_ref,
+        dict(
+            base_url=base_url,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            timeout=timeout,
+            samples=samples,
+            seed=seed,
+        ),
+        port,
+        no_argilla,
+        bootstrap,
+        argilla_data,
     )
-    @judge_options
-    @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Port of the embedded Argilla.")
-    @click.option("--no-argilla", is_flag=True, help="Skip the Argilla step (judge and report only).")
-    @click.option(
-        "--argilla-data",
-        type=click.Path(),
-        default=None,
-        help="Data directory of the embedded Argilla [greval's data directory].",
-    )
-    @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap resamples for CIs.")
-    def quickstart(
-        workdir: str,
-        judge_ref: str | None,
-        base_url: str | None,
-        temperature: float | None,
-        max_tokens: int | None,
-        timeout: float,
-        samples: int | None,
-        seed: int | None,
-        port: int,
-        no_argilla: bool,
-        argilla_data: str | None,
-        bootstrap: int,
-    ) -> None:
-        """Run greval's whole loop on a bundled example, offline, in one command.
-
-        \b
-        1. writes a workspace with 30 BEGIN dialogue turns (CC BY 4.0), their human attribution
-           labels and a matching spec;
-        2. judges them (your --judge, else OpenAI when OPENAI_API_KEY is set, else the embedded
-           llama.cpp judge — a tiny model that only makes the loop run, not a judge to trust);
-        3. starts the embedded Argilla and pushes the verdicts as suggestions;
-        4. imports the example's human labels of 20 records (into the store and into Argilla);
-           the other 10 wait in Argilla, with the judge's suggestion, for your label;
-        5. writes the agreement report and prints where everything is, how to label the open
-           records, and the commands to do the same on your own data.
-
-        Running it again reuses everything: no new judge call, the same Argilla dataset, your
-        answers in Argilla kept.
-        """
-        _quickstart(
-            Path(workdir),
-            judge_ref,
-            dict(
-                base_url=base_url,
-                temperature=temperature,
-                max_tokens=max_tokens,
-                timeout=timeout,
-                samples=samples,
-                seed=seed,
-            ),
-            port,
-            no_argilla,
-            bootstrap,
-            argilla_data,
-        )
 
 
 def _quickstart(

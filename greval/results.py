@@ -29,9 +29,9 @@ from pydantic import BaseModel, Field
 
 from greval.errors import UserError
 from greval.execution import CUT_OFF_HINT, ErrorKind
-from greval.judge import MISSING_INPUT
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 from greval.store import Store
+from greval.types import MISSING_INPUT
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import json
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -314,16 +315,25 @@ def register_kind(kind: str) -> Any:
     return deco
 
 
-def _kinds() -> dict[str, type[BaseSpec]]:
-    """The registered kinds; the optional kind modules register themselves on import."""
-    import importlib
+#: The built-in kinds and the module that registers each. A module is imported when a spec of its kind is
+#: read (a judge spec alone imports neither the computed metrics nor the pipeline judge, nor LangChain);
+#: an import error is not hidden.
+BUILTIN_KINDS: dict[str, str] = {"judge": "greval.spec", "computed": "greval.computed", "pipeline": "greval.pipeline"}
 
-    for module in ("greval.computed", "greval.pipeline"):
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            continue
-    return SPEC_KINDS
+
+def _kind(kind: str) -> type[BaseSpec] | None:
+    """The model of one kind, its module imported if needed; None for an unknown kind."""
+    if kind not in SPEC_KINDS and kind in BUILTIN_KINDS:
+        importlib.import_module(BUILTIN_KINDS[kind])
+    return SPEC_KINDS.get(kind)
+
+
+def _kinds() -> dict[str, type[BaseSpec]]:
+    """Every kind: the built-in ones, in a fixed order (their modules register themselves on import), then
+    any other registered."""
+    for module in BUILTIN_KINDS.values():
+        importlib.import_module(module)
+    return {**{kind: SPEC_KINDS[kind] for kind in BUILTIN_KINDS}, **SPEC_KINDS}
 
 
 @register_kind("judge")
@@ -507,12 +517,11 @@ def parse_spec(data: Any, source: str = "<spec>", where: str = "") -> BaseSpec:
     """Validate one spec mapping; raise SpecError naming the source, the field path and the problem."""
     if not isinstance(data, dict):
         raise SpecError(source, where, f"a spec must be a mapping, got {type(data).__name__}")
-    kinds = _kinds()
     kind = data.get("kind", "judge")
-    model = kinds.get(str(kind))
+    model = _kind(str(kind))
     if model is None:
         path = f"{where}.kind" if where else "kind"
-        raise SpecError(source, path, f"unknown kind {kind!r}; use one of: {', '.join(kinds)}")
+        raise SpecError(source, path, f"unknown kind {kind!r}; use one of: {', '.join(_kinds())}")
     try:
         spec = model.model_validate(data, context={"spec_source": source})
     except ValidationError as exc:
@@ -545,7 +554,7 @@ def _check_examples(spec: Spec, source: str, where: str) -> None:
     """
     if not spec.examples:
         return
-    from greval.judge import verdict_models  # the verdict schema lives with the judge; it imports this module
+    from greval.verdict import verdict_models  # the verdict schema is built from specs: it imports this module
 
     answer, _ = verdict_models(spec)
     for i, ex in enumerate(spec.examples):
@@ -776,9 +785,26 @@ def bundled_specs() -> dict[str, Path]:
     """The predefined specs shipped with greval, by name."""
     out: dict[str, Path] = {}
     for f in sorted(metric_specs_dir().glob("*.yaml")):
-        for spec, _ in _load(f):
-            out[spec.name] = f
+        for name in _spec_names(f):
+            out[name] = f
     return out
+
+
+def _spec_names(path: Path) -> list[str]:
+    """The names of the specs in a predefined file, read without validating them: finding a dependency by
+    name then parses only its own file (a judge spec's check does not import the pipeline judge, and with
+    it LangChain). A file whose names cannot be read so is loaded in full, so its error is the usual one."""
+    try:
+        data = _yaml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError, RecursionError, yaml.YAMLError):
+        data = None
+    if isinstance(data, dict) and set(data) == {"specs"}:
+        data = data["specs"]
+    items = data if isinstance(data, list) else [data]
+    names = [item.get("name") if isinstance(item, dict) else None for item in items]
+    if not items or not all(isinstance(n, str) for n in names):
+        return [spec.name for spec, _ in _load(path)]
+    return [n for n in names if isinstance(n, str)]
 
 
 def resolve_specs(refs: Sequence[str], with_dependencies: bool = True) -> list[BaseSpec]:

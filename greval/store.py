@@ -31,9 +31,9 @@ from typing import Any
 
 from greval.data import Record
 from greval.errors import UserError
-from greval.judge import ItemVerdict, JudgeResult, not_applicable
 from greval.models import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
+from greval.types import ItemVerdict, JudgeResult, not_applicable
 
 SCHEMA_VERSION = 2
 

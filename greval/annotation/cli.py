@@ -1,6 +1,7 @@
 """``greval annotate``: run the embedded Argilla server (setup, up, down, status).
 
-Other annotation commands (push/pull) attach themselves to the same ``annotate`` group.
+The group's table also names push / pull / import-labels (``greval.annotation.commands``), imported only
+when one of them runs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from greval.annotation import server
+from greval.lazy import Lazy, LazyGroup
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,12 +43,36 @@ data_dir_option = click.option(
 )
 
 
-@click.group("annotate")
+# Every `greval annotate` command, where it lives and its short help (checked by tests/test_cli_startup.py).
+ANNOTATE_COMMANDS: dict[str, Lazy] = {
+    "down": Lazy("greval.annotation.cli:down_cmd", "Stop the Argilla server started by `up`."),
+    "import-labels": Lazy(
+        "greval.annotation.commands:import_labels_cmd",
+        "Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla.",
+    ),
+    "pull": Lazy(
+        "greval.annotation.commands:pull_cmd",
+        "Fetch annotators' answers from Argilla into the store's human labels (idempotent).",
+    ),
+    "push": Lazy(
+        "greval.annotation.commands:push_cmd",
+        "Push a spec's verdicts to Argilla for people to label (idempotent: re-running updates).",
+    ),
+    "setup": Lazy(
+        "greval.annotation.cli:setup_cmd",
+        "Create the Argilla server's own virtual environment (done automatically by `up`).",
+    ),
+    "status": Lazy("greval.annotation.cli:status_cmd", "Print whether the Argilla server is running, and its URL."),
+    "up": Lazy("greval.annotation.cli:up_cmd", "Start the Argilla server in the background and print how to log in."),
+}
+
+
+@click.group("annotate", cls=LazyGroup, lazy=ANNOTATE_COMMANDS)
 def annotate() -> None:
     """Human review of judge verdicts in a local Argilla server (no Docker, Elasticsearch or Redis)."""
 
 
-@annotate.command("setup")
+@click.command("setup")
 @click.option("--force", is_flag=True, help="Reinstall even if the environment looks complete.")
 @_user_errors
 def setup_cmd(force: bool) -> None:
@@ -55,7 +81,7 @@ def setup_cmd(force: bool) -> None:
     click.echo(f"Argilla server {server.ARGILLA_SERVER_VERSION} environment: {python.parent.parent}")
 
 
-@annotate.command("up")
+@click.command("up")
 @click.option("--port", type=click.IntRange(1, 65535), default=server.DEFAULT_PORT, show_default=True)
 @click.option("--host", default=server.DEFAULT_HOST, show_default=True)
 @data_dir_option
@@ -76,7 +102,7 @@ def up_cmd(port: int, host: str, data_dir: Path | None) -> None:
     click.echo("Stop it with: greval annotate down" + (f" --data-dir {data_dir}" if data_dir else ""))
 
 
-@annotate.command("down")
+@click.command("down")
 @data_dir_option
 @_user_errors
 def down_cmd(data_dir: Path | None) -> None:
@@ -87,7 +113,7 @@ def down_cmd(data_dir: Path | None) -> None:
         click.echo("Argilla was not running.")
 
 
-@annotate.command("status")
+@click.command("status")
 @data_dir_option
 @_user_errors
 def status_cmd(data_dir: Path | None) -> None:

@@ -1,6 +1,6 @@
 """``greval annotate push | pull | import-labels``: judge verdicts to Argilla and human answers back.
 
-The commands attach themselves to the ``annotate`` group of ``greval.annotation.cli``. User mistakes are
+The ``annotate`` group of ``greval.annotation.cli`` names them in its table. User mistakes are
 ``UserError`` subclasses (one line, exit 2); API keys are read from flags or the environment and never
 printed.
 """
@@ -18,7 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from greval.annotation import sync
-from greval.annotation.cli import annotate
 from greval.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,7 +107,7 @@ class _Bar:
         self.progress.stop()
 
 
-@annotate.command("push")
+@click.command("push")
 @store_option
 @spec_option
 @click.option(
@@ -200,7 +199,7 @@ def push_cmd(
     click.echo(f"Selection recorded as push {res.push_id} in {store_path}.")
 
 
-@annotate.command("pull")
+@click.command("pull")
 @store_option
 @spec_option
 @_connection_options
@@ -235,7 +234,7 @@ def pull_cmd(
     )
 
 
-@annotate.command("import-labels")
+@click.command("import-labels")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @store_option
 @spec_option

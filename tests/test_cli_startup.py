@@ -1,0 +1,199 @@
+"""Start-up: the command line lists every command without importing the stages, and everyday commands do
+not import the heavy libraries they do not use (issue 15).
+
+The import checks run each command in a fresh interpreter and read ``sys.modules`` when it is done.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from greval.cli import COMMANDS, GrevalGroup, main
+from greval.lazy import Lazy, LazyGroup
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Libraries that `import greval`, `greval --help`, `greval spec validate` and `greval results runs` must
+#: not import (any ``langchain*`` package counts as LangChain).
+HEAVY = {"sklearn", "scipy", "pandas", "argilla", "openai", "matplotlib"}
+
+#: The commands of `greval` before the lazy table (from `greval --help`, `greval spec --help`, … at the time).
+BEFORE: dict[str, set[str]] = {
+    "": {"agreement", "annotate", "local-judge", "quickstart", "reliability", "report", "results", "run", "spec"},
+    "spec": {"lint", "list", "new", "schema", "show", "try", "validate"},
+    "results": {"export", "runs"},
+    "annotate": {"down", "import-labels", "pull", "push", "setup", "status", "up"},
+    "local-judge": {"build", "serve", "status"},
+}
+
+_PROBE = """
+import json, sys
+sys.argv = ["greval", *sys.argv[1:]]
+code = 0
+try:
+    from greval.__main__ import entry
+    entry()
+except SystemExit as exc:
+    code = exc.code
+finally:
+    loaded = sorted({m.split(".")[0] for m in sys.modules})
+    sys.stderr.write("\\nSTARTUP-PROBE " + json.dumps({"exit": code, "modules": loaded}) + "\\n")
+"""
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if m in HEAVY or m.startswith("langchain")]
+
+
+def _langchain(modules: list[str]) -> list[str]:
+    return [m for m in modules if m == "openai" or m.startswith("langchain")]
+
+
+def _probe(args: list[str], cwd: Path) -> tuple[int, list[str], str]:
+    """Run ``greval ARGS`` in a fresh interpreter: (exit code, top-level modules imported, stdout)."""
+    done = subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    line = next((x for x in done.stderr.splitlines() if x.startswith("STARTUP-PROBE ")), None)
+    assert line is not None, done.stderr
+    report = json.loads(line.removeprefix("STARTUP-PROBE "))
+    return report["exit"] or 0, report["modules"], done.stdout + done.stderr
+
+
+def test_import_greval_is_light() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, greval; print(sorted({m.split('.')[0] for m in sys.modules}))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    modules = [m.strip(" '") for m in done.stdout.strip().strip("[]").split(",")]
+    assert _heavy(modules) == []
+    assert "pydantic" not in modules and "click" not in modules
+
+
+def test_help_imports_no_stage(tmp_path: Path) -> None:
+    code, modules, output = _probe(["--help"], tmp_path)
+    assert code == 0, output
+    assert _heavy(modules) == []
+    assert "pydantic" not in modules  # no stage module at all: the listing comes from the table
+    assert "Commands:" in output
+
+
+def test_spec_validate_is_light(tmp_path: Path) -> None:
+    code, modules, output = _probe(["spec", "validate", str(ROOT / "metric_specs" / "answer_alignment.yaml")], tmp_path)
+    assert code == 0, output
+    assert "ok " in output
+    assert _heavy(modules) == []
+
+
+def test_spec_validate_of_judge_and_computed_specs_is_light(tmp_path: Path) -> None:
+    files = [str(p) for p in sorted((ROOT / "metric_specs").glob("*.yaml")) if "kind: pipeline" not in p.read_text()]
+    assert any("computed_" in f for f in files) and any("chunk_evaluation" in f for f in files)
+    code, modules, output = _probe(["spec", "validate", *files], tmp_path)
+    assert code == 0, output
+    assert _heavy(modules) == []
+
+
+def test_spec_validate_of_pipeline_specs_imports_no_scientific_stack(tmp_path: Path) -> None:
+    """Pipeline specs are declared in greval.pipeline, beside their judge (LangChain) until the spec
+    declarations get their own module; scikit-learn, pandas & co. stay out all the same."""
+    files = [str(p) for p in sorted((ROOT / "metric_specs").glob("*.yaml")) if "kind: pipeline" in p.read_text()]
+    assert files
+    code, modules, output = _probe(["spec", "validate", *files], tmp_path)
+    assert code == 0, output
+    assert {"sklearn", "scipy", "pandas", "argilla", "matplotlib"}.isdisjoint(modules)
+
+
+def test_results_runs_is_light(tmp_path: Path) -> None:
+    data = tmp_path / "records.jsonl"
+    record = {"id": "r1", "question": "q?", "answer": "Paris [1].", "chunks": [{"id": "c1", "text": "Paris."}]}
+    data.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    store = tmp_path / "s.sqlite"
+    made = CliRunner().invoke(main, ["run", str(data), "-s", "citation_validity", "--store", str(store), "--quiet"])
+    assert made.exit_code == 0, made.output
+    code, modules, output = _probe(["results", "runs", "--store", str(store)], tmp_path)
+    assert code == 0, output
+    assert "finished" in output
+    assert _heavy(modules) == []
+
+
+def test_agreement_on_a_file_does_not_import_langchain(tmp_path: Path) -> None:
+    table = tmp_path / "labels.csv"
+    table.write_text("id,judge,human\n1,yes,yes\n2,no,yes\n3,no,no\n4,yes,yes\n5,no,no\n6,yes,no\n", encoding="utf-8")
+    args = ["agreement", str(table), "--judge", "judge", "--human", "human", "--bootstrap", "0"]
+    code, modules, output = _probe(args, tmp_path)
+    assert code == 0, output
+    assert _langchain(modules) == []
+
+
+def _tables() -> list[tuple[str, LazyGroup, str, Lazy]]:
+    """Every entry of every command table, the nested groups' tables included."""
+    found: list[tuple[str, LazyGroup, str, Lazy]] = []
+
+    def walk(prefix: str, group: LazyGroup) -> None:
+        for name, entry in group.lazy.items():
+            found.append((prefix, group, name, entry))
+            command = group.load(name)
+            if isinstance(command, LazyGroup):
+                walk(f"{prefix} {name}".strip(), command)
+
+    assert isinstance(main, LazyGroup)
+    walk("", main)
+    return found
+
+
+def test_every_table_entry_imports_and_its_short_help_is_the_commands_own() -> None:
+    entries = _tables()
+    assert {name for prefix, _, name, _ in entries if prefix == ""} == set(COMMANDS)
+    for prefix, group, name, entry in entries:
+        command = group.load(name)
+        where = f"greval {prefix} {name}".replace("  ", " ")
+        assert command.name == name, where
+        assert entry.short_help == command.get_short_help_str(limit=10**6), where
+        listed = click.Command(name, help=entry.short_help)
+        for limit in range(8, 160):  # as the listing shortens it, at every terminal width
+            assert listed.get_short_help_str(limit) == command.get_short_help_str(limit), (where, limit)
+
+
+def _listed(args: list[str]) -> set[str]:
+    result = CliRunner().invoke(main, [*args, "--help"], terminal_width=110)
+    assert result.exit_code == 0, result.output
+    section = result.output.split("Commands:", 1)[1]
+    return {line.split()[0] for line in section.splitlines() if line.startswith("  ") and line.split()}
+
+
+@pytest.mark.parametrize("group", sorted(BEFORE))
+def test_help_lists_every_command_that_existed_before(group: str) -> None:
+    listed = _listed(group.split())
+    assert BEFORE[group] <= listed
+
+
+def test_a_broken_command_module_fails_loudly_and_help_still_lists_it() -> None:
+    @click.group(cls=GrevalGroup, lazy={"broken": Lazy("greval.no_such_module:command", "Never imported.")})
+    def group() -> None:
+        """A test group."""
+
+    runner = CliRunner()
+    listing = runner.invoke(group, ["--help"])
+    assert listing.exit_code == 0 and "broken  Never imported." in listing.output
+    used = runner.invoke(group, ["broken"])
+    assert isinstance(used.exception, ModuleNotFoundError)
+
+
+def test_a_user_error_in_a_lazily_loaded_command_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["spec", "show", str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 2
+    assert result.output.startswith("error:") and "Traceback" not in result.output
+
+
+def test_predefined_names_read_without_parsing_match_the_parsed_files() -> None:
+    from greval.spec import _load, bundled_specs, metric_specs_dir
+
+    parsed = {spec.name: f for f in sorted(metric_specs_dir().glob("*.yaml")) for spec, _ in _load(f)}
+    assert bundled_specs() == parsed
