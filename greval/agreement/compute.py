@@ -151,19 +151,26 @@ def _headline(prep: Prepared, options: AgreementOptions) -> Headline:
     return _vectorised(prep, options, every(everything, None))
 
 
+def _categorical_setup(
+    scale: AgreementScale, options: AgreementOptions
+) -> tuple[int, FloatArray | None, int | None, bool]:
+    """(number of labels, each label's score on an ordered scale, the --pos-label's code, whether invalid
+    answers are a category of their own) — what every categorical headline needs."""
+    labels = scale.labels or []
+    scores = None
+    if scale.ordered and scale.scores is not None and all(lab in scale.scores for lab in labels):
+        scores = np.array([scale.scores[lab] for lab in labels], dtype=float)
+    pos = labels.index(options.pos_label) if options.pos_label is not None else None
+    return len(labels), scores, pos, options.invalid != "opposite"
+
+
 def _vectorised(prep: Prepared, options: AgreementOptions, point: dict[str, Val]) -> Headline:
     """The pooled headline's bootstrap: confusion tallies and sums for a batch of resamples at once; the
     rest (positive-label and score figures, rank correlations) one resample at a time. Same formulas as
     the point estimate (greval.agreement.stats computes both from tallies)."""
     scale = prep.scale
     if scale.kind == "categorical":
-        labels = scale.labels or []
-        k = len(labels)
-        scores = None
-        if scale.ordered and scale.scores is not None and all(lab in scale.scores for lab in labels):
-            scores = np.array([scale.scores[lab] for lab in labels], dtype=float)
-        pos = labels.index(options.pos_label) if options.pos_label is not None else None
-        invalid_code = options.invalid != "opposite"
+        k, scores, pos, invalid_code = _categorical_setup(scale, options)
         batched: bs.BatchStatistic | None = None
         if prep.has_judge:
             (nom, n_nom), (ordc, n_ord) = st.categorical_cells(prep.h, prep.j_nom, prep.j_ord, prep.invalid, k)
@@ -218,13 +225,7 @@ def _pooled_headline(prep: Prepared, options: AgreementOptions) -> Statistic:
     """Every headline figure over one subset of items, pooled."""
     scale = prep.scale
     if scale.kind == "categorical":
-        labels = scale.labels or []
-        k = len(labels)
-        scores = None
-        if scale.ordered and scale.scores is not None and all(lab in scale.scores for lab in labels):
-            scores = np.array([scale.scores[lab] for lab in labels], dtype=float)
-        pos = labels.index(options.pos_label) if options.pos_label is not None else None
-        invalid_code = options.invalid != "opposite"
+        k, scores, pos, invalid_code = _categorical_setup(scale, options)
 
         def cat(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
             out: dict[str, Val] = {}
