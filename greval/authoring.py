@@ -804,7 +804,7 @@ def humans_from_file(
     """Human answers kept in their own table (e.g. pulled from Argilla), joined on the record id."""
     from greval.agreement.tables import read_table, select
 
-    table = read_table(path)
+    table = read_table(path, as_text=True)  # a label spelled NA / None / null stays that label
     id_col = id_column or next((c for c in ("record_id", "id") if c in table.columns), None)
     if id_col is None:
         raise UserError(f"{path}: no record_id or id column; name it with --human-id-column")

@@ -504,3 +504,14 @@ def test_spec_try_with_human_labels_in_their_own_file(llm: OpenAIServer, tmp_pat
     assert res.exit_code == 0, res.output
     assert "5 of 5 items compared" in res.output
     assert len(llm.requests()) == 5
+
+
+def test_human_labels_spelled_like_missing_values_are_kept(tmp_path: Path) -> None:
+    """`spec try --human-file`: a label "NA" / "None" / "null" is a label, not a missing answer; only an empty
+    cell is missing (as in `greval agreement`)."""
+    from greval.authoring import humans_from_file
+
+    path = tmp_path / "labels.csv"
+    path.write_text("id,label\nr1,NA\nr2,None\nr3,null\nr4,\nr5,3\n")
+    got = humans_from_file(str(path), "label")
+    assert {rid: v[0][1] for rid, v in got.items()} == {"r1": "NA", "r2": "None", "r3": "null", "r4": None, "r5": "3"}
