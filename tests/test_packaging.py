@@ -83,6 +83,7 @@ def _bash(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.C
 
 
 @pytest.mark.clean_clone
+@pytest.mark.timeout(3000)  # pip installs into empty environments: ~7 min each here, more on a busy machine
 @pytest.mark.parametrize("setting", ["plain", "venv"])
 def test_the_readme_commands_pass_from_a_clean_clone(tmp_path: Path, setting: str) -> None:
     """`bash scripts/quickstart.sh` then `bash scripts/test.sh` in a fresh clone: with a plain interpreter
