@@ -14,6 +14,17 @@ from greval.testing.openai_server import OpenAIServer
 TEST_KEY = "sk-test-SECRET-do-not-store-1234"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The clean-clone tests (minutes of pip installs into empty environments) run only when asked for by
+    name (`-m clean_clone`, as CI does), whatever other -m selection is given (`-m "not slow"` included)."""
+    if "clean_clone" in str(config.getoption("markexpr") or ""):
+        return
+    drop = [item for item in items if item.get_closest_marker("clean_clone")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not item.get_closest_marker("clean_clone")]
+
+
 @pytest.fixture(scope="session")
 def openai_server() -> Iterator[OpenAIServer]:
     with OpenAIServer() as srv:
