@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel, Field
 
-from greval import local_judge as lj
-from greval.local_judge import (
+from greval.llm import local as lj
+from greval.llm.local import (
     LocalJudgeError,
     LocalJudgeServer,
     bundled_model_path,
@@ -373,7 +373,7 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer, 
 
     binary = _server_binary()
     env = {**os.environ, "GREVAL_LLAMA_SERVER": str(binary)}
-    code = "from greval.local_judge import local_judge; local_judge()"
+    code = "from greval.llm.local import local_judge; local_judge()"
     # A job started in the background by a non-interactive shell inherits SIGINT as *ignored*; a real Ctrl-C
     # comes from a terminal, so give the child the default disposition. stderr goes to a file so a chatty
     # child can never block on a full pipe.

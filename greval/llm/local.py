@@ -974,5 +974,5 @@ def status_command() -> None:
         click.echo(f"default model: {model} ({model_identity(model)})")
 
 
-if __name__ == "__main__":  # `python -m greval.local_judge build|serve|status`, before CLI registration
+if __name__ == "__main__":  # `python -m greval.llm.local build|serve|status`, before CLI registration
     local_judge()

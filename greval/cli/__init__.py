@@ -14,8 +14,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from greval.cli.lazy import Lazy, LazyGroup
 from greval.errors import UserError
-from greval.lazy import Lazy, LazyGroup
 
 
 def _console(stderr: bool) -> Console:
@@ -71,29 +71,29 @@ class GrevalGroup(LazyGroup):
 # cannot be imported fails loudly when its command is used.
 COMMANDS: dict[str, Lazy] = {
     "agreement": Lazy(
-        "greval.agreement.cli:agreement",
+        "greval.cli.agreement:agreement",
         "Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok), or in a "
         "greval store (--store S --spec NAME).",
     ),
     "annotate": Lazy(
-        "greval.annotation.cli:annotate",
+        "greval.cli.annotate:annotate",
         "Human review of judge verdicts in a local Argilla server (no Docker, Elasticsearch or Redis).",
     ),
     "local-judge": Lazy(
-        "greval.local_judge:local_judge",
+        "greval.llm.local:local_judge",
         "Build and run the offline judge (llama.cpp's llama-server with a bundled small model).",
     ),
     "quickstart": Lazy(
-        "greval.quickstart:quickstart_cmd",
+        "greval.cli.quickstart:quickstart_cmd",
         "Run greval's whole loop on a bundled example, offline, in one command.",
     ),
     "reliability": Lazy(
-        "greval.reliability:reliability_cmd",
+        "greval.quality.reliability:reliability_cmd",
         "Position bias and model dependence of a judge: re-judge a sample with chunks / triples and labels "
         "reordered, report how often verdicts flip, and how well a panel of judge models agrees.",
     ),
     "report": Lazy(
-        "greval.report:report_cmd",
+        "greval.report.store_report:report_cmd",
         "Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.",
     ),
     "results": Lazy("greval.cli:results", "Read verdicts out of a store."),
@@ -103,12 +103,12 @@ COMMANDS: dict[str, Lazy] = {
 
 SPEC_COMMANDS: dict[str, Lazy] = {
     "lint": Lazy(
-        "greval.authoring:spec_lint",
+        "greval.quality.authoring:spec_lint",
         "Lint spec files for what makes judges unreliable; print FILE: FIELD: [rule] message.",
     ),
     "list": Lazy("greval.cli:spec_list", "List the predefined metric specs shipped with greval."),
     "new": Lazy(
-        "greval.authoring:spec_new",
+        "greval.quality.authoring:spec_new",
         "Draft a new metric spec with the judge model: evaluation steps and scale descriptions.",
     ),
     "schema": Lazy(
@@ -120,7 +120,7 @@ SPEC_COMMANDS: dict[str, Lazy] = {
         "Print a spec (file or predefined name) with its hash, and the prompt the judge receives.",
     ),
     "try": Lazy(
-        "greval.authoring:spec_try",
+        "greval.quality.authoring:spec_try",
         "Judge a few human-labelled records with a draft spec and print judge–human agreement.",
     ),
     "validate": Lazy(
@@ -193,7 +193,7 @@ def spec_show(ref: str) -> None:
     """Print a spec (file or predefined name) with its hash, and the prompt the judge receives."""
     import yaml
 
-    from greval.judge import system_prompt, verdict_models
+    from greval.judge.judge import system_prompt, verdict_models
     from greval.spec import Spec, resolve_specs
 
     for s in resolve_specs([ref], with_dependencies=False):
@@ -210,8 +210,8 @@ def spec_show(ref: str) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 def spec_validate(files: Sequence[str]) -> None:
     """Validate spec files; print each spec's name and hash, or the first error as FILE: FIELD: PROBLEM."""
+    from greval.judge.verdict import check_judge
     from greval.spec import Spec, load_spec_file
-    from greval.verdict import check_judge
 
     failed = False
     for f in files:
@@ -375,11 +375,11 @@ def run_cmd(
           --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
     """
     from greval._sync import run_sync
-    from greval.data import load_records
-    from greval.execution import RetryPolicy
+    from greval.dataset.records import load_records
+    from greval.llm.retry import RetryPolicy
     from greval.runner import RunOptions, arun, plan_work
     from greval.spec import resolve_specs
-    from greval.store import Store
+    from greval.store.store import Store
 
     specs = resolve_specs(spec_refs)
     notes: list[str] = []
@@ -465,7 +465,7 @@ def is_local_ref(ref: str) -> bool:
 
 def resolve_judge(ref: str, **params: Any) -> Any:
     """The judge's configuration and identity, without starting anything (a local model is only hashed)."""
-    from greval.models import JudgeConfig
+    from greval.llm.config import JudgeConfig
 
     if is_local_ref(ref):
         # Small local models sometimes loop inside their reason until the context is full; a cap keeps a
@@ -473,7 +473,7 @@ def resolve_judge(ref: str, **params: Any) -> Any:
         params["max_tokens"] = params.get("max_tokens") or LOCAL_MAX_TOKENS
     cfg = JudgeConfig.parse(ref, **params)
     if cfg.provider in ("gguf", "local"):
-        from greval.local_judge import LocalJudgeError, model_identity, resolve_local_model
+        from greval.llm.local import LocalJudgeError, model_identity, resolve_local_model
 
         try:
             path = resolve_local_model("local" if cfg.provider == "local" else f"gguf:{cfg.model}")
@@ -489,7 +489,7 @@ def serve_judge(cfg: Any, needed: bool = True) -> Iterator[Any]:
     if cfg.provider not in ("gguf", "local") or not needed:
         yield cfg
         return
-    from greval.local_judge import LocalJudgeError, LocalJudgeServer
+    from greval.llm.local import LocalJudgeError, LocalJudgeServer
 
     try:
         server = LocalJudgeServer(model=None if cfg.provider == "local" else cfg.model)
@@ -576,7 +576,7 @@ class _progress:
 def print_summary(summary: Any) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
     ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
-    from greval.results import metric_notes, not_scored
+    from greval.store.results import metric_notes, not_scored
 
     dup = summary.records - summary.distinct_contents
     from rich.table import Table
@@ -634,7 +634,7 @@ def results() -> None:
 )
 def results_export(store: str, output: str, fmt: str | None, spec: str | None, level: str) -> None:
     """Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet."""
-    from greval.results import export_results
+    from greval.store.results import export_results
 
     n = export_results(store, output, fmt, spec, "record" if level == "record" else "item")
     console.print(f"wrote {n} rows to {output}")
@@ -648,8 +648,8 @@ def results_runs(store: str) -> None:
 
     from rich.table import Table
 
-    from greval.results import not_scored
-    from greval.store import Store
+    from greval.store.results import not_scored
+    from greval.store.store import Store
 
     with Store(store) as st:
         table = Table(title=f"runs in {store}")
@@ -657,7 +657,7 @@ def results_runs(store: str) -> None:
             table.add_column(col)
         for r in st.runs():
             summ = json.loads(r["summary"] or "{}")
-            # The run's stored summary: the same figures `greval run` printed (greval.results).
+            # The run's stored summary: the same figures `greval run` printed (greval.store.results).
             metrics = summ.get("metrics") or [{"spec": name} for name in json.loads(r["specs"] or "[]")]
             per_metric = [f"{m['spec']}: " + (not_scored(m) or ("—" if "ok" in m else "?")) for m in metrics]
             table.add_row(

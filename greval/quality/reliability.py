@@ -28,10 +28,10 @@ from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
 from greval.cli import judge_options
-from greval.data import Record, content_hash
+from greval.dataset.records import Record, content_hash
 from greval.errors import UserError
-from greval.judge import ItemVerdict, Judge, JudgeResult, missing_inputs
-from greval.models import JudgeConfig, make_chat_model
+from greval.judge.judge import ItemVerdict, Judge, JudgeResult, missing_inputs
+from greval.llm.config import JudgeConfig, make_chat_model
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale, parse_spec
 
 Order = Literal["reverse", "shuffle"]
@@ -287,7 +287,7 @@ async def alogprob_scores(
     spec: Spec, records: Sequence[Record], model: BaseChatModel
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
     """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
-    from greval.judge import _json_payload
+    from greval.judge.judge import _json_payload
 
     judge = Judge(spec, model, method="json_schema")
     scale = spec.scale
@@ -349,10 +349,10 @@ async def _judged(
 ) -> dict[str, JudgeResult | None]:
     """Run (or reuse from the store) and read back the target spec's verdicts, by record id; ``notes``
     receives what the run summary says about failed judgements."""
-    from greval.evaluators import config_for
-    from greval.results import metric_notes
+    from greval.judge.evaluators import config_for
     from greval.runner import RunOptions, arun
-    from greval.store import spec_keys
+    from greval.store.results import metric_notes
+    from greval.store.store import spec_keys
 
     summary = await arun(specs, records, store, cfg, options=RunOptions(concurrency=concurrency), dataset="reliability")
     target = specs[-1]
@@ -623,8 +623,8 @@ def reliability_cmd(
       greval reliability --spec my_1to5.yaml --data rag.jsonl --logprobs
     """
     from greval.cli import _parse_map, console, default_judge, judge_session, out
-    from greval.data import load_records
-    from greval.store import Store
+    from greval.dataset.records import load_records
+    from greval.store.store import Store
 
     if sample < 1:
         raise UserError("--sample must be at least 1")

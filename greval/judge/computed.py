@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal, Self, cast, get_args
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.spec import _IDENT, BaseSpec, _Strict, register_kind
 from greval.types import ItemVerdict, JudgeResult
 
@@ -340,7 +340,7 @@ class ComputedEvaluator:
         deps: Mapping[str, JudgeResult] | None = None,
         only_items: Sequence[str] | None = None,
     ) -> JudgeResult:
-        from greval.judge import begin  # not at the top: reading a computed spec must not import LangChain
+        from greval.judge.judge import begin  # not at the top: reading a computed spec must not import LangChain
 
         rec, result, ready = begin(self.spec, record, deps)
         if ready is None:

@@ -318,7 +318,11 @@ def register_kind(kind: str) -> Any:
 #: The built-in kinds and the module that registers each. A module is imported when a spec of its kind is
 #: read (a judge spec alone imports neither the computed metrics nor the pipeline judge, nor LangChain);
 #: an import error is not hidden.
-BUILTIN_KINDS: dict[str, str] = {"judge": "greval.spec", "computed": "greval.computed", "pipeline": "greval.pipeline"}
+BUILTIN_KINDS: dict[str, str] = {
+    "judge": "greval.spec",
+    "computed": "greval.judge.computed",
+    "pipeline": "greval.judge.pipeline",
+}
 
 
 def _kind(kind: str) -> type[BaseSpec] | None:
@@ -554,7 +558,7 @@ def _check_examples(spec: Spec, source: str, where: str) -> None:
     """
     if not spec.examples:
         return
-    from greval.verdict import verdict_models  # the verdict schema is built from specs: it imports this module
+    from greval.judge.verdict import verdict_models  # the verdict schema is built from specs: it imports this module
 
     answer, _ = verdict_models(spec)
     for i, ex in enumerate(spec.examples):

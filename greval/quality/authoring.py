@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from greval._sync import run_sync
 from greval.cli import judge_options
 from greval.errors import SpecError, UserError
-from greval.execution import (
+from greval.llm.retry import (
     CUT_OFF_HINT,
     CallFailed,
     ErrorKind,
@@ -357,7 +357,7 @@ def lint_data(data: Any, file: str = "<spec>", where: str = "") -> list[Finding]
 
 def _compile_check(spec: Spec) -> None:
     """Build the judge without a model: checks few-shot examples against the verdict schema."""
-    from greval.judge import Judge
+    from greval.judge.judge import Judge
 
     Judge(spec, cast(Any, None))
 
@@ -962,7 +962,7 @@ def spec_new(
     path = Path(output or f"{name}.yaml")
     if path.exists() and not force:
         raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
-    from greval.models import make_chat_model
+    from greval.llm.config import make_chat_model
 
     ref = judge_ref or default_judge()
     # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
@@ -1088,7 +1088,7 @@ def _load_target(spec_file: str, name: str | None) -> tuple[list[Any], Spec]:
 
 def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[str, list[tuple[str, Any]]]]:
     """Take the human column out of the records (so the store sees the same records as `greval run`)."""
-    from greval.data import Record, content_hash
+    from greval.dataset.records import Record, content_hash
 
     humans: dict[str, list[tuple[str, Any]]] = {}
     out: list[Any] = []
@@ -1134,10 +1134,10 @@ def try_spec(
     """Run the specs on the labelled records and compute agreement of ``target`` with the human answers
     (a column of the data file, or of ``human_file`` joined on the record id)."""
     from greval.agreement import AgreementOptions, compute_agreement
-    from greval.data import load_records
-    from greval.evaluators import config_for
+    from greval.dataset.records import load_records
+    from greval.judge.evaluators import config_for
     from greval.runner import arun
-    from greval.store import Store, spec_keys
+    from greval.store.store import Store, spec_keys
 
     loaded = load_records(data_file, mapping, id_column, limit)
     if human_file:
@@ -1179,7 +1179,7 @@ def print_try(console: Any, spec: Spec, report: Any, frame: Any, summary: Any) -
         f"items compared ({c.items_missing_human} without a human label, {c.items_invalid_judge} judge failures)",
         highlight=False,
     )
-    from greval.results import metric_notes
+    from greval.store.results import metric_notes
 
     for m in summary.metrics:  # why judge answers failed (truncated, content filter …), as `greval run` says
         if m.spec == spec.name:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from greval.errors import UserError
-from greval.execution import redact, register_secret
+from greval.llm.retry import redact, register_secret
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -84,7 +84,7 @@ def _digest(blob: str) -> str:
 
 def register_model_secrets(model: Any) -> None:
     """Register every secret field of a chat model (``api_key`` and the like, kept as ``SecretStr``) so that
-    no error text greval prints, logs or stores can contain it (see :func:`greval.execution.redact`)."""
+    no error text greval prints, logs or stores can contain it (see :func:`greval.llm.retry.redact`)."""
     fields = getattr(type(model), "model_fields", None)
     if not isinstance(fields, dict):
         return

@@ -137,7 +137,6 @@ def _quickstart(
     argilla_data: str | None = None,
 ) -> None:
     from greval._sync import run_sync
-    from greval.agreement.cli import print_report
     from greval.agreement.models import AgreementReport
     from greval.annotation import sync
     from greval.cli import (
@@ -150,11 +149,12 @@ def _quickstart(
         resolve_judge,
         serve_judge,
     )
-    from greval.data import load_records
-    from greval.report import build, print_labels, write
+    from greval.cli.agreement import print_report
+    from greval.dataset.records import load_records
+    from greval.report.store_report import build, print_labels, write
     from greval.runner import RunOptions, arun, plan_work
     from greval.spec import load_spec_file
-    from greval.store import Store
+    from greval.store.store import Store
 
     t0 = time.perf_counter()
     work = work.expanduser().resolve()  # every path printed works from any directory

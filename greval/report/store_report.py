@@ -22,9 +22,9 @@ from pydantic import BaseModel, Field
 from scipy.stats import bootstrap
 
 from greval.errors import UserError
-from greval.results import MetricFigures, figures_from_rows, item_rows, metric_notes, not_scored, record_rows
 from greval.spec import Spec
-from greval.store import Store
+from greval.store.results import MetricFigures, figures_from_rows, item_rows, metric_notes, not_scored, record_rows
+from greval.store.store import Store
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -198,7 +198,7 @@ def _agreement(
     from greval.agreement.compute import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
-    from greval.agreement.report import render_html, render_markdown
+    from greval.report.agreement import render_html, render_markdown
 
     n = st.query("SELECT COUNT(*) AS n FROM human_labels WHERE spec_name=? AND status='submitted'", (spec.name,))
     if not n or not n[0]["n"]:
