@@ -21,7 +21,8 @@ from greval.dataset.records import Record
 from greval.judge.evaluators import Evaluator, config_for, make_evaluator
 from greval.judge.judge import JudgeResult, Method, not_applicable
 from greval.llm.config import JudgeConfig, make_chat_model
-from greval.llm.retry import AdaptiveLimiter, RetryPolicy
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, dependency_levels, order_specs
 from greval.store.results import MetricFigures, figures
 from greval.store.store import Store, spec_keys

@@ -34,7 +34,7 @@ from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 
-import greval.cli.annotate_commands  # noqa: F401  (attaches push / pull / import-labels)  # isort: skip
+import greval.cli.annotate_sync  # noqa: F401  (attaches push / pull / import-labels)  # isort: skip
 
 rg = pytest.importorskip("argilla")
 

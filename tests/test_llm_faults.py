@@ -27,8 +27,8 @@ from greval.cli import main
 from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.judge.judge import Judge, JudgeResult, compile
+from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import (
-    AdaptiveLimiter,
     CallFailed,
     ErrorKind,
     JudgeUnavailable,

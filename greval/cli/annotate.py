@@ -1,7 +1,7 @@
 """``greval annotate``: run the embedded Argilla server (setup, up, down, status).
 
-The group's table also names push / pull / import-labels (``greval.cli.annotate_commands``), imported only
-when one of them runs.
+The group's table also names push / pull / import-labels (``greval.cli.annotate_sync``, which needs the
+Argilla SDK), imported only when one of them runs.
 """
 
 from __future__ import annotations
@@ -47,15 +47,15 @@ data_dir_option = click.option(
 ANNOTATE_COMMANDS: dict[str, Lazy] = {
     "down": Lazy("greval.cli.annotate:down_cmd", "Stop the Argilla server started by `up`."),
     "import-labels": Lazy(
-        "greval.cli.annotate_commands:import_labels_cmd",
+        "greval.cli.annotate_sync:import_labels_cmd",
         "Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla.",
     ),
     "pull": Lazy(
-        "greval.cli.annotate_commands:pull_cmd",
+        "greval.cli.annotate_sync:pull_cmd",
         "Fetch annotators' answers from Argilla into the store's human labels (idempotent).",
     ),
     "push": Lazy(
-        "greval.cli.annotate_commands:push_cmd",
+        "greval.cli.annotate_sync:push_cmd",
         "Push a spec's verdicts to Argilla for people to label (idempotent: re-running updates).",
     ),
     "setup": Lazy(

@@ -18,7 +18,8 @@ from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.judge.judge import Judge, JudgeResult
 from greval.llm.config import JudgeConfig
-from greval.llm.retry import AdaptiveLimiter, RetryPolicy
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, Spec, dependency_levels
 
 

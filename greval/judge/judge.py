@@ -39,9 +39,9 @@ from greval.judge.verdict import check_examples, outputs_model
 from greval.judge.verdict import verdict_models as verdict_models
 from greval.llm.call import ModelCall
 from greval.llm.config import register_model_secrets
+from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import (
     CUT_OFF_HINT,
-    AdaptiveLimiter,
     CutOff,
     ErrorKind,
     Filtered,

@@ -62,7 +62,8 @@ from greval.judge.judge import (
     describe_scale,
     render_item,
 )
-from greval.llm.retry import AdaptiveLimiter, RetryPolicy, describe_error
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import RetryPolicy, describe_error
 from greval.spec import (
     ITEM_FIELDS,
     BaseSpec,

@@ -942,6 +942,12 @@ def dependency_levels(specs: Sequence[BaseSpec]) -> list[list[BaseSpec]]:
     return out
 
 
+#: The first line of a spec file written by greval (``greval spec new``): editors with the YAML extension
+#: validate the file against the schema ``greval spec schema`` writes.
+SCHEMA_HEADER = "# yaml-language-server: $schema={ref}"
+DEFAULT_SCHEMA_REF = "./greval-spec.schema.json"
+
+
 def spec_json_schema() -> dict[str, Any]:
     """JSON Schema for spec files (one spec, a list, or {specs: [...]}), for editors to validate against."""
     defs: dict[str, Any] = {}
