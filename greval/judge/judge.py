@@ -233,7 +233,7 @@ def render_inputs(
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 
-def _json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
+def json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
     if method == "function_calling" or (msg.tool_calls and not msg.content):
         if msg.tool_calls:
             args = msg.tool_calls[0]["args"]
@@ -445,7 +445,7 @@ class Judge:
                 entry.error = describe_error(filtered)
                 raise filtered
             try:
-                payload, entry.raw = _json_payload(msg, method)
+                payload, entry.raw = json_payload(msg, method)
                 return self._validate(payload, item_ids)
             except ParseError as exc:
                 last_error = redact(str(exc))

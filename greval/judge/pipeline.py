@@ -73,12 +73,12 @@ from greval.spec import (
     InputSpec,
     Label,
     Spec,
-    _labels_shorthand,
+    labels_shorthand,
     register_kind,
 )
 
-_IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
-Ident = Annotated[str, Field(pattern=_IDENT)]
+IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+Ident = Annotated[str, Field(pattern=IDENT)]
 PREAMBLE = "You are a careful, impartial evaluator of a retrieval-augmented question-answering system."
 
 
@@ -121,7 +121,7 @@ class VerifyStep(_Model):
     )
     labels: Annotated[
         list[Label],
-        BeforeValidator(_labels_shorthand, json_schema_input_type=list[Label] | dict[str, str]),
+        BeforeValidator(labels_shorthand, json_schema_input_type=list[Label] | dict[str, str]),
     ] = Field(min_length=2, description="The labels, each described; as a mapping {label: description}.")
     ordered: bool = False
 

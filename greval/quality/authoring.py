@@ -34,7 +34,15 @@ from greval.llm.retry import (
     call_with_retries,
     finish_reason,
 )
-from greval.spec import DEFAULT_SCHEMA_REF, SCHEMA_HEADER, STANDARD_INPUTS, CategoricalScale, Spec, _compact, parse_spec
+from greval.spec import (
+    DEFAULT_SCHEMA_REF,
+    SCHEMA_HEADER,
+    STANDARD_INPUTS,
+    CategoricalScale,
+    Spec,
+    compact_ranges,
+    parse_spec,
+)
 
 Severity = Literal["error", "warning"]
 #: `spec new`'s token budget when --max-tokens is not given (a draft is ~500-1,200 tokens of JSON).
@@ -207,12 +215,12 @@ def _check_ranges(data: dict[str, Any], add: Callable[[str, str, str], None]) ->
         overlap = sorted({v for v in range(rmin, rmax + 1) if v in owner})
         if overlap:
             other = owner[overlap[0]]
-            add(where, "range-overlap", f"range {text} overlaps {other} at {_compact(overlap)}")
+            add(where, "range-overlap", f"range {text} overlaps {other} at {compact_ranges(overlap)}")
         for v in range(max(rmin, lo), min(rmax, hi) + 1):
             owner.setdefault(v, text)
     missing = [v for v in range(lo, hi + 1) if v not in owner]
     if missing:
-        add("scale.ranges", "range-gap", f"{_compact(missing)} not covered by any range")
+        add("scale.ranges", "range-gap", f"{compact_ranges(missing)} not covered by any range")
     described = [r for r in ranges if r[1] is not None and r[2] is not None]
     if len(described) == 1 and described[0][1] == lo and described[0][2] == hi:
         add("scale.ranges", "range-single", f"one range covers all of {lo}-{hi}; describe what each part means")
@@ -360,15 +368,15 @@ def _compile_check(spec: Spec) -> None:
 
 def lint_text(text: str, file: str = "<spec>") -> list[Finding]:
     """Lint the text of a spec file (one spec, a list, or ``specs: [...]``)."""
-    from greval.spec import _mark, _Refused, _yaml
+    from greval.spec import RefusedYAML, read_yaml, yaml_mark
 
     try:
-        data = _yaml(text)  # the spec loader: duplicate keys, alias bombs and deep nesting are refused here too
-    except _Refused as exc:
-        return [Finding(file, _mark(exc), "yaml-refused", "error", str(exc.problem))]
+        data = read_yaml(text)  # the spec loader: duplicate keys, alias bombs and deep nesting are refused here too
+    except RefusedYAML as exc:
+        return [Finding(file, yaml_mark(exc), "yaml-refused", "error", str(exc.problem))]
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return [Finding(file, _mark(exc), "yaml-syntax", "error", f"YAML syntax error: {problem}")]
+        return [Finding(file, yaml_mark(exc), "yaml-syntax", "error", f"YAML syntax error: {problem}")]
     except (RecursionError, ValueError, TypeError, AttributeError, OverflowError) as exc:
         return [Finding(file, "", "yaml-syntax", "error", f"cannot load the YAML: {exc}")]
     if data is None:

@@ -283,7 +283,7 @@ async def alogprob_scores(
     spec: Spec, records: Sequence[Record], model: BaseChatModel
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
     """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
-    from greval.judge.judge import _json_payload
+    from greval.judge.judge import json_payload
 
     judge = Judge(spec, model, method="json_schema")
     scale = spec.scale
@@ -305,7 +305,7 @@ async def alogprob_scores(
             problems.append(f"{rec.id}: no log-probabilities at the value token")
             continue
         try:
-            payload, _ = _json_payload(msg, method)
+            payload, _ = json_payload(msg, method)
             value = int(payload["value"])
         except Exception:
             problems.append(f"{rec.id}: the answer has no readable value")
