@@ -1,7 +1,7 @@
 """greval: LLM judges for RAG and GraphRAG that people can check.
 
-The data's path through the package: spec (``greval.spec``) -> judge (``greval.judge``) -> run/store
-(``greval.runner``, ``greval.store``) -> annotation (``greval.annotation``) -> agreement
+The data's path through the package: spec (``greval.spec``) -> judge (``greval.judge.judge``) -> run/store
+(``greval.runner``, ``greval.store.store``) -> annotation (``greval.annotation``) -> agreement
 (``greval.agreement``) -> report.
 """
 
@@ -11,29 +11,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from greval.data import Record, load_records
-    from greval.evaluators import compile_suite
-    from greval.judge import ItemVerdict, Judge, JudgeResult, compile
-    from greval.models import JudgeConfig, make_chat_model
-    from greval.results import export_results, load_results
+    from greval.dataset.records import Record, load_records
+    from greval.judge.evaluators import compile_suite
+    from greval.judge.judge import ItemVerdict, Judge, JudgeResult, compile
+    from greval.llm.config import JudgeConfig, make_chat_model
     from greval.runner import RunOptions, RunSummary, arun, run
     from greval.spec import Spec, load_spec_file, parse_spec, resolve_specs
-    from greval.store import Store
+    from greval.store.results import export_results, load_results
+    from greval.store.store import Store
 
 # Names are imported on first use (PEP 562): `import greval` and the `greval` command stay light, and a
 # Ctrl-C while a command starts is handled instead of landing in the middle of an import.
 _WHERE = {
-    "Record": "greval.data",
-    "load_records": "greval.data",
-    "compile_suite": "greval.evaluators",
-    "ItemVerdict": "greval.judge",
-    "Judge": "greval.judge",
-    "JudgeResult": "greval.judge",
-    "compile": "greval.judge",
-    "JudgeConfig": "greval.models",
-    "make_chat_model": "greval.models",
-    "export_results": "greval.results",
-    "load_results": "greval.results",
+    "Record": "greval.dataset.records",
+    "load_records": "greval.dataset.records",
+    "compile_suite": "greval.judge.evaluators",
+    "ItemVerdict": "greval.judge.judge",
+    "Judge": "greval.judge.judge",
+    "JudgeResult": "greval.judge.judge",
+    "compile": "greval.judge.judge",
+    "JudgeConfig": "greval.llm.config",
+    "make_chat_model": "greval.llm.config",
+    "export_results": "greval.store.results",
+    "load_results": "greval.store.results",
     "RunOptions": "greval.runner",
     "RunSummary": "greval.runner",
     "arun": "greval.runner",
@@ -42,7 +42,7 @@ _WHERE = {
     "load_spec_file": "greval.spec",
     "parse_spec": "greval.spec",
     "resolve_specs": "greval.spec",
-    "Store": "greval.store",
+    "Store": "greval.store.store",
 }
 
 

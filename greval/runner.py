@@ -17,14 +17,15 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
 from greval._sync import run_sync
-from greval.data import Record
-from greval.evaluators import Evaluator, config_for, make_evaluator
-from greval.execution import AdaptiveLimiter, RetryPolicy
-from greval.judge import JudgeResult, Method, not_applicable
-from greval.models import JudgeConfig, make_chat_model
-from greval.results import MetricFigures, figures
+from greval.dataset.records import Record
+from greval.judge.evaluators import Evaluator, config_for, make_evaluator
+from greval.judge.judge import JudgeResult, Method, not_applicable
+from greval.llm.config import JudgeConfig, make_chat_model
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, dependency_levels, order_specs
-from greval.store import Store, spec_keys
+from greval.store.results import MetricFigures, figures
+from greval.store.store import Store, spec_keys
 
 #: How often a run waiting for a judgement another run holds looks again (seconds).
 CLAIM_POLL_S = 0.2
@@ -41,13 +42,13 @@ class RunOptions(BaseModel):
     direct: bool = Field(
         True,
         description="Call OpenAI-compatible models without LangChain's per-call machinery when no callback, "
-        "tracer or cache is attached (same requests, less client CPU; see greval.direct).",
+        "tracer or cache is attached (same requests, less client CPU; see greval.llm.call).",
     )
 
 
 class MetricSummary(MetricFigures):
     """One metric in a run: what this run did (judged, reused, calls, tokens) beside the figures of every
-    record id the run was given (:class:`greval.results.MetricFigures`, the same figures every command shows)."""
+    record id the run was given (:class:`greval.store.results.MetricFigures`, the same figures every command shows)."""
 
     judged: int = Field(0, description="Judgements made by this run.")
     reused: int = Field(0, description="Judgements already in the store (no call).")

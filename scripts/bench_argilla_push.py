@@ -24,11 +24,11 @@ import argilla as rg
 
 from greval.annotation import dataset as ds
 from greval.annotation import server, sync
-from greval.data import Record
-from greval.judge import ItemVerdict, JudgeResult
-from greval.models import JudgeConfig
+from greval.dataset.records import Record
+from greval.judge.judge import ItemVerdict, JudgeResult
+from greval.llm.config import JudgeConfig
 from greval.spec import CategoricalScale, Spec, resolve_specs
-from greval.store import Store, spec_keys
+from greval.store.store import Store, spec_keys
 
 
 def build_store(path: Path, n: int) -> tuple[Spec, JudgeConfig, list[Record]]:

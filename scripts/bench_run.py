@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import openai
 
 from greval._sync import run_sync
-from greval.data import Record
-from greval.models import JudgeConfig
+from greval.dataset.records import Record
+from greval.llm.config import JudgeConfig
 from greval.runner import RunOptions, arun
 from greval.spec import resolve_specs
-from greval.store import Store
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 
 BASELINE_CALL_MS: list[float] = []  # mean round trip of the SDK's calls, one entry per baseline pass
@@ -109,7 +109,7 @@ async def layers_pass(srv: OpenAIServer, n: int, k: int, conc: int, rounds: int)
     """CPU ms per call of each layer on the same request (median of interleaved rounds)."""
     from langchain_openai import ChatOpenAI
 
-    from greval.judge import Judge
+    from greval.judge.judge import Judge
 
     spec = resolve_specs(["chunk_evaluation"])[0]
     recs = records(n, k, "layers")

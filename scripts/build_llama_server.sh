@@ -4,4 +4,4 @@
 # The binary lands in $GREVAL_HOME/llama.cpp/<version>/bin/llama-server (default ~/.local/share/greval).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python -m greval.local_judge build "$@"
+exec python -m greval local-judge build "$@"

@@ -29,10 +29,10 @@ from greval.agreement import (
     compare_agreement,
     compute_agreement,
 )
-from greval.agreement.cli import agreement
 from greval.agreement.stats import corrected_prevalence
 from greval.agreement.tables import read_table, to_agreement_frame
 from greval.cli import main
+from greval.cli.agreement import agreement
 from greval.errors import DataError
 
 TOL = 1e-12
@@ -503,7 +503,7 @@ def test_unieval_cli_worked_example(tmp_path: Path) -> None:
 
 
 def test_html_and_markdown_reports(tmp_path: Path) -> None:
-    from greval.agreement.report import gallery, render_html, render_markdown
+    from greval.report.agreement import gallery, render_html, render_markdown
 
     f = frame(["a", "b", "a", "b", "a"], ["a", "a", "b", "b", None], reason=["r0", "r1", "r2", "r3", "r4"])
     rep = compute_agreement(f, AgreementScale(labels=["a", "b"], ordered=True), AgreementOptions(bootstrap=20))
@@ -583,12 +583,12 @@ def test_any_small_value_input_gives_defined_results(
 # ---------------------------------------------------------------------------------- from the greval store
 def _judged_store(llm: Any, path: Path, versions: int = 1) -> list[dict[str, Any]]:
     """A store with answer_alignment verdicts (one or two spec versions) and one annotator's labels."""
-    from greval.data import Record
-    from greval.execution import RetryPolicy
-    from greval.models import JudgeConfig
+    from greval.dataset.records import Record
+    from greval.llm.config import JudgeConfig
+    from greval.llm.retry import RetryPolicy
     from greval.runner import RunOptions, run
     from greval.spec import resolve_specs
-    from greval.store import Store
+    from greval.store.store import Store
 
     recs = [
         Record.from_mapping(

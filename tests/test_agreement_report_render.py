@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from greval.agreement import AgreementOptions, AgreementReport, AgreementScale, compute_agreement
-from greval.agreement.cli import agreement
-from greval.agreement.report import render_html, render_markdown
+from greval.cli.agreement import agreement
+from greval.report.agreement import render_html, render_markdown
 
 NO_BOOT = AgreementOptions(bootstrap=0)
 JUNK = {"None", "nan", "NaN", "<NA>", "NaT", "NAType"}
@@ -342,7 +342,7 @@ def test_new_notes_reach_html_and_markdown(make: Any, scale: AgreementScale, opt
 
 def test_consistency_markdown_lists_figures_and_confusion() -> None:
     from greval.agreement import compute_consistency
-    from greval.agreement.report import render_consistency_markdown
+    from greval.report.agreement import render_consistency_markdown
 
     f = pd.DataFrame(
         {"item": ["q1", "q1", "q2", "q2", "q3"], "run": ["o", "s", "o", "s", "o"], "judge": ["A", "A", "A", "B", "B"]}

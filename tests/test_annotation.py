@@ -25,16 +25,16 @@ from click.testing import CliRunner
 
 from greval.annotation import dataset as ds
 from greval.annotation import server, sync
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import UserError
-from greval.models import JudgeConfig
+from greval.llm.config import JudgeConfig
 from greval.runner import run
 from greval.spec import CategoricalScale, Spec, parse_spec, resolve_specs
-from greval.store import Store
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 
-import greval.annotation.commands  # noqa: F401  (attaches push / pull / import-labels)  # isort: skip
+import greval.cli.annotate_sync  # noqa: F401  (attaches push / pull / import-labels)  # isort: skip
 
 rg = pytest.importorskip("argilla")
 

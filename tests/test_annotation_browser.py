@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from greval.annotation import server
-from greval.models import JudgeConfig
+from greval.llm.config import JudgeConfig
 from greval.runner import run
 from greval.spec import Spec, resolve_specs
-from greval.store import Store
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 from tests.test_annotation import rag_records

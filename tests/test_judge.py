@@ -10,10 +10,10 @@ from langchain_core.runnables import Runnable
 from langchain_openai import ChatOpenAI
 
 from greval._sync import run_sync
-from greval.data import Record
-from greval.evaluators import compile_suite
-from greval.execution import RetryPolicy
-from greval.judge import Judge, JudgeResult, compile, verdict_models
+from greval.dataset.records import Record
+from greval.judge.evaluators import compile_suite
+from greval.judge.judge import Judge, JudgeResult, compile, verdict_models
+from greval.llm.retry import RetryPolicy
 from greval.spec import Spec, parse_spec, resolve_specs
 from greval.testing.openai_server import OpenAIServer
 
@@ -385,12 +385,12 @@ def test_samples_give_majority_and_confidence(llm: OpenAIServer) -> None:
     ],
 )
 def test_majority_value_is_the_mode_with_ties_toward_the_median(values: list[int], expected: int) -> None:
-    from greval.judge import majority_value
+    from greval.judge.judge import majority_value
 
     assert majority_value(values) == expected
 
 
-# ------------------------------------------------------------------ direct calls (greval.direct)
+# ------------------------------------------------------------------ direct calls (greval.llm.call)
 @pytest.mark.parametrize("method", ["json_schema", "function_calling", "json_mode"])
 def test_direct_call_sends_and_returns_what_langchain_does(llm: OpenAIServer, method: Any) -> None:
     """The direct path must be indistinguishable on the wire and in the message greval reads."""
@@ -503,7 +503,7 @@ def test_direct_call_is_refused_for_models_that_need_langchain(llm: OpenAIServer
     from langchain_core.globals import set_llm_cache
     from langchain_core.rate_limiters import InMemoryRateLimiter
 
-    from greval.direct import direct_reason
+    from greval.llm.call import direct_reason
 
     assert direct_reason(model(llm)) is None
     assert direct_reason(model(llm, streaming=True)) == "the model streams"

@@ -24,10 +24,11 @@ from langchain_openai import ChatOpenAI
 from greval import export_results, load_results
 from greval._sync import run_sync
 from greval.cli import main
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import UserError
-from greval.execution import (
-    AdaptiveLimiter,
+from greval.judge.judge import Judge, JudgeResult, compile
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import (
     CallFailed,
     ErrorKind,
     JudgeUnavailable,
@@ -37,11 +38,10 @@ from greval.execution import (
     describe_error,
     redact,
 )
-from greval.judge import Judge, JudgeResult, compile
-from greval.results import error_kind
 from greval.runner import RunOptions, run
 from greval.spec import parse_spec, resolve_specs
-from greval.store import Store
+from greval.store.results import error_kind
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 from tests.test_run import cfg, rag_records

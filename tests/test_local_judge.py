@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel, Field
 
-from greval import local_judge as lj
-from greval.local_judge import (
+from greval.cli.local_judge import local_judge
+from greval.llm.local import (
     LocalJudgeError,
     LocalJudgeServer,
     bundled_model_path,
@@ -183,13 +183,13 @@ def test_server_that_dies_at_start_is_reported(tmp_path: Path, home: Path) -> No
 
 
 def test_cli_status_without_build(home: Path) -> None:
-    result = CliRunner().invoke(lj.local_judge, ["status"])
+    result = CliRunner().invoke(local_judge, ["status"])
     assert result.exit_code == 0, result.output
     assert "llama-server: not built" in result.output
 
 
 def test_cli_serve_bad_model_is_one_line(home: Path) -> None:
-    result = CliRunner().invoke(lj.local_judge, ["serve", "--model", "gguf:/no/such.gguf"])
+    result = CliRunner().invoke(local_judge, ["serve", "--model", "gguf:/no/such.gguf"])
     assert result.exit_code == 2
     assert "Error: GGUF model file not found: /no/such.gguf" in result.output
     assert "Traceback" not in result.output
@@ -373,7 +373,7 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer, 
 
     binary = _server_binary()
     env = {**os.environ, "GREVAL_LLAMA_SERVER": str(binary)}
-    code = "from greval.local_judge import local_judge; local_judge()"
+    code = "from greval.cli.local_judge import local_judge; local_judge()"
     # A job started in the background by a non-interactive shell inherits SIGINT as *ignored*; a real Ctrl-C
     # comes from a terminal, so give the child the default disposition. stderr goes to a file so a chatty
     # child can never block on a full pipe.

@@ -16,12 +16,10 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from greval._sync import run_sync
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import SpecError
-from greval.execution import RetryPolicy
-from greval.judge import Judge, JudgeResult
-from greval.models import JudgeConfig
-from greval.pipeline import (
+from greval.judge.judge import Judge, JudgeResult
+from greval.judge.pipeline import (
     CountsAggregate,
     PipelineSpec,
     RankedPrecisionAggregate,
@@ -29,10 +27,12 @@ from greval.pipeline import (
     ScoreMeanAggregate,
     aggregate_counts,
 )
-from greval.results import aggregate_items
+from greval.llm.config import JudgeConfig
+from greval.llm.retry import RetryPolicy
 from greval.runner import RunOptions, run
 from greval.spec import BaseSpec, CategoricalScale, Spec, parse_spec, resolve_specs, spec_json_schema
-from greval.store import Store
+from greval.store.results import aggregate_items
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from greval.annotation import server
 from greval.cli import main
-from greval.local_judge import find_llama_server
+from greval.llm.local import find_llama_server
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 
@@ -270,12 +270,12 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
 def _labelled_store(llm: OpenAIServer, work: Path) -> Path:
     """The quick start's example judged by the test server, 20 labels imported, 3 pulled from Argilla."""
     from greval.annotation import sync
-    from greval.data import load_records
-    from greval.models import JudgeConfig
-    from greval.quickstart import write_workspace
+    from greval.dataset.records import load_records
+    from greval.llm.config import JudgeConfig
     from greval.runner import run
     from greval.spec import load_spec_file
-    from greval.store import Store
+    from greval.store.store import Store
+    from greval.workflows import write_workspace
 
     write_workspace(work)
     path = work / "greval.sqlite"
@@ -328,8 +328,8 @@ def test_report_says_where_its_human_labels_came_from(llm: OpenAIServer, tmp_pat
 
 
 def test_a_pull_keeps_imported_answers_counted_as_imported(llm: OpenAIServer, tmp_path: Path) -> None:
-    from greval.report import build
-    from greval.store import Store
+    from greval.report.store_report import build
+    from greval.store.store import Store
 
     store = _labelled_store(llm, tmp_path / "ws")
     with Store(store) as st:

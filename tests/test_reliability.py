@@ -18,8 +18,8 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from greval.cli import main
-from greval.data import Record
-from greval.reliability import parse_panel, permute_items, permute_scale, sample_records, weighted_value, wilson
+from greval.dataset.records import Record
+from greval.quality.reliability import parse_panel, permute_items, permute_scale, sample_records, weighted_value, wilson
 from greval.spec import CategoricalScale, Spec, ValueScale, parse_spec
 from greval.testing.openai_server import OpenAIServer
 

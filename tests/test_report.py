@@ -12,13 +12,13 @@ from click.testing import CliRunner
 from scipy.stats import bootstrap
 
 from greval.cli import main
-from greval.data import Record
-from greval.execution import RetryPolicy
-from greval.models import JudgeConfig
-from greval.report import build, mean_ci
+from greval.dataset.records import Record
+from greval.llm.config import JudgeConfig
+from greval.llm.retry import RetryPolicy
+from greval.report.store_report import build, mean_ci
 from greval.runner import RunOptions, run
 from greval.spec import resolve_specs
-from greval.store import Store
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -23,13 +23,13 @@ from hypothesis import strategies as st
 
 from greval import export_results, load_records, load_results
 from greval.cli import main
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import DataError
-from greval.execution import RetryPolicy
-from greval.models import JudgeConfig
+from greval.llm.config import JudgeConfig
+from greval.llm.retry import RetryPolicy
 from greval.runner import RunOptions, run
 from greval.spec import parse_spec, resolve_specs
-from greval.store import Store
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 
@@ -550,7 +550,7 @@ def test_identical_records_with_other_ids_are_judged_once_and_listed_each(
     )
     assert res.exit_code == 0, res.output
     assert "r0-again" in set(pd.read_csv(out)["record_id"])
-    from greval.report import build
+    from greval.report.store_report import build
 
     rep = build(store_path, system_column=None)
     assert [m.records for m in rep.metrics] == [6, 6]
@@ -572,7 +572,7 @@ def test_run_summary_report_and_export_agree_on_per_item_means(llm: OpenAIServer
     recs = rag_records(6, chunks=4)
     with Store(store_path) as st:
         summary = run(specs, recs, st, cfg(llm), options=FAST.model_copy(update={"retry": RetryPolicy(max_attempts=1)}))
-    from greval.report import build
+    from greval.report.store_report import build
 
     rep = {m.metric: m for m in build(store_path, system_column=None).metrics}
     frame = load_results(store_path, level="record")
@@ -663,8 +663,8 @@ def test_run_summary_report_export_and_store_show_the_same_figures(
     """Property: for random stores — identical records under other ids, per-item metrics, skipped, failed
     and partly failed judgements — the run summary, the stored run, ``greval report``, ``load_results`` and
     a CSV export give the same counts and the same dataset score for every metric."""
-    from greval.report import build
-    from greval.results import figures
+    from greval.report.store_report import build
+    from greval.store.results import figures
 
     n = data.draw(st.integers(1, 6), label="records")
     recs: list[Record] = []

@@ -3,7 +3,7 @@
 Public API: `compute_agreement(frame, scale, options) -> AgreementReport` and
 `compare_agreement({version: frame}, scale, options) -> ComparisonReport`;
 `compute_consistency(frame, scale, options)` compares two runs of the judge (--pair-by); `read_table` and
-`to_agreement_frame` read files; `greval.agreement.report` renders HTML/Markdown.
+`to_agreement_frame` read files; `greval.report.agreement` renders HTML/Markdown.
 """
 
 from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency

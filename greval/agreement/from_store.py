@@ -22,9 +22,9 @@ from pydantic import BaseModel
 
 from greval.agreement.models import AgreementScale
 from greval.errors import UserError
-from greval.results import aggregate_items
 from greval.spec import CategoricalScale, Spec
-from greval.store import Store
+from greval.store.results import aggregate_items
+from greval.store.store import Store
 
 
 class StoreSelection(BaseModel):

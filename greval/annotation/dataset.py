@@ -17,9 +17,9 @@ from typing import Any
 
 import argilla as rg
 
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import UserError
-from greval.judge import describe_scale
+from greval.judge.judge import describe_scale
 from greval.spec import CategoricalScale, Spec, ValueScale
 
 QUESTION = "verdict"

@@ -34,10 +34,10 @@ import argilla as rg
 import httpx
 
 from greval.annotation import dataset as ds
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.spec import CategoricalScale, Spec
-from greval.store import Store
+from greval.store.store import Store
 
 Strategy = Literal["all", "random", "stratified", "uncertain"]
 STRATEGIES: tuple[Strategy, ...] = ("all", "random", "stratified", "uncertain")

@@ -13,21 +13,19 @@ import json
 import math
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import click
 import yaml
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from greval._sync import run_sync
-from greval.cli import judge_options
 from greval.errors import SpecError, UserError
-from greval.execution import (
+from greval.llm.retry import (
     CUT_OFF_HINT,
     CallFailed,
     ErrorKind,
@@ -36,11 +34,17 @@ from greval.execution import (
     call_with_retries,
     finish_reason,
 )
-from greval.spec import STANDARD_INPUTS, CategoricalScale, Spec, _compact, parse_spec
+from greval.spec import (
+    DEFAULT_SCHEMA_REF,
+    SCHEMA_HEADER,
+    STANDARD_INPUTS,
+    CategoricalScale,
+    Spec,
+    compact_ranges,
+    parse_spec,
+)
 
 Severity = Literal["error", "warning"]
-SCHEMA_HEADER = "# yaml-language-server: $schema={ref}"
-DEFAULT_SCHEMA_REF = "./greval-spec.schema.json"
 #: `spec new`'s token budget when --max-tokens is not given (a draft is ~500-1,200 tokens of JSON).
 DRAFT_MAX_TOKENS = 2048
 
@@ -211,12 +215,12 @@ def _check_ranges(data: dict[str, Any], add: Callable[[str, str, str], None]) ->
         overlap = sorted({v for v in range(rmin, rmax + 1) if v in owner})
         if overlap:
             other = owner[overlap[0]]
-            add(where, "range-overlap", f"range {text} overlaps {other} at {_compact(overlap)}")
+            add(where, "range-overlap", f"range {text} overlaps {other} at {compact_ranges(overlap)}")
         for v in range(max(rmin, lo), min(rmax, hi) + 1):
             owner.setdefault(v, text)
     missing = [v for v in range(lo, hi + 1) if v not in owner]
     if missing:
-        add("scale.ranges", "range-gap", f"{_compact(missing)} not covered by any range")
+        add("scale.ranges", "range-gap", f"{compact_ranges(missing)} not covered by any range")
     described = [r for r in ranges if r[1] is not None and r[2] is not None]
     if len(described) == 1 and described[0][1] == lo and described[0][2] == hi:
         add("scale.ranges", "range-single", f"one range covers all of {lo}-{hi}; describe what each part means")
@@ -357,22 +361,22 @@ def lint_data(data: Any, file: str = "<spec>", where: str = "") -> list[Finding]
 
 def _compile_check(spec: Spec) -> None:
     """Build the judge without a model: checks few-shot examples against the verdict schema."""
-    from greval.judge import Judge
+    from greval.judge.judge import Judge
 
     Judge(spec, cast(Any, None))
 
 
 def lint_text(text: str, file: str = "<spec>") -> list[Finding]:
     """Lint the text of a spec file (one spec, a list, or ``specs: [...]``)."""
-    from greval.spec import _mark, _Refused, _yaml
+    from greval.spec import RefusedYAML, read_yaml, yaml_mark
 
     try:
-        data = _yaml(text)  # the spec loader: duplicate keys, alias bombs and deep nesting are refused here too
-    except _Refused as exc:
-        return [Finding(file, _mark(exc), "yaml-refused", "error", str(exc.problem))]
+        data = read_yaml(text)  # the spec loader: duplicate keys, alias bombs and deep nesting are refused here too
+    except RefusedYAML as exc:
+        return [Finding(file, yaml_mark(exc), "yaml-refused", "error", str(exc.problem))]
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return [Finding(file, _mark(exc), "yaml-syntax", "error", f"YAML syntax error: {problem}")]
+        return [Finding(file, yaml_mark(exc), "yaml-syntax", "error", f"YAML syntax error: {problem}")]
     except (RecursionError, ValueError, TypeError, AttributeError, OverflowError) as exc:
         return [Finding(file, "", "yaml-syntax", "error", f"cannot load the YAML: {exc}")]
     if data is None:
@@ -846,249 +850,9 @@ def _per_item(human: Any, ids: Sequence[str], rid: str) -> dict[str, Any]:
     )
 
 
-# ============================================================================================ CLI
-def _print_findings(findings: Iterable[Finding], console: Any) -> None:
-    from rich.markup import escape
-
-    for f in findings:
-        colour = "red" if f.severity == "error" else "yellow"
-        console.print(f"[{colour}]{escape(f.line())}[/]", highlight=False, soft_wrap=True)
-
-
-# `greval spec lint | new | try`: named in greval.cli's table of `spec` commands, imported when used.
-@click.command("lint")
-@click.argument("files", nargs=-1, required=True, type=click.Path())
-@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
-def spec_lint(files: Sequence[str], strict: bool) -> None:
-    """Lint spec files for what makes judges unreliable; print FILE: FIELD: [rule] message.
-
-    \b
-    Errors (exit 1): overlapping / gappy / outside ranges, undescribed or duplicate labels, labels that
-    share a description, schema errors. Warnings: inputs referenced but not declared (or declared and
-    never mentioned), steps that never mention the scale, very long steps, near-empty descriptions.
-    """
-    from greval.cli import console, out
-
-    findings: list[Finding] = []
-    for f in files:
-        findings.extend(lint_file(f))
-    _print_findings(findings, out)
-    errors = sum(1 for f in findings if f.severity == "error")
-    warnings = len(findings) - errors
-    colour = "red" if errors else ("yellow" if warnings else "green")
-    console.print(f"[{colour}]{len(files)} file(s): {errors} error(s), {warnings} warning(s)[/]", highlight=False)
-    if errors or (strict and warnings):
-        raise SystemExit(1)
-
-
-@click.command("new")
-@click.argument("name")
-@click.option("--description", "-d", required=True, help="What the metric measures, in a sentence or two.")
-@click.option(
-    "--kind",
-    type=click.Choice(["value", "categorical"]),
-    default=None,
-    help="[categorical with --labels, else value]",
-)
-@click.option("--target", type=click.Choice(["record", "chunks", "triples"]), default="record", show_default=True)
-@click.option("--labels", default=None, help="Comma-separated labels, best first (categorical).")
-@click.option("--min", "vmin", type=int, default=1, show_default=True, help="Lowest value (value scales).")
-@click.option("--max", "vmax", type=int, default=5, show_default=True, help="Highest value (value scales).")
-@click.option("--inputs", default=None, help="Comma-separated input fields [question,answer; or question,chunks …].")
-@click.option("-o", "--output", type=click.Path(), default=None, help="Spec file to write [NAME.yaml].")
-@click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@click.option("--schema-ref", default=DEFAULT_SCHEMA_REF, show_default=True, help="$schema path in the header.")
-@judge_options
-def spec_new(
-    name: str,
-    description: str,
-    kind: str | None,
-    target: str,
-    labels: str | None,
-    vmin: int,
-    vmax: int,
-    inputs: str | None,
-    output: str | None,
-    force: bool,
-    schema_ref: str,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
-) -> None:
-    """Draft a new metric spec with the judge model: evaluation steps and scale descriptions.
-
-    \b
-    The file is written only if it validates, compiles and has no lint errors; edit it, then
-    `greval spec lint` and `greval spec try` it on a few labelled records.
-    \b
-      greval spec new faithfulness -d "Is every claim of the answer supported by the chunks?" \\
-          --labels "Faithful,Partly faithful,Unfaithful" --inputs question,answer,chunks
-      greval spec new chunk_relevance -d "How useful each chunk is" --target chunks --min 1 --max 3
-    """
-    from greval.cli import console, default_judge, judge_session
-
-    label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else []
-    chosen = kind or ("categorical" if label_list else "value")
-    if chosen == "value" and label_list:
-        raise UserError("--labels is for --kind categorical")
-    if chosen == "categorical" and len(label_list) == 1:
-        raise UserError("--labels: give at least two labels, e.g. --labels yes,no")
-    if len(set(label_list)) != len(label_list):
-        raise UserError("--labels: a label is listed twice")
-    if chosen == "value" and vmin >= vmax:
-        raise UserError(f"--min ({vmin}) must be below --max ({vmax})")
-    input_list = [x.strip() for x in inputs.split(",") if x.strip()] if inputs else []
-    try:
-        req = DraftRequest(
-            name=name,
-            description=description,
-            kind=cast(Any, chosen),
-            target=cast(Any, target),
-            labels=label_list,
-            min=vmin,
-            max=vmax,
-            inputs=input_list,
-        )
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise UserError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
-    bad = [n for n in req.effective_inputs() if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)]
-    if bad:
-        raise UserError(f"--inputs: {bad[0]!r} is not an identifier")
-    path = Path(output or f"{name}.yaml")
-    if path.exists() and not force:
-        raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
-    from greval.models import make_chat_model
-
-    ref = judge_ref or default_judge()
-    # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
-    # default cap, e.g. the local judge's, cut drafts off mid-JSON).
-    budget = max_tokens or DRAFT_MAX_TOKENS
-    with judge_session(
-        ref, base_url=base_url, temperature=temperature, max_tokens=budget, timeout=timeout, seed=seed
-    ) as cfg:
-        console.print(f"drafting [bold]{name}[/] with {cfg.label} …", highlight=False)
-        outcome = draft_spec(req, make_chat_model(cfg))
-    note = f"Drafted by `greval spec new` with {cfg.label}. Review every step and description before use."
-    text = render_spec_yaml(outcome.data, schema_ref, note)
-    spec = check_written(text, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    for n in outcome.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
-    _print_findings(outcome.findings, console)
-    console.print(
-        f"[green]wrote[/] {path}: {spec.name} ({spec.hash}), {len(spec.steps)} steps, {outcome.requests} request(s)",
-        highlight=False,
-    )
-
-
-@click.command("try")
-@click.argument("spec_file", type=click.Path())
-@click.option("--data", "data_file", required=True, type=click.Path(), help="Records with human labels.")
-@click.option("--human-column", required=True, help="Column with the human label / value (dotted path ok).")
-@click.option(
-    "--human-file", type=click.Path(), default=None, help="Human answers in their own table, joined on record id."
-)
-@click.option("--human-id-column", default=None, help="Record-id column of --human-file [record_id, else id].")
-@click.option("--annotator-column", default=None, help="Annotator column of --human-file (several per record).")
-@click.option("--name", "spec_name", default=None, help="Which spec of a multi-spec file [the last].")
-@click.option("--limit", type=int, default=20, show_default=True, help="Judge only the first N records.")
-@click.option("--store", type=click.Path(), default=None, help="Keep verdicts here [a temporary store].")
-@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN", help="As in `greval run`.")
-@click.option("--id-column", default=None, help="Column holding record ids.")
-@click.option("--bootstrap", type=int, default=200, show_default=True, help="Resamples for CIs (0: none).")
-@click.option("--json", "json_out", type=click.Path(), default=None, help="Write the full agreement report.")
-@judge_options
-def spec_try(
-    spec_file: str,
-    data_file: str,
-    human_column: str,
-    human_file: str | None,
-    human_id_column: str | None,
-    annotator_column: str | None,
-    spec_name: str | None,
-    limit: int,
-    store: str | None,
-    maps: Sequence[str],
-    id_column: str | None,
-    bootstrap: int,
-    json_out: str | None,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
-) -> None:
-    """Judge a few human-labelled records with a draft spec and print judge–human agreement.
-
-    \b
-      greval spec try my_metric.yaml --data labelled.csv --human-column label --limit 30
-
-    For chunk / triple metrics the human column holds one label per item: a list in item order or a
-    mapping {item_id: label}.
-    """
-    from greval.cli import _parse_map, console, default_judge, judge_session, out
-
-    specs, target = _load_target(spec_file, spec_name)
-    report, frame, summary = try_spec(
-        specs,
-        target,
-        data_file,
-        human_column,
-        judge_ref=judge_ref or next((s.judge.model for s in specs if s.judge.model), None) or default_judge(),
-        judge_params={
-            "base_url": base_url,
-            "temperature": temperature if temperature is not None else target.judge.temperature,
-            "max_tokens": max_tokens or target.judge.max_tokens,
-            "timeout": timeout,
-            "samples": samples or target.judge.samples,
-            "seed": seed,
-        },
-        session=judge_session,
-        mapping=_parse_map(maps),
-        id_column=id_column,
-        limit=limit,
-        store=store,
-        bootstrap=bootstrap,
-        human_file=human_file,
-        human_id_column=human_id_column,
-        annotator_column=annotator_column,
-    )
-    print_try(out, target, report, frame, summary)
-    if json_out:
-        Path(json_out).write_text(report.model_dump_json(indent=2), encoding="utf-8")
-        console.print(f"wrote {json_out}")
-
-
-def _load_target(spec_file: str, name: str | None) -> tuple[list[Any], Spec]:
-    from greval.spec import load_spec_file, resolve_specs
-
-    loaded = load_spec_file(spec_file)
-    if name is None:
-        chosen = loaded[-1]
-    else:
-        match = [s for s in loaded if s.name == name]
-        if not match:
-            raise UserError(f"{spec_file}: no spec named {name!r}; it holds {', '.join(s.name for s in loaded)}")
-        chosen = match[0]
-    if not isinstance(chosen, Spec):
-        raise UserError(f"{spec_file}: {chosen.name} is a {chosen.kind} metric; `spec try` needs a judge spec")
-    specs = resolve_specs([spec_file])
-    return specs, chosen
-
-
 def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[str, list[tuple[str, Any]]]]:
     """Take the human column out of the records (so the store sees the same records as `greval run`)."""
-    from greval.data import Record, content_hash
+    from greval.dataset.records import Record, content_hash
 
     humans: dict[str, list[tuple[str, Any]]] = {}
     out: list[Any] = []
@@ -1134,10 +898,10 @@ def try_spec(
     """Run the specs on the labelled records and compute agreement of ``target`` with the human answers
     (a column of the data file, or of ``human_file`` joined on the record id)."""
     from greval.agreement import AgreementOptions, compute_agreement
-    from greval.data import load_records
-    from greval.evaluators import config_for
+    from greval.dataset.records import load_records
+    from greval.judge.evaluators import config_for
     from greval.runner import arun
-    from greval.store import Store, spec_keys
+    from greval.store.store import Store, spec_keys
 
     loaded = load_records(data_file, mapping, id_column, limit)
     if human_file:
@@ -1179,7 +943,7 @@ def print_try(console: Any, spec: Spec, report: Any, frame: Any, summary: Any) -
         f"items compared ({c.items_missing_human} without a human label, {c.items_invalid_judge} judge failures)",
         highlight=False,
     )
-    from greval.results import metric_notes
+    from greval.store.results import metric_notes
 
     for m in summary.metrics:  # why judge answers failed (truncated, content filter …), as `greval run` says
         if m.spec == spec.name:

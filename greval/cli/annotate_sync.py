@@ -1,6 +1,6 @@
 """``greval annotate push | pull | import-labels``: judge verdicts to Argilla and human answers back.
 
-The ``annotate`` group of ``greval.annotation.cli`` names them in its table. User mistakes are
+The ``annotate`` group of ``greval.cli.annotate`` names them in its table. User mistakes are
 ``UserError`` subclasses (one line, exit 2); API keys are read from flags or the environment and never
 printed.
 """
@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from greval.annotation import sync
-from greval.store import Store
+from greval.store.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 

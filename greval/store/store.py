@@ -9,7 +9,7 @@ The verdict cache is keyed by content, but a dataset's identity is its record id
 (record id, content hash) pair the store has seen, and a run points at the **snapshot** of the dataset it was
 given (``snapshot_members``: its ids and contents, stored once however often the same dataset is re-run). Two records
 with the same content and different ids cost one call and are both listed, counted and weighted, by every
-reader (``greval.results``). Human labels pulled from Argilla (or imported) live beside the verdicts, keyed by
+reader (``greval.store.results``). Human labels pulled from Argilla (or imported) live beside the verdicts, keyed by
 (spec name, dataset, record id, record hash, item id, annotator): two Argilla datasets of one spec (a blind
 copy, a copy with suggestions) never overwrite each other.
 """
@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import UserError
-from greval.models import JudgeConfig
+from greval.llm.config import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
 from greval.types import ItemVerdict, JudgeResult, not_applicable
 

@@ -1,8 +1,8 @@
 """One interface for every kind of metric, so the runner, the store and the reports treat them alike.
 
-A judge spec becomes a :class:`greval.judge.Judge`; other kinds (computed, pipeline) build their own
+A judge spec becomes a :class:`greval.judge.judge.Judge`; other kinds (computed, pipeline) build their own
 evaluator through ``spec.evaluator(...)``. Every evaluator answers ``ajudge(record, deps, only_items)`` with a
-:class:`greval.judge.JudgeResult`: record-level verdicts have ``item_id == ""``; item verdicts (chunks,
+:class:`greval.judge.judge.JudgeResult`: record-level verdicts have ``item_id == ""``; item verdicts (chunks,
 triples, extracted statements) carry their own ids.
 """
 
@@ -15,10 +15,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 
 from greval._sync import run_sync
-from greval.data import Record
-from greval.execution import AdaptiveLimiter, RetryPolicy
-from greval.judge import Judge, JudgeResult
-from greval.models import JudgeConfig
+from greval.dataset.records import Record
+from greval.judge.judge import Judge, JudgeResult
+from greval.llm.config import JudgeConfig
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, Spec, dependency_levels
 
 

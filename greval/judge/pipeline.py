@@ -16,7 +16,7 @@ counts into a score. A pipeline spec declares those steps in YAML, without Pytho
     aggregate: {kind: ratio, step: claims, positive: [implied]}
 
 Each verify step is compiled into a generated judge :class:`~greval.spec.Spec` (categorical, one verdict per
-item) and run by :class:`greval.judge.Judge`, so transport retries, structured-output fallbacks, parse
+item) and run by :class:`greval.judge.judge.Judge`, so transport retries, structured-output fallbacks, parse
 re-asks and re-asking of missing item ids come for free. Nothing intermediate is thrown away: the extracted
 lists go into ``outputs``, every item verdict (with its reason) into the result as ``<step>:<id>``, and each
 extraction as a ``<step>`` verdict whose value is the number of items - so people can check every count
@@ -45,10 +45,9 @@ from pydantic import (
 )
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
-from greval.data import Record
+from greval.dataset.records import Record
 from greval.errors import SpecError
-from greval.execution import AdaptiveLimiter, RetryPolicy, describe_error
-from greval.judge import (
+from greval.judge.judge import (
     CallLog,
     ItemVerdict,
     Judge,
@@ -63,6 +62,8 @@ from greval.judge import (
     describe_scale,
     render_item,
 )
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import RetryPolicy, describe_error
 from greval.spec import (
     ITEM_FIELDS,
     BaseSpec,
@@ -72,12 +73,12 @@ from greval.spec import (
     InputSpec,
     Label,
     Spec,
-    _labels_shorthand,
+    labels_shorthand,
     register_kind,
 )
 
-_IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
-Ident = Annotated[str, Field(pattern=_IDENT)]
+IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+Ident = Annotated[str, Field(pattern=IDENT)]
 PREAMBLE = "You are a careful, impartial evaluator of a retrieval-augmented question-answering system."
 
 
@@ -120,7 +121,7 @@ class VerifyStep(_Model):
     )
     labels: Annotated[
         list[Label],
-        BeforeValidator(_labels_shorthand, json_schema_input_type=list[Label] | dict[str, str]),
+        BeforeValidator(labels_shorthand, json_schema_input_type=list[Label] | dict[str, str]),
     ] = Field(min_length=2, description="The labels, each described; as a mapping {label: description}.")
     ordered: bool = False
 

@@ -9,18 +9,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from greval.errors import UserError
-from greval.execution import redact, register_secret
+from greval.llm.retry import redact, register_secret
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
 DEFAULT_TIMEOUT = 120.0
+
+#: How a message reaches the user: a print-like callable taking the text (rich markup) and keywords such as
+#: ``highlight`` (the command line passes its console's ``print``).
+Notify = Callable[..., object]
 
 
 class JudgeConfig(BaseModel):
@@ -84,7 +89,7 @@ def _digest(blob: str) -> str:
 
 def register_model_secrets(model: Any) -> None:
     """Register every secret field of a chat model (``api_key`` and the like, kept as ``SecretStr``) so that
-    no error text greval prints, logs or stores can contain it (see :func:`greval.execution.redact`)."""
+    no error text greval prints, logs or stores can contain it (see :func:`greval.llm.retry.redact`)."""
     fields = getattr(type(model), "model_fields", None)
     if not isinstance(fields, dict):
         return
@@ -136,3 +141,51 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
         raise UserError(f"--judge {cfg.provider}:{cfg.model}: {redact(str(exc))}") from None
     register_model_secrets(model)
     return model
+
+
+# ------------------------------------------------------------------ which judge (from the command line)
+LOCAL_MAX_TOKENS = 400
+
+
+def local_concurrency() -> int:
+    """Calls in flight for the embedded judge: its parallel slots (more would only queue and time out)."""
+    try:
+        return max(1, int(os.environ.get("GREVAL_LLAMA_PARALLEL", "2")))
+    except ValueError:
+        return 2
+
+
+def is_local_ref(ref: str) -> bool:
+    """Whether a --judge reference names the embedded llama.cpp judge (``local`` or ``gguf:…``)."""
+    return ref == "local" or ref.startswith(("gguf:", "local:"))
+
+
+def resolve_judge(ref: str, **params: Any) -> JudgeConfig:
+    """The judge's configuration and identity, without starting anything (a local model is only hashed)."""
+    if is_local_ref(ref):
+        # Small local models sometimes loop inside their reason until the context is full; a cap keeps a
+        # bad answer to seconds (it is then retried as unparsable) instead of minutes.
+        params["max_tokens"] = params.get("max_tokens") or LOCAL_MAX_TOKENS
+    cfg = JudgeConfig.parse(ref, **params)
+    if cfg.provider in ("gguf", "local"):
+        from greval.llm.local import LocalJudgeError, model_identity, resolve_local_model
+
+        try:
+            path = resolve_local_model("local" if cfg.provider == "local" else f"gguf:{cfg.model}")
+            cfg = cfg.model_copy(update={"identity_override": model_identity(path)})
+        except LocalJudgeError as exc:
+            raise UserError(str(exc)) from None
+    return cfg
+
+
+def default_judge(notify: Notify) -> str:
+    """The configured judge, else OpenAI when a key is set, else the embedded local judge (said through
+    ``notify``, a print-like callable: the command line passes its console's ``print``)."""
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        return "openai:gpt-4o-mini"
+    notify(
+        "[yellow]no judge configured[/] (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
+        "embedded local judge, a tiny model that is NOT a judge to trust — it only lets the loop run "
+        "offline."
+    )
+    return "local"

@@ -1,7 +1,7 @@
 """``greval annotate``: run the embedded Argilla server (setup, up, down, status).
 
-The group's table also names push / pull / import-labels (``greval.annotation.commands``), imported only
-when one of them runs.
+The group's table also names push / pull / import-labels (``greval.cli.annotate_sync``, which needs the
+Argilla SDK), imported only when one of them runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from greval.annotation import server
-from greval.lazy import Lazy, LazyGroup
+from greval.cli.lazy import Lazy, LazyGroup
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -45,25 +45,25 @@ data_dir_option = click.option(
 
 # Every `greval annotate` command, where it lives and its short help (checked by tests/test_cli_startup.py).
 ANNOTATE_COMMANDS: dict[str, Lazy] = {
-    "down": Lazy("greval.annotation.cli:down_cmd", "Stop the Argilla server started by `up`."),
+    "down": Lazy("greval.cli.annotate:down_cmd", "Stop the Argilla server started by `up`."),
     "import-labels": Lazy(
-        "greval.annotation.commands:import_labels_cmd",
+        "greval.cli.annotate_sync:import_labels_cmd",
         "Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla.",
     ),
     "pull": Lazy(
-        "greval.annotation.commands:pull_cmd",
+        "greval.cli.annotate_sync:pull_cmd",
         "Fetch annotators' answers from Argilla into the store's human labels (idempotent).",
     ),
     "push": Lazy(
-        "greval.annotation.commands:push_cmd",
+        "greval.cli.annotate_sync:push_cmd",
         "Push a spec's verdicts to Argilla for people to label (idempotent: re-running updates).",
     ),
     "setup": Lazy(
-        "greval.annotation.cli:setup_cmd",
+        "greval.cli.annotate:setup_cmd",
         "Create the Argilla server's own virtual environment (done automatically by `up`).",
     ),
-    "status": Lazy("greval.annotation.cli:status_cmd", "Print whether the Argilla server is running, and its URL."),
-    "up": Lazy("greval.annotation.cli:up_cmd", "Start the Argilla server in the background and print how to log in."),
+    "status": Lazy("greval.cli.annotate:status_cmd", "Print whether the Argilla server is running, and its URL."),
+    "up": Lazy("greval.cli.annotate:up_cmd", "Start the Argilla server in the background and print how to log in."),
 }
 
 

@@ -9,9 +9,7 @@ Argilla dataset and its records keep their ids, the labels are upserted, the use
 
 from __future__ import annotations
 
-import csv
 import shlex
-import shutil
 import sys
 import tempfile
 import time
@@ -23,43 +21,14 @@ import click
 from rich.markup import escape
 
 from greval.annotation.server import DEFAULT_PORT
-from greval.cli import judge_options
-from greval.paths import examples_dir
+from greval.cli.common import judge_options
+from greval.workflows import IMPORTED, OWN_SPECS, SPEC, first_records, greval_command, write_csv, write_workspace
 
 if TYPE_CHECKING:
     from greval.annotation.server import ServerInfo
     from greval.annotation.sync import Connection
 
-EXAMPLE = "begin"
-SPEC = "attribution"
-FILES = ("records.jsonl", "human_labels.csv", "attribution.yaml", "NOTICE", "LICENSE")
 
-
-def greval_command() -> str:
-    """How to type greval so that the printed commands work as printed: ``greval`` when that is this
-    environment's command on PATH, else its full path (scripts/quickstart.sh run outside a virtual
-    environment installs into ./.venv, whose bin/ is not on PATH)."""
-    mine = Path(sys.prefix) / "bin" / "greval"
-    found = shutil.which("greval")
-    if found and mine.exists() and Path(found).resolve() == mine.resolve():
-        return "greval"
-    return shlex.quote(str(mine)) if mine.exists() else f"{shlex.quote(sys.executable)} -m greval"
-
-
-def write_workspace(directory: Path) -> list[str]:
-    """Copy the bundled example into ``directory`` (existing files are left alone: they may be edited)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    src = examples_dir() / EXAMPLE
-    written = []
-    for name in FILES:
-        target = directory / name
-        if not target.exists():
-            shutil.copyfile(src / name, target)
-            written.append(name)
-    return written
-
-
-# `greval quickstart`: named in greval.cli's command table, imported when used.
 @click.command("quickstart")
 @click.option(
     "--dir",
@@ -137,24 +106,18 @@ def _quickstart(
     argilla_data: str | None = None,
 ) -> None:
     from greval._sync import run_sync
-    from greval.agreement.cli import print_report
     from greval.agreement.models import AgreementReport
     from greval.annotation import sync
-    from greval.cli import (
-        _progress,
-        console,
-        default_judge,
-        local_concurrency,
-        out,
-        print_summary,
-        resolve_judge,
-        serve_judge,
-    )
-    from greval.data import load_records
-    from greval.report import build, print_labels, write
+    from greval.cli.agreement import print_report
+    from greval.cli.common import ProgressBar, console, out, print_summary
+    from greval.cli.report import print_labels
+    from greval.dataset.records import load_records
+    from greval.llm.config import default_judge, local_concurrency, resolve_judge
+    from greval.llm.local import serve_judge
+    from greval.report.store_report import build, write
     from greval.runner import RunOptions, arun, plan_work
     from greval.spec import load_spec_file
-    from greval.store import Store
+    from greval.store.store import Store
 
     t0 = time.perf_counter()
     work = work.expanduser().resolve()  # every path printed works from any directory
@@ -166,7 +129,7 @@ def _quickstart(
     specs = load_spec_file(work / "attribution.yaml")
     records = load_records(work / "records.jsonl")
     store_path = work / "greval.sqlite"
-    ref = judge_ref or default_judge()
+    ref = judge_ref or default_judge(console.print)
     cfg = resolve_judge(ref, **{k: v for k, v in params.items() if v is not None})
     argilla: _Argilla | None = None
     with Store(store_path) as st:
@@ -177,7 +140,7 @@ def _quickstart(
             f"{todo} judgement(s) to make",
             highlight=False,
         )
-        with serve_judge(cfg, needed=todo > 0) as live, _progress(False) as hook:
+        with serve_judge(cfg, console.print, needed=todo > 0) as live, ProgressBar(False) as hook:
             summary = run_sync(
                 arun(
                     specs,
@@ -210,10 +173,10 @@ def _quickstart(
             labels_file = work / "human_labels.csv"
             # With Argilla, the example's labels of the first IMPORTED records only: the others wait there,
             # with the judge's suggestion, for the user's own label.
-            rows = _first_records(sync.read_table(labels_file), None if conn is None else IMPORTED)
+            rows = first_records(sync.read_table(labels_file), None if conn is None else IMPORTED)
             with tempfile.TemporaryDirectory(prefix="greval-quickstart-") as tmp:
                 subset = Path(tmp) / labels_file.name
-                _write_csv(subset, rows)
+                write_csv(subset, rows)
                 imported = sync.import_labels(
                     st,
                     subset,
@@ -256,13 +219,6 @@ def _quickstart(
     click.echo(f"done in {time.perf_counter() - t0:.0f}s")
 
 
-#: With Argilla, how many of the example's records arrive with their human labels; the others are the user's.
-IMPORTED = 20
-
-#: Predefined metrics that fit a typical RAG file (question, answer, chunks); the first is reviewed in Argilla.
-OWN_SPECS = ("answer_quality", "chunk_evaluation")
-
-
 @dataclass
 class _Argilla:
     info: ServerInfo
@@ -274,7 +230,7 @@ class _Argilla:
 def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
     """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
     from greval.annotation import server
-    from greval.cli import console
+    from greval.cli.common import console
 
     data = Path(argilla_data).expanduser().resolve() if argilla_data else None
     current = server.status(data)
@@ -300,21 +256,6 @@ def _progress_of(conn: Connection, argilla: _Argilla) -> tuple[int, int] | None:
 
     found = sync.find_dataset(conn, argilla.dataset, argilla.info.workspace)
     return sync.dataset_progress(conn, str(found["id"])) if found else None
-
-
-def _first_records(rows: list[dict[str, Any]], n: int | None) -> list[dict[str, Any]]:
-    """The rows of the first ``n`` distinct record ids, in file order (all rows when ``n`` is None)."""
-    if n is None:
-        return rows
-    keep = list(dict.fromkeys(str(r["record_id"]) for r in rows))[:n]
-    return [r for r in rows if str(r["record_id"]) in keep]
-
-
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["record_id", "label", "annotator"])
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _q(path: Path) -> str:

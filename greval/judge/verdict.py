@@ -1,7 +1,7 @@
 """The verdict schema a judge spec asks for: pydantic models generated from its scale (reason first).
 
 No LangChain here: ``greval spec validate`` checks what building a judge checks (verdict schema, outputs,
-few-shot examples) without importing the model-calling code. ``greval.judge`` re-exports these names.
+few-shot examples) without importing the model-calling code. ``greval.judge.judge`` re-exports these names.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def check_examples(spec: Spec, answer: type[BaseModel]) -> None:
 
 
 def check_judge(spec: Spec) -> None:
-    """What building a :class:`greval.judge.Judge` checks before any model call: the verdict schema, the
+    """What building a :class:`greval.judge.judge.Judge` checks before any model call: the verdict schema, the
     outputs model and the few-shot examples (raises :class:`SpecError`)."""
     answer, _ = verdict_models(spec)
     answer.model_json_schema()

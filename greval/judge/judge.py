@@ -28,12 +28,20 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
 from greval._sync import run_sync
-from greval.data import Record
-from greval.direct import ModelCall
+from greval.dataset.records import Record
 from greval.errors import SpecError
-from greval.execution import (
+
+# The verdict schema lives in greval.judge.verdict (``greval spec validate`` checks it without LangChain).
+from greval.judge.verdict import _first_error as _first_error
+from greval.judge.verdict import _output_fields as _output_fields
+from greval.judge.verdict import _verdict_fields as _verdict_fields
+from greval.judge.verdict import check_examples, outputs_model
+from greval.judge.verdict import verdict_models as verdict_models
+from greval.llm.call import ModelCall
+from greval.llm.config import register_model_secrets
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.retry import (
     CUT_OFF_HINT,
-    AdaptiveLimiter,
     CutOff,
     ErrorKind,
     Filtered,
@@ -47,7 +55,6 @@ from greval.execution import (
     finish_reason,
     redact,
 )
-from greval.models import register_model_secrets
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 
 # The result models live in greval.types, which reading a store imports without LangChain; re-exported here.
@@ -56,13 +63,6 @@ from greval.types import CallLog as CallLog
 from greval.types import ItemVerdict as ItemVerdict
 from greval.types import JudgeResult as JudgeResult
 from greval.types import not_applicable as not_applicable
-
-# The verdict schema lives in greval.verdict (``greval spec validate`` checks it without LangChain).
-from greval.verdict import _first_error as _first_error
-from greval.verdict import _output_fields as _output_fields
-from greval.verdict import _verdict_fields as _verdict_fields
-from greval.verdict import check_examples, outputs_model
-from greval.verdict import verdict_models as verdict_models
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
 warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
@@ -233,7 +233,7 @@ def render_inputs(
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 
-def _json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
+def json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
     if method == "function_calling" or (msg.tool_calls and not msg.content):
         if msg.tool_calls:
             args = msg.tool_calls[0]["args"]
@@ -348,7 +348,7 @@ class Judge:
         return self._bound[method]
 
     def caller(self, method: Method) -> ModelCall:
-        """How one method's bound model is called (directly when nothing listens; see greval.direct)."""
+        """How one method's bound model is called (directly when nothing listens; see greval.llm.call)."""
         if method not in self._callers:
             self._callers[method] = ModelCall(self.bound(method), direct=self.direct)
         return self._callers[method]
@@ -445,7 +445,7 @@ class Judge:
                 entry.error = describe_error(filtered)
                 raise filtered
             try:
-                payload, entry.raw = _json_payload(msg, method)
+                payload, entry.raw = json_payload(msg, method)
                 return self._validate(payload, item_ids)
             except ParseError as exc:
                 last_error = redact(str(exc))
@@ -666,7 +666,7 @@ def compile(
     """Compile a spec into a LangChain runnable: record in, checked :class:`JudgeResult` out.
 
     ``direct=False`` sends every model call through ``ainvoke`` even when no callback, tracer or cache
-    is attached (see :mod:`greval.direct`; the verdicts are the same, the client CPU is higher).
+    is attached (see :mod:`greval.llm.call`; the verdicts are the same, the client CPU is higher).
     """
     judge = Judge(spec, model, method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
     return judge.runnable

@@ -36,15 +36,15 @@ from greval.paths import metric_specs_dir
 STANDARD_INPUTS: tuple[str, ...] = ("question", "expected_answer", "answer", "chunks", "triples", "source")
 ITEM_FIELDS: tuple[str, ...] = ("chunks", "triples")
 
-_IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
+IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # --------------------------------------------------------------------------------------------- inputs
-class InputSpec(_Strict):
+class InputSpec(StrictModel):
     """One record field the judge sees."""
 
     required: bool = Field(True, description="A record without this field is reported as an error.")
@@ -78,7 +78,7 @@ Inputs = Annotated[
 
 
 # ---------------------------------------------------------------------------------------------- scale
-class Range(_Strict):
+class Range(StrictModel):
     """A described sub-range ``min``..``max`` (inclusive) of a value scale."""
 
     min: int
@@ -113,7 +113,7 @@ def _ranges_shorthand(value: Any) -> Any:
     return value
 
 
-class ValueScale(_Strict):
+class ValueScale(StrictModel):
     """Integers ``min``..``max``; every integer falls in exactly one described range."""
 
     kind: Literal["value"] = "value"
@@ -140,11 +140,11 @@ class ValueScale(_Strict):
                 seen[v] = r.text
         missing = [v for v in range(self.min, self.max + 1) if v not in seen]
         if missing:
-            raise ValueError(f"@ranges: {_compact(missing)} not covered by any range")
+            raise ValueError(f"@ranges: {compact_ranges(missing)} not covered by any range")
         return self
 
 
-class Label(_Strict):
+class Label(StrictModel):
     """A categorical label, described for the judge (and the annotators)."""
 
     name: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"})
@@ -160,7 +160,7 @@ class Label(_Strict):
         return value
 
 
-def _labels_shorthand(value: Any) -> Any:
+def labels_shorthand(value: Any) -> Any:
     if isinstance(value, dict):
         out = []
         for name, body in value.items():
@@ -172,20 +172,20 @@ def _labels_shorthand(value: Any) -> Any:
     return value
 
 
-class _LabelBody(_Strict):
+class _LabelBody(StrictModel):
     """A label's description and score, in the mapping shorthand ``labels: {Name: {description, score}}``."""
 
     description: str = Field(min_length=1)
     score: float | None = None
 
 
-class CategoricalScale(_Strict):
+class CategoricalScale(StrictModel):
     """Described labels. ``ordered: true`` means the list runs from best to worst."""
 
     kind: Literal["categorical"] = "categorical"
     labels: Annotated[
         list[Label],
-        BeforeValidator(_labels_shorthand, json_schema_input_type=list[Label] | dict[str, str | _LabelBody]),
+        BeforeValidator(labels_shorthand, json_schema_input_type=list[Label] | dict[str, str | _LabelBody]),
     ] = Field(min_length=2)
     ordered: bool = False
 
@@ -218,7 +218,7 @@ Scale = Annotated[ValueScale | CategoricalScale, Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------------------------- target
-class EachTarget(_Strict):
+class EachTarget(StrictModel):
     """One verdict per chunk or triple, judged together in one call, aggregated into a record score."""
 
     each: Literal["chunks", "triples"]
@@ -237,7 +237,7 @@ Target = Literal["record"] | EachTarget
 
 
 # -------------------------------------------------------------------------------------- other parts
-class JudgeDefaults(_Strict):
+class JudgeDefaults(StrictModel):
     """Defaults for the judge model; command-line flags override them."""
 
     model: str | None = None
@@ -249,21 +249,21 @@ class JudgeDefaults(_Strict):
 OutputType = Literal["string", "integer", "number", "boolean", "list[string]", "list[integer]", "list[number]"]
 
 
-class OutputSpec(_Strict):
+class OutputSpec(StrictModel):
     """An extra field the judge fills beside the verdict (kept in the store, shown in reports)."""
 
     type: OutputType = "string"
     description: str = Field(min_length=1)
 
 
-class Example(_Strict):
+class Example(StrictModel):
     """A few-shot example: record fields in, the exact structured answer out."""
 
     inputs: dict[str, Any]
     output: dict[str, Any]
 
 
-class BaseSpec(_Strict):
+class BaseSpec(StrictModel):
     """What every kind of metric shares: a name, a description, dependencies, judge defaults, a version hash.
 
     Kinds: ``judge`` (:class:`Spec`, one LLM call per record), ``computed`` (no model) and ``pipeline``
@@ -271,9 +271,9 @@ class BaseSpec(_Strict):
     """
 
     kind: str
-    name: str = Field(pattern=_IDENT, description="Identifier, used on the command line and in the store.")
+    name: str = Field(pattern=IDENT, description="Identifier, used on the command line and in the store.")
     description: str = Field(min_length=1, description="What the metric measures.")
-    depends_on: list[Annotated[str, Field(pattern=_IDENT)]] = Field(
+    depends_on: list[Annotated[str, Field(pattern=IDENT)]] = Field(
         default_factory=list, description="Metrics whose verdicts this one reads (they run first)."
     )
     judge: JudgeDefaults = Field(default_factory=JudgeDefaults)
@@ -318,7 +318,11 @@ def register_kind(kind: str) -> Any:
 #: The built-in kinds and the module that registers each. A module is imported when a spec of its kind is
 #: read (a judge spec alone imports neither the computed metrics nor the pipeline judge, nor LangChain);
 #: an import error is not hidden.
-BUILTIN_KINDS: dict[str, str] = {"judge": "greval.spec", "computed": "greval.computed", "pipeline": "greval.pipeline"}
+BUILTIN_KINDS: dict[str, str] = {
+    "judge": "greval.spec",
+    "computed": "greval.judge.computed",
+    "pipeline": "greval.judge.pipeline",
+}
 
 
 def _kind(kind: str) -> type[BaseSpec] | None:
@@ -348,7 +352,7 @@ class Spec(BaseSpec):
     inputs: Inputs = Field(description="Record fields the judge sees, and which are required.")
     scale: Scale
     target: Target = "record"
-    outputs: dict[Annotated[str, Field(pattern=_IDENT)], OutputSpec] = Field(default_factory=dict)
+    outputs: dict[Annotated[str, Field(pattern=IDENT)], OutputSpec] = Field(default_factory=dict)
     examples: list[Example] = Field(default_factory=list)
 
     @field_validator("inputs")
@@ -357,7 +361,7 @@ class Spec(BaseSpec):
         if not value:
             raise ValueError("declare at least one input")
         for name in value:
-            if not re.match(_IDENT, name):
+            if not re.match(IDENT, name):
                 raise ValueError(f"input name {name!r} is not an identifier")
         return value
 
@@ -420,7 +424,7 @@ class Spec(BaseSpec):
 
 
 # ------------------------------------------------------------------------------------------ loading
-def _compact(values: Sequence[int]) -> str:
+def compact_ranges(values: Sequence[int]) -> str:
     parts: list[str] = []
     start = prev = values[0]
     for v in [*values[1:], None]:
@@ -554,7 +558,7 @@ def _check_examples(spec: Spec, source: str, where: str) -> None:
     """
     if not spec.examples:
         return
-    from greval.verdict import verdict_models  # the verdict schema is built from specs: it imports this module
+    from greval.judge.verdict import verdict_models  # the verdict schema is built from specs: it imports this module
 
     answer, _ = verdict_models(spec)
     for i, ex in enumerate(spec.examples):
@@ -594,7 +598,7 @@ MAX_CHARS = 20_000_000
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class _Refused(yaml.MarkedYAMLError):
+class RefusedYAML(yaml.MarkedYAMLError):
     """Well-formed YAML that greval refuses (duplicate key, alias bomb, too deep): not a syntax error."""
 
 
@@ -620,7 +624,7 @@ class _SpecLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
             self._aliases += 1
             if node is not None and id(node) not in self._sizes:
-                raise _Refused(
+                raise RefusedYAML(
                     problem=f"alias *{event.anchor} refers to a collection that holds it (recursive alias)",
                     problem_mark=start,
                 )
@@ -628,7 +632,7 @@ class _SpecLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise _Refused(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=start)
+                raise RefusedYAML(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=start)
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -651,20 +655,20 @@ class _SpecLoader(yaml.SafeLoader):
         if size[0] > MAX_VALUES or size[1] > MAX_CHARS:
             what = f"{MAX_VALUES:,} values" if size[0] > MAX_VALUES else f"{MAX_CHARS:,} characters"
             how = f" through its {self._aliases:,} aliases (an alias bomb?)" if self._aliases else ""
-            raise _Refused(problem=f"expands to more than {what}{how}", problem_mark=mark)
+            raise RefusedYAML(problem=f"expands to more than {what}{how}", problem_mark=mark)
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:  # e.g. `!!int x`, a 5000-digit int
-            raise _Refused(
+            raise RefusedYAML(
                 problem=f"cannot read this {node.tag.rsplit(':', 1)[-1]} value: {exc}", problem_mark=node.start_mark
             ) from None
 
     def construct_scalar(self, node: ScalarNode | MappingNode) -> str:
         value = super().construct_scalar(node)
         if isinstance(value, str) and _SURROGATE.search(value):
-            raise _Refused(
+            raise RefusedYAML(
                 problem="a lone UTF-16 surrogate escape (\\ud800-\\udfff) is not a character; write the character",
                 problem_mark=node.start_mark,
             )
@@ -681,14 +685,14 @@ class _SpecLoader(yaml.SafeLoader):
             except TypeError:
                 continue  # an unhashable key: the base class reports it
             if first is not None:
-                raise _Refused(
+                raise RefusedYAML(
                     problem=f"duplicate key {key!r} (first at line {first.line + 1})", problem_mark=key_node.start_mark
                 )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep)
 
 
-def _yaml(text: str) -> Any:
+def read_yaml(text: str) -> Any:
     loader = _SpecLoader(text)
     try:
         return loader.get_single_data()
@@ -696,7 +700,7 @@ def _yaml(text: str) -> Any:
         loader.dispose()
 
 
-def _mark(exc: yaml.YAMLError) -> str:
+def yaml_mark(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
 
@@ -712,12 +716,12 @@ def _load(path: str | Path) -> list[tuple[BaseSpec, str]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(name, "", f"cannot read: {exc}") from None
     try:
-        data = _yaml(text)
-    except _Refused as exc:
-        raise SpecError(name, _mark(exc), str(exc.problem)) from None
+        data = read_yaml(text)
+    except RefusedYAML as exc:
+        raise SpecError(name, yaml_mark(exc), str(exc.problem)) from None
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(name, _mark(exc), f"YAML syntax error: {problem}") from None
+        raise SpecError(name, yaml_mark(exc), f"YAML syntax error: {problem}") from None
     except RecursionError:  # MAX_DEPTH keeps the composer well away from this; a safety net
         raise SpecError(name, "", "nested too deeply") from None
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:  # a constructor choking on a value
@@ -795,7 +799,7 @@ def _spec_names(path: Path) -> list[str]:
     name then parses only its own file (a judge spec's check does not import the pipeline judge, and with
     it LangChain). A file whose names cannot be read so is loaded in full, so its error is the usual one."""
     try:
-        data = _yaml(path.read_text(encoding="utf-8"))
+        data = read_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError, RecursionError, yaml.YAMLError):
         data = None
     if isinstance(data, dict) and set(data) == {"specs"}:
@@ -936,6 +940,12 @@ def dependency_levels(specs: Sequence[BaseSpec]) -> list[list[BaseSpec]]:
     for s in order_specs(specs):
         out[level[s.name]].append(s)
     return out
+
+
+#: The first line of a spec file written by greval (``greval spec new``): editors with the YAML extension
+#: validate the file against the schema ``greval spec schema`` writes.
+SCHEMA_HEADER = "# yaml-language-server: $schema={ref}"
+DEFAULT_SCHEMA_REF = "./greval-spec.schema.json"
 
 
 def spec_json_schema() -> dict[str, Any]:

@@ -16,18 +16,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
 import numpy as np
 from pydantic import BaseModel, Field
 from scipy.stats import bootstrap
 
 from greval.errors import UserError
-from greval.results import MetricFigures, figures_from_rows, item_rows, metric_notes, not_scored, record_rows
 from greval.spec import Spec
-from greval.store import Store
+from greval.store.results import MetricFigures, figures_from_rows, item_rows, metric_notes, not_scored, record_rows
+from greval.store.store import Store
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    pass
 
 #: Record fields treated as the evaluated system's efficiency figures when present.
 EFFICIENCY = ("llm_calls", "prompt_tokens", "output_tokens", "tokens", "latency", "latency_s", "completion_time")
@@ -198,7 +197,7 @@ def _agreement(
     from greval.agreement.compute import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
-    from greval.agreement.report import render_html, render_markdown
+    from greval.report.agreement import render_html, render_markdown
 
     n = st.query("SELECT COUNT(*) AS n FROM human_labels WHERE spec_name=? AND status='submitted'", (spec.name,))
     if not n or not n[0]["n"]:
@@ -260,7 +259,7 @@ def describe_labels(sources: Sequence[LabelSource]) -> str:
     return line
 
 
-def _label_lines(rep: StoreReport) -> list[str]:
+def label_lines(rep: StoreReport) -> list[str]:
     """One line per metric with human labels: "metric: 23 human labels — …" (once per metric)."""
     lines: dict[str, str] = {}
     for m in rep.metrics:
@@ -270,11 +269,11 @@ def _label_lines(rep: StoreReport) -> list[str]:
     return list(lines.values())
 
 
-def _fmt(x: float | None, d: int = 3) -> str:
+def fmt_number(x: float | None, d: int = 3) -> str:
     return "—" if x is None else f"{x:.{d}f}"
 
 
-def _ci(m: MeanCI) -> str:
+def fmt_ci(m: MeanCI) -> str:
     return "" if m.ci_low is None or m.ci_high is None else f"[{m.ci_low:.3f}, {m.ci_high:.3f}]"
 
 
@@ -320,12 +319,12 @@ def render_index(rep: StoreReport) -> str:
     for m in rep.metrics:
         link = f'<a href="{html.escape(m.agreement_page)}">agreement</a>' if m.agreement_page else "—"
         kappa = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
-        agree = f"{_fmt(kappa['value'])} {link}" if kappa else link
+        agree = f"{fmt_number(kappa['value'])} {link}" if kappa else link
         dist = ", ".join(f"{html.escape(k)}: {v}" for k, v in m.distribution.items())
         rows.append(
             f"<tr><td>{html.escape(m.metric)}</td><td>{html.escape(m.kind)}</td>"
             f"<td>{html.escape(m.judge)}</td><td>{m.records}</td><td>{not_scored(m.figures.model_dump())}</td>"
-            f"<td>{_fmt(m.score.mean)}</td><td>{_ci(m.score)}</td><td>{dist}</td><td>{agree}</td></tr>"
+            f"<td>{fmt_number(m.score.mean)}</td><td>{fmt_ci(m.score)}</td><td>{dist}</td><td>{agree}</td></tr>"
         )
     parts = [
         f"<h1>greval report</h1><p class=note>store {html.escape(rep.store)}</p>",
@@ -334,17 +333,17 @@ def render_index(rep: StoreReport) -> str:
         + "".join(rows)
         + "</table>",
     ]
-    labels = _label_lines(rep)
+    labels = label_lines(rep)
     if labels:
         parts.append("<h2>Human labels</h2>" + "".join(f"<p>{html.escape(line)}</p>" for line in labels))
     if rep.systems:
         eff_cols = sorted({k for s in rep.systems for k in s.efficiency})
         srows = []
         for s in rep.systems:
-            eff = "".join(f"<td>{_fmt(s.efficiency.get(c), 1)}</td>" for c in eff_cols)
+            eff = "".join(f"<td>{fmt_number(s.efficiency.get(c), 1)}</td>" for c in eff_cols)
             srows.append(
                 f"<tr><td>{html.escape(s.metric)}</td><td>{html.escape(s.system)}</td><td>{s.judged}</td>"
-                f"<td>{_fmt(s.score.mean)}</td><td>{_fmt(s.score.std)}</td><td>{_ci(s.score)}</td>"
+                f"<td>{fmt_number(s.score.mean)}</td><td>{fmt_number(s.score.std)}</td><td>{fmt_ci(s.score)}</td>"
                 f"<td>{s.failure_rate:.1%}</td>{eff}</tr>"
             )
         head = "".join(f"<th>{html.escape(c)}</th>" for c in eff_cols)
@@ -372,12 +371,12 @@ def render_markdown(rep: StoreReport) -> str:
     for m in rep.metrics:
         lines.append(
             f"| {m.metric} | {m.judge} | {m.records} | {not_scored(m.figures.model_dump()) or '—'} | "
-            f"{_fmt(m.score.mean)} | {_ci(m.score)} |"
+            f"{fmt_number(m.score.mean)} | {fmt_ci(m.score)} |"
         )
     notes = [n for m in rep.metrics for n in metric_notes(m.figures)]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
-    labels = _label_lines(rep)
+    labels = label_lines(rep)
     if labels:
         lines += ["", "## Human labels", ""] + [f"- {line}" for line in labels]
     if rep.systems:
@@ -390,7 +389,7 @@ def render_markdown(rep: StoreReport) -> str:
         ]
         for s in rep.systems:
             lines.append(
-                f"| {s.metric} | {s.system} | {s.judged} | {_fmt(s.score.mean)} | {_ci(s.score)} | "
+                f"| {s.metric} | {s.system} | {s.judged} | {fmt_number(s.score.mean)} | {fmt_ci(s.score)} | "
                 f"{s.failure_rate:.1%} |"
             )
     return "\n".join(lines) + "\n"
@@ -401,97 +400,3 @@ def write(rep: StoreReport, out_dir: Path) -> None:
     (out_dir / "index.html").write_text(render_index(rep), encoding="utf-8")
     (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
     (out_dir / "report.md").write_text(render_markdown(rep), encoding="utf-8")
-
-
-def print_table(table: Table) -> None:
-    """A rich table on stdout: as wide as the terminal, or, into a file or a pipe (80 columns by default),
-    as wide as the table needs, so that no word is wrapped apart or cut."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    from greval.cli import out
-
-    if out.is_terminal:
-        out.print(table)
-        return
-    need = Measurement.get(out, out.options.update(width=100_000), table).maximum
-    Console(file=out.file, width=max(need, out.width), soft_wrap=True, color_system=None).print(table)
-
-
-def print_labels(rep: StoreReport) -> None:
-    """The human-label count lines, as plain text on stdout."""
-    for line in _label_lines(rep):
-        click.echo(line)
-
-
-# `greval report`: named in greval.cli's command table, imported when used.
-@click.command("report")
-@click.option(
-    "--store",
-    default="greval.sqlite",
-    show_default=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="The store to report on.",
-)
-@click.option("--spec", "specs", multiple=True, help="Only these metrics (repeatable).")
-@click.option(
-    "-o",
-    "--output",
-    default="greval-report",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Directory for index.html, per-metric agreement pages, report.json and report.md.",
-)
-@click.option(
-    "--system-column",
-    default="system",
-    show_default=True,
-    help="Record field that names the system under test (compared side by side).",
-)
-@click.option(
-    "--bootstrap",
-    "resamples",
-    type=int,
-    default=1000,
-    show_default=True,
-    help="Bootstrap resamples for agreement CIs.",
-)
-def report_cmd(store: str, specs: Sequence[str], output: str, system_column: str, resamples: int) -> None:
-    """Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.
-
-    \b
-    Opens offline anywhere (plots are embedded). Also writes report.json and report.md.
-      greval report --store greval.sqlite -o report/
-    """
-    from rich.table import Table
-
-    from greval.cli import console
-
-    out_dir = Path(output)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rep = build(store, specs, system_column, resamples, out_dir)
-    write(rep, out_dir)
-    table = Table(title=f"greval report — {store}")
-    for col in ("metric", "judge", "records", "not scored", "mean", "95% CI", "judge–human"):
-        table.add_column(col)
-    for m in rep.metrics:
-        k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
-        table.add_row(
-            m.metric,
-            m.judge,
-            str(m.records),
-            not_scored(m.figures.model_dump()) or "—",
-            _fmt(m.score.mean),
-            _ci(m.score),
-            "—" if not k else f"{_fmt(k['value'])} (n={k['n']})",
-        )
-    print_table(table)
-    print_labels(rep)
-    for m in rep.metrics:
-        for note in metric_notes(m.figures):
-            console.print(f"[yellow]note:[/] {note}", highlight=False)
-    console.print(
-        f"wrote {out_dir / 'index.html'} (+ report.json, report.md"
-        + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")
-        + ")"
-    )

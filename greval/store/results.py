@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from greval.errors import UserError
-from greval.execution import CUT_OFF_HINT, ErrorKind
+from greval.llm.retry import CUT_OFF_HINT, ErrorKind
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
-from greval.store import Store
+from greval.store.store import Store
 from greval.types import MISSING_INPUT
 
 if TYPE_CHECKING:

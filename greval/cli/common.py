@@ -1,0 +1,161 @@
+"""What the commands share: the consoles, the judge options, ``--map`` parsing, the progress bar, the run
+summary, and the exit for Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+
+from greval.errors import UserError
+
+
+def _console(stderr: bool) -> Console:
+    """A terminal gets its own width; a file or pipe a wide one, so tables are not cut at 80 columns and
+    words are not wrapped apart (COLUMNS still wins)."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = stream.isatty() or "COLUMNS" in os.environ
+    return Console(stderr=stderr, soft_wrap=True, width=None if wide else 200)
+
+
+console = _console(stderr=True)
+out = _console(stderr=False)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: what runs stops cleanly and records that it was interrupted."""
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def interrupted_exit(exc: BaseException, message: str) -> None:
+    """One line, then the shell's code for the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    console.print(f"[yellow]interrupted:[/] {message}", highlight=False)
+    sys.exit(143 if isinstance(exc, Terminated) else 130)
+
+
+def parse_map(values: Sequence[str]) -> dict[str, str]:
+    mapping = {}
+    for v in values:
+        field, sep, column = v.partition("=")
+        if not sep or not field or not column:
+            raise UserError(f"--map {v!r}: write FIELD=COLUMN, e.g. --map question=query")
+        mapping[field.strip()] = column.strip()
+    return mapping
+
+
+def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags that choose and parameterise the judge model (shared by every command that judges)."""
+    opts = [
+        click.option(
+            "--judge",
+            "judge_ref",
+            envvar="GREVAL_JUDGE",
+            default=None,
+            show_envvar=True,
+            help="provider:model, e.g. openai:gpt-4o-mini; any OpenAI-compatible server with --base-url; "
+            "gguf:/path/model.gguf or 'local' for the embedded llama.cpp judge.",
+        ),
+        click.option(
+            "--base-url",
+            envvar="OPENAI_BASE_URL",
+            show_envvar=True,
+            help="OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama, LiteLLM …). Key: OPENAI_API_KEY.",
+        ),
+        click.option("--temperature", type=float, default=None, help="Sampling temperature [spec, else 0]."),
+        click.option("--max-tokens", type=int, default=None, help="Cap on the judge's answer length."),
+        click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request."),
+        click.option("--samples", type=int, default=None, help="Judge samples per item; majority verdict [1]."),
+        click.option("--seed", type=int, default=None, help="Sampling seed, for servers that honour it."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+class ProgressBar:
+    """A rich progress bar with rate, ETA and error count, fed by the runner's hook."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet or (not console.is_terminal and os.environ.get("GREVAL_PROGRESS") != "1")
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(
+            TextColumn("[bold]judging"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("[red]{task.fields[errors]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task: Any = None
+
+    def __enter__(self) -> Callable[[int, int, int], None]:
+        if not self.quiet:
+            self.bar.start()
+        return self.update
+
+    def update(self, done: int, total: int, errors: int) -> None:
+        if self.quiet:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task("judging", total=total, rate="", errors="")
+        elapsed = self.bar.tasks[0].elapsed or 0.0
+        rate = f"{done / elapsed:.1f}/s" if elapsed > 0 and done else ""
+        self.bar.update(self.task, completed=done, rate=rate, errors=f"{errors} errors" if errors else "")
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.quiet:
+            self.bar.stop()
+
+
+def print_summary(summary: Any) -> None:
+    """Per metric: this run's work, then the figures of every record it was given (the same figures
+    ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
+    from greval.store.results import metric_notes, not_scored
+
+    dup = summary.records - summary.distinct_contents
+    from rich.table import Table
+
+    table = Table(
+        title=f"run {summary.run_id} — {summary.records} records"
+        + (f" ({dup} with the same content as another: judged once)" if dup > 0 else "")
+        + f", judge {summary.judge}, {summary.calls} calls in {summary.seconds:.1f}s"
+    )
+    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "mean score", "tokens in/out"):
+        table.add_column(col, overflow="fold")
+    for m in summary.metrics:
+        dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
+        unscored = not_scored(m.model_dump())
+        items = f" ({m.items_ok}/{m.items} items)" if m.items is not None else ""
+        table.add_row(
+            m.spec,
+            str(m.judged),
+            str(m.reused),
+            f"{m.ok}{items}",
+            unscored or "—",
+            dist,
+            "—" if m.mean_score is None else f"{m.mean_score:.3f}",
+            f"{m.tokens_in}/{m.tokens_out}",
+        )
+    out.print(table)
+    for m in summary.metrics:
+        for note in metric_notes(m):
+            console.print(f"[yellow]note:[/] {note}", highlight=False)

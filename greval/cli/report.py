@@ -1,0 +1,105 @@
+"""``greval report``: the HTML / Markdown report of a store (greval.report.store_report)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from greval.cli.common import console, out
+from greval.report.store_report import StoreReport, build, fmt_ci, fmt_number, label_lines, write
+from greval.store.results import metric_notes, not_scored
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def print_table(table: Table) -> None:
+    """A rich table on stdout: as wide as the terminal, or, into a file or a pipe (80 columns by default),
+    as wide as the table needs, so that no word is wrapped apart or cut."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    if out.is_terminal:
+        out.print(table)
+        return
+    need = Measurement.get(out, out.options.update(width=100_000), table).maximum
+    Console(file=out.file, width=max(need, out.width), soft_wrap=True, color_system=None).print(table)
+
+
+def print_labels(rep: StoreReport) -> None:
+    """The human-label count lines, as plain text on stdout."""
+    for line in label_lines(rep):
+        click.echo(line)
+
+
+@click.command("report")
+@click.option(
+    "--store",
+    default="greval.sqlite",
+    show_default=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The store to report on.",
+)
+@click.option("--spec", "specs", multiple=True, help="Only these metrics (repeatable).")
+@click.option(
+    "-o",
+    "--output",
+    default="greval-report",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory for index.html, per-metric agreement pages, report.json and report.md.",
+)
+@click.option(
+    "--system-column",
+    default="system",
+    show_default=True,
+    help="Record field that names the system under test (compared side by side).",
+)
+@click.option(
+    "--bootstrap",
+    "resamples",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Bootstrap resamples for agreement CIs.",
+)
+def report_cmd(store: str, specs: Sequence[str], output: str, system_column: str, resamples: int) -> None:
+    """Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.
+
+    \b
+    Opens offline anywhere (plots are embedded). Also writes report.json and report.md.
+      greval report --store greval.sqlite -o report/
+    """
+    from rich.table import Table
+
+    out_dir = Path(output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rep = build(store, specs, system_column, resamples, out_dir)
+    write(rep, out_dir)
+    table = Table(title=f"greval report — {store}")
+    for col in ("metric", "judge", "records", "not scored", "mean", "95% CI", "judge–human"):
+        table.add_column(col)
+    for m in rep.metrics:
+        k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
+        table.add_row(
+            m.metric,
+            m.judge,
+            str(m.records),
+            not_scored(m.figures.model_dump()) or "—",
+            fmt_number(m.score.mean),
+            fmt_ci(m.score),
+            "—" if not k else f"{fmt_number(k['value'])} (n={k['n']})",
+        )
+    print_table(table)
+    print_labels(rep)
+    for m in rep.metrics:
+        for note in metric_notes(m.figures):
+            console.print(f"[yellow]note:[/] {note}", highlight=False)
+    console.print(
+        f"wrote {out_dir / 'index.html'} (+ report.json, report.md"
+        + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")
+        + ")"
+    )

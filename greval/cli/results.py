@@ -1,0 +1,82 @@
+"""``greval results``: read verdicts out of a store."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from greval.cli.common import console, out
+from greval.cli.lazy import Lazy, LazyGroup
+
+RESULTS_COMMANDS: dict[str, Lazy] = {
+    "export": Lazy(
+        "greval.cli.results:results_export",
+        "Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet.",
+    ),
+    "runs": Lazy("greval.cli.results:results_runs", "List the runs recorded in a store."),
+}
+
+
+# -------------------------------------------------------------------------------------------- results
+@click.group("results", cls=LazyGroup, lazy=RESULTS_COMMANDS)
+def results() -> None:
+    """Read verdicts out of a store."""
+
+
+@click.command("export")
+@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(), help="Output file.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "jsonl", "parquet"]),
+    default=None,
+    help="Default: from the output file's suffix.",
+)
+@click.option("--spec", default=None, help="Only this metric.")
+@click.option(
+    "--level",
+    type=click.Choice(["item", "record"]),
+    default="item",
+    show_default=True,
+    help="'record' aggregates chunk / triple verdicts into one score per record.",
+)
+def results_export(store: str, output: str, fmt: str | None, spec: str | None, level: str) -> None:
+    """Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet."""
+    from greval.store.results import export_results
+
+    n = export_results(store, output, fmt, spec, "record" if level == "record" else "item")
+    console.print(f"wrote {n} rows to {output}")
+
+
+@click.command("runs")
+@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+def results_runs(store: str) -> None:
+    """List the runs recorded in a store."""
+    import time as _t
+
+    from rich.table import Table
+
+    from greval.store.results import not_scored
+    from greval.store.store import Store
+
+    with Store(store) as st:
+        table = Table(title=f"runs in {store}")
+        for col in ("run", "started", "status", "dataset", "records", "calls", "metric: not scored"):
+            table.add_column(col)
+        for r in st.runs():
+            summ = json.loads(r["summary"] or "{}")
+            # The run's stored summary: the same figures `greval run` printed (greval.store.results).
+            metrics = summ.get("metrics") or [{"spec": name} for name in json.loads(r["specs"] or "[]")]
+            per_metric = [f"{m['spec']}: " + (not_scored(m) or ("—" if "ok" in m else "?")) for m in metrics]
+            table.add_row(
+                r["run_id"],
+                _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])),
+                r["status"],
+                r["dataset"] or "",
+                str(summ.get("records", "")),
+                str(summ.get("calls", "")),
+                "\n".join(per_metric),
+            )
+        out.print(table)

@@ -1,0 +1,176 @@
+"""``greval run``: judge a dataset with one or more metric specs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+from rich.markup import escape
+
+from greval.cli.common import ProgressBar, console, interrupted_exit, judge_options, parse_map, print_summary
+
+
+@click.command("run")
+@click.argument("data", type=click.Path())
+@click.option(
+    "-s",
+    "--spec",
+    "spec_refs",
+    multiple=True,
+    required=True,
+    help="Spec file or predefined metric name; repeat for several. Dependencies are added.",
+)
+@click.option(
+    "--store",
+    default="greval.sqlite",
+    show_default=True,
+    type=click.Path(),
+    help="SQLite file where verdicts are kept (created if missing; reused to resume).",
+)
+@judge_options
+@click.option(
+    "-c",
+    "--concurrency",
+    type=int,
+    default=None,
+    help="Model calls in flight at most [8; the embedded judge: its parallel slots].",
+)
+@click.option("--no-adaptive", is_flag=True, help="Keep concurrency fixed even when rate limited.")
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
+    default="auto",
+    show_default=True,
+    help="Structured-output method (auto falls back when refused).",
+)
+@click.option("--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts.")
+@click.option(
+    "--map",
+    "maps",
+    multiple=True,
+    metavar="FIELD=COLUMN",
+    help="Read FIELD from COLUMN (dotted paths reach nested JSON), e.g. --map question=query.",
+)
+@click.option("--id-column", default=None, help="Column holding record ids [id, else a content hash].")
+@click.option("--limit", type=int, default=None, help="Judge only the first N records.")
+@click.option("--retry-errors", is_flag=True, help="Judge again what earlier runs recorded as errors.")
+@click.option(
+    "--no-direct",
+    is_flag=True,
+    help="Send every call through LangChain's ainvoke. By default an OpenAI-compatible model with no "
+    "callback, tracer or cache attached is called with the same request minus LangChain's per-call "
+    "overhead (less client CPU, see the README's benchmarks); LangSmith tracing, callbacks or a cache "
+    "switch that off by themselves.",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def run_cmd(
+    data: str,
+    spec_refs: Sequence[str],
+    store: str,
+    judge_ref: str | None,
+    base_url: str | None,
+    temperature: float | None,
+    max_tokens: int | None,
+    timeout: float,
+    samples: int | None,
+    seed: int | None,
+    concurrency: int | None,
+    no_adaptive: bool,
+    method: str,
+    max_attempts: int,
+    maps: Sequence[str],
+    id_column: str | None,
+    limit: int | None,
+    retry_errors: bool,
+    no_direct: bool,
+    quiet: bool,
+) -> None:
+    """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
+
+    \b
+    Every verdict is written to the store the moment it arrives. Running the same command again makes
+    no model call for what is already judged; a killed run resumes with only the missing verdicts;
+    editing a spec re-judges that spec only.
+
+    \b
+    Examples:
+      greval run rag.jsonl -s answer_alignment -s chunk_evaluation --judge openai:gpt-4o-mini
+      greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
+          --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
+    """
+    from greval._sync import run_sync
+    from greval.dataset.records import load_records
+    from greval.llm.config import default_judge, is_local_ref, local_concurrency, resolve_judge
+    from greval.llm.local import serve_judge
+    from greval.llm.retry import RetryPolicy
+    from greval.runner import RunOptions, arun, plan_work
+    from greval.spec import resolve_specs
+    from greval.store.store import Store
+
+    specs = resolve_specs(spec_refs)
+    notes: list[str] = []
+    records = load_records(data, parse_map(maps), id_column, limit, notes=notes)
+    for note in notes:  # nothing the user gave disappears without a word
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
+    # Computed metrics (ROUGE, BLEU, citations …) need no judge: none is resolved, started or required.
+    needs_judge = any(s.needs_model for s in specs)
+    ref = judge_ref or defaults.model or (default_judge(console.print) if needs_judge else "computed:greval")
+    opts = RunOptions(
+        concurrency=concurrency or (local_concurrency() if is_local_ref(ref) else 8),
+        adaptive=not no_adaptive,
+        method=method,
+        retry=RetryPolicy(max_attempts=max_attempts),
+        retry_errors=retry_errors,
+        direct=not no_direct,
+    )
+    cfg = resolve_judge(
+        ref,
+        base_url=base_url,
+        temperature=temperature if temperature is not None else defaults.temperature,
+        max_tokens=max_tokens or defaults.max_tokens,
+        timeout=timeout,
+        samples=samples or defaults.samples,
+        seed=seed,
+    )
+    with Store(store) as st:
+        plan = plan_work(specs, records, st, cfg, retry_errors)
+        todo, computed = plan.judgements, plan.computed
+        work = [f"{todo} judgement(s) to make"] if needs_judge else []
+        work += [f"{computed} computed score(s) to make"] if computed or not needs_judge else []
+        distinct = len({r.hash for r in records})
+        same = (
+            f" ({len(records) - distinct} share their content with another: judged once)"
+            if distinct < len(records)
+            else ""
+        )
+        console.print(
+            f"{'judging' if needs_judge else 'scoring'} [bold]{len(records)}[/] records{same} with "
+            f"{', '.join(s.name for s in specs)} — "
+            + (f"judge {cfg.label}, " if needs_judge else "")
+            + f"store {store}, {', '.join(work)}",
+            highlight=False,
+        )
+        try:
+            with serve_judge(cfg, console.print, needed=todo > 0) as live, ProgressBar(quiet) as hook:
+                summary = run_sync(
+                    arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook, plan=plan)
+                )
+        except KeyboardInterrupt as exc:
+            # The run recorded itself as interrupted, with its summary, before run_sync returned.
+            last = st.query("SELECT summary FROM runs WHERE pid=? ORDER BY started_at DESC LIMIT 1", (os.getpid(),))
+            metrics = json.loads(last[0]["summary"] or "{}").get("metrics", []) if last else []
+            kept = sum(m.get("verdicts", 0) for m in metrics)
+            made = sum(m.get("judged", 0) for m in metrics)
+            interrupted_exit(
+                exc,
+                f"{kept} verdict(s) stored ({made} judgement(s) made by this run); re-run the same command to resume",
+            )
+    print_summary(summary)
+    if summary.empty_metrics:
+        names = ", ".join(m.spec for m in summary.empty_metrics)
+        console.print(f"[bold red]no verdict at all[/] for {names} (see the notes above)", highlight=False)
+        sys.exit(1)

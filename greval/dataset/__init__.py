@@ -1,0 +1,1 @@
+"""Records in: the dataset reader and its normalisation."""

@@ -1,0 +1,1 @@
+"""⑥ Files people open: the store report and the agreement report."""

@@ -1,0 +1,1 @@
+"""③ The SQLite store of verdicts, runs and human labels, and the figures read out of it."""
