@@ -6,15 +6,53 @@ report``, agreement from a store) does not import LangChain. ``greval.judge.judg
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
+
+
+class ErrorKind(StrEnum):
+    """What went wrong with a judge call; the prefix of every stored error text (``"<kind>: …"``)."""
+
+    CONTEXT_LENGTH = "context_length"  # the prompt does not fit the model's context (this request)
+    CONTENT_FILTER = "content_filter"  # the provider's content filter refused this request
+    BAD_REQUEST = "bad_request"  # any other 4xx about this request (invalid image, …)
+    UNSUPPORTED = "unsupported"  # the structured-output method was refused: fall back to the next one
+    RATE_LIMITED = "rate_limited"  # 429: retried after Retry-After, the limiter cuts concurrency
+    QUOTA = "quota"  # 429 insufficient_quota: out of credit, every call fails
+    SERVER_ERROR = "server_error"  # 5xx: retried
+    TIMEOUT = "timeout"  # retried
+    CONNECTION = "connection"  # retried
+    UNPARSABLE = "unparsable"  # the answer is not JSON or does not fit the verdict schema (after re-asking)
+    TRUNCATED = "truncated"  # the answer hit the max_tokens limit (finish_reason "length"; after re-asking)
+    INCOMPLETE = "incomplete"  # a many-judge left items out (after re-asking)
+    AUTH = "auth"  # 401 / 403: every call fails
+    NOT_FOUND = "not_found"  # 404, e.g. an unknown model: every call fails
+    UNKNOWN = "unknown"  # anything else (not an HTTP error): recorded for this judgement
+
+    @property
+    def retryable(self) -> bool:
+        return self in _RETRYABLE
+
+    @property
+    def fatal(self) -> bool:
+        """Every call would fail this way: stop the run."""
+        return self in _FATAL
+
+
+_RETRYABLE = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.SERVER_ERROR, ErrorKind.TIMEOUT, ErrorKind.CONNECTION})
+_FATAL = frozenset({ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.QUOTA})
+
+
+RECORD_ITEM: Final = ""
+"""The item id of a record-level verdict (a whole answer, not one of its chunks or triples)."""
 
 
 class ItemVerdict(BaseModel):
     """The verdict on one record (``item_id == ""``) or one chunk / triple of it."""
 
-    item_id: str = ""
+    item_id: str = RECORD_ITEM
     status: Literal["ok", "error", "skipped"] = "ok"
     label: str | None = None
     value: int | None = None
@@ -22,6 +60,7 @@ class ItemVerdict(BaseModel):
     reason: str | None = None
     confidence: float | None = Field(None, description="Share of samples agreeing with the verdict.")
     error: str | None = None
+    error_kind: ErrorKind | None = Field(None, description="Why an error verdict failed; set when status is 'error'.")
     samples: list[dict[str, Any]] | None = None
 
 

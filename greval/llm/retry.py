@@ -27,7 +27,6 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
@@ -35,6 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from greval.errors import UserError
 from greval.llm.limiter import AdaptiveLimiter
+from greval.types import ErrorKind
 
 T = TypeVar("T")
 
@@ -50,39 +50,6 @@ class RetryPolicy(BaseModel):
 
 
 # ------------------------------------------------------------------------------------------ kinds
-class ErrorKind(StrEnum):
-    """What went wrong with a judge call; the prefix of every stored error text (``"<kind>: …"``)."""
-
-    CONTEXT_LENGTH = "context_length"  # the prompt does not fit the model's context (this request)
-    CONTENT_FILTER = "content_filter"  # the provider's content filter refused this request
-    BAD_REQUEST = "bad_request"  # any other 4xx about this request (invalid image, …)
-    UNSUPPORTED = "unsupported"  # the structured-output method was refused: fall back to the next one
-    RATE_LIMITED = "rate_limited"  # 429: retried after Retry-After, the limiter cuts concurrency
-    QUOTA = "quota"  # 429 insufficient_quota: out of credit, every call fails
-    SERVER_ERROR = "server_error"  # 5xx: retried
-    TIMEOUT = "timeout"  # retried
-    CONNECTION = "connection"  # retried
-    UNPARSABLE = "unparsable"  # the answer is not JSON or does not fit the verdict schema (after re-asking)
-    TRUNCATED = "truncated"  # the answer hit the max_tokens limit (finish_reason "length"; after re-asking)
-    INCOMPLETE = "incomplete"  # a many-judge left items out (after re-asking)
-    AUTH = "auth"  # 401 / 403: every call fails
-    NOT_FOUND = "not_found"  # 404, e.g. an unknown model: every call fails
-    UNKNOWN = "unknown"  # anything else (not an HTTP error): recorded for this judgement
-
-    @property
-    def retryable(self) -> bool:
-        return self in _RETRYABLE
-
-    @property
-    def fatal(self) -> bool:
-        """Every call would fail this way: stop the run."""
-        return self in _FATAL
-
-
-_RETRYABLE = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.SERVER_ERROR, ErrorKind.TIMEOUT, ErrorKind.CONNECTION})
-_FATAL = frozenset({ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.QUOTA})
-
-
 class JudgeError(Exception):
     """An error greval raises about one judgement, with its kind (see :class:`ErrorKind`)."""
 
