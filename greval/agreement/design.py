@@ -1,0 +1,162 @@
+"""Design-based agreement: figures measured on a non-random sample of labelled items, weighted back to the
+population the sample was drawn from.
+
+When people label an uncertainty-selected or stratified sample, the labelled items are not a simple random
+sample: the judge's hardest items are over-represented, so plain agreement on them is biased (usually
+towards worse agreement). ``greval annotate push`` stores each item's inclusion probability π and the
+selection it came from; here every item counts with weight 1/π (Hájek: weighted sums divided by the sum of
+weights), and the bootstrap resamples *within* each selection stratum, keeping strata that were taken whole
+(every π = 1, e.g. the "uncertain" slice) fixed, since a census has no sampling error.
+
+Figures are the plug-in estimates from the weighted confusion matrix: accuracy (a ratio of weighted
+counts, exactly unbiased when the weights sum to the population size as they do for greval's selections),
+Cohen's κ (a smooth function of the same matrix: consistent, with O(1/n) bias), and each label's share of
+the human labels (the population prevalence). The bootstrap draws with replacement inside a stratum and
+ignores the finite-population correction, so its intervals are slightly conservative when a stratum's
+sample is a large share of it. ``tests/test_agreement_bootstrap.py`` checks bias and coverage by simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, Field
+
+from greval.agreement import stats as st
+from greval.agreement.bootstrap import percentile_ci
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class DesignEstimate(BaseModel):
+    """One figure, design-weighted and plain, with the weighted figure's bootstrap interval."""
+
+    name: str
+    weighted: float | None = Field(None, description="Hájek estimate: every item counts 1/π times.")
+    unweighted: float | None = Field(None, description="The same figure as if the sample were simple random.")
+    low: float | None = None
+    high: float | None = None
+    note: str | None = None
+
+
+class DesignSample(BaseModel):
+    """Labelled items with how they were selected: the inputs of a design-based estimate."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    human: list[int] = Field(description="Human label codes 0..k-1.")
+    judge: list[int] = Field(description="Judge label codes 0..k (k: an answer outside the labels).")
+    probability: list[float] = Field(description="Each item's inclusion probability π (0 < π ≤ 1).")
+    stratum: list[str] = Field(description="The selection each item came from (uncertain, control, stratum:X ...).")
+
+    def arrays(self) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
+        n = len(self.human)
+        if not (len(self.judge) == len(self.probability) == len(self.stratum) == n):
+            raise ValueError("human, judge, probability and stratum must have one entry per item")
+        p = np.asarray(self.probability, dtype=np.float64)
+        if n and (not np.all(np.isfinite(p)) or p.min() <= 0 or p.max() > 1):
+            raise ValueError("inclusion probabilities must lie in (0, 1]")
+        _, strata = np.unique(np.asarray(self.stratum, dtype=object), return_inverse=True)
+        return (
+            np.asarray(self.human, dtype=np.int64),
+            np.asarray(self.judge, dtype=np.int64),
+            1.0 / p,
+            strata.reshape(-1).astype(np.int64),
+        )
+
+
+def _confusions(human: IntArray, judge: IntArray, n_codes: int, counts: FloatArray) -> FloatArray:
+    """(R, codes, codes) confusion matrices: item i adds counts[r, i] to cell (human_i, judge_i)."""
+    cells = human * n_codes + judge
+    onehot = np.zeros((len(cells), n_codes * n_codes), dtype=np.float64)
+    onehot[np.arange(len(cells)), cells] = 1.0
+    return np.asarray(counts @ onehot, dtype=np.float64).reshape(-1, n_codes, n_codes)
+
+
+def _figures(cm: FloatArray, k: int, labels: Sequence[str]) -> dict[str, FloatArray]:
+    """Accuracy, κ and human-label shares of each (weighted) confusion matrix; NaN where undefined.
+
+    The stats functions are ratios of sums, so weighted counts may stand in for counts."""
+    as_counts = cast(IntArray, cm)
+    out = {"accuracy": st.accuracy_from(as_counts)[0], "kappa": st.kappa_from(as_counts)[0]}
+    total = cm.sum(axis=(1, 2))
+    rows = cm.sum(axis=2)[:, :k]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i, label in enumerate(labels):
+            out[f"prevalence[{label}]"] = rows[:, i] / total
+    return out
+
+
+def stratified_counts(
+    strata: IntArray, resamples: int, seed: int, census: npt.NDArray[np.bool_] | None = None
+) -> FloatArray:
+    """(R, items): how often each item is drawn when every stratum is resampled with replacement to its own
+    size; items of census strata (``census[stratum]``) are kept once in every resample."""
+    rng = np.random.default_rng(seed)
+    n = len(strata)
+    counts = np.zeros((resamples, n), dtype=np.float64)
+    for s in np.unique(strata):
+        members = np.flatnonzero(strata == s)
+        if census is not None and census[s]:
+            counts[:, members] = 1.0
+            continue
+        picks = rng.integers(0, len(members), size=(resamples, len(members)))
+        offsets = (np.arange(resamples, dtype=np.int64) * len(members))[:, None]
+        drawn = np.bincount((picks + offsets).reshape(-1), minlength=resamples * len(members))
+        counts[:, members] = drawn.reshape(resamples, len(members))
+    return counts
+
+
+def design_estimates(
+    sample: DesignSample,
+    labels: Sequence[str],
+    resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> list[DesignEstimate]:
+    """Accuracy, Cohen's κ and each label's prevalence among human labels, weighted by 1/π, beside the
+    unweighted figures, with stratified-bootstrap percentile intervals of the weighted ones."""
+    human, judge, w, strata = sample.arrays()
+    k = len(labels)
+    n_codes = k + 1  # code k: a judge answer outside the labels
+    n = len(human)
+    if n == 0:
+        return [DesignEstimate(name=name, note="no labelled items") for name in _names(labels)]
+    if human.max() >= k or judge.max() > k or min(human.min(), judge.min()) < 0:
+        raise ValueError("label codes out of range")
+    plain = _figures(_confusions(human, judge, n_codes, np.ones((1, n))), k, labels)
+    weighted = _figures(_confusions(human, judge, n_codes, w[None, :]), k, labels)
+    census = np.array([np.all(w[strata == s] == 1.0) for s in range(int(strata.max()) + 1)])
+    boot: dict[str, FloatArray] = {}
+    if resamples > 0:
+        counts = stratified_counts(strata, resamples, seed, census)
+        boot = _figures(_confusions(human, judge, n_codes, counts * w[None, :]), k, labels)
+    out = []
+    for name in _names(labels):
+        est = DesignEstimate(name=name, weighted=_finite(weighted[name][0]), unweighted=_finite(plain[name][0]))
+        if n < 2 and name == "kappa":
+            est.weighted = est.unweighted = None
+            est.note = "κ needs at least 2 labelled items"
+        elif name in boot:
+            vals = boot[name][np.isfinite(boot[name])]
+            undefined = resamples - len(vals)
+            if est.weighted is not None and len(vals) >= max(2, resamples // 2):
+                est.low, est.high = percentile_ci(vals, confidence)
+                if undefined:
+                    est.note = f"{undefined}/{resamples} resamples undefined, CI from the rest"
+            elif est.weighted is not None:
+                est.note = f"CI undefined: statistic undefined in {undefined}/{resamples} resamples"
+        out.append(est)
+    return out
+
+
+def _names(labels: Sequence[str]) -> list[str]:
+    return ["accuracy", "kappa"] + [f"prevalence[{label}]" for label in labels]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
