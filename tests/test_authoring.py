@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from greval.cli import main
 from greval.errors import SpecError
 from greval.judge.judge import Judge
-from greval.quality.authoring import RULES, DraftRequest, lint_file, lint_text, repair_ranges
+from greval.quality.draft import DraftRequest, repair_ranges
+from greval.quality.lint import RULES, lint_file, lint_text
 from greval.spec import Spec, load_spec_file
 from greval.testing.openai_server import OpenAIServer
 
@@ -509,7 +510,7 @@ def test_spec_try_with_human_labels_in_their_own_file(llm: OpenAIServer, tmp_pat
 def test_human_labels_spelled_like_missing_values_are_kept(tmp_path: Path) -> None:
     """`spec try --human-file`: a label "NA" / "None" / "null" is a label, not a missing answer; only an empty
     cell is missing (as in `greval agreement`)."""
-    from greval.quality.authoring import humans_from_file
+    from greval.quality.trial import humans_from_file
 
     path = tmp_path / "labels.csv"
     path.write_text("id,label\nr1,NA\nr2,None\nr3,null\nr4,\nr5,3\n")

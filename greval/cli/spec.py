@@ -15,7 +15,7 @@ from greval.cli.common import console, judge_options, out, parse_map
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
-    from greval.quality.authoring import Finding
+    from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.errors import UserError
@@ -157,7 +157,7 @@ def spec_lint(files: Sequence[str], strict: bool) -> None:
     share a description, schema errors. Warnings: inputs referenced but not declared (or declared and
     never mentioned), steps that never mention the scale, very long steps, near-empty descriptions.
     """
-    from greval.quality.authoring import lint_file
+    from greval.quality.lint import lint_file
 
     findings: list[Finding] = []
     for f in files:
@@ -226,7 +226,7 @@ def spec_new(
 
     from greval.llm.config import default_judge
     from greval.llm.local import judge_session
-    from greval.quality.authoring import DRAFT_MAX_TOKENS, DraftRequest, check_written, draft_spec, render_spec_yaml
+    from greval.quality.draft import DRAFT_MAX_TOKENS, DraftRequest, check_written, draft_spec, render_spec_yaml
 
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else []
     chosen = kind or ("categorical" if label_list else "value")
@@ -337,7 +337,7 @@ def spec_try(
 
     from greval.llm.config import default_judge
     from greval.llm.local import judge_session
-    from greval.quality.authoring import print_try, try_spec
+    from greval.quality.trial import print_try, try_spec
 
     specs, target = _load_target(spec_file, spec_name)
     report, frame, summary = try_spec(

@@ -1,0 +1,39 @@
+"""The embedded local judge: build llama.cpp's ``llama-server`` once and run it, so greval works offline.
+
+``build`` finds or builds the binary, ``models`` resolves the GGUF model and its identity, ``server`` runs
+the child process, ``session`` serves the judge of a command; ``common`` holds their shared error.
+"""
+
+from greval.llm.local.build import (
+    BUILD_FLAGS,
+    ENV_SERVER,
+    LLAMA_CPP_PYTHON_VERSION,
+    build_info,
+    ensure_llama_server,
+    find_llama_server,
+    llama_server_dir,
+)
+from greval.llm.local.common import LocalJudgeError
+from greval.llm.local.models import bundled_model_path, model_identity, resolve_local_model
+from greval.llm.local.server import DEFAULT_CTX_SIZE, LocalJudgeInfo, LocalJudgeServer, start_local_judge
+from greval.llm.local.session import judge_session, serve_judge
+
+__all__ = [
+    "BUILD_FLAGS",
+    "DEFAULT_CTX_SIZE",
+    "ENV_SERVER",
+    "LLAMA_CPP_PYTHON_VERSION",
+    "LocalJudgeError",
+    "LocalJudgeInfo",
+    "LocalJudgeServer",
+    "build_info",
+    "bundled_model_path",
+    "ensure_llama_server",
+    "find_llama_server",
+    "judge_session",
+    "llama_server_dir",
+    "model_identity",
+    "resolve_local_model",
+    "serve_judge",
+    "start_local_judge",
+]

@@ -1,0 +1,42 @@
+"""Serving the judge of a command: for a local model, llama-server runs while the command's block runs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from greval.errors import UserError
+from greval.llm.config import JudgeConfig, Notify, resolve_judge
+from greval.llm.local.common import LocalJudgeError
+from greval.llm.local.server import LocalJudgeServer
+
+
+@contextlib.contextmanager
+def serve_judge(cfg: JudgeConfig, notify: Notify, needed: bool = True) -> Iterator[JudgeConfig]:
+    """For a local model, run the embedded llama-server while the block runs (only when calls are needed);
+    what it starts is said through ``notify``."""
+    if cfg.provider not in ("gguf", "local") or not needed:
+        yield cfg
+        return
+    try:
+        server = LocalJudgeServer(model=None if cfg.provider == "local" else cfg.model)
+        notify("starting the embedded local judge (llama.cpp) …")
+        info = server.__enter__()
+    except LocalJudgeError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        notify(
+            f"local judge {info.identity} at {info.base_url} ({info.threads} threads, {info.parallel} slots)",
+            highlight=False,
+        )
+        yield cfg.model_copy(update={"model": info.model, "base_url": info.base_url})
+    finally:
+        server.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def judge_session(ref: str, notify: Notify, **params: Any) -> Iterator[JudgeConfig]:
+    """Resolve the judge and, for a local model, serve it for the duration of the block."""
+    with serve_judge(resolve_judge(ref, **params), notify) as cfg:
+        yield cfg

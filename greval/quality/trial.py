@@ -1,0 +1,211 @@
+"""`greval spec try`: run a draft on a few human-labelled records and show the judge's agreement with them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from greval._sync import run_sync
+from greval.errors import UserError
+from greval.spec import CategoricalScale, Spec
+
+
+def human_frame(
+    spec: Spec,
+    records: Sequence[Any],
+    results: Mapping[str, Any],
+    humans: Mapping[str, Sequence[tuple[str, Any]]],
+) -> Any:
+    """The agreement module's frame: one row per record (or per chunk / triple for item metrics) and human
+    annotator; the ``annotator`` column only when some record has several human answers."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    several = any(len(v) > 1 for v in humans.values())
+    for rec in records:
+        res = results.get(rec.hash)
+        verdicts = {v.item_id: v for v in res.verdicts} if res is not None else {}
+        answers = list(humans.get(rec.id) or [("human", None)])
+        for annotator, human in answers:
+            extra = {"annotator": str(annotator)} if several else {}
+            if spec.each is None:
+                judged = _verdict_value(spec, verdicts.get(""))
+                rows.append({"item": rec.id, "judge": judged, "human": human, **extra})
+                continue
+            ids = [it["id"] for it in rec.items(spec.each)]
+            per_item = _per_item(human, ids, rec.id)
+            for iid in ids:
+                judged = _verdict_value(spec, verdicts.get(iid))
+                rows.append({"item": f"{rec.id}/{iid}", "judge": judged, "human": per_item.get(iid), **extra})
+    return pd.DataFrame(rows, columns=["item", "judge", "human", *(["annotator"] if several else [])])
+
+
+def humans_from_file(
+    path: str, column: str, id_column: str | None = None, annotator_column: str | None = None
+) -> dict[str, list[tuple[str, Any]]]:
+    """Human answers kept in their own table (e.g. pulled from Argilla), joined on the record id."""
+    from greval.agreement.tables import read_table, select
+
+    table = read_table(path, as_text=True)  # a label spelled NA / None / null stays that label
+    id_col = id_column or next((c for c in ("record_id", "id") if c in table.columns), None)
+    if id_col is None:
+        raise UserError(f"{path}: no record_id or id column; name it with --human-id-column")
+    ids = select(table, id_col).astype(str)
+    values = select(table, column)
+    annotators = select(table, annotator_column).astype(str) if annotator_column else None
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for i, (rid, value) in enumerate(zip(ids, values, strict=True)):
+        who = str(annotators.iloc[i]) if annotators is not None else f"h{len(out.get(rid, [])) + 1}"
+        out.setdefault(rid, []).append((who, _plain(value)))
+    return out
+
+
+def _verdict_value(spec: Spec, v: Any) -> Any:
+    if v is None or v.status != "ok":
+        return None
+    return v.label if isinstance(spec.scale, CategoricalScale) else v.value
+
+
+def _per_item(human: Any, ids: Sequence[str], rid: str) -> dict[str, Any]:
+    if isinstance(human, str) and human.strip()[:1] in ("[", "{"):
+        with contextlib.suppress(json.JSONDecodeError):
+            human = json.loads(human)
+    if human is None or (isinstance(human, float) and math.isnan(human)):
+        return {}
+    if hasattr(human, "tolist"):
+        human = human.tolist()
+    if isinstance(human, Mapping):
+        return {str(k): v for k, v in human.items()}
+    if isinstance(human, list):
+        if len(human) != len(ids):
+            raise UserError(
+                f"record {rid}: the human column holds {len(human)} labels for {len(ids)} items; "
+                "give one per item, in item order, or a mapping {item_id: label}"
+            )
+        return dict(zip(ids, human, strict=True))
+    raise UserError(
+        f"record {rid}: an item metric needs per-item human labels: a list in item order or {{item_id: label}}"
+    )
+
+
+def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[str, list[tuple[str, Any]]]]:
+    """Take the human column out of the records (so the store sees the same records as `greval run`)."""
+    from greval.dataset.records import Record, content_hash
+
+    humans: dict[str, list[tuple[str, Any]]] = {}
+    out: list[Any] = []
+    found = False
+    for rec in records:
+        data = dict(rec.data)
+        value: Any = None
+        if column in data:
+            value = data.pop(column)
+            found = True
+        else:
+            cur: Any = data
+            for part in column.split("."):
+                cur = cur.get(part) if isinstance(cur, Mapping) else None
+            value = cur
+            found = found or value is not None
+        humans[rec.id] = [("human", value)]
+        out.append(Record(id=rec.id, hash=content_hash(data), data=data))
+    if not found:
+        cols = sorted({k for r in records for k in r.data})
+        raise UserError(f"--human-column {column!r} not found; columns: {', '.join(cols)}")
+    return out, humans
+
+
+def try_spec(
+    specs: Sequence[Any],
+    target: Spec,
+    data_file: str,
+    human_column: str,
+    *,
+    judge_ref: str,
+    judge_params: Mapping[str, Any],
+    session: Callable[..., Any],
+    mapping: Mapping[str, str] | None = None,
+    id_column: str | None = None,
+    limit: int | None = 20,
+    store: str | None = None,
+    bootstrap: int = 200,
+    human_file: str | None = None,
+    human_id_column: str | None = None,
+    annotator_column: str | None = None,
+) -> tuple[Any, Any, Any]:
+    """Run the specs on the labelled records and compute agreement of ``target`` with the human answers
+    (a column of the data file, or of ``human_file`` joined on the record id)."""
+    from greval.agreement import AgreementOptions, compute_agreement
+    from greval.dataset.records import load_records
+    from greval.judge.evaluators import config_for
+    from greval.runner import arun
+    from greval.store.store import Store, spec_keys
+
+    loaded = load_records(data_file, mapping, id_column, limit)
+    if human_file:
+        records = loaded
+        humans = humans_from_file(human_file, human_column, human_id_column, annotator_column)
+        if not any(r.id in humans for r in records):
+            raise UserError(f"{human_file}: no human answer for any of the {len(records)} record ids")
+    else:
+        records, humans = split_human(loaded, human_column)
+    with tempfile.TemporaryDirectory(prefix="greval-try-") as tmp:
+        path = store or str(Path(tmp) / "try.sqlite")
+        with session(judge_ref, **judge_params) as cfg, Store(path) as st:
+            summary = run_sync(arun(specs, records, st, cfg, dataset=data_file))
+            keys = spec_keys(specs)
+            jkey = config_for(target, cfg).key
+            results = {r.hash: st.result(keys[target.name], jkey, r) for r in records}
+    frame = human_frame(target, records, results, humans)
+    frame["human"] = frame["human"].map(_plain)
+    from greval.agreement.from_store import agreement_scale
+
+    report = compute_agreement(frame, agreement_scale(target), AgreementOptions(bootstrap=bootstrap))
+    return report, frame, summary
+
+
+def _plain(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return v
+
+
+def print_try(console: Any, spec: Spec, report: Any, frame: Any, summary: Any) -> None:
+    """Compact agreement: counts, headline metrics with CIs, and the confusion matrix for labels."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = report.counts
+    console.print(
+        f"[bold]{spec.name}[/] ({spec.hash}) judged by {summary.judge}: {c.items_compared} of {c.items} "
+        f"items compared ({c.items_missing_human} without a human label, {c.items_invalid_judge} judge failures)",
+        highlight=False,
+    )
+    from greval.store.results import metric_notes
+
+    for m in summary.metrics:  # why judge answers failed (truncated, content filter …), as `greval run` says
+        if m.spec == spec.name:
+            for note in metric_notes(m):
+                console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    t = Table(title="judge vs human", title_justify="left")
+    for col in ("metric", "value", "95% CI", "n", "note"):
+        t.add_column(col, justify="right" if col in ("value", "n") else "left")
+    for name, e in report.metrics.items():
+        ci = f"[{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.ci_low is not None and e.ci_high is not None else ""
+        t.add_row(name, "—" if e.value is None else f"{e.value:.3f}", escape(ci), str(e.n), escape(e.note or ""))
+    console.print(t)
+    if report.categorical is not None:
+        cm = Table(title="confusion (rows human, columns judge)", title_justify="left")
+        cm.add_column("human \\ judge")
+        for lab in report.categorical.confusion.judge_labels:
+            cm.add_column(escape(lab), justify="right")
+        for lab, row in zip(report.categorical.confusion.labels, report.categorical.confusion.counts, strict=True):
+            cm.add_row(escape(lab), *[str(v) for v in row])
+        console.print(cm)
+    for note in report.notes:
+        console.print(f"  note: {escape(note)}", highlight=False)
