@@ -193,7 +193,9 @@ def test_a_user_error_in_a_lazily_loaded_command_is_one_line(tmp_path: Path) -> 
 
 
 def test_predefined_names_read_without_parsing_match_the_parsed_files() -> None:
-    from greval.spec import _load, bundled_specs, metric_specs_dir
+    from greval.paths import metric_specs_dir
+    from greval.spec import bundled_specs
+    from greval.spec.load import _load
 
     parsed = {spec.name: f for f in sorted(metric_specs_dir().glob("*.yaml")) for spec, _ in _load(f)}
     assert bundled_specs() == parsed
