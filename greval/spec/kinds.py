@@ -32,7 +32,7 @@ def register_kind(kind: str) -> Any:
 BUILTIN_KINDS: dict[str, str] = {
     "judge": "greval.spec.model",
     "computed": "greval.judge.computed",
-    "pipeline": "greval.judge.pipeline",
+    "pipeline": "greval.spec.pipeline",
 }
 
 
