@@ -31,7 +31,7 @@ def register_kind(kind: str) -> Any:
 #: an import error is not hidden.
 BUILTIN_KINDS: dict[str, str] = {
     "judge": "greval.spec.model",
-    "computed": "greval.judge.computed",
+    "computed": "greval.spec.computed",
     "pipeline": "greval.spec.pipeline",
 }
 
