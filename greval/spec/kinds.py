@@ -1,8 +1,9 @@
 """The kind table: which model validates ``kind: <kind>``, and which module declares each built-in kind.
 
 A kind's module is imported only when a spec of that kind is read, so a judge spec alone imports neither the
-computed nor the pipeline declarations; every declaration lives in ``greval.spec`` and imports no judge
-(LangChain stays out of ``greval spec validate``).
+computed nor the pipeline declarations. Every kind is declared in ``greval.spec``; a spec's ``evaluator()``
+imports its evaluator from ``greval.judge`` only when a run builds it, so ``greval spec validate`` imports no
+LangChain whatever the kind.
 """
 
 from __future__ import annotations
