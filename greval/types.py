@@ -29,6 +29,7 @@ class ErrorKind(StrEnum):
     INCOMPLETE = "incomplete"  # a many-judge left items out (after re-asking)
     AUTH = "auth"  # 401 / 403: every call fails
     NOT_FOUND = "not_found"  # 404, e.g. an unknown model: every call fails
+    INVALID_INPUT = "invalid_input"  # a computed metric cannot score this record's data (wrong type, no reference)
     UNKNOWN = "unknown"  # anything else (not an HTTP error): recorded for this judgement
 
     @property

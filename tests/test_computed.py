@@ -14,20 +14,13 @@ import greval
 import greval.runner
 from greval.dataset.records import Record
 from greval.errors import SpecError, UserError
-from greval.judge.computed import (
-    ComputedSpec,
-    EmbeddingSpec,
-    OrphanSpec,
-    RougeSpec,
-    TripleSpec,
-    parse_arrow_triples,
-    parse_citations,
-    split_sentences,
-)
+from greval.judge.computed import parse_arrow_triples, parse_citations, split_sentences
 from greval.judge.judge import MISSING_INPUT, JudgeResult
 from greval.llm.config import JudgeConfig
 from greval.spec import load_spec_file, parse_spec
+from greval.spec.computed import ComputedSpec, EmbeddingSpec, OrphanSpec, RougeSpec, TripleSpec
 from greval.store.store import Store
+from greval.types import ErrorKind
 
 PRED = "The quick brown foxes were jumping over the lazy dogs near the river bank."
 REF = "A quick brown fox jumps over the lazy dog by the river."
@@ -187,6 +180,19 @@ def test_bleu_equals_nltk_sentence_bleu() -> None:
 def test_missing_input_is_reported_not_scored() -> None:
     res = judge(spec("rouge"), {"answer": PRED})
     assert res.error == f"{MISSING_INPUT}: expected_answer"
+
+
+def test_a_record_that_cannot_be_scored_is_a_typed_error_verdict(tmp_path: Path) -> None:
+    res = judge(spec("orphan_claims"), {"claims": "one claim, not a list"})
+    assert res.error is None and [v.status for v in res.verdicts] == ["error"]
+    assert res.verdicts[0].error == "claims: expected a list of claims, got str"
+    assert res.verdicts[0].error_kind is ErrorKind.INVALID_INPUT
+    # A spec read back from a store keeps its table path; when the table is gone, scoring fails per record.
+    data = {"name": "kg", "kind": "computed", "description": "d", "metric": "triple_validity"}
+    gone = parse_spec({**data, "params": {"table": str(tmp_path / "gone.csv")}}, f"{tmp_path}/s.sqlite#kg")
+    (bad,) = judge(gone, {"triples": TRIPLES}).verdicts
+    assert bad.status == "error" and (bad.error or "").startswith("relationship table: no such file")
+    assert bad.error_kind is ErrorKind.UNKNOWN
 
 
 @pytest.mark.slow

@@ -19,18 +19,18 @@ from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.errors import SpecError
 from greval.judge.judge import Judge, JudgeResult
-from greval.judge.pipeline import (
+from greval.judge.pipeline import aggregate_counts
+from greval.llm.config import JudgeConfig
+from greval.llm.retry import RetryPolicy
+from greval.runner import RunOptions, run
+from greval.spec import BaseSpec, CategoricalScale, Spec, parse_spec, resolve_specs, spec_json_schema
+from greval.spec.pipeline import (
     CountsAggregate,
     PipelineSpec,
     RankedPrecisionAggregate,
     RatioAggregate,
     ScoreMeanAggregate,
-    aggregate_counts,
 )
-from greval.llm.config import JudgeConfig
-from greval.llm.retry import RetryPolicy
-from greval.runner import RunOptions, run
-from greval.spec import BaseSpec, CategoricalScale, Spec, parse_spec, resolve_specs, spec_json_schema
 from greval.store.results import aggregate_items
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer

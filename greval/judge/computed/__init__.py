@@ -1,0 +1,115 @@
+"""``kind: computed`` metrics scored: one module per family of computation, and the evaluator that runs them.
+
+The families differ in what they read and what they need: ``overlap`` (ROUGE, BLEU: a prediction's words
+against reference texts, via rouge-score / nltk), ``embedding`` (semantic similarity: a packaged
+sentence-transformers model, loaded once under a lock), ``citations`` (citations and orphan claims: parsing
+the answer against the record's own chunks) and ``triples`` (knowledge-graph triples against the user's
+relationship table). ``common`` holds what they share. The specs themselves are declared in
+:mod:`greval.spec.computed`; :func:`compute` maps each to its family.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from greval.dataset.records import Record
+from greval.judge.computed.citations import (
+    Citation,
+    check_citation,
+    citations,
+    orphan_claims,
+    parse_citations,
+    split_sentences,
+)
+from greval.judge.computed.common import ComputeError
+from greval.judge.computed.embedding import (
+    cosine_similarities,
+    embedding_model,
+    embedding_model_dir,
+    embedding_similarity,
+)
+from greval.judge.computed.overlap import bleu, bleu_score, rouge
+from greval.judge.computed.triples import parse_arrow_triples, triple_validity
+from greval.spec.computed import (
+    BleuSpec,
+    CitationSpec,
+    ComputedSpec,
+    EmbeddingSpec,
+    OrphanSpec,
+    RougeSpec,
+    TableUnavailable,
+    TripleSpec,
+)
+from greval.types import ErrorKind, ItemVerdict, JudgeResult
+
+
+def compute(spec: ComputedSpec, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+    """Score one record's data: the verdicts (record-level first, item ids after) and outputs."""
+    if isinstance(spec, RougeSpec):
+        return rouge(spec.params, data)
+    if isinstance(spec, BleuSpec):
+        return bleu(spec.params, data)
+    if isinstance(spec, EmbeddingSpec):
+        return embedding_similarity(spec.params, data)
+    if isinstance(spec, CitationSpec):
+        return citations(spec.params, data)
+    if isinstance(spec, OrphanSpec):
+        return orphan_claims(spec.params, data)
+    if isinstance(spec, TripleSpec):
+        try:
+            table = spec.table
+        except TableUnavailable as exc:
+            raise ComputeError(str(exc), ErrorKind.UNKNOWN) from None
+        return triple_validity(spec.params, table, data)
+    raise TypeError(f"computed metric {spec.metric!r} has no computation")
+
+
+class ComputedEvaluator:
+    """Runs a computed spec on records; CPU work goes to a thread so the event loop keeps serving judges."""
+
+    def __init__(self, spec: ComputedSpec) -> None:
+        self.spec = spec
+
+    async def ajudge(
+        self,
+        record: Record | Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None = None,
+        only_items: Sequence[str] | None = None,
+    ) -> JudgeResult:
+        from greval.judge.judge import begin  # not at the top: reading a computed spec must not import LangChain
+
+        rec, result, ready = begin(self.spec, record, deps)
+        if ready is None:
+            return result
+        try:
+            verdicts, outputs = await asyncio.to_thread(compute, self.spec, rec.data)
+        except ComputeError as exc:
+            result.verdicts = [ItemVerdict(status="error", error=str(exc), error_kind=exc.kind)]
+            return result
+        result.verdicts = verdicts
+        result.outputs = outputs
+        return result
+
+    def judge(self, record: Record | Mapping[str, Any]) -> JudgeResult:
+        """Synchronous convenience for scripts and tests."""
+        from greval._sync import run_sync
+
+        return run_sync(self.ajudge(record))
+
+
+__all__: list[str] = [
+    "Citation",
+    "ComputeError",
+    "ComputedEvaluator",
+    "bleu_score",
+    "check_citation",
+    "compute",
+    "cosine_similarities",
+    "embedding_model",
+    "embedding_model_dir",
+    "parse_arrow_triples",
+    "parse_citations",
+    "split_sentences",
+]

@@ -1,0 +1,297 @@
+"""Citations and sources: parsing citations (GraphRAG ``[Data: ...]``, spans, brackets) and checking them
+against the record's own chunks, for citation coverage / validity and the share of orphan claims (claims
+with no source). Plain parsing, no library."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from greval.judge.computed.common import ComputeError, record_verdict, short, texts
+from greval.spec import StrictModel
+from greval.spec.computed import CitationParams, OrphanParams, match_key
+from greval.types import ItemVerdict
+
+
+class Citation(StrictModel):
+    """One parsed citation: the id it points at, optionally a dataset type, a section and a span."""
+
+    text: str
+    ref: str
+    kind: str | None = None
+    section: str | None = None
+    start: int | None = None
+    end: int | None = None
+    at: int = 0
+
+
+_GRAPHRAG = re.compile(r"\[Data:\s*([^\]]*)\]", re.IGNORECASE)
+_GRAPHRAG_PART = re.compile(r"([A-Za-z][A-Za-z _-]*?)\s*\(([^)]*)\)")
+_SPAN = re.compile(r"(?P<id>\b[A-Za-z_][\w.-]*?):(?P<start>\d+)\s*[-–]\s*(?P<end>\d+)\b")
+# "IMPRESSION section, chunk_11:..." - the words before "section" back to the nearest delimiter.
+_SECTION_BEFORE = re.compile(r"([^()\[\];,.:\n]{1,80}?)\s+section\s*[,:]?\s*$", re.IGNORECASE)
+_BRACKET = re.compile(r"\[\s*([\w.-]+(?:\s*[,;]\s*[\w.-]+)*)\s*\]")
+_SINGULAR = {
+    "entities": "entity",
+    "relationships": "relationship",
+    "reports": "report",
+    "sources": "source",
+    "claims": "claim",
+    "covariates": "covariate",
+    "documents": "document",
+    "chunks": "chunk",
+    "text units": "text unit",
+}
+
+
+def parse_citations(text: str, styles: Sequence[str] = ("graphrag", "span", "bracket")) -> list[Citation]:
+    """Every citation in a text, in order of appearance.
+
+    GraphRAG: ``[Data: Sources (1, 2); Entities (5, +more)]`` (``+more`` is skipped); span:
+    ``chunk_5:200-250``, optionally ``IMPRESSION section, chunk_11:4648-5547``; bracket: ``[chunk_5]``,
+    ``[1, 2]``.
+    """
+    found: list[Citation] = []
+    taken: list[tuple[int, int]] = []
+    if "graphrag" in styles:
+        for m in _GRAPHRAG.finditer(text):
+            taken.append(m.span())
+            for part in _GRAPHRAG_PART.finditer(m.group(1)):
+                kind = part.group(1).strip()
+                for ref in part.group(2).split(","):
+                    ref = ref.strip()
+                    if ref and not ref.lstrip().startswith("+"):
+                        found.append(Citation(text=f"{kind} ({ref})", ref=ref, kind=kind, at=m.start()))
+    if "span" in styles:
+        for m in _SPAN.finditer(text):
+            if any(a <= m.start() < b for a, b in taken):
+                continue
+            taken.append(m.span())
+            before = _SECTION_BEFORE.search(text[max(0, m.start() - 100) : m.start()])
+            section = _section_name(before.group(1)) if before else None
+            found.append(
+                Citation(
+                    text=(f"{section.strip()} section, " if section else "") + m.group(0).strip(),
+                    ref=m.group("id"),
+                    section=section.strip() if section else None,
+                    start=int(m.group("start")),
+                    end=int(m.group("end")),
+                    at=m.start(),
+                )
+            )
+    if "bracket" in styles:
+        for m in _BRACKET.finditer(text):
+            if any(a <= m.start() < b or a < m.end() <= b for a, b in taken):
+                continue
+            for ref in re.split(r"\s*[,;]\s*", m.group(1)):
+                if ref:
+                    found.append(Citation(text=f"[{ref}]", ref=ref, at=m.start()))
+    return sorted(found, key=lambda c: c.at)
+
+
+def _section_name(phrase: str) -> str:
+    """The trailing capitalised words of "see the Past Medical History" (all of it when none is)."""
+    words = phrase.split()
+    tail: list[str] = []
+    for w in reversed(words):
+        if not (w[:1].isupper() or w[:1].isdigit()):
+            break
+        tail.insert(0, w)
+    return " ".join(tail or words)
+
+
+def _chunk_meta(chunk: Mapping[str, Any]) -> dict[str, Any]:
+    """A chunk's metadata, also when the dataset nested it as ``metadata: {...}``."""
+    meta = dict(chunk.get("metadata") or {})
+    inner = meta.pop("metadata", None)
+    if isinstance(inner, Mapping):
+        meta = {**inner, **meta}
+    return meta
+
+
+def _kindmatch_key(kind: str) -> str:
+    k = match_key(kind)
+    return _SINGULAR.get(k, k)
+
+
+def check_citation(c: Citation, chunks: Sequence[Mapping[str, Any]], p: CitationParams) -> str | None:
+    """Why a citation is invalid, or None when it is valid."""
+    by_id = {match_key(str(ch.get("id", ""))): ch for ch in chunks}
+    chunk: Mapping[str, Any] | None = None
+    if c.kind is None:
+        chunk = by_id.get(match_key(c.ref))
+    else:  # GraphRAG: "Sources (3)" is chunk "3" (typed as a source if typed at all), or "source:3" / "source_3"
+        kind = _kindmatch_key(c.kind)
+        for sep in (":", "_", "-", " "):
+            chunk = by_id.get(match_key(f"{kind}{sep}{c.ref}")) or by_id.get(match_key(f"{c.kind}{sep}{c.ref}"))
+            if chunk is not None:
+                break
+        if chunk is None:
+            bare = by_id.get(match_key(c.ref))
+            if bare is not None:
+                meta = _chunk_meta(bare)
+                typed = next((meta[k] for k in ("type", "dataset", "kind") if meta.get(k)), None)
+                if typed is not None and _kindmatch_key(str(typed)) != kind:
+                    return f"id {c.ref!r} is a {typed}, not one of the {c.kind}"
+                chunk = bare
+    if chunk is None:
+        ids = [str(ch.get("id")) for ch in chunks]
+        known = ", ".join(ids[:8]) + (", …" if len(ids) > 8 else "")
+        return f"unknown id {c.ref!r} (the record has {known or 'no chunks'})"
+    meta = _chunk_meta(chunk)
+    if c.section is not None and p.check_sections:
+        title = meta.get("section_title") or meta.get("section")
+        cited, want = _sectionmatch_key(c.section), _sectionmatch_key(str(title)) if title is not None else ""
+        # The cited phrase may carry words before the section name ("see the IMPRESSION section, ...").
+        if title is not None and not (cited == want or cited.endswith(" " + want)):
+            return f"section mismatch: cited {c.section!r}, chunk {c.ref} is in {str(title)!r}"
+    if c.start is not None and c.end is not None and p.check_spans:
+        if c.start >= c.end:
+            return f"span {c.start}-{c.end}: start ≥ end"
+        lo, hi = meta.get("start_char"), meta.get("end_char")
+        if lo is None or hi is None:  # no document offsets: the span is within the chunk's own text
+            lo, hi = 0, len(str(chunk.get("text", "")))
+        lo_i, hi_i = int(lo), int(hi)
+        if c.start < lo_i or c.end > hi_i:
+            return f"span {c.start}-{c.end} out of bounds: chunk {c.ref} covers {lo_i}-{hi_i}"
+    return None
+
+
+def _sectionmatch_key(name: str) -> str:
+    return re.sub(r"[^\w]+", " ", name).strip().casefold()
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of an answer (regex: no punkt download). A fragment that is only citations joins the
+    sentence before it; markdown headings are not claims and are dropped."""
+    out: list[str] = []
+    for raw in _SENTENCE_END.split(text):
+        s = raw.strip()
+        if not s or s.startswith("#"):
+            continue
+        rest = _GRAPHRAG.sub("", _SPAN.sub("", _BRACKET.sub("", s)))
+        if not re.search(r"\w", rest) and out:
+            out[-1] = f"{out[-1]} {s}"
+            continue
+        if re.search(r"\w", s):
+            out.append(s)
+    return out
+
+
+def _item_text(item: Any, keys: Sequence[str]) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Mapping):
+        parts: list[str] = []
+        for k in keys:
+            v = item.get(k)
+            if isinstance(v, str):
+                parts.append(v)
+            elif isinstance(v, list | tuple):
+                parts.extend(str(x) for x in v)
+        return " ".join(parts)
+    return str(item)
+
+
+def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+    """Citation coverage (sentences or items citing something) and validity (citations that resolve)."""
+    chunks = [c for c in data.get("chunks") or [] if isinstance(c, Mapping)]
+    if p.items:
+        value = data.get(p.items)
+        if not isinstance(value, list):
+            raise ComputeError(f"{p.items}: expected a list, got {type(value).__name__}")
+        units = [_item_text(it, p.item_keys) for it in value]
+        unit_name = "item"
+    else:
+        units = split_sentences(" ".join(texts(data.get(p.field))))
+        unit_name = "sentence"
+    cites: list[Citation] = []
+    uncited: list[int] = []
+    for i, u in enumerate(units):
+        found = parse_citations(u, p.styles)
+        if not found:
+            uncited.append(i)
+        cites.extend(found)
+    problems = [check_citation(c, chunks, p) for c in cites]
+    valid = sum(1 for x in problems if x is None)
+    coverage = (len(units) - len(uncited)) / len(units) if units else None
+    validity = valid / len(cites) if cites else None
+    items = [
+        ItemVerdict(
+            item_id=f"citation:{i}",
+            label="valid" if why is None else "invalid",
+            score=1.0 if why is None else 0.0,
+            reason=f"{c.text}: " + ("resolves" if why is None else why),
+        )
+        for i, (c, why) in enumerate(zip(cites, problems, strict=True), start=1)
+    ]
+    cov_text = f"{len(units) - len(uncited)}/{len(units)} {unit_name}s cite" if units else f"no {unit_name}s"
+    val_text = f"{valid}/{len(cites)} citations valid" if cites else "no citations found"
+    first_bad = next((f"{c.text}: {w}" for c, w in zip(cites, problems, strict=True) if w), None)
+    if p.score == "validity":
+        score, reason = validity, f"{val_text}; {cov_text}"
+    else:
+        score, reason = coverage, f"{cov_text}; {val_text}"
+    if first_bad:
+        reason += f" (first invalid: {short(first_bad, 120)})"
+    outputs: dict[str, Any] = {
+        "coverage": coverage,
+        "validity": validity,
+        "units": len(units),
+        "cited_units": len(units) - len(uncited),
+        "citations": len(cites),
+        "valid_citations": valid,
+        "uncited": [short(units[i]) for i in uncited[:20]],
+        "invalid": [f"{c.text}: {w}" for c, w in zip(cites, problems, strict=True) if w][:20],
+    }
+    return [record_verdict(score, reason), *items], outputs
+
+
+def orphan_claims(p: OrphanParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+    """Share of claims without a source (lower is better)."""
+    value = data.get(p.field)
+    if not isinstance(value, list):
+        raise ComputeError(f"{p.field}: expected a list of claims, got {type(value).__name__}")
+    items: list[ItemVerdict] = []
+    orphans = 0
+    for i, claim in enumerate(value, start=1):
+        text = (
+            claim
+            if isinstance(claim, str)
+            else str(claim.get(p.text_key, ""))
+            if isinstance(claim, Mapping)
+            else str(claim)
+        )
+        source = None
+        if isinstance(claim, Mapping):
+            source = next((k for k in p.source_keys if _has_value(claim.get(k))), None)
+        cited = p.inline_citations and bool(parse_citations(text))
+        orphan = source is None and not cited
+        orphans += orphan
+        why = "no source" if orphan else (f"source in {source!r}" if source else "inline citation")
+        items.append(
+            ItemVerdict(
+                item_id=f"claim:{i}",
+                label="orphan" if orphan else "sourced",
+                score=1.0 if orphan else 0.0,
+                reason=f"{short(text, 60)}: {why}",
+            )
+        )
+    rate = orphans / len(value) if value else None
+    reason = f"{orphans}/{len(value)} claims have no source" if value else "no claims"
+    outputs = {"claims": len(value), "orphans": orphans, "orphan_rate": rate}
+    return [record_verdict(rate, reason), *items], outputs
+
+
+def _has_value(v: Any) -> bool:
+    if v is None:
+        return False
+    if isinstance(v, str):
+        return bool(v.strip())
+    if isinstance(v, list | tuple | dict | set):
+        return any(_has_value(x) for x in (v.values() if isinstance(v, dict) else v))
+    return True

@@ -1,0 +1,41 @@
+"""What every computed-metric family shares: the error a record cannot be scored with, the record
+verdict, and reading a field as texts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from greval.types import ErrorKind, ItemVerdict
+
+
+class ComputeError(Exception):
+    """A record this metric cannot score (e.g. a field of the wrong type): an error verdict, not a crash.
+
+    ``kind`` is the verdict's :class:`~greval.types.ErrorKind`: the record's data by default; ``UNKNOWN``
+    for what is missing around it (an optional library, the packaged model, a spec's table).
+    """
+
+    def __init__(self, message: str, kind: ErrorKind = ErrorKind.INVALID_INPUT) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def record_verdict(score: float | None, reason: str) -> ItemVerdict:
+    """The record-level verdict (a NaN score is no score)."""
+    return ItemVerdict(item_id="", score=None if score is None or math.isnan(score) else float(score), reason=reason)
+
+
+def texts(value: Any) -> list[str]:
+    """A field as a list of texts: a string, or a list of strings (several references)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value if v is not None and str(v).strip()]
+    return [] if value is None else [str(value)]
+
+
+def short(text: str, n: int = 80) -> str:
+    """A text on one line, cut to ``n`` characters for reasons and outputs."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"

