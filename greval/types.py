@@ -45,6 +45,11 @@ _RETRYABLE = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.SERVER_ERROR, ErrorKin
 _FATAL = frozenset({ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.QUOTA})
 
 
+Method = Literal["json_schema", "function_calling", "json_mode"]
+"""How a judge asks for structured output (JSON schema, a forced tool call, JSON mode with the schema in the
+prompt). Here, with no SDK, so that run options and spec declarations can name it without LangChain."""
+
+
 RECORD_ITEM: Final = ""
 """The item id of a record-level verdict (a whole answer, not one of its chunks or triples)."""
 

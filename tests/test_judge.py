@@ -11,11 +11,13 @@ from langchain_openai import ChatOpenAI
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
-from greval.judge.evaluators import compile_suite
-from greval.judge.judge import Judge, JudgeResult, compile, verdict_models
+from greval.judge.evaluators import compile, compile_suite
+from greval.judge.judge import Judge, JudgeResult
+from greval.judge.verdict import verdict_models
 from greval.llm.retry import RetryPolicy
 from greval.spec import Spec, parse_spec, resolve_specs
 from greval.testing.openai_server import OpenAIServer
+from greval.types import RECORD_ITEM, ErrorKind
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)
 
@@ -164,6 +166,27 @@ def test_many_judge_records_explicit_error_for_items_never_returned(llm: OpenAIS
     assert by_id["t1"].status == by_id["t2"].status == "ok"
     assert by_id["t3"].status == "error"
     assert "no verdict after 3 call(s)" in (by_id["t3"].error or "")
+    assert by_id["t3"].error_kind is ErrorKind.INCOMPLETE and by_id["t1"].error_kind is None
+
+
+def test_a_many_judge_that_fails_types_every_pending_item(llm: OpenAIServer) -> None:
+    """A request failing for good ends the re-ask rounds: every item still pending gets an error verdict
+    with the failure's kind (not "incomplete"), and the items judged before keep their verdicts."""
+    llm.script(
+        [
+            {"match": "Item ids: t1, t2, t3", "times": 1, "action": {"type": "drop_ids", "ids": ["t2", "t3"]}},
+            {
+                "match": "Item ids: t2, t3",
+                "action": {"type": "fault", "status": 400, "code": "context_length_exceeded"},
+            },
+        ]
+    )
+    result = run_sync(judge(llm, LABEL_SPEC).ajudge(RECORD))
+    by_id = {v.item_id: v for v in result.verdicts}
+    assert by_id["t1"].status == "ok"
+    for iid in ("t2", "t3"):
+        assert by_id[iid].status == "error" and by_id[iid].error_kind is ErrorKind.CONTEXT_LENGTH
+        assert (by_id[iid].error or "").startswith("context_length: no verdict after 2 call(s): ")
 
 
 def test_conflicting_duplicate_ids_are_asked_again(llm: OpenAIServer) -> None:
@@ -201,6 +224,7 @@ def test_unparsable_answer_is_retried_then_recorded(llm: OpenAIServer, fault: st
     result = run_sync(judge(llm, VALUE_SPEC).ajudge({"question": "q2", "answer": "a"}))
     assert not result.ok
     assert "unusable answer after 3 tries" in (result.verdicts[0].error or "")
+    assert result.verdicts[0].error_kind is ErrorKind.UNPARSABLE and result.verdicts[0].item_id == RECORD_ITEM
     assert all(c.raw for c in result.calls)  # the raw answers are kept for inspection
 
 
@@ -229,6 +253,7 @@ def test_transport_failure_after_bounded_attempts_is_an_error_verdict(llm: OpenA
     result = run_sync(judge(llm, VALUE_SPEC).ajudge({"question": "q", "answer": "a"}))
     assert not result.ok
     assert result.verdicts[0].error and result.verdicts[0].error.startswith("server_error: HTTP 503")
+    assert result.verdicts[0].error_kind is ErrorKind.SERVER_ERROR
     assert llm.stats()["total"] == FAST.max_attempts
 
 
@@ -385,7 +410,7 @@ def test_samples_give_majority_and_confidence(llm: OpenAIServer) -> None:
     ],
 )
 def test_majority_value_is_the_mode_with_ties_toward_the_median(values: list[int], expected: int) -> None:
-    from greval.judge.judge import majority_value
+    from greval.judge.parse import majority_value
 
     assert majority_value(values) == expected
 

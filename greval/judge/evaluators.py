@@ -2,25 +2,27 @@
 
 A judge spec becomes a :class:`greval.judge.judge.Judge`; other kinds (computed, pipeline) build their own
 evaluator through ``spec.evaluator(...)``. Every evaluator answers ``ajudge(record, deps, only_items)`` with a
-:class:`greval.judge.judge.JudgeResult`: record-level verdicts have ``item_id == ""``; item verdicts (chunks,
-triples, extracted statements) carry their own ids.
+:class:`greval.types.JudgeResult`: record-level verdicts have ``item_id == RECORD_ITEM``; item verdicts
+(chunks, triples, extracted statements) carry their own ids. :func:`compile` and :func:`compile_suite` make
+LangChain runnables of any of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
-from greval.judge.judge import Judge, JudgeResult
+from greval.judge.judge import Judge
 from greval.llm.config import JudgeConfig
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, Spec, dependency_levels
+from greval.types import JudgeResult, Method
 
 
 class Evaluator(Protocol):
@@ -38,7 +40,7 @@ def make_evaluator(
     spec: BaseSpec,
     model: BaseChatModel | None,
     *,
-    method: Any = "auto",
+    method: Method | Literal["auto"] = "auto",
     samples: int = 1,
     policy: RetryPolicy | None = None,
     limiter: AdaptiveLimiter | None = None,
@@ -67,13 +69,70 @@ def config_for(spec: BaseSpec, cfg: JudgeConfig) -> JudgeConfig:
     return JudgeConfig(provider="computed", model=str(identity() if callable(identity) else "greval"), temperature=None)
 
 
+def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeResult] | None]:
+    """Runnable input: a Record, a mapping of record fields, or ``{"record": ..., "depends_on": {...}}``."""
+    if isinstance(inp, Record):
+        return inp, None
+    if isinstance(inp, Mapping) and "record" in inp:
+        deps = {
+            k: (v if isinstance(v, JudgeResult) else JudgeResult.model_validate(v))
+            for k, v in (inp.get("depends_on") or {}).items()
+        }
+        return inp["record"], deps
+    if isinstance(inp, Mapping):
+        return inp, None
+    raise TypeError("judge input must be a Record, a mapping of record fields, or {record, depends_on}")
+
+
+def as_runnable(evaluator: Evaluator, name: str) -> Runnable[Any, JudgeResult]:
+    """An evaluator as a LangChain runnable (``invoke`` / ``ainvoke`` / ``batch``; see :func:`compile`)."""
+
+    async def ainvoke(inp: Any) -> JudgeResult:
+        record, deps = _unpack(inp)
+        return await evaluator.ajudge(record, deps)
+
+    def invoke(inp: Any) -> JudgeResult:
+        return run_sync(ainvoke(inp))
+
+    return RunnableLambda(invoke, afunc=ainvoke, name=f"greval:{name}")
+
+
+def compile(
+    spec: BaseSpec,
+    model: BaseChatModel | None = None,
+    *,
+    method: Method | Literal["auto"] = "auto",
+    samples: int = 1,
+    policy: RetryPolicy | None = None,
+    limiter: AdaptiveLimiter | None = None,
+    direct: bool = True,
+) -> Runnable[Any, JudgeResult]:
+    """Compile a spec of any kind into a LangChain runnable: record in, checked :class:`JudgeResult` out.
+
+    The input is a :class:`Record`, a mapping of record fields, or ``{"record": ..., "depends_on": {name:
+    JudgeResult}}``. Judge and pipeline specs need ``model``; computed ones do not. ``direct=False`` sends
+    every model call through ``ainvoke`` even when no callback, tracer or cache is attached (see
+    :mod:`greval.llm.call`; the verdicts are the same, the client CPU is higher).
+    """
+    evaluator = make_evaluator(
+        spec, model, method=method, samples=samples, policy=policy, limiter=limiter, direct=direct
+    )
+    return as_runnable(evaluator, spec.name)
+
+
 def compile_suite(
-    specs: Sequence[Spec],
-    model: BaseChatModel,
-    **options: Any,
+    specs: Sequence[BaseSpec],
+    model: BaseChatModel | None = None,
+    *,
+    method: Method | Literal["auto"] = "auto",
+    samples: int = 1,
+    policy: RetryPolicy | None = None,
+    limiter: AdaptiveLimiter | None = None,
+    direct: bool = True,
 ) -> Runnable[Any, dict[str, JudgeResult]]:
-    """Several specs as one runnable: independent metrics run concurrently (RunnableParallel), and
-    ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
+    """Several specs of any kind as one runnable: independent metrics run concurrently (RunnableParallel),
+    and ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
+    options: dict[str, Any] = dict(method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
 
     def start(rec: Any) -> dict[str, Any]:
         return {"record": rec, "results": {}}
