@@ -10,7 +10,7 @@ LangChain runnables of any of them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
@@ -36,27 +36,27 @@ class Evaluator(Protocol):
     ) -> JudgeResult: ...
 
 
-def make_evaluator(
-    spec: BaseSpec,
-    model: BaseChatModel | None,
-    *,
-    method: Method | Literal["auto"] = "auto",
-    samples: int = 1,
-    policy: RetryPolicy | None = None,
-    limiter: AdaptiveLimiter | None = None,
-    direct: bool = True,
-) -> Evaluator:
+class Options(TypedDict, total=False):
+    """How an evaluator calls its model; every key may be left out (the defaults of :class:`Judge`)."""
+
+    method: Method | Literal["auto"]  # the structured-output method, or "auto": each in turn, falling back
+    samples: int  # independent answers per judgement, combined by majority
+    policy: RetryPolicy | None  # transport retries, parse re-asks, item re-ask rounds
+    limiter: AdaptiveLimiter | None  # shared concurrency limit that backs off on rate limits
+    direct: bool  # False: every call through LangChain's ainvoke (see greval.llm.call)
+
+
+def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, **options: Unpack[Options]) -> Evaluator:
     """The evaluator for any registered spec kind."""
-    opts: dict[str, Any] = dict(method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
     if isinstance(spec, Spec):
         if model is None:
             raise ValueError("a judge spec needs a chat model")
-        judge: Evaluator = Judge(spec, model, **opts)
+        judge: Evaluator = Judge(spec, model, **options)
         return judge
     build = getattr(spec, "evaluator", None)
     if build is None:
         raise TypeError(f"spec kind {spec.kind!r} has no evaluator")
-    evaluator: Evaluator = build(model=model, **opts)
+    evaluator: Evaluator = build(model=model, **options)
     return evaluator
 
 
@@ -98,41 +98,24 @@ def as_runnable(evaluator: Evaluator, name: str) -> Runnable[Any, JudgeResult]:
 
 
 def compile(
-    spec: BaseSpec,
-    model: BaseChatModel | None = None,
-    *,
-    method: Method | Literal["auto"] = "auto",
-    samples: int = 1,
-    policy: RetryPolicy | None = None,
-    limiter: AdaptiveLimiter | None = None,
-    direct: bool = True,
+    spec: BaseSpec, model: BaseChatModel | None = None, **options: Unpack[Options]
 ) -> Runnable[Any, JudgeResult]:
     """Compile a spec of any kind into a LangChain runnable: record in, checked :class:`JudgeResult` out.
 
     The input is a :class:`Record`, a mapping of record fields, or ``{"record": ..., "depends_on": {name:
-    JudgeResult}}``. Judge and pipeline specs need ``model``; computed ones do not. ``direct=False`` sends
-    every model call through ``ainvoke`` even when no callback, tracer or cache is attached (see
-    :mod:`greval.llm.call`; the verdicts are the same, the client CPU is higher).
+    JudgeResult}}``. Judge and pipeline specs need ``model``; computed ones do not. ``options``: see
+    :class:`Options` (``direct=False`` sends every model call through ``ainvoke`` even when no callback,
+    tracer or cache is attached: the verdicts are the same, the client CPU is higher).
     """
-    evaluator = make_evaluator(
-        spec, model, method=method, samples=samples, policy=policy, limiter=limiter, direct=direct
-    )
-    return as_runnable(evaluator, spec.name)
+    return as_runnable(make_evaluator(spec, model, **options), spec.name)
 
 
 def compile_suite(
-    specs: Sequence[BaseSpec],
-    model: BaseChatModel | None = None,
-    *,
-    method: Method | Literal["auto"] = "auto",
-    samples: int = 1,
-    policy: RetryPolicy | None = None,
-    limiter: AdaptiveLimiter | None = None,
-    direct: bool = True,
+    specs: Sequence[BaseSpec], model: BaseChatModel | None = None, **options: Unpack[Options]
 ) -> Runnable[Any, dict[str, JudgeResult]]:
     """Several specs of any kind as one runnable: independent metrics run concurrently (RunnableParallel),
-    and ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
-    options: dict[str, Any] = dict(method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
+    and ``depends_on`` metrics run after the ones they read, receiving their verdicts (``options``: see
+    :class:`Options`)."""
 
     def start(rec: Any) -> dict[str, Any]:
         return {"record": rec, "results": {}}
