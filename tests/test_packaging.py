@@ -1,5 +1,6 @@
-"""The installed wheel (not only a source checkout) ships the predefined specs, the example and the
-annotation server's code, and its console script works."""
+"""The installed wheel (not only a source checkout) ships the predefined specs, the example, the
+annotation server's code and the py.typed marker, and its console script works; the README's Python
+examples run and type-check."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     probe = (
         "import greval, greval.paths as p; from greval.spec import bundled_specs;"
         "print(greval.__file__); print(sorted(bundled_specs())[:3]);"
-        "print((p.examples_dir() / 'begin' / 'records.jsonl').exists(), (p.annotation_dir() / 'serve.py').exists())"
+        "print((p.examples_dir() / 'begin' / 'records.jsonl').exists(), (p.annotation_dir() / 'serve.py').exists());"
+        "import pathlib; print((pathlib.Path(greval.__file__).parent / 'py.typed').exists())"
     )
     out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -58,6 +60,7 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     assert lines[0].startswith(site), lines[0]  # imported from the installed wheel, not the checkout
     assert "answer_alignment" in lines[1]
     assert lines[2] == "True True"
+    assert lines[3] == "True"  # PEP 561: a user's mypy checks calls into the installed greval
     cli = subprocess.run(
         [str(py), "-m", "greval", "spec", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
@@ -171,7 +174,7 @@ def test_the_readme_python_examples_run_and_type_check(llm: OpenAIServer, tmp_pa
     assert res.returncode == 0, f"mypy --strict on the README examples:\n{res.stdout}{res.stderr}"
 
 
-def test_load_spec_returns_the_one_spec_of_a_file(tmp_path: Path) -> None:
+def test_the_readme_single_spec_loader_returns_the_one_spec_of_a_file(tmp_path: Path) -> None:
     """``greval.load_spec`` (the README's single-spec loader): one spec, or an error naming the specs."""
     import greval
     from greval.errors import SpecError
