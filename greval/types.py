@@ -1,7 +1,8 @@
 """What the judge hands the runner and the store: the verdicts of one judgement and its call log.
 
 Plain pydantic models with no model-calling code, so that reading a store (``greval results``, ``greval
-report``, agreement from a store) does not import LangChain. ``greval.judge.judge`` re-exports every name.
+report``, agreement from a store) does not import LangChain. ``greval.judge.judge`` re-exports the result
+models (``CallLog``, ``ItemVerdict``, ``JudgeResult``, ``MISSING_INPUT``, ``not_applicable``).
 """
 
 from __future__ import annotations
