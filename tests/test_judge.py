@@ -87,6 +87,22 @@ def test_verdict_models_put_reason_before_verdict() -> None:
     assert item_schema["properties"]["label"]["enum"] == ["yes", "maybe", "no"]
 
 
+def test_compile_and_compile_suite_take_every_spec_kind(llm: OpenAIServer) -> None:
+    """A computed spec compiles without a model, a pipeline spec with one; a suite mixes kinds."""
+    [bleu] = resolve_specs(["bleu"])
+    answer = "Insulin is the hormone that treats type 1 diabetes in most patients."
+    data = {"question": "What treats diabetes?", "answer": answer, "expected_answer": answer, "chunks": ["Insulin."]}
+    computed = compile(bleu).invoke(data)
+    assert computed.ok and computed.verdicts[0].score == 1.0 and llm.stats()["total"] == 0
+    [faithfulness] = resolve_specs(["faithfulness"], with_dependencies=False)
+    piped = compile(faithfulness, model(llm), policy=FAST).invoke(Record.from_mapping(data))
+    assert piped.ok and piped.verdicts[0].item_id == "" and llm.stats()["total"] > 0
+    both = compile_suite([bleu, faithfulness, VALUE_SPEC], model(llm), policy=FAST).invoke(data)
+    assert set(both) == {"bleu", "faithfulness", "coherence"} and all(r.ok for r in both.values())
+    with pytest.raises(ValueError, match="needs a chat model"):
+        compile(VALUE_SPEC)
+
+
 def test_compile_returns_a_runnable_with_value_verdict(llm: OpenAIServer) -> None:
     runnable = compile(VALUE_SPEC, model(llm), policy=FAST)
     assert isinstance(runnable, Runnable)
