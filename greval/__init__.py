@@ -1,6 +1,6 @@
 """greval: LLM judges for RAG and GraphRAG that people can check.
 
-The data's path through the package: spec (``greval.spec``) -> judge (``greval.judge.judge``) -> run/store
+The data's path through the package: spec (``greval.spec``) -> judge (``greval.judge``) -> run/store
 (``greval.runner``, ``greval.store.store``) -> annotation (``greval.annotation``) -> agreement
 (``greval.agreement``) -> report.
 """
@@ -8,28 +8,30 @@ The data's path through the package: spec (``greval.spec``) -> judge (``greval.j
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from greval.dataset.records import Record, load_records
-    from greval.judge.evaluators import compile_suite
-    from greval.judge.judge import ItemVerdict, Judge, JudgeResult, compile
+    from greval.judge.evaluators import compile, compile_suite
+    from greval.judge.judge import Judge
     from greval.llm.config import JudgeConfig, make_chat_model
     from greval.runner import RunOptions, RunSummary, arun, run
-    from greval.spec import Spec, load_spec_file, parse_spec, resolve_specs
+    from greval.spec import BaseSpec, Spec, load_spec_file, parse_spec, resolve_specs
     from greval.store.results import export_results, load_results
     from greval.store.store import Store
+    from greval.types import ItemVerdict, JudgeResult
 
 # Names are imported on first use (PEP 562): `import greval` and the `greval` command stay light, and a
 # Ctrl-C while a command starts is handled instead of landing in the middle of an import.
 _WHERE = {
     "Record": "greval.dataset.records",
     "load_records": "greval.dataset.records",
+    "compile": "greval.judge.evaluators",
     "compile_suite": "greval.judge.evaluators",
-    "ItemVerdict": "greval.judge.judge",
+    "ItemVerdict": "greval.types",
     "Judge": "greval.judge.judge",
-    "JudgeResult": "greval.judge.judge",
-    "compile": "greval.judge.judge",
+    "JudgeResult": "greval.types",
     "JudgeConfig": "greval.llm.config",
     "make_chat_model": "greval.llm.config",
     "export_results": "greval.store.results",
@@ -44,6 +46,20 @@ _WHERE = {
     "resolve_specs": "greval.spec",
     "Store": "greval.store.store",
 }
+
+
+def load_spec(path: str | Path) -> BaseSpec:
+    """The one spec a YAML file declares (:func:`load_spec_file` returns every spec of a file as a list).
+
+    Raises :class:`greval.errors.SpecError` when the file holds several specs, naming them."""
+    from greval.errors import SpecError
+    from greval.spec import load_spec_file
+
+    specs = load_spec_file(path)
+    if len(specs) != 1:
+        names = ", ".join(s.name for s in specs)
+        raise SpecError(str(path), "", f"holds {len(specs)} specs ({names}); load_spec_file() returns them all")
+    return specs[0]
 
 
 def __getattr__(name: str) -> Any:
@@ -68,6 +84,7 @@ __all__ = [
     "export_results",
     "load_records",
     "load_results",
+    "load_spec",
     "load_spec_file",
     "make_chat_model",
     "parse_spec",

@@ -1,7 +1,8 @@
 """What the judge hands the runner and the store: the verdicts of one judgement and its call log.
 
 Plain pydantic models with no model-calling code, so that reading a store (``greval results``, ``greval
-report``, agreement from a store) does not import LangChain. ``greval.judge.judge`` re-exports every name.
+report``, agreement from a store) does not import LangChain. ``greval.judge.judge`` re-exports the result
+models (``CallLog``, ``ItemVerdict``, ``JudgeResult``, ``MISSING_INPUT``, ``not_applicable``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class ErrorKind(StrEnum):
 
 _RETRYABLE = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.SERVER_ERROR, ErrorKind.TIMEOUT, ErrorKind.CONNECTION})
 _FATAL = frozenset({ErrorKind.AUTH, ErrorKind.NOT_FOUND, ErrorKind.QUOTA})
+
+
+Method = Literal["json_schema", "function_calling", "json_mode"]
+"""How a judge asks for structured output (JSON schema, a forced tool call, JSON mode with the schema in the
+prompt). Here, with no SDK, so that run options and spec declarations can name it without LangChain."""
 
 
 RECORD_ITEM: Final = ""

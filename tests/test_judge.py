@@ -11,11 +11,13 @@ from langchain_openai import ChatOpenAI
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
-from greval.judge.evaluators import compile_suite
-from greval.judge.judge import Judge, JudgeResult, compile, verdict_models
+from greval.judge.evaluators import compile, compile_suite
+from greval.judge.judge import Judge, JudgeResult
+from greval.judge.verdict import verdict_models
 from greval.llm.retry import RetryPolicy
 from greval.spec import Spec, parse_spec, resolve_specs
 from greval.testing.openai_server import OpenAIServer
+from greval.types import RECORD_ITEM, ErrorKind
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)
 
@@ -83,6 +85,22 @@ def test_verdict_models_put_reason_before_verdict() -> None:
     item_schema = item.model_json_schema()
     assert list(item_schema["properties"]) == ["id", "reason", "label"]
     assert item_schema["properties"]["label"]["enum"] == ["yes", "maybe", "no"]
+
+
+def test_compile_and_compile_suite_take_every_spec_kind(llm: OpenAIServer) -> None:
+    """A computed spec compiles without a model, a pipeline spec with one; a suite mixes kinds."""
+    [bleu] = resolve_specs(["bleu"])
+    answer = "Insulin is the hormone that treats type 1 diabetes in most patients."
+    data = {"question": "What treats diabetes?", "answer": answer, "expected_answer": answer, "chunks": ["Insulin."]}
+    computed = compile(bleu).invoke(data)
+    assert computed.ok and computed.verdicts[0].score == 1.0 and llm.stats()["total"] == 0
+    [faithfulness] = resolve_specs(["faithfulness"], with_dependencies=False)
+    piped = compile(faithfulness, model(llm), policy=FAST).invoke(Record.from_mapping(data))
+    assert piped.ok and piped.verdicts[0].item_id == "" and llm.stats()["total"] > 0
+    both = compile_suite([bleu, faithfulness, VALUE_SPEC], model(llm), policy=FAST).invoke(data)
+    assert set(both) == {"bleu", "faithfulness", "coherence"} and all(r.ok for r in both.values())
+    with pytest.raises(ValueError, match="needs a chat model"):
+        compile(VALUE_SPEC)
 
 
 def test_compile_returns_a_runnable_with_value_verdict(llm: OpenAIServer) -> None:
@@ -164,6 +182,27 @@ def test_many_judge_records_explicit_error_for_items_never_returned(llm: OpenAIS
     assert by_id["t1"].status == by_id["t2"].status == "ok"
     assert by_id["t3"].status == "error"
     assert "no verdict after 3 call(s)" in (by_id["t3"].error or "")
+    assert by_id["t3"].error_kind is ErrorKind.INCOMPLETE and by_id["t1"].error_kind is None
+
+
+def test_a_many_judge_that_fails_types_every_pending_item(llm: OpenAIServer) -> None:
+    """A request failing for good ends the re-ask rounds: every item still pending gets an error verdict
+    with the failure's kind (not "incomplete"), and the items judged before keep their verdicts."""
+    llm.script(
+        [
+            {"match": "Item ids: t1, t2, t3", "times": 1, "action": {"type": "drop_ids", "ids": ["t2", "t3"]}},
+            {
+                "match": "Item ids: t2, t3",
+                "action": {"type": "fault", "status": 400, "code": "context_length_exceeded"},
+            },
+        ]
+    )
+    result = run_sync(judge(llm, LABEL_SPEC).ajudge(RECORD))
+    by_id = {v.item_id: v for v in result.verdicts}
+    assert by_id["t1"].status == "ok"
+    for iid in ("t2", "t3"):
+        assert by_id[iid].status == "error" and by_id[iid].error_kind is ErrorKind.CONTEXT_LENGTH
+        assert (by_id[iid].error or "").startswith("context_length: no verdict after 2 call(s): ")
 
 
 def test_conflicting_duplicate_ids_are_asked_again(llm: OpenAIServer) -> None:
@@ -201,6 +240,7 @@ def test_unparsable_answer_is_retried_then_recorded(llm: OpenAIServer, fault: st
     result = run_sync(judge(llm, VALUE_SPEC).ajudge({"question": "q2", "answer": "a"}))
     assert not result.ok
     assert "unusable answer after 3 tries" in (result.verdicts[0].error or "")
+    assert result.verdicts[0].error_kind is ErrorKind.UNPARSABLE and result.verdicts[0].item_id == RECORD_ITEM
     assert all(c.raw for c in result.calls)  # the raw answers are kept for inspection
 
 
@@ -229,6 +269,7 @@ def test_transport_failure_after_bounded_attempts_is_an_error_verdict(llm: OpenA
     result = run_sync(judge(llm, VALUE_SPEC).ajudge({"question": "q", "answer": "a"}))
     assert not result.ok
     assert result.verdicts[0].error and result.verdicts[0].error.startswith("server_error: HTTP 503")
+    assert result.verdicts[0].error_kind is ErrorKind.SERVER_ERROR
     assert llm.stats()["total"] == FAST.max_attempts
 
 
@@ -385,7 +426,7 @@ def test_samples_give_majority_and_confidence(llm: OpenAIServer) -> None:
     ],
 )
 def test_majority_value_is_the_mode_with_ties_toward_the_median(values: list[int], expected: int) -> None:
-    from greval.judge.judge import majority_value
+    from greval.judge.parse import majority_value
 
     assert majority_value(values) == expected
 

@@ -26,7 +26,8 @@ from greval._sync import run_sync
 from greval.cli import main
 from greval.dataset.records import Record
 from greval.errors import UserError
-from greval.judge.judge import Judge, JudgeResult, compile
+from greval.judge.evaluators import compile
+from greval.judge.judge import Judge, JudgeResult
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import (
     CallFailed,

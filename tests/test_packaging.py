@@ -1,9 +1,12 @@
-"""The installed wheel (not only a source checkout) ships the predefined specs, the example and the
-annotation server's code, and its console script works."""
+"""The installed wheel (not only a source checkout) ships the predefined specs, the example, the
+annotation server's code and the py.typed marker, and its console script works; the README's Python
+examples run and type-check."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from greval.annotation.server import free_port
+from greval.testing.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +51,8 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     probe = (
         "import greval, greval.paths as p; from greval.spec import bundled_specs;"
         "print(greval.__file__); print(sorted(bundled_specs())[:3]);"
-        "print((p.examples_dir() / 'begin' / 'records.jsonl').exists(), (p.annotation_dir() / 'serve.py').exists())"
+        "print((p.examples_dir() / 'begin' / 'records.jsonl').exists(), (p.annotation_dir() / 'serve.py').exists());"
+        "import pathlib; print((pathlib.Path(greval.__file__).parent / 'py.typed').exists())"
     )
     out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -55,6 +60,7 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     assert lines[0].startswith(site), lines[0]  # imported from the installed wheel, not the checkout
     assert "answer_alignment" in lines[1]
     assert lines[2] == "True True"
+    assert lines[3] == "True"  # PEP 561: a user's mypy checks calls into the installed greval
     cli = subprocess.run(
         [str(py), "-m", "greval", "spec", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
@@ -126,3 +132,59 @@ def test_the_readme_commands_pass_from_a_clean_clone(tmp_path: Path, setting: st
     finally:
         if py.exists():
             subprocess.run([str(py), "-m", "greval", "annotate", "down", "--data-dir", str(data)], timeout=120)
+
+
+# ------------------------------------------------------------------ the README's Python examples
+def readme_python_blocks() -> list[str]:
+    """Every ```python block of the README, in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.findall(r"^```python\n(.*?)^```$", text, re.S | re.M)
+
+
+RAG_RECORDS = [
+    {"id": "r1", "question": "What treats diabetes?", "answer": "Insulin.", "chunks": ["Insulin lowers blood sugar."]},
+    {"id": "r2", "question": "Who found insulin?", "answer": "Banting.", "chunks": ["Banting found it in 1921."]},
+]
+
+
+@pytest.mark.slow
+def test_the_readme_python_examples_run_and_type_check(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Each Python example of the README runs as a user would run it (a fresh interpreter, the model from
+    OPENAI_BASE_URL / OPENAI_API_KEY, here the local test server; files in the current directory) and passes
+    ``mypy --strict`` against this checkout's greval: the public API's types are what the README shows."""
+    blocks = readme_python_blocks()
+    assert blocks, "the README has no ```python block"
+    (tmp_path / "rag.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RAG_RECORDS), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GREVAL_JUDGE"))}
+    env |= {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(ROOT)}
+    env |= {"GREVAL_HOME": str(tmp_path / "home"), "MYPYPATH": str(ROOT)}
+    files = []
+    for i, block in enumerate(blocks, 1):
+        path = tmp_path / f"readme_example_{i}.py"
+        path.write_text(block, encoding="utf-8")
+        files.append(str(path))
+        res = subprocess.run(
+            [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert res.returncode == 0, f"README example {i} failed:\n{res.stdout}\n{res.stderr[-4000:]}"
+    assert llm.stats()["total"] > 0  # the examples called the model, through the test server
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--config-file", str(ROOT / "pyproject.toml")]
+    mypy += ["--cache-dir", str(tmp_path / ".mypy_cache"), "--no-error-summary", *files]
+    res = subprocess.run(mypy, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"mypy --strict on the README examples:\n{res.stdout}{res.stderr}"
+
+
+def test_the_readme_single_spec_loader_returns_the_one_spec_of_a_file(tmp_path: Path) -> None:
+    """``greval.load_spec`` (the README's single-spec loader): one spec, or an error naming the specs."""
+    import greval
+    from greval.errors import SpecError
+    from greval.spec import bundled_specs
+
+    one = greval.load_spec(bundled_specs()["answer_alignment"])
+    assert one.name == "answer_alignment"
+    two = tmp_path / "two.yaml"
+    texts = [bundled_specs()[n].read_text(encoding="utf-8") for n in ("answer_alignment", "chunk_evaluation")]
+    two.write_text("specs:\n" + "".join("  - " + t.replace("\n", "\n    ") + "\n" for t in texts), encoding="utf-8")
+    assert [s.name for s in greval.load_spec_file(two)] == ["answer_alignment", "chunk_evaluation"]
+    with pytest.raises(SpecError, match=r"holds 2 specs \(answer_alignment, chunk_evaluation\)"):
+        greval.load_spec(two)

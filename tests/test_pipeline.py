@@ -34,6 +34,7 @@ from greval.spec.pipeline import (
 from greval.store.results import aggregate_items
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
+from greval.types import RECORD_ITEM, ErrorKind
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)
 RUN = RunOptions(concurrency=4, retry=FAST)
@@ -407,6 +408,29 @@ def test_run_stores_every_intermediate_result_and_resume_makes_zero_calls(llm: O
         assert again.metrics[0].reused == 1
 
 
+def test_every_error_verdict_of_a_pipeline_carries_its_kind(llm: OpenAIServer) -> None:
+    """A failed extraction: its own row and the record-level score say why with the same kind."""
+    llm.script([{"match": "List the factual claims", "action": {"type": "malformed"}}])
+    evaluator = pipeline("faithfulness").evaluator(model=model(llm), policy=FAST)
+    result = run_sync(evaluator.ajudge(Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})))
+    rows = {v.item_id: v for v in result.verdicts}
+    assert rows["claims"].status == "error" and rows["claims"].error_kind is ErrorKind.UNPARSABLE
+    assert (rows["claims"].error or "").startswith("extraction failed: unparsable: ")
+    assert rows[RECORD_ITEM].status == "error" and rows[RECORD_ITEM].error_kind is ErrorKind.UNPARSABLE
+
+
+def test_a_failed_verify_step_types_the_record_verdict(llm: OpenAIServer) -> None:
+    """A verify step whose request fails for good: its items and the score carry the failure's kind."""
+    llm.script([*FAITHFUL_RULES[:1], {"match": "Item ids:", "action": {"type": "fault", "status": 503}}])
+    evaluator = pipeline("faithfulness").evaluator(model=model(llm), policy=FAST)
+    result = run_sync(evaluator.ajudge(Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})))
+    rows = {v.item_id: v for v in result.verdicts}
+    assert rows["claims"].status == "ok"
+    assert {v.error_kind for k, v in rows.items() if k.startswith("claims:")} == {ErrorKind.SERVER_ERROR}
+    assert rows[RECORD_ITEM].status == "error" and rows[RECORD_ITEM].error_kind is ErrorKind.SERVER_ERROR
+    assert "no verdict for s1, s2, s3" in (rows[RECORD_ITEM].error or "")
+
+
 def test_failed_extraction_is_an_explicit_error_and_is_retried_on_request(llm: OpenAIServer, store_path: Path) -> None:
     llm.script([{"match": "List the factual claims", "action": {"type": "malformed"}}])
     spec = pipeline("faithfulness")
@@ -417,6 +441,7 @@ def test_failed_extraction_is_an_explicit_error_and_is_retried_on_request(llm: O
         rows = {r["item_id"]: r for r in st.query("SELECT * FROM verdicts")}
         assert rows["claims"]["status"] == "error" and "extraction failed" in rows["claims"]["error"]
         assert rows[""]["status"] == "error" and "extraction 'claims' failed" in rows[""]["error"]
+        assert "claims: the extraction 'claims' failed" in rows[""]["error"]
         llm.reset()
         llm.script(FAITHFUL_RULES)
         kept = run([spec], [rec], st, cfg(llm), options=RUN)  # an error is final until asked to retry

@@ -19,7 +19,7 @@ import argilla as rg
 
 from greval.dataset.records import Record
 from greval.errors import UserError
-from greval.judge.judge import describe_scale
+from greval.judge.prompt import describe_scale
 from greval.spec import CategoricalScale, Spec, ValueScale
 
 QUESTION = "verdict"

@@ -84,7 +84,8 @@ def spec_show(ref: str) -> None:
     """Print a spec (file or predefined name) with its hash, and the prompt the judge receives."""
     import yaml
 
-    from greval.judge.judge import system_prompt, verdict_models
+    from greval.judge.prompt import system_prompt
+    from greval.judge.verdict import verdict_models
     from greval.spec import Spec, resolve_specs
 
     for s in resolve_specs([ref], with_dependencies=False):

@@ -2,25 +2,27 @@
 
 A judge spec becomes a :class:`greval.judge.judge.Judge`; other kinds (computed, pipeline) build their own
 evaluator through ``spec.evaluator(...)``. Every evaluator answers ``ajudge(record, deps, only_items)`` with a
-:class:`greval.judge.judge.JudgeResult`: record-level verdicts have ``item_id == ""``; item verdicts (chunks,
-triples, extracted statements) carry their own ids.
+:class:`greval.types.JudgeResult`: record-level verdicts have ``item_id == RECORD_ITEM``; item verdicts
+(chunks, triples, extracted statements) carry their own ids. :func:`compile` and :func:`compile_suite` make
+LangChain runnables of any of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
-from greval.judge.judge import Judge, JudgeResult
+from greval.judge.judge import Judge
 from greval.llm.config import JudgeConfig
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, Spec, dependency_levels
+from greval.types import JudgeResult, Method
 
 
 class Evaluator(Protocol):
@@ -34,27 +36,27 @@ class Evaluator(Protocol):
     ) -> JudgeResult: ...
 
 
-def make_evaluator(
-    spec: BaseSpec,
-    model: BaseChatModel | None,
-    *,
-    method: Any = "auto",
-    samples: int = 1,
-    policy: RetryPolicy | None = None,
-    limiter: AdaptiveLimiter | None = None,
-    direct: bool = True,
-) -> Evaluator:
+class Options(TypedDict, total=False):
+    """How an evaluator calls its model; every key may be left out (the defaults of :class:`Judge`)."""
+
+    method: Method | Literal["auto"]  # the structured-output method, or "auto": each in turn, falling back
+    samples: int  # independent answers per judgement, combined by majority
+    policy: RetryPolicy | None  # transport retries, parse re-asks, item re-ask rounds
+    limiter: AdaptiveLimiter | None  # shared concurrency limit that backs off on rate limits
+    direct: bool  # False: every call through LangChain's ainvoke (see greval.llm.call)
+
+
+def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, **options: Unpack[Options]) -> Evaluator:
     """The evaluator for any registered spec kind."""
-    opts: dict[str, Any] = dict(method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
     if isinstance(spec, Spec):
         if model is None:
             raise ValueError("a judge spec needs a chat model")
-        judge: Evaluator = Judge(spec, model, **opts)
+        judge: Evaluator = Judge(spec, model, **options)
         return judge
     build = getattr(spec, "evaluator", None)
     if build is None:
         raise TypeError(f"spec kind {spec.kind!r} has no evaluator")
-    evaluator: Evaluator = build(model=model, **opts)
+    evaluator: Evaluator = build(model=model, **options)
     return evaluator
 
 
@@ -67,13 +69,53 @@ def config_for(spec: BaseSpec, cfg: JudgeConfig) -> JudgeConfig:
     return JudgeConfig(provider="computed", model=str(identity() if callable(identity) else "greval"), temperature=None)
 
 
+def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeResult] | None]:
+    """Runnable input: a Record, a mapping of record fields, or ``{"record": ..., "depends_on": {...}}``."""
+    if isinstance(inp, Record):
+        return inp, None
+    if isinstance(inp, Mapping) and "record" in inp:
+        deps = {
+            k: (v if isinstance(v, JudgeResult) else JudgeResult.model_validate(v))
+            for k, v in (inp.get("depends_on") or {}).items()
+        }
+        return inp["record"], deps
+    if isinstance(inp, Mapping):
+        return inp, None
+    raise TypeError("judge input must be a Record, a mapping of record fields, or {record, depends_on}")
+
+
+def as_runnable(evaluator: Evaluator, name: str) -> Runnable[Any, JudgeResult]:
+    """An evaluator as a LangChain runnable (``invoke`` / ``ainvoke`` / ``batch``; see :func:`compile`)."""
+
+    async def ainvoke(inp: Any) -> JudgeResult:
+        record, deps = _unpack(inp)
+        return await evaluator.ajudge(record, deps)
+
+    def invoke(inp: Any) -> JudgeResult:
+        return run_sync(ainvoke(inp))
+
+    return RunnableLambda(invoke, afunc=ainvoke, name=f"greval:{name}")
+
+
+def compile(
+    spec: BaseSpec, model: BaseChatModel | None = None, **options: Unpack[Options]
+) -> Runnable[Any, JudgeResult]:
+    """Compile a spec of any kind into a LangChain runnable: record in, checked :class:`JudgeResult` out.
+
+    The input is a :class:`Record`, a mapping of record fields, or ``{"record": ..., "depends_on": {name:
+    JudgeResult}}``. Judge and pipeline specs need ``model``; computed ones do not. ``options``: see
+    :class:`Options` (``direct=False`` sends every model call through ``ainvoke`` even when no callback,
+    tracer or cache is attached: the verdicts are the same, the client CPU is higher).
+    """
+    return as_runnable(make_evaluator(spec, model, **options), spec.name)
+
+
 def compile_suite(
-    specs: Sequence[Spec],
-    model: BaseChatModel,
-    **options: Any,
+    specs: Sequence[BaseSpec], model: BaseChatModel | None = None, **options: Unpack[Options]
 ) -> Runnable[Any, dict[str, JudgeResult]]:
-    """Several specs as one runnable: independent metrics run concurrently (RunnableParallel), and
-    ``depends_on`` metrics run after the ones they read, receiving their verdicts."""
+    """Several specs of any kind as one runnable: independent metrics run concurrently (RunnableParallel),
+    and ``depends_on`` metrics run after the ones they read, receiving their verdicts (``options``: see
+    :class:`Options`)."""
 
     def start(rec: Any) -> dict[str, Any]:
         return {"record": rec, "results": {}}

@@ -1,51 +1,49 @@
-"""Compile a spec into a LangChain judge whose output is a structured, checked verdict.
+"""The LLM judge: one spec bound to one chat model, called with retries, fallbacks and re-asks.
 
-The prompt is built from the spec (description, instructions, steps, every range or label described, the
-inputs); the chat model is bound to a pydantic verdict model generated from the scale, with the reason
-before the verdict so the model reasons first. A "many" spec judges all chunks / triples of a record in one
-call and must return one verdict per item id: the answer is checked item by item and whatever is missing or
-invalid is asked again, never dropped. Structured output uses JSON schema, else tool calling, else JSON mode
-with the schema in the prompt, falling back automatically when a server rejects a method.
+The prompt comes from :mod:`greval.judge.prompt`, the answer is checked by :mod:`greval.judge.parse` against
+the verdict models of :mod:`greval.judge.verdict` (the reason before the verdict, so the model reasons first).
+A "many" spec judges all chunks / triples of a record in one call and must return one verdict per item id:
+whatever is missing or invalid is asked again, never dropped. Structured output uses JSON schema, else tool
+calling, else JSON mode with the schema in the prompt, falling back automatically when a server rejects a
+method. Every failure ends as error verdicts through one ladder (:func:`failure_of`, :func:`error_verdicts`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
-import statistics
 import threading
 import time
 import warnings
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ValidationError
 
-from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.errors import SpecError
-
-# The verdict schema lives in greval.judge.verdict (``greval spec validate`` checks it without LangChain).
-from greval.judge.verdict import _first_error as _first_error
-from greval.judge.verdict import _output_fields as _output_fields
-from greval.judge.verdict import _verdict_fields as _verdict_fields
-from greval.judge.verdict import check_examples, outputs_model
-from greval.judge.verdict import verdict_models as verdict_models
+from greval.judge.parse import (
+    Answer,
+    ParseError,
+    combine_answers,
+    json_payload,
+    to_verdict,
+    validate_items,
+    validate_record,
+)
+from greval.judge.prompt import example_messages, render_inputs, system_prompt
+from greval.judge.verdict import check_examples, outputs_model, verdict_models
 from greval.llm.call import ModelCall
 from greval.llm.config import register_model_secrets
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import (
     CUT_OFF_HINT,
     CutOff,
-    ErrorKind,
     Filtered,
-    JudgeError,
     JudgeUnavailable,
     RetryPolicy,
     UnsupportedMethod,
@@ -55,10 +53,11 @@ from greval.llm.retry import (
     finish_reason,
     redact,
 )
-from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
+from greval.spec import BaseSpec, Spec
 
 # The result models live in greval.types, which reading a store imports without LangChain; re-exported here.
 from greval.types import MISSING_INPUT as MISSING_INPUT
+from greval.types import RECORD_ITEM, ErrorKind, Method
 from greval.types import CallLog as CallLog
 from greval.types import ItemVerdict as ItemVerdict
 from greval.types import JudgeResult as JudgeResult
@@ -67,22 +66,8 @@ from greval.types import not_applicable as not_applicable
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
 warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
 
-Method = Literal["json_schema", "function_calling", "json_mode"]
 METHODS: tuple[Method, ...] = ("json_schema", "function_calling", "json_mode")
 TOOL_NAME = "submit_verdict"
-
-
-def majority_value(values: Sequence[int]) -> int:
-    """The majority verdict of several samples on a value scale: the most frequent value (the mode); among
-    equally frequent values, the one nearest the samples' median; if two are equally near, the smaller.
-
-    A mean rounded to an integer would invent values no sample gave (1 and 5 → 3) and Python's banker's
-    rounding sends 2.5 to 2; the mode is what "majority" says."""
-    counts = Counter(values)
-    top = max(counts.values())
-    tied = sorted(v for v, n in counts.items() if n == top)
-    middle = statistics.median(values)
-    return min(tied, key=lambda v: (abs(v - middle), v))
 
 
 def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
@@ -114,162 +99,39 @@ def begin(
     return rec, result, {k: given[k] for k in spec.depends_on if not not_applicable(given[k])}
 
 
-class ParseError(JudgeError):
-    """The model's answer is not JSON or does not fit the verdict schema."""
+# ------------------------------------------------------------------------------------- the error ladder
+@dataclass(frozen=True)
+class Failed:
+    """Why a judgement (or a part of it) has no verdict: its kind and its one-line, redacted text."""
 
-    kind = ErrorKind.UNPARSABLE
+    kind: ErrorKind
+    text: str  # "<kind>: <detail>"
 
-
-# -------------------------------------------------------------------------------------------- prompt
-_TITLES = {
-    "question": "Question",
-    "expected_answer": "Expected answer",
-    "answer": "Answer",
-    "chunks": "Retrieved chunks",
-    "triples": "Knowledge-graph triples",
-    "source": "Source text",
-}
+    @property
+    def detail(self) -> str:
+        """The text without its kind prefix."""
+        return self.text.split(": ", 1)[-1]
 
 
-def _title(name: str) -> str:
-    return _TITLES.get(name, name.replace("_", " ").capitalize())
+def failure_of(exc: Exception) -> Failed:
+    """The one error ladder of every evaluator. What makes every judgement fail the same way raises again
+    and stops the run (the spec is unusable, or the judge itself: see :class:`JudgeUnavailable`); anything
+    else is about this judgement only (its prompt is too long, the answer is unusable, the server kept
+    failing …) and becomes a typed failure, and the run goes on."""
+    if isinstance(exc, SpecError | JudgeUnavailable):
+        raise exc
+    return Failed(classify(exc).kind, describe_error(exc))
 
 
-def describe_scale(spec: Spec) -> str:
-    """The scale in words, every range or label with its description (shared with Argilla guidelines)."""
-    if isinstance(spec.scale, ValueScale):
-        s = spec.scale
-        lines = [f"Give an integer value from {s.min} to {s.max}:"]
-        lines += [f"- {r.text}: {r.description}" for r in s.ranges]
-    else:
-        lines = ["Choose exactly one label:"]
-        lines += [f'- "{lab.name}": {lab.description}' for lab in spec.scale.labels]
-        if spec.scale.ordered:
-            lines.append("The labels are listed from best to worst.")
-    return "\n".join(lines)
-
-
-def system_prompt(spec: Spec, method: Method, schema: Mapping[str, Any]) -> str:
-    """The judge's instructions; JSON mode also gets the answer's JSON schema."""
-    noun = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple"}.get(spec.each or "", "")
-    parts = [
-        "You are a careful, impartial evaluator of a retrieval-augmented question-answering system.",
-        f"# Metric: {spec.name}\n{spec.description.strip()}",
+def error_verdicts(
+    failed: Failed, item_ids: Iterable[str] = (RECORD_ITEM,), text: str | None = None
+) -> list[ItemVerdict]:
+    """The error verdicts a failure leaves: one per item id, each with its kind; ``text`` replaces the
+    failure's own text (to say which step, or after how many calls)."""
+    return [
+        ItemVerdict(item_id=iid, status="error", error=failed.text if text is None else text, error_kind=failed.kind)
+        for iid in item_ids
     ]
-    if spec.instructions:
-        parts.append(f"# Instructions\n{spec.instructions.strip()}")
-    parts.append("# Evaluation steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
-    parts.append("# Scale\n" + describe_scale(spec))
-    word = "label" if isinstance(spec.scale, CategoricalScale) else "value"
-    if noun:
-        out = (
-            f"# Your answer\nJudge each {noun} separately. Return `verdicts`: one entry for every id listed "
-            f"under 'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your "
-            f"reasoning, written first), then `{word}`."
-        )
-    else:
-        out = f"# Your answer\nWrite `reason` first (your reasoning, following the steps), then `{word}`."
-    for name, o in spec.outputs.items():
-        out += f"\nAlso fill `{name}` ({o.type}): {o.description}"
-    parts.append(out)
-    if method == "json_mode":
-        parts.append(
-            "Answer with one JSON object and nothing else, valid against this JSON schema:\n```json\n"
-            + json.dumps(schema, ensure_ascii=False)
-            + "\n```"
-        )
-    return "\n\n".join(parts)
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def render_item(field: str, item: Mapping[str, Any]) -> str:
-    if field == "triples":
-        return f"[{item['id']}] ({item['subject']}; {item['predicate']}; {item['object']})"
-    return f"[{item['id']}] {item.get('text', '')}"
-
-
-def render_inputs(
-    spec: Spec,
-    data: Mapping[str, Any],
-    deps: Mapping[str, JudgeResult] | None = None,
-    item_ids: Sequence[str] | None = None,
-) -> str:
-    """The record as the judge sees it: declared inputs under headings, items with their ids."""
-    parts: list[str] = []
-    for name, inp in spec.inputs.items():
-        value = data.get(name)
-        if value is None or value == [] or value == "":
-            continue
-        head = f"## {_title(name)}" + (f" ({inp.description})" if inp.description else "")
-        if name in ("chunks", "triples") and isinstance(value, list):
-            items = value
-            if name == spec.each and item_ids is not None:
-                wanted = set(item_ids)
-                items = [it for it in value if it["id"] in wanted]
-            sep = "\n\n" if name == "chunks" else "\n"
-            parts.append(head + "\n" + sep.join(render_item(name, it) for it in items))
-        else:
-            parts.append(head + "\n" + _text(value))
-    for dep_name, res in (deps or {}).items():
-        lines = [f"## Verdicts of the metric '{dep_name}'"]
-        for v in res.verdicts:
-            if v.status != "ok":
-                continue
-            verdict = v.label if v.label is not None else v.value
-            who = f"[{v.item_id}] " if v.item_id else ""
-            lines.append(f"- {who}{verdict}: {v.reason or ''}".rstrip())
-        for key, val in res.outputs.items():
-            lines.append(f"- {key}: {_text(val)}")
-        parts.append("\n".join(lines))
-    if spec.each is not None and item_ids is not None:
-        parts.append("Item ids: " + ", ".join(item_ids))
-    return "\n\n".join(parts)
-
-
-# --------------------------------------------------------------------------------------------- parse
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
-
-
-def json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
-    if method == "function_calling" or (msg.tool_calls and not msg.content):
-        if msg.tool_calls:
-            args = msg.tool_calls[0]["args"]
-            return dict(args), json.dumps(args, ensure_ascii=False)
-        if msg.invalid_tool_calls:
-            raw = str(msg.invalid_tool_calls[0].get("args") or "")
-            raise ParseError(f"tool arguments are not valid JSON: {raw[:200]}")
-    content = (
-        msg.content
-        if isinstance(msg.content, str)
-        else "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in msg.content)
-    )
-    text = content.strip()
-    fenced = _FENCE.search(text)
-    if fenced:
-        text = fenced.group(1).strip()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        start, end = text.find("{"), text.rfind("}")
-        try:
-            data = json.loads(text[start : end + 1]) if 0 <= start < end else None
-        except json.JSONDecodeError:
-            data = None
-        if data is None:
-            raise ParseError(f"the answer is not JSON: {content[:200]!r}") from None
-    if not isinstance(data, dict):
-        raise ParseError("the answer is JSON but not an object")
-    return data, content
-
-
-def _known(payload: Any, model: type[BaseModel]) -> Any:
-    """Drop keys the model does not know: chatty models add fields; the schema forbids them, we forgive."""
-    if not isinstance(payload, dict):
-        return payload
-    return {k: v for k, v in payload.items() if k in model.model_fields}
 
 
 # --------------------------------------------------------------------------------------------- judge
@@ -301,22 +163,14 @@ class Judge:
         self._bound: dict[str, Runnable[Any, Any]] = {}
         self._callers: dict[str, ModelCall] = {}
         self._systems: dict[str, SystemMessage] = {}
-        self._examples = self._example_messages()
+        check_examples(spec, self.answer_model)
+        self._examples = example_messages(spec)
         # Not an asyncio.Lock: one judge serves any event loop (a sync call runs in greval's background loop,
         # an ``await`` in the caller's), and nothing is awaited while it is held.
         self._lock = threading.Lock()
         register_model_secrets(model)
 
     # --------------------------------------------------------------------------- construction
-    def _example_messages(self) -> list[BaseMessage]:
-        check_examples(self.spec, self.answer_model)
-        msgs: list[BaseMessage] = []
-        for ex in self.spec.examples:
-            ids = [it["id"] for it in ex.inputs.get(self.spec.each, [])] if self.spec.each else None
-            msgs.append(HumanMessage(render_inputs(self.spec, ex.inputs, None, ids)))
-            msgs.append(AIMessage(json.dumps(ex.output, ensure_ascii=False)))
-        return msgs
-
     @property
     def method(self) -> Method:
         return self.methods[min(self._method_index, len(self.methods) - 1)]
@@ -360,16 +214,18 @@ class Judge:
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
     ) -> list[BaseMessage]:
+        """The request for one call (subclasses word their own)."""
         human = HumanMessage(render_inputs(self.spec, data, deps, item_ids))
         return [self.system_message(method), *self._examples, human]
 
-    def _system(self, method: Method) -> str:
+    def system_text(self, method: Method) -> str:
+        """The system prompt's text for one method (subclasses word their own)."""
         return system_prompt(self.spec, method, self.schema)
 
     def system_message(self, method: Method) -> SystemMessage:
-        """The system prompt for one method, built once (subclasses change ``_system``)."""
+        """The system prompt for one method, built once (subclasses change :meth:`system_text`)."""
         if method not in self._systems:
-            self._systems[method] = SystemMessage(self._system(method))
+            self._systems[method] = SystemMessage(self.system_text(method))
         return self._systems[method]
 
     # --------------------------------------------------------------------------------- calling
@@ -379,13 +235,13 @@ class Judge:
                 self._method_index += 1
             return self.method != failed
 
-    async def _call(
+    async def ask(
         self,
         data: Mapping[str, Any],
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
         log: list[CallLog],
-    ) -> dict[str, Any]:
+    ) -> Answer:
         """One request, with transport retries, method fallback and re-asking on unparsable answers."""
         last_error = "no answer"
         stopped: str | None = None
@@ -446,7 +302,7 @@ class Judge:
                 raise filtered
             try:
                 payload, entry.raw = json_payload(msg, method)
-                return self._validate(payload, item_ids)
+                return self.validate(payload, item_ids)
             except ParseError as exc:
                 last_error = redact(str(exc))
                 entry.error = describe_error(exc)
@@ -460,47 +316,12 @@ class Judge:
             )
         raise ParseError(f"unusable answer after {tries} tries: {last_error}")
 
-    def _validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> dict[str, Any]:
-        """Check an answer. Many-judges: keep each valid item, report the rest as missing (asked again)."""
+    def validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> Answer:
+        """Check an answer (raises :class:`ParseError`). Many-judges keep each valid item and report the
+        rest as missing, to be asked again. Subclasses check their own answer shapes."""
         if self.spec.each is None:
-            try:
-                one = self.answer_model.model_validate(_known(payload, self.answer_model)).model_dump()
-            except ValidationError as exc:
-                raise ParseError(_first_error(exc)) from None
-            outputs = {k: one.pop(k) for k in self.spec.outputs}
-            return {"items": {"": one}, "outputs": outputs, "notes": []}
-        outputs = {}
-        if self._outputs_model is not None:
-            try:
-                outputs = self._outputs_model.model_validate(_known(payload, self._outputs_model)).model_dump()
-            except ValidationError:
-                outputs = {}  # the verdicts still count; the extra outputs are asked for with re-asked items
-        raw_items = payload.get("verdicts")
-        if not isinstance(raw_items, list):
-            raise ParseError("the answer has no `verdicts` list")
-        wanted = set(item_ids or [])
-        got: dict[str, dict[str, Any]] = {}
-        conflicted: set[str] = set()
-        notes: list[str] = []
-        for entry in raw_items:
-            try:
-                v = self.item_model.model_validate(_known(entry, self.item_model)).model_dump()
-            except ValidationError as exc:
-                notes.append(f"invalid item verdict ({_first_error(exc)})")
-                continue
-            iid = v.pop("id")
-            if iid not in wanted:
-                notes.append(f"ignored verdict for unknown id {iid!r}")
-                continue
-            if iid in got and {k: got[iid][k] for k in got[iid] if k != "reason"} != {
-                k: v[k] for k in v if k != "reason"
-            }:
-                conflicted.add(iid)
-            got.setdefault(iid, v)
-        for iid in conflicted:
-            notes.append(f"conflicting verdicts for id {iid!r}: asked again")
-            got.pop(iid)
-        return {"items": got, "outputs": outputs, "notes": notes}
+            return validate_record(self.spec, self.answer_model, payload)
+        return validate_items(self.item_model, self._outputs_model, payload, item_ids)
 
     async def _sampled(
         self,
@@ -508,60 +329,20 @@ class Judge:
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
         log: list[CallLog],
-    ) -> dict[str, Any]:
-        """``samples`` independent answers combined: majority label (or mean value) with its agreement rate."""
+    ) -> Answer:
+        """``samples`` independent answers combined: majority label (or value) with its agreement rate."""
         if self.samples == 1:
-            return await self._call(data, deps, item_ids, log)
+            return await self.ask(data, deps, item_ids, log)
         answers = await asyncio.gather(
-            *(self._call(data, deps, item_ids, log) for _ in range(self.samples)), return_exceptions=True
+            *(self.ask(data, deps, item_ids, log) for _ in range(self.samples)), return_exceptions=True
         )
         good = [a for a in answers if isinstance(a, dict)]
         if not good:
             first = next(a for a in answers if isinstance(a, BaseException))
             raise first
-        combined: dict[str, dict[str, Any]] = {}
-        for iid in {k for a in good for k in a["items"]}:
-            votes = [a["items"][iid] for a in good if iid in a["items"]]
-            combined[iid] = self._combine(votes)
-        return {
-            "items": combined,
-            "outputs": good[0]["outputs"],
-            "notes": [n for a in good for n in a["notes"]],
-        }
-
-    def _combine(self, votes: list[dict[str, Any]]) -> dict[str, Any]:
-        if isinstance(self.spec.scale, CategoricalScale):
-            counts = Counter(v["label"] for v in votes)
-            order = {name: i for i, name in enumerate(self.spec.scale.names)}
-            label, top = min(counts.items(), key=lambda kv: (-kv[1], order[kv[0]]))
-            winner = next(v for v in votes if v["label"] == label)
-            return {**winner, "confidence": top / len(votes), "samples": votes}
-        values = [int(v["value"]) for v in votes]
-        chosen = majority_value(values)
-        winner = next(v for v in votes if int(v["value"]) == chosen)
-        agree = sum(1 for x in values if x == chosen) / len(values)
-        return {**winner, "value": chosen, "mean": sum(values) / len(values), "confidence": agree, "samples": votes}
+        return combine_answers(self.spec, good)
 
     # ------------------------------------------------------------------------------ the judgement
-    def _verdict(self, iid: str, v: dict[str, Any]) -> ItemVerdict:
-        score: float | None
-        if isinstance(self.spec.scale, CategoricalScale):
-            scores = self.spec.scale.scores()
-            score = scores.get(v["label"]) if scores else None
-            value = None
-        else:
-            value = int(v["value"])
-            score = float(v.get("mean", value))
-        return ItemVerdict(
-            item_id=iid,
-            label=v.get("label"),
-            value=value,
-            score=score,
-            reason=v.get("reason"),
-            confidence=v.get("confidence"),
-            samples=v.get("samples"),
-        )
-
     async def ajudge(
         self,
         record: Record | Mapping[str, Any],
@@ -578,56 +359,35 @@ class Judge:
         if self.spec.each is None:
             try:
                 answer = await self._sampled(rec.data, deps, None, result.calls)
-            except (SpecError, JudgeUnavailable):
-                raise  # the spec or the judge itself is unusable: the run stops
             except Exception as exc:
-                # About this judgement only (its prompt is too long, the answer is unusable, the server kept
-                # failing …): an error verdict whose text starts with the kind, and the run goes on.
-                result.verdicts = [ItemVerdict(status="error", error=describe_error(exc))]
+                result.verdicts = error_verdicts(failure_of(exc))
                 return result
             result.outputs = answer["outputs"]
-            result.verdicts = [self._verdict("", answer["items"][""])]
+            result.verdicts = [to_verdict(self.spec, RECORD_ITEM, answer["items"][RECORD_ITEM])]
             return result
         ids = [it["id"] for it in rec.items(self.spec.each)]
         pending = [i for i in ids if only_items is None or i in set(only_items)]
         got: dict[str, ItemVerdict] = {}
-        kind, last_error = ErrorKind.INCOMPLETE, ""
+        why = Failed(ErrorKind.INCOMPLETE, "")
         for _ in range(1 + self.policy.reask_rounds):
             if not pending:
                 break
             try:
                 answer = await self._sampled(rec.data, deps, pending, result.calls)
-            except (SpecError, JudgeUnavailable):
-                raise
             except Exception as exc:
-                kind, last_error = classify(exc).kind, describe_error(exc).split(": ", 1)[-1]
+                why = failure_of(exc)
                 break
             if answer["outputs"] and not result.outputs:
                 result.outputs = answer["outputs"]
             for iid, v in answer["items"].items():
-                got[iid] = self._verdict(iid, v)
+                got[iid] = to_verdict(self.spec, iid, v)
             pending = [i for i in pending if i not in got]
-            last_error = redact("; ".join(answer["notes"][:3])) or "the judge left it out"
-        for iid in pending:
-            got[iid] = ItemVerdict(
-                item_id=iid,
-                status="error",
-                error=f"{kind.value}: no verdict after {len(result.calls)} call(s): {last_error}",
-            )
+            notes = redact("; ".join(answer["notes"][:3])) or "the judge left it out"
+            why = Failed(ErrorKind.INCOMPLETE, f"{ErrorKind.INCOMPLETE.value}: {notes}")
+        text = f"{why.kind.value}: no verdict after {len(result.calls)} call(s): {why.detail}"
+        got.update((v.item_id, v) for v in error_verdicts(why, pending, text))
         result.verdicts = [got[i] for i in ids if i in got]
         return result
-
-    # --------------------------------------------------------------------------- as a runnable
-    async def _ainvoke(self, inp: Any) -> JudgeResult:
-        record, deps = _unpack(inp)
-        return await self.ajudge(record, deps)
-
-    def _invoke(self, inp: Any) -> JudgeResult:
-        return run_sync(self._ainvoke(inp))
-
-    @property
-    def runnable(self) -> Runnable[Any, JudgeResult]:
-        return RunnableLambda(self._invoke, afunc=self._ainvoke, name=f"greval:{self.spec.name}")
 
 
 def _is_openai(model: BaseChatModel) -> bool:
@@ -636,37 +396,3 @@ def _is_openai(model: BaseChatModel) -> bool:
     except ImportError:  # pragma: no cover - langchain-openai is a dependency
         return False
     return isinstance(model, BaseChatOpenAI) and not model.extra_body
-
-
-def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeResult] | None]:
-    """Runnable input: a Record, a mapping of record fields, or ``{"record": ..., "depends_on": {...}}``."""
-    if isinstance(inp, Record):
-        return inp, None
-    if isinstance(inp, Mapping) and "record" in inp:
-        deps = {
-            k: (v if isinstance(v, JudgeResult) else JudgeResult.model_validate(v))
-            for k, v in (inp.get("depends_on") or {}).items()
-        }
-        return inp["record"], deps
-    if isinstance(inp, Mapping):
-        return inp, None
-    raise TypeError("judge input must be a Record, a mapping of record fields, or {record, depends_on}")
-
-
-def compile(
-    spec: Spec,
-    model: BaseChatModel,
-    *,
-    method: Method | Literal["auto"] = "auto",
-    samples: int = 1,
-    policy: RetryPolicy | None = None,
-    limiter: AdaptiveLimiter | None = None,
-    direct: bool = True,
-) -> Runnable[Any, JudgeResult]:
-    """Compile a spec into a LangChain runnable: record in, checked :class:`JudgeResult` out.
-
-    ``direct=False`` sends every model call through ``ainvoke`` even when no callback, tracer or cache
-    is attached (see :mod:`greval.llm.call`; the verdicts are the same, the client CPU is higher).
-    """
-    judge = Judge(spec, model, method=method, samples=samples, policy=policy, limiter=limiter, direct=direct)
-    return judge.runnable

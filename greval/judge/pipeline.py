@@ -35,29 +35,16 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from pydantic import (
     ConfigDict,
     Field,
-    ValidationError,
     create_model,
 )
 
 from greval.dataset.records import Record
-from greval.errors import SpecError
-from greval.judge.judge import (
-    CallLog,
-    ItemVerdict,
-    Judge,
-    JudgeResult,
-    Method,
-    ParseError,
-    _first_error,
-    _known,
-    _title,
-    _verdict_fields,
-    begin,
-    describe_scale,
-    render_item,
-)
+from greval.judge.judge import Failed, Judge, begin, error_verdicts, failure_of
+from greval.judge.parse import Answer, validate_one
+from greval.judge.prompt import PREAMBLE, describe_scale, render_item, schema_note, title
+from greval.judge.verdict import verdict_fields
 from greval.llm.limiter import AdaptiveLimiter
-from greval.llm.retry import RetryPolicy, describe_error
+from greval.llm.retry import RetryPolicy
 from greval.spec import ITEM_FIELDS, CategoricalScale, EachTarget, InputSpec, Label, Spec
 from greval.spec.pipeline import (
     CountsAggregate,
@@ -68,8 +55,7 @@ from greval.spec.pipeline import (
     ScoreMeanAggregate,
     VerifyStep,
 )
-
-PREAMBLE = "You are a careful, impartial evaluator of a retrieval-augmented question-answering system."
+from greval.types import RECORD_ITEM, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -82,7 +68,7 @@ def _value_text(value: Any) -> str:
 
 
 def _field_block(name: str, value: Any, note: str | None = None) -> str:
-    head = f"## {_title(name)}" + (f" ({note})" if note else "")
+    head = f"## {title(name)}" + (f" ({note})" if note else "")
     if name in ITEM_FIELDS and isinstance(value, list):
         sep = "\n\n" if name == "chunks" else "\n"
         return head + "\n" + sep.join(render_item(name, it) for it in value)
@@ -100,16 +86,6 @@ def _deps_blocks(deps: Mapping[str, JudgeResult] | None) -> list[str]:
                 lines.append(f"- {who}{verdict}: {v.reason or ''}".rstrip())
         parts.append("\n".join(lines))
     return parts
-
-
-def _schema_note(method: Method, schema: Mapping[str, Any]) -> list[str]:
-    if method != "json_mode":
-        return []
-    return [
-        "Answer with one JSON object and nothing else, valid against this JSON schema:\n```json\n"
-        + json.dumps(schema, ensure_ascii=False)
-        + "\n```"
-    ]
 
 
 # ------------------------------------------------------------------------------------------ step judges
@@ -137,9 +113,9 @@ class _Extractor(Judge):
         super().__init__(_step_spec(spec, step.name, "chunks", None), model, **kw)
         self.pipeline = spec
         self.step = step
-        title = "".join(w.capitalize() for w in f"{spec.name}_{step.name}".split("_"))
+        model_name = "".join(w.capitalize() for w in f"{spec.name}_{step.name}".split("_"))
         self.answer_model = create_model(
-            f"{title}Extraction",
+            f"{model_name}Extraction",
             __config__=ConfigDict(extra="forbid"),
             reason=(str, Field(description="Briefly, how you read and split the text. Write it first.")),
             items=(list[str], Field(description=f"The {step.what}, one self-contained sentence each, in order")),
@@ -147,12 +123,12 @@ class _Extractor(Judge):
         self.item_model = self.answer_model
         self.schema = self.answer_model.model_json_schema()
 
-    def _system(self, method: Method) -> str:
+    def system_text(self, method: Method) -> str:
         s = self.step
         parts = [
             PREAMBLE,
             f"# Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
-            f"# Task\nList the {s.what} made in the {_title(s.from_).lower()}. Another step will check each "
+            f"# Task\nList the {s.what} made in the {title(s.from_).lower()}. Another step will check each "
             "of them, so make every item a short, self-contained sentence (resolve pronouns), state each "
             "only once, and add nothing the text does not say.",
         ]
@@ -162,7 +138,7 @@ class _Extractor(Judge):
             f"# Your answer\nWrite `reason` first, then `items`: the {s.what} in the order they appear; "
             "an empty list if there are none."
         )
-        return "\n\n".join(parts + _schema_note(method, self.schema))
+        return "\n\n".join(parts + schema_note(method, self.schema))
 
     def messages(
         self,
@@ -176,17 +152,14 @@ class _Extractor(Judge):
         blocks.append(_field_block(self.step.from_, fields[self.step.from_], f"list the {self.step.what} of this"))
         return [self.system_message(method), HumanMessage("\n\n".join(blocks))]
 
-    def _validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> dict[str, Any]:
-        try:
-            one = self.answer_model.model_validate(_known(payload, self.answer_model)).model_dump()
-        except ValidationError as exc:
-            raise ParseError(_first_error(exc)) from None
+    def validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> Answer:
+        one = validate_one(self.answer_model, payload)
         one["items"] = [t.strip() for t in one["items"] if t.strip()]
-        return {"items": {"": one}, "outputs": {}, "notes": []}
+        return {"items": {RECORD_ITEM: one}, "outputs": {}, "notes": []}
 
     async def extract(self, fields: Mapping[str, Any], log: list[CallLog]) -> tuple[str, list[str]]:
-        answer = await self._call({"fields": fields}, None, None, log)
-        one = answer["items"][""]
+        answer = await self.ask({"fields": fields}, None, None, log)
+        one = answer["items"][RECORD_ITEM]
         return str(one["reason"]), list(one["items"])
 
 
@@ -200,29 +173,29 @@ class _Verifier(Judge):
         self.step = step
         if step.each in ITEM_FIELDS:
             self.noun = "retrieved chunks" if step.each == "chunks" else "knowledge-graph triples"
-            self.heading = _title(step.each)
+            self.heading = title(step.each)
         else:
             source = spec.extract_step(step.each)
             self.noun = source.what
-            self.heading = f"{source.what.capitalize()} (from the {_title(source.from_).lower()})"
-        title = "".join(w.capitalize() for w in f"{spec.name}_{step.key}".split("_"))
+            self.heading = f"{source.what.capitalize()} (from the {title(source.from_).lower()})"
+        model_name = "".join(w.capitalize() for w in f"{spec.name}_{step.key}".split("_"))
         item = create_model(
-            f"{title}ItemVerdict",
+            f"{model_name}ItemVerdict",
             __config__=ConfigDict(extra="forbid"),
             id=(str, Field(description="The item id, exactly as listed")),
-            **_verdict_fields(self.spec),
+            **verdict_fields(self.spec),
         )
         self.item_model = item
         self.answer_model = create_model(
-            f"{title}Verdicts",
+            f"{model_name}Verdicts",
             __config__=ConfigDict(extra="forbid"),
             verdicts=(list[item], Field(description="One verdict per listed item id, each id exactly once")),
         )
         self.schema = self.answer_model.model_json_schema()
 
-    def _system(self, method: Method) -> str:
+    def system_text(self, method: Method) -> str:
         s = self.step
-        names = [f"the {_title(a).lower()}" for a in s.against]
+        names = [f"the {title(a).lower()}" for a in s.against]
         against = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         parts = [
             PREAMBLE,
@@ -240,7 +213,7 @@ class _Verifier(Judge):
             "'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your reasoning, "
             "written first), then `label`."
         )
-        return "\n\n".join(parts + _schema_note(method, self.schema))
+        return "\n\n".join(parts + schema_note(method, self.schema))
 
     def messages(
         self,
@@ -328,7 +301,7 @@ class PipelineEvaluator:
         # 1. extract: every list at once (a list read per max_over value is extracted once per value)
         ext_keys = [k for e in self.extractors.values() for k in self._keys(e.step, n)]
         extracted: dict[_Key, tuple[str, list[str]]] = {}
-        ext_errors: dict[_Key, str] = {}
+        ext_errors: dict[_Key, Failed] = {}
         ext_logs: dict[_Key, list[CallLog]] = {k: [] for k in ext_keys}
 
         async def extract(key: _Key) -> None:
@@ -338,19 +311,15 @@ class PipelineEvaluator:
                 return
             try:
                 extracted[key] = await self.extractors[key[0]].extract(fields(key[1]), ext_logs[key])
-            except ParseError as exc:
-                ext_errors[key] = describe_error(exc)  # typed and redacted like every other failure
             except Exception as exc:
-                if isinstance(exc, SpecError) or type(exc).__name__ == "JudgeUnavailable":
-                    raise
-                ext_errors[key] = describe_error(exc)
+                ext_errors[key] = failure_of(exc)  # typed and redacted like every other failure
 
         await asyncio.gather(*(extract(k) for k in ext_keys))
 
         # 2. verify: every verify step at once, each one call per step (plus re-asks), all items together
         ver_keys = [k for j in self.verifiers.values() for k in self._keys(j.step, n)]
         verdicts: dict[_Key, list[ItemVerdict]] = {}
-        ver_errors: dict[_Key, str] = {}
+        ver_errors: dict[_Key, Failed] = {}
         ver_logs: dict[_Key, list[CallLog]] = {}
 
         async def verify(key: _Key) -> None:
@@ -362,7 +331,8 @@ class PipelineEvaluator:
                 varies = self.spec.varies(self.spec.extract_step(step.each))
                 src: _Key = (step.each, key[1] if varies else None)
                 if src not in extracted:
-                    ver_errors[key] = f"the extraction '{self._id(src, n)}' failed"
+                    kind = ext_errors[src].kind if src in ext_errors else ErrorKind.UNKNOWN
+                    ver_errors[key] = Failed(kind, f"the extraction '{self._id(src, n)}' failed")
                     return
                 items = [{"id": f"s{i}", "text": t} for i, t in enumerate(extracted[src][1], 1)]
                 field = "chunks"  # the generated judge's item field; the prompt names the items properly
@@ -372,8 +342,8 @@ class PipelineEvaluator:
             synthetic = Record(id=rec.id, hash=rec.hash, data={field: items, "fields": fields(key[1])})
             res = await self.verifiers[key[0]].ajudge(synthetic, deps)
             ver_logs[key] = res.calls
-            if res.error:
-                ver_errors[key] = res.error
+            if res.error:  # the generated judge could not start (it has its items and no dependency of its own)
+                ver_errors[key] = Failed(ErrorKind.UNKNOWN, res.error)
             else:
                 verdicts[key] = res.verdicts
 
@@ -387,8 +357,8 @@ class PipelineEvaluator:
                 result.verdicts.append(ItemVerdict(item_id=sid, value=len(items), reason=reason))
                 result.outputs[sid] = items
             else:
-                error = f"extraction failed: {ext_errors.get(key, 'no answer')}"
-                result.verdicts.append(ItemVerdict(item_id=sid, status="error", error=error))
+                failed = ext_errors.get(key, Failed(ErrorKind.UNKNOWN, "no answer"))
+                result.verdicts += error_verdicts(failed, [sid], f"extraction failed: {failed.text}")
             for c in ext_logs[key]:
                 c.items = [sid]
             result.calls.extend(ext_logs[key])
@@ -402,25 +372,28 @@ class PipelineEvaluator:
         result.verdicts.insert(0, self._score(verdicts, ver_errors, n))
         return result
 
-    def _score(self, verdicts: dict[_Key, list[ItemVerdict]], errors: dict[_Key, str], n: int) -> ItemVerdict:
+    def _score(self, verdicts: dict[_Key, list[ItemVerdict]], errors: dict[_Key, Failed], n: int) -> ItemVerdict:
         """The record-level verdict: the formula over the verdict counts (best variant for max_over)."""
         agg = self.spec.aggregate
         scored: list[tuple[float | None, str]] = []
         for v in range(n):
             labels: dict[str, list[str | None]] = {}
-            failed: list[str] = []
+            failed: list[Failed] = []
             for name, judge in self.verifiers.items():
                 key: _Key = (name, v if self.spec.varies(judge.step) else None)
                 if key in errors:
-                    failed.append(f"{self._id(key, n)}: {errors[key]}")
+                    failed.append(Failed(errors[key].kind, f"{self._id(key, n)}: {errors[key].text}"))
                     continue
                 got = verdicts.get(key, [])
-                bad = [x.item_id for x in got if x.status != "ok"]
+                bad = [x for x in got if x.status != "ok"]
                 if bad:
-                    failed.append(f"{self._id(key, n)}: no verdict for {', '.join(bad)}")
+                    kind = bad[0].error_kind or ErrorKind.INCOMPLETE
+                    missing = ", ".join(x.item_id for x in bad)
+                    failed.append(Failed(kind, f"{self._id(key, n)}: no verdict for {missing}"))
                 labels[name] = [x.label for x in got]
-            if failed:
-                return ItemVerdict(status="error", error="; ".join(failed)[:1000])
+            if failed:  # the first failure's kind: what to fix first
+                [verdict] = error_verdicts(failed[0], [RECORD_ITEM], "; ".join(f.text for f in failed)[:1000])
+                return verdict
             scored.append(aggregate_counts(agg, labels, {s.key: s.scale() for s in self.verifiers_steps()}))
         best = max(range(n), key=lambda i: _or(scored[i][0], -1.0))
         score, reason = scored[best]

@@ -1,7 +1,7 @@
 """The verdict schema a judge spec asks for: pydantic models generated from its scale (reason first).
 
 No LangChain here: ``greval spec validate`` checks what building a judge checks (verdict schema, outputs,
-few-shot examples) without importing the model-calling code. ``greval.judge.judge`` re-exports these names.
+few-shot examples) without importing the model-calling code. :mod:`greval.judge.judge` builds judges from them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _PY_TYPES: dict[str, Any] = {
 }
 
 
-def _verdict_fields(spec: Spec) -> dict[str, Any]:
+def verdict_fields(spec: Spec) -> dict[str, Any]:
     reason = (
         str,
         Field(description="Your step-by-step reasoning, following the evaluation steps. Write it first."),
@@ -39,7 +39,7 @@ def _verdict_fields(spec: Spec) -> dict[str, Any]:
     return {"reason": reason, "value": (bounded, Field(description=f"An integer from {s.min} to {s.max}"))}
 
 
-def _output_fields(spec: Spec) -> dict[str, Any]:
+def output_fields(spec: Spec) -> dict[str, Any]:
     return {name: (_PY_TYPES[o.type], Field(description=o.description)) for name, o in spec.outputs.items()}
 
 
@@ -54,28 +54,28 @@ def verdict_models(spec: Spec) -> tuple[type[BaseModel], type[BaseModel]]:
     """
     title = "".join(w.capitalize() for w in spec.name.split("_"))
     if spec.each is None:
-        answer = create_model(f"{title}Verdict", __config__=_FORBID, **_verdict_fields(spec), **_output_fields(spec))
+        answer = create_model(f"{title}Verdict", __config__=_FORBID, **verdict_fields(spec), **output_fields(spec))
         return answer, answer
     noun = "chunk" if spec.each == "chunks" else "triple"
     item: type[BaseModel] = create_model(
         f"{title}ItemVerdict",
         __config__=_FORBID,
         id=(str, Field(description=f"The {noun} id, exactly as listed")),
-        **_verdict_fields(spec),
+        **verdict_fields(spec),
     )
     items_type: Any = list.__class_getitem__(item)
     many: type[BaseModel] = create_model(
         f"{title}Verdicts",
         __config__=_FORBID,
         verdicts=(items_type, Field(description=f"One verdict per listed {noun} id, each id exactly once")),
-        **_output_fields(spec),
+        **output_fields(spec),
     )
     return many, item
 
 
 def outputs_model(spec: Spec, answer: type[BaseModel]) -> type[BaseModel] | None:
     """The model of the spec's extra outputs alone (None when it declares none)."""
-    return create_model(f"{answer.__name__}Outputs", **_output_fields(spec)) if spec.outputs else None
+    return create_model(f"{answer.__name__}Outputs", **output_fields(spec)) if spec.outputs else None
 
 
 def check_examples(spec: Spec, answer: type[BaseModel]) -> None:
@@ -84,7 +84,7 @@ def check_examples(spec: Spec, answer: type[BaseModel]) -> None:
         try:
             answer.model_validate(ex.output)
         except ValidationError as exc:
-            raise SpecError(spec.name, f"examples[{i}].output", _first_error(exc)) from None
+            raise SpecError(spec.name, f"examples[{i}].output", first_error(exc)) from None
 
 
 def check_judge(spec: Spec) -> None:
@@ -96,7 +96,7 @@ def check_judge(spec: Spec) -> None:
     check_examples(spec, answer)
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}" if where else str(err["msg"])

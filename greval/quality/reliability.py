@@ -283,7 +283,7 @@ async def alogprob_scores(
     spec: Spec, records: Sequence[Record], model: BaseChatModel
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
     """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
-    from greval.judge.judge import json_payload
+    from greval.judge.parse import json_payload
 
     judge = Judge(spec, model, method="json_schema")
     scale = spec.scale

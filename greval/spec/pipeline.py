@@ -29,10 +29,10 @@ from greval.spec.model import (
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from greval.judge.judge import Method
     from greval.judge.pipeline import PipelineEvaluator
     from greval.llm.limiter import AdaptiveLimiter
     from greval.llm.retry import RetryPolicy
+    from greval.types import Method
 
 Ident = Annotated[str, Field(pattern=IDENT)]
 

@@ -1,0 +1,140 @@
+"""The judge's prompt, built from a spec: instructions, the scale in words, the record under headings.
+
+Text only, apart from the few-shot messages: ``greval spec show`` and the Argilla guidelines read the same
+words the judge model reads (:func:`describe_scale`, :func:`system_prompt`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from greval.spec import CategoricalScale, Spec, ValueScale
+from greval.types import JudgeResult, Method
+
+PREAMBLE = "You are a careful, impartial evaluator of a retrieval-augmented question-answering system."
+
+_TITLES = {
+    "question": "Question",
+    "expected_answer": "Expected answer",
+    "answer": "Answer",
+    "chunks": "Retrieved chunks",
+    "triples": "Knowledge-graph triples",
+    "source": "Source text",
+}
+
+
+def title(name: str) -> str:
+    """The heading of a record field in the prompt (``expected_answer`` → ``Expected answer``)."""
+    return _TITLES.get(name, name.replace("_", " ").capitalize())
+
+
+def describe_scale(spec: Spec) -> str:
+    """The scale in words, every range or label with its description (shared with Argilla guidelines)."""
+    if isinstance(spec.scale, ValueScale):
+        s = spec.scale
+        lines = [f"Give an integer value from {s.min} to {s.max}:"]
+        lines += [f"- {r.text}: {r.description}" for r in s.ranges]
+    else:
+        lines = ["Choose exactly one label:"]
+        lines += [f'- "{lab.name}": {lab.description}' for lab in spec.scale.labels]
+        if spec.scale.ordered:
+            lines.append("The labels are listed from best to worst.")
+    return "\n".join(lines)
+
+
+def schema_note(method: Method, schema: Mapping[str, Any]) -> list[str]:
+    """JSON mode has no schema on the wire: the prompt carries it (nothing for the other methods)."""
+    if method != "json_mode":
+        return []
+    return [
+        "Answer with one JSON object and nothing else, valid against this JSON schema:\n```json\n"
+        + json.dumps(schema, ensure_ascii=False)
+        + "\n```"
+    ]
+
+
+def system_prompt(spec: Spec, method: Method, schema: Mapping[str, Any]) -> str:
+    """The judge's instructions; JSON mode also gets the answer's JSON schema."""
+    noun = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple"}.get(spec.each or "", "")
+    parts = [PREAMBLE, f"# Metric: {spec.name}\n{spec.description.strip()}"]
+    if spec.instructions:
+        parts.append(f"# Instructions\n{spec.instructions.strip()}")
+    parts.append("# Evaluation steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
+    parts.append("# Scale\n" + describe_scale(spec))
+    word = "label" if isinstance(spec.scale, CategoricalScale) else "value"
+    if noun:
+        out = (
+            f"# Your answer\nJudge each {noun} separately. Return `verdicts`: one entry for every id listed "
+            f"under 'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your "
+            f"reasoning, written first), then `{word}`."
+        )
+    else:
+        out = f"# Your answer\nWrite `reason` first (your reasoning, following the steps), then `{word}`."
+    for name, o in spec.outputs.items():
+        out += f"\nAlso fill `{name}` ({o.type}): {o.description}"
+    parts.append(out)
+    return "\n\n".join(parts + schema_note(method, schema))
+
+
+def as_text(value: Any) -> str:
+    """A field's value as prompt text: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_item(field: str, item: Mapping[str, Any]) -> str:
+    """One chunk or triple with its id, as the judge cites it back."""
+    if field == "triples":
+        return f"[{item['id']}] ({item['subject']}; {item['predicate']}; {item['object']})"
+    return f"[{item['id']}] {item.get('text', '')}"
+
+
+def render_inputs(
+    spec: Spec,
+    data: Mapping[str, Any],
+    deps: Mapping[str, JudgeResult] | None = None,
+    item_ids: Sequence[str] | None = None,
+) -> str:
+    """The record as the judge sees it: declared inputs under headings, items with their ids."""
+    parts: list[str] = []
+    for name, inp in spec.inputs.items():
+        value = data.get(name)
+        if value is None or value == [] or value == "":
+            continue
+        head = f"## {title(name)}" + (f" ({inp.description})" if inp.description else "")
+        if name in ("chunks", "triples") and isinstance(value, list):
+            items = value
+            if name == spec.each and item_ids is not None:
+                wanted = set(item_ids)
+                items = [it for it in value if it["id"] in wanted]
+            sep = "\n\n" if name == "chunks" else "\n"
+            parts.append(head + "\n" + sep.join(render_item(name, it) for it in items))
+        else:
+            parts.append(head + "\n" + as_text(value))
+    for dep_name, res in (deps or {}).items():
+        lines = [f"## Verdicts of the metric '{dep_name}'"]
+        for v in res.verdicts:
+            if v.status != "ok":
+                continue
+            verdict = v.label if v.label is not None else v.value
+            who = f"[{v.item_id}] " if v.item_id else ""
+            lines.append(f"- {who}{verdict}: {v.reason or ''}".rstrip())
+        for key, val in res.outputs.items():
+            lines.append(f"- {key}: {as_text(val)}")
+        parts.append("\n".join(lines))
+    if spec.each is not None and item_ids is not None:
+        parts.append("Item ids: " + ", ".join(item_ids))
+    return "\n\n".join(parts)
+
+
+def example_messages(spec: Spec) -> list[BaseMessage]:
+    """The spec's few-shot examples as a user turn (the inputs) and an assistant turn (the answer)."""
+    msgs: list[BaseMessage] = []
+    for ex in spec.examples:
+        ids = [it["id"] for it in ex.inputs.get(spec.each, [])] if spec.each else None
+        msgs.append(HumanMessage(render_inputs(spec, ex.inputs, None, ids)))
+        msgs.append(AIMessage(json.dumps(ex.output, ensure_ascii=False)))
+    return msgs
