@@ -19,14 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.judge.evaluators import Evaluator, config_for, make_evaluator
-from greval.judge.judge import JudgeResult, not_applicable
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, dependency_levels, order_specs
 from greval.store.results import MetricFigures, figures
 from greval.store.store import Store, spec_keys
-from greval.types import Method
+from greval.types import JudgeResult, Method, not_applicable
 
 #: How often a run waiting for a judgement another run holds looks again (seconds).
 CLAIM_POLL_S = 0.2

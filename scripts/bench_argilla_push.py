@@ -25,10 +25,10 @@ import argilla as rg
 from greval.annotation import dataset as ds
 from greval.annotation import server, sync
 from greval.dataset.records import Record
-from greval.judge.judge import ItemVerdict, JudgeResult
 from greval.llm.config import JudgeConfig
 from greval.spec import CategoricalScale, Spec, resolve_specs
 from greval.store.store import Store, spec_keys
+from greval.types import ItemVerdict, JudgeResult
 
 
 def build_store(path: Path, n: int) -> tuple[Spec, JudgeConfig, list[Record]]:

@@ -15,12 +15,11 @@ import greval.runner
 from greval.dataset.records import Record
 from greval.errors import SpecError, UserError
 from greval.judge.computed import parse_arrow_triples, parse_citations, split_sentences
-from greval.judge.judge import MISSING_INPUT, JudgeResult
 from greval.llm.config import JudgeConfig
 from greval.spec import load_spec_file, parse_spec
 from greval.spec.computed import ComputedSpec, EmbeddingSpec, OrphanSpec, RougeSpec, TripleSpec
 from greval.store.store import Store
-from greval.types import ErrorKind
+from greval.types import MISSING_INPUT, ErrorKind, JudgeResult
 
 PRED = "The quick brown foxes were jumping over the lazy dogs near the river bank."
 REF = "A quick brown fox jumps over the lazy dog by the river."

@@ -12,12 +12,12 @@ from langchain_openai import ChatOpenAI
 from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.judge.evaluators import compile, compile_suite
-from greval.judge.judge import Judge, JudgeResult
+from greval.judge.judge import Judge
 from greval.judge.verdict import verdict_models
 from greval.llm.retry import RetryPolicy
 from greval.spec import Spec, parse_spec, resolve_specs
 from greval.testing.openai_server import OpenAIServer
-from greval.types import RECORD_ITEM, ErrorKind
+from greval.types import RECORD_ITEM, ErrorKind, JudgeResult
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)
 

@@ -27,7 +27,7 @@ from greval.cli import main
 from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.judge.evaluators import compile
-from greval.judge.judge import Judge, JudgeResult
+from greval.judge.judge import Judge
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import (
     CallFailed,
@@ -44,6 +44,7 @@ from greval.spec import parse_spec, resolve_specs
 from greval.store.results import error_kind
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
+from greval.types import JudgeResult
 from tests.conftest import TEST_KEY
 from tests.test_run import cfg, rag_records
 

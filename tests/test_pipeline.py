@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.errors import SpecError
-from greval.judge.judge import Judge, JudgeResult
+from greval.judge.judge import Judge
 from greval.judge.pipeline import aggregate_counts
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
@@ -34,7 +34,7 @@ from greval.spec.pipeline import (
 from greval.store.results import aggregate_items
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
-from greval.types import RECORD_ITEM, ErrorKind
+from greval.types import RECORD_ITEM, ErrorKind, JudgeResult
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)
 RUN = RunOptions(concurrency=4, retry=FAST)

@@ -15,8 +15,7 @@ import json
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -25,7 +24,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from greval.dataset.records import Record
-from greval.errors import SpecError
+from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import (
     Answer,
     ParseError,
@@ -48,90 +47,18 @@ from greval.llm.retry import (
     RetryPolicy,
     UnsupportedMethod,
     call_with_retries,
-    classify,
     describe_error,
     finish_reason,
     redact,
 )
-from greval.spec import BaseSpec, Spec
-
-# The result models live in greval.types, which reading a store imports without LangChain; re-exported here.
-from greval.types import MISSING_INPUT as MISSING_INPUT
-from greval.types import RECORD_ITEM, ErrorKind, Method
-from greval.types import CallLog as CallLog
-from greval.types import ItemVerdict as ItemVerdict
-from greval.types import JudgeResult as JudgeResult
-from greval.types import not_applicable as not_applicable
+from greval.spec import Spec
+from greval.types import RECORD_ITEM, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
 warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
 
 METHODS: tuple[Method, ...] = ("json_schema", "function_calling", "json_mode")
 TOOL_NAME = "submit_verdict"
-
-
-def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
-    """Required inputs the record lacks (absent, empty text or empty list)."""
-    return [n for n in spec.required_inputs() if data.get(n) in (None, "", [])]
-
-
-def begin(
-    spec: BaseSpec, record: Record | Mapping[str, Any], deps: Mapping[str, JudgeResult] | None
-) -> tuple[Record, JudgeResult, dict[str, JudgeResult] | None]:
-    """What every evaluator checks before working: the record, an empty result, and the dependency verdicts
-    to show. ``None`` for the latter means the judgement cannot run and ``result.error`` says why (a required
-    input is absent — then it is skipped, see :func:`not_applicable` — or a dependency is missing or failed)."""
-    rec = record if isinstance(record, Record) else Record.from_mapping(record)
-    result = JudgeResult(spec=spec.name, spec_hash=spec.hash)
-    missing = missing_inputs(spec, rec.data)
-    if missing:
-        result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
-        return rec, result, None
-    given = dict(deps or {})
-    for name in spec.depends_on:
-        dep = given.get(name)
-        if dep is None:
-            result.error = f"needs the verdicts of {name!r}, which were not given"
-            return rec, result, None
-        if not dep.ok and not not_applicable(dep):
-            result.error = f"depends on {name!r}, which failed for this record"
-            return rec, result, None
-    return rec, result, {k: given[k] for k in spec.depends_on if not not_applicable(given[k])}
-
-
-# ------------------------------------------------------------------------------------- the error ladder
-@dataclass(frozen=True)
-class Failed:
-    """Why a judgement (or a part of it) has no verdict: its kind and its one-line, redacted text."""
-
-    kind: ErrorKind
-    text: str  # "<kind>: <detail>"
-
-    @property
-    def detail(self) -> str:
-        """The text without its kind prefix."""
-        return self.text.split(": ", 1)[-1]
-
-
-def failure_of(exc: Exception) -> Failed:
-    """The one error ladder of every evaluator. What makes every judgement fail the same way raises again
-    and stops the run (the spec is unusable, or the judge itself: see :class:`JudgeUnavailable`); anything
-    else is about this judgement only (its prompt is too long, the answer is unusable, the server kept
-    failing …) and becomes a typed failure, and the run goes on."""
-    if isinstance(exc, SpecError | JudgeUnavailable):
-        raise exc
-    return Failed(classify(exc).kind, describe_error(exc))
-
-
-def error_verdicts(
-    failed: Failed, item_ids: Iterable[str] = (RECORD_ITEM,), text: str | None = None
-) -> list[ItemVerdict]:
-    """The error verdicts a failure leaves: one per item id, each with its kind; ``text`` replaces the
-    failure's own text (to say which step, or after how many calls)."""
-    return [
-        ItemVerdict(item_id=iid, status="error", error=failed.text if text is None else text, error_kind=failed.kind)
-        for iid in item_ids
-    ]
 
 
 # --------------------------------------------------------------------------------------------- judge

@@ -39,7 +39,8 @@ from pydantic import (
 )
 
 from greval.dataset.records import Record
-from greval.judge.judge import Failed, Judge, begin, error_verdicts, failure_of
+from greval.judge.judge import Judge
+from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import Answer, validate_one
 from greval.judge.prompt import PREAMBLE, describe_scale, render_item, schema_note, title
 from greval.judge.verdict import verdict_fields

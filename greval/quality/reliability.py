@@ -26,9 +26,11 @@ from pydantic import BaseModel, Field
 from greval._sync import run_sync
 from greval.dataset.records import Record, content_hash
 from greval.errors import UserError
-from greval.judge.judge import ItemVerdict, Judge, JudgeResult, missing_inputs
+from greval.judge.judge import Judge
+from greval.judge.outcome import missing_inputs
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale, parse_spec
+from greval.types import ItemVerdict, JudgeResult
 
 Order = Literal["reverse", "shuffle"]
 Perturbation = Literal["items", "scale"]

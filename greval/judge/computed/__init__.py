@@ -32,6 +32,7 @@ from greval.judge.computed.embedding import (
 )
 from greval.judge.computed.overlap import bleu, bleu_score, rouge
 from greval.judge.computed.triples import parse_arrow_triples, triple_validity
+from greval.judge.outcome import Failed, begin, error_verdicts
 from greval.spec.computed import (
     BleuSpec,
     CitationSpec,
@@ -78,15 +79,13 @@ class ComputedEvaluator:
         deps: Mapping[str, JudgeResult] | None = None,
         only_items: Sequence[str] | None = None,
     ) -> JudgeResult:
-        from greval.judge.judge import begin  # not at the top: reading a computed spec must not import LangChain
-
         rec, result, ready = begin(self.spec, record, deps)
         if ready is None:
             return result
         try:
             verdicts, outputs = await asyncio.to_thread(compute, self.spec, rec.data)
         except ComputeError as exc:
-            result.verdicts = [ItemVerdict(status="error", error=str(exc), error_kind=exc.kind)]
+            result.verdicts = error_verdicts(Failed(exc.kind, str(exc)))
             return result
         result.verdicts = verdicts
         result.outputs = outputs

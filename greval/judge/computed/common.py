@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from greval.types import ErrorKind, ItemVerdict
+from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict
 
 
 class ComputeError(Exception):
@@ -23,7 +23,9 @@ class ComputeError(Exception):
 
 def record_verdict(score: float | None, reason: str) -> ItemVerdict:
     """The record-level verdict (a NaN score is no score)."""
-    return ItemVerdict(item_id="", score=None if score is None or math.isnan(score) else float(score), reason=reason)
+    return ItemVerdict(
+        item_id=RECORD_ITEM, score=None if score is None or math.isnan(score) else float(score), reason=reason
+    )
 
 
 def texts(value: Any) -> list[str]:

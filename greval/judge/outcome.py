@@ -1,0 +1,79 @@
+"""What every evaluator does before and after its work, without LangChain: check the record's inputs and
+dependencies (:func:`begin`), and turn a failure into typed error verdicts - the one error ladder
+(:func:`failure_of`, :func:`error_verdicts`) of LLM judges, pipelines and computed metrics alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from greval.dataset.records import Record
+from greval.errors import SpecError
+from greval.llm.retry import JudgeUnavailable, classify, describe_error
+from greval.spec import BaseSpec
+from greval.types import MISSING_INPUT, RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
+
+
+def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
+    """Required inputs the record lacks (absent, empty text or empty list)."""
+    return [n for n in spec.required_inputs() if data.get(n) in (None, "", [])]
+
+
+def begin(
+    spec: BaseSpec, record: Record | Mapping[str, Any], deps: Mapping[str, JudgeResult] | None
+) -> tuple[Record, JudgeResult, dict[str, JudgeResult] | None]:
+    """What every evaluator checks before working: the record, an empty result, and the dependency verdicts
+    to show. ``None`` for the latter means the judgement cannot run and ``result.error`` says why (a required
+    input is absent — then it is skipped, see :func:`not_applicable` — or a dependency is missing or failed)."""
+    rec = record if isinstance(record, Record) else Record.from_mapping(record)
+    result = JudgeResult(spec=spec.name, spec_hash=spec.hash)
+    missing = missing_inputs(spec, rec.data)
+    if missing:
+        result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
+        return rec, result, None
+    given = dict(deps or {})
+    for name in spec.depends_on:
+        dep = given.get(name)
+        if dep is None:
+            result.error = f"needs the verdicts of {name!r}, which were not given"
+            return rec, result, None
+        if not dep.ok and not not_applicable(dep):
+            result.error = f"depends on {name!r}, which failed for this record"
+            return rec, result, None
+    return rec, result, {k: given[k] for k in spec.depends_on if not not_applicable(given[k])}
+
+
+# ------------------------------------------------------------------------------------- the error ladder
+@dataclass(frozen=True)
+class Failed:
+    """Why a judgement (or a part of it) has no verdict: its kind and its one-line, redacted text."""
+
+    kind: ErrorKind
+    text: str  # "<kind>: <detail>"
+
+    @property
+    def detail(self) -> str:
+        """The text without its kind prefix."""
+        return self.text.split(": ", 1)[-1]
+
+
+def failure_of(exc: Exception) -> Failed:
+    """The one error ladder of every evaluator. What makes every judgement fail the same way raises again
+    and stops the run (the spec is unusable, or the judge itself: see :class:`JudgeUnavailable`); anything
+    else is about this judgement only (its prompt is too long, the answer is unusable, the server kept
+    failing …) and becomes a typed failure, and the run goes on."""
+    if isinstance(exc, SpecError | JudgeUnavailable):
+        raise exc
+    return Failed(classify(exc).kind, describe_error(exc))
+
+
+def error_verdicts(
+    failed: Failed, item_ids: Iterable[str] = (RECORD_ITEM,), text: str | None = None
+) -> list[ItemVerdict]:
+    """The error verdicts a failure leaves: one per item id, each with its kind; ``text`` replaces the
+    failure's own text (to say which step, or after how many calls)."""
+    return [
+        ItemVerdict(item_id=iid, status="error", error=failed.text if text is None else text, error_kind=failed.kind)
+        for iid in item_ids
+    ]
