@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -228,3 +229,22 @@ def test_a_written_error_keeps_the_judge_s_kind_or_gets_its_text_s(store_path: P
         st.put_result(None, spec.hash, cfg, rec, failed)
     assert _rows(store_path, "SELECT item_id, status, error_kind FROM verdicts") == [("", "error", "quota")]
     assert _rows(store_path, "SELECT status, error_kind FROM judgements") == [("error", "quota")]
+
+
+_SQL = re.compile(
+    r"\b(SELECT\s+[\w*(]|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)"
+    r"|ALTER\s+TABLE|DROP\s+TABLE)"
+)
+
+
+def test_only_the_store_holds_sql() -> None:
+    """Every statement lives in greval/store/ (it found the 25 lines of SQL the other stages used to hold)."""
+    root = Path(__file__).resolve().parents[1] / "greval"
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        if path.parent.name != "store"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _SQL.search(line)
+    ]
+    assert found == []
