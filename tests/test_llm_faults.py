@@ -41,7 +41,7 @@ from greval.llm.retry import (
 )
 from greval.runner import RunOptions, run
 from greval.spec import parse_spec, resolve_specs
-from greval.store.results import error_kind
+from greval.store.schema import error_kind
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from greval.types import JudgeResult

@@ -724,58 +724,6 @@ def test_run_summary_report_export_and_store_show_the_same_figures(
         assert sorted(frame[frame["spec"] == m.spec]["record_id"]) == sorted(r.id for r in recs)
 
 
-def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
-    """Stores written before record ids were kept apart (schema 1) open as schema 2 with their ids, run
-    links and human labels (which get the Argilla dataset they were pushed to)."""
-    path = tmp_path / "old.sqlite"
-    recs = rag_records(3)
-    with Store(path) as st:
-        summary = run(resolve_specs(["answer_alignment"]), recs, st, cfg(llm), options=FAST)
-    db = sqlite3.connect(path)
-    # Rewrite it as schema 1 had it: no record_ids, run_records by content, human labels without dataset.
-    db.executescript(
-        """
-        CREATE TABLE run_records (run_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_hash));
-        INSERT INTO run_records SELECT r.run_id, m.record_hash FROM runs r JOIN snapshot_members m USING (snapshot);
-        DROP TABLE snapshot_members; DROP TABLE snapshots; DROP TABLE claims; DROP TABLE record_ids;
-        DROP TABLE human_labels;
-        ALTER TABLE runs DROP COLUMN snapshot; ALTER TABLE runs DROP COLUMN pid; ALTER TABLE runs DROP COLUMN host;
-        CREATE TABLE human_labels (
-            spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
-            record_id TEXT NOT NULL, spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
-            source TEXT NOT NULL, answered_at REAL, updated_at REAL NOT NULL,
-            PRIMARY KEY (spec_name, record_hash, item_id, annotator));
-        CREATE TABLE annotation_pushes (push_id TEXT PRIMARY KEY, spec_name TEXT NOT NULL, dataset TEXT NOT NULL);
-        INSERT INTO annotation_pushes VALUES ('p1', 'answer_alignment', 'my_review');
-        UPDATE meta SET value='1' WHERE key='schema_version';
-        """
-    )
-    db.executemany(
-        "INSERT INTO human_labels VALUES (?,?,'','ann',?,NULL,'Correct',NULL,NULL,'submitted',?,NULL,0)",
-        [
-            ("answer_alignment", r.hash, r.id, src)
-            for r, src in zip(recs, ["argilla", "argilla", "import"], strict=True)
-        ],
-    )
-    db.commit()
-    db.close()
-    with Store(path) as st:
-        version = st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-        assert version == "2"
-        assert sorted(r.id for r in st.records()) == ["r0", "r1", "r2"]
-        members = st.db.execute(
-            "SELECT m.record_id FROM runs r JOIN snapshot_members m USING (snapshot) WHERE r.run_id=?",
-            (summary.run_id,),
-        ).fetchall()
-        assert sorted(m[0] for m in members) == ["r0", "r1", "r2"]
-        labels = st.query("SELECT record_id, dataset FROM human_labels ORDER BY record_id")
-        assert [(r["record_id"], r["dataset"]) for r in labels] == [
-            ("r0", "my_review"),
-            ("r1", "my_review"),
-            ("r2", "import"),
-        ]
-
-
 def test_a_row_repeated_exactly_is_read_once_and_said(llm: OpenAIServer, tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     row = {"id": "a", "question": "q?", "answer": "x", "expected_answer": "x"}

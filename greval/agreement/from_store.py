@@ -13,7 +13,6 @@ the user chooses, because counting one person twice would fake a human-vs-human 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Literal
 
@@ -52,11 +51,7 @@ def agreement_scale(spec: Spec) -> AgreementScale:
 
 
 def _judge_key(store: Store, spec_key: str, judge: str | None) -> tuple[str, str]:
-    rows = store.query(
-        "SELECT v.judge_key, j.label, COUNT(*) AS n FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key"
-        " WHERE v.spec_key=? GROUP BY v.judge_key ORDER BY n DESC",
-        (spec_key,),
-    )
+    rows = store.verdict_judges(spec_key)
     if not rows:
         raise UserError("no judge verdicts for this metric in the store; run `greval run` first")
     if judge is None:
@@ -84,24 +79,14 @@ def store_frame(
     to use (default: every one, see the module doc).
     """
     if version:
-        rows = store.query(
-            "SELECT spec_key FROM specs WHERE name=? AND (spec_hash=? OR spec_key=?) ORDER BY created_at DESC LIMIT 1",
-            (spec_name, version, version),
-        )
-        if not rows:
+        found = store.spec_version(spec_name, version)
+        if found is None:
             raise UserError(f"no version {version!r} of {spec_name!r} in the store")
-        spec_key, spec = rows[0]["spec_key"], store.spec(rows[0]["spec_key"])
+        spec_key, spec = found, store.spec(found)
     else:
         spec_key, spec = store.latest_spec(spec_name)
     judge_key, judge_label = _judge_key(store, spec_key, judge)
-    judged = pd.DataFrame(
-        store.query(
-            "SELECT v.record_hash, COALESCE(i.record_id, v.record_id) AS record_id, v.item_id, v.status, v.label,"
-            " v.value, v.reason FROM verdicts v LEFT JOIN record_ids i ON i.record_hash = v.record_hash"
-            " WHERE v.spec_key=? AND v.judge_key=?",
-            (spec_key, judge_key),
-        )
-    )
+    judged = pd.DataFrame(store.verdicts_by_record_id(spec_key, judge_key))
     humans = _human_rows(store, spec.name, datasets)
     categorical = isinstance(spec.scale, CategoricalScale)
     if judged.empty:
@@ -117,14 +102,7 @@ def store_frame(
         merged["human"] = merged["h_value"]
     merged["item"] = merged["record_id"].astype(str) + merged["item_id"].map(lambda i: f"/{i}" if i else "")
     merged["group"] = merged["record_id"].astype(str)
-    systems = {
-        r["record_hash"]: json.loads(r["data"]).get("system")
-        for r in store.query(
-            "SELECT record_hash, data FROM records WHERE record_hash IN (SELECT DISTINCT record_hash FROM human_labels"
-            " WHERE spec_name=?)",
-            (spec.name,),
-        )
-    }
+    systems = {h: data.get("system") for h, data in store.labelled_record_data(spec.name).items()}
     if any(v is not None for v in systems.values()):
         merged["system"] = merged["record_hash"].map(systems).astype("string")
     cols = ["item", "judge", "human", "annotator", "group", "record_id", "item_id", "reason", "comment"]
@@ -151,13 +129,9 @@ def store_frame(
 def _human_rows(store: Store, spec_name: str, datasets: Sequence[str]) -> pd.DataFrame:
     """Submitted human answers of the chosen datasets; a clear error when the choice is needed or wrong."""
     humans = pd.DataFrame(
-        store.query(
-            "SELECT dataset, record_id, record_hash, item_id, annotator, label AS h_label, value AS h_value, comment"
-            " FROM human_labels WHERE spec_name=? AND status='submitted'",
-            (spec_name,),
-        ),
-        columns=["dataset", "record_id", "record_hash", "item_id", "annotator", "h_label", "h_value", "comment"],
-    )
+        store.human_labels(spec_name, submitted=True),
+        columns=["dataset", "record_id", "record_hash", "item_id", "annotator", "label", "value", "comment"],
+    ).rename(columns={"label": "h_label", "value": "h_value"})
     if humans.empty:
         raise UserError(
             f"no human labels for {spec_name!r} in the store: pull them with `greval annotate pull` "

@@ -44,31 +44,9 @@ STRATEGIES: tuple[Strategy, ...] = ("all", "random", "stratified", "uncertain")
 DEFAULT_BATCH = 500
 _LIST_LIMIT = 1000  # argilla-server's maximum page size for listing records
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS annotation_pushes (
-    push_id TEXT PRIMARY KEY, spec_name TEXT NOT NULL, spec_key TEXT NOT NULL, spec_hash TEXT NOT NULL,
-    judge_key TEXT NOT NULL, dataset TEXT NOT NULL, workspace TEXT, api_url TEXT,
-    strategy TEXT NOT NULL, params TEXT NOT NULL, population INTEGER NOT NULL, selected INTEGER NOT NULL,
-    pushed INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS annotation_selection (
-    push_id TEXT NOT NULL, spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
-    record_id TEXT NOT NULL, argilla_id TEXT NOT NULL, stratum TEXT NOT NULL, probability REAL NOT NULL,
-    rank INTEGER NOT NULL, pushed_at REAL,
-    PRIMARY KEY (push_id, record_hash, item_id));
-CREATE INDEX IF NOT EXISTS annotation_selection_by_unit
-    ON annotation_selection(spec_name, record_hash, item_id);
-"""
-
 
 class AnnotationError(UserError):
     """Something the user can fix about a push / pull / import (bad flag, unknown spec, server refused)."""
-
-
-def ensure_tables(store: Store) -> None:
-    """Create greval's push bookkeeping tables beside the store's own (idempotent)."""
-    with store._lock:
-        store.db.executescript(_DDL)
 
 
 # ------------------------------------------------------------------------------------------- selection
@@ -206,12 +184,7 @@ class JudgeInfo:
 def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tuple[str, Spec, JudgeInfo]:
     """The latest version of a spec in the store and the judge whose verdicts to push."""
     spec_key, spec = store.latest_spec(spec_name)
-    rows = store.query(
-        "SELECT j.judge_key, j.label, j.identity, COUNT(*) AS n, MAX(v.updated_at) AS last FROM verdicts v"
-        " JOIN judges j ON j.judge_key = v.judge_key WHERE v.spec_key=? AND v.status='ok'"
-        " GROUP BY j.judge_key ORDER BY last DESC",
-        (spec_key,),
-    )
+    rows = store.verdict_judges(spec_key, ok_only=True, newest_first=True)
     if not rows:
         raise AnnotationError(f"{store.path}: no verdicts of {spec_name!r} (version {spec.hash}) to push")
     if judge is not None:
@@ -226,27 +199,17 @@ def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tu
 
 
 def candidates(store: Store, spec_key: str, judge_key: str) -> list[Candidate]:
-    rows = store.query(
-        "SELECT record_hash, item_id, record_id, label, value, confidence, reason FROM verdicts"
-        " WHERE spec_key=? AND judge_key=? AND status='ok' ORDER BY record_hash, item_id",
-        (spec_key, judge_key),
-    )
-    return [Candidate(**r) for r in rows]
+    return [Candidate(**r) for r in store.unit_verdicts(spec_key, judge_key)]
 
 
 def selection_weights(store: Store, spec_name: str, push_id: str | None = None) -> dict[tuple[str, str], float]:
     """Horvitz-Thompson weights (1 / inclusion probability) of the units of one push (default: the latest)."""
-    ensure_tables(store)
     if push_id is None:
-        row = store.query(
-            "SELECT push_id FROM annotation_pushes WHERE spec_name=? ORDER BY updated_at DESC LIMIT 1",
-            (spec_name,),
-        )
-        if not row:
+        push_id = store.latest_push(spec_name)
+        if push_id is None:
             return {}
-        push_id = row[0]["push_id"]
-    rows = store.query("SELECT record_hash, item_id, probability FROM annotation_selection WHERE push_id=?", (push_id,))
-    return {(r["record_hash"], r["item_id"]): 1.0 / r["probability"] for r in rows if r["probability"] > 0}
+    probs = store.selection_probabilities(push_id)
+    return {unit: 1.0 / p for unit, p in probs.items() if p > 0}
 
 
 # ------------------------------------------------------------------------------------------ connection
@@ -601,7 +564,6 @@ def push(
     ``annotators_per_record``: None keeps an existing dataset's setting (1 for a new one); a different
     value on an existing dataset is refused unless ``force`` (see :func:`ensure_dataset`)."""
     t0 = time.perf_counter()
-    ensure_tables(store)
     spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
     ds.check_scale(spec)
     cands = candidates(store, spec_key, jinfo.key)
@@ -625,49 +587,31 @@ def push(
         return tuple(ids.get(c.record_hash) or [c.record_id])
 
     push_id = _push_id(spec_key, jinfo.key, f"{conn.url}|{handle.workspace}|{name}", strategy, params, picks)
-    now = time.time()
-    with store._tx() as db:
-        db.execute(
-            "INSERT INTO annotation_pushes (push_id, spec_name, spec_key, spec_hash, judge_key, dataset,"
-            " workspace, api_url, strategy, params, population, selected, pushed, status, attempts,"
-            " created_at, updated_at)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,0,'running',1,?,?) ON CONFLICT(push_id) DO UPDATE SET"
-            " status='running', attempts=attempts+1, updated_at=excluded.updated_at",
-            (
-                push_id,
-                spec.name,
-                spec_key,
-                spec.hash,
-                jinfo.key,
-                name,
-                handle.workspace,
-                conn.url,
-                strategy,
-                json.dumps(params, sort_keys=True),
-                len(cands),
-                len(picks),
-                now,
-                now,
-            ),
-        )
-        db.executemany(
-            "INSERT OR IGNORE INTO annotation_selection (push_id, spec_name, record_hash, item_id, record_id,"
-            " argilla_id, stratum, probability, rank, pushed_at) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
-            [
-                (
-                    push_id,
-                    spec.name,
-                    p.unit.record_hash,
-                    p.unit.item_id,
-                    ids_of(by_key[p.unit.key])[0],
-                    ds.argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
-                    p.selection,
-                    p.probability,
-                    p.rank,
-                )
-                for p in picks
-            ],
-        )
+    store.start_push(
+        push_id,
+        spec_name=spec.name,
+        spec_key=spec_key,
+        spec_hash=spec.hash,
+        judge_key=jinfo.key,
+        dataset=name,
+        workspace=handle.workspace,
+        api_url=conn.url,
+        strategy=strategy,
+        params=json.dumps(params, sort_keys=True),
+        population=len(cands),
+        units=[
+            {
+                "record_hash": p.unit.record_hash,
+                "item_id": p.unit.item_id,
+                "record_id": ids_of(by_key[p.unit.key])[0],
+                "argilla_id": ds.argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
+                "stratum": p.selection,
+                "probability": p.probability,
+                "rank": p.rank,
+            }
+            for p in picks
+        ],
+    )
     records = {r.hash: r for r in store.records({p.unit.record_hash for p in picks})}
     if on_start:
         on_start(len(picks))
@@ -692,17 +636,10 @@ def push(
             items.append(record_payload(spec, ref, handle, blind=blind))
         bulk_upsert(conn, handle.id, items, done, len(picks))
         done += len(batch)
-        stamp = time.time()
-        with store._tx() as db:
-            db.executemany(
-                "UPDATE annotation_selection SET pushed_at=? WHERE push_id=? AND record_hash=? AND item_id=?",
-                [(stamp, push_id, p.unit.record_hash, p.unit.item_id) for p in batch],
-            )
-            db.execute("UPDATE annotation_pushes SET pushed=?, updated_at=? WHERE push_id=?", (done, stamp, push_id))
+        store.mark_pushed(push_id, [p.unit.key for p in batch], done)
         if on_progress:
             on_progress(len(batch))
-    with store._tx() as db:
-        db.execute("UPDATE annotation_pushes SET status='done', updated_at=? WHERE push_id=?", (time.time(), push_id))
+    store.finish_push(push_id)
     return PushResult(
         push_id=push_id,
         dataset=name,
@@ -785,18 +722,11 @@ def pull(
     Rows are keyed by this dataset's name, and written once per record id that has the answered content
     (every id the store knows for it; else the ids the record itself names). What other datasets of the
     spec hold is neither compared with nor touched."""
-    ensure_tables(store)
     _, spec = store.latest_spec(spec_name)
     name = dataset or spec.name
     handle = ensure_dataset(conn, spec, name, workspace, create=False)
     users = _usernames(conn)
-    known = {
-        r["argilla_id"]: (r["record_hash"], r["item_id"], r["record_id"])
-        for r in store.query(
-            "SELECT DISTINCT argilla_id, record_hash, item_id, record_id FROM annotation_selection WHERE spec_name=?",
-            (spec.name,),
-        )
-    }
+    known = {r["argilla_id"]: (r["record_hash"], r["item_id"], r["record_id"]) for r in store.selected_units(spec.name)}
     before = {
         (r["record_id"], r["record_hash"], r["item_id"], r["annotator"]): (
             r["label"],
@@ -804,11 +734,7 @@ def pull(
             r["comment"],
             r["status"],
         )
-        for r in store.query(
-            "SELECT record_id, record_hash, item_id, annotator, label, value, comment, status FROM human_labels"
-            " WHERE spec_name=? AND dataset=?",
-            (spec.name, name),
-        )
+        for r in store.human_labels(spec.name, dataset=name)
     }
     categorical = isinstance(spec.scale, CategoricalScale)
     answers: list[tuple[tuple[str, str, list[str]], dict[str, Any]]] = []
@@ -937,23 +863,12 @@ def _resolve_records(store: Store, spec_key: str, ids: set[str]) -> dict[str, Re
 
     Every (id, content) pair the store has seen counts (``record_ids``): an id whose content another id
     shares resolves to itself, and an edited record has one version per content."""
-    judged = {
-        r["record_hash"] for r in store.query("SELECT DISTINCT record_hash FROM verdicts WHERE spec_key=?", (spec_key,))
-    }
+    judged = store.judged_hashes(spec_key)
     out: dict[str, Record] = {}
-    wanted = sorted(ids)
-    for i in range(0, len(wanted), 500):
-        chunk = wanted[i : i + 500]
-        rows = store.query(
-            "SELECT i.record_id, i.record_hash, r.data FROM record_ids i JOIN records r USING (record_hash)"
-            f" WHERE i.record_id IN ({','.join('?' * len(chunk))}) ORDER BY i.created_at, i.rowid",
-            tuple(chunk),
-        )
-        for r in rows:
-            rid = r["record_id"]
-            prev = out.get(rid)
-            if prev is None or prev.hash not in judged or r["record_hash"] in judged:
-                out[rid] = Record(id=rid, hash=r["record_hash"], data=json.loads(r["data"]))
+    for rec in store.records_with_ids(ids):
+        prev = out.get(rec.id)
+        if prev is None or prev.hash not in judged or rec.hash in judged:
+            out[rec.id] = rec
     return out
 
 
@@ -1114,15 +1029,7 @@ def _import_to_argilla(
     per annotator: when a file gives one person two answers for ids sharing a content, the last row wins
     in Argilla (the store keeps both)."""
     handle = ensure_dataset(conn, spec, dataset, workspace)
-    verdicts: dict[tuple[str, str], dict[str, Any]] = {}
-    for v in store.query(
-        "SELECT v.record_hash, v.item_id, v.label, v.value, v.confidence, v.reason, j.label AS judge,"
-        " j.identity"
-        " FROM verdicts v JOIN judges j ON j.judge_key=v.judge_key WHERE v.spec_key=? AND v.status='ok'"
-        " ORDER BY v.updated_at",
-        (spec_key,),
-    ):
-        verdicts[(v["record_hash"], v["item_id"])] = v
+    verdicts: Mapping[tuple[str, str], Mapping[str, Any]] = store.latest_unit_verdicts(spec_key)
     user_ids = {a: ensure_user(conn, a, handle.workspace) for a in sorted({r["annotator"] for r in rows})}
     by_unit: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -161,8 +160,7 @@ def run_cmd(
                 )
         except KeyboardInterrupt as exc:
             # The run recorded itself as interrupted, with its summary, before run_sync returned.
-            last = st.query("SELECT summary FROM runs WHERE pid=? ORDER BY started_at DESC LIMIT 1", (os.getpid(),))
-            metrics = json.loads(last[0]["summary"] or "{}").get("metrics", []) if last else []
+            metrics = (st.last_run_summary(os.getpid()) or {}).get("metrics", [])
             kept = sum(m.get("verdicts", 0) for m in metrics)
             made = sum(m.get("judged", 0) for m in metrics)
             interrupted_exit(

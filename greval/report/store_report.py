@@ -199,8 +199,7 @@ def _agreement(
     from greval.agreement.models import AgreementOptions
     from greval.report.agreement import render_html, render_markdown
 
-    n = st.query("SELECT COUNT(*) AS n FROM human_labels WHERE spec_name=? AND status='submitted'", (spec.name,))
-    if not n or not n[0]["n"]:
+    if not st.submitted_label_count(spec.name):
         return None, None
     frame, scale, sel = store_frame(st, spec.name, judge)
     slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
@@ -218,11 +217,7 @@ def _agreement(
 
 def label_sources(st: Store, spec_name: str) -> list[LabelSource]:
     """Where a metric's human labels came from: one entry per (dataset, source), imports first."""
-    rows = st.query(
-        "SELECT dataset, source, SUM(status='submitted') AS submitted, SUM(status!='submitted') AS other"
-        " FROM human_labels WHERE spec_name=? GROUP BY dataset, source",
-        (spec_name,),
-    )
+    rows = st.label_source_counts(spec_name)
     found = [
         LabelSource(dataset=r["dataset"], source=r["source"], submitted=r["submitted"], other=r["other"]) for r in rows
     ]

@@ -54,6 +54,7 @@ _ITEM_COLS = (
     "confidence",
     "reason",
     "error",
+    "error_kind",
     "outputs",
     "tokens_in",
     "tokens_out",
@@ -66,14 +67,15 @@ _ITEM_COLS = (
 
 
 #: What figures need of an item row (reading only these keeps a 100k-record summary fast and small).
-_FIGURE_COLS = (*_ITEM_COLS[:15], "created_at")
+_FIGURE_COLS = (*_ITEM_COLS[:16], "created_at")
 
 
 def _item_sql(ids: str, full: bool) -> str:
     """Verdicts joined with their record ids (``ids``: the id table to join, with its own filter); ``full``
     adds the judgement's outputs, tokens and timings."""
     cols = """v.spec_name, v.spec_hash, v.spec_key, j.label, v.judge_key, COALESCE(i.record_id, v.record_id),
-       v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error"""
+       v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error,
+       v.error_kind"""
     if not full:
         return f"SELECT {cols}, v.created_at FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key {ids}"
     return f"""
@@ -231,13 +233,6 @@ def _record_row(sp: BaseSpec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any
     return row
 
 
-def error_kind(text: str | None) -> str:
-    """A failure's kind: the text before its first colon (e.g. ``no verdict after 3 call(s)``)."""
-    if not text:
-        return "unknown"
-    return text.split(":")[0][:60]
-
-
 class MetricFigures(BaseModel):
     """Every count and score greval shows for one metric version and judge (see the module doc)."""
 
@@ -324,7 +319,8 @@ class _Tally:
         if status == "skipped":
             self.skipped_why.update(str(r["error"]) for r in grp if r["item_id"] == "")
         if status in ("error", "partial"):
-            self.errors.update(error_kind(r["error"]) for r in grp if r["status"] == "error")
+            # The stored kind (schema 3 fills it for every error row, old ones from their text).
+            self.errors.update(str(r["error_kind"] or ErrorKind.UNKNOWN) for r in grp if r["status"] == "error")
         if sp.each:
             for r in grp:
                 if r["item_id"] != "":
@@ -454,7 +450,7 @@ def load_results(
         if not items and spec:
             st.latest_spec(spec)  # raises a clear "no metric" error
         if level == "item":
-            return _frame(items, [c for c in _ITEM_COLS if c not in ("spec_key", "judge_key")])
+            return _frame(items, [c for c in _ITEM_COLS if c not in ("spec_key", "judge_key", "error_kind")])
         specs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
         return _frame(record_rows(items, specs), _RECORD_COLS)
     finally:

@@ -9,9 +9,12 @@ The verdict cache is keyed by content, but a dataset's identity is its record id
 (record id, content hash) pair the store has seen, and a run points at the **snapshot** of the dataset it was
 given (``snapshot_members``: its ids and contents, stored once however often the same dataset is re-run). Two records
 with the same content and different ids cost one call and are both listed, counted and weighted, by every
-reader (``greval.store.results``). Human labels pulled from Argilla (or imported) live beside the verdicts, keyed by
-(spec name, dataset, record id, record hash, item id, annotator): two Argilla datasets of one spec (a blind
-copy, a copy with suggestions) never overwrite each other.
+reader (``greval.store.results``).
+
+A :class:`Store` is this module's writes and reads of verdicts, runs and records, plus its parts: the tables
+and migrations (``schema.py``), the connection (``connection.py``), human labels (``labels.py``), Argilla
+pushes (``annotation.py``) and the verdict reads of later stages (``lookups.py``). Only ``greval.store``
+holds SQL.
 """
 
 from __future__ import annotations
@@ -21,11 +24,9 @@ import json
 import os
 import socket
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,79 +34,16 @@ from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.llm.config import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
-from greval.types import ItemVerdict, JudgeResult, not_applicable
-
-SCHEMA_VERSION = 2
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS specs (
-    spec_key TEXT PRIMARY KEY, name TEXT NOT NULL, spec_hash TEXT NOT NULL, body TEXT NOT NULL,
-    created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS judges (
-    judge_key TEXT PRIMARY KEY, label TEXT NOT NULL, identity TEXT NOT NULL, created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    record_hash TEXT PRIMARY KEY, record_id TEXT NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS records_by_id ON records(record_id);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
-    dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT, snapshot TEXT, pid INTEGER, host TEXT);
-CREATE TABLE IF NOT EXISTS record_ids (
-    record_id TEXT NOT NULL, record_hash TEXT NOT NULL, created_at REAL NOT NULL,
-    PRIMARY KEY (record_id, record_hash));
-CREATE INDEX IF NOT EXISTS record_ids_by_hash ON record_ids(record_hash);
-CREATE TABLE IF NOT EXISTS snapshots (snapshot TEXT PRIMARY KEY, records INTEGER NOT NULL, created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS snapshot_members (
-    snapshot TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
-    PRIMARY KEY (snapshot, record_id)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS snapshot_members_by_hash ON snapshot_members(snapshot, record_hash);
-CREATE TABLE IF NOT EXISTS claims (
-    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
-    host TEXT NOT NULL, pid INTEGER NOT NULL, owner TEXT NOT NULL, expires_at REAL NOT NULL,
-    PRIMARY KEY (spec_key, judge_key, record_hash));
-CREATE TABLE IF NOT EXISTS verdicts (
-    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
-    spec_name TEXT NOT NULL, spec_hash TEXT NOT NULL, record_id TEXT NOT NULL,
-    status TEXT NOT NULL, label TEXT, value INTEGER, score REAL, confidence REAL, reason TEXT, error TEXT,
-    samples TEXT, run_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    PRIMARY KEY (spec_key, judge_key, record_hash, item_id));
-CREATE INDEX IF NOT EXISTS verdicts_by_name ON verdicts(spec_name, record_hash);
-CREATE TABLE IF NOT EXISTS judgements (
-    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
-    status TEXT NOT NULL, error TEXT, outputs TEXT, calls TEXT, raw TEXT, model TEXT, params TEXT,
-    tokens_in INTEGER, tokens_out INTEGER, latency_ms REAL, attempts INTEGER, run_id TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    PRIMARY KEY (spec_key, judge_key, record_hash));
-CREATE TABLE IF NOT EXISTS human_labels (
-    spec_name TEXT NOT NULL, dataset TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
-    item_id TEXT NOT NULL, annotator TEXT NOT NULL,
-    spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
-    source TEXT NOT NULL, answered_at REAL, updated_at REAL NOT NULL,
-    PRIMARY KEY (spec_name, dataset, record_id, record_hash, item_id, annotator));
-"""
-
-# Schema 1 -> 2: records kept one id per content (a second id with the same content vanished), runs linked
-# contents not ids, and human labels had no dataset. The ids schema 1 still knew are carried over.
-_MIGRATE_1_2 = """
-INSERT OR IGNORE INTO record_ids SELECT record_id, record_hash, created_at FROM records;
-INSERT OR IGNORE INTO record_ids SELECT DISTINCT record_id, record_hash, MIN(created_at) FROM verdicts
-    GROUP BY record_id, record_hash;
-ALTER TABLE runs ADD COLUMN snapshot TEXT;
-ALTER TABLE runs ADD COLUMN pid INTEGER;
-ALTER TABLE runs ADD COLUMN host TEXT;
-ALTER TABLE human_labels RENAME TO human_labels_v1;
-"""
+from greval.store.annotation import AnnotationPushes
+from greval.store.labels import HumanLabels
+from greval.store.lookups import VerdictLookups
+from greval.store.schema import put_snapshot, snapshot_key, stored_kind
+from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 #: How long a claim on a judgement holds when its owner cannot be checked (another host); an owner on this
 #: host that is gone (killed) frees its claims at once.
 CLAIM_LEASE_S = 600.0
 _HOST = socket.gethostname()
-
-
-def snapshot_key(records: Sequence[Record]) -> str:
-    """A dataset's identity: its (record id, content hash) pairs, in any order."""
-    pairs = sorted(f"{r.id}\x1f{r.hash}" for r in records)
-    return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:24]
 
 
 def _alive(pid: int) -> bool:
@@ -133,34 +71,16 @@ def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
     return keys
 
 
-class Store:
-    """A greval store file. Safe to open from several processes (SQLite WAL); one connection per Store."""
+class Store(HumanLabels, AnnotationPushes, VerdictLookups):
+    """A greval store file. Safe to open from several processes (SQLite WAL); one connection per Store.
+
+    Opening an older store file migrates it (:mod:`greval.store.schema`)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
+        super().__init__(path)
         # (record id, record hash) pairs this connection has stored: each is written once.
         self._stored: set[tuple[str, str]] = set()
         self.owner = uuid.uuid4().hex[:12]  # this connection, as the holder of claims
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            # The async runner works in greval's background loop thread (see greval._sync); access is
-            # serialised by self._lock, so the connection may cross threads.
-            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.executescript(_DDL)
-        except sqlite3.DatabaseError as exc:
-            raise UserError(f"{self.path}: not a greval store ({exc})") from None
-        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) > SCHEMA_VERSION:
-            raise UserError(f"{self.path}: written by a newer greval (schema {row[0]}); upgrade greval")
-        elif int(row[0]) < SCHEMA_VERSION:
-            self._migrate(int(row[0]))
         self._reap_runs()
 
     def _reap_runs(self) -> None:
@@ -173,72 +93,6 @@ class Store:
                     "UPDATE runs SET status='interrupted', finished_at=COALESCE(finished_at, ?) WHERE run_id=?",
                     [(time.time(), r) for r in gone],
                 )
-
-    def _migrate(self, version: int) -> None:
-        """Bring an older store up to this schema in one transaction (nothing it holds is dropped)."""
-        with self._tx() as db:
-            if version < 2:
-                for stmt in _MIGRATE_1_2.split(";"):
-                    if stmt.strip():
-                        db.execute(stmt)
-                # Each schema-1 run's records (by content) become the snapshot of its dataset.
-                members: dict[str, list[Record]] = {}
-                for run_id, rid, rhash in db.execute(
-                    "SELECT rr.run_id, r.record_id, rr.record_hash"
-                    " FROM run_records rr JOIN records r USING (record_hash)"
-                ):
-                    members.setdefault(run_id, []).append(Record(id=rid, hash=rhash, data={}))
-                for run_id, recs in members.items():
-                    db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (self._put_snapshot(db, recs), run_id))
-                db.execute("DROP TABLE run_records")
-                for stmt in _DDL.split(";"):
-                    if "human_labels" in stmt:
-                        db.execute(stmt)
-                # Schema 1 did not record which Argilla dataset a label came from: a spec pushed to exactly one
-                # dataset gets that name, else the default one (the spec's name); imports get "import".
-                pushed: dict[str, set[str]] = {}
-                if db.execute("SELECT 1 FROM sqlite_master WHERE name='annotation_pushes'").fetchone():
-                    for name, ds in db.execute("SELECT DISTINCT spec_name, dataset FROM annotation_pushes"):
-                        pushed.setdefault(name, set()).add(ds)
-                rows = db.execute(
-                    "SELECT spec_name, record_id, record_hash, item_id, annotator, spec_hash, label, value, comment,"
-                    " status, source, answered_at, updated_at FROM human_labels_v1"
-                ).fetchall()
-                db.executemany(
-                    "INSERT OR IGNORE INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        (
-                            r[0],
-                            (next(iter(pushed[r[0]])) if len(pushed.get(r[0], ())) == 1 else r[0])
-                            if r[10] == "argilla"
-                            else "import",
-                            *r[1:],
-                        )
-                        for r in rows
-                    ],
-                )
-                db.execute("DROP TABLE human_labels_v1")
-            db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
-
-    def close(self) -> None:
-        self.db.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
 
     # -------------------------------------------------------------------------------- catalogue
     def put_specs(self, specs: Sequence[BaseSpec], keys: dict[str, str]) -> None:
@@ -287,14 +141,8 @@ class Store:
             self.put_records(records)
         with self._tx() as db:
             if not known:
-                self._put_snapshot(db, records, key)
+                put_snapshot(db, records, key)
             db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (key, run_id))
-
-    def _put_snapshot(self, db: sqlite3.Connection, records: Sequence[Record], key: str | None = None) -> str:
-        key = key or snapshot_key(records)
-        db.executemany("INSERT OR IGNORE INTO snapshot_members VALUES (?,?,?)", [(key, r.id, r.hash) for r in records])
-        db.execute("INSERT OR IGNORE INTO snapshots VALUES (?,?,?)", (key, len(records), time.time()))
-        return key
 
     def any_spec(self, spec_key: str) -> BaseSpec:
         """A stored spec of any kind."""
@@ -325,6 +173,14 @@ class Store:
             raise UserError(f"{self.path}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})")
         return row[0], self.spec(row[0])
 
+    def spec_version(self, name: str, version: str) -> str | None:
+        """The key of a metric's stored version whose spec hash (or key) is ``version`` (newest first)."""
+        row = self.db.execute(
+            "SELECT spec_key FROM specs WHERE name=? AND (spec_hash=? OR spec_key=?) ORDER BY created_at DESC LIMIT 1",
+            (name, version, version),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def records(self, hashes: Iterable[str] | None = None) -> list[Record]:
         """Stored records, one per (record id, content): two ids with the same content are two Records."""
         sql = "SELECT i.record_hash, i.record_id, r.data FROM record_ids i JOIN records r USING (record_hash) WHERE 1=1"
@@ -333,6 +189,20 @@ class Store:
         else:
             rows = sorted(self._rows_for(sql, (), list(hashes)), key=lambda r: (r[0], r[1]))
         return [Record(hash=h, id=i, data=json.loads(d)) for h, i, d in rows]
+
+    def records_with_ids(self, ids: Iterable[str]) -> list[Record]:
+        """Every stored version (content) of the given record ids, oldest first for each id."""
+        wanted = sorted(set(ids))
+        out: list[Record] = []
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i : i + 500]
+            rows = self._rows(
+                "SELECT i.record_id, i.record_hash, r.data FROM record_ids i JOIN records r USING (record_hash)"
+                f" WHERE i.record_id IN ({','.join('?' * len(chunk))}) ORDER BY i.created_at, i.rowid",
+                chunk,
+            )
+            out += [Record(id=rid, hash=h, data=json.loads(d)) for rid, h, d in rows]
+        return out
 
     def record_ids(self, hashes: Iterable[str] | None = None) -> dict[str, list[str]]:
         """Content hash -> every record id the store knows for it (in the order they were first seen)."""
@@ -378,6 +248,16 @@ class Store:
         cols = ("run_id", "started_at", "finished_at", "status", "dataset", "judge_key", "specs", "summary", "pid")
         cur = self.db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY started_at")
         return [dict(zip(cols, r, strict=True)) for r in cur]
+
+    def last_run_summary(self, pid: int) -> dict[str, Any] | None:
+        """The stored summary of the latest run a process started (None: no such run, or no summary yet)."""
+        row = self.db.execute(
+            "SELECT summary FROM runs WHERE pid=? ORDER BY started_at DESC LIMIT 1", (pid,)
+        ).fetchone()
+        if row is None or not row[0]:
+            return None
+        summary: dict[str, Any] = json.loads(row[0])
+        return summary
 
     # ---------------------------------------------------------------------------------- verdicts
     def pending(
@@ -429,16 +309,6 @@ class Store:
             else:
                 out.append([i for i in item_ids if i not in have] or None)
         return out
-
-    def _rows_for(self, sql: str, params: tuple[Any, ...], hashes: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-        """Rows of ``sql`` (a query on a table with a record_hash column) for the given records, asked 500
-        records at a time (SQLite bounds the number of parameters)."""
-        unique = list(dict.fromkeys(hashes))
-        for i in range(0, len(unique), 500):
-            chunk = unique[i : i + 500]
-            yield from self.db.execute(
-                f"{sql} AND record_hash IN ({','.join('?' * len(chunk))})", (*params, *chunk)
-            ).fetchall()
 
     def claim(self, spec_key: str, judge_key: str, record_hash: str) -> bool:
         """Take the claim on one judgement before calling the model for it: False while another live owner
@@ -507,9 +377,11 @@ class Store:
                 att += prev[4] or 0
                 calls = json.loads(prev[5] or "[]") + calls
             db.execute(
-                "INSERT OR REPLACE INTO judgements VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                "INSERT OR REPLACE INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
+                " raw, model, params, tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
+                " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
                 " COALESCE((SELECT created_at FROM judgements"
-                " WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?)",
+                " WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?,?)",
                 (
                     spec_key,
                     cfg.key,
@@ -531,6 +403,8 @@ class Store:
                     record.hash,
                     now,
                     now,
+                    # The judgement's own error (a failed call); one whose items failed has no text, no kind.
+                    None if result.error is None else stored_kind(status, None, result.error),
                 ),
             )
             db.execute(
@@ -557,12 +431,15 @@ class Store:
                 # done, not failed; the record's content hash changes when the input is added.
                 verdicts = [ItemVerdict(item_id="", status="skipped" if skipped else "error", error=result.error)]
             db.executemany(
-                "INSERT INTO verdicts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                "INSERT INTO verdicts (spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id,"
+                " status, label, value, score, confidence, reason, error, samples, run_id, created_at, updated_at,"
+                " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
                 " spec_name=excluded.spec_name, spec_hash=excluded.spec_hash, record_id=excluded.record_id,"
                 " status=excluded.status, label=excluded.label, value=excluded.value, score=excluded.score,"
                 " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
-                " samples=excluded.samples, run_id=excluded.run_id, updated_at=excluded.updated_at",
+                " error_kind=excluded.error_kind, samples=excluded.samples, run_id=excluded.run_id,"
+                " updated_at=excluded.updated_at",
                 [
                     (
                         spec_key,
@@ -583,6 +460,7 @@ class Store:
                         run_id,
                         now,
                         now,
+                        stored_kind(v.status, v.error_kind, v.error),
                     )
                     for v in verdicts
                 ],
@@ -599,7 +477,7 @@ class Store:
         if j is None:
             return None
         rows = self.db.execute(
-            "SELECT spec_name, spec_hash, item_id, status, label, value, score, confidence, reason, error"
+            "SELECT spec_name, spec_hash, item_id, status, label, value, score, confidence, reason, error, error_kind"
             " FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?",
             (spec_key, judge_key, record.hash),
         ).fetchall()
@@ -615,6 +493,7 @@ class Store:
                 confidence=r[7],
                 reason=r[8],
                 error=r[9],
+                error_kind=None if r[10] is None else ErrorKind(r[10]),
             )
             for r in rows
         ]
@@ -628,49 +507,3 @@ class Store:
             outputs=json.loads(j[2] or "{}"),
             error=err,
         )
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        with self._lock:
-            cur = self.db.execute(sql, params)
-            cols = [c[0] for c in cur.description]
-            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-
-    # ------------------------------------------------------------------------------ human labels
-    def put_human_labels(self, rows: Iterable[dict[str, Any]]) -> int:
-        """Upsert human answers (idempotent: a re-pull rewrites the same keys; a changed answer updates).
-
-        Keyed (spec name, dataset, record id, record hash, item id, annotator): ``dataset`` is the Argilla
-        dataset the answer came from (or ``import``), so two datasets of one spec never overwrite each other."""
-        now = time.time()
-        n = 0
-        with self._tx() as db:
-            for r in rows:
-                db.execute(
-                    "INSERT INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-                    " ON CONFLICT(spec_name, dataset, record_id, record_hash, item_id, annotator) DO UPDATE SET"
-                    " label=excluded.label, value=excluded.value, comment=excluded.comment, status=excluded.status,"
-                    " spec_hash=excluded.spec_hash, answered_at=excluded.answered_at,"
-                    # An answer a pull finds unchanged keeps where it came from (an import sent to Argilla).
-                    " source=CASE WHEN human_labels.label IS excluded.label AND human_labels.value IS excluded.value"
-                    " AND human_labels.comment IS excluded.comment AND human_labels.status=excluded.status"
-                    " THEN human_labels.source ELSE excluded.source END,"
-                    " updated_at=excluded.updated_at",
-                    (
-                        r["spec_name"],
-                        r.get("dataset", "import"),
-                        r["record_id"],
-                        r["record_hash"],
-                        r.get("item_id", ""),
-                        r["annotator"],
-                        r.get("spec_hash"),
-                        r.get("label"),
-                        r.get("value"),
-                        r.get("comment"),
-                        r.get("status", "submitted"),
-                        r.get("source", "import"),
-                        r.get("answered_at"),
-                        now,
-                    ),
-                )
-                n += 1
-        return n

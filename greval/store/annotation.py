@@ -1,0 +1,134 @@
+"""What was pushed to Argilla for people to label: each push and the units it selected, with the probability
+each unit had of being selected (agreement on a non-uniform sample is reweighted with it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TypedDict
+
+from greval.store.connection import StoreFile
+
+
+class PushedUnit(TypedDict):
+    """One unit a push selected: a record (``item_id == ""``) or one of its items, and why."""
+
+    record_hash: str
+    item_id: str
+    record_id: str
+    argilla_id: str
+    stratum: str
+    probability: float
+    rank: int
+
+
+class SelectedUnit(TypedDict):
+    """Where an Argilla record of a metric came from."""
+
+    argilla_id: str
+    record_hash: str
+    item_id: str
+    record_id: str
+
+
+class AnnotationPushes(StoreFile):
+    """The ``annotation_pushes`` and ``annotation_selection`` tables."""
+
+    def start_push(
+        self,
+        push_id: str,
+        *,
+        spec_name: str,
+        spec_key: str,
+        spec_hash: str,
+        judge_key: str,
+        dataset: str,
+        workspace: str | None,
+        api_url: str,
+        strategy: str,
+        params: str,
+        population: int,
+        units: Sequence[PushedUnit],
+    ) -> None:
+        """Record a push and its selection before anything is sent (a push run again counts an attempt)."""
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO annotation_pushes (push_id, spec_name, spec_key, spec_hash, judge_key, dataset,"
+                " workspace, api_url, strategy, params, population, selected, pushed, status, attempts,"
+                " created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,0,'running',1,?,?) ON CONFLICT(push_id) DO UPDATE SET"
+                " status='running', attempts=attempts+1, updated_at=excluded.updated_at",
+                (
+                    push_id,
+                    spec_name,
+                    spec_key,
+                    spec_hash,
+                    judge_key,
+                    dataset,
+                    workspace,
+                    api_url,
+                    strategy,
+                    params,
+                    population,
+                    len(units),
+                    now,
+                    now,
+                ),
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO annotation_selection (push_id, spec_name, record_hash, item_id, record_id,"
+                " argilla_id, stratum, probability, rank, pushed_at) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
+                [
+                    (
+                        push_id,
+                        spec_name,
+                        u["record_hash"],
+                        u["item_id"],
+                        u["record_id"],
+                        u["argilla_id"],
+                        u["stratum"],
+                        u["probability"],
+                        u["rank"],
+                    )
+                    for u in units
+                ],
+            )
+
+    def mark_pushed(self, push_id: str, units: Sequence[tuple[str, str]], pushed: int) -> None:
+        """A batch of (record hash, item id) units reached Argilla; ``pushed`` units of the push so far."""
+        stamp = time.time()
+        with self._tx() as db:
+            db.executemany(
+                "UPDATE annotation_selection SET pushed_at=? WHERE push_id=? AND record_hash=? AND item_id=?",
+                [(stamp, push_id, h, i) for h, i in units],
+            )
+            db.execute("UPDATE annotation_pushes SET pushed=?, updated_at=? WHERE push_id=?", (pushed, stamp, push_id))
+
+    def finish_push(self, push_id: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE annotation_pushes SET status='done', updated_at=? WHERE push_id=?", (time.time(), push_id)
+            )
+
+    def latest_push(self, spec_name: str) -> str | None:
+        """The id of a metric's most recent push (None when it was never pushed)."""
+        rows = self._rows(
+            "SELECT push_id FROM annotation_pushes WHERE spec_name=? ORDER BY updated_at DESC LIMIT 1", (spec_name,)
+        )
+        return str(rows[0][0]) if rows else None
+
+    def selection_probabilities(self, push_id: str) -> dict[tuple[str, str], float]:
+        """(record hash, item id) -> the probability that unit had of being selected by a push."""
+        rows = self._rows(
+            "SELECT record_hash, item_id, probability FROM annotation_selection WHERE push_id=?", (push_id,)
+        )
+        return {(h, i): float(p) for h, i, p in rows}
+
+    def selected_units(self, spec_name: str) -> list[SelectedUnit]:
+        """Every unit any push of a metric selected, with its Argilla record id."""
+        rows = self._rows(
+            "SELECT DISTINCT argilla_id, record_hash, item_id, record_id FROM annotation_selection WHERE spec_name=?",
+            (spec_name,),
+        )
+        return [SelectedUnit(argilla_id=a, record_hash=h, item_id=i, record_id=r) for a, h, i, r in rows]

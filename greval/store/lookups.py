@@ -1,0 +1,117 @@
+"""Verdicts as the later stages read them: which judges answered a metric, and their verdicts by unit or by
+record id (annotation pushes them to people, agreement sets them beside people's answers). Counts and
+scores are not here: :mod:`greval.store.results` defines every figure once."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from greval.store.connection import StoreFile
+
+
+class VerdictJudge(TypedDict):
+    """A judge with verdicts of one metric version: how many, and when the last one was written."""
+
+    judge_key: str
+    label: str
+    identity: str
+    n: int
+    last: float
+
+
+class UnitVerdict(TypedDict):
+    """A judge's ok verdict on one unit (a record, or one of its items), under one of the record's ids."""
+
+    record_hash: str
+    item_id: str
+    record_id: str
+    label: str | None
+    value: int | None
+    confidence: float | None
+    reason: str | None
+
+
+class JudgedUnit(TypedDict):
+    """The latest ok verdict on a unit, with the judge that gave it (its label and identity, JSON)."""
+
+    record_hash: str
+    item_id: str
+    label: str | None
+    value: int | None
+    confidence: float | None
+    reason: str | None
+    judge: str
+    identity: str
+
+
+class IdVerdict(TypedDict):
+    """A verdict of any status, listed once per record id that has the judged content."""
+
+    record_hash: str
+    record_id: str
+    item_id: str
+    status: str
+    label: str | None
+    value: int | None
+    reason: str | None
+
+
+class VerdictLookups(StoreFile):
+    """Reads of the ``verdicts`` table for annotation and agreement."""
+
+    def verdict_judges(self, spec_key: str, *, ok_only: bool = False, newest_first: bool = False) -> list[VerdictJudge]:
+        """The judges with verdicts of a metric version (only ok ones: ``ok_only``), most verdicts first, or
+        the most recently written first (``newest_first``)."""
+        rows = self._rows(
+            "SELECT j.judge_key, j.label, j.identity, COUNT(*) AS n, MAX(v.updated_at) AS last FROM verdicts v"
+            " JOIN judges j ON j.judge_key = v.judge_key WHERE v.spec_key=?"
+            + (" AND v.status='ok'" if ok_only else "")
+            + " GROUP BY j.judge_key ORDER BY "
+            + ("last DESC" if newest_first else "n DESC"),
+            (spec_key,),
+        )
+        return [VerdictJudge(judge_key=k, label=lab, identity=i, n=int(n), last=float(t)) for k, lab, i, n, t in rows]
+
+    def unit_verdicts(self, spec_key: str, judge_key: str) -> list[UnitVerdict]:
+        """One judge's ok verdicts of a metric version, by record hash then item id."""
+        rows = self._rows(
+            "SELECT record_hash, item_id, record_id, label, value, confidence, reason FROM verdicts"
+            " WHERE spec_key=? AND judge_key=? AND status='ok' ORDER BY record_hash, item_id",
+            (spec_key, judge_key),
+        )
+        return [
+            UnitVerdict(record_hash=h, item_id=i, record_id=r, label=lab, value=v, confidence=c, reason=why)
+            for h, i, r, lab, v, c, why in rows
+        ]
+
+    def latest_unit_verdicts(self, spec_key: str) -> dict[tuple[str, str], JudgedUnit]:
+        """(record hash, item id) -> the most recently written ok verdict of a metric version, any judge."""
+        rows = self._rows(
+            "SELECT v.record_hash, v.item_id, v.label, v.value, v.confidence, v.reason, j.label, j.identity"
+            " FROM verdicts v JOIN judges j ON j.judge_key=v.judge_key WHERE v.spec_key=? AND v.status='ok'"
+            " ORDER BY v.updated_at",
+            (spec_key,),
+        )
+        return {
+            (h, i): JudgedUnit(
+                record_hash=h, item_id=i, label=lab, value=v, confidence=c, reason=why, judge=judge, identity=ident
+            )
+            for h, i, lab, v, c, why, judge, ident in rows
+        }
+
+    def verdicts_by_record_id(self, spec_key: str, judge_key: str) -> list[IdVerdict]:
+        """One judge's verdicts of a metric version, once per record id with the judged content."""
+        rows = self._rows(
+            "SELECT v.record_hash, COALESCE(i.record_id, v.record_id), v.item_id, v.status, v.label, v.value,"
+            " v.reason FROM verdicts v LEFT JOIN record_ids i ON i.record_hash = v.record_hash"
+            " WHERE v.spec_key=? AND v.judge_key=?",
+            (spec_key, judge_key),
+        )
+        return [
+            IdVerdict(record_hash=h, record_id=r, item_id=i, status=st, label=lab, value=v, reason=why)
+            for h, r, i, st, lab, v, why in rows
+        ]
+
+    def judged_hashes(self, spec_key: str) -> set[str]:
+        """The contents a metric version has verdicts on (any judge, any status)."""
+        return {h for (h,) in self._rows("SELECT DISTINCT record_hash FROM verdicts WHERE spec_key=?", (spec_key,))}

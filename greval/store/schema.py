@@ -1,0 +1,212 @@
+"""The store's tables and how an older store file is brought up to them (nothing it holds is dropped).
+
+Schema history: 1 kept one record id per content and no dataset on human labels; 2 added record ids,
+snapshots and claims; 3 stores each error's kind (``error_kind``, an :class:`~greval.types.ErrorKind` value)
+beside its text, so that readers count failures by kind without parsing the text. A store written by an
+older greval is migrated the first time this one opens it, in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from collections.abc import Sequence
+
+from greval.dataset.records import Record
+from greval.types import ErrorKind
+
+SCHEMA_VERSION = 3
+
+# New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
+# names its columns: a fresh store and a migrated one then have the same tables.
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS specs (
+    spec_key TEXT PRIMARY KEY, name TEXT NOT NULL, spec_hash TEXT NOT NULL, body TEXT NOT NULL,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS judges (
+    judge_key TEXT PRIMARY KEY, label TEXT NOT NULL, identity TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    record_hash TEXT PRIMARY KEY, record_id TEXT NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS records_by_id ON records(record_id);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
+    dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT, snapshot TEXT, pid INTEGER, host TEXT);
+CREATE TABLE IF NOT EXISTS record_ids (
+    record_id TEXT NOT NULL, record_hash TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (record_id, record_hash));
+CREATE INDEX IF NOT EXISTS record_ids_by_hash ON record_ids(record_hash);
+CREATE TABLE IF NOT EXISTS snapshots (snapshot TEXT PRIMARY KEY, records INTEGER NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshot_members (
+    snapshot TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
+    PRIMARY KEY (snapshot, record_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS snapshot_members_by_hash ON snapshot_members(snapshot, record_hash);
+CREATE TABLE IF NOT EXISTS claims (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, owner TEXT NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (spec_key, judge_key, record_hash));
+CREATE TABLE IF NOT EXISTS verdicts (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
+    spec_name TEXT NOT NULL, spec_hash TEXT NOT NULL, record_id TEXT NOT NULL,
+    status TEXT NOT NULL, label TEXT, value INTEGER, score REAL, confidence REAL, reason TEXT, error TEXT,
+    samples TEXT, run_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, error_kind TEXT,
+    PRIMARY KEY (spec_key, judge_key, record_hash, item_id));
+CREATE INDEX IF NOT EXISTS verdicts_by_name ON verdicts(spec_name, record_hash);
+CREATE TABLE IF NOT EXISTS judgements (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
+    status TEXT NOT NULL, error TEXT, outputs TEXT, calls TEXT, raw TEXT, model TEXT, params TEXT,
+    tokens_in INTEGER, tokens_out INTEGER, latency_ms REAL, attempts INTEGER, run_id TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, error_kind TEXT,
+    PRIMARY KEY (spec_key, judge_key, record_hash));
+CREATE TABLE IF NOT EXISTS human_labels (
+    spec_name TEXT NOT NULL, dataset TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
+    item_id TEXT NOT NULL, annotator TEXT NOT NULL,
+    spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
+    source TEXT NOT NULL, answered_at REAL, updated_at REAL NOT NULL,
+    PRIMARY KEY (spec_name, dataset, record_id, record_hash, item_id, annotator));
+CREATE TABLE IF NOT EXISTS annotation_pushes (
+    push_id TEXT PRIMARY KEY, spec_name TEXT NOT NULL, spec_key TEXT NOT NULL, spec_hash TEXT NOT NULL,
+    judge_key TEXT NOT NULL, dataset TEXT NOT NULL, workspace TEXT, api_url TEXT,
+    strategy TEXT NOT NULL, params TEXT NOT NULL, population INTEGER NOT NULL, selected INTEGER NOT NULL,
+    pushed INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS annotation_selection (
+    push_id TEXT NOT NULL, spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
+    record_id TEXT NOT NULL, argilla_id TEXT NOT NULL, stratum TEXT NOT NULL, probability REAL NOT NULL,
+    rank INTEGER NOT NULL, pushed_at REAL,
+    PRIMARY KEY (push_id, record_hash, item_id));
+CREATE INDEX IF NOT EXISTS annotation_selection_by_unit
+    ON annotation_selection(spec_name, record_hash, item_id);
+"""
+
+# Schema 1 -> 2: records kept one id per content (a second id with the same content vanished), runs linked
+# contents not ids, and human labels had no dataset. The ids schema 1 still knew are carried over.
+_MIGRATE_1_2 = """
+INSERT OR IGNORE INTO record_ids SELECT record_id, record_hash, created_at FROM records;
+INSERT OR IGNORE INTO record_ids SELECT DISTINCT record_id, record_hash, MIN(created_at) FROM verdicts
+    GROUP BY record_id, record_hash;
+ALTER TABLE runs ADD COLUMN snapshot TEXT;
+ALTER TABLE runs ADD COLUMN pid INTEGER;
+ALTER TABLE runs ADD COLUMN host TEXT;
+ALTER TABLE human_labels RENAME TO human_labels_v1;
+"""
+
+# Schema 2 -> 3: each stored error gets its kind column, filled from its text (see error_kind).
+_MIGRATE_2_3 = """
+ALTER TABLE verdicts ADD COLUMN error_kind TEXT;
+ALTER TABLE judgements ADD COLUMN error_kind TEXT;
+"""
+
+_KINDS = {k.value: k for k in ErrorKind}
+
+
+def error_kind(text: str | None) -> ErrorKind:
+    """The kind of a stored error text: greval writes every error as ``"<kind>: …"`` (an :class:`ErrorKind`
+    value before the first colon); any other text is ``unknown``. The one place an error's text becomes its
+    kind: the v2 -> v3 migration fills the column with it, and so does a write whose verdict has no kind."""
+    if not text:
+        return ErrorKind.UNKNOWN
+    return _KINDS.get(text.split(":", 1)[0].strip(), ErrorKind.UNKNOWN)
+
+
+def stored_kind(status: str, kind: ErrorKind | None, text: str | None) -> str | None:
+    """The ``error_kind`` column of a row: the kind given, else the text's, for errors; None otherwise."""
+    if status != "error":
+        return None
+    return (kind or error_kind(text)).value
+
+
+def snapshot_key(records: Sequence[Record]) -> str:
+    """A dataset's identity: its (record id, content hash) pairs, in any order."""
+    pairs = sorted(f"{r.id}\x1f{r.hash}" for r in records)
+    return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:24]
+
+
+def put_snapshot(db: sqlite3.Connection, records: Sequence[Record], key: str | None = None) -> str:
+    """Store a dataset's snapshot (its ids and contents, once however often it is run); returns its key."""
+    key = key or snapshot_key(records)
+    db.executemany(
+        "INSERT OR IGNORE INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?)",
+        [(key, r.id, r.hash) for r in records],
+    )
+    db.execute(
+        "INSERT OR IGNORE INTO snapshots (snapshot, records, created_at) VALUES (?,?,?)",
+        (key, len(records), time.time()),
+    )
+    return key
+
+
+def stored_version(db: sqlite3.Connection) -> int | None:
+    """The schema version a store file was written with (None: a new file)."""
+    row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    return None if row is None else int(row[0])
+
+
+def set_version(db: sqlite3.Connection) -> None:
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring an older store up to this schema, inside the caller's (immediate) transaction. The version is
+    read again here: another process may have migrated the file since it was first read."""
+    version = stored_version(db)
+    if version is None or version >= SCHEMA_VERSION:
+        return
+    if version < 2:
+        _migrate_1_2(db)
+    if version < 3:
+        _script(db, _MIGRATE_2_3)
+        # A judgement's own error (a failed call); one whose items failed has no error text and no kind.
+        for table, where in (("verdicts", ""), ("judgements", " AND error IS NOT NULL")):
+            rows = db.execute(f"SELECT rowid, error FROM {table} WHERE status='error'{where}").fetchall()
+            db.executemany(
+                f"UPDATE {table} SET error_kind=? WHERE rowid=?", [(error_kind(text).value, rid) for rid, text in rows]
+            )
+    set_version(db)
+
+
+def _script(db: sqlite3.Connection, script: str) -> None:
+    for stmt in script.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+
+
+def _migrate_1_2(db: sqlite3.Connection) -> None:
+    _script(db, _MIGRATE_1_2)
+    # Each schema-1 run's records (by content) become the snapshot of its dataset.
+    members: dict[str, list[Record]] = {}
+    for run_id, rid, rhash in db.execute(
+        "SELECT rr.run_id, r.record_id, rr.record_hash FROM run_records rr JOIN records r USING (record_hash)"
+    ):
+        members.setdefault(run_id, []).append(Record(id=rid, hash=rhash, data={}))
+    for run_id, recs in members.items():
+        db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (put_snapshot(db, recs), run_id))
+    db.execute("DROP TABLE run_records")
+    for stmt in DDL.split(";"):
+        if "human_labels" in stmt:
+            db.execute(stmt)
+    # Schema 1 did not record which Argilla dataset a label came from: a spec pushed to exactly one
+    # dataset gets that name, else the default one (the spec's name); imports get "import".
+    pushed: dict[str, set[str]] = {}
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name='annotation_pushes'").fetchone():
+        for name, ds in db.execute("SELECT DISTINCT spec_name, dataset FROM annotation_pushes"):
+            pushed.setdefault(name, set()).add(ds)
+    rows = db.execute(
+        "SELECT spec_name, record_id, record_hash, item_id, annotator, spec_hash, label, value, comment,"
+        " status, source, answered_at, updated_at FROM human_labels_v1"
+    ).fetchall()
+    db.executemany(
+        "INSERT OR IGNORE INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            (
+                r[0],
+                (next(iter(pushed[r[0]])) if len(pushed.get(r[0], ())) == 1 else r[0])
+                if r[10] == "argilla"
+                else "import",
+                *r[1:],
+            )
+            for r in rows
+        ],
+    )
+    db.execute("DROP TABLE human_labels_v1")

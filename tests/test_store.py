@@ -1,0 +1,250 @@
+"""Stage 3 — the store itself: its schema, migrations from older files, and the rule that it alone holds SQL.
+
+tests/fixtures/store_v2.sqlite.gz is a store written by greval at schema 2 (scripts/make_store_fixture.py says
+how): a finished run with stored errors and a partly judged record, an interrupted run, human labels, and the
+figures that greval reported for it (store_v2.figures.json).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from greval.dataset.records import Record
+from greval.llm.config import JudgeConfig
+from greval.llm.retry import RetryPolicy
+from greval.runner import RunOptions, run
+from greval.spec import resolve_specs
+from greval.store.results import figures, item_rows
+from greval.store.schema import SCHEMA_VERSION, error_kind
+from greval.store.store import Store
+from greval.testing.openai_server import OpenAIServer
+from greval.types import ErrorKind, ItemVerdict, JudgeResult
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FAST = RunOptions(concurrency=4, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05))
+# Every column a schema-2 verdict row had: none may change when the file is migrated.
+V2_VERDICT_COLS = (
+    "spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id, status, label, value, score,"
+    " confidence, reason, error, samples, run_id, created_at, updated_at"
+)
+
+
+@pytest.fixture()
+def old_store(tmp_path: Path) -> Path:
+    """A copy of the schema-2 fixture (opening it migrates it in place)."""
+    path = tmp_path / "old.sqlite"
+    path.write_bytes(gzip.decompress((FIXTURES / "store_v2.sqlite.gz").read_bytes()))
+    return path
+
+
+def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    db = sqlite3.connect(path)
+    try:
+        return sorted(db.execute(sql).fetchall(), key=repr)
+    finally:
+        db.close()
+
+
+def fixture_records() -> list[Record]:
+    """The records scripts/make_store_fixture.py judged (r6 has no expected answer)."""
+    out = []
+    for i in range(8):
+        row: dict[str, Any] = {
+            "id": f"r{i}",
+            "question": f"Question number {i}?",
+            "expected_answer": f"Expected {i}.",
+            "answer": f"Answer {i}.",
+            "chunks": [f"chunk {i}.{k}" for k in range(3)],
+        }
+        if i == 6:
+            del row["expected_answer"]
+        out.append(Record.from_mapping(row))
+    return out
+
+
+def test_the_fixture_is_a_schema_2_store(old_store: Path) -> None:
+    assert _rows(old_store, "SELECT value FROM meta WHERE key='schema_version'") == [("2",)]
+    cols = [r[1] for r in sqlite3.connect(old_store).execute("PRAGMA table_info(verdicts)")]
+    assert "error_kind" not in cols
+
+
+def test_an_old_store_opens_keeps_every_verdict_and_reports_the_same_figures(old_store: Path) -> None:
+    before = _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts")
+    labels = _rows(old_store, "SELECT * FROM human_labels")
+    runs = _rows(old_store, "SELECT * FROM runs")
+    expected = json.loads((FIXTURES / "store_v2.figures.json").read_text())
+    with Store(old_store) as st:
+        assert _rows(old_store, "SELECT value FROM meta WHERE key='schema_version'") == [(str(SCHEMA_VERSION),)]
+        assert len(item_rows(st)) == expected["rows"]
+        assert [f.model_dump(mode="json") for f in figures(st)] == expected["figures"]
+        for run_id, figs in expected["runs"].items():
+            assert [f.model_dump(mode="json") for f in figures(st, run_id=run_id)] == figs
+        assert [r["status"] for r in st.runs()] == ["finished", "interrupted"]
+    assert _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts") == before
+    assert _rows(old_store, "SELECT * FROM human_labels") == labels
+    assert _rows(old_store, "SELECT * FROM runs") == runs
+    # Opening it again (now schema 3) changes nothing.
+    with Store(old_store) as st:
+        assert [f.model_dump(mode="json") for f in figures(st)] == expected["figures"]
+
+
+def test_an_old_store_s_errors_get_their_kind_from_their_text(old_store: Path) -> None:
+    with Store(old_store):
+        pass
+    kinds = _rows(
+        old_store, "SELECT spec_name, record_id, item_id, status, error_kind FROM verdicts WHERE status!='ok'"
+    )
+    assert kinds == sorted(
+        [
+            ("answer_alignment", "r3", "", "error", "context_length"),
+            ("answer_alignment", "r5", "", "error", "truncated"),
+            ("answer_alignment", "r6", "", "skipped", None),  # not applicable: no error, no kind
+            ("chunk_evaluation", "r3", "c1", "error", "context_length"),
+            ("chunk_evaluation", "r3", "c2", "error", "context_length"),
+            ("chunk_evaluation", "r3", "c3", "error", "context_length"),
+            ("chunk_evaluation", "r4", "c2", "error", "incomplete"),
+            *(("triple_evaluation", f"r{i}", "", "skipped", None) for i in range(3)),
+        ],
+        key=repr,
+    )
+    assert _rows(old_store, "SELECT COUNT(*) FROM verdicts WHERE status='ok' AND error_kind IS NOT NULL") == [(0,)]
+    # These judgements failed item by item (the verdicts say why): no error of their own, so no kind.
+    judgements = _rows(old_store, "SELECT error, error_kind FROM judgements WHERE status='error'")
+    assert judgements == [(None, None)] * 4
+
+
+def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAIServer, old_store: Path) -> None:
+    """The interrupted run (answer_completeness on r0..r7, which reads chunk_evaluation and triple_evaluation)
+    judged answer_completeness on r0 alone; chunk_evaluation has every record but r7; triple_evaluation skips
+    every record (no triples). Stored errors are final: chunk_evaluation's on r3 and r4 are not asked again,
+    and answer_completeness fails there without a call (what it depends on failed)."""
+    recs = fixture_records()
+    assert {(r.id, r.hash) for r in recs} == set(_rows(old_store, "SELECT record_id, record_hash FROM record_ids"))
+    before = _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts")
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(old_store) as st:
+        summary = run(resolve_specs(["answer_completeness"]), recs, st, cfg, options=FAST)
+        again = run(resolve_specs(["answer_completeness"]), recs, st, cfg, options=FAST)
+    judged = {m.spec: (m.judged, m.reused) for m in summary.metrics}
+    assert judged == {"chunk_evaluation": (1, 7), "triple_evaluation": (5, 3), "answer_completeness": (7, 1)}
+    assert llm.stats()["total"] == 6 == summary.calls  # r7's chunks; answer_completeness on r1, r2, r5, r6, r7
+    assert again.calls == 0 and all(m.judged == 0 for m in again.metrics)
+    assert set(before) <= set(_rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts"))
+    by_spec = {m.spec: m for m in summary.metrics}
+    done = by_spec["answer_completeness"]
+    assert (done.records, done.ok, done.failed) == (8, 6, 2)
+    assert by_spec["chunk_evaluation"].errors == {"context_length": 3, "incomplete": 1}
+
+
+def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Stores written before record ids were kept apart (schema 1) open as today's schema with their ids, run
+    links and human labels (which get the Argilla dataset they were pushed to). (Moved from test_run.py.)"""
+    path = tmp_path / "old.sqlite"
+    recs = fixture_records()[:3]
+    with Store(path) as st:
+        cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+        summary = run(resolve_specs(["answer_alignment"]), recs, st, cfg, options=FAST)
+    db = sqlite3.connect(path)
+    # Rewrite it as schema 1 had it: no record_ids, run_records by content, human labels without dataset.
+    db.executescript(
+        """
+        CREATE TABLE run_records (run_id TEXT NOT NULL, record_hash TEXT NOT NULL, PRIMARY KEY (run_id, record_hash));
+        INSERT INTO run_records SELECT r.run_id, m.record_hash FROM runs r JOIN snapshot_members m USING (snapshot);
+        DROP TABLE snapshot_members; DROP TABLE snapshots; DROP TABLE claims; DROP TABLE record_ids;
+        DROP TABLE human_labels; DROP TABLE annotation_pushes; DROP TABLE annotation_selection;
+        ALTER TABLE verdicts DROP COLUMN error_kind; ALTER TABLE judgements DROP COLUMN error_kind;
+        ALTER TABLE runs DROP COLUMN snapshot; ALTER TABLE runs DROP COLUMN pid; ALTER TABLE runs DROP COLUMN host;
+        CREATE TABLE human_labels (
+            spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
+            record_id TEXT NOT NULL, spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
+            source TEXT NOT NULL, answered_at REAL, updated_at REAL NOT NULL,
+            PRIMARY KEY (spec_name, record_hash, item_id, annotator));
+        CREATE TABLE annotation_pushes (push_id TEXT PRIMARY KEY, spec_name TEXT NOT NULL, dataset TEXT NOT NULL);
+        INSERT INTO annotation_pushes VALUES ('p1', 'answer_alignment', 'my_review');
+        UPDATE meta SET value='1' WHERE key='schema_version';
+        """
+    )
+    db.executemany(
+        "INSERT INTO human_labels VALUES (?,?,'','ann',?,NULL,'Correct',NULL,NULL,'submitted',?,NULL,0)",
+        [
+            ("answer_alignment", r.hash, r.id, src)
+            for r, src in zip(recs, ["argilla", "argilla", "import"], strict=True)
+        ],
+    )
+    db.commit()
+    db.close()
+    with Store(path) as st:
+        version = st.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        assert version == str(SCHEMA_VERSION)
+        assert sorted(r.id for r in st.records()) == ["r0", "r1", "r2"]
+        members = st.db.execute(
+            "SELECT m.record_id FROM runs r JOIN snapshot_members m USING (snapshot) WHERE r.run_id=?",
+            (summary.run_id,),
+        ).fetchall()
+        assert sorted(m[0] for m in members) == ["r0", "r1", "r2"]
+        labels = st.query("SELECT record_id, dataset FROM human_labels ORDER BY record_id")
+        assert [(r["record_id"], r["dataset"]) for r in labels] == [
+            ("r0", "my_review"),
+            ("r1", "my_review"),
+            ("r2", "import"),
+        ]
+
+
+def test_error_kind_reads_the_kind_greval_writes_before_the_first_colon() -> None:
+    assert error_kind("context_length: HTTP 400: maximum context length is 8192 tokens") == ErrorKind.CONTEXT_LENGTH
+    assert error_kind("incomplete: no verdict after 3 call(s): the judge left it out") == ErrorKind.INCOMPLETE
+    assert error_kind("no verdict after 3 call(s): boom") == ErrorKind.UNKNOWN
+    assert error_kind("something else") == ErrorKind.UNKNOWN
+    assert error_kind("") == error_kind(None) == ErrorKind.UNKNOWN
+
+
+def test_a_written_error_keeps_the_judge_s_kind_or_gets_its_text_s(store_path: Path) -> None:
+    rec = fixture_records()[0]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url="http://127.0.0.1:9/v1")
+    spec = resolve_specs(["chunk_evaluation"])[0]
+    verdicts = [
+        ItemVerdict(item_id="c1", status="ok", label="relevant"),
+        ItemVerdict(item_id="c2", status="error", error="timeout: no answer", error_kind=ErrorKind.SERVER_ERROR),
+        ItemVerdict(item_id="c3", status="error", error="unparsable: not JSON"),
+    ]
+    result = JudgeResult(spec=spec.name, spec_hash=spec.hash, verdicts=verdicts)
+    with Store(store_path) as st:
+        st.put_result(None, spec.hash, cfg, rec, result)
+        stored = st.result(spec.hash, cfg.key, rec)
+    assert stored is not None
+    assert [(v.item_id, v.error_kind) for v in stored.verdicts] == [
+        ("c1", None),
+        ("c2", ErrorKind.SERVER_ERROR),  # the judge's kind is kept, whatever the text says
+        ("c3", ErrorKind.UNPARSABLE),
+    ]
+    failed = JudgeResult(spec=spec.name, spec_hash=spec.hash, error="quota: out of credit")
+    with Store(store_path) as st:
+        st.put_result(None, spec.hash, cfg, rec, failed)
+    assert _rows(store_path, "SELECT item_id, status, error_kind FROM verdicts") == [("", "error", "quota")]
+    assert _rows(store_path, "SELECT status, error_kind FROM judgements") == [("error", "quota")]
+
+
+_SQL = re.compile(
+    r"\b(SELECT\s+[\w*(]|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)"
+    r"|ALTER\s+TABLE|DROP\s+TABLE)"
+)
+
+
+def test_only_the_store_holds_sql() -> None:
+    """Every statement lives in greval/store/ (it found the 25 lines of SQL the other stages used to hold)."""
+    root = Path(__file__).resolve().parents[1] / "greval"
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        if path.parent.name != "store"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _SQL.search(line)
+    ]
+    assert found == []
