@@ -27,6 +27,7 @@ class ErrorKind(StrEnum):
     CONNECTION = "connection"  # retried
     UNPARSABLE = "unparsable"  # the answer is not JSON or does not fit the verdict schema (after re-asking)
     TRUNCATED = "truncated"  # the answer hit the max_tokens limit (finish_reason "length"; after re-asking)
+    DEPENDENCY = "dependency"  # a metric it depends on failed (or was not given) for this record: not asked
     INCOMPLETE = "incomplete"  # a many-judge left items out (after re-asking)
     AUTH = "auth"  # 401 / 403: every call fails
     NOT_FOUND = "not_found"  # 404, e.g. an unknown model: every call fails

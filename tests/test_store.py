@@ -141,6 +141,7 @@ def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAISe
     done = by_spec["answer_completeness"]
     assert (done.records, done.ok, done.failed) == (8, 6, 2)
     assert by_spec["chunk_evaluation"].errors == {"context_length": 3, "incomplete": 1}
+    assert done.errors == {"dependency": 2}  # r3, r4: chunk_evaluation failed there, so nothing was asked
 
 
 def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
@@ -202,6 +203,10 @@ def test_error_kind_reads_the_kind_greval_writes_before_the_first_colon() -> Non
     assert error_kind("incomplete: no verdict after 3 call(s): the judge left it out") == ErrorKind.INCOMPLETE
     assert error_kind("no verdict after 3 call(s): boom") == ErrorKind.UNKNOWN
     assert error_kind("something else") == ErrorKind.UNKNOWN
+    # A failed dependency: written with its kind since schema 3, recognised in older texts too.
+    assert error_kind("dependency: depends on 'a', which failed for this record") == ErrorKind.DEPENDENCY
+    assert error_kind("depends on 'a', which failed for this record") == ErrorKind.DEPENDENCY
+    assert error_kind("needs the verdicts of 'a', which were not given") == ErrorKind.DEPENDENCY
     assert error_kind("") == error_kind(None) == ErrorKind.UNKNOWN
 
 

@@ -36,10 +36,10 @@ def begin(
     for name in spec.depends_on:
         dep = given.get(name)
         if dep is None:
-            result.error = f"needs the verdicts of {name!r}, which were not given"
+            result.error = f"{ErrorKind.DEPENDENCY}: needs the verdicts of {name!r}, which were not given"
             return rec, result, None
         if not dep.ok and not not_applicable(dep):
-            result.error = f"depends on {name!r}, which failed for this record"
+            result.error = f"{ErrorKind.DEPENDENCY}: depends on {name!r}, which failed for this record"
             return rec, result, None
     return rec, result, {k: given[k] for k in spec.depends_on if not not_applicable(given[k])}
 

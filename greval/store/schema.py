@@ -101,12 +101,17 @@ ALTER TABLE judgements ADD COLUMN error_kind TEXT;
 _KINDS = {k.value: k for k in ErrorKind}
 
 
+_LEGACY_DEPENDENCY = ("depends on ", "needs the verdicts of ")
+
+
 def error_kind(text: str | None) -> ErrorKind:
     """The kind of a stored error text: greval writes every error as ``"<kind>: …"`` (an :class:`ErrorKind`
     value before the first colon); any other text is ``unknown``. The one place an error's text becomes its
     kind: the v2 -> v3 migration fills the column with it, and so does a write whose verdict has no kind."""
     if not text:
         return ErrorKind.UNKNOWN
+    if text.startswith(_LEGACY_DEPENDENCY):  # written before these texts carried their kind (schema 2)
+        return ErrorKind.DEPENDENCY
     return _KINDS.get(text.split(":", 1)[0].strip(), ErrorKind.UNKNOWN)
 
 

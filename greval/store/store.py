@@ -38,7 +38,7 @@ from greval.store.annotation import AnnotationPushes
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import put_snapshot, snapshot_key, stored_kind
-from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
+from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 #: How long a claim on a judgement holds when its owner cannot be checked (another host); an owner on this
 #: host that is gone (killed) frees its claims at once.
@@ -429,7 +429,9 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             if result.error is not None and not verdicts:
                 # A metric that does not apply to this record (an input it requires is absent) is "skipped":
                 # done, not failed; the record's content hash changes when the input is added.
-                verdicts = [ItemVerdict(item_id="", status="skipped" if skipped else "error", error=result.error)]
+                verdicts = [
+                    ItemVerdict(item_id=RECORD_ITEM, status="skipped" if skipped else "error", error=result.error)
+                ]
             db.executemany(
                 "INSERT INTO verdicts (spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id,"
                 " status, label, value, score, confidence, reason, error, samples, run_id, created_at, updated_at,"
