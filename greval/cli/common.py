@@ -129,6 +129,7 @@ class ProgressBar:
 def print_summary(summary: Any) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
     ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
+    from greval.report.format import fmt_number
     from greval.store.results import metric_notes, not_scored
 
     dup = summary.records - summary.distinct_contents
@@ -152,7 +153,7 @@ def print_summary(summary: Any) -> None:
             f"{m.ok}{items}",
             unscored or "—",
             dist,
-            "—" if m.mean_score is None else f"{m.mean_score:.3f}",
+            fmt_number(m.mean_score),
             f"{m.tokens_in}/{m.tokens_out}",
         )
     out.print(table)
