@@ -25,6 +25,7 @@ from greval.agreement.models import (
     GroupFigures,
 )
 from greval.agreement.tables import read_table, select, to_agreement_frame
+from greval.cli.common import fail
 from greval.errors import UserError
 from greval.report.agreement import (
     prevalence_notes,
@@ -567,14 +568,12 @@ def agreement(
             result = compare_agreement(frames, scale, options)
             print_comparison(console, result, decimals)
     except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(exc)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
         msg = str(first["msg"]).removeprefix("Value error, ")
-        click.echo(f"error: {where + ': ' if where else ''}{msg}", err=True)
-        sys.exit(2)
+        fail(f"{where + ': ' if where else ''}{msg}")
     if json_out is not None:
         json_out.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")
@@ -694,8 +693,7 @@ def _from_store(
             result = compare_agreement(frames, scale, options)
             print_comparison(console, result, decimals)
     except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(exc)
     if json_out is not None:
         json_out.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")

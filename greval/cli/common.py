@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from greval.errors import UserError
 
@@ -24,6 +25,19 @@ def _console(stderr: bool) -> Console:
 
 console = _console(stderr=True)
 out = _console(stderr=False)
+
+
+def print_error(message: str) -> None:
+    """The one way a user's mistake reaches the terminal: ``error: MESSAGE``, one line on stderr, the message
+    printed as it is (never read as rich markup: it may quote the user's brackets)."""
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, emoji=False)
+
+
+def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
+    """Print a user error and exit: a UserError's own code (2 unless it says otherwise), no traceback."""
+    code = exit_code if exit_code is not None else (message.exit_code if isinstance(message, UserError) else 2)
+    print_error(str(message))
+    sys.exit(code)
 
 
 class Terminated(KeyboardInterrupt):

@@ -10,7 +10,6 @@ Argilla dataset and its records keep their ids, the labels are upserted, the use
 from __future__ import annotations
 
 import shlex
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -230,7 +229,7 @@ class _Argilla:
 def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
     """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
     from greval.annotation import server
-    from greval.cli.common import console
+    from greval.cli.common import console, fail
 
     data = Path(argilla_data).expanduser().resolve() if argilla_data else None
     current = server.status(data)
@@ -245,8 +244,7 @@ def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
         info = server.start(port, data, on_line=lambda line: console.print(f"      {escape(line)}", highlight=False))
     except server.AnnotationServerError as exc:
         # Its message may carry a build log's last lines: printed as they are, not as rich markup.
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        sys.exit(2)
+        fail(str(exc))
     return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir())
 
 

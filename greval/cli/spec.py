@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 
-from greval.cli.common import console, judge_options, out, parse_map
+from greval.cli.common import console, judge_options, out, parse_map, print_error
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def spec_validate(files: Sequence[str]) -> None:
                     check_judge(s)  # what building its judge checks: verdict schema, outputs, few-shot examples
                 out.print(f"[green]ok[/] {f}: {s.name} ({s.hash})", highlight=False)
         except UserError as exc:
-            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            print_error(str(exc))
             failed = True
     if failed:
         sys.exit(2)
@@ -140,7 +140,6 @@ def spec_schema(output: str | None) -> None:
 
 # ------------------------------------------------------------------------------- lint, new, try
 def _print_findings(findings: Iterable[Finding], console: Any) -> None:
-    from rich.markup import escape
 
     for f in findings:
         colour = "red" if f.severity == "error" else "yellow"
