@@ -15,6 +15,7 @@ from greval.cli.common import console, judge_options, out, parse_map, print_erro
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
+    from greval.llm.config import JudgeChoice
     from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
 from greval.cli.lazy import Lazy, LazyGroup
@@ -201,13 +202,7 @@ def spec_new(
     output: str | None,
     force: bool,
     schema_ref: str,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
+    judge: JudgeChoice,
 ) -> None:
     """Draft a new metric spec with the judge model: evaluation steps and scale descriptions.
 
@@ -261,13 +256,11 @@ def spec_new(
         raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
     from greval.llm.config import make_chat_model
 
-    ref = judge_ref or default_judge(console.print)
+    ref = judge.ref or default_judge(console.print)
     # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
-    # default cap, e.g. the local judge's, cut drafts off mid-JSON).
-    budget = max_tokens or DRAFT_MAX_TOKENS
-    with judge_session(
-        ref, console.print, base_url=base_url, temperature=temperature, max_tokens=budget, timeout=timeout, seed=seed
-    ) as cfg:
+    # default cap, e.g. the local judge's, cut drafts off mid-JSON). One sample: a draft is not a vote.
+    params = {**judge.params(), "max_tokens": judge.max_tokens or DRAFT_MAX_TOKENS, "samples": None}
+    with judge_session(ref, console.print, **params) as cfg:
         console.print(f"drafting [bold]{name}[/] with {cfg.label} …", highlight=False)
         outcome = draft_spec(req, make_chat_model(cfg))
     note = f"Drafted by `greval spec new` with {cfg.label}. Review every step and description before use."
@@ -317,13 +310,7 @@ def spec_try(
     id_column: str | None,
     bootstrap: int,
     json_out: str | None,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
+    judge: JudgeChoice,
 ) -> None:
     """Judge a few human-labelled records with a draft spec and print judge–human agreement.
 
@@ -345,17 +332,10 @@ def spec_try(
         target,
         data_file,
         human_column,
-        judge_ref=judge_ref
+        judge_ref=judge.ref
         or next((s.judge.model for s in specs if s.judge.model), None)
         or default_judge(console.print),
-        judge_params={
-            "base_url": base_url,
-            "temperature": temperature if temperature is not None else target.judge.temperature,
-            "max_tokens": max_tokens or target.judge.max_tokens,
-            "timeout": timeout,
-            "samples": samples or target.judge.samples,
-            "seed": seed,
-        },
+        judge_params=judge.with_defaults(target.judge).params(),
         session=partial(judge_session, notify=console.print),
         mapping=parse_map(maps),
         id_column=id_column,
