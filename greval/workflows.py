@@ -1,5 +1,8 @@
-"""The composed loop's pieces that are not the command line: the bundled example's workspace and the label
-files it writes (``greval quickstart``, greval/cli/quickstart.py, runs the loop and prints each step)."""
+"""The composed loop, without the command line: :func:`run_dataset` (resolve the judge, read the dataset, run
+every judgement through :mod:`greval.runner`, summarise), used by ``greval run`` and ``greval quickstart``; and
+the quick start's pieces (the bundled example's workspace, its label files). Nothing here prints or parses
+flags: what a step has to say reaches the caller as typed events (greval/cli/ prints them).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,28 @@ import csv
 import shlex
 import shutil
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field
+
+from greval._sync import run_sync
+from greval.dataset.records import load_records
+from greval.llm.config import (
+    JudgeChoice,
+    JudgeConfig,
+    Notify,
+    default_judge,
+    is_local_ref,
+    local_concurrency,
+    resolve_judge,
+)
+from greval.llm.local import serve_judge
 from greval.paths import examples_dir
+from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
+from greval.spec import BaseSpec
+from greval.store.store import Store
 
 EXAMPLE = "begin"
 SPEC = "attribution"
@@ -61,3 +82,89 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["record_id", "label", "annotator"])
         writer.writeheader()
         writer.writerows(rows)
+
+
+# ------------------------------------------------------------------------------------- run a dataset
+class DataNote(BaseModel):
+    """Something in the dataset the user should know of (e.g. a repeated row read once): nothing the user
+    gave disappears without a word."""
+
+    text: str
+
+
+class RunPlanned(BaseModel):
+    """What the run is about to do, known before any model call or judge server."""
+
+    records: int
+    distinct_contents: int = Field(description="Records with distinct content (identical ones are judged once).")
+    specs: list[str]
+    judge: str = Field(description="The judge's label (its model, or the local model's identity).")
+    needs_judge: bool = Field(description="Some spec needs a judge model (else every metric is computed).")
+    judgements: int = Field(description="Judgements that still need the judge model.")
+    computed: int = Field(description="Computed scores still to make.")
+
+
+RunEvent = DataNote | RunPlanned
+
+
+class DatasetRun(BaseModel):
+    """What :func:`run_dataset` did: the judge it chose and the runner's summary."""
+
+    ref: str = Field(description="The judge reference used: the flag's, else the spec's, else the default judge.")
+    judge: JudgeConfig
+    summary: RunSummary
+
+
+def run_dataset(
+    specs: Sequence[BaseSpec],
+    data: str | Path,
+    store: str | Path,
+    judge: JudgeChoice,
+    *,
+    options: RunOptions | None = None,
+    concurrency: int | None = None,
+    mapping: Mapping[str, str] | None = None,
+    id_column: str | None = None,
+    limit: int | None = None,
+    notify: Notify,
+    on_event: Callable[[RunEvent], None] | None = None,
+    progress: ProgressHook | None = None,
+) -> DatasetRun:
+    """Judge every record of ``data`` with ``specs`` into ``store``: the loop ``greval run`` and ``greval
+    quickstart`` share.
+
+    The judge is the choice's, else the first spec's that names one, else the default judge (said through
+    ``notify``); its parameters fill in from that spec's judge block. Computed metrics alone need no judge: none
+    is resolved, started or required. ``concurrency`` None: the embedded judge's parallel slots, else 8
+    (``options.concurrency`` is then ignored). A local judge is served only while calls are needed; the
+    judge layer's messages go to ``notify``, this function's to ``on_event``, the runner's progress to
+    ``progress``. A Ctrl-C propagates once the run has recorded itself as interrupted."""
+    emit = on_event or (lambda event: None)
+    notes: list[str] = []
+    records = load_records(data, mapping, id_column, limit, notes=notes)
+    for note in notes:
+        emit(DataNote(text=note))
+    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
+    needs_judge = any(s.needs_model for s in specs)
+    ref = judge.ref or defaults.model or (default_judge(notify) if needs_judge else "computed:greval")
+    auto = local_concurrency() if is_local_ref(ref) else 8
+    opts = (options or RunOptions()).model_copy(update={"concurrency": concurrency or auto})
+    cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
+    with Store(store) as st:
+        plan = plan_work(specs, records, st, cfg, opts.retry_errors)
+        emit(
+            RunPlanned(
+                records=len(records),
+                distinct_contents=len({r.hash for r in records}),
+                specs=[s.name for s in specs],
+                judge=cfg.label,
+                needs_judge=needs_judge,
+                judgements=plan.judgements,
+                computed=plan.computed,
+            )
+        )
+        with serve_judge(cfg, notify, needed=plan.judgements > 0) as live:
+            summary = run_sync(
+                arun(specs, records, st, live, options=opts, dataset=str(data), progress=progress, plan=plan)
+            )
+    return DatasetRun(ref=ref, judge=cfg, summary=summary)

@@ -8,13 +8,11 @@ The main group and its table of commands live here; each command lives in its ow
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
-from rich.markup import escape
 
-from greval.cli.common import console, interrupted_exit, on_sigterm
+from greval.cli.common import fail, interrupted_exit, on_sigterm
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.errors import UserError
 
@@ -33,8 +31,7 @@ class GrevalGroup(LazyGroup):
         try:
             return super().invoke(ctx)
         except UserError as exc:
-            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            sys.exit(exc.exit_code)
+            fail(exc)
         except KeyboardInterrupt as exc:
             interrupted_exit(exc, "everything done so far is stored; run the same command again to resume")
 

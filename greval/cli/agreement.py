@@ -22,10 +22,10 @@ from greval.agreement.models import (
     AgreementScale,
     ComparisonReport,
     ConsistencyReport,
-    Estimate,
     GroupFigures,
 )
 from greval.agreement.tables import read_table, select, to_agreement_frame
+from greval.cli.common import fail
 from greval.errors import UserError
 from greval.report.agreement import (
     prevalence_notes,
@@ -33,6 +33,7 @@ from greval.report.agreement import (
     render_html,
     render_markdown,
 )
+from greval.report.format import fmt_ci, fmt_number
 
 HEADLINE_SLICE = {
     "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa", "f1", "roc_auc", "pr_auc"),
@@ -52,20 +53,12 @@ def _group_table(title: str, groups: list[GroupFigures], keys: list[str], d: int
     for g in groups[:GROUPS_PRINTED]:
         name = g.group if len(g.group) <= GROUP_NAME_WIDTH else g.group[: GROUP_NAME_WIDTH - 1].rstrip() + "…"
         name = " ".join(name.split())  # a group id may be a whole text (e.g. a dialogue); --json keeps it whole
-        t.add_row(escape(name), str(g.n), *[_fmt(g.metrics[k].value if k in g.metrics else None, d) for k in keys])
+        t.add_row(
+            escape(name), str(g.n), *[fmt_number(g.metrics[k].value if k in g.metrics else None, d) for k in keys]
+        )
     if len(groups) > GROUPS_PRINTED:
         t.add_row(f"… {len(groups) - GROUPS_PRINTED} more (--json has all)", "", *[""] * len(keys))
     return t
-
-
-def _fmt(x: float | None, d: int) -> str:
-    return "—" if x is None else f"{x:.{d}f}"
-
-
-def _ci(e: Estimate, d: int) -> str:
-    if e.ci_low is None or e.ci_high is None:
-        return ""
-    return f"[{e.ci_low:.{d}f}, {e.ci_high:.{d}f}]"
 
 
 def _headline(report: AgreementReport, d: int, title: str) -> Table:
@@ -88,7 +81,7 @@ def _headline(report: AgreementReport, d: int, title: str) -> Table:
             if est is not None:
                 rows[name] = est
     for name, e in rows.items():
-        t.add_row(name, _fmt(e.value, d), _ci(e, d), str(e.n), escape(e.note or ""))
+        t.add_row(name, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
     return t
 
 
@@ -123,7 +116,7 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
         for col in ("label", "precision", "recall", "f1", "support"):
             t.add_column(col, justify="left" if col == "label" else "right")
         for r in cat.per_label:
-            t.add_row(r.label, _fmt(r.precision, d), _fmt(r.recall, d), _fmt(r.f1, d), str(r.support))
+            t.add_row(r.label, fmt_number(r.precision, d), fmt_number(r.recall, d), fmt_number(r.f1, d), str(r.support))
         console.print(t)
         cm = Table(title="confusion (rows human, columns judge)", title_justify="left")
         cm.add_column("human \\ judge")
@@ -142,7 +135,9 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
                 pt.add_column(col, justify="left" if col == "label" else "right")
             for i, lab in enumerate(p.labels):
                 e = p.corrected[i]
-                pt.add_row(lab, _fmt(p.observed[i], d), _fmt(p.human[i], d), _fmt(e.value, d), _ci(e, d))
+                pt.add_row(
+                    lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), fmt_number(e.value, d), fmt_ci(e, d)
+                )
             console.print(pt)
             for note in prevalence_notes(p):  # the same notes the HTML and Markdown pages show
                 console.print(f"  prevalence: {note}")
@@ -155,11 +150,11 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
             t.add_row(
                 side,
                 str(s.count),
-                _fmt(s.mean, d),
-                _fmt(s.median, d),
-                _fmt(s.std, d),
-                _fmt(s.min, d),
-                _fmt(s.max, d),
+                fmt_number(s.mean, d),
+                fmt_number(s.median, d),
+                fmt_number(s.std, d),
+                fmt_number(s.min, d),
+                fmt_number(s.max, d),
             )
         console.print(t)
     ceil = report.ceiling
@@ -177,7 +172,7 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
             (f"α {ceil.alpha_level} (humans)", ceil.human_alpha),
             (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge),
         ):
-            t.add_row(label, _fmt(e.value, d), _ci(e, d), str(e.n))
+            t.add_row(label, fmt_number(e.value, d), fmt_ci(e, d), str(e.n))
         console.print(t)
     for col, parts in report.slices.items():
         keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]
@@ -187,7 +182,7 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
         for k in keys:
             t.add_column(k, justify="right")
         for value, sub in parts.items():
-            cells = [f"{_fmt(sub.metrics[k].value, d)} {_ci(sub.metrics[k], d)}".strip() for k in keys]
+            cells = [f"{fmt_number(sub.metrics[k].value, d)} {fmt_ci(sub.metrics[k], d)}".strip() for k in keys]
             t.add_row(value, str(sub.counts.items_compared), *cells)
         console.print(t)
     for note in report.notes:
@@ -207,7 +202,7 @@ def print_consistency(console: Console, rep: ConsistencyReport, d: int) -> None:
     for col in ("metric", "value", "CI", "n", "note"):
         t.add_column(col, justify="right" if col in ("value", "n") else "left")
     for name, e in rep.metrics.items():
-        t.add_row(name, _fmt(e.value, d), _ci(e, d), str(e.n), escape(e.note or ""))
+        t.add_row(name, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
     console.print(t)
     if rep.per_group:
         console.print(_group_table("per group", rep.per_group, list(rep.metrics), d))
@@ -232,7 +227,7 @@ def print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
     for diff in comp.differences:
         e = diff.estimate
         beyond = "" if diff.beyond_ci is None else ("yes" if diff.beyond_ci else "no")
-        t.add_row(diff.metric, f"{diff.b} − {diff.a}", _fmt(e.value, d), _ci(e, d), beyond)
+        t.add_row(diff.metric, f"{diff.b} − {diff.a}", fmt_number(e.value, d), fmt_ci(e, d), beyond)
     console.print(t)
     for note in comp.notes:
         console.print(f"  note: {escape(note)}")
@@ -573,14 +568,12 @@ def agreement(
             result = compare_agreement(frames, scale, options)
             print_comparison(console, result, decimals)
     except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(exc)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
         msg = str(first["msg"]).removeprefix("Value error, ")
-        click.echo(f"error: {where + ': ' if where else ''}{msg}", err=True)
-        sys.exit(2)
+        fail(f"{where + ': ' if where else ''}{msg}")
     if json_out is not None:
         json_out.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")
@@ -700,8 +693,7 @@ def _from_store(
             result = compare_agreement(frames, scale, options)
             print_comparison(console, result, decimals)
     except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        fail(exc)
     if json_out is not None:
         json_out.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")

@@ -3,13 +3,15 @@ summary, and the exit for Ctrl-C / SIGTERM."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from greval.errors import UserError
 
@@ -26,6 +28,19 @@ console = _console(stderr=True)
 out = _console(stderr=False)
 
 
+def print_error(message: str) -> None:
+    """The one way a user's mistake reaches the terminal: ``error: MESSAGE``, one line on stderr, the message
+    printed as it is (never read as rich markup: it may quote the user's brackets)."""
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, emoji=False)
+
+
+def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
+    """Print a user error and exit: a UserError's own code (2 unless it says otherwise), no traceback."""
+    code = exit_code if exit_code is not None else (message.exit_code if isinstance(message, UserError) else 2)
+    print_error(str(message))
+    sys.exit(code)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: what runs stops cleanly and records that it was interrupted."""
 
@@ -34,7 +49,7 @@ def on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def interrupted_exit(exc: BaseException, message: str) -> None:
+def interrupted_exit(exc: BaseException, message: str) -> NoReturn:
     """One line, then the shell's code for the signal (130 for Ctrl-C, 143 for SIGTERM)."""
     console.print(f"[yellow]interrupted:[/] {message}", highlight=False)
     sys.exit(143 if isinstance(exc, Terminated) else 130)
@@ -51,7 +66,8 @@ def parse_map(values: Sequence[str]) -> dict[str, str]:
 
 
 def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags that choose and parameterise the judge model (shared by every command that judges)."""
+    """The flags that choose and parameterise the judge model (shared by every command that judges), handed
+    to the command as one ``judge: JudgeChoice`` built here, once."""
     opts = [
         click.option(
             "--judge",
@@ -74,13 +90,41 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--samples", type=int, default=None, help="Judge samples per item; majority verdict [1]."),
         click.option("--seed", type=int, default=None, help="Sampling seed, for servers that honour it."),
     ]
+
+    @functools.wraps(f)
+    def command(
+        *args: Any,
+        judge_ref: str | None,
+        base_url: str | None,
+        temperature: float | None,
+        max_tokens: int | None,
+        timeout: float,
+        samples: int | None,
+        seed: int | None,
+        **kwargs: Any,
+    ) -> Any:
+        from greval.llm.config import JudgeChoice
+
+        judge = JudgeChoice(
+            ref=judge_ref,
+            base_url=base_url,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            timeout=timeout,
+            samples=samples,
+            seed=seed,
+        )
+        return f(*args, judge=judge, **kwargs)
+
+    wrapped: Callable[..., Any] = command
     for o in reversed(opts):
-        f = o(f)
-    return f
+        wrapped = o(wrapped)
+    return wrapped
 
 
 class ProgressBar:
-    """A rich progress bar with rate, ETA and error count, fed by the runner's hook."""
+    """A rich progress bar with rate, ETA and error count, fed by the runner's hook; shown from the runner's
+    first report on, so that what comes before (the plan, a judge server starting) prints above it."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet or (not console.is_terminal and os.environ.get("GREVAL_PROGRESS") != "1")
@@ -108,27 +152,27 @@ class ProgressBar:
         self.task: Any = None
 
     def __enter__(self) -> Callable[[int, int, int], None]:
-        if not self.quiet:
-            self.bar.start()
         return self.update
 
     def update(self, done: int, total: int, errors: int) -> None:
         if self.quiet:
             return
-        if self.task is None:
+        if self.task is None:  # the first report: judging starts (after any judge server is up)
+            self.bar.start()
             self.task = self.bar.add_task("judging", total=total, rate="", errors="")
         elapsed = self.bar.tasks[0].elapsed or 0.0
         rate = f"{done / elapsed:.1f}/s" if elapsed > 0 and done else ""
         self.bar.update(self.task, completed=done, rate=rate, errors=f"{errors} errors" if errors else "")
 
     def __exit__(self, *exc: object) -> None:
-        if not self.quiet:
+        if self.task is not None:
             self.bar.stop()
 
 
 def print_summary(summary: Any) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
     ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
+    from greval.report.format import fmt_number
     from greval.store.results import metric_notes, not_scored
 
     dup = summary.records - summary.distinct_contents
@@ -152,7 +196,7 @@ def print_summary(summary: Any) -> None:
             f"{m.ok}{items}",
             unscored or "—",
             dist,
-            "—" if m.mean_score is None else f"{m.mean_score:.3f}",
+            fmt_number(m.mean_score),
             f"{m.tokens_in}/{m.tokens_out}",
         )
     out.print(table)

@@ -10,23 +10,22 @@ Argilla dataset and its records keep their ids, the labels are upserted, the use
 from __future__ import annotations
 
 import shlex
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
 
 from greval.annotation.server import DEFAULT_PORT
 from greval.cli.common import judge_options
-from greval.workflows import IMPORTED, OWN_SPECS, SPEC, first_records, greval_command, write_csv, write_workspace
 
 if TYPE_CHECKING:
     from greval.annotation.server import ServerInfo
     from greval.annotation.sync import Connection
+    from greval.llm.config import JudgeChoice
 
 
 @click.command("quickstart")
@@ -50,13 +49,7 @@ if TYPE_CHECKING:
 @click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap resamples for CIs.")
 def quickstart_cmd(
     workdir: str,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
+    judge: JudgeChoice,
     port: int,
     no_argilla: bool,
     argilla_data: str | None,
@@ -78,46 +71,35 @@ def quickstart_cmd(
     Running it again reuses everything: no new judge call, the same Argilla dataset, your
     answers in Argilla kept.
     """
-    _quickstart(
-        Path(workdir),
-        judge_ref,
-        dict(
-            base_url=base_url,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            timeout=timeout,
-            samples=samples,
-            seed=seed,
-        ),
-        port,
-        no_argilla,
-        bootstrap,
-        argilla_data,
-    )
+    _quickstart(Path(workdir), judge, port, no_argilla, bootstrap, argilla_data)
 
 
 def _quickstart(
     work: Path,
-    judge_ref: str | None,
-    params: dict[str, Any],
+    judge: JudgeChoice,
     port: int,
     no_argilla: bool,
     bootstrap: int,
     argilla_data: str | None = None,
 ) -> None:
-    from greval._sync import run_sync
     from greval.agreement.models import AgreementReport
     from greval.annotation import sync
     from greval.cli.agreement import print_report
     from greval.cli.common import ProgressBar, console, out, print_summary
     from greval.cli.report import print_labels
-    from greval.dataset.records import load_records
-    from greval.llm.config import default_judge, local_concurrency, resolve_judge
-    from greval.llm.local import serve_judge
     from greval.report.store_report import build, write
-    from greval.runner import RunOptions, arun, plan_work
     from greval.spec import load_spec_file
     from greval.store.store import Store
+    from greval.workflows import (
+        IMPORTED,
+        SPEC,
+        DataNote,
+        RunEvent,
+        first_records,
+        run_dataset,
+        write_csv,
+        write_workspace,
+    )
 
     t0 = time.perf_counter()
     work = work.expanduser().resolve()  # every path printed works from any directory
@@ -126,35 +108,32 @@ def _quickstart(
         f"[bold]1/5[/] workspace {escape(str(work))}/" + (f" (wrote {', '.join(written)})" if written else " (reused)"),
         highlight=False,
     )
-    specs = load_spec_file(work / "attribution.yaml")
-    records = load_records(work / "records.jsonl")
     store_path = work / "greval.sqlite"
-    ref = judge_ref or default_judge(console.print)
-    cfg = resolve_judge(ref, **{k: v for k, v in params.items() if v is not None})
-    argilla: _Argilla | None = None
-    with Store(store_path) as st:
-        plan = plan_work(specs, records, st, cfg)
-        todo = plan.judgements
+
+    def said(event: RunEvent) -> None:
+        if isinstance(event, DataNote):
+            console.print(f"[yellow]note:[/] {escape(event.text)}", highlight=False)
+            return
         console.print(
-            f"[bold]2/5[/] judging {len(records)} records with {SPEC} — judge {escape(cfg.label)}: "
-            f"{todo} judgement(s) to make",
+            f"[bold]2/5[/] judging {event.records} records with {SPEC} — judge {escape(event.judge)}: "
+            f"{event.judgements} judgement(s) to make",
             highlight=False,
         )
-        with serve_judge(cfg, console.print, needed=todo > 0) as live, ProgressBar(False) as hook:
-            summary = run_sync(
-                arun(
-                    specs,
-                    records,
-                    st,
-                    live,
-                    options=RunOptions(concurrency=local_concurrency() if live.provider in ("gguf", "local") else 8),
-                    dataset=str(work / "records.jsonl"),
-                    progress=hook,
-                    plan=plan,
-                )
-            )
-        print_summary(summary)
 
+    with ProgressBar(False) as hook:
+        done = run_dataset(
+            load_spec_file(work / "attribution.yaml"),
+            work / "records.jsonl",
+            store_path,
+            judge,
+            notify=console.print,
+            on_event=said,
+            progress=hook,
+        )
+    print_summary(done.summary)
+    records = done.summary.records
+    argilla: _Argilla | None = None
+    with Store(store_path) as st:
         conn = None
         if no_argilla:
             console.print("[bold]3/5[/] Argilla skipped (--no-argilla)")
@@ -191,7 +170,7 @@ def _quickstart(
                 console.print(
                     f"[bold]4/5[/] human labels: {imported.stored} stored from human_labels.csv (its first "
                     f"{labelled} records), also in Argilla as the BEGIN annotators' answers; the other "
-                    f"{len(records) - labelled} records are left for you to label",
+                    f"{records - labelled} records are left for you to label",
                     highlight=False,
                 )
                 argilla.progress = _progress_of(conn, argilla)
@@ -213,7 +192,7 @@ def _quickstart(
     print_labels(rep)  # "attribution: 20 human labels — 20 imported from …"
 
     click.echo("")
-    for line in _closing(work, store_path, report_dir, page, ref, params.get("base_url"), argilla, port):
+    for line in _closing(work, store_path, report_dir, page, done.ref, judge.base_url, argilla, port):
         click.echo(line)
     click.echo("")
     click.echo(f"done in {time.perf_counter() - t0:.0f}s")
@@ -223,14 +202,15 @@ def _quickstart(
 class _Argilla:
     info: ServerInfo
     custom_data: bool  # started with --argilla-data: commands need --data-dir
-    dataset: str = SPEC
+    dataset: str  # the Argilla dataset the quick start reviews in
     progress: tuple[int, int] | None = None  # (labelled, total) records of the dataset
 
 
 def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
     """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
     from greval.annotation import server
-    from greval.cli.common import console
+    from greval.cli.common import console, fail
+    from greval.workflows import SPEC
 
     data = Path(argilla_data).expanduser().resolve() if argilla_data else None
     current = server.status(data)
@@ -245,9 +225,8 @@ def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
         info = server.start(port, data, on_line=lambda line: console.print(f"      {escape(line)}", highlight=False))
     except server.AnnotationServerError as exc:
         # Its message may carry a build log's last lines: printed as they are, not as rich markup.
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        sys.exit(2)
-    return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir())
+        fail(str(exc))
+    return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir(), dataset=SPEC)
 
 
 def _progress_of(conn: Connection, argilla: _Argilla) -> tuple[int, int] | None:
@@ -274,6 +253,8 @@ def _closing(
 ) -> list[str]:
     """Where everything is and what to type next: plain lines (nothing cut at 80 columns), every command
     complete and runnable from any directory."""
+    from greval.workflows import OWN_SPECS, SPEC, greval_command
+
     data_dir = f" --data-dir {_q(argilla.info.data_dir)}" if argilla is not None and argilla.custom_data else ""
     gv = greval_command()
     lines = []

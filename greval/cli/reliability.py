@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import click
 
 from greval.cli.common import console, judge_options, out, parse_map
 from greval.errors import UserError
-from greval.llm.config import JudgeConfig, default_judge
+from greval.llm.config import JudgeChoice, JudgeConfig, default_judge
 from greval.llm.local import judge_session
 from greval.quality.reliability import (
     Order,
@@ -86,13 +86,7 @@ def reliability_cmd(
     id_column: str | None,
     concurrency: int,
     json_out: str | None,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
+    judge: JudgeChoice,
 ) -> None:
     """Position bias and model dependence of a judge: re-judge a sample with chunks / triples and labels
     reordered, report how often verdicts flip, and how well a panel of judge models agrees.
@@ -110,15 +104,8 @@ def reliability_cmd(
         raise UserError("--sample must be at least 1")
     specs, target = _resolve_target(spec_ref)
     records = load_records(data_file, parse_map(maps), id_column)
-    ref = judge_ref or target.judge.model or default_judge(console.print)
-    params: dict[str, Any] = {
-        "base_url": base_url,
-        "temperature": temperature if temperature is not None else target.judge.temperature,
-        "max_tokens": max_tokens or target.judge.max_tokens,
-        "timeout": timeout,
-        "samples": samples or target.judge.samples,
-        "seed": seed,
-    }
+    ref = judge.ref or target.judge.model or default_judge(console.print)
+    params = judge.with_defaults(target.judge).params()
     opts = ReliabilityOptions(
         sample=sample,
         seed=sample_seed,
@@ -136,7 +123,9 @@ def reliability_cmd(
             for entry in panel:
                 pref, url = parse_panel(entry)
                 members.append(
-                    stack.enter_context(judge_session(pref, console.print, **{**params, "base_url": url or base_url}))
+                    stack.enter_context(
+                        judge_session(pref, console.print, **{**params, "base_url": url or judge.base_url})
+                    )
                 )
         st = stack.enter_context(Store(store))
         console.print(

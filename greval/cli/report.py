@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import click
 
 from greval.cli.common import console, out
-from greval.report.store_report import StoreReport, build, fmt_ci, fmt_number, label_lines, write
+from greval.report.format import fmt_ci, fmt_number
+from greval.report.store_report import StoreReport, build, label_lines, write
 from greval.store.results import metric_notes, not_scored
 
 if TYPE_CHECKING:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
 
 from greval.cli.common import ProgressBar, console, interrupted_exit, judge_options, parse_map, print_summary
+
+if TYPE_CHECKING:
+    from greval.llm.config import JudgeChoice
 
 
 @click.command("run")
@@ -69,13 +73,7 @@ def run_cmd(
     data: str,
     spec_refs: Sequence[str],
     store: str,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
+    judge: JudgeChoice,
     concurrency: int | None,
     no_adaptive: bool,
     method: str,
@@ -100,73 +98,64 @@ def run_cmd(
       greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
           --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
     """
-    from greval._sync import run_sync
-    from greval.dataset.records import load_records
-    from greval.llm.config import default_judge, is_local_ref, local_concurrency, resolve_judge
-    from greval.llm.local import serve_judge
     from greval.llm.retry import RetryPolicy
-    from greval.runner import RunOptions, arun, plan_work
+    from greval.runner import RunOptions
     from greval.spec import resolve_specs
     from greval.store.store import Store
+    from greval.workflows import DataNote, RunEvent, run_dataset
 
     specs = resolve_specs(spec_refs)
-    notes: list[str] = []
-    records = load_records(data, parse_map(maps), id_column, limit, notes=notes)
-    for note in notes:  # nothing the user gave disappears without a word
-        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
-    # Computed metrics (ROUGE, BLEU, citations …) need no judge: none is resolved, started or required.
-    needs_judge = any(s.needs_model for s in specs)
-    ref = judge_ref or defaults.model or (default_judge(console.print) if needs_judge else "computed:greval")
+
+    def said(event: RunEvent) -> None:
+        if isinstance(event, DataNote):  # nothing the user gave disappears without a word
+            console.print(f"[yellow]note:[/] {escape(event.text)}", highlight=False)
+            return
+        work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
+        work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
+        dup = event.records - event.distinct_contents
+        same = f" ({dup} share their content with another: judged once)" if dup > 0 else ""
+        console.print(
+            f"{'judging' if event.needs_judge else 'scoring'} [bold]{event.records}[/] records{same} with "
+            f"{', '.join(event.specs)} — "
+            + (f"judge {event.judge}, " if event.needs_judge else "")
+            + f"store {store}, {', '.join(work)}",
+            highlight=False,
+        )
+
     opts = RunOptions(
-        concurrency=concurrency or (local_concurrency() if is_local_ref(ref) else 8),
         adaptive=not no_adaptive,
         method=method,
         retry=RetryPolicy(max_attempts=max_attempts),
         retry_errors=retry_errors,
         direct=not no_direct,
     )
-    cfg = resolve_judge(
-        ref,
-        base_url=base_url,
-        temperature=temperature if temperature is not None else defaults.temperature,
-        max_tokens=max_tokens or defaults.max_tokens,
-        timeout=timeout,
-        samples=samples or defaults.samples,
-        seed=seed,
-    )
-    with Store(store) as st:
-        plan = plan_work(specs, records, st, cfg, retry_errors)
-        todo, computed = plan.judgements, plan.computed
-        work = [f"{todo} judgement(s) to make"] if needs_judge else []
-        work += [f"{computed} computed score(s) to make"] if computed or not needs_judge else []
-        distinct = len({r.hash for r in records})
-        same = (
-            f" ({len(records) - distinct} share their content with another: judged once)"
-            if distinct < len(records)
-            else ""
-        )
-        console.print(
-            f"{'judging' if needs_judge else 'scoring'} [bold]{len(records)}[/] records{same} with "
-            f"{', '.join(s.name for s in specs)} — "
-            + (f"judge {cfg.label}, " if needs_judge else "")
-            + f"store {store}, {', '.join(work)}",
-            highlight=False,
-        )
-        try:
-            with serve_judge(cfg, console.print, needed=todo > 0) as live, ProgressBar(quiet) as hook:
-                summary = run_sync(
-                    arun(specs, records, st, live, options=opts, dataset=str(data), progress=hook, plan=plan)
-                )
-        except KeyboardInterrupt as exc:
-            # The run recorded itself as interrupted, with its summary, before run_sync returned.
-            metrics = (st.last_run_summary(os.getpid()) or {}).get("metrics", [])
-            kept = sum(m.get("verdicts", 0) for m in metrics)
-            made = sum(m.get("judged", 0) for m in metrics)
-            interrupted_exit(
-                exc,
-                f"{kept} verdict(s) stored ({made} judgement(s) made by this run); re-run the same command to resume",
+    try:
+        with ProgressBar(quiet) as hook:
+            done = run_dataset(
+                specs,
+                data,
+                store,
+                judge,
+                options=opts,
+                concurrency=concurrency,
+                mapping=parse_map(maps),
+                id_column=id_column,
+                limit=limit,
+                notify=console.print,
+                on_event=said,
+                progress=hook,
             )
+    except KeyboardInterrupt as exc:
+        # The run recorded itself as interrupted, with its summary, before run_dataset returned.
+        with Store(store) as st:
+            metrics = (st.last_run_summary(os.getpid()) or {}).get("metrics", [])
+        kept = sum(m.get("verdicts", 0) for m in metrics)
+        made = sum(m.get("judged", 0) for m in metrics)
+        interrupted_exit(
+            exc,
+            f"{kept} verdict(s) stored ({made} judgement(s) made by this run); re-run the same command to resume",
+        )
+    summary = done.summary
     print_summary(summary)
     if summary.empty_metrics:
         names = ", ".join(m.spec for m in summary.empty_metrics)

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 
-from greval.cli.common import console, judge_options, out, parse_map
+from greval.cli.common import console, judge_options, out, parse_map, print_error
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
+    from greval.llm.config import JudgeChoice
     from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
 from greval.cli.lazy import Lazy, LazyGroup
@@ -113,7 +114,7 @@ def spec_validate(files: Sequence[str]) -> None:
                     check_judge(s)  # what building its judge checks: verdict schema, outputs, few-shot examples
                 out.print(f"[green]ok[/] {f}: {s.name} ({s.hash})", highlight=False)
         except UserError as exc:
-            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            print_error(str(exc))
             failed = True
     if failed:
         sys.exit(2)
@@ -140,7 +141,6 @@ def spec_schema(output: str | None) -> None:
 
 # ------------------------------------------------------------------------------- lint, new, try
 def _print_findings(findings: Iterable[Finding], console: Any) -> None:
-    from rich.markup import escape
 
     for f in findings:
         colour = "red" if f.severity == "error" else "yellow"
@@ -202,13 +202,7 @@ def spec_new(
     output: str | None,
     force: bool,
     schema_ref: str,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
+    judge: JudgeChoice,
 ) -> None:
     """Draft a new metric spec with the judge model: evaluation steps and scale descriptions.
 
@@ -262,13 +256,11 @@ def spec_new(
         raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
     from greval.llm.config import make_chat_model
 
-    ref = judge_ref or default_judge(console.print)
+    ref = judge.ref or default_judge(console.print)
     # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
-    # default cap, e.g. the local judge's, cut drafts off mid-JSON).
-    budget = max_tokens or DRAFT_MAX_TOKENS
-    with judge_session(
-        ref, console.print, base_url=base_url, temperature=temperature, max_tokens=budget, timeout=timeout, seed=seed
-    ) as cfg:
+    # default cap, e.g. the local judge's, cut drafts off mid-JSON). One sample: a draft is not a vote.
+    params = {**judge.params(), "max_tokens": judge.max_tokens or DRAFT_MAX_TOKENS, "samples": None}
+    with judge_session(ref, console.print, **params) as cfg:
         console.print(f"drafting [bold]{name}[/] with {cfg.label} …", highlight=False)
         outcome = draft_spec(req, make_chat_model(cfg))
     note = f"Drafted by `greval spec new` with {cfg.label}. Review every step and description before use."
@@ -318,13 +310,7 @@ def spec_try(
     id_column: str | None,
     bootstrap: int,
     json_out: str | None,
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    seed: int | None,
+    judge: JudgeChoice,
 ) -> None:
     """Judge a few human-labelled records with a draft spec and print judge–human agreement.
 
@@ -346,17 +332,10 @@ def spec_try(
         target,
         data_file,
         human_column,
-        judge_ref=judge_ref
+        judge_ref=judge.ref
         or next((s.judge.model for s in specs if s.judge.model), None)
         or default_judge(console.print),
-        judge_params={
-            "base_url": base_url,
-            "temperature": temperature if temperature is not None else target.judge.temperature,
-            "max_tokens": max_tokens or target.judge.max_tokens,
-            "timeout": timeout,
-            "samples": samples or target.judge.samples,
-            "seed": seed,
-        },
+        judge_params=judge.with_defaults(target.judge).params(),
         session=partial(judge_session, notify=console.print),
         mapping=parse_map(maps),
         id_column=id_column,

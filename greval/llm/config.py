@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -176,6 +176,50 @@ def resolve_judge(ref: str, **params: Any) -> JudgeConfig:
         except LocalJudgeError as exc:
             raise UserError(str(exc)) from None
     return cfg
+
+
+class SpecJudge(Protocol):
+    """What a spec's judge block offers as defaults (``greval.spec.JudgeDefaults``; llm/ reads no spec, so
+    only its shape is named here)."""
+
+    @property
+    def temperature(self) -> float | None: ...
+
+    @property
+    def max_tokens(self) -> int | None: ...
+
+    @property
+    def samples(self) -> int: ...
+
+
+class JudgeChoice(BaseModel):
+    """The judge as the user chose it (``--judge`` and its parameter flags), before any default: what is left
+    unset is decided by the spec's judge block (:meth:`with_defaults`), then by :class:`JudgeConfig`'s defaults.
+    Built once from the flags and handed down whole, instead of seven parameters through every command."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ref: str | None = Field(None, description="provider:model, 'local' or gguf:PATH; None: the spec's or default.")
+    base_url: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    samples: int | None = None
+    seed: int | None = None
+
+    def with_defaults(self, defaults: SpecJudge) -> JudgeChoice:
+        """The flags first; a spec's judge block for the parameters they leave unset."""
+        return self.model_copy(
+            update={
+                "temperature": self.temperature if self.temperature is not None else defaults.temperature,
+                "max_tokens": self.max_tokens or defaults.max_tokens,
+                "samples": self.samples or defaults.samples,
+            }
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`resolve_judge` (everything but the reference; None means unset)."""
+        return self.model_dump(exclude={"ref"})
 
 
 def default_judge(notify: Notify) -> str:

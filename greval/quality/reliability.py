@@ -29,6 +29,7 @@ from greval.errors import UserError
 from greval.judge.judge import Judge
 from greval.judge.outcome import missing_inputs
 from greval.llm.config import JudgeConfig, make_chat_model
+from greval.report.format import fmt_ci, fmt_number
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale, parse_spec
 from greval.types import ItemVerdict, JudgeResult
 
@@ -470,10 +471,6 @@ def reliability(*args: Any, **kwargs: Any) -> ReliabilityReport:
 
 
 # ================================================================================================ CLI
-def _fmt(x: float | None, d: int = 3) -> str:
-    return "—" if x is None else f"{x:.{d}f}"
-
-
 def print_report(console: Any, rep: ReliabilityReport) -> None:
     """Flip rates per perturbation (with n and a Wilson 95% CI), panel agreement, weighted scores."""
     from rich.markup import escape
@@ -488,15 +485,15 @@ def print_report(console: Any, rep: ReliabilityReport) -> None:
     for col in ("perturbation", "unit", "n", "flips", "flip rate", "95% CI", "mean |Δ|", "failed", "note"):
         t.add_column(col, justify="right" if col in ("n", "flips", "flip rate", "mean |Δ|", "failed") else "left")
     for f in rep.flips:
-        ci = f"[{_fmt(f.ci_low)}, {_fmt(f.ci_high)}]" if f.ci_low is not None else ""
+        ci = fmt_ci(f)
         t.add_row(
             escape(f.description),
             f.unit,
             str(f.n),
             str(f.flips),
-            _fmt(f.rate),
+            fmt_number(f.rate),
             escape(ci),
-            _fmt(f.mean_abs_shift),
+            fmt_number(f.mean_abs_shift),
             str(f.failed),
             escape(f.note or ""),
         )
@@ -507,7 +504,7 @@ def print_report(console: Any, rep: ReliabilityReport) -> None:
         for col in ("a", "b", "n", *keys):
             p.add_column(col, justify="left" if col in ("a", "b") else "right")
         for pair in rep.panel:
-            p.add_row(pair.a, pair.b, str(pair.n), *[_fmt(pair.metrics.get(k)) for k in keys])
+            p.add_row(pair.a, pair.b, str(pair.n), *[fmt_number(pair.metrics.get(k)) for k in keys])
         console.print(p)
         for pair in rep.panel:
             for n in pair.notes:
@@ -517,8 +514,8 @@ def print_report(console: Any, rep: ReliabilityReport) -> None:
         if lp.usable:
             console.print(
                 f"probability-weighted score (G-Eval): {lp.usable} of {lp.requested} record(s); mean value "
-                f"{_fmt(lp.mean_value)}, mean weighted {_fmt(lp.mean_weighted)}, mass on valid values "
-                f"{_fmt(lp.mean_mass)}",
+                f"{fmt_number(lp.mean_value)}, mean weighted {fmt_number(lp.mean_weighted)}, mass on valid values "
+                f"{fmt_number(lp.mean_mass)}",
                 highlight=False,
             )
         if lp.note:

@@ -25,11 +25,11 @@ from greval.agreement.models import (
     AgreementScale,
     Ceiling,
     ConsistencyReport,
-    Estimate,
     GroupFigures,
     Prevalence,
 )
 from greval.agreement.prepare import Prepared, prepare
+from greval.report.format import fmt_ci, fmt_number, fmt_value_ci
 
 GALLERY_LIMIT = 500
 # Headline rows that only mean something when the labels have an order (judge above/below, signed distance).
@@ -55,21 +55,6 @@ def _cell(x: object) -> str:
 def _ordered(scale: AgreementScale) -> bool:
     """Positions on the scale mean something: a value scale, or labels declared low → high."""
     return scale.kind == "value" or scale.ordered
-
-
-def _f(x: float | None, d: int = 3) -> str:
-    """An estimate's value; "—" when undefined (its note says why), as the CLI prints it."""
-    return "—" if x is None or _missing(x) else f"{x:.{d}f}"
-
-
-def _ci(e: Estimate, d: int = 3) -> str:
-    lo, hi = e.ci_low, e.ci_high
-    return "" if lo is None or hi is None or _missing(lo) or _missing(hi) else f"[{lo:.{d}f}, {hi:.{d}f}]"
-
-
-def _value_ci(e: Estimate, d: int = 3) -> str:
-    """Value and CI in one cell: "0.712 [0.650, 0.770]", or just "—" when undefined."""
-    return f"{_f(e.value, d)} {_ci(e, d)}".strip()
 
 
 def _png(fig: Any) -> str:
@@ -161,7 +146,7 @@ def _notes_html(notes: Sequence[str]) -> str:
 
 
 def _headline_rows(report: AgreementReport, d: int = 3) -> list[list[str]]:
-    rows = [[k, _f(e.value, d), _ci(e, d), str(e.n), _cell(e.note)] for k, e in report.metrics.items()]
+    rows = [[k, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), _cell(e.note)] for k, e in report.metrics.items()]
     if report.categorical is not None:
         b = report.categorical.bias
         for name, est in (
@@ -172,7 +157,7 @@ def _headline_rows(report: AgreementReport, d: int = 3) -> list[list[str]]:
             ("mean_signed_score", b.mean_signed_score),
         ):
             if est is not None and (name not in ORDERED_ONLY or _ordered(report.scale)):
-                rows.append([name, _f(est.value, d), _ci(est, d), str(est.n), _cell(est.note)])
+                rows.append([name, fmt_number(est.value, d), fmt_ci(est, d), str(est.n), _cell(est.note)])
     return rows
 
 
@@ -194,14 +179,20 @@ def _prevalence_title(p: Prevalence) -> str:
 
 def _prevalence_rows(p: Prevalence, d: int = 3) -> list[list[str]]:
     return [
-        [lab, _f(p.observed[i], d), _f(p.human[i], d), _f(p.corrected[i].value, d), _ci(p.corrected[i], d)]
+        [
+            lab,
+            fmt_number(p.observed[i], d),
+            fmt_number(p.human[i], d),
+            fmt_number(p.corrected[i].value, d),
+            fmt_ci(p.corrected[i], d),
+        ]
         for i, lab in enumerate(p.labels)
     ]
 
 
 def _ceiling_rows(ce: Ceiling, d: int = 3) -> list[list[str]]:
     return [
-        [label, _f(e.value, d), _ci(e, d), str(e.n), _cell(e.note)]
+        [label, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), _cell(e.note)]
         for label, e in (
             (f"human–human mean {ce.metric}", ce.human_pairwise_mean),
             (f"judge–human mean {ce.metric}", ce.judge_pairwise_mean),
@@ -234,7 +225,7 @@ def _slice_rows(
             [
                 val,
                 str(r.counts.items_compared),
-                *("" if e is None else _value_ci(e, d) for e in figures),
+                *("" if e is None else fmt_value_ci(e, d) for e in figures),
                 "; ".join(notes),
             ]
         )
@@ -257,7 +248,7 @@ def _group_rows(groups: Sequence[GroupFigures], d: int = 3) -> tuple[list[str], 
     rows = []
     for g in groups:
         notes = [f"{m}: {e.note}" for m, e in g.metrics.items() if e.note]
-        rows.append([g.group, str(g.n), *(_f(g.metrics[m].value, d) if m in g.metrics else "" for m in names)])
+        rows.append([g.group, str(g.n), *(fmt_number(g.metrics[m].value, d) if m in g.metrics else "" for m in names)])
         rows[-1].append("; ".join(notes))
     return names, rows
 
@@ -367,7 +358,10 @@ def render_html(
             "<h2>Classification report</h2>"
             + _table(
                 ["label", "precision", "recall", "f1", "support"],
-                [[r.label, _f(r.precision), _f(r.recall), _f(r.f1), str(r.support)] for r in cat.per_label],
+                [
+                    [r.label, fmt_number(r.precision), fmt_number(r.recall), fmt_number(r.f1), str(r.support)]
+                    for r in cat.per_label
+                ],
             )
         )
         if cat.prevalence is not None:
@@ -384,7 +378,15 @@ def render_html(
             + _table(
                 ["side", "count", "mean", "median", "std", "min", "max"],
                 [
-                    [s, str(d.count), _f(d.mean), _f(d.median), _f(d.std), _f(d.min), _f(d.max)]
+                    [
+                        s,
+                        str(d.count),
+                        fmt_number(d.mean),
+                        fmt_number(d.median),
+                        fmt_number(d.std),
+                        fmt_number(d.min),
+                        fmt_number(d.max),
+                    ]
                     for s, d in (("judge", v.judge), ("human", v.human))
                 ],
             )
@@ -434,8 +436,8 @@ def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
         ce = report.ceiling
         lines += [
             "",
-            f"Human ceiling: human–human mean {ce.metric} {_value_ci(ce.human_pairwise_mean, d)}, "
-            f"judge–human {_value_ci(ce.judge_pairwise_mean, d)}",
+            f"Human ceiling: human–human mean {ce.metric} {fmt_value_ci(ce.human_pairwise_mean, d)}, "
+            f"judge–human {fmt_value_ci(ce.judge_pairwise_mean, d)}",
         ]
         notes += [f"ceiling, {figure}: {note}" for figure, *_, note in _ceiling_rows(ce, d) if note]
         notes += [f"ceiling: {n}" for n in _pair_notes(ce)]
@@ -459,7 +461,7 @@ def render_consistency_markdown(report: ConsistencyReport, decimals: int = 3) ->
         "",
         *_md_table(
             ["metric", "value", "CI", "n", "note"],
-            [[k, _f(e.value, d), _ci(e, d), str(e.n), _cell(e.note)] for k, e in report.metrics.items()],
+            [[k, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), _cell(e.note)] for k, e in report.metrics.items()],
         ),
     ]
     if report.per_group:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from scipy.stats import bootstrap
 
 from greval.errors import UserError
+from greval.report.format import fmt_ci, fmt_number
 from greval.spec import Spec
 from greval.store.results import MetricFigures, figures_from_rows, item_rows, metric_notes, not_scored, record_rows
 from greval.store.store import Store
@@ -262,14 +263,6 @@ def label_lines(rep: StoreReport) -> list[str]:
         if text and m.metric not in lines:
             lines[m.metric] = f"{m.metric}: {text}"
     return list(lines.values())
-
-
-def fmt_number(x: float | None, d: int = 3) -> str:
-    return "—" if x is None else f"{x:.{d}f}"
-
-
-def fmt_ci(m: MeanCI) -> str:
-    return "" if m.ci_low is None or m.ci_high is None else f"[{m.ci_low:.3f}, {m.ci_high:.3f}]"
 
 
 def _system_chart(rep: StoreReport) -> str:
