@@ -104,7 +104,12 @@ _HOST = socket.gethostname()
 
 def snapshot_key(records: Sequence[Record]) -> str:
     """A dataset's identity: its (record id, content hash) pairs, in any order."""
-    pairs = sorted(f"{r.id}\x1f{r.hash}" for r in records)
+    return members_key([(r.id, r.hash) for r in records])
+
+
+def members_key(members: Sequence[tuple[str, str]]) -> str:
+    """:func:`snapshot_key` of a dataset given as its (record id, content hash) pairs."""
+    pairs = sorted(f"{rid}\x1f{rhash}" for rid, rhash in members)
     return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:24]
 
 
@@ -280,20 +285,43 @@ class Store:
         """Record which dataset a run was given: its snapshot (ids and contents). A dataset run again — the
         same ids with the same contents — adds nothing but the run's pointer to it; so does a finished job
         re-run without a call."""
-        key = snapshot_key(records)
+        self.link_snapshot(run_id, [(r.id, r.hash) for r in records], records)
+
+    def link_snapshot(self, run_id: str, members: Sequence[tuple[str, str]], records: Iterable[Record]) -> None:
+        """:meth:`link_run` for a dataset given as its (record id, content hash) pairs; ``records`` holds at
+        least every member the store has not seen (:meth:`known_records`), whose content goes in with it."""
+        key = members_key(members)
         with self._lock:
             known = self.db.execute("SELECT 1 FROM snapshots WHERE snapshot=?", (key,)).fetchone() is not None
         if not known:
             self.put_records(records)
         with self._tx() as db:
             if not known:
-                self._put_snapshot(db, records, key)
+                self._put_members(db, members, key)
             db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (key, run_id))
 
+    def known_records(self, members: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of these (record id, content hash) pairs the store already holds (``record_ids``), asked 500
+        contents at a time: a run keeps in memory only the records the store still lacks."""
+        wanted = set(members)
+        hashes = list(dict.fromkeys(h for _, h in members))
+        found: set[tuple[str, str]] = set()
+        with self._lock:
+            for i in range(0, len(hashes), 500):
+                chunk = hashes[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT record_id, record_hash FROM record_ids WHERE record_hash IN ({marks})"
+                rows = self.db.execute(sql, chunk).fetchall()
+                found.update(pair for pair in rows if pair in wanted)
+        return found
+
     def _put_snapshot(self, db: sqlite3.Connection, records: Sequence[Record], key: str | None = None) -> str:
-        key = key or snapshot_key(records)
-        db.executemany("INSERT OR IGNORE INTO snapshot_members VALUES (?,?,?)", [(key, r.id, r.hash) for r in records])
-        db.execute("INSERT OR IGNORE INTO snapshots VALUES (?,?,?)", (key, len(records), time.time()))
+        return self._put_members(db, [(r.id, r.hash) for r in records], key)
+
+    def _put_members(self, db: sqlite3.Connection, members: Sequence[tuple[str, str]], key: str | None = None) -> str:
+        key = key or members_key(members)
+        db.executemany("INSERT OR IGNORE INTO snapshot_members VALUES (?,?,?)", [(key, *m) for m in members])
+        db.execute("INSERT OR IGNORE INTO snapshots VALUES (?,?,?)", (key, len(members), time.time()))
         return key
 
     def any_spec(self, spec_key: str) -> BaseSpec:
