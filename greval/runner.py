@@ -15,7 +15,7 @@ import asyncio
 import gc
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -375,11 +375,9 @@ def plan_work(
             if r.hash not in seen:
                 seen.add(r.hash)
                 fresh.append(i)
-        # Store.pending reads each record's hash and items only: an unvalidated view of a row is enough.
-        views = [
-            r if isinstance(r, Record) else Record.model_construct(id=r.id, hash=r.hash, data=r.data)
-            for r in (chunk[i] for i in fresh)
-        ]
+        # Store.pending reads each record's hash and items(), which a HashedRow has as a Record has them: the
+        # rows are asked about as they are (building even unvalidated Records cost ~10 % of a no-op re-run).
+        views = cast("list[Record]", [chunk[i] for i in fresh])
         asked = {s.name: store.pending(keys[s.name], judge_keys[s.name], views, s.each, retry_errors) for s in specs}
         for n, i in enumerate(fresh):
             if all(asked[s.name][n] is None for s in specs):
@@ -401,7 +399,7 @@ def plan_work(
             chunk = []
     if chunk:
         plan_chunk(chunk)
-    # Built without re-validating: every field above is already of its type (100,000 pairs would cost ~0.1 s).
+    # Built without validating again what is already of its type (a pair per record of the dataset).
     return Plan.model_construct(
         unique=unique,
         judge_keys=judge_keys,
