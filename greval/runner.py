@@ -326,7 +326,8 @@ class Plan(BaseModel):
     )
     unstored: list[Record] = Field(
         default_factory=list,
-        description="Records whose (id, content) the store has not seen: stored with the snapshot.",
+        description="Records stored with the snapshot when the store lacks it: every Record given, and the "
+        "rows read from a file whose (id, content) the store has not seen.",
     )
 
 
@@ -361,7 +362,10 @@ def plan_work(
 
     def plan_chunk(chunk: Sequence[Record | HashedRow]) -> None:
         pairs = [(r.id, r.hash) for r in chunk]
-        known = store.known_records(pairs)
+        # Records given are in memory already: kept to store with the snapshot (if the store lacks it), as
+        # they are. Of rows read from a file only those the store has never seen become Records for it.
+        rows = [pair for r, pair in zip(chunk, pairs, strict=True) if not isinstance(r, Record)]
+        known = store.known_records(rows) if rows else set()
         made: dict[int, Record] = {}
 
         def record(i: int) -> Record:
@@ -376,7 +380,7 @@ def plan_work(
                 seen.add(r.hash)
                 fresh.append(i)
         # Store.pending reads each record's hash and items(), which a HashedRow has as a Record has them: the
-        # rows are asked about as they are (building even unvalidated Records cost ~10 % of a no-op re-run).
+        # rows are asked about as they are (building even unvalidated Records was ~10 % of planning a re-run).
         views = cast("list[Record]", [chunk[i] for i in fresh])
         asked = {s.name: store.pending(keys[s.name], judge_keys[s.name], views, s.each, retry_errors) for s in specs}
         for n, i in enumerate(fresh):
@@ -388,7 +392,11 @@ def plan_work(
                 pending[s.name].append(left)
                 if left is not None:
                     todo[0 if s.needs_model else 1] += 1
-        unstored.extend(record(i) for i, pair in enumerate(pairs) if pair not in known)
+        unstored.extend(
+            record(i)
+            for i, (r, pair) in enumerate(zip(chunk, pairs, strict=True))
+            if isinstance(r, Record) or pair not in known
+        )
         members.extend(pairs)
 
     chunk: list[Record | HashedRow] = []
