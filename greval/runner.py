@@ -3,6 +3,10 @@
 Work is (record, spec) judgements. For each record, metrics run in dependency levels: the metrics of one
 level concurrently, a ``depends_on`` metric after the ones it reads. Before calling the model the store is
 asked what is still missing, so a finished run costs nothing and a killed one resumes where it stopped.
+
+Records flow through in chunks (:func:`plan_work`): rows → content hashes → what the store still lacks →
+Records only for the rows with work left. A finished job re-run holds no dataset in memory (only its
+(id, hash) pairs, the snapshot) and imports no judge stack: the evaluators are built when there is work.
 """
 
 from __future__ import annotations
@@ -10,25 +14,35 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
-from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
 from greval._sync import run_sync
-from greval.dataset.records import Record
-from greval.judge.evaluators import Evaluator, config_for, make_evaluator
+from greval.dataset.records import HashedRow, Record
+from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, dependency_levels, order_specs
 from greval.store.results import MetricFigures, figures
 from greval.store.store import Store, spec_keys
-from greval.types import JudgeResult, Method, not_applicable
+from greval.types import JudgeResult, not_applicable
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from greval.judge.evaluators import Evaluator
 
 #: How often a run waiting for a judgement another run holds looks again (seconds).
 CLAIM_POLL_S = 0.2
+
+#: Records planned at a time: the store is asked about one chunk's hashes at once (see Store.pending).
+PLAN_CHUNK = 2000
+
+#: What a run reads: Records, or a dataset file's rows already hashed (greval.dataset.records.DataFile).
+Rows = Iterable[Record] | Iterable[HashedRow]
 
 
 class RunOptions(BaseModel):
@@ -36,7 +50,10 @@ class RunOptions(BaseModel):
 
     concurrency: int = Field(8, ge=1, description="Model calls in flight at most.")
     adaptive: bool = Field(True, description="Halve concurrency once per rate-limit episode, then grow back.")
-    method: Method | str = Field("auto", description="Structured-output method, or auto with fallbacks.")
+    method: str = Field(
+        "auto",
+        description="Structured-output method (json_schema, function_calling, json_mode), or auto with fallbacks.",
+    )
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     retry_errors: bool = Field(False, description="Judge again what earlier runs recorded as errors.")
     direct: bool = Field(
@@ -84,7 +101,7 @@ ProgressHook = Callable[[int, int, int], None]  # (done, total, errors)
 
 async def arun(
     specs: Sequence[BaseSpec],
-    records: Sequence[Record],
+    records: Rows,
     store: Store,
     cfg: JudgeConfig,
     *,
@@ -96,12 +113,18 @@ async def arun(
 ) -> RunSummary:
     """Judge every record with every spec; store each verdict as it arrives; return the summary.
 
-    ``plan``: :func:`plan_work` already made for these records, store and judge (saves asking twice)."""
+    ``records`` is read once, chunk by chunk, unless ``plan`` (:func:`plan_work` already made for these
+    records, store and judge) saves asking again; a plan made for another judge (a served local model's
+    config), spec set or retry choice is made again, reading ``records`` again (a list or a DataFile can be)."""
     opts = options or RunOptions()
     specs = order_specs(specs)
     keys = spec_keys(specs)
     cfgs = {s.name: config_for(s, cfg) for s in specs}
     levels = dependency_levels(specs)
+    wanted = {s.name: cfgs[s.name].key for s in specs}
+    if plan is None or plan.judge_keys != wanted or plan.retry_errors != opts.retry_errors:
+        # Before the run is recorded: a dataset that cannot be read is the user's error, not a failed run.
+        plan = plan_work(specs, records, store, cfg, opts.retry_errors)
     store.put_specs(specs, keys)
     for c in {c.key: c for c in cfgs.values()}.values():
         store.put_judge(c)
@@ -121,9 +144,7 @@ async def arun(
     limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
     status = "failed"
     try:
-        await _judge_all(
-            specs, records, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress, plan
-        )
+        await _judge_all(specs, plan, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress)
         status = "finished"
     except (KeyboardInterrupt, asyncio.CancelledError):
         status = "interrupted"
@@ -132,12 +153,12 @@ async def arun(
         # Every run ends with a status and a summary, however it ended (no run stays 'running'). Records
         # judged were stored with their first verdict; the dataset's snapshot (every id) goes in now.
         store.release_claims()
-        store.link_run(run_id, records)
+        store.link_snapshot(run_id, plan.members, plan.unstored)
         metrics = _summarise(store, run_id, specs, keys, cfgs, summaries)
         summary = RunSummary(
             run_id=run_id,
-            records=len(records),
-            distinct_contents=len({r.hash for r in records}),
+            records=plan.records,
+            distinct_contents=plan.distinct_contents,
             judge=cfg.label,
             seconds=time.perf_counter() - started,
             calls=sum(m.calls for m in metrics),
@@ -151,7 +172,7 @@ async def arun(
 
 async def _judge_all(
     specs: Sequence[BaseSpec],
-    records: Sequence[Record],
+    plan: Plan,
     store: Store,
     cfg: JudgeConfig,
     cfgs: dict[str, JudgeConfig],
@@ -163,24 +184,28 @@ async def _judge_all(
     opts: RunOptions,
     limiter: AdaptiveLimiter,
     progress: ProgressHook | None,
-    plan: Plan | None,
 ) -> None:
-    """The judging itself: what is pending, then every record's metrics level by level."""
+    """The judging itself: the plan's pending work, every record's metrics level by level."""
 
     # What is missing, decided up front: the progress bar's total is the real amount of work. Verdicts are
     # keyed by content, so records that share their content with an earlier one (other id, same fields) are
     # judged once: the duplicates are reused, and listed under their own ids (the run's snapshot) all the same.
-    # A plan made for another judge (a served local model's config), spec set or retry choice is made again.
-    wanted = {s.name: cfgs[s.name].key for s in specs}
-    if plan is None or plan.judge_keys != wanted or plan.retry_errors != opts.retry_errors:
-        plan = plan_work(specs, records, store, cfg, opts.retry_errors)
+    # Every content the plan left out is done for every spec (reused).
     unique, pending = plan.unique, plan.pending
     todo = [(rec, {s.name: pending[s.name][i] for s in specs}) for i, rec in enumerate(unique)]
     total = 0
     for s in specs:
-        reused = sum(1 for p in pending[s.name] if p is None)
-        summaries[s.name].reused += reused + len(records) - len(unique)
-        total += len(unique) - reused
+        left = sum(1 for p in pending[s.name] if p is not None)
+        summaries[s.name].reused += plan.records - left
+        total += left
+    done = errors = 0
+    if progress:
+        progress(0, total, 0)
+    queue = [(r, p) for r, p in todo if any(v is not None for v in p.values())]
+    if not queue:
+        return  # nothing to judge: no chat model, no evaluator, no judge stack imported
+    from greval.judge.evaluators import make_evaluator
+
     # The chat model is built only when some judge call is still needed: a finished run needs no key,
     # no server and no network.
     calls_needed = any(p[s.name] is not None and s.needs_model for _, p in todo for s in specs)
@@ -193,9 +218,6 @@ async def _judge_all(
         for s in specs
         if chat is not None or not s.needs_model
     }
-    done = errors = 0
-    if progress:
-        progress(0, total, 0)
 
     async def judge_one(
         rec: Record, spec: BaseSpec, pending: list[str] | None, results: dict[str, JudgeResult]
@@ -248,7 +270,6 @@ async def _judge_all(
         for level in levels:
             await asyncio.gather(*(judge_one(rec, s, pend[s.name], results) for s in level))
 
-    queue = [(r, p) for r, p in todo if any(v is not None for v in p.values())]
     # Enough records in flight to keep every slot busy, never the whole dataset at once.
     workers = max(1, min(len(queue), opts.concurrency * 2))
     it = iter(queue)
@@ -283,36 +304,109 @@ def unique_contents(records: Sequence[Record]) -> list[Record]:
 
 class Plan(BaseModel):
     """What a run over these records still has to do, asked of the store once (the CLI prints it, the
-    runner then works from it; each model call re-checks its one judgement under a claim all the same)."""
+    runner then works from it; each model call re-checks its one judgement under a claim all the same).
+
+    Only the records with work left are held (and those the store has never seen, to store with the run's
+    snapshot); of the others only their (id, content hash) pairs."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    unique: list[Record] = Field(description="The first record of each content: only these are judged.")
+    unique: list[Record] = Field(
+        description="The first record of each content with work left for some spec: only these are judged "
+        "(a content already judged for every spec is not held)."
+    )
     judge_keys: dict[str, str] = Field(description="Spec name -> the judge key the plan was made for.")
     pending: dict[str, list[list[str] | None]] = Field(description="Spec name -> per unique record (Store.pending).")
     judgements: int = Field(description="Judgements that still need the judge model (0: no server or key needed).")
     computed: int = Field(description="Computed judgements still to make.")
     retry_errors: bool = False
+    records: int = Field(0, description="Records in the dataset (ids; a row repeated exactly is read once).")
+    distinct_contents: int = Field(0, description="Distinct record contents (identical records cost one call).")
+    members: list[tuple[str, str]] = Field(
+        default_factory=list, description="(record id, content hash) of every record: the run's snapshot."
+    )
+    unstored: list[Record] = Field(
+        default_factory=list,
+        description="Records stored with the snapshot when the store lacks it: every Record given, and the "
+        "rows read from a file whose (id, content) the store has not seen.",
+    )
 
 
 def plan_work(
-    specs: Sequence[BaseSpec], records: Sequence[Record], store: Store, cfg: JudgeConfig, retry_errors: bool = False
+    specs: Sequence[BaseSpec], records: Rows, store: Store, cfg: JudgeConfig, retry_errors: bool = False
 ) -> Plan:
-    """Ask the store what is still missing for every spec on these records."""
+    """Ask the store what is still missing for every spec on these records, :data:`PLAN_CHUNK` records at a
+    time (``records`` is read once, in order). A row becomes a validated Record only when it has work left
+    or the store has never seen it."""
+    specs = list(specs)
     keys = spec_keys(order_specs(specs))
-    unique = unique_contents(records)
     judge_keys = {s.name: config_for(s, cfg).key for s in specs}
-    pending = {s.name: store.pending(keys[s.name], judge_keys[s.name], unique, s.each, retry_errors) for s in specs}
+    unique: list[Record] = []
+    pending: dict[str, list[list[str] | None]] = {s.name: [] for s in specs}
+    members: list[tuple[str, str]] = []
+    unstored: list[Record] = []
+    seen: set[str] = set()  # content hashes planned so far: the first record of each content is judged
     todo = [0, 0]
-    for s in specs:
-        todo[0 if s.needs_model else 1] += sum(1 for p in pending[s.name] if p is not None)
-    return Plan(
+
+    def plan_chunk(chunk: Sequence[Record | HashedRow]) -> None:
+        pairs = [(r.id, r.hash) for r in chunk]
+        # Records given are in memory already: kept to store with the snapshot (if the store lacks it), as
+        # they are. Of rows read from a file only those the store has never seen become Records for it.
+        rows = [pair for r, pair in zip(chunk, pairs, strict=True) if not isinstance(r, Record)]
+        known = store.known_records(rows) if rows else set()
+        made: dict[int, Record] = {}
+
+        def record(i: int) -> Record:
+            if i not in made:
+                r = chunk[i]
+                made[i] = r if isinstance(r, Record) else r.record()
+            return made[i]
+
+        fresh = []
+        for i, r in enumerate(chunk):
+            if r.hash not in seen:
+                seen.add(r.hash)
+                fresh.append(i)
+        # Store.pending reads each record's hash and items(), which a HashedRow has as a Record has them: the
+        # rows are asked about as they are (building even unvalidated Records was ~10 % of planning a re-run).
+        views = cast("list[Record]", [chunk[i] for i in fresh])
+        asked = {s.name: store.pending(keys[s.name], judge_keys[s.name], views, s.each, retry_errors) for s in specs}
+        for n, i in enumerate(fresh):
+            if all(asked[s.name][n] is None for s in specs):
+                continue
+            unique.append(record(i))
+            for s in specs:
+                left = asked[s.name][n]
+                pending[s.name].append(left)
+                if left is not None:
+                    todo[0 if s.needs_model else 1] += 1
+        unstored.extend(
+            record(i)
+            for i, (r, pair) in enumerate(zip(chunk, pairs, strict=True))
+            if isinstance(r, Record) or pair not in known
+        )
+        members.extend(pairs)
+
+    chunk: list[Record | HashedRow] = []
+    for r in records:
+        chunk.append(r)
+        if len(chunk) >= PLAN_CHUNK:
+            plan_chunk(chunk)
+            chunk = []
+    if chunk:
+        plan_chunk(chunk)
+    # Built without validating again what is already of its type (a pair per record of the dataset).
+    return Plan.model_construct(
         unique=unique,
         judge_keys=judge_keys,
         pending=pending,
         judgements=todo[0],
         computed=todo[1],
         retry_errors=retry_errors,
+        records=len(members),
+        distinct_contents=len(seen),
+        members=members,
+        unstored=unstored,
     )
 
 
@@ -339,7 +433,7 @@ def _summarise(
 
 def run(
     specs: Sequence[BaseSpec],
-    records: Sequence[Record],
+    records: Rows,
     store: Store,
     cfg: JudgeConfig,
     **kwargs: Any,

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
-from greval.dataset.records import load_records
+from greval.dataset.records import DataFile
+from greval.dataset.tables import check_file
 from greval.llm.config import (
     JudgeChoice,
     JudgeConfig,
@@ -140,10 +141,10 @@ def run_dataset(
     judge layer's messages go to ``notify``, this function's to ``on_event``, the runner's progress to
     ``progress``. A Ctrl-C propagates once the run has recorded itself as interrupted."""
     emit = on_event or (lambda event: None)
-    notes: list[str] = []
-    records = load_records(data, mapping, id_column, limit, notes=notes)
-    for note in notes:
-        emit(DataNote(text=note))
+    # Streamed: rows are hashed and asked of the store in chunks; only rows with work left become Records
+    # (a finished job re-run holds no Record and imports no judge stack).
+    records = DataFile(data, mapping, id_column, limit)
+    check_file(data)  # a missing file or an unknown format fails here, before the store is opened
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     needs_judge = any(s.needs_model for s in specs)
     ref = judge.ref or defaults.model or (default_judge(notify) if needs_judge else "computed:greval")
@@ -152,10 +153,12 @@ def run_dataset(
     cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
     with Store(store) as st:
         plan = plan_work(specs, records, st, cfg, opts.retry_errors)
+        for note in records.notes:  # nothing the user gave disappears without a word
+            emit(DataNote(text=note))
         emit(
             RunPlanned(
-                records=len(records),
-                distinct_contents=len({r.hash for r in records}),
+                records=plan.records,
+                distinct_contents=plan.distinct_contents,
                 specs=[s.name for s in specs],
                 judge=cfg.label,
                 needs_judge=needs_judge,

@@ -372,6 +372,36 @@ def test_loader_formats_and_nested_fields(tmp_path: Path) -> None:
         to_agreement_frame(read_table(jl), "pred.nope", "scores.q")
 
 
+def test_one_table_reader_for_datasets_agreement_tables_and_label_files(tmp_path: Path) -> None:
+    """dataset/tables.py reads every table: one DataError naming the file for what it cannot read, the same
+    rows whoever asks (CSV label literals stay text; a JSON object lacking a key gets None in a label file)."""
+    from greval.dataset.records import load_records
+    from greval.dataset.tables import read_rows
+
+    odd = tmp_path / "labels.txt"
+    odd.write_text("record_id,label\nr1,NA\n", encoding="utf-8")
+    broken = tmp_path / "labels.csv.gz"
+    broken.write_bytes(b"record_id,label\nr1,NA\n")
+    for read in (read_table, read_rows, load_records):
+        with pytest.raises(DataError, match=f"^{re.escape(str(odd))}: unknown format"):
+            read(odd)
+        with pytest.raises(DataError, match=f"^{re.escape(str(broken))}: not a gzip file"):
+            read(broken)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("record_id,label,note\nr1,NA,\nr2,None,ok\n", encoding="utf-8")
+    assert read_rows(labels) == [
+        {"record_id": "r1", "label": "NA", "note": ""},
+        {"record_id": "r2", "label": "None", "note": "ok"},
+    ]
+    assert read_table(labels, as_text=True)["label"].tolist() == ["NA", "None"]
+    jl = tmp_path / "labels.jsonl"
+    jl.write_text('{"record_id": "r1", "label": 4}\n{"record_id": "r2", "label": 2, "note": "x"}\n')
+    assert read_rows(jl) == [
+        {"record_id": "r1", "label": 4, "note": None},
+        {"record_id": "r2", "label": 2, "note": "x"},
+    ]
+
+
 def test_cli_prints_tables_and_writes_json(tmp_path: Path) -> None:
     f = tmp_path / "d.csv"
     pd.DataFrame({"id": range(8), "j": list("aabbabab"), "h": list("aabbbbaa"), "lang": list("xxxxyyyy")}).to_csv(

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import greval
+import greval.judge.outcome
 import greval.runner
 from greval.dataset.records import Record
 from greval.errors import SpecError, UserError
@@ -65,8 +66,8 @@ def test_yaml_from_the_brief_parses_and_is_keyed_by_library_not_judge(tmp_path: 
     assert s.params.types == ["rougeL"] and s.params.use_stemmer
     assert s.required_inputs() == ["answer", "expected_answer"]
     assert s.computed_identity().startswith("greval-computed/rouge@rouge-score==")
-    cfg = greval.judge.evaluators.config_for(s, JudgeConfig.parse("openai:gpt-4o-mini"))
-    assert cfg == greval.judge.evaluators.config_for(s, JudgeConfig.parse("openai:other"))
+    cfg = greval.judge.outcome.config_for(s, JudgeConfig.parse("openai:gpt-4o-mini"))
+    assert cfg == greval.judge.outcome.config_for(s, JudgeConfig.parse("openai:other"))
     # Round trip through the store's JSON form gives the same spec and hash.
     again = parse_spec(yaml.safe_load(s.model_dump_json()))
     assert type(again) is RougeSpec and again.hash == s.hash

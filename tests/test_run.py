@@ -774,3 +774,115 @@ def test_run_dataset_says_each_step_as_events_and_fills_the_judge_from_the_spec(
     said.clear()
     again = run_dataset([spec], data, tmp_path / "s.sqlite", choice, notify=messages.append, on_event=said.append)
     assert isinstance(said[-1], RunPlanned) and said[-1].judgements == 0 and again.summary.calls == 0
+
+
+# ------------------------------------------------------------------------------- streamed records (issue 12)
+_RERUN_PROBE = """
+import json, sys
+from greval.dataset.records import DataFile, Record
+
+built = 0
+init = Record.__init__
+
+
+def counting(self, **data):
+    global built
+    built += 1
+    init(self, **data)
+
+
+Record.__init__ = counting
+from greval.llm.config import JudgeConfig
+from greval.runner import run
+from greval.spec import resolve_specs
+from greval.store.store import Store
+
+data, store, base_url = sys.argv[1:4]
+cfg = JudgeConfig.parse("openai:judge-test", base_url=base_url, timeout=10)
+with Store(store) as st:
+    s = run(resolve_specs(["answer_alignment", "chunk_evaluation"]), DataFile(data), st, cfg)
+    snapshots = [r["snapshot"] for r in st.query("SELECT snapshot FROM runs ORDER BY started_at")]
+print(json.dumps({
+    "built": built,
+    "calls": s.calls,
+    "records": s.records,
+    "distinct": s.distinct_contents,
+    "figures": [(m.records, m.ok, m.judged, m.reused) for m in s.metrics],
+    "snapshots": snapshots,
+    "modules": sorted({m.split(".")[0] for m in sys.modules}),
+}))
+"""
+
+
+def _rows_file(path: Path, n: int, copy: int = 0) -> list[dict[str, Any]]:
+    rows = [
+        {"id": f"r{i}", "question": f"Q{i}?", "answer": f"A{i}.", "expected_answer": f"E{i}.", "chunks": [f"c{i}"]}
+        for i in range(n)
+    ]
+    rows.append({**rows[copy], "id": f"r{copy}-copy"})  # same content, other id: judged once, listed twice
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def test_a_finished_job_rerun_streams_builds_no_record_and_imports_no_judge_stack(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    data, store = tmp_path / "d.jsonl", tmp_path / "s.sqlite"
+    _rows_file(data, 30)
+    specs = resolve_specs(["answer_alignment", "chunk_evaluation"])
+    with Store(store) as st:
+        first = run(specs, load_records(data), st, cfg(llm), options=FAST)
+    assert first.calls == 60 and first.records == 31 and first.distinct_contents == 30
+    done = subprocess.run(
+        [sys.executable, "-c", _RERUN_PROBE, str(data), str(store), llm.base_url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    # Nothing to do: no Record validated, no LangChain / openai imported, no call ...
+    assert got["built"] == 0
+    assert [m for m in got["modules"] if m == "openai" or m.startswith("langchain")] == []
+    assert got["calls"] == 0 and llm.stats()["total"] == 60
+    # ... and the same run all the same: every count of the summary, and the dataset's snapshot.
+    assert got["records"] == 31 and got["distinct"] == 30
+    assert got["figures"] == [[31, 31, 0, 31], [31, 31, 0, 31]]
+    assert len(got["snapshots"]) == 2 and got["snapshots"][0] == got["snapshots"][1]
+
+
+def test_streamed_plan_keeps_dedup_limit_resume_and_counts_across_chunks(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records planned 4 at a time: a content repeated in a later chunk is judged once, a row repeated
+    exactly is read once, --limit and a resumed run count what a list of Records counts."""
+    import greval.runner as runner
+    from greval.dataset.records import DataFile
+
+    monkeypatch.setattr(runner, "PLAN_CHUNK", 4)
+    data = tmp_path / "d.jsonl"
+    rows = _rows_file(data, 10, copy=7)  # r7 in the second chunk, its copy in the third
+    with data.open("a") as fh:
+        fh.write(json.dumps(rows[3]) + "\n")  # row 4 again, exactly
+    specs = resolve_specs(["answer_alignment", "chunk_evaluation"])
+    streamed, listed = tmp_path / "streamed.sqlite", tmp_path / "listed.sqlite"
+    summaries = []
+    for store, recs in ((streamed, lambda **kw: DataFile(data, **kw)), (listed, lambda **kw: load_records(data, **kw))):
+        with Store(store) as st:
+            part = run(specs, recs(limit=6), st, cfg(llm), options=FAST)
+            assert part.records == 6 and part.calls == 12
+            plan = runner.plan_work(specs, recs(), st, cfg(llm))
+            assert (plan.records, plan.distinct_contents, plan.judgements) == (11, 10, 8)
+            assert len(plan.unique) == 4 and {r.id for r in plan.unique} == {"r6", "r7", "r8", "r9"}
+            unstored = {"r6", "r7", "r8", "r9", "r7-copy"} if store == streamed else {r["id"] for r in rows}
+            assert {r.id for r in plan.unstored} == unstored  # a file's rows the store has are not held
+            summaries.append(run(specs, recs(), st, cfg(llm), options=FAST, plan=plan))
+            ids = st.query(
+                "SELECT record_id FROM snapshot_members WHERE snapshot=(SELECT snapshot FROM runs"
+                " ORDER BY started_at DESC LIMIT 1)"
+            )
+            assert sorted(r["record_id"] for r in ids) == sorted({r["id"] for r in rows})
+    a, b = summaries
+    assert a.calls == b.calls == 8 and a.records == b.records == 11 and a.distinct_contents == 10
+    assert [m.model_dump() for m in a.metrics] == [m.model_dump() for m in b.metrics]
+    assert [(m.records, m.ok, m.judged, m.reused) for m in a.metrics] == [(11, 11, 4, 7), (11, 11, 4, 7)]

@@ -1,4 +1,4 @@
-"""Read judge/human tables from files and map their columns onto the agreement frame's contract.
+"""Map judge/human tables onto the agreement frame's contract (files are read by greval.dataset.tables).
 
 Formats: .csv, .tsv, .jsonl/.ndjson, .json (an array of objects), .parquet, each optionally .gz.
 Nested fields are selected with dots (`scores.consistency`): JSON is flattened with pandas.json_normalize,
@@ -11,62 +11,26 @@ CSV/TSV cells are read as text with no "NA" list: only an empty cell is missing,
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from greval.dataset.tables import read_frame
 from greval.errors import DataError
 
 CONTRACT = ("item", "judge", "human", "annotator", "group")
 
 
-def _suffixes(path: Path) -> list[str]:
-    parts = [s.lower() for s in path.suffixes]
-    return parts[:-1] if parts and parts[-1] == ".gz" else parts
-
-
 def read_table(path: str | Path, as_text: bool = False) -> pd.DataFrame:
-    """Read a file into a DataFrame; JSON records are flattened so nested keys become dotted columns.
+    """A judge/human table as a DataFrame, read by the one table reader (:func:`greval.dataset.tables.read_frame`)
+    with nested JSON flattened, so nested keys become dotted columns.
 
     `as_text=True` reads CSV/TSV cells as strings with only the empty cell missing (labels such as "NA" or
     "None" would otherwise become NaN); the default keeps pandas' number parsing for other callers.
     """
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: no such file")
-    kind = (_suffixes(p) or [""])[-1]
-    compression = "gzip" if p.suffix.lower() == ".gz" else None
-    try:
-        if kind in (".csv", ".tsv", ".tab"):
-            sep = "\t" if kind != ".csv" else ","
-            if as_text:
-                return pd.read_csv(p, sep=sep, compression="infer", dtype=str, keep_default_na=False, na_values=[""])
-            return pd.read_csv(p, sep=sep, compression="infer")
-        if kind == ".parquet":
-            return pd.read_parquet(p)
-        if kind in (".jsonl", ".ndjson", ".json"):
-            opener = gzip.open if compression else open
-            with opener(p, "rt", encoding="utf-8") as fh:
-                text = fh.read()
-            records: Any
-            if kind == ".json":
-                records = json.loads(text)
-                if isinstance(records, dict):
-                    records = next((v for v in records.values() if isinstance(v, list)), [records])
-            else:
-                records = [json.loads(line) for line in text.splitlines() if line.strip()]
-            if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-                raise DataError(f"{p}: expected JSON objects (an array, or one per line)")
-            return pd.json_normalize(records)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, DataError):
-            raise
-        raise DataError(f"{p}: cannot read: {exc}") from exc
-    raise DataError(f"{p}: unknown format {kind or '(none)'}; use csv, tsv, jsonl, json or parquet (.gz ok)")
+    return read_frame(path, as_text=as_text, flatten=True)
 
 
 def _walk(value: Any, keys: list[str]) -> Any:

@@ -35,6 +35,7 @@ import httpx
 
 from greval.annotation import dataset as ds
 from greval.dataset.records import Record
+from greval.dataset.tables import read_rows
 from greval.errors import UserError
 from greval.spec import CategoricalScale, Spec
 from greval.store.store import Store
@@ -825,27 +826,6 @@ class ImportResult:
     dataset: str = "import"  # the human-label dataset the rows are stored under
 
 
-def read_table(path: Path) -> list[dict[str, Any]]:
-    """Rows of a CSV / TSV / JSONL / JSON file as dicts (every cell as read, CSV cells as text)."""
-    import pandas as pd
-
-    if not path.exists():
-        raise AnnotationError(f"{path}: no such file")
-    name = path.name.lower().removesuffix(".gz")
-    try:
-        if name.endswith((".jsonl", ".ndjson")):
-            frame = pd.read_json(path, lines=True, dtype=False)
-        elif name.endswith(".json"):
-            frame = pd.read_json(path, dtype=False)
-        elif name.endswith(".tsv"):
-            frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
-        else:
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (ValueError, OSError) as exc:
-        raise AnnotationError(f"{path}: cannot read ({_short(exc)})") from None
-    return [{str(k): v for k, v in row.items()} for row in frame.to_dict(orient="records")]
-
-
 def _few(values: Iterable[Any], k: int = 5) -> str:
     vals = list(dict.fromkeys(str(v) for v in values))
     return ", ".join(vals[:k]) + (f" … ({len(vals)} in all)" if len(vals) > k else "")
@@ -895,7 +875,7 @@ def import_labels(
     if (annotator_col is None) == (annotator_name is None):
         raise AnnotationError("give exactly one of --annotator COL or --annotator-name NAME")
     spec_key, spec = store.latest_spec(spec_name)
-    rows = read_table(path)
+    rows = read_rows(path)
     if not rows:
         raise AnnotationError(f"{path}: no rows")
     cols = list(rows[0])

@@ -87,6 +87,7 @@ def _quickstart(
     from greval.cli.agreement import print_report
     from greval.cli.common import ProgressBar, console, out, print_summary
     from greval.cli.report import print_labels
+    from greval.dataset.tables import read_rows
     from greval.report.store_report import build, write
     from greval.spec import load_spec_file
     from greval.store.store import Store
@@ -152,7 +153,7 @@ def _quickstart(
             labels_file = work / "human_labels.csv"
             # With Argilla, the example's labels of the first IMPORTED records only: the others wait there,
             # with the judge's suggestion, for the user's own label.
-            rows = first_records(sync.read_table(labels_file), None if conn is None else IMPORTED)
+            rows = first_records(read_rows(labels_file), None if conn is None else IMPORTED)
             with tempfile.TemporaryDirectory(prefix="greval-quickstart-") as tmp:
                 subset = Path(tmp) / labels_file.name
                 write_csv(subset, rows)

@@ -1,24 +1,27 @@
-"""Datasets of RAG outputs: read JSONL / JSON / CSV / Parquet, map columns, normalise chunks and triples.
+"""Datasets of RAG outputs: rows (read by :mod:`greval.dataset.tables`) → mapped columns → normalised chunks
+and triples → a content hash → a Record.
 
 Every record gets a content hash (what the store keys verdicts on, so an edited record is re-judged and an
 unchanged one never is) and an id (from an id column, else the hash) that people and Argilla see.
+
+:class:`DataFile` streams a dataset as :class:`HashedRow` s (normalised and hashed, not yet validated
+Records): the runner asks the store about their hashes chunk by chunk and builds Records only for the rows
+that still have work, so a finished job re-run holds no dataset in memory.
 """
 
 from __future__ import annotations
 
-import codecs
-import gzip
 import hashlib
 import json
 import math
 import re
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from greval.dataset.tables import iter_rows
 from greval.errors import DataError
 
 
@@ -38,34 +41,57 @@ class Record(BaseModel):
 
         The id comes from ``id_field`` (or an ``id`` column); it is not part of the content hash.
         """
-        id_key = id_field if id_field else ("id" if not _missing(row.get("id")) else None)
-        data: dict[str, Any] = {}
-        for key, value in row.items():
-            if key == id_key or _missing(value):
-                continue
-            if key == "chunks":
-                data[key] = normalise_chunks(value, where)
-            elif key == "triples":
-                data[key] = normalise_triples(value, where)
-            else:
-                data[key] = value.tolist() if hasattr(value, "tolist") else value
-        try:
-            digest = content_hash(data)
-        except UnicodeEncodeError:
-            raise DataError(f"{where}: {_surrogate_field(data)}") from None
-        except RecursionError:
-            raise DataError(f"{where}: nested too deeply") from None
-        rid = row.get(id_key) if id_key else None
-        if id_key and _missing(rid):
-            raise DataError(f"{where}: the id column {id_key!r} is empty")
-        if id_key and _SURROGATES.search(str(rid)):
-            raise DataError(f"{where}: {_surrogate_field({id_key: str(rid)})}")
-        return cls(id=str(rid) if id_key else digest[:16], hash=digest, data=data)
+        return hash_row(row, id_field, where).record()
 
     def items(self, field: str) -> list[dict[str, Any]]:
         """The chunks or triples of this record (empty when absent)."""
         value = self.data.get(field)
         return list(value) if isinstance(value, list) else []
+
+
+class HashedRow(NamedTuple):
+    """One dataset row, normalised and hashed but not yet a (validated) :class:`Record`: cheap to drop once
+    the store says its work is done."""
+
+    id: str
+    hash: str
+    data: dict[str, Any]
+
+    def items(self, field: str) -> list[dict[str, Any]]:
+        """The chunks or triples of this row (empty when absent), as :meth:`Record.items`."""
+        value = self.data.get(field)
+        return list(value) if isinstance(value, list) else []
+
+    def record(self) -> Record:
+        return Record(id=self.id, hash=self.hash, data=self.data)
+
+
+def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "record") -> HashedRow:
+    """A column-mapped row's id, normalised data and content hash (:meth:`Record.from_mapping` without the
+    Record)."""
+    id_key = id_field if id_field else ("id" if not _missing(row.get("id")) else None)
+    data: dict[str, Any] = {}
+    for key, value in row.items():
+        if key == id_key or _missing(value):
+            continue
+        if key == "chunks":
+            data[key] = normalise_chunks(value, where)
+        elif key == "triples":
+            data[key] = normalise_triples(value, where)
+        else:
+            data[key] = value.tolist() if hasattr(value, "tolist") else value
+    try:
+        digest = content_hash(data)
+    except UnicodeEncodeError:
+        raise DataError(f"{where}: {_surrogate_field(data)}") from None
+    except RecursionError:
+        raise DataError(f"{where}: nested too deeply") from None
+    rid = row.get(id_key) if id_key else None
+    if id_key and _missing(rid):
+        raise DataError(f"{where}: the id column {id_key!r} is empty")
+    if id_key and _SURROGATES.search(str(rid)):
+        raise DataError(f"{where}: {_surrogate_field({id_key: str(rid)})}")
+    return HashedRow(str(rid) if id_key else digest[:16], digest, data)
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -181,113 +207,6 @@ def _unique_ids(items: Sequence[Mapping[str, Any]], where: str, what: str) -> No
 
 
 # ------------------------------------------------------------------------------------------ reading
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _decode(raw: bytes, path: Path, line: int | None = None) -> str:
-    """UTF-8 text (a leading BOM is dropped), or a DataError naming the line and the offending byte."""
-    try:
-        return raw.decode("utf-8-sig" if raw.startswith(codecs.BOM_UTF8) else "utf-8")
-    except UnicodeDecodeError as exc:
-        if line is None:
-            line = raw.count(b"\n", 0, exc.start) + 1
-        byte = raw[exc.start : exc.start + 1].hex()
-        raise DataError(
-            f"{path}: line {line}: not UTF-8 text (byte 0x{byte}); re-save the file as UTF-8 "
-            "(e.g. iconv -f latin1 -t utf-8)"
-        ) from None
-
-
-def _json(text: str, where: str, at: str) -> Any:
-    """Parsed JSON, or a one-line DataError naming ``where`` (``at`` may place the error: ``{line}``)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{where}: invalid JSON{at.format(line=exc.lineno)} ({exc.msg})") from None
-    except RecursionError:
-        raise DataError(f"{where}: JSON nested too deeply") from None
-
-
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The file's rows; whatever the file itself gets wrong is a DataError naming it."""
-    gz = path.name.lower().endswith(".gz")
-    try:
-        yield from _read_rows(path)
-    except DataError:
-        raise
-    except gzip.BadGzipFile:
-        raise DataError(f"{path}: not a gzip file, though its name ends in .gz") from None
-    except (EOFError, zlib.error) as exc:
-        what = "truncated or corrupt gzip data" if gz else "the file ends unexpectedly"
-        raise DataError(f"{path}: {what} ({_one_line(exc)})") from None
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({_one_line(exc)}); re-save the file as UTF-8") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, not a data file") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or _one_line(exc)}") from None
-    except RecursionError:
-        raise DataError(f"{path}: nested too deeply") from None
-
-
-def _read_rows(path: Path) -> Iterator[dict[str, Any]]:
-    name = path.name.lower()
-    opener: Any = gzip.open if name.endswith(".gz") else open
-    base = name.removesuffix(".gz")
-    if base.endswith((".jsonl", ".ndjson")):
-        with opener(path, "rb") as fh:
-            for n, raw in enumerate(fh, start=1):
-                line = _decode(raw, path, n)
-                if not line.strip():
-                    continue
-                row = _json(line, f"{path}: line {n}", "")
-                if not isinstance(row, dict):
-                    raise DataError(f"{path}: line {n}: each line must be a JSON object")
-                yield row
-    elif base.endswith(".json"):
-        with opener(path, "rb") as fh:
-            text = _decode(fh.read(), path)
-        data = _json(text, str(path), " at line {line}")
-        if isinstance(data, dict):
-            data = next(
-                (v for k, v in data.items() if k in ("records", "data", "items") and isinstance(v, list)),
-                None,
-            )
-        if not isinstance(data, list):
-            raise DataError(f'{path}: expected a JSON array of objects (or {{"records": [...]}})')
-        for n, row in enumerate(data):
-            if not isinstance(row, dict):
-                raise DataError(f"{path}: item {n} is not an object")
-            yield row
-    elif base.endswith((".csv", ".tsv", ".parquet", ".pq")):
-        import pandas as pd
-
-        if base.endswith((".csv", ".tsv")):
-            kind = "TSV" if base.endswith(".tsv") else "CSV"
-            try:
-                frame = pd.read_csv(path, sep="\t" if kind == "TSV" else ",", dtype=str, keep_default_na=False)
-            except pd.errors.EmptyDataError:
-                raise DataError(f"{path}: empty {kind} file (no header row)") from None
-            except UnicodeDecodeError:
-                raise  # reported by _rows, like any other file that is not UTF-8
-            except (pd.errors.ParserError, ValueError) as exc:
-                raise DataError(f"{path}: cannot parse {kind}: {_one_line(exc)}") from None
-        else:
-            import pyarrow as pa
-
-            try:
-                frame = pd.read_parquet(path)
-            except (EOFError, zlib.error):
-                raise
-            except (pa.ArrowException, ValueError, OSError) as exc:
-                raise DataError(f"{path}: not a readable Parquet file ({_one_line(exc)})") from None
-        for row in frame.to_dict(orient="records"):
-            yield {str(k): v for k, v in row.items()}
-    else:
-        raise DataError(f"{path}: unknown format; use .jsonl, .json, .csv, .tsv or .parquet (optionally .gz)")
-
-
 def _get(row: Mapping[str, Any], dotted: str) -> Any:
     if dotted in row:
         return row[dotted]
@@ -298,6 +217,83 @@ def _get(row: Mapping[str, Any], dotted: str) -> Any:
         else:
             return None
     return cur
+
+
+def hashed_rows(
+    path: str | Path,
+    mapping: Mapping[str, str] | None = None,
+    id_column: str | None = None,
+    limit: int | None = None,
+    notes: list[str] | None = None,
+) -> Iterator[HashedRow]:
+    """A dataset file's records as :class:`HashedRow` s, streamed in file order (one row in memory at a time
+    for JSON Lines; see :func:`load_records` for ``mapping`` and the rest).
+
+    Every row is mapped, normalised and hashed (a broken row is a DataError however far into the file it
+    is); a row repeating an earlier one exactly is skipped, and ``notes`` gets the line saying so once the
+    file is read to its end."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{path}: no such file")
+    if p.is_dir():
+        raise DataError(f"{path}: is a directory, not a data file")
+    mapping = dict(mapping or {})
+    taken = set(mapping.values())
+    by_id: dict[str, str] = {}
+    repeated: list[int] = []
+    for n, row in enumerate(iter_rows(p)):
+        if limit is not None and len(by_id) >= limit:
+            break
+        mapped = {k: v for k, v in row.items() if k not in taken}
+        for field, column in mapping.items():
+            value = _get(row, column)
+            if value is None and n == 0 and column not in row:
+                raise DataError(
+                    f"{path}: column {column!r} (mapped to {field!r}) not found; columns: {', '.join(map(str, row))}"
+                )
+            mapped[field] = value
+        if id_column and n == 0 and id_column not in mapped:
+            raise DataError(f"{path}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
+        rec = hash_row(mapped, id_column, where=f"{path}: record {n + 1}")
+        known = by_id.get(rec.id)
+        if known is not None:
+            if known != rec.hash:
+                raise DataError(f"{path}: two different records have the id {rec.id!r}")
+            repeated.append(n + 1)  # the same record twice: judged and listed once
+            continue
+        by_id[rec.id] = rec.hash
+        yield rec
+    if not by_id:
+        raise DataError(f"{path}: no records")
+    if repeated and notes is not None:
+        shown = ", ".join(map(str, repeated[:5])) + (f" … ({len(repeated)} in all)" if len(repeated) > 5 else "")
+        notes.append(
+            f"{path}: {len(repeated)} row(s) repeat an earlier row exactly (same id and content), "
+            f"read once: rows {shown}"
+        )
+
+
+class DataFile:
+    """A dataset file read lazily: each iteration reads it again and yields its :class:`HashedRow` s
+    (:func:`hashed_rows`); ``notes`` holds what the last full read noticed (rows read once)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        mapping: Mapping[str, str] | None = None,
+        id_column: str | None = None,
+        limit: int | None = None,
+    ) -> None:
+        self.path = path
+        self.mapping = dict(mapping or {})
+        self.id_column = id_column
+        self.limit = limit
+        self.notes: list[str] = []
+
+    def __iter__(self) -> Iterator[HashedRow]:
+        notes: list[str] = []
+        yield from hashed_rows(self.path, self.mapping, self.id_column, self.limit, notes)
+        self.notes = notes
 
 
 def load_records(
@@ -313,43 +309,4 @@ def load_records(
     ``{"question": "query", "answer": "response.text"}``; unmapped columns keep their names. A row that
     repeats an earlier one exactly (same id, same content) is read once; ``notes`` receives a line saying so.
     """
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{path}: no such file")
-    if p.is_dir():
-        raise DataError(f"{path}: is a directory, not a data file")
-    mapping = dict(mapping or {})
-    records: list[Record] = []
-    by_id: dict[str, str] = {}
-    repeated: list[int] = []
-    for n, row in enumerate(_rows(p)):
-        if limit is not None and len(records) >= limit:
-            break
-        taken = set(mapping.values())
-        mapped = {k: v for k, v in row.items() if k not in taken}
-        for field, column in mapping.items():
-            value = _get(row, column)
-            if value is None and n == 0 and column not in row:
-                raise DataError(
-                    f"{path}: column {column!r} (mapped to {field!r}) not found; columns: {', '.join(map(str, row))}"
-                )
-            mapped[field] = value
-        if id_column and n == 0 and id_column not in mapped:
-            raise DataError(f"{path}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
-        rec = Record.from_mapping(mapped, id_column, where=f"{path}: record {n + 1}")
-        if rec.id in by_id:
-            if by_id[rec.id] != rec.hash:
-                raise DataError(f"{path}: two different records have the id {rec.id!r}")
-            repeated.append(n + 1)  # the same record twice: judged and listed once
-            continue
-        by_id[rec.id] = rec.hash
-        records.append(rec)
-    if not records:
-        raise DataError(f"{path}: no records")
-    if repeated and notes is not None:
-        shown = ", ".join(map(str, repeated[:5])) + (f" … ({len(repeated)} in all)" if len(repeated) > 5 else "")
-        notes.append(
-            f"{path}: {len(repeated)} row(s) repeat an earlier row exactly (same id and content), "
-            f"read once: rows {shown}"
-        )
-    return records
+    return [row.record() for row in hashed_rows(path, mapping, id_column, limit, notes)]

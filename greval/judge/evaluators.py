@@ -18,7 +18,6 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.judge.judge import Judge
-from greval.llm.config import JudgeConfig
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, Spec, dependency_levels
@@ -58,15 +57,6 @@ def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, **options: Unpac
         raise TypeError(f"spec kind {spec.kind!r} has no evaluator")
     evaluator: Evaluator = build(model=model, **options)
     return evaluator
-
-
-def config_for(spec: BaseSpec, cfg: JudgeConfig) -> JudgeConfig:
-    """The judge identity a metric's verdicts are keyed by: the model's, or for computed metrics a fixed
-    identity (changing the judge model must not recompute them)."""
-    if spec.needs_model:
-        return cfg
-    identity = getattr(spec, "computed_identity", None)
-    return JudgeConfig(provider="computed", model=str(identity() if callable(identity) else "greval"), temperature=None)
 
 
 def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeResult] | None]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from greval.dataset.records import Record
 from greval.errors import SpecError
+from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, classify, describe_error
 from greval.spec import BaseSpec
 from greval.types import MISSING_INPUT, RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
@@ -77,3 +78,12 @@ def error_verdicts(
         ItemVerdict(item_id=iid, status="error", error=failed.text if text is None else text, error_kind=failed.kind)
         for iid in item_ids
     ]
+
+
+def config_for(spec: BaseSpec, cfg: JudgeConfig) -> JudgeConfig:
+    """The judge identity a metric's verdicts are keyed by: the model's, or for computed metrics a fixed
+    identity (changing the judge model must not recompute them)."""
+    if spec.needs_model:
+        return cfg
+    identity = getattr(spec, "computed_identity", None)
+    return JudgeConfig(provider="computed", model=str(identity() if callable(identity) else "greval"), temperature=None)

@@ -348,7 +348,7 @@ async def _judged(
 ) -> dict[str, JudgeResult | None]:
     """Run (or reuse from the store) and read back the target spec's verdicts, by record id; ``notes``
     receives what the run summary says about failed judgements."""
-    from greval.judge.evaluators import config_for
+    from greval.judge.outcome import config_for
     from greval.runner import RunOptions, arun
     from greval.store.results import metric_notes
     from greval.store.store import spec_keys

@@ -142,7 +142,7 @@ def try_spec(
     (a column of the data file, or of ``human_file`` joined on the record id)."""
     from greval.agreement import AgreementOptions, compute_agreement
     from greval.dataset.records import load_records
-    from greval.judge.evaluators import config_for
+    from greval.judge.outcome import config_for
     from greval.runner import arun
     from greval.store.store import Store, spec_keys
 

@@ -124,20 +124,30 @@ def stored_kind(status: str, kind: ErrorKind | None, text: str | None) -> str | 
 
 def snapshot_key(records: Sequence[Record]) -> str:
     """A dataset's identity: its (record id, content hash) pairs, in any order."""
-    pairs = sorted(f"{r.id}\x1f{r.hash}" for r in records)
+    return members_key([(r.id, r.hash) for r in records])
+
+
+def members_key(members: Sequence[tuple[str, str]]) -> str:
+    """:func:`snapshot_key` of a dataset given as its (record id, content hash) pairs."""
+    pairs = sorted(f"{rid}\x1f{rhash}" for rid, rhash in members)
     return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:24]
 
 
 def put_snapshot(db: sqlite3.Connection, records: Sequence[Record], key: str | None = None) -> str:
     """Store a dataset's snapshot (its ids and contents, once however often it is run); returns its key."""
-    key = key or snapshot_key(records)
+    return put_members(db, [(r.id, r.hash) for r in records], key)
+
+
+def put_members(db: sqlite3.Connection, members: Sequence[tuple[str, str]], key: str | None = None) -> str:
+    """:func:`put_snapshot` for a dataset given as its (record id, content hash) pairs."""
+    key = key or members_key(members)
     db.executemany(
         "INSERT OR IGNORE INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?)",
-        [(key, r.id, r.hash) for r in records],
+        [(key, *m) for m in members],
     )
     db.execute(
         "INSERT OR IGNORE INTO snapshots (snapshot, records, created_at) VALUES (?,?,?)",
-        (key, len(records), time.time()),
+        (key, len(members), time.time()),
     )
     return key
 

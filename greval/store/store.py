@@ -37,7 +37,7 @@ from greval.spec import BaseSpec, Spec, parse_spec
 from greval.store.annotation import AnnotationPushes
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
-from greval.store.schema import put_snapshot, snapshot_key, stored_kind
+from greval.store.schema import members_key, put_members, stored_kind
 from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 #: How long a claim on a judgement holds when its owner cannot be checked (another host); an owner on this
@@ -134,15 +134,35 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         """Record which dataset a run was given: its snapshot (ids and contents). A dataset run again — the
         same ids with the same contents — adds nothing but the run's pointer to it; so does a finished job
         re-run without a call."""
-        key = snapshot_key(records)
+        self.link_snapshot(run_id, [(r.id, r.hash) for r in records], records)
+
+    def link_snapshot(self, run_id: str, members: Sequence[tuple[str, str]], records: Iterable[Record]) -> None:
+        """:meth:`link_run` for a dataset given as its (record id, content hash) pairs; ``records`` holds at
+        least every member the store has not seen (:meth:`known_records`), whose content goes in with it."""
+        key = members_key(members)
         with self._lock:
             known = self.db.execute("SELECT 1 FROM snapshots WHERE snapshot=?", (key,)).fetchone() is not None
         if not known:
             self.put_records(records)
         with self._tx() as db:
             if not known:
-                put_snapshot(db, records, key)
+                put_members(db, members, key)
             db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (key, run_id))
+
+    def known_records(self, members: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of these (record id, content hash) pairs the store already holds (``record_ids``), asked 500
+        contents at a time: a run keeps in memory only the records the store still lacks."""
+        wanted = set(members)
+        hashes = list(dict.fromkeys(h for _, h in members))
+        found: set[tuple[str, str]] = set()
+        with self._lock:
+            for i in range(0, len(hashes), 500):
+                chunk = hashes[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT record_id, record_hash FROM record_ids WHERE record_hash IN ({marks})"
+                rows = self.db.execute(sql, chunk).fetchall()
+                found.update(pair for pair in rows if pair in wanted)
+        return found
 
     def any_spec(self, spec_key: str) -> BaseSpec:
         """A stored spec of any kind."""
