@@ -23,7 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argilla as rg
 
 from greval.annotation import dataset as ds
-from greval.annotation import server, sync
+from greval.annotation import server
+from greval.annotation.argilla import DEFAULT_BATCH, bulk_upsert, connect, ensure_dataset
+from greval.annotation.pull import pull
+from greval.annotation.push import candidates, push, spec_and_judge
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
 from greval.spec import CategoricalScale, Spec, resolve_specs
@@ -71,7 +74,7 @@ def sdk_records(
 ) -> list[Any]:
     """The same records as greval pushes, as SDK ``rg.Record`` objects (built outside the timed region)."""
     out = []
-    cands = sync.candidates(store, spec_key, cfg.key)
+    cands = candidates(store, spec_key, cfg.key)
     recs = {r.hash: r for r in store.records({c.record_hash for c in cands})}
     for c in cands:
         ref = ds.VerdictRef(
@@ -106,7 +109,7 @@ def sdk_records(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
-    ap.add_argument("--batch-size", type=int, default=sync.DEFAULT_BATCH)
+    ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
     ap.add_argument("--rounds", type=int, default=3, help="create rounds (alternating order), then one update")
     args = ap.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -114,13 +117,13 @@ def main() -> None:
         store_path = Path(tmp) / "store.sqlite"
         spec, cfg, _ = build_store(store_path, args.n)
         with server.running_server(data=Path(tmp) / "argilla") as info, Store(store_path) as st:
-            conn = sync.connect(info.url, info.api_key, workspace=info.workspace)
+            conn = connect(info.url, info.api_key, workspace=info.workspace)
             client = conn.client
             # Each round creates a fresh pair of datasets with identical settings (outside the timed region),
             # then times greval's push and a plain SDK log of the same records; the order alternates so that
             # load from other processes on the machine does not favour one side. A last round updates.
             rows: list[tuple[str, float, float]] = []
-            spec_key = sync.spec_and_judge(st, spec.name)[0]
+            spec_key = spec_and_judge(st, spec.name)[0]
             sdk_recs: list[Any] = []
             names: list[str] = []
             # Warm-up (untimed): the server's first writes pay for caches and connections.
@@ -130,22 +133,22 @@ def main() -> None:
                 workspace=info.workspace,
                 client=client,
             ).create()
-            wh = sync.ensure_dataset(conn, spec, "bench-warmup-sdk", info.workspace)
+            wh = ensure_dataset(conn, spec, "bench-warmup-sdk", info.workspace)
             warm.records.log(sdk_records(spec, cfg, st, wh.fields, wh.metadata, spec_key)[:100])
-            sync.push(st, conn, spec.name, dataset="bench-warmup", strategy="random", n=100)
+            push(st, conn, spec.name, dataset="bench-warmup", strategy="random", n=100)
             for r in range(args.rounds):
                 g_name, s_name = f"bench-greval-{r}", f"bench-sdk-{r}"
                 sdk_ds = rg.Dataset(
                     name=s_name, settings=ds.build_settings(spec, client), workspace=info.workspace, client=client
                 ).create()
-                handle = sync.ensure_dataset(conn, spec, s_name, info.workspace)
+                handle = ensure_dataset(conn, spec, s_name, info.workspace)
                 sdk_recs = sdk_records(spec, cfg, st, handle.fields, handle.metadata, spec_key)
-                sync.ensure_dataset(conn, spec, g_name, info.workspace)
+                ensure_dataset(conn, spec, g_name, info.workspace)
                 rates = {}
                 for side in ("greval", "sdk") if r % 2 == 0 else ("sdk", "greval"):
                     t = time.perf_counter()
                     if side == "greval":
-                        res = sync.push(st, conn, spec.name, dataset=g_name, batch_size=args.batch_size)
+                        res = push(st, conn, spec.name, dataset=g_name, batch_size=args.batch_size)
                         assert res.pushed == args.n
                     else:
                         sdk_ds.records.log(sdk_recs)
@@ -153,7 +156,7 @@ def main() -> None:
                 rows.append((f"create {r + 1}", rates["greval"], rates["sdk"]))
                 names = [g_name, s_name]
             t = time.perf_counter()
-            sync.push(st, conn, spec.name, dataset=names[0], batch_size=args.batch_size)
+            push(st, conn, spec.name, dataset=names[0], batch_size=args.batch_size)
             g = time.perf_counter() - t
             t = time.perf_counter()
             sdk_ds.records.log(sdk_recs)
@@ -167,7 +170,7 @@ def main() -> None:
                 username="bench-annotator", password="bench-pass-123", role="annotator", client=client
             ).create()
             client.workspaces(info.workspace).add_user(user)
-            gh = sync.ensure_dataset(conn, spec, names[0], info.workspace)
+            gh = ensure_dataset(conn, spec, names[0], info.workspace)
             items = [
                 {
                     "external_id": r.id,
@@ -182,13 +185,13 @@ def main() -> None:
                 for r in sdk_recs
             ]
             for i in range(0, len(items), 500):
-                sync.bulk_upsert(conn, gh.id, items[i : i + 500])
+                bulk_upsert(conn, gh.id, items[i : i + 500])
             t = time.perf_counter()
-            pulled = sync.pull(st, conn, spec.name, dataset=names[0])
+            pulled = pull(st, conn, spec.name, dataset=names[0])
             p = time.perf_counter() - t
             assert pulled.submitted == args.n and pulled.stored == args.n
             t = time.perf_counter()
-            again = sync.pull(st, conn, spec.name, dataset=names[0])
+            again = pull(st, conn, spec.name, dataset=names[0])
             p2 = time.perf_counter() - t
             assert again.changed == 0
             conn.close()

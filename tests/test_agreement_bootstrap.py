@@ -477,7 +477,7 @@ def test_design_weighted_estimates_are_unbiased_and_cover_on_uncertain_first_sam
     2 standard errors of the population's figure), their 95 % intervals cover it 93-97 % of the time, and
     the unweighted figures - what agreement showed before - are far off."""
     from greval.agreement.design import DesignSample, design_estimates
-    from greval.annotation.sync import Unit, select
+    from greval.annotation.selection import Unit, select
 
     labels = ["fail", "pass"]
     human, judge, confidence = _population(4000, seed=7)

@@ -24,7 +24,11 @@ import pytest
 from click.testing import CliRunner
 
 from greval.annotation import dataset as ds
-from greval.annotation import server, sync
+from greval.annotation import server
+from greval.annotation.argilla import Connection, connect
+from greval.annotation.labels_import import import_labels
+from greval.annotation.push import push, selection_weights
+from greval.annotation.selection import Unit, select
 from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.llm.config import JudgeConfig
@@ -92,8 +96,8 @@ class Env:
             base_url=self.info.url, headers={"X-Argilla-Api-Key": api_key or self.info.api_key}, timeout=30
         )
 
-    def conn(self) -> sync.Connection:
-        return sync.connect(self.info.url, self.info.api_key, workspace=self.info.workspace)
+    def conn(self) -> Connection:
+        return connect(self.info.url, self.info.api_key, workspace=self.info.workspace)
 
 
 @pytest.fixture(scope="module")
@@ -289,14 +293,12 @@ def test_repush_updates_without_duplicates_and_keeps_answers(env: Env) -> None:
 
 # ------------------------------------------------------------------------------------- selection
 def test_selection_strategies_are_honest() -> None:
-    units = [
-        sync.Unit(f"h{i:03d}", "", "rare" if i < 3 else ("mid" if i < 20 else "common"), i / 100) for i in range(100)
-    ]
-    rnd = sync.select(units, "random", n=10, seed=1)
+    units = [Unit(f"h{i:03d}", "", "rare" if i < 3 else ("mid" if i < 20 else "common"), i / 100) for i in range(100)]
+    rnd = select(units, "random", n=10, seed=1)
     assert len(rnd) == 10 and all(p.probability == pytest.approx(0.1) for p in rnd)
-    assert [p.unit for p in sync.select(units, "random", n=10, seed=1)] == [p.unit for p in rnd]
+    assert [p.unit for p in select(units, "random", n=10, seed=1)] == [p.unit for p in rnd]
 
-    strat = sync.select(units, "stratified", n=12, seed=1)
+    strat = select(units, "stratified", n=12, seed=1)
     by = Counter(p.unit.stratum for p in strat)
     assert set(by) == {"rare", "mid", "common"} and by["rare"] == 3 and sum(by.values()) == 12
     sizes = Counter(u.stratum for u in units)
@@ -305,7 +307,7 @@ def test_selection_strategies_are_honest() -> None:
     # Horvitz-Thompson: the weights add up to the population.
     assert sum(1 / p.probability for p in strat) == pytest.approx(100)
 
-    unc = sync.select(units, "uncertain", n=20, seed=1, control_share=0.25)
+    unc = select(units, "uncertain", n=20, seed=1, control_share=0.25)
     first = [p for p in unc if p.selection == "uncertain"]
     control = [p for p in unc if p.selection == "control"]
     assert [p.unit.confidence for p in first] == sorted(u.confidence or 0 for u in units)[:15]
@@ -315,7 +317,7 @@ def test_selection_strategies_are_honest() -> None:
     assert not {p.unit for p in first} & {p.unit for p in control}
 
     with pytest.raises(UserError, match="needs --n"):
-        sync.select(units, "random")
+        select(units, "random")
 
 
 def test_push_records_selection_and_probabilities(env: Env) -> None:
@@ -349,7 +351,7 @@ def test_push_records_selection_and_probabilities(env: Env) -> None:
     assert len(recs) == 5
     assert {dict(r.metadata)["selection"] for r in recs} == {"uncertain", "control"}
     with Store(env.store_path) as st:
-        weights = sync.selection_weights(st, spec.name, push[0]["push_id"])
+        weights = selection_weights(st, spec.name, push[0]["push_id"])
     assert sum(weights.values()) == pytest.approx(12)
 
     env.cli(
@@ -430,13 +432,13 @@ def test_import_labels_round_trip(env: Env) -> None:
     )
     assert res.exit_code == 2 and "name records not in" in res.output
     with pytest.raises(UserError, match=r"2 row\(s\) name records not in .*: nope, zzz"), Store(env.store_path) as st:
-        sync.import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
+        import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
     bad.write_text(json.dumps({"rid": "r1", "score": 9}) + "\n")
     with (
         pytest.raises(UserError, match=r"1 label\(s\) not on the scale .*integers 1-5\): 9"),
         Store(env.store_path) as st,
     ):
-        sync.import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
+        import_labels(st, bad, spec.name, record_id_col="rid", label_col="score", annotator_name="dan")
 
 
 def test_user_errors_are_one_line(env: Env) -> None:
@@ -484,7 +486,7 @@ def test_push_after_killing_the_server_loses_nothing(env: Env) -> None:
     with Store(env.store_path) as st:
         conn = env.conn()
         with pytest.raises(UserError, match=r"stopped answering after 8 of 36 records.*re-run the same command"):
-            sync.push(st, conn, spec.name, dataset="ce-killed", batch_size=8, on_progress=kill_after_first)
+            push(st, conn, spec.name, dataset="ce-killed", batch_size=8, on_progress=kill_after_first)
         conn.close()
         status = st.query("SELECT status, pushed FROM annotation_pushes WHERE dataset='ce-killed'")
         assert status == [{"status": "running", "pushed": 8}]
@@ -492,7 +494,7 @@ def test_push_after_killing_the_server_loses_nothing(env: Env) -> None:
     env.info = info
     with Store(env.store_path) as st:
         conn = env.conn()
-        res = sync.push(st, conn, spec.name, dataset="ce-killed", batch_size=8)
+        res = push(st, conn, spec.name, dataset="ce-killed", batch_size=8)
         conn.close()
         assert res.pushed == 36
         status = st.query("SELECT status, pushed, attempts FROM annotation_pushes WHERE dataset='ce-killed'")

@@ -269,7 +269,7 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
 
 def _labelled_store(llm: OpenAIServer, work: Path) -> Path:
     """The quick start's example judged by the test server, 20 labels imported, 3 pulled from Argilla."""
-    from greval.annotation import sync
+    from greval.annotation.labels_import import import_labels
     from greval.dataset.records import load_records
     from greval.llm.config import JudgeConfig
     from greval.runner import run
@@ -284,7 +284,7 @@ def _labelled_store(llm: OpenAIServer, work: Path) -> Path:
     cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
     with Store(path) as st:
         run(load_spec_file(work / "attribution.yaml"), load_records(work / "records.jsonl"), st, cfg)
-        sync.import_labels(
+        import_labels(
             st,
             work / "first20.csv",
             "attribution",

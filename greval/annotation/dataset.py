@@ -3,7 +3,7 @@
 A categorical scale becomes a ``LabelQuestion`` with the same labels, a value scale a ``RatingQuestion``
 with the same integers; the spec's description, steps and described scale become the guidelines, so the
 person reads what the judge read. A "many" spec (one verdict per chunk / triple) becomes one Argilla record
-per item. This module only builds settings and record payloads; talking to the server is in ``sync.py``.
+per item. This module only builds settings and record payloads; talking to the server is in ``argilla.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import argilla as rg
 
@@ -21,6 +21,9 @@ from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.judge.prompt import describe_scale
 from greval.spec import CategoricalScale, Spec, ValueScale
+
+if TYPE_CHECKING:
+    from greval.annotation.argilla import DatasetHandle
 
 QUESTION = "verdict"
 COMMENT = "comment"
@@ -348,3 +351,33 @@ def suggestion_value(spec: Spec, ref: VerdictRef) -> str | int | None:
     if ref.value is None or not spec.scale.min <= ref.value <= spec.scale.max:
         return None
     return int(ref.value)
+
+
+def record_payload(
+    spec: Spec,
+    ref: VerdictRef,
+    handle: DatasetHandle,
+    *,
+    blind: bool,
+    responses: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """One item of a bulk upsert: stable external id, fields, metadata, the judge's suggestion."""
+    item: dict[str, Any] = {
+        "external_id": argilla_id(spec.name, ref.record.hash, ref.item_id),
+        "fields": record_fields(spec, ref, blind=blind, known=handle.fields),
+        "metadata": record_metadata(spec, ref, known=handle.metadata),
+    }
+    value = suggestion_value(spec, ref) if not blind else None
+    if value is not None:
+        sug: dict[str, Any] = {
+            "question_id": handle.question_id,
+            "value": value,
+            "type": "model",
+            "agent": agent_name(ref.judge, spec.hash),
+        }
+        if ref.confidence is not None and 0.0 <= ref.confidence <= 1.0:
+            sug["score"] = float(ref.confidence)
+        item["suggestions"] = [sug]
+    if responses:
+        item["responses"] = list(responses)
+    return item

@@ -17,7 +17,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from greval.annotation import sync
+from greval.annotation.argilla import DEFAULT_BATCH, Connection, connect
+from greval.annotation.errors import AnnotationError
+from greval.annotation.labels_import import import_labels
+from greval.annotation.pull import pull
+from greval.annotation.push import push
+from greval.annotation.selection import STRATEGIES, Strategy
 from greval.store.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,10 +76,10 @@ def _opened(
     data_dir: Path | None,
     workspace: str | None,
     need_argilla: bool = True,
-) -> Iterator[tuple[Store, sync.Connection | None]]:
+) -> Iterator[tuple[Store, Connection | None]]:
     if not store_path.exists():
-        raise sync.AnnotationError(f"{store_path}: no such store (run `greval run` first)")
-    conn = sync.connect(api_url, api_key, data_dir, workspace) if need_argilla else None
+        raise AnnotationError(f"{store_path}: no such store (run `greval run` first)")
+    conn = connect(api_url, api_key, data_dir, workspace) if need_argilla else None
     try:
         with Store(store_path) as store:
             yield store, conn
@@ -113,7 +118,7 @@ class _Bar:
 @click.option(
     "--select",
     "strategy",
-    type=click.Choice(sync.STRATEGIES),
+    type=click.Choice(STRATEGIES),
     default="all",
     show_default=True,
     help="all; random sample; stratified by the judge's verdict; uncertain first + random control.",
@@ -142,7 +147,7 @@ class _Bar:
     "(every record's progress is recounted).",
 )
 @click.option("--judge", default=None, help="Judge label or key, when several judged this spec.")
-@click.option("--batch-size", type=click.IntRange(1, 1000), default=sync.DEFAULT_BATCH, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH, show_default=True)
 @_connection_options
 def push_cmd(
     store_path: Path,
@@ -166,13 +171,13 @@ def push_cmd(
     bar = _Bar(Console(stderr=True))
     with _opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
         assert conn is not None
-        res = sync.push(
+        res = push(
             store,
             conn,
             spec_name,
             dataset=dataset,
             workspace=workspace,
-            strategy=cast(sync.Strategy, strategy),
+            strategy=cast(Strategy, strategy),
             n=n,
             seed=seed,
             control_share=control_share,
@@ -215,7 +220,7 @@ def pull_cmd(
     """Fetch annotators' answers from Argilla into the store's human labels (idempotent)."""
     with _opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn):
         assert conn is not None
-        res = sync.pull(store, conn, spec_name, dataset=dataset, workspace=workspace)
+        res = pull(store, conn, spec_name, dataset=dataset, workspace=workspace)
     click.echo(
         f"Dataset {res.dataset!r}: {res.records} records; {res.submitted} submitted, "
         f"{res.discarded} discarded, {res.drafts} drafts; {res.pending} records without a submitted answer."
@@ -265,7 +270,7 @@ def import_labels_cmd(
 ) -> None:
     """Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla."""
     with _opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=to_argilla) as (store, conn):
-        res = sync.import_labels(
+        res = import_labels(
             store,
             file,
             spec_name,

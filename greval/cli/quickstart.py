@@ -23,8 +23,8 @@ from greval.annotation.server import DEFAULT_PORT
 from greval.cli.common import judge_options
 
 if TYPE_CHECKING:
+    from greval.annotation.argilla import Connection
     from greval.annotation.server import ServerInfo
-    from greval.annotation.sync import Connection
     from greval.llm.config import JudgeChoice
 
 
@@ -83,7 +83,9 @@ def _quickstart(
     argilla_data: str | None = None,
 ) -> None:
     from greval.agreement.models import AgreementReport
-    from greval.annotation import sync
+    from greval.annotation.argilla import connect
+    from greval.annotation.labels_import import import_labels
+    from greval.annotation.push import push
     from greval.cli.agreement import print_report
     from greval.cli.common import ProgressBar, console, out, print_summary
     from greval.cli.report import print_labels
@@ -140,10 +142,10 @@ def _quickstart(
             console.print("[bold]3/5[/] Argilla skipped (--no-argilla)")
         else:
             argilla = _start_argilla(port, argilla_data)
-            conn = sync.connect(argilla.info.url, argilla.info.api_key, workspace=argilla.info.workspace)
+            conn = connect(argilla.info.url, argilla.info.api_key, workspace=argilla.info.workspace)
         try:
             if conn is not None and argilla is not None:
-                pushed = sync.push(st, conn, SPEC)
+                pushed = push(st, conn, SPEC)
                 argilla.dataset = pushed.dataset
                 console.print(
                     f"      {pushed.pushed} verdicts pushed as suggestions to dataset '{escape(pushed.dataset)}' "
@@ -157,7 +159,7 @@ def _quickstart(
             with tempfile.TemporaryDirectory(prefix="greval-quickstart-") as tmp:
                 subset = Path(tmp) / labels_file.name
                 write_csv(subset, rows)
-                imported = sync.import_labels(
+                imported = import_labels(
                     st,
                     subset,
                     SPEC,
@@ -232,10 +234,10 @@ def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
 
 def _progress_of(conn: Connection, argilla: _Argilla) -> tuple[int, int] | None:
     """(labelled, total) records of the quick start's Argilla dataset, None when the server will not say."""
-    from greval.annotation import sync
+    from greval.annotation.argilla import dataset_progress, find_dataset
 
-    found = sync.find_dataset(conn, argilla.dataset, argilla.info.workspace)
-    return sync.dataset_progress(conn, str(found["id"])) if found else None
+    found = find_dataset(conn, argilla.dataset, argilla.info.workspace)
+    return dataset_progress(conn, str(found["id"])) if found else None
 
 
 def _q(path: Path) -> str:

@@ -1,0 +1,241 @@
+"""Push judge verdicts to Argilla: select units, record the selection, upsert them in batches.
+
+The selection is recorded in the store (``annotation_pushes`` / ``annotation_selection``) with each unit's
+inclusion probability, so agreement on a non-uniform sample can be reweighted (``selection_weights``).
+
+Argilla record ids are derived from (spec name, record hash, item id), so a push is an upsert: re-running a
+push, or finishing one that was interrupted, updates records and never duplicates them. Records with the
+same content and different ids are one Argilla record whose ``record_id`` metadata lists every id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from greval.annotation import dataset as ds
+from greval.annotation.argilla import (
+    DEFAULT_BATCH,
+    Connection,
+    DistributionChange,
+    batches,
+    bulk_upsert,
+    ensure_dataset,
+)
+from greval.annotation.errors import AnnotationError
+from greval.annotation.selection import Pick, Strategy, Unit, select
+from greval.spec import Spec
+from greval.store.store import Store
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A stored ok verdict of the chosen spec version and judge."""
+
+    record_hash: str
+    item_id: str
+    record_id: str
+    label: str | None
+    value: int | None
+    confidence: float | None
+    reason: str | None
+
+    def unit(self) -> Unit:
+        verdict = self.label if self.label is not None else str(self.value)
+        return Unit(self.record_hash, self.item_id, verdict, self.confidence)
+
+
+@dataclass(frozen=True)
+class JudgeInfo:
+    key: str
+    label: str
+    model: str
+
+
+def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tuple[str, Spec, JudgeInfo]:
+    """The latest version of a spec in the store and the judge whose verdicts to push."""
+    spec_key, spec = store.latest_spec(spec_name)
+    rows = store.verdict_judges(spec_key, ok_only=True, newest_first=True)
+    if not rows:
+        raise AnnotationError(f"{store.path}: no verdicts of {spec_name!r} (version {spec.hash}) to push")
+    if judge is not None:
+        rows = [r for r in rows if judge in (r["label"], r["judge_key"])]
+        if not rows:
+            raise AnnotationError(f"--judge {judge!r}: no verdicts of {spec_name!r} by that judge")
+    if len(rows) > 1:
+        names = ", ".join(f"{r['label']} ({r['judge_key']})" for r in rows[:5])
+        raise AnnotationError(f"several judges have verdicts of {spec_name!r}: {names}; choose one with --judge")
+    ident = json.loads(rows[0]["identity"] or "{}")
+    return spec_key, spec, JudgeInfo(rows[0]["judge_key"], rows[0]["label"], str(ident.get("model", "")))
+
+
+def candidates(store: Store, spec_key: str, judge_key: str) -> list[Candidate]:
+    return [Candidate(**r) for r in store.unit_verdicts(spec_key, judge_key)]
+
+
+def selection_weights(store: Store, spec_name: str, push_id: str | None = None) -> dict[tuple[str, str], float]:
+    """Horvitz-Thompson weights (1 / inclusion probability) of the units of one push (default: the latest)."""
+    if push_id is None:
+        push_id = store.latest_push(spec_name)
+        if push_id is None:
+            return {}
+    probs = store.selection_probabilities(push_id)
+    return {unit: 1.0 / p for unit, p in probs.items() if p > 0}
+
+
+@dataclass
+class PushResult:
+    push_id: str
+    dataset: str
+    workspace: str
+    strategy: str
+    population: int
+    selected: int
+    pushed: int
+    by_selection: dict[str, int]
+    seconds: float
+    created: bool
+    distribution_change: DistributionChange | None = None
+
+
+def _push_id(
+    spec_key: str,
+    judge_key: str,
+    dataset: str,
+    strategy: str,
+    params: Mapping[str, Any],
+    picks: Sequence[Pick],
+) -> str:
+    """The same push (same verdicts, same choice) gets the same id: re-running it updates, not adds."""
+    blob = json.dumps(
+        [
+            spec_key,
+            judge_key,
+            dataset,
+            strategy,
+            params,
+            [[p.unit.record_hash, p.unit.item_id] for p in picks],
+        ],
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def push(
+    store: Store,
+    conn: Connection,
+    spec_name: str,
+    *,
+    dataset: str | None = None,
+    workspace: str | None = None,
+    strategy: Strategy = "all",
+    n: int | None = None,
+    seed: int = 0,
+    control_share: float = 0.2,
+    blind: bool = False,
+    annotators_per_record: int | None = None,
+    force: bool = False,
+    judge: str | None = None,
+    batch_size: int = DEFAULT_BATCH,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> PushResult:
+    """Select verdicts of a spec, record the selection, upsert them into Argilla in batches.
+
+    ``annotators_per_record``: None keeps an existing dataset's setting (1 for a new one); a different
+    value on an existing dataset is refused unless ``force`` (see :func:`ensure_dataset`)."""
+    t0 = time.perf_counter()
+    spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
+    ds.check_scale(spec)
+    cands = candidates(store, spec_key, jinfo.key)
+    by_key = {(c.record_hash, c.item_id): c for c in cands}
+    picks = select([c.unit() for c in cands], strategy, n, seed, control_share)
+    name = dataset or spec.name
+    handle = ensure_dataset(
+        conn, spec, name, workspace, blind=blind, annotators_per_record=annotators_per_record, force=force
+    )
+    params = {
+        "n": n,
+        "seed": seed,
+        "control_share": control_share if strategy == "uncertain" else None,
+        "blind": blind,
+        "annotators_per_record": handle.annotators_per_record or annotators_per_record or 1,
+    }
+    # Every id of each selected content (one Argilla record stands for all of them).
+    ids = store.record_ids({p.unit.record_hash for p in picks})
+
+    def ids_of(c: Candidate) -> tuple[str, ...]:
+        return tuple(ids.get(c.record_hash) or [c.record_id])
+
+    push_id = _push_id(spec_key, jinfo.key, f"{conn.url}|{handle.workspace}|{name}", strategy, params, picks)
+    store.start_push(
+        push_id,
+        spec_name=spec.name,
+        spec_key=spec_key,
+        spec_hash=spec.hash,
+        judge_key=jinfo.key,
+        dataset=name,
+        workspace=handle.workspace,
+        api_url=conn.url,
+        strategy=strategy,
+        params=json.dumps(params, sort_keys=True),
+        population=len(cands),
+        units=[
+            {
+                "record_hash": p.unit.record_hash,
+                "item_id": p.unit.item_id,
+                "record_id": ids_of(by_key[p.unit.key])[0],
+                "argilla_id": ds.argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
+                "stratum": p.selection,
+                "probability": p.probability,
+                "rank": p.rank,
+            }
+            for p in picks
+        ],
+    )
+    records = {r.hash: r for r in store.records({p.unit.record_hash for p in picks})}
+    if on_start:
+        on_start(len(picks))
+    done = 0
+    for batch in batches(picks, max(1, min(batch_size, 1000))):
+        items = []
+        for p in batch:
+            c = by_key[p.unit.key]
+            ref = ds.VerdictRef(
+                record=records[c.record_hash],
+                item_id=c.item_id,
+                label=c.label,
+                value=c.value,
+                confidence=c.confidence,
+                reason=c.reason,
+                judge=jinfo.label,
+                judge_model=jinfo.model,
+                selection=p.selection,
+                probability=p.probability,
+                record_ids=ids_of(c),
+            )
+            items.append(ds.record_payload(spec, ref, handle, blind=blind))
+        bulk_upsert(conn, handle.id, items, done, len(picks))
+        done += len(batch)
+        store.mark_pushed(push_id, [p.unit.key for p in batch], done)
+        if on_progress:
+            on_progress(len(batch))
+    store.finish_push(push_id)
+    return PushResult(
+        push_id=push_id,
+        dataset=name,
+        workspace=handle.workspace,
+        strategy=strategy,
+        population=len(cands),
+        selected=len(picks),
+        pushed=done,
+        by_selection=dict(Counter(p.selection for p in picks)),
+        seconds=time.perf_counter() - t0,
+        created=handle.created,
+        distribution_change=handle.distribution_change,
+    )
