@@ -245,6 +245,28 @@ def test_classification_is_typed_not_read_from_the_message() -> None:
     }
 
 
+def test_failures_without_a_status_are_classified_by_class() -> None:
+    """The libraries greval calls models through raise typed errors with no HTTP status: they are told apart
+    by class (a read error is a connection failure though its name says neither; LangChain's context
+    overflow is a context-length error), also when wrapped in another exception."""
+    import httpx
+    from langchain_core import exceptions as lc
+
+    request = httpx.Request("POST", "http://judge.invalid/v1/chat/completions")
+    assert classify(httpx.ReadError("peer closed", request=request)).kind == ErrorKind.CONNECTION
+    assert classify(openai.APITimeoutError(request=request)).kind == ErrorKind.TIMEOUT
+    assert classify(openai.APIConnectionError(request=request)).kind == ErrorKind.CONNECTION
+    if hasattr(lc, "ContextOverflowError"):
+        assert classify(lc.ContextOverflowError("too long")).kind == ErrorKind.CONTEXT_LENGTH
+    try:
+        try:
+            raise httpx.RemoteProtocolError("server hung up", request=request)
+        except httpx.HTTPError as inner:
+            raise RuntimeError("call failed") from inner
+    except RuntimeError as wrapped:
+        assert classify(wrapped).kind == ErrorKind.CONNECTION
+
+
 def test_unparsable_and_server_errors_carry_their_kind(llm: OpenAIServer) -> None:
     policy = RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.05)
     llm.script(

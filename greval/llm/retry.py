@@ -208,7 +208,33 @@ _FILTER_PHRASES = ("content filter", "content_filter", "content management polic
 _METHOD_PHRASES = ("response_format", "json_schema", "tool_choice", "tools", "tool call", "function call", "functions")
 
 
-def _class_names(exc: BaseException) -> str:
+def _sdk_kind(exc: BaseException) -> ErrorKind | None:
+    """A failure without an HTTP status from the libraries greval calls models through (openai, httpx,
+    LangChain), by class. Imported here, on a failure only, so that start-up never pays for them."""
+    import httpx
+    import openai
+    from langchain_core import exceptions as lc
+
+    overflow = getattr(lc, "ContextOverflowError", None)  # langchain-core >= 1.0
+    for e in _chain(exc):
+        if overflow is not None and isinstance(e, overflow):
+            return ErrorKind.CONTEXT_LENGTH
+        if isinstance(e, openai.APITimeoutError | httpx.TimeoutException):
+            return ErrorKind.TIMEOUT
+        if isinstance(e, openai.APIConnectionError | httpx.TransportError):
+            return ErrorKind.CONNECTION
+        if isinstance(e, openai.RateLimitError):
+            return ErrorKind.RATE_LIMITED
+        if isinstance(e, openai.AuthenticationError | openai.PermissionDeniedError):
+            return ErrorKind.AUTH
+        if isinstance(e, openai.NotFoundError):
+            return ErrorKind.NOT_FOUND
+    return None
+
+
+def _foreign_names(exc: BaseException) -> str:
+    """Class names along the cause chain: the last resort for providers' SDKs greval does not depend on
+    (and so cannot import to test by class), whose timeouts and refusals carry no HTTP status."""
     return " ".join(c.__name__ for e in _chain(exc) for c in type(e).__mro__)
 
 
@@ -227,7 +253,7 @@ def _finish_kind(exc: BaseException) -> ErrorKind | None:
 def _classify_request_error(exc: BaseException, status: int) -> ErrorKind:
     """A 4xx that is neither auth, not-found nor rate limiting: about this request, or about the method."""
     code = _field(exc, "code")
-    if status == 413 or code in _CONTEXT_CODES or "ContextOverflow" in _class_names(exc):
+    if status == 413 or code in _CONTEXT_CODES or _sdk_kind(exc) == ErrorKind.CONTEXT_LENGTH:
         return ErrorKind.CONTEXT_LENGTH
     if code in _FILTER_CODES:
         return ErrorKind.CONTENT_FILTER
@@ -253,9 +279,14 @@ def classify(exc: BaseException) -> Failure:
     if finished is not None:
         return Failure(finished)
     status = _status(exc)
-    names = _class_names(exc)
     if status is None:
-        if isinstance(exc, asyncio.TimeoutError | TimeoutError) or "Timeout" in names:
+        if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+            return Failure(ErrorKind.TIMEOUT)
+        known = _sdk_kind(exc)
+        if known is not None:
+            return Failure(known, None, _retry_after(exc) if known == ErrorKind.RATE_LIMITED else None)
+        names = _foreign_names(exc)
+        if "Timeout" in names:
             return Failure(ErrorKind.TIMEOUT)
         if isinstance(exc, ConnectionError) or "Connection" in names:
             return Failure(ErrorKind.CONNECTION)
