@@ -13,7 +13,7 @@ counts, exactly unbiased when the weights sum to the population size as they do 
 Cohen's κ (a smooth function of the same matrix: consistent, with O(1/n) bias), and each label's share of
 the human labels (the population prevalence). The bootstrap draws with replacement inside a stratum and
 ignores the finite-population correction, so its intervals are slightly conservative when a stratum's
-sample is a large share of it. ``tests/test_agreement_bootstrap.py`` checks bias and coverage by simulation.
+sample is a large share of it. ``tests/test_agreement.py`` checks bias and coverage by simulation.
 """
 
 from __future__ import annotations
