@@ -424,7 +424,7 @@ def test_port_taken_is_one_line_exit_2(env: Env, tmp_path: Path) -> None:
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
-    assert lines[0].startswith("Error: port") and "Traceback" not in result.output
+    assert lines[0].startswith("error: port") and "Traceback" not in result.output
 
 
 def test_restart_keeps_everything(env: Env) -> None:

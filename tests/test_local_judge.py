@@ -191,7 +191,7 @@ def test_cli_status_without_build(home: Path) -> None:
 def test_cli_serve_bad_model_is_one_line(home: Path) -> None:
     result = CliRunner().invoke(local_judge, ["serve", "--model", "gguf:/no/such.gguf"])
     assert result.exit_code == 2
-    assert "Error: GGUF model file not found: /no/such.gguf" in result.output
+    assert "error: GGUF model file not found: /no/such.gguf" in result.output
     assert "Traceback" not in result.output
 
 

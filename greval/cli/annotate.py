@@ -6,7 +6,6 @@ Argilla SDK), imported only when one of them runs.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import ParamSpec, TypeVar
 import click
 
 from greval.annotation import server
+from greval.cli.common import fail
 from greval.cli.lazy import Lazy, LazyGroup
 
 P = ParamSpec("P")
@@ -22,15 +22,14 @@ R = TypeVar("R")
 
 
 def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Print AnnotationServerError as one line on stderr and exit 2: these are not bugs."""
+    """Print AnnotationServerError as one line on stderr (the one error renderer) and exit 2: not bugs."""
 
     @wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except server.AnnotationServerError as exc:
-            click.echo(f"Error: {exc}", err=True)
-            sys.exit(2)
+            fail(str(exc), 2)
 
     return wrapper
 

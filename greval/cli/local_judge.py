@@ -8,6 +8,7 @@ import time
 
 import click
 
+from greval.cli.common import fail
 from greval.llm.local import (
     DEFAULT_CTX_SIZE,
     ENV_SERVER,
@@ -20,12 +21,6 @@ from greval.llm.local import (
     model_identity,
     start_local_judge,
 )
-
-
-class _UsageProblem(click.ClickException):
-    """A problem the user can fix (bad model path, …): one ``Error:`` line and exit 2, like the rest of greval."""
-
-    exit_code = 2
 
 
 @click.group("local-judge")
@@ -42,7 +37,7 @@ def build_command(force: bool, quiet: bool) -> None:
     try:
         path = ensure_llama_server(progress=not quiet, force=force)
     except LocalJudgeError as exc:
-        raise click.ClickException(str(exc)) from None
+        fail(str(exc), 1)  # the build failed: not the user's mistake, but no traceback either
     click.echo(f"{path}  ({time.monotonic() - started:.1f} s)")
 
 
@@ -74,7 +69,7 @@ def serve_command(model_spec: str, threads: int | None, parallel: int | None, ct
     try:
         server = start_local_judge(model_spec, threads=threads, parallel=parallel, ctx_size=ctx_size, port=port)
     except LocalJudgeError as exc:
-        raise _UsageProblem(str(exc)) from None
+        fail(str(exc), 2)
     info = server.info
     signal.signal(signal.SIGTERM, _raise_interrupt)  # a supervisor's SIGTERM stops the server too
     # Everything after the start is inside the try: a Ctrl-C that lands while the banner is printed must
@@ -104,7 +99,7 @@ def status_command() -> None:
     try:
         binary = find_llama_server()
     except LocalJudgeError as exc:
-        raise click.ClickException(str(exc)) from None
+        fail(str(exc), 1)  # the build failed: not the user's mistake, but no traceback either
     if binary is None:
         click.echo(f"llama-server: not built (run `greval local-judge build`; goes to {llama_server_dir()})")
     else:
