@@ -30,24 +30,14 @@ from greval.annotation.argilla import (
 from greval.annotation.errors import AnnotationError
 from greval.annotation.selection import Pick, Strategy, Unit, select
 from greval.spec import Spec
+from greval.store.lookups import UnitVerdict
 from greval.store.store import Store
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A stored ok verdict of the chosen spec version and judge."""
-
-    record_hash: str
-    item_id: str
-    record_id: str
-    label: str | None
-    value: int | None
-    confidence: float | None
-    reason: str | None
-
-    def unit(self) -> Unit:
-        verdict = self.label if self.label is not None else str(self.value)
-        return Unit(self.record_hash, self.item_id, verdict, self.confidence)
+def unit_of(v: UnitVerdict) -> Unit:
+    """The labelable unit of a stored verdict, its stratum the verdict (label, or value as text)."""
+    verdict = v.label if v.label is not None else str(v.value)
+    return Unit(v.record_hash, v.item_id, verdict, v.confidence)
 
 
 @dataclass(frozen=True)
@@ -74,8 +64,9 @@ def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tu
     return spec_key, spec, JudgeInfo(rows[0]["judge_key"], rows[0]["label"], str(ident.get("model", "")))
 
 
-def candidates(store: Store, spec_key: str, judge_key: str) -> list[Candidate]:
-    return [Candidate(**r) for r in store.unit_verdicts(spec_key, judge_key)]
+def candidates(store: Store, spec_key: str, judge_key: str) -> list[UnitVerdict]:
+    """What may be pushed: the judge's ok verdicts of this spec version."""
+    return store.unit_verdicts(spec_key, judge_key)
 
 
 def selection_weights(store: Store, spec_name: str, push_id: str | None = None) -> dict[tuple[str, str], float]:
@@ -154,7 +145,7 @@ def push(
     ds.check_scale(spec)
     cands = candidates(store, spec_key, jinfo.key)
     by_key = {(c.record_hash, c.item_id): c for c in cands}
-    picks = select([c.unit() for c in cands], strategy, n, seed, control_share)
+    picks = select([unit_of(c) for c in cands], strategy, n, seed, control_share)
     name = dataset or spec.name
     handle = ensure_dataset(
         conn, spec, name, workspace, blind=blind, annotators_per_record=annotators_per_record, force=force
@@ -169,7 +160,7 @@ def push(
     # Every id of each selected content (one Argilla record stands for all of them).
     ids = store.record_ids({p.unit.record_hash for p in picks})
 
-    def ids_of(c: Candidate) -> tuple[str, ...]:
+    def ids_of(c: UnitVerdict) -> tuple[str, ...]:
         return tuple(ids.get(c.record_hash) or [c.record_id])
 
     push_id = _push_id(spec_key, jinfo.key, f"{conn.url}|{handle.workspace}|{name}", strategy, params, picks)

@@ -4,6 +4,7 @@ scores are not here: :mod:`greval.store.results` defines every figure once."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypedDict
 
 from greval.store.connection import StoreFile
@@ -19,7 +20,8 @@ class VerdictJudge(TypedDict):
     last: float
 
 
-class UnitVerdict(TypedDict):
+@dataclass(frozen=True)
+class UnitVerdict:
     """A judge's ok verdict on one unit (a record, or one of its items), under one of the record's ids."""
 
     record_hash: str
