@@ -729,6 +729,84 @@ def test_agreement_from_the_store_joins_exactly(llm: Any, tmp_path: Path) -> Non
     assert res.exit_code == 2 and "no metric 'nope'" in res.output
 
 
+def test_agreement_from_the_store_weights_a_non_random_sample_back(llm: Any, tmp_path: Path) -> None:
+    """Labels of a push that took 8 records whole (uncertain, π = 1) and 8 of the other 32 at random
+    (control, π = 0.25): the agreement report shows the plain figures and, beside them, the 1/π-weighted ones
+    over every judged item, computed by hand here; labels from no recorded push count as their own stratum."""
+    import sqlite3
+
+    from greval.store.store import Store
+
+    store = tmp_path / "s.sqlite"
+    _judged_store(llm, store)
+    db = sqlite3.connect(store)
+    pairs = db.execute(
+        "SELECT v.record_hash, v.record_id, v.label, h.label FROM verdicts v JOIN human_labels h"
+        " ON h.record_hash = v.record_hash AND h.item_id = v.item_id AND h.spec_name = v.spec_name"
+        " WHERE v.spec_name='answer_alignment' ORDER BY v.record_id"
+    ).fetchall()
+    db.close()
+    probability = {rid: 1.0 if i < 8 else 0.25 for i, (_, rid, _, _) in enumerate(pairs)}
+    with Store(store) as st:
+        spec_key, spec = st.latest_spec("answer_alignment")
+        st.start_push(
+            "p1",
+            spec_name="answer_alignment",
+            spec_key=spec_key,
+            spec_hash=spec.hash,
+            judge_key="j",
+            dataset="import",  # where _judged_store's labels are filed
+            workspace=None,
+            api_url="http://argilla.invalid",
+            strategy="uncertain",
+            params="{}",
+            population=40,
+            units=[
+                {
+                    "record_hash": h,
+                    "item_id": "",
+                    "record_id": rid,
+                    "argilla_id": rid,
+                    "stratum": "uncertain" if probability[rid] == 1.0 else "control",
+                    "probability": probability[rid],
+                    "rank": i,
+                }
+                for i, (h, rid, _, _) in enumerate(pairs)
+            ],
+        )
+    out = tmp_path / "a.json"
+    args = ["agreement", "--store", str(store), "--spec", "answer_alignment", "--bootstrap", "200", "--json", str(out)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "design-weighted" in res.output and "not a simple random sample" in " ".join(res.output.split())
+    report = json.loads(out.read_text())
+    design = report["design"]
+    assert design["strata"] == {"control": 8, "uncertain": 8}
+    w = [1 / probability[rid] for _, rid, _, _ in pairs]
+    right = [float(j == h) for _, _, j, h in pairs]
+    est = {e["name"]: e for e in design["estimates"]}
+    assert est["accuracy"]["weighted"] == pytest.approx(
+        sum(a * b for a, b in zip(w, right, strict=True)) / sum(w), abs=1e-12
+    )
+    assert est["accuracy"]["unweighted"] == pytest.approx(report["metrics"]["accuracy"]["value"], abs=1e-12)
+    assert est["accuracy"]["ci_low"] <= est["accuracy"]["weighted"] <= est["accuracy"]["ci_high"]
+
+
+def test_design_figures_only_when_the_sample_was_not_taken_whole() -> None:
+    """Every item taken with certainty: no design section (the plain figures are the design's); items with no
+    recorded selection next to sampled ones: their own stratum, with a note."""
+    scale = AgreementScale(kind="categorical", labels=["fail", "pass"])
+    rows = [
+        {"item": f"r{i}", "judge": "pass", "human": "pass" if i % 3 else "fail", "probability": 1.0} for i in range(12)
+    ]
+    assert compute_agreement(pd.DataFrame(rows), scale, AgreementOptions(bootstrap=0)).design is None
+    for i, r in enumerate(rows):
+        r["probability"] = 0.5 if i < 6 else float("nan")
+    design = compute_agreement(pd.DataFrame(rows), scale, AgreementOptions(bootstrap=50)).design
+    assert design is not None and design.strata == {"imported": 6, "sample": 6}
+    assert any("as if taken with certainty" in n for n in design.notes)
+
+
 def test_agreement_compares_spec_versions_from_the_store(llm: Any, tmp_path: Path) -> None:
     import sqlite3
 
@@ -1854,9 +1932,9 @@ def test_design_weighted_estimates_are_unbiased_and_cover_on_uncertain_first_sam
             stratum=[p.selection for p in picks],
         )
         for est in design_estimates(sample, labels, resamples=1000, seed=rep):
-            assert est.weighted is not None and est.low is not None and est.high is not None, est
+            assert est.weighted is not None and est.ci_low is not None and est.ci_high is not None, est
             assert est.unweighted is not None
-            got[est.name].append((est.weighted, est.unweighted, est.low, est.high))
+            got[est.name].append((est.weighted, est.unweighted, est.ci_low, est.ci_high))
     for name, true in truth.items():
         a = np.asarray(got[name])
         se = a[:, 0].std(ddof=1) / math.sqrt(len(a))
@@ -1880,7 +1958,7 @@ def test_design_estimates_on_a_simple_random_sample_equal_the_plain_figures() ->
     assert est["kappa"].weighted == pytest.approx(skm.cohen_kappa_score(human, judge), abs=TOL)
     for e in est.values():
         assert e.weighted == pytest.approx(e.unweighted, abs=TOL)
-        assert e.low is not None and e.high is not None and e.low < e.weighted < e.high  # type: ignore[operator]
+        assert e.ci_low is not None and e.ci_high is not None and e.ci_low < e.weighted < e.ci_high  # type: ignore[operator]
 
 
 def test_a_census_stratum_is_not_resampled() -> None:

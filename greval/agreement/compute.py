@@ -14,6 +14,7 @@ import pandas as pd
 
 from greval.agreement import bootstrap as bs
 from greval.agreement import stats as st
+from greval.agreement.design import design_report
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,
@@ -684,8 +685,15 @@ def compute_agreement(
     threshold = None
     if options.threshold is not None or options.choose_threshold is not None:
         frame, threshold = _threshold_frame(frame, scale, options)
-    report = _report(prepare(frame, scale, options), options)
+    prep = prepare(frame, scale, options)
+    report = _report(prep, options)
     report.threshold = threshold
+    if scale.kind == "categorical" and scale.labels is not None and "probability" in frame.columns:
+        report.design = design_report(
+            frame, prep.items, prep.h, prep.j_nom, scale.labels, options.bootstrap, options.seed, options.confidence
+        )
+        if report.design is not None:
+            report.notes.append(report.design.notes[-1])
     if threshold is not None:
         how = (
             f"chosen by {threshold.chosen_by} on the {threshold.selection_items} items with {threshold.select_on} "

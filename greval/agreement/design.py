@@ -23,24 +23,16 @@ from typing import cast
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from greval.agreement import stats as st
 from greval.agreement.bootstrap import percentile_ci
+from greval.agreement.models import DesignEstimate, DesignReport
+from greval.agreement.prepare import label_text
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
-
-
-class DesignEstimate(BaseModel):
-    """One figure, design-weighted and plain, with the weighted figure's bootstrap interval."""
-
-    name: str
-    weighted: float | None = Field(None, description="Hájek estimate: every item counts 1/π times.")
-    unweighted: float | None = Field(None, description="The same figure as if the sample were simple random.")
-    low: float | None = None
-    high: float | None = None
-    note: str | None = None
 
 
 class DesignSample(BaseModel):
@@ -145,7 +137,7 @@ def design_estimates(
             vals = boot[name][np.isfinite(boot[name])]
             undefined = resamples - len(vals)
             if est.weighted is not None and len(vals) >= max(2, resamples // 2):
-                est.low, est.high = percentile_ci(vals, confidence)
+                est.ci_low, est.ci_high = percentile_ci(vals, confidence)
                 if undefined:
                     est.note = f"{undefined}/{resamples} resamples undefined, CI from the rest"
             elif est.weighted is not None:
@@ -160,3 +152,70 @@ def _names(labels: Sequence[str]) -> list[str]:
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+DESIGN_COLUMNS = ("probability", "stratum")
+"""Frame columns that say how each labelled item was selected (``greval annotate push`` records them)."""
+
+
+def design_report(
+    frame: pd.DataFrame,
+    items: Sequence[str],
+    human: IntArray,
+    judge: IntArray,
+    labels: Sequence[str],
+    resamples: int,
+    seed: int,
+    confidence: float,
+) -> DesignReport | None:
+    """The design-weighted figures of a frame whose rows carry ``probability`` (and ``stratum``), for the
+    compared ``items`` with their human / judge codes; None when every item was taken with certainty (the plain
+    figures are then the design's own) or no item says how it was selected."""
+    if "probability" not in frame.columns or not len(items):
+        return None
+    keys = frame["item"].map(lambda v: label_text(v, {}))
+    strata_col = frame["stratum"] if "stratum" in frame.columns else pd.Series("sample", index=frame.index)
+    per_row = pd.DataFrame(
+        {"item": keys, "probability": pd.to_numeric(frame["probability"], errors="coerce"), "stratum": strata_col}
+    )
+    notes: list[str] = []
+    conflicting = per_row.dropna(subset=["probability"]).groupby("item")["probability"].nunique()
+    if (conflicting > 1).any():
+        notes.append(
+            f"{int((conflicting > 1).sum())} item(s) were selected by several pushes with different probabilities: "
+            "the first row's is used"
+        )
+    first = per_row.dropna(subset=["item"]).drop_duplicates("item").set_index("item").reindex(list(items))
+    prob = first["probability"]
+    unknown = prob.isna()
+    if unknown.all():
+        return None
+    strata = first["stratum"].astype(object).where(first["stratum"].notna(), "(none)").astype(str)
+    if unknown.any():
+        notes.append(
+            f"{int(unknown.sum())} labelled item(s) came from no recorded selection (e.g. imported labels): they "
+            "count as a stratum of their own, as if taken with certainty (weight 1) - an assumption"
+        )
+        prob = prob.fillna(1.0)
+        strata = strata.where(~unknown, "imported")
+    if bool((prob >= 1.0).all()):
+        return None
+    sample = DesignSample(
+        human=[int(x) for x in human],
+        judge=[int(x) for x in judge],
+        probability=[float(x) for x in prob],
+        stratum=[str(x) for x in strata],
+    )
+    counts = {str(k): int(v) for k, v in strata.value_counts().sort_index().items()}
+    notes.append(
+        "the labelled items were not a simple random sample (selection strata: "
+        + ", ".join(f"{k} {v}" for k, v in counts.items())
+        + "): the figures above treat them as one; these weight each item by 1/π, its inverse inclusion "
+        "probability, to estimate the figures over every judged item"
+    )
+    return DesignReport(
+        estimates=design_estimates(sample, labels, resamples, seed, confidence),
+        strata=counts,
+        resamples=resamples,
+        notes=notes,
+    )

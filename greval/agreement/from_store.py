@@ -107,6 +107,15 @@ def store_frame(
         merged["system"] = merged["record_hash"].map(systems).astype("string")
     cols = ["item", "judge", "human", "annotator", "group", "record_id", "item_id", "reason", "comment"]
     cols += ["system"] if "system" in merged else []
+    chosen = store.dataset_selections(spec.name)
+    if chosen:  # how each labelled item was selected: agreement weights a non-uniform sample back (1/π)
+        how = [
+            chosen.get(str(d), {}).get((str(h), str(i)))
+            for d, h, i in zip(merged["dataset"], merged["record_hash"], merged["item_id"], strict=True)
+        ]
+        merged["stratum"] = [x[0] if x else None for x in how]
+        merged["probability"] = [x[1] if x else float("nan") for x in how]
+        cols += ["stratum", "probability"]
     frame = merged[cols].reset_index(drop=True)
     scale = agreement_scale(spec)
     if level == "record" and spec.each:

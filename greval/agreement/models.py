@@ -295,6 +295,27 @@ class ThresholdInfo(BaseModel):
     candidates: int | None = Field(None, description="grid size: distinct scores on the selection rows")
 
 
+class DesignEstimate(BaseModel):
+    """One figure, design-weighted and plain, with the weighted figure's bootstrap interval."""
+
+    name: str
+    weighted: float | None = Field(None, description="Hájek estimate: every item counts 1/π times.")
+    unweighted: float | None = Field(None, description="The same figure as if the sample were simple random.")
+    ci_low: float | None = None
+    ci_high: float | None = None
+    note: str | None = None
+
+
+class DesignReport(BaseModel):
+    """Figures weighted back to the population the labelled items were drawn from (see agreement/design.py):
+    shown when the items were selected with unequal probabilities (uncertain-first, stratified)."""
+
+    estimates: list[DesignEstimate]
+    strata: dict[str, int] = Field(description="Labelled items per selection stratum.")
+    resamples: int
+    notes: list[str] = Field(default_factory=list)
+
+
 class AgreementReport(BaseModel):
     """Judge-vs-human agreement on one frame (and, nested, per slice)."""
 
@@ -309,6 +330,7 @@ class AgreementReport(BaseModel):
     value: ValueReport | None = None
     ceiling: Ceiling | None = None
     slices: dict[str, dict[str, AgreementReport]] = Field(default_factory=dict)
+    design: DesignReport | None = None
     notes: list[str] = Field(default_factory=list)
 
 

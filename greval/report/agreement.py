@@ -25,6 +25,7 @@ from greval.agreement.models import (
     AgreementScale,
     Ceiling,
     ConsistencyReport,
+    DesignReport,
     GroupFigures,
     Prevalence,
 )
@@ -328,6 +329,17 @@ th{background:#f3f3f3;cursor:pointer}td{vertical-align:top}.charts img{margin:0 
 """
 
 
+def design_rows(design: DesignReport, d: int = 3) -> list[list[str]]:
+    """The design-weighted figures as table rows: figure, weighted, CI, as if random, note (every renderer)."""
+    return [
+        [e.name, fmt_number(e.weighted, d), fmt_ci(e, d), fmt_number(e.unweighted, d), e.note or ""]
+        for e in design.estimates
+    ]
+
+
+DESIGN_HEADER = ["figure", "weighted (1/π)", "CI", "as if random", "note"]
+
+
 def render_html(
     report: AgreementReport,
     frame: pd.DataFrame,
@@ -398,6 +410,12 @@ def render_html(
             + _table(["figure", "value", "CI", "n", "note"], _ceiling_rows(ce))
             + _notes_html(_pair_notes(ce))
         )
+    if report.design is not None:
+        parts.append(
+            f"<h2>Design-weighted: over every judged item ({report.design.resamples} stratified resamples)</h2>"
+            + _table(DESIGN_HEADER, design_rows(report.design))
+            + _notes_html(report.design.notes[:-1])
+        )
     for col, sub in report.slices.items():
         names, rows = _slice_rows(report, sub)
         parts.append(f"<h2>By {html.escape(col)}</h2>" + _table([col, "n", *names, "note"], rows, "sortable"))
@@ -441,6 +459,10 @@ def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
         ]
         notes += [f"ceiling, {figure}: {note}" for figure, *_, note in _ceiling_rows(ce, d) if note]
         notes += [f"ceiling: {n}" for n in _pair_notes(ce)]
+    if report.design is not None:
+        lines += ["", "Design-weighted (1/π), over every judged item:", ""]
+        lines += _md_table(DESIGN_HEADER, design_rows(report.design, d))
+        notes += [f"design: {n}" for n in report.design.notes[:-1]]
     for col, sub in report.slices.items():
         _, rows = _slice_rows(report, sub, d)
         notes += [f"by {col} = {row[0]}: {row[-1]}" for row in rows if row[-1]]

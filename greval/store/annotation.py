@@ -125,6 +125,21 @@ class AnnotationPushes(StoreFile):
         )
         return {(h, i): float(p) for h, i, p in rows}
 
+    def dataset_selections(self, spec_name: str) -> dict[str, dict[tuple[str, str], tuple[str, float]]]:
+        """Per Argilla dataset of a metric, how its latest push chose each unit: (record hash, item id) ->
+        (stratum, inclusion probability). Datasets filled by import-labels have no push and are absent."""
+        rows = self._rows(
+            "SELECT p.dataset, s.record_hash, s.item_id, s.stratum, s.probability FROM annotation_selection s"
+            " JOIN annotation_pushes p ON p.push_id = s.push_id WHERE p.spec_name=? AND p.push_id = ("
+            "SELECT q.push_id FROM annotation_pushes q WHERE q.spec_name = p.spec_name AND q.dataset = p.dataset"
+            " ORDER BY q.updated_at DESC LIMIT 1)",
+            (spec_name,),
+        )
+        out: dict[str, dict[tuple[str, str], tuple[str, float]]] = {}
+        for dataset, h, i, stratum, prob in rows:
+            out.setdefault(str(dataset), {})[(str(h), str(i))] = (str(stratum), float(prob))
+        return out
+
     def selected_units(self, spec_name: str) -> list[SelectedUnit]:
         """Every unit any push of a metric selected, with its Argilla record id."""
         rows = self._rows(
