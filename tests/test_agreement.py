@@ -792,6 +792,31 @@ def test_agreement_from_the_store_weights_a_non_random_sample_back(llm: Any, tmp
     assert est["accuracy"]["ci_low"] <= est["accuracy"]["weighted"] <= est["accuracy"]["ci_high"]
 
 
+def test_gate_exits_0_or_1_on_the_agreement_report_with_one_line_why(llm: Any, tmp_path: Path) -> None:
+    """`greval gate`: thresholds just below and just above the report's own κ pass and fail; a CI end, a
+    missing human ceiling, an unknown metric and a malformed condition each say so in one line."""
+    store = tmp_path / "s.sqlite"
+    _judged_store(llm, store)
+    out = tmp_path / "a.json"
+    base = ["--store", str(store), "--spec", "answer_alignment", "--bootstrap", "200"]
+    res = CliRunner().invoke(main, ["agreement", *base, "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    kappa = json.loads(out.read_text())["metrics"]["cohen_kappa"]
+    below, above = kappa["value"] - 0.01, kappa["value"] + 0.01
+    ok = CliRunner().invoke(main, ["gate", *base, "--min", f"kappa>={below}", "--min", "accuracy>=0"])
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.startswith("gate passed: cohen_kappa ") and ok.output.count("\n") == 1
+    bad = CliRunner().invoke(main, ["gate", *base, "--min", f"kappa>={above}"])
+    assert bad.exit_code == 1 and bad.output.startswith("gate failed: cohen_kappa "), bad.output
+    low = CliRunner().invoke(main, ["gate", *base, "--require", f"kappa>={kappa['ci_low'] + 1e-6}", "--ci", "lower"])
+    assert low.exit_code == 1 and "lower end of its CI" in low.output, low.output
+    ceiling = CliRunner().invoke(main, ["gate", *base, "--min", "accuracy>=0", "--vs-ceiling", "0.9"])
+    assert ceiling.exit_code == 1 and "no human ceiling" in ceiling.output, ceiling.output
+    for cond, says in (("nope>=1", "no metric 'nope'"), ("kappa=>0.6", "write METRIC OP NUMBER")):
+        res = CliRunner().invoke(main, ["gate", *base, "--min", cond])
+        assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output, res.output
+
+
 def test_design_figures_only_when_the_sample_was_not_taken_whole() -> None:
     """Every item taken with certainty: no design section (the plain figures are the design's); items with no
     recorded selection next to sampled ones: their own stratum, with a note."""

@@ -51,6 +51,10 @@ COMMANDS: dict[str, Lazy] = {
         "greval.cli.annotate:annotate",
         "Human review of judge verdicts in a local Argilla server (no Docker, Elasticsearch or Redis).",
     ),
+    "gate": Lazy(
+        "greval.cli.gate:gate_cmd",
+        "Exit 0 if the judge's agreement with people meets every condition, 1 if not (one line says why).",
+    ),
     "local-judge": Lazy(
         "greval.cli.local_judge:local_judge",
         "Build and run the offline judge (llama.cpp's llama-server with a bundled small model).",

@@ -1,0 +1,103 @@
+"""A gate for pipelines: does a judge agree with people well enough? Pure: conditions in, a verdict and its
+one-line reason out, from an :class:`~greval.agreement.models.AgreementReport` computed elsewhere."""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from pydantic import BaseModel
+
+from greval.agreement.models import AgreementReport, Estimate
+from greval.errors import UserError
+
+Side = Literal["value", "lower", "upper"]
+
+ALIASES = {"kappa": "cohen_kappa", "κ": "cohen_kappa", "f1": "macro_f1", "alpha": "alpha_nominal"}
+"""Short names people write for report metrics (any report metric name works as written)."""
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "≥": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "≤": operator.le,
+    "<": operator.lt,
+}
+_CONDITION = re.compile(r"^\s*([^\s<>=≥≤]+)\s*(>=|<=|≥|≤|>|<)\s*([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*$")
+
+
+class Condition(BaseModel):
+    """``metric op threshold``, e.g. ``kappa>=0.6`` or ``mae<=0.5``."""
+
+    metric: str
+    op: str
+    threshold: float
+
+    @classmethod
+    def parse(cls, text: str) -> Condition:
+        m = _CONDITION.match(text)
+        if m is None:
+            raise UserError(f"condition {text!r}: write METRIC OP NUMBER, e.g. 'kappa>=0.6' or 'mae<=0.5'")
+        name, op, value = m.groups()
+        return cls(metric=ALIASES.get(name, name), op=op, threshold=float(value))
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.threshold:g}"
+
+
+class GateResult(BaseModel):
+    """Whether every condition held, and a one-line reason per condition (failed ones first)."""
+
+    passed: bool
+    reasons: list[str]
+
+    @property
+    def line(self) -> str:
+        return f"gate {'passed' if self.passed else 'failed'}: " + "; ".join(self.reasons)
+
+
+def _side(e: Estimate, side: Side) -> tuple[float | None, str]:
+    if side == "value":
+        return e.value, ""
+    x = e.ci_low if side == "lower" else e.ci_high
+    return x, f" ({side} end of its {'CI' if x is not None else 'CI, which is undefined'})"
+
+
+def evaluate(
+    report: AgreementReport, conditions: Sequence[Condition], side: Side = "value", vs_ceiling: float | None = None
+) -> GateResult:
+    """Check each condition on the report's figure (its point value, or an end of its bootstrap CI), and with
+    ``vs_ceiling`` F that the judge agrees with people at least F times as well as people agree with each
+    other (mean pairwise figure of the human ceiling). An undefined figure fails, saying why."""
+    failed: list[str] = []
+    held: list[str] = []
+    for c in conditions:
+        if c.metric not in report.metrics:
+            raise UserError(f"no metric {c.metric!r} in this report; it has: {', '.join(report.metrics)}")
+        e = report.metrics[c.metric]
+        x, how = _side(e, side)
+        if x is None or math.isnan(x):
+            failed.append(f"{c.metric}{how} is undefined ({e.note or 'no value'}), needs {c.op} {c.threshold:g}")
+        elif _OPS[c.op](x, c.threshold):
+            held.append(f"{c.metric}{how} {x:.3f} {c.op} {c.threshold:g}")
+        else:
+            failed.append(f"{c.metric}{how} {x:.3f}, needs {c.op} {c.threshold:g}")
+    if vs_ceiling is not None:
+        ce = report.ceiling
+        if ce is None:
+            failed.append("no human ceiling (needs items labelled by 2 or more people) for --vs-ceiling")
+        else:
+            judge, human = _side(ce.judge_pairwise_mean, side)[0], ce.human_pairwise_mean.value
+            if judge is None or human is None or math.isnan(judge) or math.isnan(human):
+                failed.append(f"the ceiling's {ce.metric} is undefined, needed for --vs-ceiling")
+            else:
+                ok = judge >= vs_ceiling * human
+                text = (
+                    f"judge–human {ce.metric} {judge:.3f} {'≥' if ok else '<'} {vs_ceiling:g} × human–human {human:.3f}"
+                )
+                (held if ok else failed).append(text)
+    return GateResult(passed=not failed, reasons=failed + held)
