@@ -54,19 +54,8 @@ def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def fixture_records() -> list[Record]:
     """The records scripts/make_store_fixture.py judged (r6 has no expected answer)."""
-    out = []
-    for i in range(8):
-        row: dict[str, Any] = {
-            "id": f"r{i}",
-            "question": f"Question number {i}?",
-            "expected_answer": f"Expected {i}.",
-            "answer": f"Answer {i}.",
-            "chunks": [f"chunk {i}.{k}" for k in range(3)],
-        }
-        if i == 6:
-            del row["expected_answer"]
-        out.append(Record.from_mapping(row))
-    return out
+    lines = (FIXTURES / "store_v2.records.jsonl").read_text(encoding="utf-8").splitlines()
+    return [Record.from_mapping(json.loads(line)) for line in lines if line.strip()]
 
 
 def test_the_fixture_is_a_schema_2_store(old_store: Path) -> None:
