@@ -320,6 +320,21 @@ def test_selection_strategies_are_honest() -> None:
         select(units, "random")
 
 
+def test_uncertain_first_says_when_verdicts_have_no_confidence() -> None:
+    """A judge asked once gives no confidence: "uncertain first" cannot see doubt there and says so."""
+    from greval.annotation.push import uncertain_notes
+    from greval.store.lookups import UnitVerdict
+
+    def verdict(i: int, confidence: float | None) -> UnitVerdict:
+        return UnitVerdict(f"h{i}", "", f"r{i}", "Correct", None, confidence, None)
+
+    assert uncertain_notes([verdict(0, 0.4), verdict(1, 0.9)]) == []
+    (some,) = uncertain_notes([verdict(0, 0.4), verdict(1, None), verdict(2, None)])
+    assert some.startswith("2 of 3 verdicts have no confidence")
+    (none,) = uncertain_notes([verdict(0, None)])
+    assert none.startswith("no verdict has confidence") and "--samples" in none
+
+
 def test_push_records_selection_and_probabilities(env: Env) -> None:
     spec = env.specs["answer_alignment"]
     res = env.cli(

@@ -15,7 +15,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from greval.annotation import dataset as ds
@@ -92,6 +92,20 @@ class PushResult:
     seconds: float
     created: bool
     distribution_change: DistributionChange | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def uncertain_notes(cands: Sequence[UnitVerdict]) -> list[str]:
+    """What "uncertain first" could not see: verdicts without a confidence (a judge asked once has none)
+    count as confident, so with none at all the uncertain slice is a random one."""
+    blind = sum(c.confidence is None for c in cands)
+    if not blind:
+        return []
+    what = "no verdict has" if blind == len(cands) else f"{blind} of {len(cands)} verdicts have no"
+    return [
+        f"{what} confidence (the judge was asked once per item): these count as confident and are ordered at "
+        "random among themselves; judge with --samples 3 (or more) for 'uncertain first' to mean it"
+    ]
 
 
 def _push_id(
@@ -229,4 +243,5 @@ def push(
         seconds=time.perf_counter() - t0,
         created=handle.created,
         distribution_change=handle.distribution_change,
+        notes=uncertain_notes(cands) if strategy == "uncertain" else [],
     )

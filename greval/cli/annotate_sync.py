@@ -202,6 +202,8 @@ def push_cmd(
         f"(workspace {res.workspace!r}; {res.strategy}: {parts or 'nothing'}) in {res.seconds:.1f}s."
     )
     click.echo(f"Selection recorded as push {res.push_id} in {store_path}.")
+    for note in res.notes:
+        click.echo(f"note: {note}", err=True)
 
 
 @click.command("pull")
