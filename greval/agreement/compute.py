@@ -693,7 +693,7 @@ def compute_agreement(
             frame, prep.items, prep.h, prep.j_nom, scale.labels, options.bootstrap, options.seed, options.confidence
         )
         if report.design is not None:
-            report.notes.append(report.design.notes[-1])
+            report.notes.append(report.design.summary)
     if threshold is not None:
         how = (
             f"chosen by {threshold.chosen_by} on the {threshold.selection_items} items with {threshold.select_on} "

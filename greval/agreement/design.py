@@ -38,8 +38,6 @@ FloatArray = npt.NDArray[np.float64]
 class DesignSample(BaseModel):
     """Labelled items with how they were selected: the inputs of a design-based estimate."""
 
-    model_config = {"arbitrary_types_allowed": True}
-
     human: list[int] = Field(description="Human label codes 0..k-1.")
     judge: list[int] = Field(description="Judge label codes 0..k (k: an answer outside the labels).")
     probability: list[float] = Field(description="Each item's inclusion probability π (0 < π ≤ 1).")
@@ -207,13 +205,14 @@ def design_report(
         stratum=[str(x) for x in strata],
     )
     counts = {str(k): int(v) for k, v in strata.value_counts().sort_index().items()}
-    notes.append(
+    summary = (
         "the labelled items were not a simple random sample (selection strata: "
         + ", ".join(f"{k} {v}" for k, v in counts.items())
         + "): the figures above treat them as one; these weight each item by 1/π, its inverse inclusion "
         "probability, to estimate the figures over every judged item"
     )
     return DesignReport(
+        summary=summary,
         estimates=design_estimates(sample, labels, resamples, seed, confidence),
         strata=counts,
         resamples=resamples,

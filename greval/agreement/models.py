@@ -313,7 +313,8 @@ class DesignReport(BaseModel):
     estimates: list[DesignEstimate]
     strata: dict[str, int] = Field(description="Labelled items per selection stratum.")
     resamples: int
-    notes: list[str] = Field(default_factory=list)
+    summary: str = Field(description="Why these figures are shown (it is also among the report's notes).")
+    notes: list[str] = Field(default_factory=list, description="What the weighting assumed or left out.")
 
 
 class AgreementReport(BaseModel):

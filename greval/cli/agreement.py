@@ -28,6 +28,7 @@ from greval.agreement.tables import read_table, select, to_agreement_frame
 from greval.cli.common import fail
 from greval.errors import UserError
 from greval.report.agreement import (
+    DESIGN_HEADER,
     design_rows,
     prevalence_notes,
     render_consistency_markdown,
@@ -180,12 +181,12 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
             title=f"design-weighted (1/π; {report.design.resamples} stratified resamples): over every judged item",
             title_justify="left",
         )
-        for col in ("figure", "weighted", "CI", "as if random", "note"):
-            t.add_column(col, justify="left" if col in ("figure", "note") else "right")
+        for col in DESIGN_HEADER:
+            t.add_column(col, justify="left" if col in (DESIGN_HEADER[0], DESIGN_HEADER[-1]) else "right")
         for cells in design_rows(report.design, d):
             t.add_row(*[escape(cell) for cell in cells])
         console.print(t)
-        for note in report.design.notes[:-1]:  # the last one is among the report's notes below
+        for note in report.design.notes:
             console.print(f"  design: {escape(note)}")
     for col, parts in report.slices.items():
         keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]

@@ -414,7 +414,7 @@ def render_html(
         parts.append(
             f"<h2>Design-weighted: over every judged item ({report.design.resamples} stratified resamples)</h2>"
             + _table(DESIGN_HEADER, design_rows(report.design))
-            + _notes_html(report.design.notes[:-1])
+            + _notes_html(report.design.notes)
         )
     for col, sub in report.slices.items():
         names, rows = _slice_rows(report, sub)
@@ -462,7 +462,7 @@ def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
     if report.design is not None:
         lines += ["", "Design-weighted (1/π), over every judged item:", ""]
         lines += _md_table(DESIGN_HEADER, design_rows(report.design, d))
-        notes += [f"design: {n}" for n in report.design.notes[:-1]]
+        notes += [f"design: {n}" for n in report.design.notes]
     for col, sub in report.slices.items():
         _, rows = _slice_rows(report, sub, d)
         notes += [f"by {col} = {row[0]}: {row[-1]}" for row in rows if row[-1]]
