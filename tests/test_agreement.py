@@ -1995,3 +1995,83 @@ def test_a_census_stratum_is_not_resampled() -> None:
     assert np.all(counts[:, :3] == 1.0)
     assert np.all(counts[:, 3:].sum(axis=1) == 4.0)
     assert counts[:, 3:].std() > 0
+
+
+@pytest.mark.slow
+def test_review_rounds_keep_the_design_estimates_unbiased_even_half_labelled() -> None:
+    """500 reviews of 3 rounds of 150 (``greval review``: the take-all doubt prefix grows each round, the
+    stratified control sample is topped up) from 4,000 judged items, the last round only half labelled, at
+    random: the cumulative probabilities of the last round, corrected for the unlabelled items per stratum
+    (``for_respondents``), give unbiased accuracy and prevalence (mean within 2 standard errors) with 93-97 %
+    coverage. κ, a ratio of weighted sums, carries its small-sample bias (about -0.007 here, on ~110 labelled
+    control items; measured 2.1 SE): it is held to within 2 % of the truth instead."""
+    from greval.agreement.design import DesignSample, design_estimates, for_respondents
+    from greval.annotation.selection import Unit, review_round
+
+    labels = ["fail", "pass"]
+    human, judge, confidence = _population(4000, seed=11)
+    truth = {
+        "accuracy": skm.accuracy_score(human, judge),
+        "kappa": skm.cohen_kappa_score(human, judge),
+        "prevalence[fail]": float(np.mean(human == 0)),
+    }
+    units = [Unit(f"r{i:05d}", "", labels[judge[i]], float(confidence[i])) for i in range(len(human))]
+    row = {u.record_hash: i for i, u in enumerate(units)}
+    got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in truth}
+    for rep in range(500):
+        previous: dict[tuple[str, str], str] = {}
+        for round_no in (1, 2, 3):
+            picks = review_round(units, previous, 150, 0.3, seed=rep, round_no=round_no)
+            new = [p for p in picks if p.unit.key not in previous]
+            assert len(new) == 150 and {p.unit.key for p in picks} >= set(previous)
+            previous = {p.unit.key: p.selection for p in picks}
+        rng = np.random.default_rng(rep)
+        dropped = {p.unit.key for p in new if rng.random() < 0.5}
+        frame = pd.DataFrame(
+            {
+                "item": [p.unit.record_hash for p in picks],
+                "stratum": [p.selection for p in picks],
+                "probability": [p.probability for p in picks],
+            }
+        )
+        selected = frame["stratum"].value_counts().to_dict()
+        prob = dict(zip(frame["stratum"], frame["probability"], strict=True))
+        kept = frame[[(h, "") not in dropped for h in frame["item"]]]
+        adjusted, notes = for_respondents(kept, selected, prob)
+        assert notes and "no human label yet" in notes[0]
+        rows = [row[h] for h in adjusted["item"]]
+        sample = DesignSample(
+            human=human[rows].tolist(),
+            judge=judge[rows].tolist(),
+            probability=adjusted["probability"].tolist(),
+            stratum=adjusted["stratum"].tolist(),
+        )
+        for est in design_estimates(sample, labels, resamples=1000, seed=rep):
+            if est.name in got:
+                assert est.weighted is not None and est.ci_low is not None and est.ci_high is not None, est
+                got[est.name].append((est.weighted, est.ci_low, est.ci_high))
+    for name, true in truth.items():
+        a = np.asarray(got[name])
+        se = a[:, 0].std(ddof=1) / math.sqrt(len(a))
+        allowed = max(2 * se, 0.02 * abs(true)) if name == "kappa" else 2 * se
+        assert abs(a[:, 0].mean() - true) <= allowed, (name, a[:, 0].mean(), true, se)
+        coverage = float(np.mean((a[:, 1] <= true) & (true <= a[:, 2])))
+        assert 0.93 <= coverage <= 0.97, (name, coverage)
+
+
+def test_stopping_advice_from_the_interval() -> None:
+    """n more labels = n·((h/target)² − 1) with h the current CI half-width; reached when h ≤ target; the
+    target's spelling is checked with a one-line error."""
+    from greval.agreement.stopping import Target, advise
+    from greval.errors import UserError
+
+    assert Target.parse("kappa±0.05") == Target(figure="kappa", half_width=0.05)
+    assert Target.parse("prevalence[Not Acceptable] +- 0.1").figure == "prevalence[Not Acceptable]"
+    assert Target.parse("accuracy+/-.03").half_width == 0.03
+    for bad in ("kappa=0.05", "kappa±0", "±0.05"):
+        with pytest.raises(UserError, match=r"FIGURE±WIDTH|positive"):
+            Target.parse(bad)
+    adv = advise(Target(figure="kappa", half_width=0.05), 40, 0.3, 0.5)  # h = 0.1: 4× the labels
+    assert adv.more == 120 and not adv.reached and "120 more labels" in adv.line
+    assert advise(Target(figure="kappa", half_width=0.05), 40, 0.41, 0.49).reached
+    assert advise(Target(figure="kappa", half_width=0.05), 0, None, None).more is None

@@ -320,6 +320,33 @@ def test_selection_strategies_are_honest() -> None:
         select(units, "random")
 
 
+def test_review_rounds_grow_one_design() -> None:
+    """Round after round: the doubt prefix grows by the uncertain share, earlier units stay selected (a control
+    unit the prefix reaches becomes part of it), about ``batch`` units are new, every control stratum's π is
+    its draws over its size, and panel disagreement outranks confidence."""
+    from greval.annotation.selection import review_round
+
+    units = [Unit(f"h{i:03d}", "", "Yes" if i % 4 else "No", i / 100) for i in range(100)]
+    previous: dict[tuple[str, str], str] = {}
+    for round_no in (1, 2, 3):
+        picks = review_round(units, previous, 10, 0.4, seed=3, round_no=round_no)
+        keys = {p.unit.key for p in picks}
+        assert keys >= set(previous) and len(keys) == len(picks)
+        assert len(keys - set(previous)) == 10
+        uncertain = sorted(p.unit.record_hash for p in picks if p.selection == "uncertain")
+        assert uncertain == [f"h{i:03d}" for i in range(6 * round_no)]
+        for stratum in ("control:Yes", "control:No"):
+            drawn = [p for p in picks if p.selection == stratum]
+            rest = [u for u in units if u.record_hash not in uncertain and u.stratum == stratum[8:]]
+            assert drawn and all(p.probability == pytest.approx(len(drawn) / len(rest)) for p in drawn)
+        previous = {p.unit.key: p.selection for p in picks}
+    panel = [Unit(u.record_hash, "", u.stratum, u.confidence, 1.0 if u.record_hash == "h090" else 0.0) for u in units]
+    first = review_round(panel, {}, 10, 0.0, seed=3, round_no=1)
+    assert first[0].unit.record_hash == "h090" and first[0].selection == "uncertain"
+    with pytest.raises(UserError, match="--batch"):
+        review_round(units, {}, 0, 0.2, seed=3, round_no=1)
+
+
 def test_uncertain_first_says_when_verdicts_have_no_confidence() -> None:
     """A judge asked once gives no confidence: "uncertain first" cannot see doubt there and says so."""
     from greval.annotation.push import uncertain_notes
@@ -713,3 +740,92 @@ def test_changing_annotators_per_record_needs_force(env: Env) -> None:
             break
         time.sleep(0.05)
     assert _progress(env, "ar-dist")["completed"] == 0
+
+
+# ------------------------------------------------------------------------------- the review loop
+SUPPORTED_SPEC: dict[str, Any] = {
+    "name": "answer_supported",
+    "description": "Whether the answer is supported by the expected answer.",
+    "steps": ["Read the expected answer.", "Check the answer against it."],
+    "inputs": ["question", "expected_answer", "answer"],
+    "scale": {"kind": "categorical", "labels": {"Yes": "supported", "No": "not supported"}},
+}
+
+
+def _review(env: Env, *args: str, ok: bool = True) -> Any:
+    from greval.cli import main
+
+    envvars = {"ARGILLA_API_URL": env.info.url, "ARGILLA_API_KEY": env.info.api_key}
+    result = CliRunner().invoke(main, ["review", *args], env=envvars)
+    if ok:
+        assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
+    """`greval review` against the embedded Argilla: round 1 pushes the most doubtful verdicts whole plus a
+    stratified random control; people label through the API; `review status` pulls and prints the
+    design-weighted figures (checked here against a hand-made Hájek estimate from the store) and a stopping
+    advice; round 2 pushes only new items and keeps the earlier ones in the design; with part of round 2
+    unlabelled, status says so and corrects for it."""
+    spec = parse_spec(SUPPORTED_SPEC)
+    assert isinstance(spec, Spec)
+    path = env.tmp / "review.sqlite"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", TEST_KEY)
+        cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
+        with Store(path) as st:
+            assert run([spec], rag_records(60), st, cfg).failed == 0
+            for i in range(60):  # distinct confidences: r0 least confident ... r59 most
+                st.db.execute("UPDATE verdicts SET confidence=? WHERE record_id=?", (0.4 + i * 0.01, f"r{i}"))
+            judged = {r["record_id"]: r["label"] for r in st.query("SELECT record_id, label FROM verdicts")}
+    assert set(judged.values()) == {"Yes", "No"}
+
+    def truth(rid: str) -> str:  # people disagree with the judge on every 3rd record
+        return judged[rid] if int(rid[1:]) % 3 else ("No" if judged[rid] == "Yes" else "Yes")
+
+    base = ["--store", str(path), "--spec", spec.name]
+    first = _review(env, *base, "--batch", "20", "--control-share", "0.25").output
+    assert "Round 1" in first and "20 new item(s)" in first and "answer_supported-review" in first
+    ids = _server_ids(env, "answer_supported-review")
+    assert len(ids) == 20
+    with Store(path) as st:
+        push_id, _, _ = st.latest_push_to(spec.name, "answer_supported-review", "review") or ("", "", "")
+        units = st.push_units(push_id)
+        rid_of = {r["record_hash"]: r["record_id"] for r in st.query("SELECT record_hash, record_id FROM verdicts")}
+    uncertain = sorted(int(rid_of[h][1:]) for (h, _), (s, _) in units.items() if s == "uncertain")
+    assert uncertain == list(range(15))  # the 15 least confident, taken whole
+    assert all(s.startswith("control:") and p < 1 for (s, p) in units.values() if s != "uncertain")
+
+    for rid, uuid in ids.items():
+        _respond(env, "rita", uuid, "submitted", {"verdict": {"value": truth(rid)}})
+    status = _review(env, "status", *base, "--target", "kappa±0.05", "--bootstrap", "300").output
+    assert "20 of 20 selected items labelled" in status and "continue: about" in status
+
+    # The weighted accuracy by hand: Σ w·[judge == human] / Σ w over the labelled units, w = 1/π.
+    num = den = 0.0
+    for (h, _), (_, p) in units.items():
+        rid = rid_of[h]
+        num += (judged[rid] == truth(rid)) / p
+        den += 1 / p
+    with Store(path) as st:
+        from greval.review import review_status
+
+        got = review_status(st, None, spec.name, resamples=300)
+    acc = got.estimate("accuracy")
+    assert acc is not None and acc.weighted == pytest.approx(num / den)
+    assert acc.unweighted == pytest.approx(sum(judged[r] == truth(r) for r in ids) / 20)
+
+    second = _review(env, *base, "--batch", "20").output
+    assert "Round 2" in second and "20 new item(s)" in second and "holds 40 of 60" in second
+    ids2 = _server_ids(env, "answer_supported-review")
+    assert len(ids2) == 40 and set(ids) <= set(ids2)  # nothing pushed twice
+    new = sorted(set(ids2) - set(ids))
+    for rid in new[:10]:
+        _respond(env, "rita", ids2[rid], "submitted", {"verdict": {"value": truth(rid)}})
+    later = _review(env, "status", *base, "--target", "accuracy±0.2", "--bootstrap", "300").output
+    assert "30 of 40 selected items labelled" in later and "no human label yet" in later
+    assert "stop:" in later or "continue:" in later
+
+    bad = _review(env, "status", *base, "--target", "kappa=0.05", ok=False)
+    assert bad.exit_code == 2 and "FIGURE±WIDTH" in bad.output and "Traceback" not in bad.output

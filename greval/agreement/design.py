@@ -18,7 +18,7 @@ sample is a large share of it. ``tests/test_agreement.py`` checks bias and cover
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 import numpy as np
@@ -218,3 +218,40 @@ def design_report(
         resamples=resamples,
         notes=notes,
     )
+
+
+def for_respondents(
+    frame: pd.DataFrame, selected: Mapping[str, int], probability: Mapping[str, float]
+) -> tuple[pd.DataFrame, list[str]]:
+    """Inclusion probabilities of the *labelled* items when people have labelled only part of a selection.
+
+    ``selected``: units selected per stratum; ``probability``: their π per stratum. Within a stratum the
+    labelled units stand for the unlabelled ones (π × labelled / selected): a missing-at-random assumption,
+    sound when the order people label in does not depend on their answers, and stated in the notes. A stratum
+    nobody has labelled yet cannot be represented: the notes say so.
+    """
+    if "stratum" not in frame.columns or "probability" not in frame.columns:
+        return frame, []
+    out = frame.copy()
+    labelled = out.dropna(subset=["stratum"]).groupby("stratum")["item"].nunique()
+    notes: list[str] = []
+    missing = 0
+    for stratum, n_sel in sorted(selected.items()):
+        m = int(labelled.get(stratum, 0))
+        missing += n_sel - m
+        if m == 0:
+            notes.append(
+                f"stratum {stratum}: none of its {n_sel} selected items is labelled yet; the figures "
+                "cannot cover the items it stands for"
+            )
+            continue
+        rows = out["stratum"] == stratum
+        out.loc[rows, "probability"] = probability[stratum] * m / n_sel
+    if missing:
+        notes.insert(
+            0,
+            f"{missing} selected item(s) have no human label yet: in each selection stratum the labelled items "
+            "stand for the rest (π × labelled/selected), assuming the order of labelling is unrelated to the "
+            "answers",
+        )
+    return out, notes

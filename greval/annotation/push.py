@@ -93,6 +93,7 @@ class PushResult:
     created: bool
     distribution_change: DistributionChange | None = None
     notes: list[str] = field(default_factory=list)
+    sent: int = 0  # upserted by this push (the rest of ``pushed`` was sent by an earlier push)
 
 
 def uncertain_notes(cands: Sequence[UnitVerdict]) -> list[str]:
@@ -158,16 +159,65 @@ def push(
     spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
     ds.check_scale(spec)
     cands = candidates(store, spec_key, jinfo.key)
-    by_key = {(c.record_hash, c.item_id): c for c in cands}
     picks = select([unit_of(c) for c in cands], strategy, n, seed, control_share)
-    name = dataset or spec.name
+    params = {"n": n, "seed": seed, "control_share": control_share if strategy == "uncertain" else None}
+    res = deliver(
+        store,
+        conn,
+        Delivery(spec_key, spec, jinfo, dataset or spec.name, workspace, strategy, params),
+        cands,
+        picks,
+        blind=blind,
+        annotators_per_record=annotators_per_record,
+        force=force,
+        batch_size=batch_size,
+        on_start=on_start,
+        on_progress=on_progress,
+    )
+    res.seconds = time.perf_counter() - t0
+    res.notes = uncertain_notes(cands) if strategy == "uncertain" else []
+    return res
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a push sends where: a spec version's verdicts by one judge, to one Argilla dataset, and how they
+    were chosen (``strategy`` and its ``params``, part of the push's id)."""
+
+    spec_key: str
+    spec: Spec
+    judge: JudgeInfo
+    dataset: str
+    workspace: str | None
+    strategy: str
+    params: Mapping[str, Any]
+
+
+def deliver(
+    store: Store,
+    conn: Connection,
+    to: Delivery,
+    cands: Sequence[UnitVerdict],
+    picks: Sequence[Pick],
+    *,
+    blind: bool = False,
+    annotators_per_record: int | None = None,
+    force: bool = False,
+    batch_size: int = DEFAULT_BATCH,
+    already_there: frozenset[tuple[str, str]] = frozenset(),
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> PushResult:
+    """Record ``picks`` as one push and upsert them into Argilla, except the units ``already_there`` (sent by
+    an earlier push to the same dataset: they are recorded in this push's selection, not sent again)."""
+    t0 = time.perf_counter()
+    spec = to.spec
+    by_key = {(c.record_hash, c.item_id): c for c in cands}
     handle = ensure_dataset(
-        conn, spec, name, workspace, blind=blind, annotators_per_record=annotators_per_record, force=force
+        conn, spec, to.dataset, to.workspace, blind=blind, annotators_per_record=annotators_per_record, force=force
     )
     params = {
-        "n": n,
-        "seed": seed,
-        "control_share": control_share if strategy == "uncertain" else None,
+        **to.params,
         "blind": blind,
         "annotators_per_record": handle.annotators_per_record or annotators_per_record or 1,
     }
@@ -177,17 +227,18 @@ def push(
     def ids_of(c: UnitVerdict) -> tuple[str, ...]:
         return tuple(ids.get(c.record_hash) or [c.record_id])
 
-    push_id = _push_id(spec_key, jinfo.key, f"{conn.url}|{handle.workspace}|{name}", strategy, params, picks)
+    name = to.dataset
+    push_id = _push_id(to.spec_key, to.judge.key, f"{conn.url}|{handle.workspace}|{name}", to.strategy, params, picks)
     store.start_push(
         push_id,
         spec_name=spec.name,
-        spec_key=spec_key,
+        spec_key=to.spec_key,
         spec_hash=spec.hash,
-        judge_key=jinfo.key,
+        judge_key=to.judge.key,
         dataset=name,
         workspace=handle.workspace,
         api_url=conn.url,
-        strategy=strategy,
+        strategy=to.strategy,
         params=json.dumps(params, sort_keys=True),
         population=len(cands),
         units=[
@@ -203,11 +254,15 @@ def push(
             for p in picks
         ],
     )
-    records = {r.hash: r for r in store.records({p.unit.record_hash for p in picks})}
+    there = [p.unit.key for p in picks if p.unit.key in already_there]
+    done = len(there)
+    if there:
+        store.mark_pushed(push_id, there, done)
+    to_send = [p for p in picks if p.unit.key not in already_there]
+    records = {r.hash: r for r in store.records({p.unit.record_hash for p in to_send})}
     if on_start:
-        on_start(len(picks))
-    done = 0
-    for batch in batches(picks, max(1, min(batch_size, 1000))):
+        on_start(len(to_send))
+    for batch in batches(to_send, max(1, min(batch_size, 1000))):
         items = []
         for p in batch:
             c = by_key[p.unit.key]
@@ -218,14 +273,14 @@ def push(
                 value=c.value,
                 confidence=c.confidence,
                 reason=c.reason,
-                judge=jinfo.label,
-                judge_model=jinfo.model,
+                judge=to.judge.label,
+                judge_model=to.judge.model,
                 selection=p.selection,
                 probability=p.probability,
                 record_ids=ids_of(c),
             )
             items.append(ds.record_payload(spec, ref, handle, blind=blind))
-        bulk_upsert(conn, handle.id, items, done, len(picks))
+        bulk_upsert(conn, handle.id, items, done - len(there), len(to_send))
         done += len(batch)
         store.mark_pushed(push_id, [p.unit.key for p in batch], done)
         if on_progress:
@@ -235,7 +290,7 @@ def push(
         push_id=push_id,
         dataset=name,
         workspace=handle.workspace,
-        strategy=strategy,
+        strategy=to.strategy,
         population=len(cands),
         selected=len(picks),
         pushed=done,
@@ -243,5 +298,5 @@ def push(
         seconds=time.perf_counter() - t0,
         created=handle.created,
         distribution_change=handle.distribution_change,
-        notes=uncertain_notes(cands) if strategy == "uncertain" else [],
+        sent=len(to_send),
     )

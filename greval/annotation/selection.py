@@ -27,6 +27,7 @@ class Unit:
     item_id: str
     stratum: str  # the judge's verdict (label, or value as text)
     confidence: float | None = None
+    disagreement: float = 0.0  # share of a judge panel's other judges that gave another verdict
 
     @property
     def key(self) -> tuple[str, str]:
@@ -122,4 +123,72 @@ def select(
             p = min(1.0, n_control / len(rest))
             control = _shuffled(rest, rng)[:n_control]
             picks += [Pick(u, "control", p, n_uncertain + i) for i, u in enumerate(control)]
+    return picks
+
+
+# ==================================================================================== review rounds
+UNCERTAIN = "uncertain"
+CONTROL = "control:"
+
+
+def doubt_order(units: Sequence[Unit], seed: int) -> list[Unit]:
+    """Most doubtful first: panel disagreement (highest first), then confidence (lowest first; unknown counts
+    as confident), ties broken by a seeded shuffle — the same order in every round of a review."""
+    rng = random.Random(seed)
+    tie = {u.key: rng.random() for u in sorted(units, key=lambda u: u.key)}
+    return sorted(units, key=lambda u: (-u.disagreement, 1.0 if u.confidence is None else u.confidence, tie[u.key]))
+
+
+def review_round(
+    units: Sequence[Unit],
+    previous: Mapping[tuple[str, str], str],
+    batch: int,
+    control_share: float,
+    seed: int,
+    round_no: int,
+) -> list[Pick]:
+    """The whole selection of a review after one more round, every unit with its current inclusion probability.
+
+    A review is one sampling design that grows: a take-all slice of the most doubtful units (the first
+    ``U`` of :func:`doubt_order`, probability 1) and, from the rest, a random control sample stratified by the
+    judge's verdict (probability ``c_h / N_h`` in verdict stratum ``h``). Each round extends the take-all
+    prefix by ``batch - round(batch * control_share)`` units and adds new control draws so that about
+    ``batch`` units are new. Units once selected stay selected: a control unit the growing prefix reaches
+    becomes part of it, and the controls left in the rest are still a simple random sample of it (a random
+    sample restricted to a fixed subset is a random sample of that subset), so the probabilities returned
+    hold for the cumulative sample, and agreement over every round's labels is weighted with them.
+
+    ``previous``: (record hash, item id) -> selection (``uncertain`` or ``control:<verdict>``) of the earlier
+    rounds. ``round_no`` seeds this round's control draws.
+    """
+    if batch < 1:
+        raise AnnotationError(f"--batch {batch}: give a positive number of items")
+    if not 0.0 <= control_share <= 1.0:
+        raise AnnotationError(f"--control-share {control_share}: give a share between 0 and 1")
+    order = doubt_order(units, seed)
+    by_key = {u.key: u for u in units}
+    taken = {k for k, sel in previous.items() if sel == UNCERTAIN and k in by_key}
+    n_uncertain = batch - round(batch * control_share)
+    size = sum(1 for k in previous if previous[k] == UNCERTAIN) + n_uncertain
+    certain: list[Unit] = [u for u in order[:size]]
+    certain += [by_key[k] for k in sorted(taken - {u.key for u in certain})]
+    certain_keys = {u.key for u in certain}
+    new_certain = sum(1 for u in certain if u.key not in previous)
+    rest: dict[str, list[Unit]] = defaultdict(list)
+    for u in order:
+        if u.key not in certain_keys:
+            rest[u.stratum].append(u)
+    drawn = {h: [u for u in members if previous.get(u.key, "").startswith(CONTROL)] for h, members in rest.items()}
+    budget = max(0, batch - new_certain)
+    room = {h: len(rest[h]) - len(drawn[h]) for h in rest}
+    alloc = allocate(room, budget)
+    rng = random.Random(f"{seed}:{round_no}")
+    for h in sorted(rest):
+        have = {u.key for u in drawn[h]}
+        fresh = _shuffled([u for u in rest[h] if u.key not in have], rng)[: alloc[h]]
+        drawn[h] = drawn[h] + fresh
+    picks = [Pick(u, UNCERTAIN, 1.0, i) for i, u in enumerate(certain)]
+    for h in sorted(drawn):
+        p = len(drawn[h]) / len(rest[h])
+        picks += [Pick(u, f"{CONTROL}{h}", p, len(picks) + i) for i, u in enumerate(drawn[h])]
     return picks

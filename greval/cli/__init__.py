@@ -73,6 +73,10 @@ COMMANDS: dict[str, Lazy] = {
         "Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.",
     ),
     "results": Lazy("greval.cli.results:results", "Read verdicts out of a store."),
+    "review": Lazy(
+        "greval.cli.review:review",
+        "Push the next round of items people should label for a metric, to its review dataset in Argilla.",
+    ),
     "run": Lazy("greval.cli.run:run_cmd", "Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs."),
     "spec": Lazy("greval.cli.spec:spec", "Inspect, validate and document metric specs."),
 }

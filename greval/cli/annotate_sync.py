@@ -28,9 +28,20 @@ from greval.store.store import Store
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _connection_options(func: F) -> F:
-    """--api-url / --api-key (or ARGILLA_API_URL / ARGILLA_API_KEY), --workspace, --data-dir, --dataset."""
-    opts = [
+def connection_options_for(dataset_default: str) -> Callable[[F], F]:
+    """--api-url / --api-key (or ARGILLA_API_URL / ARGILLA_API_KEY), --workspace, --data-dir, --dataset (its
+    default named in the help)."""
+
+    def add(func: F) -> F:
+        for opt in reversed(_connection_opts(dataset_default)):
+            func = opt(func)
+        return func
+
+    return add
+
+
+def _connection_opts(dataset_default: str) -> list[Callable[[F], F]]:
+    return [
         click.option(
             "--api-url",
             envvar="ARGILLA_API_URL",
@@ -45,7 +56,7 @@ def _connection_options(func: F) -> F:
             help="Its API key [env ARGILLA_API_KEY; default: the embedded server's].",
         ),
         click.option("--workspace", default=None, help="Argilla workspace [default: the server's]."),
-        click.option("--dataset", default=None, help="Argilla dataset name [default: the spec's name]."),
+        click.option("--dataset", default=None, help=f"Argilla dataset name [default: {dataset_default}]."),
         click.option(
             "--data-dir",
             type=click.Path(file_okay=False, path_type=Path),
@@ -53,9 +64,9 @@ def _connection_options(func: F) -> F:
             help="Data directory of the embedded server (as given to `annotate up`).",
         ),
     ]
-    for opt in reversed(opts):
-        func = opt(func)
-    return func
+
+
+connection_options = connection_options_for("the spec's name")
 
 
 store_option = click.option(
@@ -69,7 +80,7 @@ spec_option = click.option("--spec", "spec_name", required=True, help="Metric (s
 
 
 @contextlib.contextmanager
-def _opened(
+def opened(
     store_path: Path,
     api_url: str | None,
     api_key: str | None,
@@ -88,7 +99,7 @@ def _opened(
             conn.close()
 
 
-class _Bar:
+class PushBar:
     """A rich progress bar that appears only once there is something to push (errors before stay one line)."""
 
     def __init__(self, console: Console) -> None:
@@ -105,7 +116,7 @@ class _Bar:
         if self.task is not None:
             self.progress.advance(self.task, k)
 
-    def __enter__(self) -> _Bar:
+    def __enter__(self) -> PushBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -148,7 +159,7 @@ class _Bar:
 )
 @click.option("--judge", default=None, help="Judge label or key, when several judged this spec.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH, show_default=True)
-@_connection_options
+@connection_options
 def push_cmd(
     store_path: Path,
     spec_name: str,
@@ -168,8 +179,8 @@ def push_cmd(
     data_dir: Path | None,
 ) -> None:
     """Push a spec's verdicts to Argilla for people to label (idempotent: re-running updates)."""
-    bar = _Bar(Console(stderr=True))
-    with _opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
+    bar = PushBar(Console(stderr=True))
+    with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
         assert conn is not None
         res = push(
             store,
@@ -209,7 +220,7 @@ def push_cmd(
 @click.command("pull")
 @store_option
 @spec_option
-@_connection_options
+@connection_options
 def pull_cmd(
     store_path: Path,
     spec_name: str,
@@ -220,7 +231,7 @@ def pull_cmd(
     data_dir: Path | None,
 ) -> None:
     """Fetch annotators' answers from Argilla into the store's human labels (idempotent)."""
-    with _opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn):
+    with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn):
         assert conn is not None
         res = pull(store, conn, spec_name, dataset=dataset, workspace=workspace)
     click.echo(
@@ -252,7 +263,7 @@ def pull_cmd(
 @click.option("--annotator-name", default=None, help="One annotator name for every row.")
 @click.option("--comment", "comment_col", default=None, help="Column with the annotator's comment.")
 @click.option("--to-argilla", is_flag=True, help="Also store them in Argilla as the annotators' answers.")
-@_connection_options
+@connection_options
 def import_labels_cmd(
     file: Path,
     store_path: Path,
@@ -271,7 +282,7 @@ def import_labels_cmd(
     data_dir: Path | None,
 ) -> None:
     """Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla."""
-    with _opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=to_argilla) as (store, conn):
+    with opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=to_argilla) as (store, conn):
         res = import_labels(
             store,
             file,

@@ -118,6 +118,22 @@ class AnnotationPushes(StoreFile):
         )
         return str(rows[0][0]) if rows else None
 
+    def latest_push_to(self, spec_name: str, dataset: str, strategy: str) -> tuple[str, str, str] | None:
+        """(push id, judge key, params JSON) of the most recent push of a metric to one dataset with one strategy."""
+        rows = self._rows(
+            "SELECT push_id, judge_key, params FROM annotation_pushes WHERE spec_name=? AND dataset=? AND strategy=?"
+            " ORDER BY updated_at DESC LIMIT 1",
+            (spec_name, dataset, strategy),
+        )
+        return (str(rows[0][0]), str(rows[0][1]), str(rows[0][2])) if rows else None
+
+    def push_units(self, push_id: str) -> dict[tuple[str, str], tuple[str, float]]:
+        """(record hash, item id) -> (stratum, inclusion probability) of every unit one push selected."""
+        rows = self._rows(
+            "SELECT record_hash, item_id, stratum, probability FROM annotation_selection WHERE push_id=?", (push_id,)
+        )
+        return {(str(h), str(i)): (str(s), float(p)) for h, i, s, p in rows}
+
     def selection_probabilities(self, push_id: str) -> dict[tuple[str, str], float]:
         """(record hash, item id) -> the probability that unit had of being selected by a push."""
         rows = self._rows(

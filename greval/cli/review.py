@@ -1,0 +1,196 @@
+"""``greval review``: push the next batch people should label; ``greval review status``: what the labels say
+so far and when to stop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from greval.annotation.argilla import DEFAULT_BATCH
+from greval.cli.annotate_sync import PushBar, connection_options_for, opened, store_option
+from greval.cli.common import console, out
+from greval.errors import UserError
+from greval.report.format import fmt_number
+
+_STORE_HELP = "The greval store (SQLite) holding verdicts and human labels."
+
+
+@click.group("review", invoke_without_command=True)
+@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_STORE_HELP)
+@click.option("--spec", "spec_name", default=None, help="The metric to review (required without a subcommand).")
+@click.option(
+    "--batch", type=click.IntRange(min=1), default=50, show_default=True, help="New items to label this round."
+)
+@click.option(
+    "--control-share",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.2,
+    show_default=True,
+    help="Share of each round drawn at random (stratified by verdict) from the items not yet taken whole.",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the review's order and draws (kept by later rounds).")
+@click.option("--judge", default=None, help="Whose verdicts to review, when several judges ran (the rest: a panel).")
+@click.option("--blind", is_flag=True, help="Hide the judge's verdict and reasoning from annotators.")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH, show_default=True)
+@connection_options_for("SPEC-review")
+@click.pass_context
+def review(
+    ctx: click.Context,
+    store_path: Path | None,
+    spec_name: str | None,
+    batch: int,
+    control_share: float,
+    seed: int | None,
+    judge: str | None,
+    blind: bool,
+    batch_size: int,
+    api_url: str | None,
+    api_key: str | None,
+    workspace: str | None,
+    dataset: str | None,
+    data_dir: Path | None,
+) -> None:
+    """Push the next round of items people should label for a metric, to its review dataset in Argilla.
+
+    Each round takes the judge's most doubtful verdicts whole (panel disagreement first when several judges
+    ran, then lowest confidence), plus a random control sample of the rest, stratified by verdict, and
+    records every item's inclusion probability. `greval review status` weights the labels back with them, so
+    the figures estimate agreement over every judged item, not just over the hard ones. Docs: docs/review.md.
+
+    \b
+      greval review --store runs.sqlite --spec answer_alignment --batch 40
+      greval review status --store runs.sqlite --spec answer_alignment --target "kappa±0.05"
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if store_path is None or spec_name is None:
+        raise UserError("greval review needs --store PATH and --spec NAME (or a subcommand: status)")
+    from greval.review import next_round
+
+    bar = PushBar(console)
+    with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
+        assert conn is not None
+        res = next_round(
+            store,
+            conn,
+            spec_name,
+            batch=batch,
+            control_share=control_share,
+            seed=seed,
+            dataset=dataset,
+            workspace=workspace,
+            judge=judge,
+            blind=blind,
+            batch_size=batch_size,
+            on_start=bar.start,
+            on_progress=bar.advance,
+        )
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(res.by_selection.items()))
+    panel = f"; a panel of {res.panel} other judge(s) ordered the doubt" if res.panel else ""
+    out.print(
+        f"Round {res.round_no} of the review of {spec_name!r}: {res.new_units} new item(s) pushed to dataset "
+        f"{res.push.dataset!r} (workspace {res.push.workspace!r}); the review now holds {res.push.selected} of "
+        f"{res.push.population} judged items ({parts}){panel}.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    out.print(
+        f"Label them in Argilla, then: greval review status --store {store_path} --spec {spec_name}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for note in res.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+@review.command("status")
+@store_option
+@click.option("--spec", "spec_name", required=True, help="The metric under review.")
+@click.option(
+    "--target",
+    default=None,
+    help="The interval to reach, FIGURE±HALF_WIDTH: 'kappa±0.05', 'accuracy+-0.03', 'prevalence[Correct]±0.05'.",
+)
+@click.option("--no-pull", is_flag=True, help="Use the labels already in the store (no Argilla needed).")
+@click.option("--bootstrap", "resamples", type=int, default=1000, show_default=True, help="Resamples for CIs.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@connection_options_for("SPEC-review")
+def status_cmd(
+    store_path: Path,
+    spec_name: str,
+    target: str | None,
+    no_pull: bool,
+    resamples: int,
+    seed: int,
+    api_url: str | None,
+    api_key: str | None,
+    workspace: str | None,
+    dataset: str | None,
+    data_dir: Path | None,
+) -> None:
+    """Pull the review's labels and print agreement so far (design-weighted), the estimated share of each
+    label over every judged item, and how many more labels the target interval needs.
+
+    \b
+      greval review status --store runs.sqlite --spec answer_alignment --target "kappa±0.05"
+    """
+    from greval.agreement.stopping import Target
+    from greval.review import review_status
+
+    goal = Target.parse(target) if target else None
+    with opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=not no_pull) as (store, conn):
+        st = review_status(
+            store, conn, spec_name, target=goal, dataset=dataset, workspace=workspace, resamples=resamples, seed=seed
+        )
+    out.print(
+        f"Review of {st.spec!r} (judge {st.judge}) in dataset {st.dataset!r}: {st.rounds} round(s); "
+        f"{st.labelled_units} of {sum(c.selected for c in st.strata.values())} selected items labelled "
+        f"({st.labels} answers), out of {st.population} judged items.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if st.pulled is not None:
+        console.print(
+            f"pulled: {st.pulled.submitted} submitted, {st.pulled.pending} records without a submitted answer",
+            highlight=False,
+        )
+    strata = Table("selection", "selected", "labelled", "inclusion probability", title="Design")
+    for name, c in st.strata.items():
+        strata.add_row(name, str(c.selected), str(c.labelled), fmt_number(c.probability))
+    out.print(strata)
+    design = st.report.design if st.report is not None else None
+    if design is not None:
+        table = Table("figure", "weighted", "95% CI", "unweighted", "judge over all items", title="Estimates")
+        for e in design.estimates:
+            ci = f"[{fmt_number(e.ci_low)}, {fmt_number(e.ci_high)}]" if e.ci_low is not None else "—"
+            label = e.name[len("prevalence[") : -1] if e.name.startswith("prevalence[") else None
+            own = fmt_number(st.judge_shares.get(label, 0.0)) if label is not None else ""
+            table.add_row(e.name, fmt_number(e.weighted), ci, fmt_number(e.unweighted), own)
+        out.print(table)
+        console.print(
+            "prevalence[X]: the estimated share of X among every judged item by people's labels; beside it, the "
+            "judge's own share",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif st.report is not None:
+        for name in ("accuracy", "cohen_kappa"):
+            m = st.report.metrics.get(name)
+            if m is not None:
+                ci = f" [{fmt_number(m.ci_low)}, {fmt_number(m.ci_high)}]" if m.ci_low is not None else ""
+                out.print(f"{name}: {fmt_number(m.value)}{ci}", highlight=False)
+    ceiling = st.report.ceiling if st.report is not None else None
+    if ceiling is not None:
+        h, j = ceiling.human_pairwise_mean, ceiling.judge_pairwise_mean
+        out.print(
+            f"human ceiling ({ceiling.metric}, unweighted): people with each other {fmt_number(h.value)}, "
+            f"judge with people {fmt_number(j.value)} ({ceiling.n_items_multi} items with ≥2 people)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if st.advice is not None:
+        out.print(st.advice.line, highlight=False, soft_wrap=True)
+    for note in st.notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)

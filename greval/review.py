@@ -1,0 +1,273 @@
+"""The review loop: which items people label next, what their labels say so far, and when to stop.
+
+``next_round`` extends one growing sampling design (:func:`greval.annotation.selection.review_round`: the
+most doubtful verdicts taken whole, a random control sample of the rest stratified by verdict) and pushes
+the new units to one Argilla dataset; every round is a push whose recorded selection is the whole design so
+far, so the latest push carries each labelled unit's current inclusion probability. ``review_status`` pulls
+the answers, weights them back with those probabilities (items selected but not yet labelled are accounted
+for per stratum), and turns the chosen figure's interval into a stopping recommendation.
+
+This module joins the annotation and agreement stages; the choices and the arithmetic are pure functions in
+``annotation/selection.py``, ``agreement/design.py`` and ``agreement/stopping.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from greval.agreement.compute import compute_agreement
+from greval.agreement.design import for_respondents
+from greval.agreement.from_store import store_frame
+from greval.agreement.models import AgreementOptions, AgreementReport, AgreementScale, DesignEstimate
+from greval.agreement.stopping import Advice, Target, advise
+from greval.annotation.argilla import DEFAULT_BATCH, Connection
+from greval.annotation.errors import AnnotationError
+from greval.annotation.pull import PullResult, pull
+from greval.annotation.push import Delivery, PushResult, candidates, deliver, spec_and_judge, unit_of
+from greval.annotation.selection import Unit, review_round
+from greval.errors import UserError
+from greval.spec import CategoricalScale
+from greval.store.store import Store
+
+STRATEGY = "review"
+"""The strategy name a review round's push is recorded under."""
+
+
+def review_dataset(spec_name: str, dataset: str | None) -> str:
+    """A review has a dataset of its own by default, so other pushes of the metric do not mix into its design."""
+    return dataset or f"{spec_name}-review"
+
+
+@dataclass
+class RoundResult:
+    """One round: what was pushed, and the design it completes."""
+
+    round_no: int
+    push: PushResult
+    new_units: int
+    by_selection: dict[str, int]
+    panel: int = 0  # other judges whose verdicts ordered the doubt (0: no panel)
+    notes: list[str] = field(default_factory=list)
+
+
+def _panel(store: Store, spec_key: str, primary: str, units: list[Unit]) -> tuple[list[Unit], int]:
+    """Units with the share of the other judges of this spec version that gave another verdict."""
+    others = [j["judge_key"] for j in store.verdict_judges(spec_key, ok_only=True) if j["judge_key"] != primary]
+    if not others:
+        return units, 0
+    votes: dict[tuple[str, str], list[str]] = {}
+    for key in others:
+        for v in candidates(store, spec_key, key):
+            votes.setdefault((v.record_hash, v.item_id), []).append(unit_of(v).stratum)
+    out = []
+    for u in units:
+        seen = votes.get(u.key, [])
+        share = sum(s != u.stratum for s in seen) / len(seen) if seen else 0.0
+        out.append(Unit(u.record_hash, u.item_id, u.stratum, u.confidence, share))
+    return out, len(others)
+
+
+def next_round(
+    store: Store,
+    conn: Connection,
+    spec_name: str,
+    *,
+    batch: int,
+    control_share: float = 0.2,
+    seed: int | None = None,
+    dataset: str | None = None,
+    workspace: str | None = None,
+    judge: str | None = None,
+    blind: bool = False,
+    batch_size: int = DEFAULT_BATCH,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> RoundResult:
+    """Select the next ``batch`` units of a review and push them (the first call starts the review)."""
+    spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
+    name = review_dataset(spec.name, dataset)
+    last = store.latest_push_to(spec.name, name, STRATEGY)
+    previous: dict[tuple[str, str], str] = {}
+    notes: list[str] = []
+    round_no = 1
+    if last is not None:
+        push_id, judge_key, params_text = last
+        if judge_key != jinfo.key:
+            raise AnnotationError(
+                f"the review in dataset {name!r} follows another judge's verdicts ({judge_key}); "
+                "choose it with --judge, or start a new review with --dataset NAME"
+            )
+        params = json.loads(params_text)
+        round_no = int(params.get("round", 0)) + 1
+        stored_seed, stored_share = int(params.get("seed", 0)), float(params.get("control_share", control_share))
+        if seed is not None and seed != stored_seed:
+            notes.append(f"the review keeps its seed {stored_seed} (--seed {seed} ignored): one design, one order")
+        if stored_share != control_share:
+            notes.append(f"control share {control_share:g} this round (earlier rounds: {stored_share:g})")
+        seed = stored_seed
+        previous = {k: stratum for k, (stratum, _) in store.push_units(push_id).items()}
+    seed = 0 if seed is None else seed
+    cands = candidates(store, spec_key, jinfo.key)
+    units, panel = _panel(store, spec_key, jinfo.key, [unit_of(c) for c in cands])
+    if not panel and all(c.confidence is None for c in cands):
+        notes.append(
+            "no verdict has a confidence (judge once with --samples 3, or with token log-probabilities), and no "
+            "other judge ran this spec: the 'most doubtful' slice is a random one"
+        )
+    gone = [k for k in previous if k not in {u.key for u in units}]
+    if gone:
+        raise AnnotationError(
+            f"{len(gone)} unit(s) of the review in {name!r} are no longer among the judge's ok verdicts of this spec "
+            "version; start a new review with --dataset NAME"
+        )
+    picks = review_round(units, previous, batch, control_share, seed, round_no)
+    params = {"round": round_no, "batch": batch, "seed": seed, "control_share": control_share}
+    res = deliver(
+        store,
+        conn,
+        Delivery(spec_key, spec, jinfo, name, workspace, STRATEGY, params),
+        cands,
+        picks,
+        blind=blind,
+        batch_size=batch_size,
+        already_there=frozenset(previous),
+        on_start=on_start,
+        on_progress=on_progress,
+    )
+    return RoundResult(
+        round_no=round_no,
+        push=res,
+        new_units=res.sent,
+        by_selection=dict(Counter(p.selection.partition(":")[0] for p in picks)),
+        panel=panel,
+        notes=notes,
+    )
+
+
+@dataclass
+class StratumCount:
+    selected: int
+    labelled: int
+    probability: float
+
+
+@dataclass
+class ReviewStatus:
+    """Where a review stands: labels so far, design-weighted agreement, the estimated label shares over every
+    judged item, and whether the target interval is reached."""
+
+    spec: str
+    dataset: str
+    judge: str
+    rounds: int
+    population: int
+    strata: dict[str, StratumCount]
+    labels: int  # submitted answers
+    labelled_units: int
+    report: AgreementReport | None
+    judge_shares: dict[str, float]  # each verdict's share among all the judge's ok verdicts (the population)
+    advice: Advice | None
+    pulled: PullResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def estimate(self, name: str) -> DesignEstimate | None:
+        """A design-weighted figure by name (accuracy, kappa, prevalence[LABEL]); None before it exists."""
+        if self.report is None or self.report.design is None:
+            return None
+        return next((e for e in self.report.design.estimates if e.name == name), None)
+
+
+def _as_labels(frame: pd.DataFrame, scale: AgreementScale) -> tuple[pd.DataFrame, AgreementScale]:
+    """A value scale read as its ordered integer labels, so the design-weighted figures (defined on labels)
+    exist for it too: accuracy is exact agreement and κ the unweighted one there."""
+    if scale.kind == "categorical" or scale.min is None or scale.max is None:
+        return frame, scale
+    labels = [str(v) for v in range(int(scale.min), int(scale.max) + 1)]
+    out = frame.copy()
+    for col in ("judge", "human"):
+        out[col] = out[col].map(lambda v: None if pd.isna(v) else str(int(v)))
+    return out, AgreementScale(kind="categorical", labels=labels, ordered=True)
+
+
+def review_status(
+    store: Store,
+    conn: Connection | None,
+    spec_name: str,
+    *,
+    target: Target | None = None,
+    dataset: str | None = None,
+    workspace: str | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> ReviewStatus:
+    """Pull the review's answers (when ``conn`` is given), recompute agreement on the design, and advise."""
+    spec_key, spec = store.latest_spec(spec_name)
+    name = review_dataset(spec.name, dataset)
+    last = store.latest_push_to(spec.name, name, STRATEGY)
+    if last is None:
+        raise UserError(f"no review of {spec.name!r} in dataset {name!r}: start one with `greval review --spec ...`")
+    push_id, judge_key, params_text = last
+    pulled = pull(store, conn, spec.name, dataset=name, workspace=workspace) if conn is not None else None
+    units = store.push_units(push_id)
+    population = len(candidates(store, spec_key, judge_key))
+    shares = Counter(unit_of(c).stratum for c in candidates(store, spec_key, judge_key))
+    judge_shares = {k: v / population for k, v in sorted(shares.items())} if population else {}
+    selected = Counter(stratum for stratum, _ in units.values())
+    prob = {stratum: p for stratum, p in units.values()}
+    labels = store.human_labels(spec.name, dataset=name, submitted=True)
+    labelled_keys = {(h["record_hash"], h["item_id"]) for h in labels if (h["record_hash"], h["item_id"]) in units}
+    per_stratum = Counter(units[k][0] for k in labelled_keys)
+    strata = {s: StratumCount(selected[s], per_stratum.get(s, 0), prob[s]) for s in sorted(selected)}
+    judge_label = next((j["label"] for j in store.verdict_judges(spec_key) if j["judge_key"] == judge_key), judge_key)
+    status = ReviewStatus(
+        spec=spec.name,
+        dataset=name,
+        judge=judge_label,
+        rounds=int(json.loads(params_text).get("round", 1)),
+        population=population,
+        strata=strata,
+        labels=len(labels),
+        labelled_units=len(labelled_keys),
+        report=None,
+        judge_shares=judge_shares,
+        advice=None,
+        pulled=pulled,
+    )
+    if not labels:
+        status.notes.append("no submitted labels yet: label in Argilla, then run `greval review status` again")
+        if target is not None:
+            status.advice = advise(target, 0, None, None)
+        return status
+    frame, scale, _ = store_frame(store, spec.name, judge_key, "item", spec.hash, datasets=[name])
+    frame, notes = for_respondents(frame, dict(selected), prob)
+    status.notes += notes
+    if not isinstance(spec.scale, CategoricalScale):
+        frame, scale = _as_labels(frame, scale)
+        status.notes.append("value scale: read as ordered labels here (accuracy = exact agreement, κ unweighted)")
+    status.report = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=seed))
+    if status.report.design is None and all(c.probability >= 1.0 for c in strata.values()):
+        status.notes.append("every selected item was taken whole and labelled: the figures are a census")
+    if target is not None:
+        status.advice = _advice(status, target)
+    return status
+
+
+def _advice(status: ReviewStatus, target: Target) -> Advice:
+    known = [e.name for e in status.report.design.estimates] if status.report and status.report.design else []
+    est = status.estimate(target.figure)
+    if est is not None:
+        return advise(target, status.labelled_units, est.ci_low, est.ci_high)
+    if status.report is not None and status.report.design is None:
+        # A census of what was selected (every π = 1): the plain figures are the design's own.
+        plain = {"kappa": "cohen_kappa"}.get(target.figure, target.figure)
+        e = status.report.metrics.get(plain)
+        if e is not None:
+            return advise(target, status.labelled_units, e.ci_low, e.ci_high)
+    if known and target.figure not in known:
+        raise UserError(f"--target {target.figure!r}: choose one of {', '.join(known)}")
+    return advise(target, status.labelled_units, None, None)
