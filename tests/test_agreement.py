@@ -1930,7 +1930,8 @@ def _population(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @pytest.mark.slow
 def test_design_weighted_estimates_are_unbiased_and_cover_on_uncertain_first_samples() -> None:
     """500 repetitions of greval's own uncertain-first selection (default 20 % random control) from one
-    population of 4,000 judged items: the 1/π-weighted accuracy, κ and prevalence are unbiased (mean within
+    population of 4,000 judged items: the 1/π-weighted accuracy, κ, prevalence, balanced accuracy, macro F1
+    and a label's recall are unbiased (mean within
     2 standard errors of the population's figure), their 95 % intervals cover it 93-97 % of the time, and
     the unweighted figures - what agreement showed before - are far off."""
     from greval.agreement.design import DesignSample, design_estimates
@@ -1943,6 +1944,9 @@ def test_design_weighted_estimates_are_unbiased_and_cover_on_uncertain_first_sam
         "kappa": skm.cohen_kappa_score(human, judge),
         "prevalence[fail]": float(np.mean(human == 0)),
         "prevalence[pass]": float(np.mean(human == 1)),
+        "balanced_accuracy": skm.balanced_accuracy_score(human, judge),
+        "macro_f1": skm.f1_score(human, judge, average="macro"),
+        "recall[fail]": skm.recall_score(human, judge, pos_label=0),
     }
     units = [Unit(f"r{i:05d}", "", labels[judge[i]], float(confidence[i])) for i in range(len(human))]
     row = {u.record_hash: i for i, u in enumerate(units)}
@@ -1959,7 +1963,8 @@ def test_design_weighted_estimates_are_unbiased_and_cover_on_uncertain_first_sam
         for est in design_estimates(sample, labels, resamples=1000, seed=rep):
             assert est.weighted is not None and est.ci_low is not None and est.ci_high is not None, est
             assert est.unweighted is not None
-            got[est.name].append((est.weighted, est.unweighted, est.ci_low, est.ci_high))
+            if est.name in got:
+                got[est.name].append((est.weighted, est.unweighted, est.ci_low, est.ci_high))
     for name, true in truth.items():
         a = np.asarray(got[name])
         se = a[:, 0].std(ddof=1) / math.sqrt(len(a))
@@ -1981,6 +1986,13 @@ def test_design_estimates_on_a_simple_random_sample_equal_the_plain_figures() ->
     est = {e.name: e for e in design_estimates(sample, ["fail", "pass"], resamples=200)}
     assert est["accuracy"].weighted == pytest.approx(skm.accuracy_score(human, judge), abs=TOL)
     assert est["kappa"].weighted == pytest.approx(skm.cohen_kappa_score(human, judge), abs=TOL)
+    assert est["balanced_accuracy"].weighted == pytest.approx(skm.balanced_accuracy_score(human, judge), abs=TOL)
+    assert est["macro_f1"].weighted == pytest.approx(skm.f1_score(human, judge, average="macro"), abs=TOL)
+    p, r, f, _ = skm.precision_recall_fscore_support(human, judge, labels=[0, 1])
+    for i, label in enumerate(["fail", "pass"]):
+        assert est[f"precision[{label}]"].weighted == pytest.approx(p[i], abs=TOL)
+        assert est[f"recall[{label}]"].weighted == pytest.approx(r[i], abs=TOL)
+        assert est[f"f1[{label}]"].weighted == pytest.approx(f[i], abs=TOL)
     for e in est.values():
         assert e.weighted == pytest.approx(e.unweighted, abs=TOL)
         assert e.ci_low is not None and e.ci_high is not None and e.ci_low < e.weighted < e.ci_high  # type: ignore[operator]

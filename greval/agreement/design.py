@@ -10,8 +10,9 @@ weights), and the bootstrap resamples *within* each selection stratum, keeping s
 
 Figures are the plug-in estimates from the weighted confusion matrix: accuracy (a ratio of weighted
 counts, exactly unbiased when the weights sum to the population size as they do for greval's selections),
-Cohen's κ (a smooth function of the same matrix: consistent, with O(1/n) bias), and each label's share of
-the human labels (the population prevalence). The bootstrap draws with replacement inside a stratum and
+Cohen's κ, balanced accuracy, macro F1 and each label's precision / recall / F1 (smooth functions of the
+same matrix: consistent, with O(1/n) bias), and each label's share of the human labels (the population
+prevalence). The bootstrap draws with replacement inside a stratum and
 ignores the finite-population correction, so its intervals are slightly conservative when a stratum's
 sample is a large share of it. ``tests/test_agreement.py`` checks bias and coverage by simulation.
 """
@@ -68,16 +69,31 @@ def _confusions(human: IntArray, judge: IntArray, n_codes: int, counts: FloatArr
 
 
 def _figures(cm: FloatArray, k: int, labels: Sequence[str]) -> dict[str, FloatArray]:
-    """Accuracy, κ and human-label shares of each (weighted) confusion matrix; NaN where undefined.
+    """Accuracy, κ, balanced accuracy, macro F1, human-label shares and per-label precision / recall / F1 of
+    each (weighted) confusion matrix (humans are the truth, as in scikit-learn's classification report);
+    NaN where undefined.
 
-    The stats functions are ratios of sums, so weighted counts may stand in for counts."""
+    The stats functions are ratios of sums, so weighted counts may stand in for counts. As scikit-learn:
+    balanced accuracy is the mean recall over the labels people used; macro F1 averages over the labels
+    either side used, an undefined F1 (no true positive, nothing predicted) counting 0."""
     as_counts = cast(IntArray, cm)
     out = {"accuracy": st.accuracy_from(as_counts)[0], "kappa": st.kappa_from(as_counts)[0]}
     total = cm.sum(axis=(1, 2))
-    rows = cm.sum(axis=2)[:, :k]
+    support = cm.sum(axis=2)[:, :k]
+    predicted = cm.sum(axis=1)[:, :k]
+    tp = np.diagonal(cm, axis1=1, axis2=2)[:, :k]
     with np.errstate(divide="ignore", invalid="ignore"):
+        precision = tp / predicted
+        recall = tp / support
+        f1 = 2 * tp / (support + predicted)
+        used = (support + predicted) > 0
+        out["balanced_accuracy"] = np.nanmean(np.where(support > 0, recall, np.nan), axis=1)
+        out["macro_f1"] = np.where(used, np.nan_to_num(f1), 0.0).sum(axis=1) / used.sum(axis=1)
         for i, label in enumerate(labels):
-            out[f"prevalence[{label}]"] = rows[:, i] / total
+            out[f"prevalence[{label}]"] = support[:, i] / total
+        for name, values in (("precision", precision), ("recall", recall), ("f1", f1)):
+            for i, label in enumerate(labels):
+                out[f"{name}[{label}]"] = values[:, i]
     return out
 
 
@@ -145,7 +161,8 @@ def design_estimates(
 
 
 def _names(labels: Sequence[str]) -> list[str]:
-    return ["accuracy", "kappa"] + [f"prevalence[{label}]" for label in labels]
+    per_label = [f"{name}[{label}]" for name in ("prevalence", "precision", "recall", "f1") for label in labels]
+    return ["accuracy", "kappa", "balanced_accuracy", "macro_f1", *per_label]
 
 
 def _finite(x: float) -> float | None:
