@@ -1295,9 +1295,17 @@ def test_bleu_equals_nltk_sentence_bleu() -> None:
         assert computed_score(res) == pytest.approx(float(want), abs=1e-12), params
         assert res.outputs["prediction_tokens"] == len(hyp)
     # Unsmoothed BLEU-4 with no shared 4-gram is 0, and the reason says why.
+    # nltk itself returns ~1e-155 there (the smallest float stands in for the zero precision): greval says 0.
     res = computed_judge(spec("bleu"), {"answer": "brown fox river", "expected_answer": REF})
-    assert computed_score(res) == pytest.approx(0.0, abs=1e-100)
+    assert computed_score(res) == 0.0 and res.outputs["bleu"] == 0.0
     assert "no smoothing" in (res.verdicts[0].reason or "")
+    res = computed_judge(
+        spec("bleu"), {"answer": "the quick brown fox leaps", "expected_answer": "the quick brown dog"}
+    )
+    assert (
+        0 < float(sentence_bleu([["the", "quick", "brown", "dog"]], ["the", "quick", "brown", "fox", "leaps"])) < 1e-50
+    )
+    assert computed_score(res) == 0.0
 
 
 def test_missing_input_is_reported_not_scored() -> None:

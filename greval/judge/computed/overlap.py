@@ -60,8 +60,8 @@ def bleu(p: BleuParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dic
     }
     n = len(p.weights)
     reason = f"BLEU-{n} {score:.3f} over {len(hyp)} tokens against {len(refs)} reference(s)"
-    if score < 1e-100 and p.smoothing == "none" and hyp:  # nltk returns ~1e-156, not 0, for a zero order
-        reason += " (no smoothing: a missing n-gram order gives 0)"
+    if score == 0.0 and p.smoothing == "none" and hyp:
+        reason += " (no smoothing: an n-gram order with no match gives 0)"
     return [record_verdict(score, reason)], outputs
 
 
@@ -78,6 +78,12 @@ def bleu_score(prediction: str, references: Sequence[str], p: BleuParams) -> tup
     hyp = split(prediction)
     refs = [split(r) for r in references]
     smoothing = None if p.smoothing == "none" else getattr(nltk_bleu.SmoothingFunction(), p.smoothing)
+    if smoothing is None and hyp and refs:
+        # Unsmoothed BLEU is a geometric mean: one order with no match makes it 0. nltk returns ~1e-155 there
+        # (it substitutes the smallest float for the zero precision), which reads as a score; 0 it is.
+        for order, weight in enumerate(p.weights, start=1):
+            if weight > 0 and nltk_bleu.modified_precision(refs, hyp, order).numerator == 0:
+                return 0.0, hyp, refs
     with warnings.catch_warnings():  # nltk warns on every zero n-gram overlap; the reason says so instead
         warnings.simplefilter("ignore")
         value = nltk_bleu.sentence_bleu(refs, hyp, weights=tuple(p.weights), smoothing_function=smoothing)
