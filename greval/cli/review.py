@@ -164,6 +164,8 @@ def status_cmd(
     if design is not None:
         table = Table("figure", "weighted", "95% CI", "unweighted", "judge over all items", title="Estimates")
         for e in design.estimates:
+            if e.name.startswith(("precision[", "recall[", "f1[")):
+                continue  # per-label detail: `greval agreement --store ... --dataset <review dataset>`
             ci = f"[{fmt_number(e.ci_low)}, {fmt_number(e.ci_high)}]" if e.ci_low is not None else "—"
             label = e.name[len("prevalence[") : -1] if e.name.startswith("prevalence[") else None
             own = fmt_number(st.judge_shares.get(label, 0.0)) if label is not None else ""
