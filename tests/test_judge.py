@@ -1452,6 +1452,39 @@ def test_citation_coverage_of_list_items() -> None:
     assert res.outputs["validity"] == pytest.approx(2 / 3)  # [zz] is unknown
 
 
+def test_bare_ids_in_source_keys_cite_and_agree_with_orphan_claims() -> None:
+    """A claim whose `source` holds a bare chunk id cites that chunk: citation coverage and the orphan rate
+    count the same claims as sourced (coverage = 1 - orphan rate), and validity checks the ids resolve,
+    also against GraphRAG's `human_readable_id` for `[Data: Sources (12)]`."""
+    chunks = [
+        {"id": "c1", "text": "one"},
+        {"id": "9f3a", "human_readable_id": 12, "text": "twelve"},
+        {"id": "c3", "metadata": {"source_id": "doc-3"}, "text": "three"},
+    ]
+    claims = [
+        {"text": "A", "source": "c1"},  # bare id: valid
+        {"text": "B", "chunk_ids": [12, "doc-3"]},  # human_readable_id and a metadata source_id: both valid
+        {"text": "C [Data: Sources (12)]"},  # written, resolved by human_readable_id
+        {"text": "D", "source": "c7"},  # bare id that does not resolve: sourced but invalid
+        {"text": "E"},  # orphan
+    ]
+    data = {"claims": claims, "chunks": chunks}
+    cov = computed_judge(spec("citations", {"items": "claims", "score": "coverage"}), data)
+    orphan = computed_judge(spec("orphan_claims"), data)
+    assert computed_score(cov) == pytest.approx(4 / 5)
+    assert computed_score(orphan) == pytest.approx(1 / 5)
+    assert res_valid(cov) == ["valid", "valid", "valid", "valid", "invalid"]
+    assert cov.outputs["validity"] == pytest.approx(4 / 5)
+    only_ids = computed_judge(
+        spec("citations", {"items": "claims", "id_keys": ["id"]}), {"claims": claims[2:3], "chunks": chunks}
+    )
+    assert res_valid(only_ids) == ["invalid"]  # 12 is no chunk's `id`
+
+
+def res_valid(res: Any) -> list[str]:
+    return [str(v.label) for v in res.verdicts if v.item_id]
+
+
 def test_no_citations_gives_no_validity_score() -> None:
     res = computed_judge(spec("citations"), {"answer": "Plain text.", "chunks": CHUNKS})
     assert computed_score(res) is None

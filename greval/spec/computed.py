@@ -139,8 +139,15 @@ class CitationParams(StrictModel):
         None, pattern=IDENT, description="Instead of sentences: a list field whose items should each cite."
     )
     item_keys: list[str] = Field(
-        default_factory=lambda: ["text", "source", "sources", "citation", "citations"],
-        description="Keys of each item (when items are objects) searched for citations.",
+        default_factory=lambda: ["text", "source", "sources", "citation", "citations", "chunk_id", "chunk_ids"],
+        description="Keys of each item (when items are objects) searched for citations. In `text` a citation "
+        "must be written as one; in the others a bare chunk id (`source: c3`, `chunk_ids: [1, 2]`) is one too.",
+    )
+    id_keys: list[str] = Field(
+        default_factory=lambda: ["id", "source_id", "human_readable_id"],
+        min_length=1,
+        description="Chunk keys (or chunk metadata keys) a cited id is matched against, e.g. GraphRAG's "
+        "`human_readable_id` for `[Data: Sources (12)]`.",
     )
     styles: list[CitationStyle] = Field(
         default_factory=lambda: list(_STYLES),

@@ -115,9 +115,21 @@ def _kindmatch_key(kind: str) -> str:
     return _SINGULAR.get(k, k)
 
 
+def chunk_ids(chunks: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    """Every id a chunk answers to (its ``keys``, on the chunk or in its metadata; the first chunk wins)."""
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for ch in chunks:
+        meta = _chunk_meta(ch)
+        for k in keys:
+            v = ch.get(k, meta.get(k))
+            if v is not None and str(v).strip():
+                by_id.setdefault(match_key(str(v)), ch)
+    return by_id
+
+
 def check_citation(c: Citation, chunks: Sequence[Mapping[str, Any]], p: CitationParams) -> str | None:
     """Why a citation is invalid, or None when it is valid."""
-    by_id = {match_key(str(ch.get("id", ""))): ch for ch in chunks}
+    by_id = chunk_ids(chunks, p.id_keys)
     chunk: Mapping[str, Any] | None = None
     if c.kind is None:
         chunk = by_id.get(match_key(c.ref))
@@ -182,19 +194,30 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
-def _item_text(item: Any, keys: Sequence[str]) -> str:
-    if isinstance(item, str):
-        return item
-    if isinstance(item, Mapping):
-        parts: list[str] = []
-        for k in keys:
-            v = item.get(k)
-            if isinstance(v, str):
-                parts.append(v)
-            elif isinstance(v, list | tuple):
-                parts.extend(str(x) for x in v)
-        return " ".join(parts)
-    return str(item)
+TEXT_KEY = "text"
+"""The key of an item's own words: citations there must be written as citations."""
+
+
+def item_citations(item: Any, p: CitationParams) -> list[Citation]:
+    """The citations of one item (a claim): written ones anywhere, and in a source-like key (every key of
+    ``item_keys`` but ``text``) a bare id as well, so ``{"text": ..., "source": "c3"}`` cites chunk c3, as
+    ``orphan_claims`` counts it sourced."""
+    if not isinstance(item, Mapping):
+        return parse_citations(str(item), p.styles)
+    found: list[Citation] = []
+    for k in p.item_keys:
+        v = item.get(k)
+        values = v if isinstance(v, list | tuple) else [] if v is None else [v]
+        for x in values:
+            s = str(x).strip()
+            if not s:
+                continue
+            written = parse_citations(s, p.styles)
+            if written or k == TEXT_KEY:
+                found.extend(written)
+            else:
+                found.extend(Citation(text=ref, ref=ref) for ref in re.split(r"\s*[,;]\s*", s) if ref)
+    return found
 
 
 def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
@@ -204,15 +227,19 @@ def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerd
         value = data.get(p.items)
         if not isinstance(value, list):
             raise ComputeError(f"{p.items}: expected a list, got {type(value).__name__}")
-        units = [_item_text(it, p.item_keys) for it in value]
+        units = [
+            it if isinstance(it, str) else str(it.get(TEXT_KEY, it)) if isinstance(it, Mapping) else str(it)
+            for it in value
+        ]
+        per_unit = [item_citations(it, p) for it in value]
         unit_name = "item"
     else:
         units = split_sentences(" ".join(texts(data.get(p.field))))
+        per_unit = [parse_citations(u, p.styles) for u in units]
         unit_name = "sentence"
     cites: list[Citation] = []
     uncited: list[int] = []
-    for i, u in enumerate(units):
-        found = parse_citations(u, p.styles)
+    for i, found in enumerate(per_unit):
         if not found:
             uncited.append(i)
         cites.extend(found)
