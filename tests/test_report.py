@@ -484,3 +484,46 @@ def test_consistency_markdown_lists_figures_and_confusion() -> None:
     md = render_consistency_markdown(rep)
     assert "| consistency | 0.500 |" in md and "| A | 1 | 1 | 0 |" in md
     assert "1 item(s) appear in only one run: left out" in md
+
+
+# ------------------------------------------------------------------------------------------ calibration
+
+
+def test_calibration_reaches_html_markdown_json_and_the_terminal(tmp_path: Path) -> None:
+    """The HTML page embeds the reliability diagram and shows the ECE the JSON holds; every calibration note
+    (rows without a confidence) is on every rendering."""
+    rng = np.random.default_rng(5)
+    n = 300
+    conf = rng.choice([1 / 3, 2 / 3, 1.0], n)
+    h = rng.choice(["a", "b"], n)
+    right = rng.random(n) < conf - 0.1
+    j = np.where(right, h, np.where(h == "a", "b", "a"))
+    f = frame(list(h), list(j), judge_confidence=[None, None, *conf[2:]])
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), AgreementOptions(bootstrap=50))
+    cal = rep.calibration
+    assert cal is not None and cal.ece.value is not None and cal.n_without_confidence == 2
+    page, md = render_html(rep, f), render_markdown(rep)
+    section = page.split("<h2>Is the judge&#x27;s confidence calibrated?</h2>", 1)[1].split("<h2>", 1)[0]
+    assert 'alt="reliability diagram" src="data:image/png;base64,' in section
+    data = json.loads(rep.model_dump_json())["calibration"]
+    shown = f"ECE {data['ece']['value']:.3f} [{data['ece']['ci_low']:.3f}, {data['ece']['ci_high']:.3f}]"
+    assert shown in html.unescape(section) and shown in md
+    assert [r[1] for r in _calibration_table(section)] == [str(b.count) for b in cal.bins if b.count]
+    notes = notes_in(rep)
+    assert any("have no judge confidence" in note for note in notes)
+    assert not [note for note in notes if html.escape(note) not in page]
+    assert not [note for note in notes if not in_markdown(note, md)]
+    path = tmp_path / "f.csv"
+    f.rename(columns={"judge_confidence": "conf"}).to_csv(path, index=False)
+    out = tmp_path / "f.json"
+    args = [str(path), "--judge", "judge", "--human", "human", "--confidence", "conf", "--bootstrap", "50"]
+    res = CliRunner().invoke(agreement, [*args, "--decimals", "3", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert shown in flat and "2 row(s) with a judge and a human answer have no judge confidence" in flat
+    assert json.loads(out.read_text())["calibration"]["ece"] == data["ece"]
+
+
+def _calibration_table(section: str) -> list[list[str]]:
+    table = section.split("<table", 1)[1].split("</table>", 1)[0]
+    return [cells(r) for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]]

@@ -14,6 +14,7 @@ import pandas as pd
 
 from greval.agreement import bootstrap as bs
 from greval.agreement import stats as st
+from greval.agreement.calibration import calibration_from_frame, has_confidence
 from greval.agreement.design import design_report
 from greval.agreement.models import (
     AgreementOptions,
@@ -694,6 +695,8 @@ def compute_agreement(
         )
         if report.design is not None:
             report.notes.append(report.design.summary)
+    if has_confidence(frame) and "judge" in frame.columns:
+        report.calibration = calibration_from_frame(frame, options)
     if threshold is not None:
         how = (
             f"chosen by {threshold.chosen_by} on the {threshold.selection_items} items with {threshold.select_on} "

@@ -20,6 +20,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from greval.agreement.models import AgreementScale
+from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.errors import UserError
 from greval.spec import CategoricalScale, Spec
 from greval.store.results import aggregate_items
@@ -73,7 +74,8 @@ def store_frame(
     """The long (item, annotator) frame for one metric, its scale, and what was selected.
 
     Columns: item, judge, human, annotator, group (the record, so bootstrap resamples whole records for
-    chunk / triple metrics), record_id, item_id, reason, comment, and ``system`` when records carry one.
+    chunk / triple metrics), record_id, item_id, reason, comment, judge_confidence (the verdict's confidence,
+    empty when the judge was asked once), and ``system`` when records carry one.
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
     ``version`` picks a spec version by hash (default: the latest). ``datasets``: the human-label datasets
     to use (default: every one, see the module doc).
@@ -100,12 +102,20 @@ def store_frame(
     else:
         merged["judge"] = merged["value"].where(ok, None)
         merged["human"] = merged["h_value"]
+    # The judge's confidence in an ok verdict (the agreement rate of --samples N answers; None from one sample).
+    confidence = {(u.record_hash, u.item_id): u.confidence for u in store.unit_verdicts(spec_key, judge_key)}
+    merged[CONFIDENCE_COLUMN] = [
+        confidence.get((str(h), str(i))) if good else None
+        for h, i, good in zip(merged["record_hash"], merged["item_id"], ok, strict=True)
+    ]
+    merged[CONFIDENCE_COLUMN] = pd.to_numeric(merged[CONFIDENCE_COLUMN], errors="coerce")
     merged["item"] = merged["record_id"].astype(str) + merged["item_id"].map(lambda i: f"/{i}" if i else "")
     merged["group"] = merged["record_id"].astype(str)
     systems = {h: data.get("system") for h, data in store.labelled_record_data(spec.name).items()}
     if any(v is not None for v in systems.values()):
         merged["system"] = merged["record_hash"].map(systems).astype("string")
     cols = ["item", "judge", "human", "annotator", "group", "record_id", "item_id", "reason", "comment"]
+    cols += [CONFIDENCE_COLUMN]
     cols += ["system"] if "system" in merged else []
     chosen = store.dataset_selections(spec.name)
     if chosen:  # how each labelled item was selected: agreement weights a non-uniform sample back (1/π)

@@ -88,6 +88,9 @@ class AgreementOptions(BaseModel):
         ge=2,
         description="skip Krippendorff α above this many distinct values (its cost is units × values²)",
     )
+    calibration_bins: int = Field(
+        10, ge=1, le=100, description="equal-width confidence bins of the calibration report (judge_confidence)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AgreementOptions:
@@ -317,6 +320,44 @@ class DesignReport(BaseModel):
     notes: list[str] = Field(default_factory=list, description="What the weighting assumed or left out.")
 
 
+class CalibrationBin(BaseModel):
+    """One equal-width confidence bin [low, high) (the last one closed at 1): its rows, the weighted mean
+    confidence and the weighted share of rows where the judge's answer equals the human's."""
+
+    low: float
+    high: float
+    count: int = Field(description="Rows (one per item and annotator) whose confidence falls in the bin.")
+    weight: float = Field(description="Their summed design weight (= count without weights).")
+    mean_confidence: float | None = None
+    accuracy: float | None = None
+    ci_low: float | None = Field(None, description="Wilson interval of the accuracy (Kish effective n).")
+    ci_high: float | None = None
+
+
+class CalibrationReport(BaseModel):
+    """Does the judge's confidence mean what it says? Each (item, annotator) row with a judge answer, a
+    human answer and a confidence is one observation: correct when the judge's answer equals the human's
+    (exact match, also on value scales). See greval/agreement/calibration.py for the definitions."""
+
+    n: int = Field(description="Rows used: judge answer, human answer and confidence all present.")
+    n_without_confidence: int = Field(0, description="Rows with both answers but no confidence: skipped.")
+    n_without_answer: int = Field(0, description="Rows with a confidence but no judge or no human answer: skipped.")
+    weighted: bool = Field(False, description="Rows weighted by 1/π, their inclusion probability.")
+    accuracy: float | None = Field(None, description="Weighted share of correct rows.")
+    mean_confidence: float | None = None
+    bins: list[CalibrationBin]
+    ece: Estimate = Field(description="Expected calibration error: Σ bin share × |accuracy − mean confidence|.")
+    mce: Estimate = Field(description="Maximum calibration error: the largest |accuracy − mean confidence| of a bin.")
+    brier: Estimate = Field(description="Weighted mean of (confidence − correct)².")
+    ece_if_calibrated: float | None = Field(
+        None,
+        description="95th percentile of the ECE a perfectly calibrated judge with the same confidences and "
+        "weights would show (simulated): the ECE's own noise floor",
+    )
+    resample_unit: str | None = Field(None, description="What the ECE / Brier bootstrap drew: rows, items or groups.")
+    notes: list[str] = Field(default_factory=list)
+
+
 class AgreementReport(BaseModel):
     """Judge-vs-human agreement on one frame (and, nested, per slice)."""
 
@@ -332,6 +373,9 @@ class AgreementReport(BaseModel):
     ceiling: Ceiling | None = None
     slices: dict[str, dict[str, AgreementReport]] = Field(default_factory=dict)
     design: DesignReport | None = None
+    calibration: CalibrationReport | None = Field(
+        None, description="The judge's confidence against human labels (when the frame has judge_confidence)."
+    )
     notes: list[str] = Field(default_factory=list)
 
 

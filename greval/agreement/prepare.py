@@ -15,6 +15,10 @@ Rules (documented in docs/agreement.md):
   One annotator answering one item twice differently is an error.
 - Items with no human answer are left out of the comparison (counted) but still count in the judge's
   observed prevalence.
+
+Optional columns are recognised by name: ``annotator``, ``group``, ``score``, ``probability`` / ``stratum``
+(design weights, agreement/design.py) and ``judge_confidence`` (the judge's confidence in [0, 1], read row by
+row by agreement/calibration.py, not reduced here).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from greval.agreement.stats import BoolArray, FloatArray, IntArray, worst_case_c
 from greval.errors import DataError
 
 MISSING = -1
+CONFIDENCE_COLUMN = "judge_confidence"
+"""The frame column with the judge's confidence in its answer (0..1; empty when it has none)."""
 
 
 def _is_missing(v: Any) -> bool:

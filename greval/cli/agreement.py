@@ -24,11 +24,17 @@ from greval.agreement.models import (
     ConsistencyReport,
     GroupFigures,
 )
+from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.tables import read_table, select, to_agreement_frame
 from greval.cli.common import fail
 from greval.errors import UserError
 from greval.report.agreement import (
+    CALIBRATION_HEADER,
+    CALIBRATION_TITLE,
     DESIGN_HEADER,
+    calibration_figures,
+    calibration_notes,
+    calibration_rows,
     design_rows,
     prevalence_notes,
     render_consistency_markdown,
@@ -188,6 +194,17 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
         console.print(t)
         for note in report.design.notes:
             console.print(f"  design: {escape(note)}")
+    cal = report.calibration
+    if cal is not None:
+        console.print(f"[bold]{CALIBRATION_TITLE}[/] {escape(calibration_figures(cal, d))}", highlight=False)
+        t = Table(title="reliability (confidence bins; human = truth)", title_justify="left")
+        for col in CALIBRATION_HEADER:
+            t.add_column(col, justify="left" if col in (CALIBRATION_HEADER[0], CALIBRATION_HEADER[-1]) else "right")
+        for cells in calibration_rows(cal, d):
+            t.add_row(*[escape(cell) for cell in cells])
+        console.print(t)
+        for note in calibration_notes(cal):
+            console.print(f"  calibration: {escape(note)}")
     for col, parts in report.slices.items():
         keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]
         t = Table(title=f"by {col}", title_justify="left")
@@ -348,6 +365,20 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     "precision) with CIs; without --judge, labels come from --threshold / --choose-threshold (or only AUCs)",
 )
 @click.option(
+    "--confidence",
+    "confidence_col",
+    default=None,
+    help="column with the judge's confidence in its answer (0..1): adds a calibration report (reliability "
+    "diagram, ECE, Brier). Default: a column named judge_confidence, when the file has one",
+)
+@click.option(
+    "--calibration-bins",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="equal-width confidence bins of the calibration report",
+)
+@click.option(
     "--threshold",
     type=float,
     default=None,
@@ -459,6 +490,8 @@ def agreement(
     invalid: str,
     pos_label: str | None,
     score_col: str | None,
+    confidence_col: str | None,
+    calibration_bins: int,
     threshold: float | None,
     threshold_rule: str,
     choose_threshold: str | None,
@@ -498,6 +531,7 @@ def agreement(
             seed,
             slices,
             _parse_map(maps),
+            calibration_bins,
             json_out,
             html_out,
             md_out,
@@ -530,6 +564,7 @@ def agreement(
             choose_threshold=choose_threshold,
             select_on=select_on,
             invalid_pairs=invalid_pairs,
+            calibration_bins=calibration_bins,
         )
         raw = read_table(file, as_text=True)
         if pair_by is not None:
@@ -552,7 +587,8 @@ def agreement(
             f = to_agreement_frame(
                 raw, j, human, item=item, annotator=annotator, group=group, slices=slices, extra=extra, score=score_col
             )
-            for name, col in (("reason", reason_col), ("comment", comment_col)):
+            confidence = confidence_col or (CONFIDENCE_COLUMN if CONFIDENCE_COLUMN in raw.columns else None)
+            for name, col in (("reason", reason_col), ("comment", comment_col), (CONFIDENCE_COLUMN, confidence)):
                 if col:
                     f[name] = select(raw, col).to_numpy()
             if version_col is None:
@@ -651,6 +687,7 @@ def _from_store(
     seed: int,
     slices: tuple[str, ...],
     mapping: dict[str, str],
+    calibration_bins: int,
     json_out: Path | None,
     html_out: Path | None,
     md_out: Path | None,
@@ -688,7 +725,12 @@ def _from_store(
         assert scale is not None
         auto = [c for c in ("system",) if all(c in f.columns and f[c].notna().any() for f in frames.values())]
         options = AgreementOptions(
-            invalid=invalid, bootstrap=resamples, seed=seed, mapping=mapping, slices=list(slices) or auto
+            invalid=invalid,
+            bootstrap=resamples,
+            seed=seed,
+            mapping=mapping,
+            slices=list(slices) or auto,
+            calibration_bins=calibration_bins,
         )
         if len(frames) == 1:
             ((title, frame),) = frames.items()

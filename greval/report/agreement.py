@@ -23,6 +23,7 @@ from scipy.stats import rankdata
 from greval.agreement.models import (
     AgreementReport,
     AgreementScale,
+    CalibrationReport,
     Ceiling,
     ConsistencyReport,
     DesignReport,
@@ -58,13 +59,106 @@ def _ordered(scale: AgreementScale) -> bool:
     return scale.kind == "value" or scale.ordered
 
 
-def _png(fig: Any) -> str:
+def _png(fig: Any, alt: str = "chart") -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-    return '<img alt="chart" src="data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode() + '">'
+    return (
+        f'<img alt="{html.escape(alt)}" src="data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode() + '">'
+    )
+
+
+RELIABILITY_ALT = "reliability diagram"
+
+
+def reliability_diagram(cal: CalibrationReport) -> str:
+    """The reliability diagram as an embedded PNG: each non-empty bin's accuracy (with its Wilson interval)
+    at its mean confidence, its row count written above it, the bins' ranges as light bars, and the
+    diagonal a calibrated judge would sit on."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    ax.plot([0, 1], [0, 1], color="#888", linestyle="--", linewidth=1, label="calibrated")
+    used = [b for b in cal.bins if b.count and b.accuracy is not None and b.mean_confidence is not None]
+    for b in used:
+        assert b.accuracy is not None
+        ax.bar((b.low + b.high) / 2, b.accuracy, width=b.high - b.low, color="#4c72b0", alpha=0.25, edgecolor="#4c72b0")
+    if used:
+        x = np.array([b.mean_confidence for b in used], dtype=float)
+        y = np.array([b.accuracy for b in used], dtype=float)
+        lo = np.array([b.ci_low if b.ci_low is not None else a for b, a in zip(used, y, strict=True)], dtype=float)
+        hi = np.array([b.ci_high if b.ci_high is not None else a for b, a in zip(used, y, strict=True)], dtype=float)
+        ax.errorbar(
+            x,
+            y,
+            yerr=[np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)],
+            fmt="o",
+            color="#c44e52",
+            capsize=3,
+            label="people agree",
+        )
+        for xi, yi, b in zip(x, hi, used, strict=True):
+            ax.annotate(f"n={b.count}", (xi, min(yi + 0.02, 1.02)), ha="center", va="bottom", fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.08)
+    ax.set_xlabel("judge confidence")
+    ax.set_ylabel("share of rows where the human agrees")
+    ece = fmt_number(cal.ece.value)
+    ax.set_title(f"reliability (ECE {ece})")
+    ax.legend(loc="upper left", fontsize=8)
+    return _png(fig, RELIABILITY_ALT)
+
+
+CALIBRATION_HEADER = ["confidence", "rows", "weight", "mean confidence", "accuracy", "CI"]
+
+
+def calibration_rows(cal: CalibrationReport, d: int = 3) -> list[list[str]]:
+    """One row per non-empty bin (every renderer): range, rows, weight, mean confidence, accuracy, Wilson CI."""
+    rows = []
+    for i, b in enumerate(cal.bins):
+        if not b.count:
+            continue
+        close = "]" if i == len(cal.bins) - 1 else ")"
+        rows.append(
+            [
+                f"[{b.low:.2f}, {b.high:.2f}{close}",
+                str(b.count),
+                fmt_number(b.weight, 1),
+                fmt_number(b.mean_confidence, d),
+                fmt_number(b.accuracy, d),
+                fmt_ci(b, d),
+            ]
+        )
+    return rows
+
+
+def calibration_figures(cal: CalibrationReport, d: int = 3) -> str:
+    """ECE with its CI, the ECE a calibrated judge would show, MCE and Brier, in one line (every renderer)."""
+    parts = [f"ECE {fmt_value_ci(cal.ece, d)}"]
+    if cal.ece_if_calibrated is not None:
+        parts.append(f"a calibrated judge: ECE ≤ {fmt_number(cal.ece_if_calibrated, d)} (95 %)")
+    parts.append(f"MCE {fmt_number(cal.mce.value, d)}")
+    parts.append(f"Brier {fmt_value_ci(cal.brier, d)}")
+    parts.append(f"accuracy {fmt_number(cal.accuracy, d)} vs mean confidence {fmt_number(cal.mean_confidence, d)}")
+    how = f"{cal.n} rows" + (", weighted 1/π" if cal.weighted else "")
+    if cal.resample_unit:
+        how += f"; CIs resample {cal.resample_unit}"
+    return "; ".join(parts) + f" ({how})"
+
+
+def calibration_notes(cal: CalibrationReport) -> list[str]:
+    """Everything the calibration report says beside its figures: its notes and undefined figures' notes."""
+    out = list(cal.notes)
+    out += [e.note for e in (cal.ece, cal.mce, cal.brier) if e.note]
+    return list(dict.fromkeys(out))
+
+
+CALIBRATION_TITLE = "Is the judge's confidence calibrated?"
 
 
 def _charts(report: AgreementReport, frame: pd.DataFrame) -> list[str]:
@@ -416,6 +510,15 @@ def render_html(
             + _table(DESIGN_HEADER, design_rows(report.design))
             + _notes_html(report.design.notes)
         )
+    cal = report.calibration
+    if cal is not None:
+        parts.append(
+            f"<h2>{html.escape(CALIBRATION_TITLE)}</h2>"
+            + f'<p class="calibration">{html.escape(calibration_figures(cal))}</p>'
+            + ('<div class="charts">' + reliability_diagram(cal) + "</div>" if cal.n else "")
+            + _table(CALIBRATION_HEADER, calibration_rows(cal))
+            + _notes_html(calibration_notes(cal))
+        )
     for col, sub in report.slices.items():
         names, rows = _slice_rows(report, sub)
         parts.append(f"<h2>By {html.escape(col)}</h2>" + _table([col, "n", *names, "note"], rows, "sortable"))
@@ -463,6 +566,12 @@ def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
         lines += ["", "Design-weighted (1/π), over every judged item:", ""]
         lines += _md_table(DESIGN_HEADER, design_rows(report.design, d))
         notes += [f"design: {n}" for n in report.design.notes]
+    cal = report.calibration
+    if cal is not None:
+        lines += ["", f"{CALIBRATION_TITLE} {calibration_figures(cal, d)}", ""]
+        if cal.n:
+            lines += _md_table(CALIBRATION_HEADER, calibration_rows(cal, d))
+        notes += [f"calibration: {n}" for n in calibration_notes(cal)]
     for col, sub in report.slices.items():
         _, rows = _slice_rows(report, sub, d)
         notes += [f"by {col} = {row[0]}: {row[-1]}" for row in rows if row[-1]]

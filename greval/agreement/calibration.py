@@ -1,0 +1,283 @@
+"""Calibration of the judge's confidence against human labels: among verdicts given with confidence ≈ 0.8,
+do people agree with the judge 80 % of the time?
+
+Definitions (docs/agreement.md, "Is the judge's confidence calibrated?"):
+
+- One observation per (item, annotator) row that has a judge answer, a human answer and a confidence: an item
+  three people labelled is three observations (each person is a separate check of the same verdict), and the
+  bootstrap keeps an item's rows together. The row is *correct* when the judge's answer equals the human's, as
+  canonical text after ``--map`` (exact match, also on value scales: 4 vs 5 is wrong, like 1 vs 5). The
+  invalid-answer policy does not apply: a row without a judge answer has no confidence to check and is counted
+  as skipped; an answer that is not a label is simply wrong.
+- Rows are weighted by 1/π when the frame carries ``probability`` (the inclusion probability ``greval annotate
+  push`` stores), so an uncertain-first sample — which over-represents low-confidence verdicts — does not distort
+  the overall figures; rows without a recorded π weigh 1 (as in agreement/design.py). Without the column every
+  row weighs 1.
+- Bins: ``bins`` equal-width bins of [0, 1], each [low, high) and the last closed at 1. Per bin: the summed
+  weight, the weighted mean confidence and the weighted accuracy, with a Wilson score interval on the accuracy
+  computed at Kish's effective sample size (Σw)²/Σw² (= the count without weights). Wilson rather than a
+  bootstrap: bins are often small or all-correct, where Wilson stays inside [0, 1] and is not degenerate.
+- ECE = Σ_b (W_b / W) · |acc_b − conf_b| (W_b: the bin's weight); MCE = max_b |acc_b − conf_b| over non-empty
+  bins; Brier = Σ w (confidence − correct)² / Σ w (the judge's confidence read as the probability that its
+  answer is right).
+- CIs of ECE and Brier: percentile bootstrap resampling whole groups (the frame's ``group`` column, e.g. a
+  record), else whole items (all annotators of an item together), else rows (bootstrap.py's Resampler; every
+  resample's bin sums by one matrix product). It resamples clusters, not the selection strata of a weighted
+  sample, so with weights the interval is approximate.
+- The plug-in ECE is never negative and a perfectly calibrated judge still shows ECE > 0 from noise alone;
+  ``ece_if_calibrated`` is the 95th percentile of the ECE simulated for a perfectly calibrated judge with the
+  same confidences and weights (correct with probability = its confidence): an ECE below it is no evidence of
+  miscalibration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import NormalDist
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from greval.agreement import bootstrap as bs
+from greval.agreement.models import AgreementOptions, CalibrationBin, CalibrationReport, Estimate
+from greval.agreement.prepare import CONFIDENCE_COLUMN, label_text
+from greval.errors import DataError
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def bin_index(confidence: FloatArray, bins: int) -> IntArray:
+    """Each confidence's bin 0..bins-1: [k/bins, (k+1)/bins), the last closed at 1. A hair of slack keeps
+    0.3 (3.0000000000000004 tenths) and 0.7 in the bins their decimals say."""
+    return np.minimum(np.floor(confidence * bins + 1e-9), bins - 1).astype(np.int64)
+
+
+def wilson(successes: float, n: float, level: float) -> tuple[float | None, float | None]:
+    """Wilson score interval of a proportion successes / n (n may be an effective, non-integer size)."""
+    if n <= 0:
+        return None, None
+    z = NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def _features(correct: FloatArray, confidence: FloatArray, weight: FloatArray, bins: int) -> FloatArray:
+    """(rows, 3·bins + 1): per bin the row's weight, weight × confidence, weight × correct; then its
+    weighted squared error (the Brier term). Column sums over any set of rows give every figure."""
+    n = len(correct)
+    b = bin_index(confidence, bins)
+    out = np.zeros((n, 3 * bins + 1), dtype=np.float64)
+    rows = np.arange(n)
+    out[rows, b] = weight
+    out[rows, bins + b] = weight * confidence
+    out[rows, 2 * bins + b] = weight * correct
+    out[:, 3 * bins] = weight * (confidence - correct) ** 2
+    return out
+
+
+def _ece_brier(sums: FloatArray, bins: int) -> tuple[FloatArray, FloatArray]:
+    """(R,) ECE and Brier from (R, 3·bins + 1) column sums (NaN where a resample has no weight)."""
+    w = sums[:, :bins]
+    total = w.sum(axis=1)
+    gap = np.abs(sums[:, 2 * bins : 3 * bins] - sums[:, bins : 2 * bins]).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, gap / total, np.nan), np.where(total > 0, sums[:, 3 * bins] / total, np.nan)
+
+
+def _null_ece(confidence: FloatArray, weight: FloatArray, bins: int, resamples: int, seed: int) -> float | None:
+    """95th percentile of the ECE of a perfectly calibrated judge (correct with probability = its confidence)
+    with these confidences and weights."""
+    n = len(confidence)
+    if n == 0 or resamples <= 0:
+        return None
+    rng = np.random.default_rng(seed + 1)
+    onehot = np.zeros((n, bins), dtype=np.float64)
+    onehot[np.arange(n), bin_index(confidence, bins)] = 1.0
+    w_bin = weight @ onehot
+    conf_bin = (weight * confidence) @ onehot
+    total = float(w_bin.sum())
+    per_batch = max(1, bs.MAX_CELLS // n)
+    values: list[FloatArray] = []
+    done = 0
+    while done < resamples:
+        size = min(per_batch, resamples - done)
+        hits = (rng.random((size, n)) < confidence[None, :]).astype(np.float64)
+        acc_bin = (hits * weight[None, :]) @ onehot
+        values.append(np.abs(acc_bin - conf_bin[None, :]).sum(axis=1) / total)
+        done += size
+    return float(np.quantile(np.concatenate(values), 0.95))
+
+
+def calibration(
+    correct: Sequence[bool] | BoolArray,
+    confidence: Sequence[float] | FloatArray,
+    weight: Sequence[float] | FloatArray | None = None,
+    groups: Sequence[int] | IntArray | None = None,
+    bins: int = 10,
+    resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    skipped_without_confidence: int = 0,
+    skipped_without_answer: int = 0,
+    unit: str = "rows",
+) -> CalibrationReport:
+    """The calibration report of rows that each have a confidence in [0, 1] (see the module doc).
+
+    ``groups``: the bootstrap's cluster of each row (None: rows are independent), named by ``unit``. The
+    ``skipped_*`` counts only reach the report's notes (the caller left those rows out)."""
+    if bins < 1:
+        raise ValueError("bins must be at least 1")
+    y = np.asarray(correct, dtype=np.float64)
+    c = np.asarray(confidence, dtype=np.float64)
+    w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
+    if not (len(y) == len(c) == len(w)) or (groups is not None and len(groups) != len(y)):
+        raise ValueError("correct, confidence, weight and groups need one entry per row")
+    if len(c) and (not np.all(np.isfinite(c)) or c.min() < 0 or c.max() > 1):
+        raise ValueError("confidences must lie in [0, 1]")
+    if len(w) and (not np.all(np.isfinite(w)) or w.min() <= 0):
+        raise ValueError("weights must be positive")
+    n = len(y)
+    notes: list[str] = []
+    if skipped_without_confidence:
+        notes.append(
+            f"{skipped_without_confidence} row(s) with a judge and a human answer have no judge confidence: left "
+            "out of the calibration (a verdict from one sample has none; run the judge with --samples N)"
+        )
+    if skipped_without_answer:
+        notes.append(
+            f"{skipped_without_answer} row(s) with a confidence lack the judge's or the human's answer: left out "
+            "of the calibration"
+        )
+    weighted = weight is not None and not bool(np.all(w == 1.0))
+    feats = _features(y, c, w, bins)
+    sums = feats.sum(axis=0)
+    out_bins: list[CalibrationBin] = []
+    counts = np.bincount(bin_index(c, bins), minlength=bins) if n else np.zeros(bins, dtype=np.int64)
+    sq = np.bincount(bin_index(c, bins), weights=w * w, minlength=bins) if n else np.zeros(bins)
+    gaps: list[float] = []
+    for k in range(bins):
+        wb, cb, ab = sums[k], sums[bins + k], sums[2 * bins + k]
+        b = CalibrationBin(low=k / bins, high=(k + 1) / bins, count=int(counts[k]), weight=float(wb))
+        if counts[k]:
+            b.mean_confidence, b.accuracy = float(cb / wb), float(ab / wb)
+            n_eff = float(wb * wb / sq[k])
+            b.ci_low, b.ci_high = wilson(b.accuracy * n_eff, n_eff, level)
+            gaps.append(abs(b.accuracy - b.mean_confidence))
+        out_bins.append(b)
+    total = float(sums[:bins].sum())
+    if n == 0:
+        why = "no row has a judge answer, a human answer and a confidence"
+        empty = Estimate(value=None, n=0, note=why)
+        return CalibrationReport(
+            n=0,
+            n_without_confidence=skipped_without_confidence,
+            n_without_answer=skipped_without_answer,
+            weighted=weighted,
+            bins=out_bins,
+            ece=empty,
+            mce=empty,
+            brier=empty,
+            notes=notes,
+        )
+    ece_point, brier_point = (float(v[0]) for v in _ece_brier(sums[None, :], bins))
+    cis: dict[str, bs.CI] = {}
+    g = None if groups is None else np.asarray(groups, dtype=np.int64)
+    if resamples > 0:
+
+        def stat(batch: bs.Batch) -> dict[str, FloatArray]:
+            ece, brier = _ece_brier(batch.sums(feats), bins)
+            return {"ece": ece, "brier": brier}
+
+        cis = bs.run(bs.Resampler(n, g, resamples, seed), None, level, stat)
+
+    def estimate(name: str, value: float) -> Estimate:
+        ci = cis.get(name)
+        if ci is None:
+            return Estimate(value=value, n=n)
+        return Estimate(value=value, n=n, ci_low=ci.low, ci_high=ci.high, note=ci.note)
+
+    if weighted:
+        notes.append(
+            "rows weighted by 1/π (their inclusion probability), so a non-random sample (e.g. uncertain first) "
+            "does not over-represent low-confidence verdicts; the bootstrap ignores the selection strata"
+        )
+    return CalibrationReport(
+        n=n,
+        n_without_confidence=skipped_without_confidence,
+        n_without_answer=skipped_without_answer,
+        weighted=weighted,
+        accuracy=float(sums[2 * bins : 3 * bins].sum() / total),
+        mean_confidence=float(sums[bins : 2 * bins].sum() / total),
+        bins=out_bins,
+        ece=estimate("ece", ece_point),
+        mce=Estimate(value=max(gaps), n=n),
+        brier=estimate("brier", brier_point),
+        ece_if_calibrated=_null_ece(c, w, bins, resamples, seed),
+        resample_unit=unit if resamples > 0 else None,
+        notes=notes,
+    )
+
+
+def has_confidence(frame: pd.DataFrame) -> bool:
+    """Whether the frame carries a judge confidence on at least one row."""
+    return CONFIDENCE_COLUMN in frame.columns and bool(frame[CONFIDENCE_COLUMN].notna().any())
+
+
+def calibration_from_frame(frame: pd.DataFrame, options: AgreementOptions) -> CalibrationReport:
+    """The calibration report of a long (item, annotator) agreement frame with a ``judge_confidence`` column
+    (and optionally ``probability``, ``group``); raises DataError for confidences that are not numbers in [0, 1]."""
+    missing = frozenset(options.missing_values)
+    judge = [label_text(v, options.mapping, missing) for v in frame["judge"]]
+    human = [label_text(v, options.mapping, missing) for v in frame["human"]]
+    raw = frame[CONFIDENCE_COLUMN]
+    conf = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    present = raw.map(lambda v: label_text(v, {}, missing) is not None).to_numpy(dtype=bool)
+    bad = present & ~np.isfinite(conf)
+    if bad.any():
+        examples = sorted({str(v) for v in raw[bad]})[:5]
+        raise DataError(f"{int(bad.sum())} judge_confidence value(s) are not numbers, e.g. {examples}")
+    out_of_range = present & np.isfinite(conf) & ((conf < 0) | (conf > 1))
+    if out_of_range.any():
+        values = sorted({float(v) for v in conf[out_of_range]})[:5]
+        raise DataError(f"{int(out_of_range.sum())} judge_confidence value(s) outside [0, 1], e.g. {values}")
+    answered = np.array([j is not None and h is not None for j, h in zip(judge, human, strict=True)], dtype=bool)
+    use = answered & present
+    weight: FloatArray | None = None
+    if "probability" in frame.columns:
+        p = pd.to_numeric(frame["probability"], errors="coerce").to_numpy(dtype=np.float64)
+        known = np.isfinite(p)
+        if (known & ((p <= 0) | (p > 1))).any():
+            raise DataError("inclusion probabilities must lie in (0, 1]")
+        weight = np.where(known, 1.0 / np.where(known, p, 1.0), 1.0)[use]
+    items = [label_text(v, {}) for v in frame["item"]]
+    unit = "rows"
+    codes: IntArray | None = None
+    if "group" in frame.columns:
+        key = [label_text(v, {}) for v in frame["group"]]
+        unit = "groups"
+    else:
+        key = items
+        unit = "items" if len(set(items)) < len(items) else "rows"
+    if unit != "rows":
+        _, inverse = np.unique(np.asarray([str(k) for k in key], dtype=object)[use], return_inverse=True)
+        codes = inverse.reshape(-1).astype(np.int64)
+    correct = np.array([j == h for j, h in zip(judge, human, strict=True)], dtype=bool)[use]
+    return calibration(
+        correct,
+        conf[use],
+        weight,
+        codes,
+        bins=options.calibration_bins,
+        resamples=options.bootstrap,
+        seed=options.seed,
+        level=options.confidence,
+        skipped_without_confidence=int((answered & ~present).sum()),
+        skipped_without_answer=int((present & ~answered).sum()),
+        unit=unit,
+    )
