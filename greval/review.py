@@ -18,12 +18,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pandas as pd
-
 from greval.agreement.compute import compute_agreement
-from greval.agreement.design import for_respondents
 from greval.agreement.from_store import store_frame
-from greval.agreement.models import AgreementOptions, AgreementReport, AgreementScale, DesignEstimate
+from greval.agreement.models import AgreementOptions, AgreementReport, DesignEstimate
 from greval.agreement.stopping import Advice, Target, advise
 from greval.annotation.argilla import DEFAULT_BATCH, Connection
 from greval.annotation.errors import AnnotationError
@@ -170,7 +167,7 @@ class ReviewStatus:
     labels: int  # submitted answers
     labelled_units: int
     report: AgreementReport | None
-    judge_shares: dict[str, float]  # each verdict's share among all the judge's ok verdicts (the population)
+    judge_over_all: dict[str, float]  # a design figure's counterpart over all the judge's ok verdicts (known exactly)
     advice: Advice | None
     pulled: PullResult | None = None
     notes: list[str] = field(default_factory=list)
@@ -180,18 +177,6 @@ class ReviewStatus:
         if self.report is None or self.report.design is None:
             return None
         return next((e for e in self.report.design.estimates if e.name == name), None)
-
-
-def _as_labels(frame: pd.DataFrame, scale: AgreementScale) -> tuple[pd.DataFrame, AgreementScale]:
-    """A value scale read as its ordered integer labels, so the design-weighted figures (defined on labels)
-    exist for it too: accuracy is exact agreement and κ the unweighted one there."""
-    if scale.kind == "categorical" or scale.min is None or scale.max is None:
-        return frame, scale
-    labels = [str(v) for v in range(int(scale.min), int(scale.max) + 1)]
-    out = frame.copy()
-    for col in ("judge", "human"):
-        out[col] = out[col].map(lambda v: None if pd.isna(v) else str(int(v)))
-    return out, AgreementScale(kind="categorical", labels=labels, ordered=True)
 
 
 def review_status(
@@ -214,9 +199,15 @@ def review_status(
     push_id, judge_key, params_text = last
     pulled = pull(store, conn, spec.name, dataset=name, workspace=workspace) if conn is not None else None
     units = store.push_units(push_id)
-    population = len(candidates(store, spec_key, judge_key))
-    shares = Counter(unit_of(c).stratum for c in candidates(store, spec_key, judge_key))
-    judge_shares = {k: v / population for k, v in sorted(shares.items())} if population else {}
+    everything = candidates(store, spec_key, judge_key)
+    population = len(everything)
+    judge_over_all: dict[str, float] = {}
+    if population and isinstance(spec.scale, CategoricalScale):
+        shares = Counter(unit_of(c).stratum for c in everything)
+        judge_over_all = {f"prevalence[{k}]": shares.get(k, 0) / population for k in spec.scale.names}
+    elif population:
+        mean = sum(float(c.value or 0) for c in everything) / population
+        judge_over_all = {"mean_human": mean, "mean_judge": mean}
     selected = Counter(stratum for stratum, _ in units.values())
     prob = {stratum: p for stratum, p in units.values()}
     labels = store.human_labels(spec.name, dataset=name, submitted=True)
@@ -234,7 +225,7 @@ def review_status(
         labels=len(labels),
         labelled_units=len(labelled_keys),
         report=None,
-        judge_shares=judge_shares,
+        judge_over_all=judge_over_all,
         advice=None,
         pulled=pulled,
     )
@@ -244,12 +235,9 @@ def review_status(
             status.advice = advise(target, 0, None, None)
         return status
     frame, scale, _ = store_frame(store, spec.name, judge_key, "item", spec.hash, datasets=[name])
-    frame, notes = for_respondents(frame, dict(selected), prob)
-    status.notes += notes
-    if not isinstance(spec.scale, CategoricalScale):
-        frame, scale = _as_labels(frame, scale)
-        status.notes.append("value scale: read as ordered labels here (accuracy = exact agreement, κ unweighted)")
     status.report = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=seed))
+    if status.report.design is not None:
+        status.notes += status.report.design.notes
     if status.report.design is None and all(c.probability >= 1.0 for c in strata.values()):
         status.notes.append("every selected item was taken whole and labelled: the figures are a census")
     if target is not None:

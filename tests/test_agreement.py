@@ -2295,3 +2295,41 @@ def test_agreement_from_a_store_judged_with_samples_has_a_calibration_section(ll
     )
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["calibration"] is None and "calibrat" not in res.output
+
+
+def test_value_scale_design_figures_are_weighted_means() -> None:
+    """A 1-5 scale on an uncertain-first sample: people's mean score, the judge's, its errors and exact /
+    within-one agreement weighted by 1/π (Hájek means, computed here by hand), beside the plain means; a
+    census stratum stays whole in every resample, so its share of the weight never varies."""
+    scale = AgreementScale(kind="value", min=1, max=5)
+    human = [1, 2, 5, 4, 3, 5, 4, 4, 2, 5]
+    judge = [3, 2, 4, 4, 5, 5, 4, 3, 2, 5]
+    prob = [1.0, 1.0, 1.0, 1.0, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25]
+    frame = pd.DataFrame(
+        {
+            "item": [f"r{i}" for i in range(10)],
+            "judge": judge,
+            "human": human,
+            "probability": prob,
+            "stratum": ["uncertain"] * 4 + ["control"] * 6,
+        }
+    )
+    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=200, seed=1))
+    assert report.design is not None
+    est = {e.name: e for e in report.design.estimates}
+    w = np.array([1 / p for p in prob])
+    h, j = np.array(human, dtype=float), np.array(judge, dtype=float)
+    want = {
+        "mean_human": (w * h).sum() / w.sum(),
+        "mean_judge": (w * j).sum() / w.sum(),
+        "mean_error": (w * (j - h)).sum() / w.sum(),
+        "mae": (w * abs(j - h)).sum() / w.sum(),
+        "rmse": math.sqrt((w * (j - h) ** 2).sum() / w.sum()),
+        "exact": (w * (j == h)).sum() / w.sum(),
+        "within_1": (w * (abs(j - h) <= 1)).sum() / w.sum(),
+    }
+    for name, value in want.items():
+        assert est[name].weighted == pytest.approx(value, abs=TOL), name
+        ci_low, ci_high = est[name].ci_low, est[name].ci_high
+        assert ci_low is not None and ci_high is not None and ci_low <= value + TOL and value - TOL <= ci_high
+    assert est["mean_human"].unweighted == pytest.approx(h.mean(), abs=TOL)

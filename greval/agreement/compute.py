@@ -689,9 +689,17 @@ def compute_agreement(
     prep = prepare(frame, scale, options)
     report = _report(prep, options)
     report.threshold = threshold
-    if scale.kind == "categorical" and scale.labels is not None and "probability" in frame.columns:
+    if "probability" in frame.columns:
+        codes = scale.kind == "categorical" and scale.labels is not None
         report.design = design_report(
-            frame, prep.items, prep.h, prep.j_nom, scale.labels, options.bootstrap, options.seed, options.confidence
+            frame,
+            prep.items,
+            prep.h if codes else prep.hv,
+            prep.j_nom if codes else prep.jv,
+            scale.labels if codes else None,
+            options.bootstrap,
+            options.seed,
+            options.confidence,
         )
         if report.design is not None:
             report.notes.append(report.design.summary)

@@ -176,24 +176,34 @@ DESIGN_COLUMNS = ("probability", "stratum")
 def design_report(
     frame: pd.DataFrame,
     items: Sequence[str],
-    human: IntArray,
-    judge: IntArray,
-    labels: Sequence[str],
+    human: IntArray | FloatArray,
+    judge: IntArray | FloatArray,
+    labels: Sequence[str] | None,
     resamples: int,
     seed: int,
     confidence: float,
 ) -> DesignReport | None:
     """The design-weighted figures of a frame whose rows carry ``probability`` (and ``stratum``), for the
-    compared ``items`` with their human / judge codes; None when every item was taken with certainty (the plain
-    figures are then the design's own) or no item says how it was selected."""
+    compared ``items`` with their human / judge label codes (``labels`` given) or values (``labels`` None: a
+    value scale); None when every item was taken with certainty (the plain figures are then the design's own),
+    every item had the same probability (equal weights change nothing), or no item says how it was selected.
+    A ``selected`` column (units each stratum selected, labelled or not) lets the labelled units of a stratum
+    stand for its unlabelled ones (:func:`for_respondents`)."""
     if "probability" not in frame.columns or not len(items):
         return None
+    notes: list[str] = []
+    if "selected" in frame.columns:  # part of a selection is not labelled yet: the labelled stand for the rest
+        known = frame.dropna(subset=["stratum", "selected"]).drop_duplicates("stratum")
+        frame, notes = for_respondents(
+            frame,
+            {str(s): int(n) for s, n in zip(known["stratum"], known["selected"], strict=True)},
+            {str(s): float(p) for s, p in zip(known["stratum"], known["probability"], strict=True)},
+        )
     keys = frame["item"].map(lambda v: label_text(v, {}))
     strata_col = frame["stratum"] if "stratum" in frame.columns else pd.Series("sample", index=frame.index)
     per_row = pd.DataFrame(
         {"item": keys, "probability": pd.to_numeric(frame["probability"], errors="coerce"), "stratum": strata_col}
     )
-    notes: list[str] = []
     conflicting = per_row.dropna(subset=["probability"]).groupby("item")["probability"].nunique()
     if (conflicting > 1).any():
         notes.append(
@@ -213,14 +223,8 @@ def design_report(
         )
         prob = prob.fillna(1.0)
         strata = strata.where(~unknown, "imported")
-    if bool((prob >= 1.0).all()):
-        return None
-    sample = DesignSample(
-        human=[int(x) for x in human],
-        judge=[int(x) for x in judge],
-        probability=[float(x) for x in prob],
-        stratum=[str(x) for x in strata],
-    )
+    if bool((prob >= 1.0).all()) or (not unknown.any() and prob.nunique() == 1):
+        return None  # equal weights (a census, or one simple random sample): the plain figures are the design's
     counts = {str(k): int(v) for k, v in strata.value_counts().sort_index().items()}
     summary = (
         "the labelled items were not a simple random sample (selection strata: "
@@ -228,13 +232,71 @@ def design_report(
         + "): the figures above treat them as one; these weight each item by 1/π, its inverse inclusion "
         "probability, to estimate the figures over every judged item"
     )
-    return DesignReport(
-        summary=summary,
-        estimates=design_estimates(sample, labels, resamples, seed, confidence),
-        strata=counts,
-        resamples=resamples,
-        notes=notes,
-    )
+    if labels is None:
+        estimates = design_value_estimates(
+            np.asarray(human, dtype=np.float64),
+            np.asarray(judge, dtype=np.float64),
+            prob.to_numpy(dtype=np.float64),
+            [str(x) for x in strata],
+            resamples,
+            seed,
+            confidence,
+        )
+    else:
+        sample = DesignSample(
+            human=[int(x) for x in human],
+            judge=[int(x) for x in judge],
+            probability=[float(x) for x in prob],
+            stratum=[str(x) for x in strata],
+        )
+        estimates = design_estimates(sample, labels, resamples, seed, confidence)
+    return DesignReport(summary=summary, estimates=estimates, strata=counts, resamples=resamples, notes=notes)
+
+
+VALUE_FIGURES = ("mean_human", "mean_judge", "mean_error", "mae", "rmse", "exact", "within_1")
+"""Design-weighted figures of a value scale: people's and the judge's mean score over every judged item, the
+judge's signed and absolute error, and the share of exact / within-one agreement."""
+
+
+def design_value_estimates(
+    human: FloatArray,
+    judge: FloatArray,
+    probability: FloatArray,
+    stratum: Sequence[str],
+    resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> list[DesignEstimate]:
+    """:data:`VALUE_FIGURES` weighted by 1/π (Hájek means), beside the unweighted ones, with stratified-bootstrap
+    percentile intervals (census strata kept whole, as :func:`design_estimates`)."""
+    n = len(human)
+    if n == 0:
+        return [DesignEstimate(name=name, note="no labelled items") for name in VALUE_FIGURES]
+    w = 1.0 / probability
+    _, codes = np.unique(np.asarray(stratum, dtype=object), return_inverse=True)
+    strata = codes.reshape(-1).astype(np.int64)
+    err = judge - human
+    columns = np.stack([human, judge, err, np.abs(err), err**2, np.abs(err) < 0.5, np.abs(err) < 1.5]).T
+
+    def figures(weights: FloatArray) -> FloatArray:
+        """(R, figures) weighted means; RMSE is the root of the weighted mean square."""
+        means = (weights @ columns) / weights.sum(axis=1, keepdims=True)
+        means[:, 4] = np.sqrt(means[:, 4])
+        return np.asarray(means, dtype=np.float64)
+
+    plain = figures(np.ones((1, n)))[0]
+    weighted = figures(w[None, :])[0]
+    boot: FloatArray | None = None
+    if resamples > 0:
+        census = np.array([np.all(w[strata == s] == 1.0) for s in range(int(strata.max()) + 1)])
+        boot = figures(stratified_counts(strata, resamples, seed, census) * w[None, :])
+    out = []
+    for i, name in enumerate(VALUE_FIGURES):
+        est = DesignEstimate(name=name, weighted=_finite(weighted[i]), unweighted=_finite(plain[i]))
+        if boot is not None:
+            est.ci_low, est.ci_high = percentile_ci(boot[:, i], confidence)
+        out.append(est)
+    return out
 
 
 def for_respondents(

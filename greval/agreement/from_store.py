@@ -13,6 +13,7 @@ the user chooses, because counting one person twice would fake a human-vs-human 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
@@ -123,9 +124,19 @@ def store_frame(
             chosen.get(str(d), {}).get((str(h), str(i)))
             for d, h, i in zip(merged["dataset"], merged["record_hash"], merged["item_id"], strict=True)
         ]
-        merged["stratum"] = [x[0] if x else None for x in how]
+        several = len(chosen) > 1  # one design per dataset: keep their strata apart
+        merged["stratum"] = [
+            (f"{d}:{x[0]}" if several else x[0]) if x else None for d, x in zip(merged["dataset"], how, strict=True)
+        ]
         merged["probability"] = [x[1] if x else float("nan") for x in how]
-        cols += ["stratum", "probability"]
+        # How many units each stratum selected, labelled or not: design_report corrects for the unlabelled.
+        selected = {
+            (f"{d}:{s}" if several else s): n
+            for d, units in chosen.items()
+            for s, n in Counter(stratum for stratum, _ in units.values()).items()
+        }
+        merged["selected"] = [selected.get(s) if s is not None else None for s in merged["stratum"]]
+        cols += ["stratum", "probability", "selected"]
     frame = merged[cols].reset_index(drop=True)
     scale = agreement_scale(spec)
     if level == "record" and spec.each:

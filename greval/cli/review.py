@@ -167,13 +167,12 @@ def status_cmd(
             if e.name.startswith(("precision[", "recall[", "f1[")):
                 continue  # per-label detail: `greval agreement --store ... --dataset <review dataset>`
             ci = f"[{fmt_number(e.ci_low)}, {fmt_number(e.ci_high)}]" if e.ci_low is not None else "—"
-            label = e.name[len("prevalence[") : -1] if e.name.startswith("prevalence[") else None
-            own = fmt_number(st.judge_shares.get(label, 0.0)) if label is not None else ""
+            own = fmt_number(st.judge_over_all[e.name]) if e.name in st.judge_over_all else ""
             table.add_row(e.name, fmt_number(e.weighted), ci, fmt_number(e.unweighted), own)
         out.print(table)
         console.print(
-            "prevalence[X]: the estimated share of X among every judged item by people's labels; beside it, the "
-            "judge's own share",
+            "prevalence[X] / mean_human: the estimated share of X (the mean score) over every judged item by people's "
+            "labels; beside it, the judge's own over all items",
             highlight=False,
             soft_wrap=True,
         )
