@@ -2333,3 +2333,39 @@ def test_value_scale_design_figures_are_weighted_means() -> None:
         ci_low, ci_high = est[name].ci_low, est[name].ci_high
         assert ci_low is not None and ci_high is not None and ci_low <= value + TOL and value - TOL <= ci_high
     assert est["mean_human"].unweighted == pytest.approx(h.mean(), abs=TOL)
+
+
+def test_slices_are_domains_of_the_design() -> None:
+    """Sliced by system, each slice's design-weighted accuracy is the Hájek estimate over that slice's items
+    with the whole sample's weights (by hand here), and the HTML slice table shows it; items selected but
+    not labelled (the `selected` column) are corrected for once, on the whole frame."""
+    from greval.report.agreement import render_html
+
+    scale = AgreementScale(kind="categorical", labels=["fail", "pass"])
+    rows = []
+    for i in range(24):
+        certain = i < 8
+        rows.append(
+            {
+                "item": f"r{i}",
+                "judge": "pass" if i % 4 else "fail",
+                "human": "pass" if i % 3 else "fail",
+                "probability": 1.0 if certain else 0.2,
+                "stratum": "uncertain" if certain else "control",
+                "selected": 8 if certain else 20,  # 4 control items were selected and never labelled
+                "system": "A" if i % 2 else "B",
+            }
+        )
+    frame = pd.DataFrame(rows)
+    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=100, seed=2, slices=["system"]))
+    assert report.design is not None and any("no human label yet" in n for n in report.design.notes)
+    for system, part in report.slices["system"].items():
+        sub = [r for r in rows if r["system"] == system]
+        w = [1 / (r["probability"] * (16 / 20 if r["stratum"] == "control" else 1)) for r in sub]
+        right = [r["judge"] == r["human"] for r in sub]
+        want = sum(wi for wi, ok in zip(w, right, strict=True) if ok) / sum(w)
+        assert part.design is not None
+        got = next(e for e in part.design.estimates if e.name == "accuracy")
+        assert got.weighted == pytest.approx(want, abs=TOL)
+    page = render_html(report, frame)
+    assert "accuracy (1/π)" in page and "kappa (1/π)" in page

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -15,7 +15,7 @@ import pandas as pd
 from greval.agreement import bootstrap as bs
 from greval.agreement import stats as st
 from greval.agreement.calibration import calibration_from_frame, has_confidence
-from greval.agreement.design import design_report
+from greval.agreement.design import design_report, respondents
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,
@@ -29,6 +29,7 @@ from greval.agreement.models import (
     ConsistencyCounts,
     ConsistencyReport,
     Describe,
+    DesignReport,
     Difference,
     DisagreementCell,
     Estimate,
@@ -686,23 +687,13 @@ def compute_agreement(
     threshold = None
     if options.threshold is not None or options.choose_threshold is not None:
         frame, threshold = _threshold_frame(frame, scale, options)
+    frame, assumed = respondents(frame)
     prep = prepare(frame, scale, options)
     report = _report(prep, options)
     report.threshold = threshold
-    if "probability" in frame.columns:
-        codes = scale.kind == "categorical" and scale.labels is not None
-        report.design = design_report(
-            frame,
-            prep.items,
-            prep.h if codes else prep.hv,
-            prep.j_nom if codes else prep.jv,
-            scale.labels if codes else None,
-            options.bootstrap,
-            options.seed,
-            options.confidence,
-        )
-        if report.design is not None:
-            report.notes.append(report.design.summary)
+    report.design = _design(frame, prep, scale, options, assumed)
+    if report.design is not None:
+        report.notes.append(report.design.summary)
     if has_confidence(frame) and "judge" in frame.columns:
         report.calibration = calibration_from_frame(frame, options)
     if threshold is not None:
@@ -728,9 +719,31 @@ def compute_agreement(
             absent = key is None or (isinstance(key, float) and math.isnan(key))
             if absent:  # rows without a value are a slice of their own, named so (not "nan")
                 report.notes.append(f"slice {col}: {len(sub)} row(s) have no value, listed as {MISSING_SLICE!r}")
-            parts[MISSING_SLICE if absent else str(key)] = _report(prepare(sub, scale, sub_options), sub_options)
+            sub_prep = prepare(sub, scale, sub_options)
+            part = parts[MISSING_SLICE if absent else str(key)] = _report(sub_prep, sub_options)
+            part.design = _design(sub, sub_prep, scale, sub_options)  # a domain of the same design, same weights
         report.slices[col] = parts
     return report
+
+
+def _design(
+    frame: pd.DataFrame, prep: Prepared, scale: AgreementScale, options: AgreementOptions, notes: Sequence[str] = ()
+) -> DesignReport | None:
+    """The design-weighted figures of a frame whose rows say how they were selected (None otherwise)."""
+    if "probability" not in frame.columns:
+        return None
+    codes = scale.kind == "categorical" and scale.labels is not None
+    return design_report(
+        frame,
+        prep.items,
+        prep.h if codes else prep.hv,
+        prep.j_nom if codes else prep.jv,
+        scale.labels if codes else None,
+        options.bootstrap,
+        options.seed,
+        options.confidence,
+        notes,
+    )
 
 
 MISSING_SLICE = "(missing)"

@@ -182,23 +182,16 @@ def design_report(
     resamples: int,
     seed: int,
     confidence: float,
+    notes: Sequence[str] = (),
 ) -> DesignReport | None:
     """The design-weighted figures of a frame whose rows carry ``probability`` (and ``stratum``), for the
     compared ``items`` with their human / judge label codes (``labels`` given) or values (``labels`` None: a
     value scale); None when every item was taken with certainty (the plain figures are then the design's own),
     every item had the same probability (equal weights change nothing), or no item says how it was selected.
-    A ``selected`` column (units each stratum selected, labelled or not) lets the labelled units of a stratum
-    stand for its unlabelled ones (:func:`for_respondents`)."""
+    ``notes``: what was assumed before (:func:`respondents`), shown with the figures."""
     if "probability" not in frame.columns or not len(items):
         return None
-    notes: list[str] = []
-    if "selected" in frame.columns:  # part of a selection is not labelled yet: the labelled stand for the rest
-        known = frame.dropna(subset=["stratum", "selected"]).drop_duplicates("stratum")
-        frame, notes = for_respondents(
-            frame,
-            {str(s): int(n) for s, n in zip(known["stratum"], known["selected"], strict=True)},
-            {str(s): float(p) for s, p in zip(known["stratum"], known["probability"], strict=True)},
-        )
+    notes = list(notes)
     keys = frame["item"].map(lambda v: label_text(v, {}))
     strata_col = frame["stratum"] if "stratum" in frame.columns else pd.Series("sample", index=frame.index)
     per_row = pd.DataFrame(
@@ -297,6 +290,21 @@ def design_value_estimates(
             est.ci_low, est.ci_high = percentile_ci(boot[:, i], confidence)
         out.append(est)
     return out
+
+
+def respondents(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """A frame whose ``selected`` column says how many units each row's stratum selected (labelled or not),
+    with probabilities for the labelled units (:func:`for_respondents`) and without that column; the notes
+    say what was assumed. Applied once to the whole frame, so slices weigh their items the same way."""
+    if "selected" not in frame.columns:
+        return frame, []
+    known = frame.dropna(subset=["stratum", "selected"]).drop_duplicates("stratum")
+    out, notes = for_respondents(
+        frame,
+        {str(s): int(n) for s, n in zip(known["stratum"], known["selected"], strict=True)},
+        {str(s): float(p) for s, p in zip(known["stratum"], known["probability"], strict=True)},
+    )
+    return out.drop(columns=["selected"]), notes
 
 
 def for_respondents(

@@ -40,6 +40,8 @@ from greval.report.agreement import (
     render_consistency_markdown,
     render_html,
     render_markdown,
+    slice_design_cells,
+    slice_design_names,
 )
 from greval.report.format import fmt_ci, fmt_number
 
@@ -207,14 +209,15 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
             console.print(f"  calibration: {escape(note)}")
     for col, parts in report.slices.items():
         keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]
+        weighted = slice_design_names(report, parts)
         t = Table(title=f"by {col}", title_justify="left")
         t.add_column(col)
         t.add_column("n", justify="right")
-        for k in keys:
+        for k in [*keys, *(f"{n} (1/π)" for n in weighted)]:
             t.add_column(k, justify="right")
         for value, sub in parts.items():
             cells = [f"{fmt_number(sub.metrics[k].value, d)} {fmt_ci(sub.metrics[k], d)}".strip() for k in keys]
-            t.add_row(value, str(sub.counts.items_compared), *cells)
+            t.add_row(value, str(sub.counts.items_compared), *cells, *slice_design_cells(sub, weighted, d))
         console.print(t)
     for note in report.notes:
         console.print(f"  note: {escape(note)}")

@@ -311,6 +311,7 @@ def _slice_rows(
 ) -> tuple[list[str], list[list[str]]]:
     """Metric names and one row per slice value: n, each metric with its CI, and the notes behind them."""
     names = list(next(iter(sub.values())).metrics) if sub else []
+    weighted = slice_design_names(report, sub)
     rows = []
     for val, r in sub.items():
         figures = [r.metrics.get(m) for m in names]
@@ -321,10 +322,29 @@ def _slice_rows(
                 val,
                 str(r.counts.items_compared),
                 *("" if e is None else fmt_value_ci(e, d) for e in figures),
+                *slice_design_cells(r, weighted, d),
                 "; ".join(notes),
             ]
         )
-    return names, rows
+    return names + [f"{n} (1/π)" for n in weighted], rows
+
+
+def slice_design_names(report: AgreementReport, sub: dict[str, AgreementReport]) -> list[str]:
+    """The design-weighted figures shown per slice when the items were not a simple random sample: a slice
+    is a domain of the same design, its items weighted as in the whole."""
+    if not any(r.design is not None for r in sub.values()):
+        return []
+    return ["accuracy", "kappa"] if report.scale.kind == "categorical" else ["mean_human", "mae"]
+
+
+def slice_design_cells(r: AgreementReport, names: list[str], d: int = 3) -> list[str]:
+    """One slice's design-weighted figures with their CIs ("" where its items had equal weights)."""
+    found = {e.name: e for e in r.design.estimates} if r.design is not None else {}
+    cells = []
+    for name in names:
+        e = found.get(name)
+        cells.append("" if e is None else f"{fmt_number(e.weighted, d)} {fmt_ci(e, d)}".strip())
+    return cells
 
 
 def _prepared(report: AgreementReport, frame: pd.DataFrame) -> tuple[Prepared, pd.DataFrame]:
