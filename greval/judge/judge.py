@@ -231,8 +231,9 @@ class Judge:
                             error=describe_error(exc),
                         )
                     )
-                    if self.logprobs is not None and self.asks_logprobs and logprobs_refused(exc):
-                        self.logprobs.refuse(redact(str(exc)))  # for every judge of the run: ask again without
+                    if self.logprobs is not None and asked_logprobs and logprobs_refused(exc):
+                        # Refused for every judge of the run (calls already in flight hear it too): ask without.
+                        self.logprobs.refuse(redact(str(exc)))
                         continue
                     if not isinstance(exc, UnsupportedMethod):
                         raise
