@@ -1840,3 +1840,18 @@ def test_a_provider_refusing_logprobs_is_asked_without_them_from_then_on(lp_llm:
     assert [b.get("logprobs") for b in lp_llm.requests()] == [None]  # not asked again
     [note] = request.notes()
     assert note.startswith("token log-probabilities not asked for the rest of the run") and "logprobs" in note
+
+
+@pytest.mark.parametrize("path", ["direct", "langchain", "parse"])
+def test_token_confidence_reaches_the_verdict_on_every_call_path(lp_llm: OpenAIServer, path: str) -> None:
+    """The direct call, LangChain's ainvoke, and LangChain's ``.parse()`` branch (a model whose ``extra_body``
+    is its own, so greval binds ``response_format`` as a keyword) all keep the answer's logprobs in
+    ``response_metadata``."""
+    chat = model(lp_llm, extra_body={"seed_note": 1}) if path == "parse" else model(lp_llm)
+    j = Judge(LABEL_SPEC, chat, policy=FAST, method="json_schema", direct=path == "direct", logprobs=3)
+    caller = j.caller("json_schema")
+    result = run_sync(j.ajudge(RECORD))
+    assert caller.direct == (path == "direct"), caller.reason
+    assert [v.status for v in result.verdicts] == ["ok"] * 3
+    assert all(v.token_confidence is not None and 0.34 <= v.token_confidence <= 0.99 for v in result.verdicts)
+    assert lp_llm.requests()[-1]["logprobs"] is True
