@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from greval._sync import run_sync
 from greval.dataset.records import HashedRow, Record
+from greval.judge.logprobs import LogprobRequest
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.llm.limiter import AdaptiveLimiter
@@ -61,6 +62,14 @@ class RunOptions(BaseModel):
         description="Call OpenAI-compatible models without LangChain's per-call machinery when no callback, "
         "tracer or cache is attached (same requests, less client CPU; see greval.llm.call).",
     )
+    logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=20,
+        description="Ask an OpenAI-compatible judge for token log-probabilities with this many alternatives per "
+        "token (None: not asked): each new verdict gets its token_confidence. Not part of the judge's identity: "
+        "verdicts stored without it are reused as they are (their token_confidence stays empty).",
+    )
 
 
 class MetricSummary(MetricFigures):
@@ -84,6 +93,9 @@ class RunSummary(BaseModel):
     metrics: list[MetricSummary]
     peak_concurrency: int
     rate_limited: int
+    notes: list[str] = Field(
+        default_factory=list, description="What the run has to say once (token log-probabilities)."
+    )
 
     @property
     def failed(self) -> int:
@@ -142,9 +154,12 @@ async def arun(
         for s in specs
     }
     limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
+    logprobs = None if opts.logprobs is None else LogprobRequest(opts.logprobs)
     status = "failed"
     try:
-        await _judge_all(specs, plan, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress)
+        await _judge_all(
+            specs, plan, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress, logprobs
+        )
         status = "finished"
     except (KeyboardInterrupt, asyncio.CancelledError):
         status = "interrupted"
@@ -165,6 +180,7 @@ async def arun(
             metrics=metrics,
             peak_concurrency=limiter.peak,
             rate_limited=limiter.rate_limited,
+            notes=logprobs.notes() if logprobs is not None else [],
         )
         store.finish_run(run_id, status, summary.model_dump(mode="json"))
     return summary
@@ -184,6 +200,7 @@ async def _judge_all(
     opts: RunOptions,
     limiter: AdaptiveLimiter,
     progress: ProgressHook | None,
+    logprobs: LogprobRequest | None = None,
 ) -> None:
     """The judging itself: the plan's pending work, every record's metrics level by level."""
 
@@ -213,7 +230,14 @@ async def _judge_all(
     method: Any = opts.method
     judges: dict[str, Evaluator] = {
         s.name: make_evaluator(
-            s, chat, method=method, samples=cfg.samples, policy=opts.retry, limiter=limiter, direct=opts.direct
+            s,
+            chat,
+            method=method,
+            samples=cfg.samples,
+            policy=opts.retry,
+            limiter=limiter,
+            direct=opts.direct,
+            logprobs=logprobs,
         )
         for s in specs
         if chat is not None or not s.needs_model

@@ -67,6 +67,11 @@ class ItemVerdict(BaseModel):
     score: float | None = Field(None, description="The value, or the label's score when labels have scores.")
     reason: str | None = None
     confidence: float | None = Field(None, description="Share of samples agreeing with the verdict.")
+    token_confidence: float | None = Field(
+        None,
+        description="The judge's own probability of the verdict, from its token log-probabilities "
+        "(greval.judge.logprobs; the mean over samples); None when they were not asked for or not given.",
+    )
     error: str | None = None
     error_kind: ErrorKind | None = Field(None, description="Why an error verdict failed; set when status is 'error'.")
     samples: list[dict[str, Any]] | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -16,7 +17,7 @@ from langchain_openai import ChatOpenAI
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field
 
-from greval.testing.openai_server import OpenAIServer, generate_instance
+from greval.testing.openai_server import OpenAIServer, generate_instance, tokenize
 
 # Not the langchain default (gpt-3.5-turbo): with that name `method="json_schema"` is silently
 # rewritten to function calling.
@@ -47,7 +48,7 @@ def srv() -> Iterator[OpenAIServer]:
 def _clean(srv: OpenAIServer) -> Iterator[None]:
     srv.reset()
     yield
-    srv.configure(latency=0.0, json_schema=True, tools=True, seed=0)
+    srv.configure(latency=0.0, json_schema=True, tools=True, seed=0, logprobs="null")
 
 
 def _llm(srv: OpenAIServer, **kwargs: Any) -> ChatOpenAI:
@@ -394,3 +395,110 @@ def test_requests_log_and_reset(srv: OpenAIServer) -> None:
     assert bodies[0]["parallel_tool_calls"] is False
     srv.reset()
     assert srv.requests() == [] and srv.stats()["total"] == 0
+
+
+# ---------------------------------------------------------------- token log-probabilities
+def _lp_request(srv: OpenAIServer, prompt: str = "Item ids: t1, t2, t3\nwhich claims hold?", **kw: Any) -> Any:
+    return _create(
+        srv,
+        model=MODEL,
+        messages=[{"role": "user", "content": prompt}],
+        response_format=_json_schema_format(),
+        **kw,
+    )
+
+
+def test_logprobs_are_off_by_default_and_the_answer_is_unchanged_when_not_asked(srv: OpenAIServer) -> None:
+    before = _lp_request(srv).model_dump(exclude={"id", "created"})
+    assert before["choices"][0]["logprobs"] is None
+    assert _lp_request(srv, logprobs=True, top_logprobs=3).choices[0].logprobs is None  # default "null"
+    srv.configure(logprobs="on")
+    after = _lp_request(srv).model_dump(exclude={"id", "created"})
+    assert after == before  # not asked: the same answer, no logprobs
+
+
+def test_logprobs_cover_the_content_and_list_the_schemas_alternatives(srv: OpenAIServer) -> None:
+    srv.configure(logprobs="on")
+    resp = _lp_request(srv, logprobs=True, top_logprobs=5)
+    choice = resp.choices[0]
+    content = choice.message.content or ""
+    assert choice.logprobs is not None and choice.logprobs.content
+    tokens = choice.logprobs.content
+    assert "".join(t.token for t in tokens) == content
+    assert all(bytes(t.bytes or []) == t.token.encode() for t in tokens)
+    assert all(t.logprob <= 0 and len(t.top_logprobs) <= 5 for t in tokens)
+    assert all(t.token in {a.token for a in t.top_logprobs} for t in tokens)  # k=5 covers every alternative here
+    answer = Verdicts.model_validate_json(content)
+    labels = {"supported", "unsupported", "partial"}
+    at_labels = [t for t in tokens if t.token in labels and {a.token for a in t.top_logprobs} == labels]
+    assert [t.token for t in at_labels] == [c.verdict for c in answer.claims]
+    for t in at_labels:
+        probs = {a.token: math.exp(a.logprob) for a in t.top_logprobs}
+        assert 0.34 <= probs[t.token] <= 0.99 and sum(probs.values()) <= 1 + 1e-9
+        assert math.exp(t.logprob) == pytest.approx(probs[t.token])
+    assert len({round(t.logprob, 9) for t in at_labels}) == len(at_labels)  # confidences vary across items
+    if answer.label is not None:  # the integer 1..5: its first token lists the other values
+        [at_value] = [t for t in tokens if t.token == str(answer.label) and len(t.top_logprobs) == 5]
+        assert {a.token for a in at_value.top_logprobs} == {"1", "2", "3", "4", "5"}
+    again = _lp_request(srv, logprobs=True, top_logprobs=5)
+    assert again.choices[0].logprobs == choice.logprobs  # deterministic per prompt and choice
+    no_top = _lp_request(srv, logprobs=True).choices[0].logprobs
+    assert no_top is not None and no_top.content and all(t.top_logprobs == [] for t in no_top.content)
+    assert [t.logprob for t in no_top.content] == [t.logprob for t in tokens]
+
+
+def test_a_label_spelled_by_several_tokens_multiplies_back_to_its_probability(srv: OpenAIServer) -> None:
+    srv.configure(logprobs="on")
+    srv.script([{"match": "grade", "action": {"type": "respond", "content": {"label": "not quite"}}}])
+    schema = {"type": "object", "properties": {"label": {"enum": ["not at all", "not quite", "fully"]}}}
+    resp = _create(
+        srv,
+        model=MODEL,
+        messages=[{"role": "user", "content": "grade it"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "g", "schema": schema}},
+        logprobs=True,
+        top_logprobs=5,
+    )
+    assert resp.choices[0].logprobs is not None and resp.choices[0].logprobs.content
+    got = resp.choices[0].logprobs.content
+    assert [t.token for t in got] == tokenize('{"label": "not quite"}')
+    i = [t.token for t in got].index("not")
+    # "not" starts two labels: its probability is theirs together, and the chain rule gives back the label's.
+    heads = {a.token: math.exp(a.logprob) for a in got[i].top_logprobs}
+    assert set(heads) == {"not", "fully"} and sum(heads.values()) <= 1
+    chain = math.exp(sum(t.logprob for t in got[i : i + 3]))  # "not", " ", "quite"
+    assert 0.34 <= chain <= 0.99 and chain <= heads["not"] + 1e-12
+
+
+def test_tool_calls_and_streams_carry_no_content_logprobs(srv: OpenAIServer) -> None:
+    srv.configure(logprobs="on")
+    tool = {"type": "function", "function": {"name": "grade", "parameters": Verdicts.model_json_schema()}}
+    resp = _create(
+        srv,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Item ids: t1"}],
+        tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "grade"}},
+        logprobs=True,
+        top_logprobs=2,
+    )
+    lp = resp.choices[0].logprobs
+    assert lp is not None and lp.content is None  # OpenAI gives the arguments none
+    chunks = list(
+        _client(srv).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True, logprobs=True
+        )
+    )
+    assert all(c.choices[0].logprobs is None for c in chunks if c.choices)
+
+
+def test_logprobs_can_be_refused_like_a_model_without_them(srv: OpenAIServer) -> None:
+    srv.configure(logprobs="reject")
+    with pytest.raises(openai.BadRequestError) as info:
+        _lp_request(srv, logprobs=True)
+    assert info.value.param == "logprobs" and info.value.code == "unsupported_parameter"
+    assert _lp_request(srv).choices[0].message.content  # not asked: answered
+    with pytest.raises(RuntimeError, match="logprobs must be one of"):
+        srv.configure(logprobs="sometimes")
+    with OpenAIServer(logprobs="on") as other:
+        assert other.configure()["logprobs"] == "on"

@@ -886,3 +886,74 @@ def test_streamed_plan_keeps_dedup_limit_resume_and_counts_across_chunks(
     assert a.calls == b.calls == 8 and a.records == b.records == 11 and a.distinct_contents == 10
     assert [m.model_dump() for m in a.metrics] == [m.model_dump() for m in b.metrics]
     assert [(m.records, m.ok, m.judged, m.reused) for m in a.metrics] == [(11, 11, 4, 7), (11, 11, 4, 7)]
+
+
+def _run_logprobs(data: Path, store: Path, llm: OpenAIServer, *extra: str) -> Any:
+    args = ["run", str(data), "-s", "answer_alignment", "-s", "chunk_evaluation", "--store", str(store)]
+    args += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--quiet", *extra]
+    return CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+
+
+def _token_confidences(store: Path) -> list[float | None]:
+    db = sqlite3.connect(store)
+    try:
+        return [r[0] for r in db.execute("SELECT token_confidence FROM verdicts WHERE status='ok' ORDER BY rowid")]
+    finally:
+        db.close()
+
+
+def test_cli_run_logprobs_stores_a_token_confidence_per_verdict(llm: OpenAIServer, tmp_path: Path) -> None:
+    """``greval run --logprobs`` over HTTP: every verdict (record and chunk ones) gets its token confidence, they
+    differ from item to item, the export carries them, and a re-run without the flag judges nothing again (the
+    flag is not part of the judge's identity)."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(6)))
+    store = tmp_path / "s.sqlite"
+    llm.configure(logprobs="on")
+    try:
+        res = _run_logprobs(data, store, llm, "--logprobs", "--top-logprobs", "4")
+        assert res.exit_code == 0, res.output
+        assert "note:" not in res.output  # every answer had them
+        bodies = llm.requests()
+        assert bodies and all(b["logprobs"] is True and b["top_logprobs"] == 4 for b in bodies)
+        confs = _token_confidences(store)
+        assert len(confs) == 6 + 18 and all(c is not None and 0.34 <= c <= 0.99 for c in confs)
+        assert len({round(c or 0, 9) for c in confs}) > 20
+        out = tmp_path / "out.csv"
+        assert CliRunner().invoke(main, ["results", "export", "--store", str(store), "-o", str(out)]).exit_code == 0
+        frame = pd.read_csv(out)
+        assert frame["token_confidence"].notna().all() and len(frame) == 24
+        llm.reset()
+        again = _run_logprobs(data, store, llm)
+        assert again.exit_code == 0, again.output
+        assert llm.stats()["total"] == 0  # nothing re-judged for the flag's sake
+    finally:
+        llm.configure(logprobs="null")
+
+
+@pytest.mark.parametrize("mode", ["null", "reject"])
+def test_cli_run_logprobs_falls_back_with_one_note(llm: OpenAIServer, tmp_path: Path, mode: str) -> None:
+    """A server that ignores the parameter (``null``) or refuses it (``reject``, a 400 naming logprobs): the run
+    completes, no verdict has a token confidence, and the summary says why once, not once per item."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(5)))
+    store = tmp_path / "s.sqlite"
+    llm.configure(logprobs=mode)
+    try:
+        res = _run_logprobs(data, store, llm, "--logprobs")
+    finally:
+        llm.configure(logprobs="null")
+    assert res.exit_code == 0, res.output
+    confs = _token_confidences(store)
+    assert len(confs) == 5 + 15 and all(c is None for c in confs)
+    notes = [line for line in res.output.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1, res.output
+    if mode == "null":
+        assert "10 of 10 answer(s) without token log-probabilities" in notes[0]
+    else:
+        assert "not asked for the rest of the run" in notes[0]
+        bodies = llm.requests()
+        asked = [b for b in bodies if b.get("logprobs")]
+        # At most one refused call per judgement (those in flight before the refusal was heard), and then each
+        # of the 10 judgements answered once without the parameter.
+        assert 1 <= len(asked) <= 10 and len(bodies) - len(asked) == 10

@@ -23,7 +23,7 @@ from greval.runner import RunOptions, run
 from greval.spec import resolve_specs
 from greval.store.results import figures, item_rows
 from greval.store.schema import SCHEMA_VERSION, error_kind
-from greval.store.store import Store
+from greval.store.store import Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
 from greval.types import ErrorKind, ItemVerdict, JudgeResult
 
@@ -79,7 +79,7 @@ def test_an_old_store_opens_keeps_every_verdict_and_reports_the_same_figures(old
     assert _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts") == before
     assert _rows(old_store, "SELECT * FROM human_labels") == labels
     assert _rows(old_store, "SELECT * FROM runs") == runs
-    # Opening it again (now schema 3) changes nothing.
+    # Opening it again (now the current schema) changes nothing.
     with Store(old_store) as st:
         assert [f.model_dump(mode="json") for f in figures(st)] == expected["figures"]
 
@@ -104,6 +104,8 @@ def test_an_old_store_s_errors_get_their_kind_from_their_text(old_store: Path) -
         key=repr,
     )
     assert _rows(old_store, "SELECT COUNT(*) FROM verdicts WHERE status='ok' AND error_kind IS NOT NULL") == [(0,)]
+    # Judged before token log-probabilities were stored: every verdict has the column, empty.
+    assert _rows(old_store, "SELECT COUNT(*), COUNT(token_confidence) FROM verdicts") == [(32, 0)]
     # These judgements failed item by item (the verdicts say why): no error of their own, so no kind.
     judgements = _rows(old_store, "SELECT error, error_kind FROM judgements WHERE status='error'")
     assert judgements == [(None, None)] * 4
@@ -150,6 +152,7 @@ def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: Ope
         DROP TABLE snapshot_members; DROP TABLE snapshots; DROP TABLE claims; DROP TABLE record_ids;
         DROP TABLE human_labels; DROP TABLE annotation_pushes; DROP TABLE annotation_selection;
         ALTER TABLE verdicts DROP COLUMN error_kind; ALTER TABLE judgements DROP COLUMN error_kind;
+        ALTER TABLE verdicts DROP COLUMN token_confidence;
         ALTER TABLE runs DROP COLUMN snapshot; ALTER TABLE runs DROP COLUMN pid; ALTER TABLE runs DROP COLUMN host;
         CREATE TABLE human_labels (
             spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
@@ -242,3 +245,37 @@ def test_only_the_store_holds_sql() -> None:
         if _SQL.search(line)
     ]
     assert found == []
+
+
+def test_a_schema_3_store_gets_the_token_confidence_column(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Schema 3 -> 4 adds ``verdicts.token_confidence`` (NULL: judged without log-probabilities) and keeps every
+    verdict; a verdict written afterwards stores its token confidence there and reads it back."""
+    path = tmp_path / "v3.sqlite"
+    recs = fixture_records()[:2]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(path) as st:
+        run(resolve_specs(["answer_alignment"]), recs, st, cfg, options=FAST)
+    db = sqlite3.connect(path)
+    db.executescript(
+        "ALTER TABLE verdicts DROP COLUMN token_confidence; UPDATE meta SET value='3' WHERE key='schema_version';"
+    )
+    db.commit()
+    db.close()
+    before = _rows(path, f"SELECT {V2_VERDICT_COLS}, error_kind FROM verdicts")
+    with Store(path) as st:
+        assert _rows(path, "SELECT value FROM meta WHERE key='schema_version'") == [(str(SCHEMA_VERSION),)]
+        assert SCHEMA_VERSION == 4
+        assert _rows(path, "SELECT COUNT(*), COUNT(token_confidence) FROM verdicts") == [(2, 0)]
+        assert _rows(path, f"SELECT {V2_VERDICT_COLS}, error_kind FROM verdicts") == before
+        rec = Record.from_mapping({"id": "t1", "question": "q", "answer": "a"})
+        res = JudgeResult(
+            spec="answer_alignment",
+            spec_hash="h",
+            verdicts=[ItemVerdict(label="Correct", score=1.0, confidence=None, token_confidence=0.625)],
+        )
+        key = spec_keys(resolve_specs(["answer_alignment"]))["answer_alignment"]
+        st.put_result("run-x", key, cfg, rec, res)
+        got = st.result(key, cfg.key, rec)
+        assert got is not None and got.verdicts[0].token_confidence == 0.625
+        frame = item_rows(st, "answer_alignment")
+        assert sorted(r["token_confidence"] for r in frame if r["record_id"] == "t1") == [0.625]

@@ -68,6 +68,21 @@ if TYPE_CHECKING:
     "overhead (less client CPU, see the README's benchmarks); LangSmith tracing, callbacks or a cache "
     "switch that off by themselves.",
 )
+@click.option(
+    "--logprobs",
+    is_flag=True,
+    help="Ask the judge (OpenAI-compatible: OpenAI, vLLM, llama-server …) for token log-probabilities and store "
+    "each new verdict's token_confidence: the probability of its label, or of its value among the scale's values. "
+    "Works with json_schema / json_mode answers (a tool call's arguments get none). Verdicts already stored are "
+    "not judged again for it.",
+)
+@click.option(
+    "--top-logprobs",
+    type=click.IntRange(0, 20),
+    default=10,
+    show_default=True,
+    help="Alternatives per token with --logprobs (a value scale needs as many as it has values).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
     data: str,
@@ -83,6 +98,8 @@ def run_cmd(
     limit: int | None,
     retry_errors: bool,
     no_direct: bool,
+    logprobs: bool,
+    top_logprobs: int,
     quiet: bool,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
@@ -128,6 +145,7 @@ def run_cmd(
         retry=RetryPolicy(max_attempts=max_attempts),
         retry_errors=retry_errors,
         direct=not no_direct,
+        logprobs=top_logprobs if logprobs else None,
     )
     try:
         with ProgressBar(quiet) as hook:
@@ -157,6 +175,8 @@ def run_cmd(
         )
     summary = done.summary
     print_summary(summary)
+    for note in summary.notes:  # said once per run, not per verdict
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if summary.empty_metrics:
         names = ", ".join(m.spec for m in summary.empty_metrics)
         console.print(f"[bold red]no verdict at all[/] for {names} (see the notes above)", highlight=False)

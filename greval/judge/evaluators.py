@@ -18,6 +18,7 @@ from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.judge.judge import Judge
+from greval.judge.logprobs import LogprobRequest
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, Spec, dependency_levels
@@ -43,10 +44,13 @@ class Options(TypedDict, total=False):
     policy: RetryPolicy | None  # transport retries, parse re-asks, item re-ask rounds
     limiter: AdaptiveLimiter | None  # shared concurrency limit that backs off on rate limits
     direct: bool  # False: every call through LangChain's ainvoke (see greval.llm.call)
+    # token log-probabilities for each verdict's token_confidence (judge specs only; see greval.judge.judge)
+    logprobs: LogprobRequest | int | None
 
 
 def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, **options: Unpack[Options]) -> Evaluator:
-    """The evaluator for any registered spec kind."""
+    """The evaluator for any registered spec kind (``logprobs`` reaches judge specs only: a pipeline's steps
+    and computed metrics have no single verdict token to read)."""
     if isinstance(spec, Spec):
         if model is None:
             raise ValueError("a judge spec needs a chat model")
@@ -55,7 +59,8 @@ def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, **options: Unpac
     build = getattr(spec, "evaluator", None)
     if build is None:
         raise TypeError(f"spec kind {spec.kind!r} has no evaluator")
-    evaluator: Evaluator = build(model=model, **options)
+    rest = {k: v for k, v in options.items() if k != "logprobs"}
+    evaluator: Evaluator = build(model=model, **rest)
     return evaluator
 
 

@@ -6,6 +6,12 @@ A "many" spec judges all chunks / triples of a record in one call and must retur
 whatever is missing or invalid is asked again, never dropped. Structured output uses JSON schema, else tool
 calling, else JSON mode with the schema in the prompt, falling back automatically when a server rejects a
 method. Every failure ends as error verdicts through one ladder (:func:`failure_of`, :func:`error_verdicts`).
+
+With ``logprobs`` (a :class:`LogprobRequest`, or the number of alternatives per token) an OpenAI-compatible
+judge is asked for token log-probabilities, and each verdict gets its ``token_confidence``
+(:mod:`greval.judge.logprobs`). A provider that refuses the parameter (a 400 naming ``logprobs``) is asked
+without it from then on, for the rest of the run; answers without log-probabilities (a tool call's arguments
+have none) leave the confidence empty. Either is said once, in :meth:`LogprobRequest.notes`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from greval.dataset.records import Record
+from greval.judge.logprobs import LogprobRequest, token_confidences
 from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import (
     Answer,
@@ -41,6 +48,7 @@ from greval.llm.config import register_model_secrets
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import (
     CUT_OFF_HINT,
+    CallFailed,
     CutOff,
     Filtered,
     JudgeUnavailable,
@@ -51,7 +59,7 @@ from greval.llm.retry import (
     finish_reason,
     redact,
 )
-from greval.spec import Spec
+from greval.spec import CategoricalScale, Spec
 from greval.types import RECORD_ITEM, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
@@ -59,6 +67,12 @@ warnings.filterwarnings("ignore", message="This model does not support OpenAI's 
 
 METHODS: tuple[Method, ...] = ("json_schema", "function_calling", "json_mode")
 TOOL_NAME = "submit_verdict"
+
+
+# ------------------------------------------------------------------------------------------ logprobs
+def logprobs_refused(exc: BaseException) -> bool:
+    """Whether a failed call is the provider refusing the ``logprobs`` parameter (a 400 that names it)."""
+    return isinstance(exc, CallFailed) and exc.status == 400 and "logprobs" in str(exc).lower()
 
 
 # --------------------------------------------------------------------------------------------- judge
@@ -75,6 +89,7 @@ class Judge:
         policy: RetryPolicy | None = None,
         limiter: AdaptiveLimiter | None = None,
         direct: bool = True,
+        logprobs: LogprobRequest | int | None = None,
     ) -> None:
         self.spec = spec
         self.direct = direct
@@ -95,6 +110,9 @@ class Judge:
         # Not an asyncio.Lock: one judge serves any event loop (a sync call runs in greval's background loop,
         # an ``await`` in the caller's), and nothing is awaited while it is held.
         self._lock = threading.Lock()
+        self.logprobs = LogprobRequest(logprobs) if isinstance(logprobs, int) else logprobs
+        if self.logprobs is not None and not _openai_compatible(model):
+            self.logprobs.refuse(f"{type(model).__name__} is not an OpenAI-compatible chat model")
         register_model_secrets(model)
 
     # --------------------------------------------------------------------------- construction
@@ -102,9 +120,19 @@ class Judge:
     def method(self) -> Method:
         return self.methods[min(self._method_index, len(self.methods) - 1)]
 
+    @property
+    def asks_logprobs(self) -> bool:
+        """Whether calls ask for token log-probabilities now (not once the provider refused them)."""
+        return self.logprobs is not None and self.logprobs.active
+
     def bound(self, method: Method) -> Runnable[Any, Any]:
-        """The chat model bound for one structured-output method (built once, then reused)."""
-        if method not in self._bound:
+        """The chat model bound for one structured-output method (built once, then reused; once more without
+        log-probabilities when the provider refuses them)."""
+        key = f"{method}+logprobs" if self.asks_logprobs else method
+        if key not in self._bound:
+            extra: dict[str, Any] = {}
+            if self.logprobs is not None and self.asks_logprobs:
+                extra = {"logprobs": True} | ({"top_logprobs": self.logprobs.top} if self.logprobs.top else {})
             tool = convert_to_openai_tool(self.answer_model)
             tool["function"]["name"] = TOOL_NAME
             fmt: dict[str, Any] = {"type": "json_object"}
@@ -118,21 +146,22 @@ class Judge:
                     },
                 }
             if method == "function_calling":
-                self._bound[method] = self.model.bind_tools([tool], tool_choice=TOOL_NAME)
+                self._bound[key] = self.model.bind_tools([tool], tool_choice=TOOL_NAME, **extra)
             elif _is_openai(self.model):
                 # Same request on the wire, but through extra_body: a `response_format` kwarg makes
                 # langchain-openai take the SDK's `.parse()` path, which re-validates the whole schema and
                 # doubled the client CPU per call in scripts/bench_run.py. greval parses the answer itself.
-                self._bound[method] = self.model.bind(extra_body={"response_format": fmt})
+                self._bound[key] = self.model.bind(extra_body={"response_format": fmt}, **extra)
             else:
-                self._bound[method] = self.model.bind(response_format=fmt)
-        return self._bound[method]
+                self._bound[key] = self.model.bind(response_format=fmt, **extra)
+        return self._bound[key]
 
     def caller(self, method: Method) -> ModelCall:
         """How one method's bound model is called (directly when nothing listens; see greval.llm.call)."""
-        if method not in self._callers:
-            self._callers[method] = ModelCall(self.bound(method), direct=self.direct)
-        return self._callers[method]
+        key = f"{method}+logprobs" if self.asks_logprobs else method
+        if key not in self._callers:
+            self._callers[key] = ModelCall(self.bound(method), direct=self.direct)
+        return self._callers[key]
 
     def messages(
         self,
@@ -182,6 +211,7 @@ class Judge:
                     attempts += 1
 
                 messages = self.messages(method, data, deps, item_ids)
+                asked_logprobs = self.asks_logprobs
                 caller = self.caller(method)
                 start = time.perf_counter()
 
@@ -201,6 +231,10 @@ class Judge:
                             error=describe_error(exc),
                         )
                     )
+                    if self.logprobs is not None and asked_logprobs and logprobs_refused(exc):
+                        # Refused for every judge of the run (calls already in flight hear it too): ask without.
+                        self.logprobs.refuse(redact(str(exc)))
+                        continue
                     if not isinstance(exc, UnsupportedMethod):
                         raise
                     if self._fall_back(method):
@@ -229,12 +263,16 @@ class Judge:
                 raise filtered
             try:
                 payload, entry.raw = json_payload(msg, method)
-                return self.validate(payload, item_ids)
+                answer = self.validate(payload, item_ids)
             except ParseError as exc:
                 last_error = redact(str(exc))
                 entry.error = describe_error(exc)
                 if not entry.raw:
                     entry.raw = str(msg.content)[:2000] if msg.content else json.dumps(msg.tool_calls)[:2000]
+                continue
+            if self.logprobs is not None and asked_logprobs:
+                self.add_token_confidence(msg, method, answer, item_ids)
+            return answer
         tries = self.policy.parse_attempts
         if stopped == "length":  # say why: the answer did not fit max_tokens, it was not garbled
             raise CutOff(
@@ -242,6 +280,19 @@ class Judge:
                 f"{CUT_OFF_HINT}. Last: {last_error}"
             )
         raise ParseError(f"unusable answer after {tries} tries: {last_error}")
+
+    def add_token_confidence(self, msg: Any, method: Method, answer: Answer, item_ids: Sequence[str] | None) -> None:
+        """Each verdict's ``token_confidence`` from the answer's log-probabilities (None where they are missing
+        or do not spell the verdict the answer was read as)."""
+        assert self.logprobs is not None
+        meta = getattr(msg, "response_metadata", None) or {}
+        content = msg.content if isinstance(msg.content, str) else None
+        found = token_confidences(self.spec, meta.get("logprobs"), content, item_ids) if content else {}
+        self.logprobs.count(method, bool(found))
+        for iid, verdict in answer["items"].items():
+            conf = found.get(iid)
+            chosen = verdict.get("label") if isinstance(self.spec.scale, CategoricalScale) else verdict.get("value")
+            verdict["token_confidence"] = conf.confidence if conf is not None and conf.chosen == chosen else None
 
     def validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> Answer:
         """Check an answer (raises :class:`ParseError`). Many-judges keep each valid item and report the
@@ -315,6 +366,15 @@ class Judge:
         got.update((v.item_id, v) for v in error_verdicts(why, pending, text))
         result.verdicts = [got[i] for i in ids if i in got]
         return result
+
+
+def _openai_compatible(model: BaseChatModel) -> bool:
+    """Whether the model speaks OpenAI's chat completions (so takes ``logprobs`` / ``top_logprobs``)."""
+    try:
+        from langchain_openai.chat_models.base import BaseChatOpenAI
+    except ImportError:  # pragma: no cover - langchain-openai is a dependency
+        return False
+    return isinstance(model, BaseChatOpenAI)
 
 
 def _is_openai(model: BaseChatModel) -> bool:

@@ -141,20 +141,29 @@ def majority_value(values: Sequence[int]) -> int:
     return min(tied, key=lambda v: (abs(v - middle), v))
 
 
+def mean_token_confidence(votes: Sequence[Mapping[str, Any]]) -> float | None:
+    """The samples' token confidences averaged (over the samples that have one; None when none has): how
+    sure the judge was of its verdicts, sample by sample, beside how often the samples agreed."""
+    got = [float(v["token_confidence"]) for v in votes if v.get("token_confidence") is not None]
+    return sum(got) / len(got) if got else None
+
+
 def combine_votes(spec: Spec, votes: list[dict[str, Any]]) -> dict[str, Any]:
     """Several samples' verdicts on one item as one: the majority with its agreement rate (and the mean
-    value on a value scale); every sample is kept."""
+    value on a value scale) and the mean token confidence; every sample is kept."""
+    token = mean_token_confidence(votes)
     if isinstance(spec.scale, CategoricalScale):
         counts = Counter(v["label"] for v in votes)
         order = {name: i for i, name in enumerate(spec.scale.names)}
         label, top = min(counts.items(), key=lambda kv: (-kv[1], order[kv[0]]))
         winner = next(v for v in votes if v["label"] == label)
-        return {**winner, "confidence": top / len(votes), "samples": votes}
+        return {**winner, "confidence": top / len(votes), "token_confidence": token, "samples": votes}
     values = [int(v["value"]) for v in votes]
     chosen = majority_value(values)
     winner = next(v for v in votes if int(v["value"]) == chosen)
     agree = sum(1 for x in values if x == chosen) / len(values)
-    return {**winner, "value": chosen, "mean": sum(values) / len(values), "confidence": agree, "samples": votes}
+    mean = sum(values) / len(values)
+    return {**winner, "value": chosen, "mean": mean, "confidence": agree, "token_confidence": token, "samples": votes}
 
 
 def combine_answers(spec: Spec, answers: Sequence[Answer]) -> Answer:
@@ -187,5 +196,6 @@ def to_verdict(spec: Spec, iid: str, v: Mapping[str, Any]) -> ItemVerdict:
         score=score,
         reason=v.get("reason"),
         confidence=v.get("confidence"),
+        token_confidence=v.get("token_confidence"),
         samples=v.get("samples"),
     )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
@@ -27,6 +26,7 @@ from greval._sync import run_sync
 from greval.dataset.records import Record, content_hash
 from greval.errors import UserError
 from greval.judge.judge import Judge
+from greval.judge.logprobs import weighted_value
 from greval.judge.outcome import missing_inputs
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.report.format import fmt_ci, fmt_number
@@ -250,38 +250,6 @@ def panel_agreement(spec: Spec, judges: Mapping[str, Mapping[str, JudgeResult | 
 
 
 # ========================================================================================= logprobs
-_VALUE_KEY = re.compile(r'"value"\s*:\s*')
-
-
-def weighted_value(logprobs: Any, lo: int, hi: int) -> tuple[float, float] | None:
-    """(probability-weighted value, probability mass on valid values) at the token where the JSON answer's
-    ``value`` starts, from OpenAI-style ``logprobs.content``; None when the token or candidates are missing."""
-    content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
-    if not isinstance(content, list) or not content:
-        return None
-    tokens = [str(t.get("token", "")) for t in content]
-    text = "".join(tokens)
-    m = _VALUE_KEY.search(text)
-    if m is None:
-        return None
-    pos = 0
-    for tok, entry in zip(tokens, content, strict=True):
-        end = pos + len(tok)
-        if end > m.end() and tok.strip():
-            cands = entry.get("top_logprobs") or [{"token": tok, "logprob": entry.get("logprob", 0.0)}]
-            probs: dict[int, float] = {}
-            for c in cands:
-                s = str(c.get("token", "")).strip()
-                if re.fullmatch(r"-?\d+", s) and lo <= int(s) <= hi:
-                    probs[int(s)] = probs.get(int(s), 0.0) + math.exp(float(c.get("logprob", -1e9)))
-            mass = sum(probs.values())
-            if mass <= 0:
-                return None
-            return sum(v * p for v, p in probs.items()) / mass, mass
-        pos = end
-    return None
-
-
 async def alogprob_scores(
     spec: Spec, records: Sequence[Record], model: BaseChatModel
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
@@ -552,6 +520,5 @@ __all__ = [
     "print_report",
     "reliability",
     "sample_records",
-    "weighted_value",
     "wilson",
 ]

@@ -31,6 +31,7 @@ class UnitVerdict:
     value: int | None
     confidence: float | None
     reason: str | None
+    token_confidence: float | None = None  # from the judge's token log-probabilities (greval run --logprobs)
 
 
 class JudgedUnit(TypedDict):
@@ -77,13 +78,15 @@ class VerdictLookups(StoreFile):
     def unit_verdicts(self, spec_key: str, judge_key: str) -> list[UnitVerdict]:
         """One judge's ok verdicts of a metric version, by record hash then item id."""
         rows = self._rows(
-            "SELECT record_hash, item_id, record_id, label, value, confidence, reason FROM verdicts"
+            "SELECT record_hash, item_id, record_id, label, value, confidence, reason, token_confidence FROM verdicts"
             " WHERE spec_key=? AND judge_key=? AND status='ok' ORDER BY record_hash, item_id",
             (spec_key, judge_key),
         )
         return [
-            UnitVerdict(record_hash=h, item_id=i, record_id=r, label=lab, value=v, confidence=c, reason=why)
-            for h, i, r, lab, v, c, why in rows
+            UnitVerdict(
+                record_hash=h, item_id=i, record_id=r, label=lab, value=v, confidence=c, reason=why, token_confidence=t
+            )
+            for h, i, r, lab, v, c, why, t in rows
         ]
 
     def latest_unit_verdicts(self, spec_key: str) -> dict[tuple[str, str], JudgedUnit]:

@@ -63,6 +63,7 @@ _ITEM_COLS = (
     "run_id",
     "created_at",
     "updated_at",
+    "token_confidence",
 )
 
 
@@ -80,7 +81,8 @@ def _item_sql(ids: str, full: bool) -> str:
         return f"SELECT {cols}, v.created_at FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key {ids}"
     return f"""
 SELECT {cols},
-       g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at
+       g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at,
+       v.token_confidence
 FROM verdicts v
 JOIN judges j ON j.judge_key = v.judge_key
 {ids}

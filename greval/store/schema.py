@@ -2,8 +2,9 @@
 
 Schema history: 1 kept one record id per content and no dataset on human labels; 2 added record ids,
 snapshots and claims; 3 stores each error's kind (``error_kind``, an :class:`~greval.types.ErrorKind` value)
-beside its text, so that readers count failures by kind without parsing the text. A store written by an
-older greval is migrated the first time this one opens it, in one transaction.
+beside its text, so that readers count failures by kind without parsing the text; 4 stores each verdict's
+``token_confidence`` (from the judge's token log-probabilities; NULL for verdicts judged without them). A store
+written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from greval.dataset.records import Record
 from greval.types import ErrorKind
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables.
@@ -51,6 +52,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     spec_name TEXT NOT NULL, spec_hash TEXT NOT NULL, record_id TEXT NOT NULL,
     status TEXT NOT NULL, label TEXT, value INTEGER, score REAL, confidence REAL, reason TEXT, error TEXT,
     samples TEXT, run_id TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, error_kind TEXT,
+    token_confidence REAL,
     PRIMARY KEY (spec_key, judge_key, record_hash, item_id));
 CREATE INDEX IF NOT EXISTS verdicts_by_name ON verdicts(spec_name, record_hash);
 CREATE TABLE IF NOT EXISTS judgements (
@@ -96,6 +98,12 @@ ALTER TABLE human_labels RENAME TO human_labels_v1;
 _MIGRATE_2_3 = """
 ALTER TABLE verdicts ADD COLUMN error_kind TEXT;
 ALTER TABLE judgements ADD COLUMN error_kind TEXT;
+"""
+
+# Schema 3 -> 4: each verdict's token confidence; verdicts judged before have none (NULL), as a verdict judged
+# without log-probabilities.
+_MIGRATE_3_4 = """
+ALTER TABLE verdicts ADD COLUMN token_confidence REAL;
 """
 
 _KINDS = {k.value: k for k in ErrorKind}
@@ -178,6 +186,8 @@ def migrate(db: sqlite3.Connection) -> None:
             db.executemany(
                 f"UPDATE {table} SET error_kind=? WHERE rowid=?", [(error_kind(text).value, rid) for rid, text in rows]
             )
+    if version < 4:
+        _script(db, _MIGRATE_3_4)
     set_version(db)
 
 

@@ -455,13 +455,13 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             db.executemany(
                 "INSERT INTO verdicts (spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id,"
                 " status, label, value, score, confidence, reason, error, samples, run_id, created_at, updated_at,"
-                " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                " error_kind, token_confidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
                 " spec_name=excluded.spec_name, spec_hash=excluded.spec_hash, record_id=excluded.record_id,"
                 " status=excluded.status, label=excluded.label, value=excluded.value, score=excluded.score,"
                 " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
                 " error_kind=excluded.error_kind, samples=excluded.samples, run_id=excluded.run_id,"
-                " updated_at=excluded.updated_at",
+                " updated_at=excluded.updated_at, token_confidence=excluded.token_confidence",
                 [
                     (
                         spec_key,
@@ -483,6 +483,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                         now,
                         now,
                         stored_kind(v.status, v.error_kind, v.error),
+                        v.token_confidence,
                     )
                     for v in verdicts
                 ],
@@ -499,8 +500,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         if j is None:
             return None
         rows = self.db.execute(
-            "SELECT spec_name, spec_hash, item_id, status, label, value, score, confidence, reason, error, error_kind"
-            " FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?",
+            "SELECT spec_name, spec_hash, item_id, status, label, value, score, confidence, reason, error, error_kind,"
+            " token_confidence FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?",
             (spec_key, judge_key, record.hash),
         ).fetchall()
         if not rows:
@@ -516,6 +517,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                 reason=r[8],
                 error=r[9],
                 error_kind=None if r[10] is None else ErrorKind(r[10]),
+                token_confidence=r[11],
             )
             for r in rows
         ]

@@ -24,6 +24,16 @@ seed, rule, prompt and attempt so they do not depend on request interleaving)::
 ``respond.text`` is sent verbatim as the content, or as the tool-call arguments when the
 request forces a tool.
 
+Token log-probabilities (``"logprobs": true``, optional ``top_logprobs`` k) depend on the ``logprobs`` knob:
+``"null"`` (the default, today's answers byte for byte: ``logprobs: null``, as a server that ignores the
+parameter), ``"on"`` (OpenAI-shaped ``choices[i].logprobs.content``: the content cut into words, whitespace runs
+and single punctuation characters, each with a deterministic log-probability; where the JSON answer spells an
+enum value or a small integer range's value, the first token's ``top_logprobs`` list the other values' first
+tokens, the chosen one with a probability drawn in [0.34, 0.99] per prompt, choice and position, so that
+confidences vary across items; a tool-call answer has ``{"content": null, "refusal": null}``, as the arguments
+get none; a streamed answer none), or ``"reject"`` (400 ``unsupported_parameter`` on ``param: "logprobs"``, as a
+model that does not offer them).
+
 ``fault`` answers ``status`` with an OpenAI-style error body ``{"error": {"message", "type", "param",
 "code"}}``: the defaults for the status (400 invalid request, 401 bad key, 403, 404 unknown model, 413,
 429, 500, 503), each field overridable (``message``, ``code``, ``error_type``, ``param``), or ``body``, sent
@@ -63,7 +73,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-__all__ = ["OpenAIServer", "ServerConfig", "build_app", "generate_instance", "main"]
+__all__ = ["OpenAIServer", "ServerConfig", "build_app", "generate_instance", "main", "tokenize"]
 
 MAX_LOGGED_REQUESTS: Final = 10_000
 _SCHEMA_CACHE_SIZE: Final = 512
@@ -450,6 +460,10 @@ class ServerConfig:
     json_schema: bool = True
     tools: bool = True
     seed: int = 0
+    logprobs: str = "null"  # on | null | reject (see the module docstring)
+
+
+LOGPROBS_MODES: Final = ("on", "null", "reject")
 
 
 @dataclass
@@ -708,6 +722,14 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
     _count(state.by_mode, req.mode)
 
     fmt = body.get("response_format")
+    if body.get("logprobs") and config.logprobs == "reject":
+        return _error(
+            400,
+            "Unsupported parameter: 'logprobs' is not supported with this model.",
+            "invalid_request_error",
+            param="logprobs",
+            code="unsupported_parameter",
+        )
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and not config.json_schema:
         return _error(
             400,
@@ -764,7 +786,15 @@ async def _answer(request: web.Request, state: _State) -> web.StreamResponse:
     if body.get("stream"):
         await wait()
         return await _stream(request, body, req, outputs, completion_id, prompt, _FINISH.get(str(kind)))
-    response = web.json_response(_completion(body, req, outputs, completion_id, prompt, _FINISH.get(str(kind))))
+    logprobs = None
+    if body.get("logprobs") is True and config.logprobs == "on":
+        top = max(0, min(20, int(body.get("top_logprobs") or 0)))
+        logprobs = [
+            _choice_logprobs(req, text, prompt, config.seed, i, top, _FINISH.get(str(kind)))
+            for i, text in enumerate(outputs)
+        ]
+    completion = _completion(body, req, outputs, completion_id, prompt, _FINISH.get(str(kind)), logprobs)
+    response = web.json_response(completion)
     await wait()
     return response
 
@@ -837,6 +867,128 @@ def _finished(kind: Any, text: str) -> str:
     return "" if kind == "content_filter" else text
 
 
+# --------------------------------------------------------------------------------------
+# Token log-probabilities
+# --------------------------------------------------------------------------------------
+
+_TOKEN_RE: Final = re.compile(r"\w+|\s+|[^\w\s]")
+_MAX_RANGE: Final = 20  # integer ranges up to this many values get their alternatives listed
+
+
+def tokenize(text: str) -> list[str]:
+    """The test server's tokens: words, whitespace runs and single other characters (they join to ``text``)."""
+    return _TOKEN_RE.findall(text)
+
+
+def _leaves(node: _Node, value: Any, key: str, out: list[tuple[str, Any, tuple[Any, ...]]]) -> None:
+    """The (key, value, alternatives) of every enum value and small-range integer, in serialised order."""
+    if node.kind == "enum" and value in node.options:
+        out.append((key, value, node.options))
+    elif node.kind == "integer" and isinstance(value, int) and not isinstance(value, bool):
+        if node.lo is not None and node.hi is not None and not node.lo_exclusive and not node.hi_exclusive:
+            lo, hi = math.ceil(node.lo), math.floor(node.hi)
+            if 0 < hi - lo + 1 <= _MAX_RANGE and lo <= value <= hi:
+                out.append((key, value, tuple(range(lo, hi + 1))))
+    elif node.kind == "object" and isinstance(value, dict):
+        for name, sub in node.props:
+            if name in value:
+                _leaves(sub, value[name], name, out)
+    elif node.kind == "array" and isinstance(value, list) and node.items is not None:
+        for element in value:
+            _leaves(node.items, element, key, out)
+
+
+def _spelled(value: Any) -> str:
+    """How a leaf's value reads in the JSON text, without a string's quotes."""
+    text = json.dumps(value)
+    return text[1:-1] if isinstance(value, str) else text
+
+
+def _unit(key: bytes) -> float:
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
+
+
+def _entry(token: str, logprob: float, top: list[tuple[str, float]]) -> dict[str, Any]:
+    return {
+        "token": token,
+        "logprob": logprob,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top],
+    }
+
+
+def _choice_logprobs(
+    req: _Request, text: str, prompt: str, seed: int, choice: int, top: int, finish_as: str | None
+) -> dict[str, Any]:
+    """``choices[i].logprobs`` for one answer: every content token with a deterministic log-probability, and
+    the alternatives of the enum / integer values the schema offers at the token that starts each value."""
+    if req.mode == "tools" or finish_as == "content_filter":
+        return {"content": None, "refusal": None}  # tool-call arguments get no log-probabilities
+    base = hashlib.blake2b(f"{seed}\x00{choice}\x00{prompt}".encode(), digest_size=16).digest()
+    tokens = tokenize(text)
+    starts: dict[int, int] = {}
+    pos = 0
+    for i, tok in enumerate(tokens):
+        starts[pos] = i
+        pos += len(tok)
+    # The positions where a value of the schema is spelled: (first token index, last token index) -> its draw.
+    special: dict[int, tuple[float, list[tuple[str, float]]]] = {}
+    leaves: list[tuple[str, Any, tuple[Any, ...]]] = []
+    if req.schema is not None:
+        try:
+            _leaves(compile_schema(req.schema), json.loads(text), "", leaves)
+        except ValueError:
+            leaves = []
+    cursor = 0
+    for n, (key, value, options) in enumerate(leaves):
+        literal = json.dumps(value)
+        found = text.find(f"{json.dumps(key)}: {literal}", cursor)
+        if found < 0:
+            continue
+        start = found + len(json.dumps(key)) + 2 + (1 if isinstance(value, str) else 0)
+        end = start + len(_spelled(value))
+        cursor = end
+        first = starts.get(start)
+        if first is None:
+            continue
+        last = first
+        while last + 1 < len(tokens) and sum(len(t) for t in tokens[first : last + 2]) <= end - start:
+            last += 1
+        u = _unit(base + f"|leaf{n}".encode())
+        chosen = 0.34 + 0.65 * u
+        others = [o for o in options if o != value]
+        weights = [1 + int(_unit(base + f"|leaf{n}|{j}".encode()) * 100) for j in range(len(others))]
+        spare = (1 - chosen) * 0.95  # the rest of the mass goes to tokens that spell no value at all
+        probs = {value: chosen} | {o: spare * w / sum(weights) for o, w in zip(others, weights, strict=True)}
+        by_first: dict[str, float] = {}
+        for option, p in probs.items():
+            head = tokenize(_spelled(option))[0] if _spelled(option) else ""
+            by_first[head] = by_first.get(head, 0.0) + p
+        p_first = by_first[tokens[first]]
+        ranked = sorted(by_first.items(), key=lambda kv: -kv[1])[:top]
+        special[first] = (math.log(p_first), [(t, math.log(p)) for t, p in ranked])
+        if last > first:  # the rest of the value given its first token: the chain rule gives back `chosen`
+            for i in range(first + 1, last):
+                special[i] = (0.0, [(tokens[i], 0.0)][:top])
+            lp = math.log(chosen / p_first)
+            special[last] = (lp, [(tokens[last], lp)][:top])
+    content = []
+    for i, tok in enumerate(tokens):
+        if i in special:
+            lp, alts = special[i]
+            content.append(_entry(tok, lp, alts))
+            continue
+        h = hashlib.blake2b(base + f"|tok{i}".encode(), digest_size=8).digest()
+        p = 0.8 + 0.2 * int.from_bytes(h, "big") / 2**64
+        alts = [(tok, math.log(p))]
+        for j in range(1, top):
+            word = _WORDS[(h[j % 8] + j) % len(_WORDS)]
+            alt = word if word != tok else word.upper()
+            alts.append((alt, math.log((1 - p) / top)))
+        content.append(_entry(tok, math.log(p), alts[:top]))
+    return {"content": content, "refusal": None}
+
+
 def _usage(prompt: str, outputs: list[str]) -> dict[str, int]:
     prompt_tokens = len(prompt.split())
     completion_tokens = sum(len(o.replace('"', " ").split()) for o in outputs)
@@ -862,6 +1014,7 @@ def _completion(
     completion_id: str,
     prompt: str,
     finish_as: str | None = None,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     choices = []
     for i, text in enumerate(outputs):
@@ -881,7 +1034,14 @@ def _completion(
             message = {"role": "assistant", "content": text, "refusal": None}
             finish = "stop"
         finish = finish_as or finish
-        choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": finish})
+        choices.append(
+            {
+                "index": i,
+                "message": message,
+                "logprobs": None if logprobs is None else logprobs[i],
+                "finish_reason": finish,
+            }
+        )
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -983,12 +1143,17 @@ async def _admin_config(request: web.Request) -> web.Response:
         config.tools = bool(payload["tools"])
     if payload.get("seed") is not None:
         config.seed = int(payload["seed"])
+    if payload.get("logprobs") is not None:
+        if payload["logprobs"] not in LOGPROBS_MODES:
+            return _error(400, f"logprobs must be one of {list(LOGPROBS_MODES)}", "invalid_request_error")
+        config.logprobs = str(payload["logprobs"])
     return web.json_response(
         {
             "latency": config.latency,
             "json_schema": config.json_schema,
             "tools": config.tools,
             "seed": config.seed,
+            "logprobs": config.logprobs,
         }
     )
 
@@ -1058,10 +1223,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-json-schema", action="store_true", help="reject response_format json_schema")
     parser.add_argument("--no-tools", action="store_true", help="reject requests that send tools")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--logprobs", choices=LOGPROBS_MODES, default="null", help="answer token log-probabilities when asked (on)"
+    )
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="exit when stdin closes")
     args = parser.parse_args(argv)
     config = ServerConfig(
-        latency=args.latency, json_schema=not args.no_json_schema, tools=not args.no_tools, seed=args.seed
+        latency=args.latency,
+        json_schema=not args.no_json_schema,
+        tools=not args.no_tools,
+        seed=args.seed,
+        logprobs=args.logprobs,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args.host, args.port, config, watch_stdin=args.exit_on_stdin_eof))
@@ -1086,12 +1258,15 @@ class OpenAIServer:
         json_schema: bool = True,
         tools: bool = True,
         seed: int = 0,
+        logprobs: str = "null",
         host: str = "127.0.0.1",
         port: int = 0,
         startup_timeout: float = 30.0,
     ) -> None:
         cmd = [sys.executable, "-m", "greval.testing.openai_server", "--host", host, "--port", str(port)]
         cmd += ["--latency", str(latency), "--seed", str(seed), "--exit-on-stdin-eof"]
+        if logprobs != "null":
+            cmd += ["--logprobs", logprobs]
         if not json_schema:
             cmd.append("--no-json-schema")
         if not tools:
@@ -1161,9 +1336,10 @@ class OpenAIServer:
         json_schema: bool | None = None,
         tools: bool | None = None,
         seed: int | None = None,
+        logprobs: str | None = None,
     ) -> dict[str, Any]:
-        """Change only the given knobs; returns the resulting config."""
-        payload = {"latency": latency, "json_schema": json_schema, "tools": tools, "seed": seed}
+        """Change only the given knobs (``logprobs``: on, null or reject); returns the resulting config."""
+        payload = {"latency": latency, "json_schema": json_schema, "tools": tools, "seed": seed, "logprobs": logprobs}
         result: dict[str, Any] = self._call("POST", "/_admin/config", payload)
         return result
 
