@@ -111,10 +111,10 @@ def next_round(
     seed = 0 if seed is None else seed
     cands = candidates(store, spec_key, jinfo.key)
     units, panel = _panel(store, spec_key, jinfo.key, [unit_of(c) for c in cands])
-    if not panel and all(c.confidence is None for c in cands):
+    if not panel and all(c.best_confidence is None for c in cands):
         notes.append(
-            "no verdict has a confidence (judge once with --samples 3, or with token log-probabilities), and no "
-            "other judge ran this spec: the 'most doubtful' slice is a random one"
+            "no verdict has a confidence (judge with `greval run --logprobs`, or --samples 3), and no other judge "
+            "ran this spec: the 'most doubtful' slice is a random one"
         )
     gone = [k for k in previous if k not in {u.key for u in units}]
     if gone:

@@ -359,7 +359,12 @@ def test_uncertain_first_says_when_verdicts_have_no_confidence() -> None:
     (some,) = uncertain_notes([verdict(0, 0.4), verdict(1, None), verdict(2, None)])
     assert some.startswith("2 of 3 verdicts have no confidence")
     (none,) = uncertain_notes([verdict(0, None)])
-    assert none.startswith("no verdict has confidence") and "--samples" in none
+    assert none.startswith("no verdict has confidence") and "--samples" in none and "--logprobs" in none
+    # A token confidence (one call with --logprobs) counts, and the samples' agreement rate comes first.
+    tokens = UnitVerdict("h3", "", "r3", "Correct", None, None, None, token_confidence=0.55)
+    assert uncertain_notes([tokens]) == [] and tokens.best_confidence == 0.55
+    both = UnitVerdict("h4", "", "r4", "Correct", None, 0.67, None, token_confidence=0.55)
+    assert both.best_confidence == 0.67
 
 
 def test_push_records_selection_and_probabilities(env: Env) -> None:
@@ -763,23 +768,32 @@ def _review(env: Env, *args: str, ok: bool = True) -> Any:
 
 
 def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
-    """`greval review` against the embedded Argilla: round 1 pushes the most doubtful verdicts whole plus a
+    """`greval review` against the embedded Argilla, on verdicts judged once with token log-probabilities
+    (`--logprobs`; the test server answers them): round 1 pushes the most doubtful verdicts whole plus a
     stratified random control; people label through the API; `review status` pulls and prints the
     design-weighted figures (checked here against a hand-made Hájek estimate from the store) and a stopping
     advice; round 2 pushes only new items and keeps the earlier ones in the design; with part of round 2
     unlabelled, status says so and corrects for it."""
     spec = parse_spec(SUPPORTED_SPEC)
     assert isinstance(spec, Spec)
+    from greval.runner import RunOptions
+
     path = env.tmp / "review.sqlite"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OPENAI_API_KEY", TEST_KEY)
-        cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
-        with Store(path) as st:
-            assert run([spec], rag_records(60), st, cfg).failed == 0
-            for i in range(60):  # distinct confidences: r0 least confident ... r59 most
-                st.db.execute("UPDATE verdicts SET confidence=? WHERE record_id=?", (0.4 + i * 0.01, f"r{i}"))
-            judged = {r["record_id"]: r["label"] for r in st.query("SELECT record_id, label FROM verdicts")}
+    openai_server.configure(logprobs="on")  # confidence from one call: the judge's token log-probabilities
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("OPENAI_API_KEY", TEST_KEY)
+            cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
+            with Store(path) as st:
+                summary = run([spec], rag_records(60), st, cfg, options=RunOptions(logprobs=5))
+                assert summary.failed == 0
+                rows = st.query("SELECT record_id, label, confidence, token_confidence FROM verdicts")
+    finally:
+        openai_server.configure(logprobs="null")
+    judged = {r["record_id"]: r["label"] for r in rows}
+    doubt = {r["record_id"]: r["token_confidence"] for r in rows}
     assert set(judged.values()) == {"Yes", "No"}
+    assert all(r["confidence"] is None for r in rows) and len(set(doubt.values())) > 30
 
     def truth(rid: str) -> str:  # people disagree with the judge on every 3rd record
         return judged[rid] if int(rid[1:]) % 3 else ("No" if judged[rid] == "Yes" else "Yes")
@@ -793,8 +807,8 @@ def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
         push_id, _, _ = st.latest_push_to(spec.name, "answer_supported-review", "review") or ("", "", "")
         units = st.push_units(push_id)
         rid_of = {r["record_hash"]: r["record_id"] for r in st.query("SELECT record_hash, record_id FROM verdicts")}
-    uncertain = sorted(int(rid_of[h][1:]) for (h, _), (s, _) in units.items() if s == "uncertain")
-    assert uncertain == list(range(15))  # the 15 least confident, taken whole
+    uncertain = sorted(rid_of[h] for (h, _), (s, _) in units.items() if s == "uncertain")
+    assert uncertain == sorted(sorted(doubt, key=lambda r: doubt[r])[:15])  # the 15 least confident, taken whole
     assert all(s.startswith("control:") and p < 1 for (s, p) in units.values() if s != "uncertain")
 
     for rid, uuid in ids.items():

@@ -1699,7 +1699,7 @@ TWO_WORD_SPEC = parse_spec(
 )
 
 
-def test_token_confidence_of_a_label_is_its_chain_rule_probability() -> None:
+def test_token_confidence_of_a_label_is_its_chain_rule_probability_among_the_labels() -> None:
     from greval.judge.logprobs import token_confidences
 
     lp = _lp(
@@ -1717,16 +1717,41 @@ def test_token_confidence_of_a_label_is_its_chain_rule_probability() -> None:
         ]
     )
     got = token_confidences(TWO_WORD_SPEC, lp, _text(lp))
-    # By hand: P("fits well" | the text before) = P("fits") * P(" well" | "fits") = 0.6 * 0.75.
+    # By hand: P("fits well" | the text before) = P("fits") * P(" well" | "fits") = 0.6 * 0.75 = 0.45, and
+    # the first token's alternatives also start the label "no" (0.3): 0.45 / (0.45 + 0.3).
     assert set(got) == {RECORD_ITEM}
     assert got[RECORD_ITEM].chosen == "fits well"
-    assert got[RECORD_ITEM].confidence == pytest.approx(0.45)
+    assert got[RECORD_ITEM].confidence == pytest.approx(0.45 / 0.75)
     assert got[RECORD_ITEM].expected is None
     # Not the text the answer was read from, or no log-probabilities at all: nothing, never a guess.
     assert token_confidences(TWO_WORD_SPEC, lp, _text(lp) + " ") == {}
     assert token_confidences(TWO_WORD_SPEC, None, _text(lp)) == {}
     assert token_confidences(TWO_WORD_SPEC, {"content": None}, "") == {}
     assert token_confidences(TWO_WORD_SPEC, {"content": []}, "") == {}
+
+
+def test_token_confidence_keeps_only_the_labels_a_grammar_allows() -> None:
+    """llama-server's real answer (measured with the bundled model under a json_schema grammar): the label's
+    top_logprobs come from before the grammar, with an impossible "Is" first. Only "Yes" competes with "No":
+    0.159 / (0.159 + 0.212) = 0.43, not the raw 0.16. Without top_logprobs: the raw chain rule."""
+    from greval.judge.logprobs import token_confidences
+
+    spec = parse_spec(
+        {
+            "name": "yes_no",
+            "description": "d",
+            "steps": ["s"],
+            "inputs": ["answer"],
+            "scale": {"kind": "categorical", "labels": {"Yes": "y", "No": "n"}},
+        }
+    )
+    alts = {"Is": math.exp(-1.13), "Yes": math.exp(-1.55), "No": math.exp(-1.838)}
+    lp = _lp([('{"reason": "r", "label": "', 0.9), ("No", math.exp(-1.838), alts), ('"}', 0.85)])
+    got = token_confidences(spec, lp, _text(lp))[RECORD_ITEM]
+    assert got.chosen == "No"
+    assert got.confidence == pytest.approx(math.exp(-1.838) / (math.exp(-1.838) + math.exp(-1.55)))
+    bare = _lp([('{"reason": "r", "label": "', 0.9), ("No", math.exp(-1.838)), ('"}', 0.85)])
+    assert token_confidences(spec, bare, _text(bare))[RECORD_ITEM].confidence == pytest.approx(math.exp(-1.838))
 
 
 def test_token_confidence_aligns_by_bytes_when_a_character_is_split_over_tokens() -> None:

@@ -75,8 +75,8 @@ def store_frame(
     """The long (item, annotator) frame for one metric, its scale, and what was selected.
 
     Columns: item, judge, human, annotator, group (the record, so bootstrap resamples whole records for
-    chunk / triple metrics), record_id, item_id, reason, comment, judge_confidence (the verdict's confidence,
-    empty when the judge was asked once), and ``system`` when records carry one.
+    chunk / triple metrics), record_id, item_id, reason, comment, judge_confidence (the verdict's confidence:
+    ``UnitVerdict.best_confidence``, empty when it has none), and ``system`` when records carry one.
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
     ``version`` picks a spec version by hash (default: the latest). ``datasets``: the human-label datasets
     to use (default: every one, see the module doc).
@@ -103,8 +103,9 @@ def store_frame(
     else:
         merged["judge"] = merged["value"].where(ok, None)
         merged["human"] = merged["h_value"]
-    # The judge's confidence in an ok verdict (the agreement rate of --samples N answers; None from one sample).
-    confidence = {(u.record_hash, u.item_id): u.confidence for u in store.unit_verdicts(spec_key, judge_key)}
+    # The judge's confidence in an ok verdict (the agreement rate of --samples N answers, else the token
+    # confidence of --logprobs, else None): UnitVerdict.best_confidence, the one rule every stage uses.
+    confidence = {(u.record_hash, u.item_id): u.best_confidence for u in store.unit_verdicts(spec_key, judge_key)}
     merged[CONFIDENCE_COLUMN] = [
         confidence.get((str(h), str(i))) if good else None
         for h, i, good in zip(merged["record_hash"], merged["item_id"], ok, strict=True)

@@ -37,7 +37,7 @@ from greval.store.store import Store
 def unit_of(v: UnitVerdict) -> Unit:
     """The labelable unit of a stored verdict, its stratum the verdict (label, or value as text)."""
     verdict = v.label if v.label is not None else str(v.value)
-    return Unit(v.record_hash, v.item_id, verdict, v.confidence)
+    return Unit(v.record_hash, v.item_id, verdict, v.best_confidence)
 
 
 @dataclass(frozen=True)
@@ -97,15 +97,16 @@ class PushResult:
 
 
 def uncertain_notes(cands: Sequence[UnitVerdict]) -> list[str]:
-    """What "uncertain first" could not see: verdicts without a confidence (a judge asked once has none)
-    count as confident, so with none at all the uncertain slice is a random one."""
-    blind = sum(c.confidence is None for c in cands)
+    """What "uncertain first" could not see: verdicts without a confidence (a judge asked once, without
+    token log-probabilities, has none) count as confident, so with none at all the uncertain slice is random."""
+    blind = sum(c.best_confidence is None for c in cands)
     if not blind:
         return []
     what = "no verdict has" if blind == len(cands) else f"{blind} of {len(cands)} verdicts have no"
     return [
-        f"{what} confidence (the judge was asked once per item): these count as confident and are ordered at "
-        "random among themselves; judge with --samples 3 (or more) for 'uncertain first' to mean it"
+        f"{what} confidence: these count as confident and are ordered at random among themselves; judge with "
+        "`greval run --logprobs` (token log-probabilities, one call) or --samples 3 for 'uncertain first' to "
+        "mean it"
     ]
 
 
@@ -271,7 +272,7 @@ def deliver(
                 item_id=c.item_id,
                 label=c.label,
                 value=c.value,
-                confidence=c.confidence,
+                confidence=c.best_confidence,
                 reason=c.reason,
                 judge=to.judge.label,
                 judge_model=to.judge.model,

@@ -11,11 +11,17 @@ confidence: never a guess.
 
 Definitions (:class:`TokenConfidence`):
 
-* **categorical** — the probability the model gave to spelling the chosen label, given the text before it:
-  ``exp(sum of the logprobs of the tokens that overlap the label's characters)`` (the chain rule). It needs no
-  ``top_logprobs``. When a token also spells a neighbouring character (a closing quote merged into the label's
-  last token), its probability counts whole. A label that is a prefix of another label (``yes`` / ``yes_but``)
-  shares the probability of its tokens with the longer one: the figure is then an upper bound.
+* **categorical** — the probability the model gave to spelling the chosen label, given the text before it,
+  ``p = exp(sum of the logprobs of the tokens that overlap the label's characters)`` (the chain rule),
+  normalised over the other labels: ``p / (p + r)``, where ``r`` is the probability mass of the first token's
+  ``top_logprobs`` candidates that start another label (and not the chosen one). Servers that constrain the
+  answer with a grammar (llama-server's json_schema) report log-probabilities from *before* the constraint,
+  so ``p`` alone also counts tokens the grammar forbids (measured: "No" 0.16 beside "Yes" 0.21 and an
+  impossible "Is" 0.32); the normalisation keeps only the answers the judge could give (here 0.43). The
+  other labels' later tokens are not seen and count as certain, so ``r`` is an upper bound and the figure
+  errs low. Without ``top_logprobs`` it is ``p``. When a token also spells a neighbouring character (a
+  closing quote merged into the label's last token), its probability counts whole. A label that is a prefix
+  of another label (``yes`` / ``yes_but``) shares the probability of its tokens with the longer one.
 * **value scale** — at the one token that spells the integer, the distribution over the integer candidates of
   its ``top_logprobs`` that lie on the scale (the chosen token's own logprob added when the list lacks it;
   candidates that differ only by whitespace added up), normalised over those valid values: the confidence is
@@ -109,12 +115,34 @@ def aligned_tokens(logprobs: Any, content: str | None = None) -> Tokens | None:
     return Tokens(text=text, starts=starts, entries=entries)
 
 
-def label_confidence(tokens: Tokens, start: int, end: int) -> float | None:
-    """exp(sum of the logprobs of the tokens overlapping ``text[start:end]``): the chain-rule probability."""
+def label_confidence(tokens: Tokens, start: int, end: int, labels: Sequence[str] = ()) -> float | None:
+    """exp(sum of the logprobs of the tokens overlapping ``text[start:end]``): the chain-rule probability,
+    normalised over the other ``labels`` the first token's ``top_logprobs`` start (see the module doc)."""
     cover = tokens.covering(start, end)
     if not cover or end <= start:
         return None
-    return math.exp(sum(float(tokens.entries[i]["logprob"]) for i in cover))
+    p = math.exp(sum(float(tokens.entries[i]["logprob"]) for i in cover))
+    first = tokens.entries[cover[0]]
+    if not labels or not first.get("top_logprobs"):
+        return p
+    chosen = tokens.text[start:end]
+    others = [label for label in labels if label != chosen]
+    lead = tokens.text[tokens.starts[cover[0]] : start]  # what the first token spells before the label ('"')
+    seen = {str(first["token"])}
+    rivals = 0.0
+    for cand in first.get("top_logprobs") or []:
+        tok = str(cand.get("token", "")) if isinstance(cand, Mapping) else ""
+        if tok in seen or not tok.startswith(lead) or not isinstance(cand.get("logprob"), int | float):
+            continue
+        seen.add(tok)
+        part = tok[len(lead) :]
+
+        def starts(label: str, part: str = part) -> bool:
+            return bool(part) and (label.startswith(part) or part.startswith(label))
+
+        if any(starts(label) for label in others) and not starts(chosen):
+            rivals += math.exp(float(cand["logprob"]))
+    return p / (p + rivals)
 
 
 def value_distribution(entry: Mapping[str, Any], lo: int, hi: int) -> dict[int, float]:
@@ -246,7 +274,7 @@ def _verdict_confidence(spec: Spec, tokens: Tokens, fields: Mapping[str, Field])
         got = fields.get("label")
         if got is None or not isinstance(got[0], str):
             return None
-        conf = label_confidence(tokens, got[1] + 1, got[2] - 1)  # inside the quotes
+        conf = label_confidence(tokens, got[1] + 1, got[2] - 1, scale.names)  # inside the quotes
         return None if conf is None else TokenConfidence(chosen=got[0], confidence=conf)
     got = fields.get("value")
     if got is None or not isinstance(got[0], int) or isinstance(got[0], bool):

@@ -33,6 +33,13 @@ class UnitVerdict:
     reason: str | None
     token_confidence: float | None = None  # from the judge's token log-probabilities (greval run --logprobs)
 
+    @property
+    def best_confidence(self) -> float | None:
+        """The one confidence later stages use (selection, suggestions, calibration): the agreement rate of
+        several samples when the judge was asked more than once (it measures the answer's stability),
+        else the token confidence of the one answer, else None."""
+        return self.confidence if self.confidence is not None else self.token_confidence
+
 
 class JudgedUnit(TypedDict):
     """The latest ok verdict on a unit, with the judge that gave it (its label and identity, JSON)."""
