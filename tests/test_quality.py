@@ -24,9 +24,10 @@ from greval.cli import main
 from greval.dataset.records import Record
 from greval.errors import SpecError
 from greval.judge.judge import Judge
+from greval.judge.logprobs import weighted_value
 from greval.quality.draft import DraftRequest, repair_ranges
 from greval.quality.lint import RULES, lint_file, lint_text
-from greval.quality.reliability import parse_panel, permute_items, permute_scale, sample_records, weighted_value, wilson
+from greval.quality.reliability import parse_panel, permute_items, permute_scale, sample_records, wilson
 from greval.spec import CategoricalScale, Spec, ValueScale, load_spec_file, parse_spec
 from greval.testing.openai_server import OpenAIServer
 
