@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,7 +121,9 @@ class People:
         import argilla as rg
 
         client = rg.Argilla(api_url=self.info.url, api_key=self.info.api_key)
-        user = client.users(ANNOTATOR)
+        with warnings.catch_warnings():  # "User ... not found" on a fresh server: it is created below
+            warnings.simplefilter("ignore", UserWarning)
+            user = client.users(ANNOTATOR)
         if user is None:
             user = rg.User(username=ANNOTATOR, password="begin-annotator-1", role="annotator", client=client)
             user = user.create()
