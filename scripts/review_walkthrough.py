@@ -16,9 +16,8 @@ annotation page (a pending record with the judge's suggestion, and its metadata)
 
     python scripts/review_walkthrough.py /tmp/review-walkthrough [--batch 10] [--rounds 3] [--no-shots]
 
-Run it from a checkout; the greval it runs is the one this file belongs to. A second run in the same directory
-reuses the store's verdicts (no judge call), but a review already in its Argilla continues where it was, so
-use a fresh directory for figures to publish.
+Run it from a checkout; the greval it runs is the one this file belongs to. Give it a fresh directory: it
+refuses one whose store already holds a review (the review would continue where it was).
 """
 
 from __future__ import annotations
@@ -245,6 +244,16 @@ def main() -> None:
         labels = {row["record_id"]: row["label"] for row in csv.DictReader(fh)}
     walk = Walk(work)
     data = work / "argilla"
+    if (work / "greval.sqlite").exists():
+        from greval.review import STRATEGY
+        from greval.store.store import Store
+
+        with Store(work / "greval.sqlite") as st:
+            if st.latest_push_to(SPEC, DATASET, STRATEGY) is not None:
+                raise SystemExit(
+                    f"{work}: its store already holds a review of {SPEC!r}; use a fresh directory (copying only "
+                    "greval.sqlite from an earlier run reuses its verdicts, but not once it holds a review)"
+                )
 
     walk.greval(
         "run",
