@@ -1754,6 +1754,18 @@ def test_token_confidence_keeps_only_the_labels_a_grammar_allows() -> None:
     assert token_confidences(spec, bare, _text(bare))[RECORD_ITEM].confidence == pytest.approx(math.exp(-1.838))
 
 
+def test_token_confidence_when_the_server_strips_a_fence_from_the_content() -> None:
+    """llama-server (measured) answers content without the ```json fence its tokens spell: the content is found
+    once inside the tokens and aligned there; found twice, or not at all, there is none."""
+    from greval.judge.logprobs import token_confidences
+
+    lp = _lp([("```", 0.9), ("json", 0.9), ("\n", 0.9), ('{"reason": "r", "label": "', 0.9), ("no", 0.7), ('"}', 0.9)])
+    content = '{"reason": "r", "label": "no"}'
+    got = token_confidences(TWO_WORD_SPEC, lp, content)
+    assert got[RECORD_ITEM].chosen == "no" and got[RECORD_ITEM].confidence == pytest.approx(0.7)
+    assert token_confidences(TWO_WORD_SPEC, lp, '{"reason": "x", "label": "no"}') == {}
+
+
 def test_token_confidence_aligns_by_bytes_when_a_character_is_split_over_tokens() -> None:
     from greval.judge.logprobs import token_confidences
 

@@ -111,7 +111,13 @@ def aligned_tokens(logprobs: Any, content: str | None = None) -> Tokens | None:
             starts.append(len(text))
             text += str(e["token"])
     if content is not None and text != content:
-        return None
+        # Servers may strip what the model wrote around the JSON (llama-server drops a leading ```json
+        # fence from the content but not from the tokens): the content must then occur once in the tokens.
+        at = text.find(content) if content else -1
+        if at < 0 or text.find(content, at + 1) >= 0:
+            return None
+        starts = [s - at for s in starts]
+        text = text[at : at + len(content)]
     return Tokens(text=text, starts=starts, entries=entries)
 
 
