@@ -90,6 +90,7 @@ def next_round(
     name = review_dataset(spec.name, dataset)
     last = store.latest_push_to(spec.name, name, STRATEGY)
     previous: dict[tuple[str, str], str] = {}
+    before: dict[tuple[str, str], tuple[str, float]] = {}
     notes: list[str] = []
     round_no = 1
     if last is not None:
@@ -106,8 +107,15 @@ def next_round(
             notes.append(f"the review keeps its seed {stored_seed} (--seed {seed} ignored): one design, one order")
         if stored_share != control_share:
             notes.append(f"control share {control_share:g} this round (earlier rounds: {stored_share:g})")
+        if bool(params.get("blind", False)) != blind:
+            was = "blind" if params.get("blind") else "with the judge's verdict shown"
+            raise AnnotationError(
+                f"the review in dataset {name!r} was pushed {was}: keep it so (--blind as before), or start a new "
+                "review with --dataset NAME"
+            )
         seed = stored_seed
-        previous = {k: stratum for k, (stratum, _) in store.push_units(push_id).items()}
+        before = store.push_units(push_id)
+        previous = {k: stratum for k, (stratum, _) in before.items()}
     seed = 0 if seed is None else seed
     cands = candidates(store, spec_key, jinfo.key)
     units, panel = _panel(store, spec_key, jinfo.key, [unit_of(c) for c in cands])
@@ -122,8 +130,16 @@ def next_round(
             f"{len(gone)} unit(s) of the review in {name!r} are no longer among the judge's ok verdicts of this spec "
             "version; start a new review with --dataset NAME"
         )
+    if previous and len(previous) >= len(units):
+        raise AnnotationError(
+            f"every judged item of {spec.name!r} is already in the review in {name!r} ({len(previous)} of "
+            f"{len(units)}): label the rest, then run `greval review status`"
+        )
     picks = review_round(units, previous, batch, control_share, seed, round_no)
     params = {"round": round_no, "batch": batch, "seed": seed, "control_share": control_share}
+    # Units already in Argilla whose selection and probability are unchanged are not sent again; the others
+    # are re-sent, so the selection and inclusion probability people see in the record's metadata stay true.
+    unchanged = frozenset(p.unit.key for p in picks if before.get(p.unit.key) == (p.selection, p.probability))
     res = deliver(
         store,
         conn,
@@ -132,14 +148,14 @@ def next_round(
         picks,
         blind=blind,
         batch_size=batch_size,
-        already_there=frozenset(previous),
+        already_there=unchanged,
         on_start=on_start,
         on_progress=on_progress,
     )
     return RoundResult(
         round_no=round_no,
         push=res,
-        new_units=res.sent,
+        new_units=sum(1 for p in picks if p.unit.key not in previous),
         by_selection=dict(Counter(p.selection.partition(":")[0] for p in picks)),
         panel=panel,
         notes=notes,
@@ -171,6 +187,7 @@ class ReviewStatus:
     advice: Advice | None
     pulled: PullResult | None = None
     notes: list[str] = field(default_factory=list)
+    uncovered: int = 0  # judged items the design gave no chance of selection (their π is 0)
 
     def estimate(self, name: str) -> DesignEstimate | None:
         """A design-weighted figure by name (accuracy, kappa, prevalence[LABEL]); None before it exists."""
@@ -238,24 +255,59 @@ def review_status(
     status.report = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=seed))
     if status.report.design is not None:
         status.notes += status.report.design.notes
-    if status.report.design is None and all(c.probability >= 1.0 for c in strata.values()):
-        status.notes.append("every selected item was taken whole and labelled: the figures are a census")
+    covered = round(sum(c.selected / c.probability for c in strata.values() if c.probability > 0))
+    status.uncovered = max(0, population - covered)
+    if status.labelled_units >= population:
+        status.notes.append("every judged item is labelled: the figures are exact, with no sampling error")
+    elif status.uncovered:
+        status.notes.append(
+            f"{status.uncovered} of {population} judged items had no chance of being selected (no control draw "
+            f"from their verdict, or --control-share 0): the figures describe the other {covered} only"
+        )
     if target is not None:
-        status.advice = _advice(status, target)
+        status.advice = advice_for(status, target)
     return status
 
 
-def _advice(status: ReviewStatus, target: Target) -> Advice:
-    known = [e.name for e in status.report.design.estimates] if status.report and status.report.design else []
-    est = status.estimate(target.figure)
-    if est is not None:
-        return advise(target, status.labelled_units, est.ci_low, est.ci_high)
-    if status.report is not None and status.report.design is None:
-        # A census of what was selected (every π = 1): the plain figures are the design's own.
-        plain = {"kappa": "cohen_kappa"}.get(target.figure, target.figure)
-        e = status.report.metrics.get(plain)
-        if e is not None:
-            return advise(target, status.labelled_units, e.ci_low, e.ci_high)
-    if known and target.figure not in known:
-        raise UserError(f"--target {target.figure!r}: choose one of {', '.join(known)}")
-    return advise(target, status.labelled_units, None, None)
+def advice_for(status: ReviewStatus, target: Target) -> Advice:
+    """The stopping advice for one figure, or why there is none yet."""
+    base = {"figure": target.figure, "target": target.half_width, "labelled": status.labelled_units}
+    remaining = status.population - status.labelled_units
+    if remaining <= 0:
+        return Advice(**base, more=0, reached=True, line="stop: every judged item is labelled (the figures are exact)")
+    if status.uncovered:
+        return Advice(
+            **base,
+            line=f"no estimate over every judged item yet: {status.uncovered} could not be selected; run another "
+            "round (with --control-share above 0: its control draws go first to verdicts not sampled yet)",
+        )
+    # A stratum sampled (or partly labelled) needs 2 labels before the bootstrap can vary inside it.
+    thin = [s for s, c in status.strata.items() if (c.probability < 1 or c.labelled < c.selected) and c.labelled < 2]
+    if thin:
+        return Advice(
+            **base,
+            line="continue: no interval yet — fewer than 2 labels in "
+            + ", ".join(f"{s} ({status.strata[s].labelled} of {status.strata[s].selected})" for s in thin),
+        )
+    report = status.report
+    if report is not None and report.design is not None:
+        est = status.estimate(target.figure)
+        if est is None:
+            known = [e.name for e in report.design.estimates]
+            raise UserError(f"--target {target.figure!r}: choose one of {', '.join(known)}")
+        adv = advise(target, status.labelled_units, est.ci_low, est.ci_high)
+    elif report is not None:  # every labelled item weighs the same: the plain figures are the design's own
+        e = report.metrics.get({"kappa": "cohen_kappa"}.get(target.figure, target.figure))
+        if e is None:
+            raise UserError(f"--target {target.figure!r}: choose one of {', '.join(report.metrics)}")
+        adv = advise(target, status.labelled_units, e.ci_low, e.ci_high)
+    else:
+        adv = advise(target, 0, None, None)
+    if adv.more is not None and adv.more > remaining:
+        adv.line = (
+            f"continue: label the {remaining} remaining item(s) — the 1/√n rule asks for about {adv.more} more "
+            f"than the {status.labelled_units} labelled, more than are left (with every item labelled the figures "
+            "are exact)"
+        )
+        adv.more = remaining
+    return adv

@@ -2369,3 +2369,65 @@ def test_slices_are_domains_of_the_design() -> None:
         assert got.weighted == pytest.approx(want, abs=TOL)
     page = render_html(report, frame)
     assert "accuracy (1/π)" in page and "kappa (1/π)" in page
+
+
+def test_review_advice_says_why_there_is_none_yet() -> None:
+    """The stopping advice of `greval review status`: no interval while a sampled stratum has fewer than 2
+    labels; no estimate while some judged items had no chance of selection; capped at the items left; exact
+    once every judged item is labelled."""
+    from greval.agreement.stopping import Target
+    from greval.review import ReviewStatus, StratumCount, advice_for
+
+    def status(strata: dict[str, StratumCount], labelled: int, population: int, uncovered: int = 0) -> ReviewStatus:
+        return ReviewStatus(
+            spec="s",
+            dataset="d",
+            judge="j",
+            rounds=1,
+            population=population,
+            strata=strata,
+            labels=labelled,
+            labelled_units=labelled,
+            report=None,
+            judge_over_all={},
+            advice=None,
+            uncovered=uncovered,
+        )
+
+    target = Target.parse("kappa±0.05")
+    thin = status({"uncertain": StratumCount(8, 8, 1.0), "control:No": StratumCount(2, 1, 0.1)}, 9, 100)
+    assert "fewer than 2 labels in control:No (1 of 2)" in advice_for(thin, target).line
+    partial = status({"uncertain": StratumCount(8, 1, 1.0), "control:No": StratumCount(2, 2, 0.1)}, 3, 100)
+    assert "uncertain (1 of 8)" in advice_for(partial, target).line
+    gap = status({"uncertain": StratumCount(10, 10, 1.0)}, 10, 100, uncovered=90)
+    assert advice_for(gap, target).line.startswith("no estimate over every judged item yet: 90")
+    done = advice_for(status({"uncertain": StratumCount(30, 30, 1.0)}, 30, 30), target)
+    assert done.reached and done.more == 0 and "every judged item is labelled" in done.line
+
+
+def test_gate_tests_the_design_weighted_figure_on_a_non_random_sample() -> None:
+    """On an uncertain-first sample the gate reads the 1/π-weighted κ (and says so), not the plain one; a
+    figure without a weighted counterpart is tested as it is, with a note that the sample was not random."""
+    from greval.agreement.gate import Condition, evaluate
+
+    scale = AgreementScale(kind="categorical", labels=["fail", "pass"])
+    rows = [
+        {
+            "item": f"r{i}",
+            "judge": "pass" if i % 4 else "fail",
+            "human": ("fail" if i % 4 else "pass") if i < 6 else ("pass" if i % 4 else "fail"),
+            "probability": 1.0 if i < 8 else 0.1,
+            "stratum": "uncertain" if i < 8 else "control",
+        }
+        for i in range(30)
+    ]
+    report = compute_agreement(pd.DataFrame(rows), scale, AgreementOptions(bootstrap=200, seed=0))
+    assert report.design is not None
+    weighted = next(e.weighted for e in report.design.estimates if e.name == "kappa")
+    plain = report.metrics["cohen_kappa"].value
+    assert weighted is not None and plain is not None and weighted > plain + 0.1
+    between = (weighted + plain) / 2
+    result = evaluate(report, [Condition.parse(f"kappa>={between}")])
+    assert result.passed and "cohen_kappa (design-weighted)" in result.line
+    other = evaluate(report, [Condition.parse("alpha_nominal>=-1")])
+    assert other.passed and "(unweighted, on a non-random sample)" in other.line

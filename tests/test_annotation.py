@@ -814,7 +814,7 @@ def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
     for rid, uuid in ids.items():
         _respond(env, "rita", uuid, "submitted", {"verdict": {"value": truth(rid)}})
     status = _review(env, "status", *base, "--target", "kappa±0.05", "--bootstrap", "300").output
-    assert "20 of 20 selected items labelled" in status and "continue: about" in status
+    assert "20 of 20 selected items labelled" in status and "continue: label the 40 remaining item(s)" in status
 
     # The weighted accuracy by hand: Σ w·[judge == human] / Σ w over the labelled units, w = 1/π.
     num = den = 0.0
@@ -834,6 +834,16 @@ def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
     assert "Round 2" in second and "20 new item(s)" in second and "holds 40 of 60" in second
     ids2 = _server_ids(env, "answer_supported-review")
     assert len(ids2) == 40 and set(ids) <= set(ids2)  # nothing pushed twice
+    with Store(path) as st:
+        push_id, _, _ = st.latest_push_to(spec.name, "answer_supported-review", "review") or ("", "", "")
+        units = st.push_units(push_id)
+    for record in _records(env, "answer_supported-review"):  # what people see is the design as it is now
+        meta = dict(record.metadata)
+        stratum, p = next(v for (h, _), v in units.items() if rid_of[h] == meta["record_id"])
+        assert meta["selection"] == stratum and meta["inclusion_probability"] == pytest.approx(p)
+    assert "--dataset" not in second and "greval review status --store" in second
+    blind = _review(env, *base, "--batch", "5", "--blind", ok=False)
+    assert blind.exit_code == 2 and "--blind as before" in blind.output
     new = sorted(set(ids2) - set(ids))
     for rid in new[:10]:
         _respond(env, "rita", ids2[rid], "submitted", {"verdict": {"value": truth(rid)}})

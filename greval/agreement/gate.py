@@ -19,6 +19,9 @@ Side = Literal["value", "lower", "upper"]
 ALIASES = {"kappa": "cohen_kappa", "κ": "cohen_kappa", "f1": "macro_f1", "alpha": "alpha_nominal"}
 """Short names people write for report metrics (any report metric name works as written)."""
 
+DESIGN_NAMES = {"kappa": "cohen_kappa"}
+"""Design-weighted figures (agreement/design.py) under the report's metric names, where they differ."""
+
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
     "≥": operator.ge,
@@ -70,16 +73,27 @@ def _side(e: Estimate, side: Side) -> tuple[float | None, str]:
 def evaluate(
     report: AgreementReport, conditions: Sequence[Condition], side: Side = "value", vs_ceiling: float | None = None
 ) -> GateResult:
-    """Check each condition on the report's figure (its point value, or an end of its bootstrap CI), and with
+    """Check each condition on the report's figure (its point value, or an end of its bootstrap CI) — the
+    design-weighted one when the labelled items were not a random sample and the figure has one — and with
     ``vs_ceiling`` F that the judge agrees with people at least F times as well as people agree with each
     other (mean pairwise figure of the human ceiling). An undefined figure fails, saying why."""
     failed: list[str] = []
     held: list[str] = []
+    weighted = {DESIGN_NAMES.get(d.name, d.name): d for d in report.design.estimates} if report.design else {}
     for c in conditions:
-        if c.metric not in report.metrics:
-            raise UserError(f"no metric {c.metric!r} in this report; it has: {', '.join(report.metrics)}")
-        e = report.metrics[c.metric]
-        x, how = _side(e, side)
+        if c.metric not in report.metrics and c.metric not in weighted:
+            known = [*report.metrics, *(w for w in weighted if w not in report.metrics)]
+            raise UserError(f"no metric {c.metric!r} in this report; it has: {', '.join(known)}")
+        if c.metric in weighted:  # a non-random sample: the figure weighted back to every judged item
+            d = weighted[c.metric]
+            e = Estimate(value=d.weighted, n=0, ci_low=d.ci_low, ci_high=d.ci_high, note=d.note)
+            x, how = _side(e, side)
+            how = " (design-weighted)" + how
+        else:
+            e = report.metrics[c.metric]
+            x, how = _side(e, side)
+            if report.design is not None:
+                how = " (unweighted, on a non-random sample)" + how
         if x is None or math.isnan(x):
             failed.append(f"{c.metric}{how} is undefined ({e.note or 'no value'}), needs {c.op} {c.threshold:g}")
         elif _OPS[c.op](x, c.threshold):

@@ -255,6 +255,8 @@ def deliver(
             for p in picks
         ],
     )
+    if handle.created:  # a new dataset (another server, a fresh data directory): nothing is there yet
+        already_there = frozenset()
     there = [p.unit.key for p in picks if p.unit.key in already_there]
     done = len(there)
     if there:

@@ -181,8 +181,14 @@ def review_round(
     drawn = {h: [u for u in members if previous.get(u.key, "").startswith(CONTROL)] for h, members in rest.items()}
     budget = max(0, batch - new_certain)
     room = {h: len(rest[h]) - len(drawn[h]) for h in rest}
-    alloc = allocate(room, budget)
     rng = random.Random(f"{seed}:{round_no}")
+    # Verdicts with no control draw yet get one first (a stratum never drawn from leaves its items with no
+    # chance of selection, and the figures could not speak for them); the rest of the budget goes evenly.
+    first = [h for h in sorted(rest) if not drawn[h] and room[h] > 0]
+    rng.shuffle(first)
+    alloc = dict.fromkeys(rest, 0) | dict.fromkeys(first[:budget], 1)
+    more = allocate({h: room[h] - alloc[h] for h in rest}, budget - sum(alloc.values()))
+    alloc = {h: alloc[h] + more[h] for h in rest}
     for h in sorted(rest):
         have = {u.key for u in drawn[h]}
         fresh = _shuffled([u for u in rest[h] if u.key not in have], rng)[: alloc[h]]

@@ -3,6 +3,7 @@ so far and when to stop."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -96,11 +97,13 @@ def review(
         highlight=False,
         soft_wrap=True,
     )
-    out.print(
-        f"Label them in Argilla, then: greval review status --store {store_path} --spec {spec_name}",
-        highlight=False,
-        soft_wrap=True,
-    )
+    again = ["greval", "review", "status", "--store", str(store_path), "--spec", spec_name]
+    for flag, value in (("--dataset", dataset), ("--workspace", workspace), ("--data-dir", data_dir)):
+        if value is not None:
+            again += [flag, str(value)]
+    if api_url is not None and ctx.get_parameter_source("api_url") == click.core.ParameterSource.COMMANDLINE:
+        again += ["--api-url", api_url]  # the key stays where the user keeps it (flag or ARGILLA_API_KEY)
+    out.print(f"Label them in Argilla, then: {shlex.join(again)}", highlight=False, soft_wrap=True)
     for note in res.notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
 
