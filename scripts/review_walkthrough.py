@@ -1,14 +1,14 @@
 """The review loop on the bundled example, end to end, for docs/review.md (run by hand, not by CI).
 
-In a fresh work directory: copy examples/begin, judge its 30 records with the embedded local judge (llama.cpp,
-no network; ``--samples 3`` at temperature 0.8, so each verdict has a confidence: the share of samples that
-agree with the majority), start an embedded Argilla of its own (free port, data directory inside the work
-directory), then run the review in rounds: ``greval review`` pushes a batch, a scripted annotator submits the
-example's human labels (examples/begin/human_labels.csv) for the pushed records through Argilla's REST API,
-and ``greval review status`` pulls and prints the figures. Round 2 is labelled in two halves, so one status
-shows the correction for selected items not yet labelled. At the end: ``greval agreement --store`` and
-``greval gate``. Every command's exact output goes to ``NN-name.txt`` in the work directory (first line: the
-command), and ``timing.txt`` says how long each step took.
+In a fresh work directory: copy examples/begin, judge its 30 records with the embedded local judge (llama.cpp, no
+network; one call per record with ``--logprobs``, so each verdict has a token confidence: the probability of its
+label among the labels the answer's first token could start), start an embedded Argilla of its own (free port,
+data directory inside the work directory), then run the review in rounds: ``greval review`` pushes a batch, a
+scripted annotator submits the example's human labels (examples/begin/human_labels.csv) for the pushed records
+through Argilla's REST API, and ``greval review status`` pulls and prints the figures. Round 2 is labelled in two
+halves, so one status shows the correction for selected items not yet labelled. At the end: ``greval agreement
+--store`` and ``greval gate``. Every command's exact output goes to ``NN-name.txt`` in the work directory (first
+line: the command), and ``timing.txt`` says how long each step took.
 
 With Chromium (/usr/bin/chromium) and playwright installed, it also signs in to the Argilla web UI and saves
 screenshots to docs/images/review-*.png: the dataset list with its progress, and the review dataset's
@@ -263,10 +263,7 @@ def main() -> None:
         "attribution.yaml",
         "--judge",
         "local",
-        "--samples",
-        "3",
-        "--temperature",
-        "0.8",
+        "--logprobs",
         "--store",
         "greval.sqlite",
         "--quiet",
