@@ -31,6 +31,10 @@ from greval.errors import UserError
 from greval.spec import CategoricalScale
 from greval.store.store import Store
 
+STOP_MIN_LABELS = 5
+"""No "stop" while a sampled stratum has fewer labels: its bootstrap could barely vary, so a narrow interval
+there says little."""
+
 STRATEGY = "review"
 """The strategy name a review round's push is recorded under."""
 
@@ -258,7 +262,10 @@ def review_status(
     covered = round(sum(c.selected / c.probability for c in strata.values() if c.probability > 0))
     status.uncovered = max(0, population - covered)
     if status.labelled_units >= population:
-        status.notes.append("every judged item is labelled: the figures are exact, with no sampling error")
+        status.notes.append(
+            "every judged item is labelled: the figures are exact for these items; their intervals speak of the "
+            "judge on similar items (these as a sample of their kind)"
+        )
     elif status.uncovered:
         status.notes.append(
             f"{status.uncovered} of {population} judged items had no chance of being selected (no control draw "
@@ -303,6 +310,18 @@ def advice_for(status: ReviewStatus, target: Target) -> Advice:
         adv = advise(target, status.labelled_units, e.ci_low, e.ci_high)
     else:
         adv = advise(target, 0, None, None)
+    few = [
+        s
+        for s, c in status.strata.items()
+        if (c.probability < 1 or c.labelled < c.selected) and c.labelled < STOP_MIN_LABELS
+    ]
+    if adv.reached and few:  # an interval from a handful of labels in a stratum may barely move: not enough
+        adv.reached, adv.more = False, None
+        adv.line = (
+            f"continue: the {target.figure} interval is within ±{target.half_width:g}, but it rests on fewer than "
+            f"{STOP_MIN_LABELS} labels in "
+            + ", ".join(f"{s} ({status.strata[s].labelled} of {status.strata[s].selected})" for s in few)
+        )
     if adv.more is not None and adv.more > remaining:
         adv.line = (
             f"continue: label the {remaining} remaining item(s) — the 1/√n rule asks for about {adv.more} more "

@@ -2403,6 +2403,17 @@ def test_review_advice_says_why_there_is_none_yet() -> None:
     assert advice_for(gap, target).line.startswith("no estimate over every judged item yet: 90")
     done = advice_for(status({"uncertain": StratumCount(30, 30, 1.0)}, 30, 30), target)
     assert done.reached and done.more == 0 and "every judged item is labelled" in done.line
+    # A narrow interval resting on 3 labels of a sampled stratum is no reason to stop.
+    from greval.agreement.models import AgreementReport, DesignEstimate, DesignReport
+
+    narrow = DesignEstimate(name="kappa", weighted=0.5, unweighted=0.4, ci_low=0.47, ci_high=0.53)
+    design = DesignReport(estimates=[narrow], strata={}, resamples=100, summary="s")
+    few = status({"uncertain": StratumCount(10, 10, 1.0), "control:No": StratumCount(3, 3, 0.05)}, 13, 100)
+    few.report = AgreementReport.model_construct(design=design, metrics={})
+    adv = advice_for(few, target)
+    assert not adv.reached and "fewer than 5 labels in control:No (3 of 3)" in adv.line
+    few.strata["control:No"] = StratumCount(6, 6, 0.1)
+    assert advice_for(few, target).reached
 
 
 def test_gate_tests_the_design_weighted_figure_on_a_non_random_sample() -> None:
@@ -2431,3 +2442,30 @@ def test_gate_tests_the_design_weighted_figure_on_a_non_random_sample() -> None:
     assert result.passed and "cohen_kappa (design-weighted)" in result.line
     other = evaluate(report, [Condition.parse("alpha_nominal>=-1")])
     assert other.passed and "(unweighted, on a non-random sample)" in other.line
+
+
+def test_a_stratum_nobody_labelled_is_counted_and_named() -> None:
+    """The store's frame lists every selection stratum in ``attrs`` (a stratum without a labelled item has no
+    row to carry its count): its items count among the unlabelled, and a note says the figures cannot cover
+    what it stands for."""
+    from greval.agreement.design import SELECTION_ATTR
+
+    scale = AgreementScale(kind="categorical", labels=["fail", "pass"])
+    rows = [
+        {
+            "item": f"r{i}",
+            "judge": "pass" if i % 3 else "fail",
+            "human": "pass" if i % 4 else "fail",
+            "probability": 1.0 if i < 6 else 0.25,
+            "stratum": "uncertain" if i < 6 else "control:pass",
+            "selected": 6 if i < 6 else 4,
+        }
+        for i in range(10)
+    ]
+    frame = pd.DataFrame(rows)
+    frame.attrs[SELECTION_ATTR] = {"uncertain": (6, 1.0), "control:pass": (4, 0.25), "control:fail": (3, 0.5)}
+    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=50, seed=0))
+    assert report.design is not None
+    notes = " | ".join(report.design.notes)
+    assert "3 selected item(s) have no human label yet" in notes
+    assert "stratum control:fail: none of its 3 selected items is labelled yet" in notes

@@ -1754,6 +1754,33 @@ def test_token_confidence_keeps_only_the_labels_a_grammar_allows() -> None:
     assert token_confidences(spec, bare, _text(bare))[RECORD_ITEM].confidence == pytest.approx(math.exp(-1.838))
 
 
+def test_token_confidence_stops_at_the_token_that_decides_the_label() -> None:
+    """After "Not" only "Not fully attributable" is possible: its later tokens (whose pre-grammar probabilities
+    a constrained server reports, tiny here) count as certain. By hand: 0.4 / (0.4 + 0.5)."""
+    from greval.judge.logprobs import token_confidences
+
+    spec = parse_spec(
+        {
+            "name": "attributable",
+            "description": "d",
+            "steps": ["s"],
+            "inputs": ["answer"],
+            "scale": {"kind": "categorical", "labels": {"Fully attributable": "f", "Not fully attributable": "n"}},
+        }
+    )
+    lp = _lp(
+        [
+            ('{"reason": "r", "label": "', 0.9),
+            ("Not", 0.4, {"Fully": 0.5, "Not": 0.4}),
+            (" fully", 1e-9),
+            (" attributable", 1e-9),
+            ('"}', 0.9),
+        ]
+    )
+    got = token_confidences(spec, lp, _text(lp))[RECORD_ITEM]
+    assert got.chosen == "Not fully attributable" and got.confidence == pytest.approx(0.4 / 0.9)
+
+
 def test_token_confidence_when_the_server_strips_a_fence_from_the_content() -> None:
     """llama-server (measured) answers content without the ```json fence its tokens spell: the content is found
     once inside the tokens and aligned there; found twice, or not at all, there is none."""

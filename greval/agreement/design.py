@@ -299,12 +299,18 @@ def respondents(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     if "selected" not in frame.columns:
         return frame, []
     known = frame.dropna(subset=["stratum", "selected"]).drop_duplicates("stratum")
-    out, notes = for_respondents(
-        frame,
-        {str(s): int(n) for s, n in zip(known["stratum"], known["selected"], strict=True)},
-        {str(s): float(p) for s, p in zip(known["stratum"], known["probability"], strict=True)},
-    )
+    selected = {str(s): int(n) for s, n in zip(known["stratum"], known["selected"], strict=True)}
+    probability = {str(s): float(p) for s, p in zip(known["stratum"], known["probability"], strict=True)}
+    # Strata nobody has labelled yet have no row to carry their count: the store's frame lists them here.
+    for stratum, (n, p) in frame.attrs.get(SELECTION_ATTR, {}).items():
+        selected.setdefault(str(stratum), int(n))
+        probability.setdefault(str(stratum), float(p))
+    out, notes = for_respondents(frame, selected, probability)
     return out.drop(columns=["selected"]), notes
+
+
+SELECTION_ATTR = "selection"
+"""``frame.attrs`` key: {stratum: (units selected, inclusion probability)} of every selection stratum."""
 
 
 def for_respondents(

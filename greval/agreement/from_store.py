@@ -20,6 +20,7 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel
 
+from greval.agreement.design import SELECTION_ATTR
 from greval.agreement.models import AgreementScale
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.errors import UserError
@@ -138,7 +139,10 @@ def store_frame(
         }
         merged["selected"] = [selected.get(s) if s is not None else None for s in merged["stratum"]]
         cols += ["stratum", "probability", "selected"]
+        probability = {(f"{d}:{s}" if several else s): p for d, units in chosen.items() for s, p in units.values()}
     frame = merged[cols].reset_index(drop=True)
+    if chosen:
+        frame.attrs[SELECTION_ATTR] = {s: (n, probability[s]) for s, n in selected.items()}
     scale = agreement_scale(spec)
     if level == "record" and spec.each:
         frame, scale = _record_level(spec, frame)

@@ -63,11 +63,14 @@ class GateResult(BaseModel):
         return f"gate {'passed' if self.passed else 'failed'}: " + "; ".join(self.reasons)
 
 
-def _side(e: Estimate, side: Side) -> tuple[float | None, str]:
-    if side == "value":
-        return e.value, ""
-    x = e.ci_low if side == "lower" else e.ci_high
-    return x, f" ({side} end of its {'CI' if x is not None else 'CI, which is undefined'})"
+def _side(e: Estimate, side: Side, what: str = "") -> tuple[float | None, str]:
+    """The value tested and how it is described (``what``: which figure it is, when that needs saying)."""
+    parts = [what] if what else []
+    x = e.value
+    if side != "value":
+        x = e.ci_low if side == "lower" else e.ci_high
+        parts.append(f"{side} end of its {'CI' if x is not None else 'CI, which is undefined'}")
+    return x, f" ({'; '.join(parts)})" if parts else ""
 
 
 def evaluate(
@@ -87,13 +90,10 @@ def evaluate(
         if c.metric in weighted:  # a non-random sample: the figure weighted back to every judged item
             d = weighted[c.metric]
             e = Estimate(value=d.weighted, n=0, ci_low=d.ci_low, ci_high=d.ci_high, note=d.note)
-            x, how = _side(e, side)
-            how = " (design-weighted)" + how
+            x, how = _side(e, side, "design-weighted")
         else:
             e = report.metrics[c.metric]
-            x, how = _side(e, side)
-            if report.design is not None:
-                how = " (unweighted, on a non-random sample)" + how
+            x, how = _side(e, side, "unweighted, on a non-random sample" if report.design is not None else "")
         if x is None or math.isnan(x):
             failed.append(f"{c.metric}{how} is undefined ({e.note or 'no value'}), needs {c.op} {c.threshold:g}")
         elif _OPS[c.op](x, c.threshold):

@@ -173,9 +173,13 @@ def status_cmd(
             own = fmt_number(st.judge_over_all[e.name]) if e.name in st.judge_over_all else ""
             table.add_row(e.name, fmt_number(e.weighted), ci, fmt_number(e.unweighted), own)
         out.print(table)
+        legend = (
+            "prevalence[X]: the estimated share of X over every judged item by people's labels"
+            if any(e.name.startswith("prevalence[") for e in design.estimates)
+            else "mean_human: people's estimated mean score over every judged item"
+        )
         console.print(
-            "prevalence[X] / mean_human: the estimated share of X (the mean score) over every judged item by people's "
-            "labels; beside it, the judge's own over all items",
+            f"{legend}; beside it, the judge's own over all items",
             highlight=False,
             soft_wrap=True,
         )

@@ -12,7 +12,10 @@ confidence: never a guess.
 Definitions (:class:`TokenConfidence`):
 
 * **categorical** — the probability the model gave to spelling the chosen label, given the text before it,
-  ``p = exp(sum of the logprobs of the tokens that overlap the label's characters)`` (the chain rule),
+  ``p = exp(sum of the logprobs of the label's tokens up to the one that tells it from every other label)``
+  (the chain rule; the tokens after it are forced by the label set, and a grammar-constrained server still
+  reports their unconstrained probabilities — one verdict of the bundled example got 4e-18 when every token
+  of "Not fully attributable" counted — so they count as certain),
   normalised over the other labels: ``p / (p + r)``, where ``r`` is the probability mass of the first token's
   ``top_logprobs`` candidates that start another label (and not the chosen one). Servers that constrain the
   answer with a grammar (llama-server's json_schema) report log-probabilities from *before* the constraint,
@@ -127,11 +130,17 @@ def label_confidence(tokens: Tokens, start: int, end: int, labels: Sequence[str]
     cover = tokens.covering(start, end)
     if not cover or end <= start:
         return None
-    p = math.exp(sum(float(tokens.entries[i]["logprob"]) for i in cover))
+    chosen = tokens.text[start:end]
+    deciding = []
+    for i in cover:  # the tokens up to the one that tells the chosen label from every other
+        deciding.append(i)
+        spelled = tokens.text[start : min(end, tokens.end(i))]
+        if labels and not any(label != chosen and label.startswith(spelled) for label in labels):
+            break
+    p = math.exp(sum(float(tokens.entries[i]["logprob"]) for i in deciding))
     first = tokens.entries[cover[0]]
     if not labels or not first.get("top_logprobs"):
         return p
-    chosen = tokens.text[start:end]
     others = [label for label in labels if label != chosen]
     lead = tokens.text[tokens.starts[cover[0]] : start]  # what the first token spells before the label ('"')
     seen = {str(first["token"])}

@@ -338,12 +338,17 @@ def slice_design_names(report: AgreementReport, sub: dict[str, AgreementReport])
 
 
 def slice_design_cells(r: AgreementReport, names: list[str], d: int = 3) -> list[str]:
-    """One slice's design-weighted figures with their CIs ("" where its items had equal weights)."""
+    """One slice's design-weighted figures with their CIs; where its items all weigh the same, its plain
+    figures are the design's own and are shown."""
     found = {e.name: e for e in r.design.estimates} if r.design is not None else {}
     cells = []
     for name in names:
         e = found.get(name)
-        cells.append("" if e is None else f"{fmt_number(e.weighted, d)} {fmt_ci(e, d)}".strip())
+        if e is not None:
+            cells.append(f"{fmt_number(e.weighted, d)} {fmt_ci(e, d)}".strip())
+            continue
+        plain = r.metrics.get({"kappa": "cohen_kappa"}.get(name, name)) if r.design is None else None
+        cells.append("" if plain is None else fmt_value_ci(plain, d))
     return cells
 
 
