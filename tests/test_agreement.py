@@ -2434,6 +2434,9 @@ def test_gate_tests_the_design_weighted_figure_on_a_non_random_sample() -> None:
     ]
     report = compute_agreement(pd.DataFrame(rows), scale, AgreementOptions(bootstrap=200, seed=0))
     assert report.design is not None
+    # The error-corrected prevalence says its error rates are the unweighted ones.
+    assert report.categorical is not None and report.categorical.prevalence is not None
+    assert "as if they were a random sample" in (report.categorical.prevalence.note or "")
     weighted = next(e.weighted for e in report.design.estimates if e.name == "kappa")
     plain = report.metrics["cohen_kappa"].value
     assert weighted is not None and plain is not None and weighted > plain + 0.1

@@ -770,10 +770,10 @@ def _review(env: Env, *args: str, ok: bool = True) -> Any:
 def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
     """`greval review` against the embedded Argilla, on verdicts judged once with token log-probabilities
     (`--logprobs`; the test server answers them): round 1 pushes the most doubtful verdicts whole plus a
-    stratified random control; people label through the API; `review status` pulls and prints the
-    design-weighted figures (checked here against a hand-made Hájek estimate from the store) and a stopping
-    advice; round 2 pushes only new items and keeps the earlier ones in the design; with part of round 2
-    unlabelled, status says so and corrects for it."""
+    stratified random control; people label through the REST API (round 1) and the SDK (round 2); `review
+    status` pulls and prints the design-weighted figures (checked here against a hand-made Hájek estimate
+    from the store) and a stopping advice; round 2 pushes only new items and keeps the earlier ones in the
+    design; with part of round 2 unlabelled, status says so and corrects for it."""
     spec = parse_spec(SUPPORTED_SPEC)
     assert isinstance(spec, Spec)
     from greval.runner import RunOptions
@@ -845,8 +845,17 @@ def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
     blind = _review(env, *base, "--batch", "5", "--blind", ok=False)
     assert blind.exit_code == 2 and "--blind as before" in blind.output
     new = sorted(set(ids2) - set(ids))
-    for rid in new[:10]:
-        _respond(env, "rita", ids2[rid], "submitted", {"verdict": {"value": truth(rid)}})
+    # Round 2's labels go through the Argilla SDK (the owner logs rita's answers on her behalf).
+    dataset = env.client().datasets("answer_supported-review", workspace=env.info.workspace)
+    rita = _user(env, "rita")["id"]
+    to_log = []
+    for record in dataset.records(with_suggestions=True):
+        rid = dict(record.metadata)["record_id"]
+        if rid in new[:10]:
+            record.responses.add(rg.Response("verdict", truth(rid), user_id=rita, status="submitted"))
+            to_log.append(record)
+    assert len(to_log) == 10
+    dataset.records.log(to_log)
     later = _review(env, "status", *base, "--target", "accuracy±0.2", "--bootstrap", "300").output
     assert "30 of 40 selected items labelled" in later and "no human label yet" in later
     assert "stop:" in later or "continue:" in later

@@ -694,6 +694,13 @@ def compute_agreement(
     report.design = _design(frame, prep, scale, options, assumed)
     if report.design is not None:
         report.notes.append(report.design.summary)
+        prevalence = report.categorical.prevalence if report.categorical is not None else None
+        if prevalence is not None:
+            unweighted = (
+                "its error rates were measured on the labelled items as if they were a random sample; the "
+                "design-weighted prevalence[X] estimates each share from the weights instead"
+            )
+            prevalence.note = f"{prevalence.note}; {unweighted}" if prevalence.note else unweighted
     if has_confidence(frame) and "judge" in frame.columns:
         report.calibration = calibration_from_frame(frame, options)
     if threshold is not None:
