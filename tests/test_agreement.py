@@ -2472,3 +2472,31 @@ def test_a_stratum_nobody_labelled_is_counted_and_named() -> None:
     notes = " | ".join(report.design.notes)
     assert "3 selected item(s) have no human label yet" in notes
     assert "stratum control:fail: none of its 3 selected items is labelled yet" in notes
+
+
+def test_a_slice_with_few_sampled_items_still_gets_an_interval() -> None:
+    """A slice holding 2 control items, both right, next to 3 census items, 1 wrong: resampling the whole
+    control stratum varies how many of the slice's items a resample holds, so the slice's weighted accuracy
+    has an interval of some width (resampling the slice's own 2 items could not move it)."""
+    scale = AgreementScale(kind="categorical", labels=["fail", "pass"])
+    rows = []
+    for i in range(20):
+        census = i < 6
+        in_a = i in (0, 1, 2, 6, 7)
+        right = not (i == 0 or (not in_a and i % 3 == 0))
+        rows.append(
+            {
+                "item": f"r{i}",
+                "judge": "pass",
+                "human": "pass" if right else "fail",
+                "probability": 1.0 if census else 0.1,
+                "stratum": "uncertain" if census else "control",
+                "system": "A" if in_a else "B",
+            }
+        )
+    report = compute_agreement(pd.DataFrame(rows), scale, AgreementOptions(bootstrap=400, seed=3, slices=["system"]))
+    part = report.slices["system"]["A"]
+    assert part.design is not None
+    acc = next(e for e in part.design.estimates if e.name == "accuracy")
+    assert acc.ci_low is not None and acc.ci_high is not None and acc.ci_high - acc.ci_low > 0.05
+    assert acc.weighted == pytest.approx((2 + 2 / 0.1) / (3 + 2 / 0.1))

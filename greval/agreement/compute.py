@@ -726,15 +726,21 @@ def compute_agreement(
             absent = key is None or (isinstance(key, float) and math.isnan(key))
             if absent:  # rows without a value are a slice of their own, named so (not "nan")
                 report.notes.append(f"slice {col}: {len(sub)} row(s) have no value, listed as {MISSING_SLICE!r}")
-            sub_prep = prepare(sub, scale, sub_options)
-            part = parts[MISSING_SLICE if absent else str(key)] = _report(sub_prep, sub_options)
-            part.design = _design(sub, sub_prep, scale, sub_options)  # a domain of the same design, same weights
+            part = parts[MISSING_SLICE if absent else str(key)] = _report(prepare(sub, scale, sub_options), sub_options)
+            # A domain of the same design: the slice's items, with the whole sample's weights and resamples.
+            domain = {t for v in sub["item"] if (t := label_text(v, {})) is not None}
+            part.design = _design(frame, prep, scale, sub_options, domain=domain)
         report.slices[col] = parts
     return report
 
 
 def _design(
-    frame: pd.DataFrame, prep: Prepared, scale: AgreementScale, options: AgreementOptions, notes: Sequence[str] = ()
+    frame: pd.DataFrame,
+    prep: Prepared,
+    scale: AgreementScale,
+    options: AgreementOptions,
+    notes: Sequence[str] = (),
+    domain: set[str] | None = None,
 ) -> DesignReport | None:
     """The design-weighted figures of a frame whose rows say how they were selected (None otherwise)."""
     if "probability" not in frame.columns:
@@ -750,6 +756,7 @@ def _design(
         options.seed,
         options.confidence,
         notes,
+        domain,
     )
 
 

@@ -19,7 +19,7 @@ sample is a large share of it. ``tests/test_agreement.py`` checks bias and cover
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import cast
 
 import numpy as np
@@ -123,24 +123,32 @@ def design_estimates(
     resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    domain: npt.NDArray[np.bool_] | None = None,
 ) -> list[DesignEstimate]:
     """Accuracy, Cohen's κ and each label's prevalence among human labels, weighted by 1/π, beside the
-    unweighted figures, with stratified-bootstrap percentile intervals of the weighted ones."""
+    unweighted figures, with stratified-bootstrap percentile intervals of the weighted ones.
+
+    ``domain``: the items of a subpopulation (a slice). Its figures use only its items, but the bootstrap
+    resamples the whole sample's strata, so the number of the domain's items in a resample varies as it
+    would in a new sample (resampling the domain's own items alone would fix that number, and a domain
+    with few sampled items would get an interval of no width)."""
     human, judge, w, strata = sample.arrays()
     k = len(labels)
     n_codes = k + 1  # code k: a judge answer outside the labels
-    n = len(human)
+    inside = np.ones(len(human), dtype=np.bool_) if domain is None else np.asarray(domain, dtype=np.bool_)
+    n = int(inside.sum())
     if n == 0:
         return [DesignEstimate(name=name, note="no labelled items") for name in _names(labels)]
     if human.max() >= k or judge.max() > k or min(human.min(), judge.min()) < 0:
         raise ValueError("label codes out of range")
-    plain = _figures(_confusions(human, judge, n_codes, np.ones((1, n))), k, labels)
-    weighted = _figures(_confusions(human, judge, n_codes, w[None, :]), k, labels)
+    mask = inside.astype(np.float64)
+    plain = _figures(_confusions(human, judge, n_codes, mask[None, :]), k, labels)
+    weighted = _figures(_confusions(human, judge, n_codes, (w * mask)[None, :]), k, labels)
     census = np.array([np.all(w[strata == s] == 1.0) for s in range(int(strata.max()) + 1)])
     boot: dict[str, FloatArray] = {}
     if resamples > 0:
         counts = stratified_counts(strata, resamples, seed, census)
-        boot = _figures(_confusions(human, judge, n_codes, counts * w[None, :]), k, labels)
+        boot = _figures(_confusions(human, judge, n_codes, counts * (w * mask)[None, :]), k, labels)
     out = []
     for name in _names(labels):
         est = DesignEstimate(name=name, weighted=_finite(weighted[name][0]), unweighted=_finite(plain[name][0]))
@@ -183,12 +191,14 @@ def design_report(
     seed: int,
     confidence: float,
     notes: Sequence[str] = (),
+    domain: Collection[str] | None = None,
 ) -> DesignReport | None:
     """The design-weighted figures of a frame whose rows carry ``probability`` (and ``stratum``), for the
     compared ``items`` with their human / judge label codes (``labels`` given) or values (``labels`` None: a
     value scale); None when every item was taken with certainty (the plain figures are then the design's own),
     every item had the same probability (equal weights change nothing), or no item says how it was selected.
-    ``notes``: what was assumed before (:func:`respondents`), shown with the figures."""
+    ``notes``: what was assumed before (:func:`respondents`), shown with the figures. ``domain``: the items
+    of a slice, estimated as a subpopulation of the whole sample (see :func:`design_estimates`)."""
     if "probability" not in frame.columns or not len(items):
         return None
     notes = list(notes)
@@ -225,6 +235,9 @@ def design_report(
         + "): the figures above treat them as one; these weight each item by 1/π, its inverse inclusion "
         "probability, to estimate the figures over every judged item"
     )
+    inside = None if domain is None else np.array([it in domain for it in items], dtype=np.bool_)
+    if inside is not None:
+        counts = {str(k): int(v) for k, v in strata[inside].value_counts().sort_index().items()}
     if labels is None:
         estimates = design_value_estimates(
             np.asarray(human, dtype=np.float64),
@@ -234,6 +247,7 @@ def design_report(
             resamples,
             seed,
             confidence,
+            inside,
         )
     else:
         sample = DesignSample(
@@ -242,7 +256,7 @@ def design_report(
             probability=[float(x) for x in prob],
             stratum=[str(x) for x in strata],
         )
-        estimates = design_estimates(sample, labels, resamples, seed, confidence)
+        estimates = design_estimates(sample, labels, resamples, seed, confidence, inside)
     return DesignReport(summary=summary, estimates=estimates, strata=counts, resamples=resamples, notes=notes)
 
 
@@ -259,12 +273,14 @@ def design_value_estimates(
     resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    domain: npt.NDArray[np.bool_] | None = None,
 ) -> list[DesignEstimate]:
     """:data:`VALUE_FIGURES` weighted by 1/π (Hájek means), beside the unweighted ones, with stratified-bootstrap
-    percentile intervals (census strata kept whole, as :func:`design_estimates`)."""
-    n = len(human)
-    if n == 0:
+    percentile intervals (census strata kept whole, and ``domain`` as in :func:`design_estimates`)."""
+    inside = np.ones(len(human), dtype=np.bool_) if domain is None else np.asarray(domain, dtype=np.bool_)
+    if not inside.any():
         return [DesignEstimate(name=name, note="no labelled items") for name in VALUE_FIGURES]
+    mask = inside.astype(np.float64)
     w = 1.0 / probability
     _, codes = np.unique(np.asarray(stratum, dtype=object), return_inverse=True)
     strata = codes.reshape(-1).astype(np.int64)
@@ -277,17 +293,24 @@ def design_value_estimates(
         means[:, 4] = np.sqrt(means[:, 4])
         return np.asarray(means, dtype=np.float64)
 
-    plain = figures(np.ones((1, n)))[0]
-    weighted = figures(w[None, :])[0]
+    plain = figures(mask[None, :])[0]
+    weighted = figures((w * mask)[None, :])[0]
     boot: FloatArray | None = None
     if resamples > 0:
         census = np.array([np.all(w[strata == s] == 1.0) for s in range(int(strata.max()) + 1)])
-        boot = figures(stratified_counts(strata, resamples, seed, census) * w[None, :])
+        with np.errstate(divide="ignore", invalid="ignore"):  # a resample may hold none of the domain
+            boot = figures(stratified_counts(strata, resamples, seed, census) * (w * mask)[None, :])
     out = []
     for i, name in enumerate(VALUE_FIGURES):
         est = DesignEstimate(name=name, weighted=_finite(weighted[i]), unweighted=_finite(plain[i]))
         if boot is not None:
-            est.ci_low, est.ci_high = percentile_ci(boot[:, i], confidence)
+            vals = boot[:, i][np.isfinite(boot[:, i])]
+            if len(vals) >= max(2, resamples // 2):
+                est.ci_low, est.ci_high = percentile_ci(vals, confidence)
+                if len(vals) < resamples:
+                    est.note = f"{resamples - len(vals)}/{resamples} resamples undefined, CI from the rest"
+            else:
+                est.note = f"CI undefined: statistic undefined in {resamples - len(vals)}/{resamples} resamples"
         out.append(est)
     return out
 
