@@ -259,6 +259,8 @@ def review_status(
     status.report = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=seed))
     if status.report.design is not None:
         status.notes += status.report.design.notes
+    if status.report.design is not None:
+        status.notes += narrow_interval_notes(strata)
     covered = round(sum(c.selected / c.probability for c in strata.values() if c.probability > 0))
     status.uncovered = max(0, population - covered)
     if status.labelled_units >= population:
@@ -274,6 +276,18 @@ def review_status(
     if target is not None:
         status.advice = advice_for(status, target)
     return status
+
+
+def narrow_interval_notes(strata: dict[str, StratumCount]) -> list[str]:
+    """A sampled (or partly labelled) stratum with one label cannot vary in a bootstrap resample: the
+    intervals then leave its uncertainty out, and say so."""
+    single = [s for s, c in strata.items() if (c.probability < 1 or c.labelled < c.selected) and c.labelled == 1]
+    if not single:
+        return []
+    return [
+        "the intervals cannot vary within a sampled stratum of 1 label (" + ", ".join(single) + "): they are too "
+        "narrow until it has more"
+    ]
 
 
 def advice_for(status: ReviewStatus, target: Target) -> Advice:

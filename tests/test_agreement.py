@@ -2376,7 +2376,7 @@ def test_review_advice_says_why_there_is_none_yet() -> None:
     labels; no estimate while some judged items had no chance of selection; capped at the items left; exact
     once every judged item is labelled."""
     from greval.agreement.stopping import Target
-    from greval.review import ReviewStatus, StratumCount, advice_for
+    from greval.review import ReviewStatus, StratumCount, advice_for, narrow_interval_notes
 
     def status(strata: dict[str, StratumCount], labelled: int, population: int, uncovered: int = 0) -> ReviewStatus:
         return ReviewStatus(
@@ -2397,6 +2397,8 @@ def test_review_advice_says_why_there_is_none_yet() -> None:
     target = Target.parse("kappa±0.05")
     thin = status({"uncertain": StratumCount(8, 8, 1.0), "control:No": StratumCount(2, 1, 0.1)}, 9, 100)
     assert "fewer than 2 labels in control:No (1 of 2)" in advice_for(thin, target).line
+    assert "1 label (control:No)" in narrow_interval_notes(thin.strata)[0]
+    assert narrow_interval_notes({"uncertain": StratumCount(8, 8, 1.0)}) == []
     partial = status({"uncertain": StratumCount(8, 1, 1.0), "control:No": StratumCount(2, 2, 0.1)}, 3, 100)
     assert "uncertain (1 of 8)" in advice_for(partial, target).line
     gap = status({"uncertain": StratumCount(10, 10, 1.0)}, 10, 100, uncovered=90)
