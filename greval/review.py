@@ -259,6 +259,8 @@ def review_status(
     status.report = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=seed))
     if status.report.design is not None:
         status.notes += status.report.design.notes
+    else:  # equal weights: what the selection left unlabelled is among the report's notes
+        status.notes += status.report.notes
     if status.report.design is not None:
         status.notes += narrow_interval_notes(strata)
     covered = round(sum(c.selected / c.probability for c in strata.values() if c.probability > 0))

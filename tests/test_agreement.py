@@ -2474,6 +2474,12 @@ def test_a_stratum_nobody_labelled_is_counted_and_named() -> None:
     notes = " | ".join(report.design.notes)
     assert "3 selected item(s) have no human label yet" in notes
     assert "stratum control:fail: none of its 3 selected items is labelled yet" in notes
+    # Only the doubtful slice labelled: equal weights, no design table, but the gap is still said.
+    census = frame[frame["stratum"] == "uncertain"].copy()
+    census.attrs[SELECTION_ATTR] = {"uncertain": (6, 1.0), "control:pass": (4, 0.25)}
+    plain = compute_agreement(census, scale, AgreementOptions(bootstrap=50, seed=0))
+    assert plain.design is None
+    assert any("stratum control:pass: none of its 4 selected items is labelled yet" in n for n in plain.notes)
 
 
 def test_a_slice_with_few_sampled_items_still_gets_an_interval() -> None:

@@ -692,7 +692,9 @@ def compute_agreement(
     report = _report(prep, options)
     report.threshold = threshold
     report.design = _design(frame, prep, scale, options, assumed)
-    if report.design is not None:
+    if report.design is None:
+        report.notes += assumed  # equal weights, but items selected and not labelled still need saying
+    else:
         report.notes.append(report.design.summary)
         prevalence = report.categorical.prevalence if report.categorical is not None else None
         if prevalence is not None:
