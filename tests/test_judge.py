@@ -614,6 +614,7 @@ JUDGES = [
     "triple_factscore",
     "triple_validity",
     "graphrag_qa_score",
+    "graphrag_qa_correct",
 ]
 
 
@@ -918,6 +919,32 @@ def test_triple_validity_counts_maybe_as_half(llm: OpenAIServer) -> None:
     ]
     _, score = judge_items(llm, judge_spec("triple_validity"), {"triples": triples})
     assert score == pytest.approx((1 + 0.5 + 0) / 3)  # GraphMERT's ValidityScore
+
+
+def test_graphrag_qa_correct_scores_correct_answers_over_questions(llm: OpenAIServer, store_path: Path) -> None:
+    """GraphMERT's GraphRAG score, # correct answers / # questions: 3 of 4 questions answered correctly gives
+    the dataset score 0.75 (the mean of the record scores 1, 1, 1, 0)."""
+    llm.script(
+        [
+            {
+                "match": "Question number 3?",
+                "action": {"type": "respond", "content": {"reason": "r", "label": "incorrect"}},
+            },
+            {
+                "match": "Metric: graphrag_qa_correct",
+                "action": {"type": "respond", "content": {"reason": "r", "label": "correct"}},
+            },
+        ]
+    )
+    records = [
+        Record.from_mapping({"id": f"q{i}", "question": f"Question number {i}?", "expected_answer": "e", "answer": "a"})
+        for i in range(4)
+    ]
+    with Store(store_path) as st:
+        summary = run([judge_spec("graphrag_qa_correct")], records, st, cfg(llm), options=RUN)
+        labels = {r["record_id"]: r["label"] for r in st.query("SELECT record_id, label FROM verdicts")}
+    assert labels == {"q0": "correct", "q1": "correct", "q2": "correct", "q3": "incorrect"}
+    assert summary.metrics[0].mean_score == pytest.approx(3 / 4)
 
 
 @pytest.mark.parametrize(("name", "value"), [("summary_coherence", 4), ("graphrag_qa_score", 8)])
