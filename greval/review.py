@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from greval.agreement.compute import compute_agreement
+from greval.agreement.design import report_name
 from greval.agreement.from_store import store_frame
 from greval.agreement.models import AgreementOptions, AgreementReport, DesignEstimate
 from greval.agreement.stopping import Advice, Target, advise
@@ -320,7 +321,7 @@ def advice_for(status: ReviewStatus, target: Target) -> Advice:
             raise UserError(f"--target {target.figure!r}: choose one of {', '.join(known)}")
         adv = advise(target, status.labelled_units, est.ci_low, est.ci_high)
     elif report is not None:  # every labelled item weighs the same: the plain figures are the design's own
-        e = report.metrics.get({"kappa": "cohen_kappa"}.get(target.figure, target.figure))
+        e = report.metrics.get(report_name(target.figure))
         if e is None:
             raise UserError(f"--target {target.figure!r}: choose one of {', '.join(report.metrics)}")
         adv = advise(target, status.labelled_units, e.ci_low, e.ci_high)

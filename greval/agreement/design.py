@@ -177,6 +177,15 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+REPORT_NAMES = {"kappa": "cohen_kappa"}
+"""Design-weighted figures under the agreement report's metric names, where they differ (gate, review, slices)."""
+
+
+def report_name(figure: str) -> str:
+    """The agreement report's name for a design-weighted figure."""
+    return REPORT_NAMES.get(figure, figure)
+
+
 DESIGN_COLUMNS = ("probability", "stratum")
 """Frame columns that say how each labelled item was selected (``greval annotate push`` records them)."""
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from greval.agreement.design import report_name
 from greval.agreement.models import AgreementReport, Estimate
 from greval.errors import UserError
 
@@ -18,9 +19,6 @@ Side = Literal["value", "lower", "upper"]
 
 ALIASES = {"kappa": "cohen_kappa", "κ": "cohen_kappa", "f1": "macro_f1", "alpha": "alpha_nominal"}
 """Short names people write for report metrics (any report metric name works as written)."""
-
-DESIGN_NAMES = {"kappa": "cohen_kappa"}
-"""Design-weighted figures (agreement/design.py) under the report's metric names, where they differ."""
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -82,7 +80,7 @@ def evaluate(
     other (mean pairwise figure of the human ceiling). An undefined figure fails, saying why."""
     failed: list[str] = []
     held: list[str] = []
-    weighted = {DESIGN_NAMES.get(d.name, d.name): d for d in report.design.estimates} if report.design else {}
+    weighted = {report_name(d.name): d for d in report.design.estimates} if report.design else {}
     for c in conditions:
         if c.metric not in report.metrics and c.metric not in weighted:
             known = [*report.metrics, *(w for w in weighted if w not in report.metrics)]

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
+from greval.agreement.design import report_name
 from greval.agreement.models import (
     AgreementReport,
     AgreementScale,
@@ -347,7 +348,7 @@ def slice_design_cells(r: AgreementReport, names: list[str], d: int = 3) -> list
         if e is not None:
             cells.append(f"{fmt_number(e.weighted, d)} {fmt_ci(e, d)}".strip())
             continue
-        plain = r.metrics.get({"kappa": "cohen_kappa"}.get(name, name)) if r.design is None else None
+        plain = r.metrics.get(report_name(name)) if r.design is None else None
         cells.append("" if plain is None else fmt_value_ci(plain, d))
     return cells
 
