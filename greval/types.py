@@ -56,6 +56,10 @@ prompt). Here, with no SDK, so that run options and spec declarations can name i
 RECORD_ITEM: Final = ""
 """The item id of a record-level verdict (a whole answer, not one of its chunks or triples)."""
 
+UNITS: Final = "units"
+"""The key of a record's ``outputs`` holding how many items its score is a share / mean over: the record's
+weight in a dataset score pooled over items (``dataset_aggregate: micro``)."""
+
 
 class ItemVerdict(BaseModel):
     """The verdict on one record (``item_id == ""``) or one chunk / triple of it."""

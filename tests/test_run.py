@@ -510,9 +510,11 @@ def _same_as(rec: Record, new_id: str) -> Record:
 
 
 def _record_figures(frame: pd.DataFrame, spec: str) -> dict[str, Any]:
-    """Counts and the dataset score recomputed by hand from an exported record-level table."""
+    """Counts and the dataset score recomputed by hand from an exported record-level table: the shipped
+    specs pool their items (dataset_aggregate micro, the default), Σ score·units / Σ units."""
     grp = frame[frame["spec"] == spec]
-    scored = grp[grp["status"].isin(["ok", "partial"])]["score"].dropna().astype(float)
+    rows = grp[grp["status"].isin(["ok", "partial"]) & grp["score"].notna()]
+    scores, units = rows["score"].astype(float), rows["units"].astype(float)
     counts = grp["status"].value_counts()
     return {
         "records": len(grp),
@@ -520,8 +522,8 @@ def _record_figures(frame: pd.DataFrame, spec: str) -> dict[str, Any]:
         "partial": int(counts.get("partial", 0)),
         "failed": int(counts.get("error", 0)),
         "skipped": int(counts.get("skipped", 0)),
-        # greval sums scores with math.fsum (exactly rounded: the same mean in whatever order rows are read)
-        "mean_score": None if scored.empty else math.fsum(scored) / len(scored),
+        # greval sums with math.fsum (exactly rounded: the same score in whatever order rows are read)
+        "mean_score": math.fsum(scores * units) / math.fsum(units) if math.fsum(units) > 0 else None,
     }
 
 
@@ -560,8 +562,9 @@ def test_identical_records_with_other_ids_are_judged_once_and_listed_each(
 
 
 def test_run_summary_report_and_export_agree_on_per_item_means(llm: OpenAIServer, store_path: Path) -> None:
-    """A per-chunk metric's dataset score is the mean of its record scores everywhere (the run summary took
-    the mean of item scores, the report the mean of record shares: 0.300 vs 0.000 on the same store)."""
+    """A per-chunk metric's dataset score has one definition everywhere (the run summary once took the mean
+    of item scores, the report the mean of record shares: 0.300 vs 0.000 on the same store); since issue 16
+    the spec chooses it (dataset_aggregate, default micro: the items pooled)."""
     llm.script(
         [  # two records' chunk c2 never gets a verdict: those records are partial
             {"match": "Item ids: c1, c2, c3, c4", "times": 2, "action": {"type": "drop_ids", "ids": ["c2"]}},

@@ -11,6 +11,7 @@ import gzip
 import json
 import re
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
 from greval.runner import RunOptions, run
 from greval.spec import resolve_specs
-from greval.store.results import figures, item_rows
+from greval.store.results import MetricFigures, figures, item_rows
 from greval.store.schema import SCHEMA_VERSION, error_kind
 from greval.store.store import Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
@@ -72,16 +73,34 @@ def test_an_old_store_opens_keeps_every_verdict_and_reports_the_same_figures(old
     with Store(old_store) as st:
         assert _rows(old_store, "SELECT value FROM meta WHERE key='schema_version'") == [(str(SCHEMA_VERSION),)]
         assert len(item_rows(st)) == expected["rows"]
-        assert [f.model_dump(mode="json") for f in figures(st)] == expected["figures"]
+        assert [_as_recorded(f) for f in figures(st)] == expected["figures"]
         for run_id, figs in expected["runs"].items():
-            assert [f.model_dump(mode="json") for f in figures(st, run_id=run_id)] == figs
+            assert [_as_recorded(f) for f in figures(st, run_id=run_id)] == figs
+        # Since issue 16 a per-item metric's dataset score pools its items (micro, the default): chunk_evaluation's
+        # share of Relevant chunks is now Σ Relevant / Σ chunks; the recorded mean of record scores is the macro.
+        chunks = next(f for f in figures(st) if f.spec == "chunk_evaluation")
+        old = next(f for f in expected["figures"] if f["spec"] == "chunk_evaluation")
+        assert chunks.aggregate == "micro" and chunks.other_score == old["mean_score"]
+        assert chunks.mean_score == chunks.distribution["Relevant"] / sum(chunks.distribution.values())
+        assert chunks.units == sum(chunks.distribution.values())
         assert [r["status"] for r in st.runs()] == ["finished", "interrupted"]
     assert _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts") == before
     assert _rows(old_store, "SELECT * FROM human_labels") == labels
     assert _rows(old_store, "SELECT * FROM runs") == runs
     # Opening it again (now the current schema) changes nothing.
     with Store(old_store) as st:
-        assert [f.model_dump(mode="json") for f in figures(st)] == expected["figures"]
+        assert [_as_recorded(f) for f in figures(st)] == expected["figures"]
+
+
+def _as_recorded(fig: MetricFigures) -> dict[str, Any]:
+    """A figure as the schema-2 fixture recorded it: the fields it had, and the macro score of a per-item
+    metric as its mean (the only definition then)."""
+    data = fig.model_dump(mode="json")
+    if fig.aggregate == "micro" and fig.other_score is not None:
+        data["mean_score"] = fig.other_score
+    for new in ("aggregate", "units", "other_score", "units_missing", "fact_counts"):
+        data.pop(new)
+    return data
 
 
 def test_an_old_store_s_errors_get_their_kind_from_their_text(old_store: Path) -> None:
@@ -279,3 +298,165 @@ def test_a_schema_3_store_gets_the_token_confidence_column(llm: OpenAIServer, tm
         assert got is not None and got.verdicts[0].token_confidence == 0.625
         frame = item_rows(st, "answer_alignment")
         assert sorted(r["token_confidence"] for r in frame if r["record_id"] == "t1") == [0.625]
+
+
+# --------------------------------------------------------------------------- the dataset score (issue 16)
+def _factscore_rows(n_triples: Sequence[int]) -> list[dict[str, Any]]:
+    """Records with different numbers of triples, so that pooling the triples (micro) and averaging the
+    records' shares (macro) give different dataset scores."""
+    return [
+        {
+            "id": f"f{i}",
+            "source": f"Source text number {i}: drug {i} treats disease {i}.",
+            "triples": [[f"drug {i}", "treats", f"disease {i}.{k}"] for k in range(k_n)],
+        }
+        for i, k_n in enumerate(n_triples)
+    ]
+
+
+def _labels_by_record(path: Path, spec: str) -> dict[str, list[str]]:
+    """The raw item labels per record, read with plain SQL (independent of greval's readers)."""
+    by: dict[str, list[str]] = {}
+    for record_id, label in _rows(
+        path,
+        f"SELECT i.record_id, v.label FROM verdicts v JOIN record_ids i ON i.record_hash = v.record_hash "
+        f"WHERE v.spec_name = '{spec}' AND v.item_id != '' AND v.status = 'ok'",
+    ):
+        by.setdefault(record_id, []).append(label)
+    return by
+
+
+def test_the_dataset_score_pools_items_by_default_and_factscore_counts_are_reported(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """FActScore* as GraphMERT defines it, recomputed from the raw labels: per record precision = supported /
+    all, recall = supported / (supported + not supported), F1; the dataset score pools every triple (micro);
+    declaring dataset_aggregate: macro re-judges nothing and switches the dataset score to the record mean."""
+    path = tmp_path / "s.sqlite"
+    recs = [Record.from_mapping(r) for r in _factscore_rows([1, 2, 3, 5, 7, 4])]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    [spec] = resolve_specs(["triple_factscore"])
+    with Store(path) as st:
+        summary = run([spec], recs, st, cfg, options=FAST)
+    labels = _labels_by_record(path, "triple_factscore")
+    assert sorted(len(v) for v in labels.values()) == [1, 2, 3, 4, 5, 7]
+    sup = {r: v.count("supported") for r, v in labels.items()}
+    uns = {r: v.count("not_supported") for r, v in labels.items()}
+    micro = sum(sup.values()) / sum(len(v) for v in labels.values())
+    macro = sum(sup[r] / len(v) for r, v in labels.items()) / len(labels)
+    assert round(micro, 6) != round(macro, 6)  # the data tells the two apart
+    [m] = summary.metrics
+    assert m.aggregate == "micro" and m.mean_score == pytest.approx(micro) and m.other_score == pytest.approx(macro)
+    assert m.units == sum(len(v) for v in labels.values())
+    # FActScore* counts, pooled and per record.
+    assert m.fact_counts is not None
+    pooled = m.fact_counts.pooled
+    assert pooled.positive == sum(sup.values()) and pooled.unsupported == sum(uns.values())
+    assert pooled.labels["contradicted"] == sum(v.count("contradicted") for v in labels.values())
+    assert pooled.precision == pytest.approx(micro)
+    rec_p = {r: sup[r] / len(v) for r, v in labels.items()}
+    rec_r = {r: sup[r] / (sup[r] + uns[r]) if sup[r] + uns[r] else None for r in labels}
+    all_sup, all_uns = sum(sup.values()), sum(uns.values())
+    assert pooled.recall == pytest.approx(all_sup / (all_sup + all_uns))
+    p, r = pooled.precision, pooled.recall
+    assert pooled.f1 == pytest.approx(2 * p * r / (p + r) if p + r else 0.0)
+    defined = [x for x in rec_r.values() if x is not None]
+    assert m.fact_counts.macro_recall == pytest.approx(sum(defined) / len(defined))
+    assert m.fact_counts.macro_precision == pytest.approx(sum(rec_p.values()) / len(rec_p))
+    from greval.store.results import load_results
+
+    frame = load_results(path, level="record").set_index("record_id")
+    for rid, counts in frame["counts"].items():
+        assert counts["labels"]["supported"] == sup[rid] and counts["total"] == len(labels[rid])
+        assert counts["precision"] == pytest.approx(rec_p[rid])
+        assert counts.get("recall") == (pytest.approx(rec_r[rid]) if rec_r[rid] is not None else None)
+        assert frame.loc[rid, "units"] == len(labels[rid])
+    # macro, declared: the same verdicts (no call), the other figure.
+    calls = llm.stats()["total"]
+    macro_spec = spec.model_copy(update={"dataset_aggregate": "macro"})
+    assert macro_spec.hash == spec.hash
+    with Store(path) as st:
+        again = run([macro_spec], recs, st, cfg, options=FAST)
+        [stored] = figures(st)
+    assert llm.stats()["total"] == calls and again.calls == 0
+    assert again.metrics[0].mean_score == pytest.approx(macro) and stored.aggregate == "macro"
+    assert stored.mean_score == pytest.approx(macro) and stored.other_score == pytest.approx(micro)
+
+
+def test_run_summary_report_load_results_and_export_show_the_same_pooled_score(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """The four-way consistency of issue 16: `greval run`'s summary, `greval report`, load_results and a
+    `greval results export` give one dataset score for a per-item metric, equal to Σ supported / Σ triples
+    computed here from the raw verdicts."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from greval.cli import main
+    from greval.store.results import load_results
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _factscore_rows([3, 1, 6, 2, 4])))
+    path = tmp_path / "s.sqlite"
+    env = {"COLUMNS": "250"}
+    args = ["run", str(data), "-s", "triple_factscore", "--store", str(path), "--judge", "openai:judge-test"]
+    res = CliRunner().invoke(main, [*args, "--base-url", llm.base_url], env=env)
+    assert res.exit_code == 0, res.output
+    labels = _labels_by_record(path, "triple_factscore")
+    micro = sum(v.count("supported") for v in labels.values()) / sum(len(v) for v in labels.values())
+    macro = sum(v.count("supported") / len(v) for v in labels.values()) / len(labels)
+    assert round(micro, 3) != round(macro, 3)
+    [row] = [line for line in res.output.splitlines() if "triple_factscore" in line and "│" in line]
+    assert f"{micro:.3f}" in row and f"{macro:.3f}" not in row
+    assert f"dataset score {micro:.3f} is pooled over 16 item(s) of 5 record(s) (micro)" in " ".join(res.output.split())
+    rep = CliRunner().invoke(main, ["report", "--store", str(path), "-o", str(tmp_path / "rep")], env=env)
+    assert rep.exit_code == 0, rep.output
+    [m] = json.loads((tmp_path / "rep" / "report.json").read_text())["metrics"]
+    assert m["figures"]["mean_score"] == pytest.approx(micro) and m["score"]["mean"] == pytest.approx(micro)
+    assert m["score"]["ci_low"] <= micro <= m["score"]["ci_high"]
+    assert f"{micro:.3f}" in rep.output
+    frame = load_results(path, level="record")
+    from_frame = (frame["score"] * frame["units"]).sum() / frame["units"].sum()
+    assert from_frame == pytest.approx(micro)
+    out = tmp_path / "r.csv"
+    exp = CliRunner().invoke(main, ["results", "export", "--store", str(path), "-o", str(out), "--level", "record"])
+    assert exp.exit_code == 0, exp.output
+    csv = pd.read_csv(out)
+    assert (csv["score"] * csv["units"]).sum() / csv["units"].sum() == pytest.approx(micro)
+
+
+def test_a_pipeline_ratio_pools_its_items_and_ranked_precision_cannot(llm: OpenAIServer, tmp_path: Path) -> None:
+    """A pipeline's record verdict stores the units its score is over (outputs.units); the dataset score pools
+    them. Rank-weighted precision is no share of items: micro is refused, and its default is macro."""
+    from greval.errors import UserError
+    from greval.spec import parse_spec
+
+    body = {
+        "kind": "pipeline",
+        "name": "chunk_use",
+        "description": "Share of useful chunks.",
+        "inputs": {"question": {"required": True}, "chunks": {"required": True}},
+        "steps": [{"verify": {"each": "chunks", "against": ["question"], "labels": {"yes": "useful", "no": "not"}}}],
+        "aggregate": {"kind": "ratio", "step": "chunks", "positive": ["yes"]},
+    }
+    spec = parse_spec(body, "chunk_use.yaml")
+    recs = [
+        Record.from_mapping({"id": f"p{i}", "question": f"Q{i}?", "chunks": [f"c{i}.{k}" for k in range(n)]})
+        for i, n in enumerate([1, 4, 2, 6])
+    ]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    path = tmp_path / "s.sqlite"
+    with Store(path) as st:
+        summary = run([spec], recs, st, cfg, options=FAST)
+    labels = _labels_by_record(path, "chunk_use")
+    assert sorted(len(v) for v in labels.values()) == [1, 2, 4, 6]
+    micro = sum(v.count("yes") for v in labels.values()) / 13
+    [m] = summary.metrics
+    assert m.units == 13 and m.mean_score == pytest.approx(micro)
+    units = _rows(path, "SELECT json_extract(outputs, '$.units') FROM judgements")
+    assert sorted(u for (u,) in units) == [1, 2, 4, 6]
+
+    ranked = {**body, "aggregate": {"kind": "ranked_precision", "step": "chunks", "positive": ["yes"]}}
+    assert parse_spec(ranked, "r.yaml").pooling == "macro"
+    with pytest.raises(UserError, match=r"r\.yaml: .*dataset_aggregate.*ranked_precision cannot be pooled"):
+        parse_spec({**ranked, "dataset_aggregate": "micro"}, "r.yaml")

@@ -183,7 +183,7 @@ def print_summary(summary: Any) -> None:
         + (f" ({dup} with the same content as another: judged once)" if dup > 0 else "")
         + f", judge {summary.judge}, {summary.calls} calls in {summary.seconds:.1f}s"
     )
-    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "mean score", "tokens in/out"):
+    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "score", "tokens in/out"):
         table.add_column(col, overflow="fold")
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())

@@ -56,7 +56,7 @@ from greval.spec.pipeline import (
     ScoreMeanAggregate,
     VerifyStep,
 )
-from greval.types import RECORD_ITEM, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
+from greval.types import RECORD_ITEM, UNITS, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -370,13 +370,19 @@ class PipelineEvaluator:
             for c in ver_logs.get(key, []):
                 c.items = [f"{prefix}:{i}" for i in c.items]
             result.calls.extend(ver_logs.get(key, []))
-        result.verdicts.insert(0, self._score(verdicts, ver_errors, n))
+        verdict, units = self._score(verdicts, ver_errors, n)
+        result.verdicts.insert(0, verdict)
+        if units is not None:
+            result.outputs[UNITS] = units
         return result
 
-    def _score(self, verdicts: dict[_Key, list[ItemVerdict]], errors: dict[_Key, Failed], n: int) -> ItemVerdict:
-        """The record-level verdict: the formula over the verdict counts (best variant for max_over)."""
+    def _score(
+        self, verdicts: dict[_Key, list[ItemVerdict]], errors: dict[_Key, Failed], n: int
+    ) -> tuple[ItemVerdict, float | None]:
+        """The record-level verdict: the formula over the verdict counts (best variant for max_over), and the
+        number of units its score is over (None: not poolable, or failed)."""
         agg = self.spec.aggregate
-        scored: list[tuple[float | None, str]] = []
+        scored: list[tuple[float | None, str, float | None]] = []
         for v in range(n):
             labels: dict[str, list[str | None]] = {}
             failed: list[Failed] = []
@@ -394,14 +400,14 @@ class PipelineEvaluator:
                 labels[name] = [x.label for x in got]
             if failed:  # the first failure's kind: what to fix first
                 [verdict] = error_verdicts(failed[0], [RECORD_ITEM], "; ".join(f.text for f in failed)[:1000])
-                return verdict
+                return verdict, None
             scored.append(aggregate_counts(agg, labels, {s.key: s.scale() for s in self.verifiers_steps()}))
         best = max(range(n), key=lambda i: _or(scored[i][0], -1.0))
-        score, reason = scored[best]
+        score, reason, units = scored[best]
         if n > 1:
-            each = ", ".join(f"#{i + 1}: {'-' if s is None else round(s, 4)}" for i, (s, _) in enumerate(scored))
+            each = ", ".join(f"#{i + 1}: {'-' if s is None else round(s, 4)}" for i, (s, _, _) in enumerate(scored))
             reason = f"best of {n} values of {agg.max_over} (#{best + 1}; {each}) - {reason}"
-        return ItemVerdict(score=score, reason=reason)
+        return ItemVerdict(score=score, reason=reason), units
 
     def verifiers_steps(self) -> list[VerifyStep]:
         return [j.step for j in self.verifiers.values()]
@@ -420,21 +426,24 @@ def aggregate_counts(
     agg: RatioAggregate | CountsAggregate | RankedPrecisionAggregate | ScoreMeanAggregate,
     labels: Mapping[str, Sequence[str | None]],
     scales: Mapping[str, CategoricalScale],
-) -> tuple[float | None, str]:
-    """(score, how it was computed) from each verify step's labels in item order. Pure: no model call."""
+) -> tuple[float | None, str, float | None]:
+    """(score, how it was computed, units) from each verify step's labels in item order. Pure: no model call.
+
+    ``units``: the score's denominator (items, or tp + fp … for counts), so that records pool into a dataset
+    score as Σ numerators / Σ denominators; None for rank-weighted precision, which does not pool."""
     empty = agg.empty
     undefined = "nothing to count" + (f"; score {_fmt(empty)} by definition" if empty is not None else "; no score")
     if isinstance(agg, RatioAggregate):
         labs = list(labels.get(agg.step, []))
         pos = sum(1 for lab in labs if lab in agg.positive)
         if not labs:
-            return empty, f"{agg.step}: {undefined}"
+            return empty, f"{agg.step}: {undefined}", 0
         share = pos / len(labs)
-        return share, f"{pos} of {len(labs)} {agg.step} are {' / '.join(agg.positive)}: {_fmt(share)}"
+        return share, f"{pos} of {len(labs)} {agg.step} are {' / '.join(agg.positive)}: {_fmt(share)}", len(labs)
     if isinstance(agg, RankedPrecisionAggregate):
         labs = list(labels.get(agg.step, []))
         if not labs:
-            return empty, f"{agg.step}: {undefined}"
+            return empty, f"{agg.step}: {undefined}", None
         hits = 0
         terms: list[str] = []
         total = 0.0
@@ -444,16 +453,17 @@ def aggregate_counts(
                 total += hits / k
                 terms.append(f"{hits}/{k}")
         if not hits:
-            return 0.0, f"none of the {len(labs)} {agg.step} is {' / '.join(agg.positive)}: 0"
+            return 0.0, f"none of the {len(labs)} {agg.step} is {' / '.join(agg.positive)}: 0", None
         mean = total / hits
-        return mean, f"mean precision@k at the positive ranks = ({' + '.join(terms)}) / {hits} = {_fmt(mean)}"
+        terms_text = " + ".join(terms)
+        return mean, f"mean precision@k at the positive ranks = ({terms_text}) / {hits} = {_fmt(mean)}", None
     if isinstance(agg, ScoreMeanAggregate):
         named = [lab for lab in labels.get(agg.step, []) if lab is not None]
         scores: dict[str, float] = scales[agg.step].scores() or {}
         if not named:
-            return empty, f"{agg.step}: {undefined}"
+            return empty, f"{agg.step}: {undefined}", 0
         avg = sum(scores[lab] for lab in named) / len(named)
-        return avg, f"mean label score of {len(named)} {agg.step}: {_fmt(avg)}"
+        return avg, f"mean label score of {len(named)} {agg.step}: {_fmt(avg)}", len(named)
 
     def count(refs: Sequence[str]) -> int:
         total = 0
@@ -472,5 +482,5 @@ def aggregate_counts(
     else:
         den, formula = tp + 0.5 * (fp + fn), "tp / (tp + ½(fp + fn))"
     if den == 0:
-        return empty, f"{counts}: {undefined}"
-    return tp / den, f"{counts}; {agg.kind} = {formula} = {_fmt(tp / den)}"
+        return empty, f"{counts}: {undefined}", 0
+    return tp / den, f"{counts}; {agg.kind} = {formula} = {_fmt(tp / den)}", den

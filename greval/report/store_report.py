@@ -23,7 +23,15 @@ from scipy.stats import bootstrap
 from greval.errors import UserError
 from greval.report.format import fmt_ci, fmt_number
 from greval.spec import Spec
-from greval.store.results import MetricFigures, figures_from_rows, item_rows, metric_notes, not_scored, record_rows
+from greval.store.results import (
+    MetricFigures,
+    dataset_score,
+    figures_from_rows,
+    item_rows,
+    metric_notes,
+    not_scored,
+    record_rows,
+)
 from greval.store.store import Store
 
 if TYPE_CHECKING:
@@ -117,6 +125,42 @@ def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = 2000) -> Me
     )
 
 
+def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamples: int = 2000) -> MeanCI:
+    """A metric's dataset score (:func:`greval.store.results.dataset_score`, the figure every command shows)
+    with a percentile bootstrap CI over records. Micro: records are resampled with their units, and each
+    resample's score is Σ score·units / Σ units (a ratio estimator; the record is the sampling unit, since a
+    record's items are judged together). Macro: :func:`mean_ci` of the record scores."""
+    score, _, n, units = dataset_score(rows, pooling)
+    if pooling != "micro":  # the mean itself from dataset_score, so that it is the same float everywhere
+        return mean_ci(_scores(rows), seed, resamples).model_copy(update={"mean": score})
+    used = [r for r in rows if r["status"] in ("ok", "partial") and r["score"] is not None and r["units"] > 0]
+    x = np.asarray([float(r["score"]) for r in used])
+    w = np.asarray([float(r["units"]) for r in used])
+    std = float(np.std(x, ddof=1)) if len(x) > 1 else None
+    pooled = f"pooled over {units:g} items (micro)"
+    if score is None or len(x) == 0:
+        return MeanCI(n=n, mean=score, std=None, note="no items to pool")
+    if len(x) == 1:
+        return MeanCI(n=n, mean=score, std=None, note=f"{pooled}; one record: no CI")
+    if np.all(x == x[0]):
+        return MeanCI(n=n, mean=score, std=0.0, ci_low=score, ci_high=score, note=f"{pooled}; all scores equal")
+
+    def ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(num.sum(axis=axis) / den.sum(axis=axis))
+
+    res = bootstrap(
+        (x * w, w), ratio, paired=True, vectorized=True, n_resamples=resamples, method="percentile", random_state=seed
+    )
+    return MeanCI(
+        n=n,
+        mean=score,
+        std=std,
+        ci_low=float(res.confidence_interval.low),
+        ci_high=float(res.confidence_interval.high),
+        note=pooled,
+    )
+
+
 def build(
     store_path: str | Path,
     specs: Sequence[str] = (),
@@ -151,7 +195,7 @@ def build(
                 spec_hash=fig.spec_hash,
                 judge=fig.judge,
                 figures=fig,
-                score=mean_ci(_scores(grp)),
+                score=score_ci(grp, fig.aggregate),
             )
             if isinstance(spec, Spec):
                 row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, bootstrap_resamples, out_dir)
@@ -173,7 +217,7 @@ def build(
                     SystemRow(
                         metric=fig.spec,
                         system=system,
-                        score=mean_ci(_scores(sg)),
+                        score=score_ci(sg, fig.aggregate),
                         judged=len(sg),
                         failed=failed,
                         skipped=sum(1 for r in sg if r["status"] == "skipped"),

@@ -217,6 +217,14 @@ class EachTarget(StrictModel):
         ),
     )
     positive: list[str] | None = Field(None, description="Labels counted by aggregate: share.")
+    unsupported: list[str] | None = Field(
+        None,
+        description=(
+            "FActScore*-style counts: labels that mean 'the source does not say' (e.g. not_supported). With "
+            "it, records and the dataset also get precision = positive / all, recall = positive / (positive + "
+            "unsupported) and their F1."
+        ),
+    )
 
 
 Target = Literal["record"] | EachTarget
@@ -263,11 +271,32 @@ class BaseSpec(StrictModel):
         default_factory=list, description="Metrics whose verdicts this one reads (they run first)."
     )
     judge: JudgeDefaults = Field(default_factory=JudgeDefaults)
+    dataset_aggregate: Literal["micro", "macro"] | None = Field(
+        None,
+        description=(
+            "How a per-item metric's record scores become the dataset score: 'micro' pools the items of all "
+            "records (Σ positives / Σ items, as FActScore* and ValidityScore are defined), 'macro' is the mean of "
+            "the record scores. Default micro where items can be pooled. Not part of the verdicts' identity: "
+            "changing it re-judges nothing."
+        ),
+    )
 
     @property
     def each(self) -> str | None:
         """The item field judged one by one (``chunks`` / ``triples``), or None for record metrics."""
         return None
+
+    @property
+    def poolable(self) -> bool:
+        """Whether the record score is a share / mean over items that can be pooled across records."""
+        return True
+
+    @property
+    def pooling(self) -> Literal["micro", "macro"]:
+        """The effective dataset aggregate (see ``dataset_aggregate``)."""
+        if self.dataset_aggregate is not None:
+            return self.dataset_aggregate
+        return "micro" if self.poolable else "macro"
 
     @property
     def needs_model(self) -> bool:
@@ -278,8 +307,9 @@ class BaseSpec(StrictModel):
         return []
 
     def canonical(self) -> dict[str, Any]:
-        """The spec's content as plain JSON, without judge defaults (they are part of the judge's identity)."""
-        return self.model_dump(mode="json", exclude={"judge"})
+        """The spec's content as plain JSON, without judge defaults (they are part of the judge's identity)
+        and without the dataset aggregate (a way of reading verdicts, not of making them)."""
+        return self.model_dump(mode="json", exclude={"judge", "dataset_aggregate"})
 
     @property
     def hash(self) -> str:
@@ -322,6 +352,8 @@ class Spec(BaseSpec):
             if isinstance(self.scale, ValueScale):
                 if t.aggregate not in (None, "mean"):
                     raise ValueError(f"@target.aggregate: '{t.aggregate}' needs labels; a value scale uses 'mean'")
+                if t.unsupported:
+                    raise ValueError("@target.unsupported: needs labels (a categorical scale)")
             else:
                 if t.aggregate == "mean":
                     raise ValueError("@target.aggregate: 'mean' needs a value scale; use 'share' or 'score_mean'")
@@ -330,6 +362,11 @@ class Spec(BaseSpec):
                 for lab in t.positive or []:
                     if lab not in self.scale.names:
                         raise ValueError(f"@target.positive: {lab!r} is not a scale label")
+                for lab in t.unsupported or []:
+                    if lab not in self.scale.names:
+                        raise ValueError(f"@target.unsupported: {lab!r} is not a scale label")
+                    if lab in self.positive_labels:
+                        raise ValueError(f"@target.unsupported: {lab!r} is also a positive label")
         reserved = {"reason", "label", "value", "verdicts", "id"}
         clash = reserved.intersection(self.outputs)
         if clash:
@@ -341,6 +378,14 @@ class Spec(BaseSpec):
         if self.name in self.depends_on:
             raise ValueError("@depends_on: a metric cannot depend on itself")
         return self
+
+    def canonical(self) -> dict[str, Any]:
+        """As for every kind, and without ``target.unsupported``: it names how verdicts are counted, not how
+        they are made, so declaring it re-judges nothing."""
+        data = super().canonical()
+        if isinstance(data.get("target"), dict):
+            data["target"].pop("unsupported", None)
+        return data
 
     # ------------------------------------------------------------------------------ derived facts
     @property

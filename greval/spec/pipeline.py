@@ -25,6 +25,7 @@ from greval.spec.model import (
     Label,
     labels_shorthand,
 )
+from greval.types import UNITS
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -277,6 +278,8 @@ class PipelineSpec(BaseSpec):
                     field(f"{where}.context[{j}]", c)
                 if step.name in extracts or step.name in ITEM_FIELDS:
                     raise ValueError(f"@{where}.name: '{step.name}' names two extract steps (or a record field)")
+                if step.name == UNITS:
+                    raise ValueError(f"@{where}.name: '{UNITS}' is reserved (the record's item count); choose another")
                 extracts.add(step.name)
             else:
                 where = f"steps[{i}].verify"
@@ -331,9 +334,19 @@ class PipelineSpec(BaseSpec):
                 raise ValueError(f"@aggregate.max_over: no step reads '{agg.max_over}'")
         if self.name in self.depends_on:
             raise ValueError("@depends_on: a metric cannot depend on itself")
+        if self.dataset_aggregate == "micro" and not self.poolable:
+            raise ValueError(
+                "@dataset_aggregate: ranked_precision cannot be pooled over items (it is a mean over ranks); "
+                "use macro (the mean of the record scores)"
+            )
         return self
 
     # ------------------------------------------------------------------------------ derived facts
+    @property
+    def poolable(self) -> bool:
+        """Ratios, counts and label-score means pool over items; rank-weighted precision does not."""
+        return not isinstance(self.aggregate, RankedPrecisionAggregate)
+
     def required_inputs(self) -> list[str]:
         return [n for n, i in self.inputs.items() if i.required]
 

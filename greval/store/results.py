@@ -9,8 +9,12 @@ Every command that shows a count or a score (the run summary, ``greval report``,
   score, with the record's status: ``ok`` (every verdict ok), ``partial`` (some items failed), ``error``
   (no verdict), ``skipped`` (the metric does not apply: a required input is absent);
 - **figures** (:class:`MetricFigures`): per metric and judge, the counts of those statuses, the item counts,
-  the label / value distribution and the dataset score — the mean of the record scores of ``ok`` and
-  ``partial`` records (a many-metric's dataset score is the mean of its record scores, never of its items).
+  the label / value distribution and the **dataset score** (:func:`dataset_score`) over the ``ok`` and
+  ``partial`` records with a score, as the spec's ``dataset_aggregate`` says: ``micro`` pools the items of
+  all records (Σ score·units / Σ units, where a record's ``units`` are the items its score is a share or mean
+  over — Σ supported / Σ triples for FActScore*), ``macro`` is the mean of the record scores. Both are kept,
+  so every rendering can show the other one beside the chosen one. A record-level metric has one unit per
+  record, so there micro = macro.
 
 Pure computation over stored rows: changing how a figure is computed never needs a model call.
 """
@@ -29,9 +33,9 @@ from pydantic import BaseModel, Field
 
 from greval.errors import UserError
 from greval.llm.retry import CUT_OFF_HINT, ErrorKind
-from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
+from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale
 from greval.store.store import Store
-from greval.types import MISSING_INPUT
+from greval.types import MISSING_INPUT, UNITS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,8 +71,9 @@ _ITEM_COLS = (
 )
 
 
-#: What figures need of an item row (reading only these keeps a 100k-record summary fast and small).
-_FIGURE_COLS = (*_ITEM_COLS[:16], "created_at")
+#: What figures need of an item row (reading only these keeps a 100k-record summary fast and small);
+#: ``stored_units``: the record's ``outputs.units`` (computed and pipeline metrics), without the rest.
+_FIGURE_COLS = (*_ITEM_COLS[:16], "created_at", "stored_units")
 
 
 def _item_sql(ids: str, full: bool) -> str:
@@ -78,7 +83,13 @@ def _item_sql(ids: str, full: bool) -> str:
        v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error,
        v.error_kind"""
     if not full:
-        return f"SELECT {cols}, v.created_at FROM verdicts v JOIN judges j ON j.judge_key = v.judge_key {ids}"
+        return f"""
+SELECT {cols}, v.created_at, json_extract(g.outputs, '$.{UNITS}')
+FROM verdicts v
+JOIN judges j ON j.judge_key = v.judge_key
+{ids}
+LEFT JOIN judgements g ON g.spec_key = v.spec_key AND g.judge_key = v.judge_key AND g.record_hash = v.record_hash
+"""
     return f"""
 SELECT {cols},
        g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at,
@@ -166,6 +177,99 @@ def aggregate_items(spec: Spec, labels: Sequence[str | None], values: Sequence[f
     return sum(scores[lab] for lab in labs) / len(labs)
 
 
+def item_units(spec: Spec, labels: Sequence[str | None], values: Sequence[float | None]) -> int:
+    """How many item verdicts a many-metric's record score (:func:`aggregate_items`) is taken over."""
+    if spec.aggregate == "mean":
+        return sum(1 for v in values if v is not None)
+    return sum(1 for lab in labels if lab is not None)
+
+
+class LabelCounts(BaseModel):
+    """A categorical per-item metric's label counts — per record or pooled over a dataset — and, when the
+    spec names ``target.unsupported`` labels, FActScore*'s precision, recall and F1 (GraphMERT's definition:
+    precision = positive / all, recall = positive / (positive + unsupported), F1 their harmonic mean)."""
+
+    labels: dict[str, int]
+    positive: int
+    unsupported: int | None = None
+    total: int
+    precision: float | None = None
+    recall: float | None = None
+    f1: float | None = None
+
+
+def label_counts(spec: Spec, counts: Mapping[str, int]) -> LabelCounts:
+    """:class:`LabelCounts` from the number of items given each label."""
+    assert isinstance(spec.scale, CategoricalScale)
+    positive = sum(counts.get(lab, 0) for lab in spec.positive_labels)
+    total = sum(counts.values())
+    out = LabelCounts(labels={n: counts.get(n, 0) for n in spec.scale.names}, positive=positive, total=total)
+    target = spec.target
+    if isinstance(target, EachTarget) and target.unsupported:
+        out.unsupported = sum(counts.get(lab, 0) for lab in target.unsupported)
+        out.precision = positive / total if total else None
+        out.recall = positive / (positive + out.unsupported) if positive + out.unsupported else None
+        out.f1 = _f1(out.precision, out.recall)
+    return out
+
+
+def _f1(p: float | None, r: float | None) -> float | None:
+    if p is None or r is None:
+        return None
+    return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+
+
+class FactCounts(BaseModel):
+    """A dataset's FActScore*-style figures: the pooled counts and P / R / F1 (micro), and the means of the
+    records' own P / R / F1 (macro, over the records where each is defined)."""
+
+    pooled: LabelCounts
+    macro_precision: float | None = None
+    macro_recall: float | None = None
+    macro_f1: float | None = None
+    records: int = Field(0, description="Records whose counts are pooled (ok and partial).")
+
+
+def fact_counts(spec: Spec, records: Sequence[LabelCounts]) -> FactCounts:
+    """Pool the records' label counts (micro P / R / F1) and average their own P / R / F1 (macro)."""
+    pooled: Counter[str] = Counter()
+    for c in records:
+        pooled.update(c.labels)
+    out = FactCounts(pooled=label_counts(spec, pooled), records=len(records))
+
+    def mean(xs: Iterable[float | None]) -> float | None:
+        vals = [x for x in xs if x is not None]
+        return math.fsum(vals) / len(vals) if vals else None
+
+    if out.pooled.unsupported is not None:
+        out.macro_precision = mean(c.precision for c in records)
+        out.macro_recall = mean(c.recall for c in records)
+        out.macro_f1 = mean(c.f1 for c in records)
+    return out
+
+
+def dataset_score(rows: Iterable[Mapping[str, Any]], pooling: str) -> tuple[float | None, float | None, int, float]:
+    """(chosen score, other score, records with a score, Σ units) of record rows — THE dataset score.
+
+    ``micro``: Σ score·units / Σ units over the ok / partial records with a score (a record with 0 units, a
+    score given by a spec's ``empty`` rule, adds nothing to pool); ``macro``: the mean of those record
+    scores. fsum: the figure does not depend on the order the rows come in."""
+    scores: list[float] = []
+    weighted: list[float] = []
+    units: list[float] = []
+    for r in rows:
+        if r["status"] in ("ok", "partial") and r["score"] is not None:
+            score, w = float(r["score"]), float(r["units"])
+            scores.append(score)
+            weighted.append(score * w)
+            units.append(w)
+    total = math.fsum(units)
+    micro = math.fsum(weighted) / total if total > 0 else None
+    macro = math.fsum(scores) / len(scores) if scores else None
+    chosen, other = (micro, macro) if pooling == "micro" else (macro, micro)
+    return chosen, other, len(scores), total
+
+
 def _status(rows: Sequence[Mapping[str, Any]]) -> RecordStatus:
     statuses = [r["status"] for r in rows]
     if "skipped" in statuses and not any(s == "ok" for s in statuses):
@@ -196,6 +300,7 @@ def record_rows(items: Sequence[Mapping[str, Any]], specs: Mapping[str, BaseSpec
 
 def _record_row(sp: BaseSpec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One record row from the item rows of one (metric version, judge, record id, content), in stored order."""
+    has_items = any(r["item_id"] != "" for r in grp)
     if not isinstance(sp, Spec):  # computed / pipeline: the record row holds the score, items the detail
         whole = [r for r in grp if r["item_id"] == ""]
         grp = whole or grp
@@ -218,20 +323,33 @@ def _record_row(sp: BaseSpec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any
         "tokens_in": first.get("tokens_in"),
         "tokens_out": first.get("tokens_out"),
     }
+    row["counts"] = None
+    row["units_missing"] = False
     if many:
         assert isinstance(sp, Spec)
+        labels = [r["label"] for r in ok]
+        values = [None if r["value"] is None else float(r["value"]) for r in ok]
         row["label"] = None
         row["value"] = None
-        row["score"] = aggregate_items(
-            sp,
-            [r["label"] for r in ok],
-            [None if r["value"] is None else float(r["value"]) for r in ok],
-        )
+        row["score"] = aggregate_items(sp, labels, values)
+        row["units"] = item_units(sp, labels, values)
+        if isinstance(sp.scale, CategoricalScale):
+            row["counts"] = label_counts(sp, Counter(lab for lab in labels if lab is not None)).model_dump(
+                exclude_none=True
+            )
         row["reason"] = None
         row["error"] = "; ".join(sorted({str(r["error"]) for r in grp if r["error"]})) or None
     else:
         for col in ("label", "value", "score", "reason", "error"):
             row[col] = first[col]
+        stored = None
+        if not isinstance(sp, Spec):  # a judge metric's outputs are the judge's, whatever their names
+            stored = first["stored_units"] if "stored_units" in first else (first.get("outputs") or {}).get(UNITS)
+        if isinstance(stored, int | float) and not isinstance(stored, bool):
+            row["units"] = stored
+        else:  # a record-level score is one unit; an item metric stored before units were recorded weighs 1 too
+            row["units"] = 1
+            row["units_missing"] = has_items and row["score"] is not None and sp.poolable
     return row
 
 
@@ -253,8 +371,21 @@ class MetricFigures(BaseModel):
     items_ok: int | None = None
     items_failed: int | None = None
     verdicts: int = Field(0, description="ok verdicts (items for many-metrics, records otherwise).")
-    scored: int = Field(0, description="Records with a score (the mean's n).")
-    mean_score: float | None = Field(None, description="Mean record score over ok and partial records.")
+    scored: int = Field(0, description="Records with a score (the macro mean's n).")
+    aggregate: Literal["micro", "macro"] = Field("micro", description="How mean_score pools records (the spec's).")
+    units: float = Field(0, description="Σ units of the scored records: what a micro score pools (items).")
+    mean_score: float | None = Field(
+        None, description="THE dataset score, as `aggregate` says (see greval.store.results.dataset_score)."
+    )
+    other_score: float | None = Field(
+        None, description="The other aggregate (macro when mean_score is micro), shown beside it where they differ."
+    )
+    units_missing: int = Field(
+        0, description="Records of an item metric stored without their item count: they weigh 1 in a micro score."
+    )
+    fact_counts: FactCounts | None = Field(
+        None, description="Per-item metrics with `target.unsupported`: FActScore*'s counts and P / R / F1."
+    )
     distribution: dict[str, int] = Field(default_factory=dict)
     skipped_why: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict, description="Failed records and items by error kind.")
@@ -280,6 +411,30 @@ def metric_notes(fig: MetricFigures) -> list[str]:
         )
     if fig.records and fig.ok + fig.partial == 0:
         notes.append(f"{fig.spec}: no verdict at all — the metric produced nothing to score")
+    notes.extend(aggregate_notes(fig))
+    return notes
+
+
+def aggregate_notes(fig: MetricFigures) -> list[str]:
+    """What the dataset score pools, when that matters: the other aggregate beside the chosen one when they
+    differ, and records weighed 1 for lack of a stored item count. (Three decimals, as report.format writes
+    every figure; the store may not import the report stage.)"""
+    notes = []
+    if fig.units_missing:
+        notes.append(
+            f"{fig.spec}: {fig.units_missing} record(s) were stored without their item count and weigh 1 each in "
+            "the pooled (micro) score; judging them again with this greval stores it"
+        )
+    if fig.mean_score is None or fig.other_score is None or round(fig.mean_score, 3) == round(fig.other_score, 3):
+        return notes
+    units = f"{fig.units:g} item(s)"
+    micro = f"pooled over {units} of {fig.scored} record(s) (micro)"
+    macro = f"the mean of {fig.scored} record scores (macro)"
+    chosen, other = (micro, macro) if fig.aggregate == "micro" else (macro, micro)
+    notes.append(
+        f"{fig.spec}: dataset score {fig.mean_score:.3f} is {chosen}, as the spec's dataset_aggregate "
+        f"says; {other} is {fig.other_score:.3f}"
+    )
     return notes
 
 
@@ -305,7 +460,9 @@ class _Tally:
             judge_key=first["judge_key"],
         )
         self.statuses: Counter[str] = Counter()
-        self.scores: list[float] = []
+        self.scored: list[dict[str, Any]] = []
+        self.units_missing = 0
+        self.counted: list[LabelCounts] = []
         self.skipped_why: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.items = self.items_ok = self.items_failed = self.verdicts = 0
@@ -316,8 +473,12 @@ class _Tally:
         """One record row and the item rows it was made from."""
         sp, status = self.sp, rec["status"]
         self.statuses[status] += 1
-        if status in ("ok", "partial") and rec["score"] is not None:
-            self.scores.append(float(rec["score"]))
+        if status in ("ok", "partial"):
+            if rec["score"] is not None:
+                self.scored.append({"status": status, "score": rec["score"], "units": rec["units"]})
+                self.units_missing += bool(rec["units_missing"])
+            if rec["counts"] is not None:
+                self.counted.append(LabelCounts.model_validate(rec["counts"]))
         if status == "skipped":
             self.skipped_why.update(str(r["error"]) for r in grp if r["item_id"] == "")
         if status in ("error", "partial"):
@@ -342,9 +503,11 @@ class _Tally:
         fig, sp, st = self.fig, self.sp, self.statuses
         fig.records = sum(st.values())
         fig.ok, fig.partial, fig.failed, fig.skipped = st["ok"], st["partial"], st["error"], st["skipped"]
-        fig.scored = len(self.scores)
-        # fsum: the mean does not depend on the order rows were read in (memory vs the store's stream).
-        fig.mean_score = math.fsum(self.scores) / len(self.scores) if self.scores else None
+        fig.aggregate = sp.pooling
+        fig.mean_score, fig.other_score, fig.scored, fig.units = dataset_score(self.scored, sp.pooling)
+        fig.units_missing = self.units_missing
+        if self.counted and isinstance(sp, Spec) and isinstance(sp.target, EachTarget) and sp.target.unsupported:
+            fig.fact_counts = fact_counts(sp, self.counted)
         fig.skipped_why = dict(self.skipped_why)
         fig.errors = dict(self.errors)
         if sp.each:
@@ -428,6 +591,8 @@ _RECORD_COLS = (
     "status",
     "items",
     "items_ok",
+    "units",
+    "counts",
     "outputs",
     "tokens_in",
     "tokens_out",

@@ -98,8 +98,10 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
     def put_specs(self, specs: Sequence[BaseSpec], keys: dict[str, str]) -> None:
         now = time.time()
         with self._tx() as db:
+            # The body is the latest declaration of this version: fields outside the hash (dataset_aggregate,
+            # a way of reading verdicts) may change without a new version, and the store reads them from here.
             db.executemany(
-                "INSERT OR IGNORE INTO specs VALUES (?,?,?,?,?)",
+                "INSERT INTO specs VALUES (?,?,?,?,?) ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body",
                 [(keys[s.name], s.name, s.hash, s.model_dump_json(), now) for s in specs],
             )
 
