@@ -1043,6 +1043,9 @@ def test_sample_of_a_streamed_file_and_of_records_in_memory_is_the_same_and_a_fu
         listed = runner.plan_work(specs, recs[::-1], st, cfg(llm), sample=sample.sample)
         assert [r.id for r in streamed.unique] == [r.id for r in listed.unique][::-1]
         assert (streamed.records, streamed.population, streamed.judgements) == (7, 25, 7)
+        limited = runner.plan_work(specs, DataFile(data, limit=10), st, cfg(llm), sample=Sample(records=4))
+        assert limited.population == 10 and {r.id for r in limited.unique} <= {f"r{i}" for i in range(10)}
+        assert len(limited.unique) == 4  # --limit keeps the first rows; the sample is drawn from those
         first = run(specs, DataFile(data), st, cfg(llm), options=sample)
         assert first.calls == 7 and first.records == 7 and first.metrics[0].records == 7
         assert first.sample is not None and (first.sample.records_drawn, first.sample.records_of) == (7, 25)
