@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from greval._sync import run_sync
 from greval.dataset.records import HashedRow, Record
+from greval.dataset.sample import Sample, sample_items, sample_records
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
@@ -70,6 +71,12 @@ class RunOptions(BaseModel):
         "token (None: not asked): each new verdict gets its token_confidence. Not part of the judge's identity: "
         "verdicts stored without it are reused as they are (their token_confidence stays empty).",
     )
+    sample: Sample | None = Field(
+        None,
+        description="Judge a reproducible random sample: N records and / or at most N items per record of a "
+        "many-metric (greval.dataset.sample). Not part of any verdict's identity: a sampled verdict is the "
+        "verdict an unsampled run would store, so it is reused by either.",
+    )
 
 
 class MetricSummary(MetricFigures):
@@ -83,6 +90,21 @@ class MetricSummary(MetricFigures):
     calls: int = 0
 
 
+class SampleSummary(BaseModel):
+    """What a sampled run drew, stored with its summary (the run's options hold the :class:`Sample` asked for)."""
+
+    seed: int
+    records: int | None = Field(None, description="--sample N as asked (None: every record).")
+    items: int | None = Field(None, description="--sample-items N as asked (None: every item).")
+    records_drawn: int = Field(description="Records judged (the run's snapshot).")
+    records_of: int = Field(description="Records drawn from: the dataset after --map, --limit and repeated rows.")
+    items_drawn: dict[str, int] = Field(
+        default_factory=dict,
+        description="Many-metric -> items drawn over the run's records (each record id counted, as figures count).",
+    )
+    items_of: dict[str, int] = Field(default_factory=dict, description="Many-metric -> items of the run's records.")
+
+
 class RunSummary(BaseModel):
     run_id: str
     records: int
@@ -94,8 +116,9 @@ class RunSummary(BaseModel):
     peak_concurrency: int
     rate_limited: int
     notes: list[str] = Field(
-        default_factory=list, description="What the run has to say once (token log-probabilities)."
+        default_factory=list, description="What the run has to say once (token log-probabilities, the sample)."
     )
+    sample: SampleSummary | None = Field(None, description="What a sampled run drew (None: not sampled).")
 
     @property
     def failed(self) -> int:
@@ -134,9 +157,14 @@ async def arun(
     cfgs = {s.name: config_for(s, cfg) for s in specs}
     levels = dependency_levels(specs)
     wanted = {s.name: cfgs[s.name].key for s in specs}
-    if plan is None or plan.judge_keys != wanted or plan.retry_errors != opts.retry_errors:
+    if (
+        plan is None
+        or plan.judge_keys != wanted
+        or plan.retry_errors != opts.retry_errors
+        or plan.sample != opts.sample
+    ):
         # Before the run is recorded: a dataset that cannot be read is the user's error, not a failed run.
-        plan = plan_work(specs, records, store, cfg, opts.retry_errors)
+        plan = plan_work(specs, records, store, cfg, opts.retry_errors, opts.sample)
     store.put_specs(specs, keys)
     for c in {c.key: c for c in cfgs.values()}.values():
         store.put_judge(c)
@@ -170,6 +198,8 @@ async def arun(
         store.release_claims()
         store.link_snapshot(run_id, plan.members, plan.unstored)
         metrics = _summarise(store, run_id, specs, keys, cfgs, summaries)
+        drawn = _sample_summary(plan)
+        notes = logprobs.notes() if logprobs is not None else []
         summary = RunSummary(
             run_id=run_id,
             records=plan.records,
@@ -180,7 +210,8 @@ async def arun(
             metrics=metrics,
             peak_concurrency=limiter.peak,
             rate_limited=limiter.rate_limited,
-            notes=logprobs.notes() if logprobs is not None else [],
+            notes=notes + (sample_notes(drawn, metrics) if drawn is not None else []),
+            sample=drawn,
         )
         store.finish_run(run_id, status, summary.model_dump(mode="json"))
     return summary
@@ -259,7 +290,9 @@ async def _judge_all(
             key, jkey = keys[spec.name], scfg.key
             while not store.claim(key, jkey, rec.hash):
                 await asyncio.sleep(CLAIM_POLL_S)
-            pending = store.pending(key, jkey, [rec], spec.each, opts.retry_errors)[0]
+            pending = drawn_items(
+                opts.sample, spec, rec, store.pending(key, jkey, [rec], spec.each, opts.retry_errors)[0]
+            )
             if pending is None:
                 stored = store.result(key, jkey, rec)
                 if stored is not None:
@@ -344,6 +377,14 @@ class Plan(BaseModel):
     judgements: int = Field(description="Judgements that still need the judge model (0: no server or key needed).")
     computed: int = Field(description="Computed judgements still to make.")
     retry_errors: bool = False
+    sample: Sample | None = Field(None, description="The sample the plan was drawn for (None: every record and item).")
+    population: int = Field(0, description="Records the sample was drawn from (= records when not sampled).")
+    items_drawn: dict[str, int] = Field(
+        default_factory=dict, description="With --sample-items, many-metric -> items drawn over every record id."
+    )
+    items_of: dict[str, int] = Field(
+        default_factory=dict, description="With --sample-items, many-metric -> items of every record id."
+    )
     records: int = Field(0, description="Records in the dataset (ids; a row repeated exactly is read once).")
     distinct_contents: int = Field(0, description="Distinct record contents (identical records cost one call).")
     members: list[tuple[str, str]] = Field(
@@ -356,13 +397,40 @@ class Plan(BaseModel):
     )
 
 
+def drawn_items(
+    sample: Sample | None, spec: BaseSpec, row: Record | HashedRow, left: list[str] | None
+) -> list[str] | None:
+    """A many-metric's pending item ids (:meth:`Store.pending`) kept to the row's item sample (None: nothing left
+    of it to judge). Record metrics, and every metric of an unsampled run, keep what is pending."""
+    if sample is None or sample.items is None or spec.each is None or not left:
+        return left
+    chosen = set(sample_items([it["id"] for it in row.items(spec.each)], sample.items, sample.seed, row.hash))
+    return [i for i in left if i in chosen] or None
+
+
 def plan_work(
-    specs: Sequence[BaseSpec], records: Rows, store: Store, cfg: JudgeConfig, retry_errors: bool = False
+    specs: Sequence[BaseSpec],
+    records: Rows,
+    store: Store,
+    cfg: JudgeConfig,
+    retry_errors: bool = False,
+    sample: Sample | None = None,
 ) -> Plan:
     """Ask the store what is still missing for every spec on these records, :data:`PLAN_CHUNK` records at a
     time (``records`` is read once, in order). A row becomes a validated Record only when it has work left
-    or the store has never seen it."""
+    or the store has never seen it.
+
+    ``sample``: with ``records`` set, only the records it draws are planned (the whole dataset is read once to
+    draw them, holding N rows); with ``items`` set, a many-metric's pending items are kept to each record's
+    item sample (greval.dataset.sample)."""
     specs = list(specs)
+    population = None
+    if sample is not None and sample.records is not None:
+        drawn, population = sample_records(cast("Iterable[Record | HashedRow]", records), sample.records, sample.seed)
+        records = cast("Rows", drawn)
+    many = [s for s in specs if s.each is not None] if sample is not None and sample.items is not None else []
+    items_drawn = {s.name: 0 for s in many}
+    items_of = {s.name: 0 for s in many}
     keys = spec_keys(order_specs(specs))
     judge_keys = {s.name: config_for(s, cfg).key for s in specs}
     unique: list[Record] = []
@@ -394,7 +462,15 @@ def plan_work(
         # Store.pending reads each record's hash and items(), which a HashedRow has as a Record has them: the
         # rows are asked about as they are (building even unvalidated Records was ~10 % of planning a re-run).
         views = cast("list[Record]", [chunk[i] for i in fresh])
-        asked = {s.name: store.pending(keys[s.name], judge_keys[s.name], views, s.each, retry_errors) for s in specs}
+        asked = {
+            s.name: [
+                drawn_items(sample, s, view, left)
+                for view, left in zip(
+                    views, store.pending(keys[s.name], judge_keys[s.name], views, s.each, retry_errors), strict=True
+                )
+            ]
+            for s in specs
+        }
         for n, i in enumerate(fresh):
             if all(asked[s.name][n] is None for s in specs):
                 continue
@@ -410,6 +486,11 @@ def plan_work(
             if isinstance(r, Record) or pair not in known
         )
         members.extend(pairs)
+        for s in many:  # counted per record id, as the figures count items
+            assert s.each is not None and sample is not None and sample.items is not None
+            sizes = [len(r.items(s.each)) for r in chunk]
+            items_of[s.name] += sum(sizes)
+            items_drawn[s.name] += sum(min(n, sample.items) for n in sizes)
 
     chunk: list[Record | HashedRow] = []
     for r in records:
@@ -427,11 +508,63 @@ def plan_work(
         judgements=todo[0],
         computed=todo[1],
         retry_errors=retry_errors,
+        sample=sample,
+        population=len(members) if population is None else population,
+        items_drawn=items_drawn,
+        items_of=items_of,
         records=len(members),
         distinct_contents=len(seen),
         members=members,
         unstored=unstored,
     )
+
+
+def _sample_summary(plan: Plan) -> SampleSummary | None:
+    if plan.sample is None:
+        return None
+    return SampleSummary(
+        seed=plan.sample.seed,
+        records=plan.sample.records,
+        items=plan.sample.items,
+        records_drawn=plan.records,
+        records_of=plan.population,
+        items_drawn=plan.items_drawn,
+        items_of=plan.items_of,
+    )
+
+
+def sample_notes(drawn: SampleSummary, metrics: Sequence[MetricSummary]) -> list[str]:
+    """What a sampled run says once: how many records and items were drawn of how many, and where the figures
+    count more items than were drawn (verdicts earlier runs stored for these records are counted too)."""
+    notes = []
+    if drawn.records is not None:
+        if drawn.records >= drawn.records_of:
+            notes.append(
+                f"sample: --sample {drawn.records} is not less than the dataset's {drawn.records_of} record(s): "
+                "every record is judged"
+            )
+        else:
+            notes.append(
+                f"sample: {drawn.records_drawn} of {drawn.records_of} records drawn at random (seed {drawn.seed}; "
+                "ranked by a seeded hash of each record id, so the file's order does not matter)"
+            )
+    if drawn.items is not None:
+        if not drawn.items_of:
+            notes.append(
+                f"--sample-items {drawn.items}: no metric here judges items one by one (each: chunks / triples); "
+                "nothing sampled"
+            )
+        else:
+            counts = ", ".join(f"{name} {n} of {drawn.items_of[name]}" for name, n in drawn.items_drawn.items())
+            notes.append(f"items sampled: at most {drawn.items} per record (seed {drawn.seed}): {counts} items drawn")
+        for m in metrics:
+            n = drawn.items_drawn.get(m.spec)
+            if n is not None and m.items is not None and m.items > n:
+                notes.append(
+                    f"{m.spec}: the figures count {m.items} items, {m.items - n} more than drawn: every verdict "
+                    "stored for these records is counted, and earlier runs judged more of their items"
+                )
+    return notes
 
 
 def _summarise(

@@ -960,3 +960,220 @@ def test_cli_run_logprobs_falls_back_with_one_note(llm: OpenAIServer, tmp_path: 
         # At most one refused call per judgement (those in flight before the refusal was heard), and then each
         # of the 10 judgements answered once without the parameter.
         assert 1 <= len(asked) <= 10 and len(bodies) - len(asked) == 10
+
+
+# ------------------------------------------------------------------------ --sample / --sample-items (issue 16)
+def _sample_data(path: Path, n: int, chunks: int = 3, reverse: bool = False) -> list[Record]:
+    recs = rag_records(n, chunks)
+    rows = [{"id": r.id, **r.data} for r in recs]
+    path.write_text("".join(json.dumps(r) + "\n" for r in (rows[::-1] if reverse else rows)))
+    return recs
+
+
+def _cli_sample(data: Path, store: Path, llm: OpenAIServer, specs: tuple[str, ...], *extra: str) -> Any:
+    args = ["run", str(data), "--store", str(store), "--judge", "openai:judge-test", "--base-url", llm.base_url]
+    args += [x for s in specs for x in ("-s", s)] + ["--quiet", *extra]
+    return CliRunner().invoke(main, args, env={"COLUMNS": "250"})
+
+
+def _last_run(store: Path) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
+    """The latest run's stored options, its summary and the record ids of its snapshot."""
+    with Store(store) as st:
+        run_row = st.runs()[-1]
+        ids = st.query(
+            "SELECT record_id FROM snapshot_members WHERE snapshot=(SELECT snapshot FROM runs WHERE run_id=?)",
+            (run_row["run_id"],),
+        )
+    return json.loads(run_row["options"]), json.loads(run_row["summary"]), {r["record_id"] for r in ids}
+
+
+def test_sample_draws_reproducibly_a_superset_for_a_larger_n_whatever_the_file_order(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """``--sample N``: N records judged; the same N and seed again (also from the file reversed) draw the same
+    records and pay nothing; a larger N pays only for the records it adds; another seed draws other records;
+    N ≥ the dataset judges all with a note. The run's stored options and summary carry the parameters."""
+    data, backwards, store = tmp_path / "d.jsonl", tmp_path / "r.jsonl", tmp_path / "s.sqlite"
+    recs = _sample_data(data, 40)
+    _sample_data(backwards, 40, reverse=True)
+    spec = ("answer_alignment",)
+    res = _cli_sample(data, store, llm, spec, "--sample", "10")
+    assert res.exit_code == 0, res.output
+    assert llm.stats()["total"] == 10
+    assert "sample: 10 of 40 records drawn at random (seed 0" in res.output
+    options, summary, ten = _last_run(store)
+    assert options["sample"] == {"records": 10, "items": None, "seed": 0}
+    assert summary["records"] == 10 and summary["sample"]["records_drawn"] == 10
+    assert summary["sample"]["records_of"] == 40 and summary["sample"]["seed"] == 0
+    assert len(ten) == 10 and ten != {r.id for r in recs[:10]}  # drawn, not the first ten rows
+    assert {r["record_id"] for r in load_results(store).to_dict("records")} == ten
+    llm.reset()
+    for again in (data, backwards):  # the same sample: resumed / re-run, from either order, pays nothing
+        res = _cli_sample(again, store, llm, spec, "--sample", "10")
+        assert res.exit_code == 0, res.output
+        assert llm.stats()["total"] == 0 and _last_run(store)[2] == ten
+    res = _cli_sample(backwards, store, llm, spec, "--sample", "16")
+    assert res.exit_code == 0, res.output
+    sixteen = _last_run(store)[2]
+    assert len(sixteen) == 16 and sixteen > ten and llm.stats()["total"] == 6  # only the six it adds
+    llm.reset()
+    res = _cli_sample(data, store, llm, spec, "--sample", "10", "--sample-seed", "7")
+    assert res.exit_code == 0, res.output
+    other = _last_run(store)
+    assert other[0]["sample"]["seed"] == 7 and len(other[2]) == 10 and other[2] != ten
+    assert llm.stats()["total"] == len(other[2] - sixteen)
+    llm.reset()
+    res = _cli_sample(data, store, llm, spec, "--sample", "500")
+    assert res.exit_code == 0, res.output
+    assert "--sample 500 is not less than the dataset's 40 record(s): every record is judged" in res.output
+    assert len(_last_run(store)[2]) == 40 and llm.stats()["total"] == 40 - len(sixteen | other[2])
+
+
+def test_sample_of_a_streamed_file_and_of_records_in_memory_is_the_same_and_a_full_run_pays_the_rest(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import greval.runner as runner
+    from greval.dataset.records import DataFile
+    from greval.dataset.sample import Sample
+
+    monkeypatch.setattr(runner, "PLAN_CHUNK", 3)  # the sample is drawn before the plan's chunks
+    data, store = tmp_path / "d.jsonl", tmp_path / "s.sqlite"
+    recs = _sample_data(data, 25)
+    specs = resolve_specs(["answer_alignment"])
+    sample = FAST.model_copy(update={"sample": Sample(records=7, seed=3)})
+    with Store(store) as st:
+        streamed = runner.plan_work(specs, DataFile(data), st, cfg(llm), sample=sample.sample)
+        listed = runner.plan_work(specs, recs[::-1], st, cfg(llm), sample=sample.sample)
+        assert [r.id for r in streamed.unique] == [r.id for r in listed.unique][::-1]
+        assert (streamed.records, streamed.population, streamed.judgements) == (7, 25, 7)
+        limited = runner.plan_work(specs, DataFile(data, limit=10), st, cfg(llm), sample=Sample(records=4))
+        assert limited.population == 10 and {r.id for r in limited.unique} <= {f"r{i}" for i in range(10)}
+        assert len(limited.unique) == 4  # --limit keeps the first rows; the sample is drawn from those
+        first = run(specs, DataFile(data), st, cfg(llm), options=sample)
+        assert first.calls == 7 and first.records == 7 and first.metrics[0].records == 7
+        assert first.sample is not None and (first.sample.records_drawn, first.sample.records_of) == (7, 25)
+        whole = run(specs, DataFile(data), st, cfg(llm), options=FAST)
+        assert whole.calls == 18 and whole.sample is None and whole.metrics[0].reused == 7
+
+
+def test_sample_items_limits_what_the_judge_sees_and_a_larger_n_pays_only_the_extra_items(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """``--sample-items N`` on a many-metric: each call asks about N of a record's items (the judge is shown
+    those chunks only), item ids are kept, the figures count the items drawn, a re-run pays nothing, a larger N
+    asks only about the items it adds, and going back to the smaller N pays nothing and says why the figures
+    count more items than it drew."""
+    data, store = tmp_path / "d.jsonl", tmp_path / "s.sqlite"
+    _sample_data(data, 6, chunks=5)
+    spec = ("chunk_evaluation",)
+    res = _cli_sample(data, store, llm, spec, "--sample-items", "2")
+    assert res.exit_code == 0, res.output
+    bodies = llm.requests()
+    assert len(bodies) == 6  # one call per record, as without sampling
+    asked: dict[str, list[str]] = {}
+    for body in bodies:
+        text = body["messages"][-1]["content"]
+        ids = text.split("Item ids: ")[1].splitlines()[0].split(", ")
+        assert len(ids) == 2 and set(ids) <= {f"c{k}" for k in range(1, 6)}
+        number = text.split("chunk ")[1].split(".")[0]
+        shown = {f"c{int(k) + 1}" for k in range(5) if f"chunk {number}.{k}" in text}
+        assert shown == set(ids)  # the judge saw the drawn chunks and no other
+        asked[f"r{number}"] = ids
+    assert len({tuple(v) for v in asked.values()}) > 1  # drawn per record, not the same two everywhere
+    items = load_results(store, spec="chunk_evaluation")
+    assert {(r["record_id"], r["item_id"]) for r in items.to_dict("records")} == {
+        (rid, i) for rid, ids in asked.items() for i in ids
+    }
+    assert "items sampled: at most 2 per record (seed 0): chunk_evaluation 12 of 30 items drawn" in res.output
+    options, summary, ids = _last_run(store)
+    assert options["sample"] == {"records": None, "items": 2, "seed": 0} and len(ids) == 6
+    assert summary["sample"]["items_drawn"] == {"chunk_evaluation": 12}
+    assert summary["sample"]["items_of"] == {"chunk_evaluation": 30}
+    [metric] = summary["metrics"]
+    assert metric["items"] == 12 and metric["items_ok"] == 12 and metric["records"] == 6
+    llm.reset()
+    assert _cli_sample(data, store, llm, spec, "--sample-items", "2").exit_code == 0
+    assert llm.stats()["total"] == 0
+    res = _cli_sample(data, store, llm, spec, "--sample-items", "3")
+    assert res.exit_code == 0, res.output
+    for body in llm.requests():
+        text = body["messages"][-1]["content"]
+        [new] = text.split("Item ids: ")[1].splitlines()[0].split(", ")
+        assert new not in asked["r" + text.split("chunk ")[1].split(".")[0]]
+    assert llm.stats()["total"] == 6 and len(load_results(store, spec="chunk_evaluation")) == 18
+    llm.reset()
+    res = _cli_sample(data, store, llm, spec, "--sample-items", "2")
+    assert res.exit_code == 0 and llm.stats()["total"] == 0
+    assert "chunk_evaluation: the figures count 18 items, 6 more than drawn" in res.output
+
+
+def test_sample_items_with_no_many_metric_says_so_and_a_record_sample_combines(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    data, store = tmp_path / "d.jsonl", tmp_path / "s.sqlite"
+    _sample_data(data, 12, chunks=4)
+    res = _cli_sample(data, store, llm, ("answer_alignment",), "--sample-items", "1")
+    assert res.exit_code == 0, res.output
+    assert "--sample-items 1: no metric here judges items one by one" in res.output
+    assert llm.stats()["total"] == 12
+    llm.reset()
+    res = _cli_sample(
+        data, store, llm, ("answer_alignment", "chunk_evaluation"), "--sample", "5", "--sample-items", "3"
+    )
+    assert res.exit_code == 0, res.output
+    assert llm.stats()["total"] == 5  # answer_alignment is stored for all twelve; chunks for five
+    assert all(len(b["messages"][-1]["content"].split("Item ids: ")[1].split(", ")) == 3 for b in llm.requests())
+    options, summary, ids = _last_run(store)
+    assert options["sample"] == {"records": 5, "items": 3, "seed": 0} and len(ids) == 5
+    assert summary["sample"]["items_drawn"] == {"chunk_evaluation": 15}
+    assert summary["sample"]["items_of"] == {"chunk_evaluation": 20}
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--sample", "0"), "'--sample': 0 is not in the range x>=1"),
+        (("--sample", "-3"), "'--sample': -3 is not in the range x>=1"),
+        (("--sample", "ten"), "'--sample': 'ten' is not a valid integer"),
+        (("--sample-items", "0"), "'--sample-items': 0 is not in the range x>=1"),
+        (("--sample-seed", "3"), "--sample-seed chooses a sample: give --sample N"),
+    ],
+)
+def test_bad_sample_values_are_a_one_line_usage_error(
+    llm: OpenAIServer, tmp_path: Path, extra: tuple[str, ...], said: str
+) -> None:
+    data = tmp_path / "d.jsonl"
+    _sample_data(data, 3)
+    res = _cli_sample(data, tmp_path / "s.sqlite", llm, ("answer_alignment",), *extra)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    [line] = [x for x in res.output.splitlines() if x.startswith("Error:")]
+    assert said in line, res.output
+    assert llm.stats()["total"] == 0 and not (tmp_path / "s.sqlite").exists()
+
+
+def test_sample_draws_are_uniform_and_ranked_by_id_not_position() -> None:
+    """Over many seeds every record (and every item) is drawn about N / M of the time, and a draw is a function
+    of the ids drawn from, not of their order."""
+    from collections import Counter
+
+    from greval.dataset.records import HashedRow
+    from greval.dataset.sample import sample_items, sample_records
+
+    rows = [HashedRow(f"id{i}", f"h{i}", {}) for i in range(20)]
+    ids = [f"c{k}" for k in range(8)]
+    seeds = range(2000)
+    picked: Counter[str] = Counter()
+    items: Counter[str] = Counter()
+    for seed in seeds:
+        drawn, total = sample_records(rows, 5, seed)
+        assert total == 20 and len(drawn) == 5
+        assert [r.id for r in drawn] == [r.id for r in rows if r in drawn]  # kept in the order read
+        picked.update(r.id for r in drawn)
+        items.update(sample_items(ids, 2, seed, "somehash"))
+    # Binomial(2000, 1/4): sd 19.4, the bounds are 5 sd; items Binomial(2000, 1/4) alike.
+    assert all(403 <= picked[r.id] <= 597 for r in rows), picked
+    assert all(403 <= items[i] <= 597 for i in ids), items
+    shuffled = rows[7:] + rows[:7]
+    assert {r.id for r in sample_records(shuffled, 6, 11)[0]} == {r.id for r in sample_records(rows, 6, 11)[0]}
+    assert set(sample_items(ids[::-1], 3, 5, "h")) == set(sample_items(ids, 3, 5, "h"))
+    assert sample_items(ids, 99, 0, "h") == ids and sample_records(rows, 99, 0)[0] == rows

@@ -59,6 +59,33 @@ if TYPE_CHECKING:
 )
 @click.option("--id-column", default=None, help="Column holding record ids [id, else a content hash].")
 @click.option("--limit", type=int, default=None, help="Judge only the first N records.")
+@click.option(
+    "--sample",
+    "sample_n",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Judge N records drawn at random without replacement (after --map and --limit), ranked by a seeded hash "
+    "of each record id (the id column, else the content hash): the file's order does not matter, the same N and "
+    "seed draw the same records (a re-run resumes, paying nothing twice) and a larger N draws a superset.",
+)
+@click.option(
+    "--sample-items",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Per-item (each: chunks / triples) judge metrics: judge at most N items per record, drawn by the seed and "
+    "the record's content; item ids and verdicts are unchanged, so a larger N judges only the extra items. "
+    "Pipelines and computed metrics score every item.",
+)
+@click.option(
+    "--sample-seed",
+    type=int,
+    default=None,
+    metavar="S",
+    help="Seed of --sample / --sample-items [0]. (--seed is the judge model's sampling seed, part of the judge's "
+    "identity; this one only chooses what is judged.)",
+)
 @click.option("--retry-errors", is_flag=True, help="Judge again what earlier runs recorded as errors.")
 @click.option(
     "--no-direct",
@@ -96,6 +123,9 @@ def run_cmd(
     maps: Sequence[str],
     id_column: str | None,
     limit: int | None,
+    sample_n: int | None,
+    sample_items: int | None,
+    sample_seed: int | None,
     retry_errors: bool,
     no_direct: bool,
     logprobs: bool,
@@ -114,13 +144,17 @@ def run_cmd(
       greval run rag.jsonl -s answer_alignment -s chunk_evaluation --judge openai:gpt-4o-mini
       greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
           --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
+      greval run big.jsonl -s chunk_evaluation --sample 200 --sample-items 5 --sample-seed 1
     """
+    from greval.dataset.sample import Sample
     from greval.llm.retry import RetryPolicy
     from greval.runner import RunOptions
     from greval.spec import resolve_specs
     from greval.store.store import Store
     from greval.workflows import DataNote, RunEvent, run_dataset
 
+    if sample_seed is not None and sample_n is None and sample_items is None:
+        raise click.UsageError("--sample-seed chooses a sample: give --sample N and / or --sample-items N with it")
     specs = resolve_specs(spec_refs)
 
     def said(event: RunEvent) -> None:
@@ -146,6 +180,9 @@ def run_cmd(
         retry_errors=retry_errors,
         direct=not no_direct,
         logprobs=top_logprobs if logprobs else None,
+        sample=None
+        if sample_n is None and sample_items is None
+        else Sample(records=sample_n, items=sample_items, seed=sample_seed or 0),
     )
     try:
         with ProgressBar(quiet) as hook:

@@ -267,7 +267,20 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             )
 
     def runs(self) -> list[dict[str, Any]]:
-        cols = ("run_id", "started_at", "finished_at", "status", "dataset", "judge_key", "specs", "summary", "pid")
+        """Every run, oldest first; ``options`` and ``summary`` are JSON text (a sampled run's options hold its
+        ``sample``: records, items, seed; its summary what was drawn of how many)."""
+        cols = (
+            "run_id",
+            "started_at",
+            "finished_at",
+            "status",
+            "dataset",
+            "judge_key",
+            "specs",
+            "options",
+            "summary",
+            "pid",
+        )
         cur = self.db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY started_at")
         return [dict(zip(cols, r, strict=True)) for r in cur]
 
