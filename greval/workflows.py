@@ -152,7 +152,7 @@ def run_dataset(
     opts = (options or RunOptions()).model_copy(update={"concurrency": concurrency or auto})
     cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
     with Store(store) as st:
-        plan = plan_work(specs, records, st, cfg, opts.retry_errors)
+        plan = plan_work(specs, records, st, cfg, opts.retry_errors, opts.sample)
         for note in records.notes:  # nothing the user gave disappears without a word
             emit(DataNote(text=note))
         emit(

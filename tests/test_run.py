@@ -1001,6 +1001,9 @@ def test_sample_draws_reproducibly_a_superset_for_a_larger_n_whatever_the_file_o
     assert res.exit_code == 0, res.output
     assert llm.stats()["total"] == 10
     assert "sample: 10 of 40 records drawn at random (seed 0" in res.output
+    assert "judging 10 records" in " ".join(res.output.split())  # the plan is the sample's, before any call
+    listing = CliRunner().invoke(main, ["results", "runs", "--store", str(store)], env={"COLUMNS": "250"})
+    assert "10 of 40 (sample, seed 0)" in listing.output
     options, summary, ten = _last_run(store)
     assert options["sample"] == {"records": 10, "items": None, "seed": 0}
     assert summary["records"] == 10 and summary["sample"]["records_drawn"] == 10

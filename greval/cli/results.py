@@ -70,12 +70,18 @@ def results_runs(store: str) -> None:
             # The run's stored summary: the same figures `greval run` printed (greval.store.results).
             metrics = summ.get("metrics") or [{"spec": name} for name in json.loads(r["specs"] or "[]")]
             per_metric = [f"{m['spec']}: " + (not_scored(m) or ("—" if "ok" in m else "?")) for m in metrics]
+            recs = str(summ.get("records", ""))
+            samp = summ.get("sample") or {}
+            if samp.get("records") is not None and samp.get("records_drawn", 0) < samp.get("records_of", 0):
+                recs += f" of {samp['records_of']} (sample, seed {samp['seed']})"
+            if samp.get("items") is not None:
+                recs += f"\n≤ {samp['items']} items/record"
             table.add_row(
                 r["run_id"],
                 _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])),
                 r["status"],
                 r["dataset"] or "",
-                str(summ.get("records", "")),
+                recs,
                 str(summ.get("calls", "")),
                 "\n".join(per_metric),
             )
