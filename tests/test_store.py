@@ -98,7 +98,7 @@ def _as_recorded(fig: MetricFigures) -> dict[str, Any]:
     data = fig.model_dump(mode="json")
     if fig.aggregate == "micro" and fig.other_score is not None:
         data["mean_score"] = fig.other_score
-    for new in ("aggregate", "units", "other_score", "units_missing", "fact_counts"):
+    for new in ("aggregate", "units", "other_score", "units_missing", "units_none", "fact_counts"):
         data.pop(new)
     return data
 
@@ -460,3 +460,28 @@ def test_a_pipeline_ratio_pools_its_items_and_ranked_precision_cannot(llm: OpenA
     assert parse_spec(ranked, "r.yaml").pooling == "macro"
     with pytest.raises(UserError, match=r"r\.yaml: .*dataset_aggregate.*ranked_precision cannot be pooled"):
         parse_spec({**ranked, "dataset_aggregate": "micro"}, "r.yaml")
+
+
+def test_records_scored_by_the_empty_rule_add_nothing_to_the_pooled_score_and_are_said() -> None:
+    from greval.store.results import aggregate_notes, dataset_score
+
+    rows = [
+        {"status": "ok", "score": 0.0, "units": 0},  # `empty: 0`: nothing to count
+        {"status": "ok", "score": 0.5, "units": 2},
+        {"status": "partial", "score": 1.0, "units": 6},
+        {"status": "error", "score": None, "units": 1},
+        {"status": "ok", "score": None, "units": 0},  # no score at all: in neither
+    ]
+    micro, macro, n, units = dataset_score(rows, "micro")
+    assert (micro, macro, n, units) == ((0.5 * 2 + 1.0 * 6) / 8, (0.0 + 0.5 + 1.0) / 3, 3, 8)
+    assert dataset_score(rows, "macro")[:2] == (macro, micro)
+    fig = MetricFigures(
+        spec="bias", spec_hash="h", spec_key="h", kind="pipeline", judge="j", judge_key="k", scored=3, units=8,
+        mean_score=micro, other_score=macro, units_none=1,
+    )  # fmt: skip
+    notes = aggregate_notes(fig)
+    assert notes[0].startswith("bias: 1 record(s) had nothing to count and were scored by the spec's `empty` rule")
+    assert notes[1] == (
+        "bias: dataset score 0.875 is pooled over 8 item(s) of 3 record(s) (micro), as the spec's dataset_aggregate "
+        "says; the mean of 3 record scores (macro) is 0.500"
+    )

@@ -383,6 +383,9 @@ class MetricFigures(BaseModel):
     units_missing: int = Field(
         0, description="Records of an item metric stored without their item count: they weigh 1 in a micro score."
     )
+    units_none: int = Field(
+        0, description="Records with a score but no item (a spec's `empty` value): they add nothing to a micro score."
+    )
     fact_counts: FactCounts | None = Field(
         None, description="Per-item metrics with `target.unsupported`: FActScore*'s counts and P / R / F1."
     )
@@ -425,6 +428,11 @@ def aggregate_notes(fig: MetricFigures) -> list[str]:
             f"{fig.spec}: {fig.units_missing} record(s) were stored without their item count and weigh 1 each in "
             "the pooled (micro) score; judging them again with this greval stores it"
         )
+    if fig.units_none and fig.aggregate == "micro":
+        notes.append(
+            f"{fig.spec}: {fig.units_none} record(s) had nothing to count and were scored by the spec's `empty` "
+            "rule; they add nothing to the pooled (micro) score, the macro mean counts them"
+        )
     if fig.mean_score is None or fig.other_score is None or round(fig.mean_score, 3) == round(fig.other_score, 3):
         return notes
     units = f"{fig.units:g} item(s)"
@@ -462,6 +470,7 @@ class _Tally:
         self.statuses: Counter[str] = Counter()
         self.scored: list[dict[str, Any]] = []
         self.units_missing = 0
+        self.units_none = 0
         self.counted: list[LabelCounts] = []
         self.skipped_why: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -477,6 +486,7 @@ class _Tally:
             if rec["score"] is not None:
                 self.scored.append({"status": status, "score": rec["score"], "units": rec["units"]})
                 self.units_missing += bool(rec["units_missing"])
+                self.units_none += rec["units"] == 0
             if rec["counts"] is not None:
                 self.counted.append(LabelCounts.model_validate(rec["counts"]))
         if status == "skipped":
@@ -506,6 +516,7 @@ class _Tally:
         fig.aggregate = sp.pooling
         fig.mean_score, fig.other_score, fig.scored, fig.units = dataset_score(self.scored, sp.pooling)
         fig.units_missing = self.units_missing
+        fig.units_none = self.units_none
         if self.counted and isinstance(sp, Spec) and isinstance(sp.target, EachTarget) and sp.target.unsupported:
             fig.fact_counts = fact_counts(sp, self.counted)
         fig.skipped_why = dict(self.skipped_why)
