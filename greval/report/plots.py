@@ -228,8 +228,8 @@ def _panel_means(ax: Axes, rep: StoreReport) -> None:
     lo = [mu - (c.ci_low if c.ci_low is not None else mu) for mu, c in zip(means, cis, strict=True)]
     hi = [(c.ci_high if c.ci_high is not None else mu) - mu for mu, c in zip(means, cis, strict=True)]
     ax.barh(ys, means, xerr=[lo, hi], capsize=3, color="#4c72b0")
-    for y, mu in zip(ys, means, strict=True):
-        ax.text(mu, y, f" {mu:.3f}", va="center", ha="left", fontsize=8)
+    for y, mu, up in zip(ys, means, hi, strict=True):
+        ax.text(mu + up, y, f"  {mu:.3f}", va="center", ha="left", fontsize=8)
     ax.set_yticks(ys, [m.metric for m in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("mean record score", fontsize=9)

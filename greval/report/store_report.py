@@ -599,7 +599,7 @@ def label_lines(rep: StoreReport) -> list[str]:
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2rem;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:.9em}"""
+th{background:#f3f3f3}img{max-width:100%;height:auto}td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:.9em}"""
 
 
 #: The columns of a stats table, after its label columns (HTML, Markdown and the terminal).
@@ -722,11 +722,20 @@ def render_index(rep: StoreReport) -> str:
         + "".join(rows)
         + "</table>",
         "<h2 id=overview>Overview</h2>" + plots.overview_figure(rep),
-        "<h2>Record scores per metric</h2>" + _html_table(("metric", "judge", *STATS_HEAD), stats_rows(rep)),
+        "<h2 id=stats>Record scores per metric</h2>"
+        + _html_table(("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)]),
     ]
     labels = label_lines(rep)
     if labels:
         parts.append("<h2>Human labels</h2>" + "".join(f"<p>{html.escape(line)}</p>" for line in labels))
+    corrected = corrected_rows(rep)
+    if corrected:
+        parts.append(
+            "<h2>Prevalence-corrected system scores</h2><p class=note>The judge's label shares over all its "
+            "verdicts, and corrected for its error rates measured on the human-labelled items "
+            "(greval.agreement's prevalence correction; CI: bootstrap). Mean: Σ share × label score.</p>"
+            + _html_table(CORRECTED_HEAD, corrected)
+        )
     if rep.systems:
         eff_cols = sorted({k for s in rep.systems for k in s.efficiency})
         srows = []
@@ -747,14 +756,6 @@ def render_index(rep: StoreReport) -> str:
             + "</table>"
             + "<h3>Record scores per system</h3>"
             + _html_table(("metric", "system", *STATS_HEAD), system_stats_rows(rep))
-        )
-    corrected = corrected_rows(rep)
-    if corrected:
-        parts.append(
-            "<h2>Prevalence-corrected system scores</h2><p class=note>The judge's label shares over all its "
-            "verdicts, and corrected for its error rates measured on the human-labelled items "
-            "(greval.agreement's prevalence correction; CI: bootstrap). Mean: Σ share × label score.</p>"
-            + _html_table(CORRECTED_HEAD, corrected)
         )
     for g in rep.groups:
         parts.append(
