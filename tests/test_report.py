@@ -527,3 +527,246 @@ def test_calibration_reaches_html_markdown_json_and_the_terminal(tmp_path: Path)
 def _calibration_table(section: str) -> list[list[str]]:
     table = section.split("<table", 1)[1].split("</table>", 1)[0]
     return [cells(r) for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]]
+
+
+# ------------------------------------------------------------------ dataset figures without human labels (issue 16)
+
+FILMS = ["Alien", "Heat", "Up"]
+
+
+def _qa_records() -> list[dict[str, Any]]:
+    """Two methods × three films × four questions, and one record per method with no film."""
+    rows: list[dict[str, Any]] = []
+    for m, method in enumerate(["global", "local"]):
+        for film in [*FILMS, None]:
+            for q in range(4 if film else 1):
+                i = len(rows)
+                row: dict[str, Any] = {
+                    "id": f"{method}-{film}-{q}",
+                    "question": f"q{q} about {film}?",
+                    "expected_answer": f"act {q % 3 + 1} of {film}",
+                    "answer": f"{'act' if (i + m) % 3 else 'maybe'} {q % 3 + 1} of {film}, {method}",
+                    "method": method,
+                    "llm_calls": 2 + m + q % 2,
+                    "tokens": 500 + 300 * m + 17 * q + i,
+                }
+                if film:
+                    row["film"] = film
+                rows.append(row)
+    return rows
+
+
+def _qa_store(llm: OpenAIServer, path: Path, specs: Sequence[str], labels: bool) -> list[dict[str, Any]]:
+    """A GraphRAG-QA-style store; with ``labels``, a human label for every other graphrag_qa_correct record
+    (the judge's label, flipped on every fifth)."""
+    raw = _qa_records()
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(path) as st:
+        recs = [Record.from_mapping(r) for r in raw]
+        run(resolve_specs(list(specs)), recs, st, cfg, options=RunOptions(retry=RetryPolicy(base_delay=0.01)))
+        if labels:
+            rows = st.query(
+                "SELECT record_hash, record_id, label FROM verdicts "
+                "WHERE spec_name='graphrag_qa_correct' AND status='ok' ORDER BY record_id"
+            )
+            flip = {"correct": "incorrect", "incorrect": "correct"}
+            st.put_human_labels(
+                {
+                    "spec_name": "graphrag_qa_correct",
+                    "record_hash": r["record_hash"],
+                    "item_id": "",
+                    "annotator": "ann1",
+                    "record_id": r["record_id"],
+                    "label": r["label"] if i % 5 else flip[r["label"]],
+                    "status": "submitted",
+                    "source": "import",
+                }
+                for i, r in enumerate(rows)
+                if i % 2 == 0
+            )
+    return raw
+
+
+def test_score_stats_match_numpy() -> None:
+    from greval.report.store_report import score_stats
+
+    rng = np.random.default_rng(3)
+    x = rng.gamma(2.0, 0.2, 57)
+    s = score_stats(list(x), records=63, failed=4, skipped=2)
+    assert s.n == 57 and s.records == 63
+    assert s.mean.mean == pytest.approx(float(np.mean(x)), abs=1e-12)
+    assert s.median == pytest.approx(float(np.median(x)), abs=1e-12)
+    assert s.std == pytest.approx(float(np.std(x, ddof=1)), abs=1e-12)
+    assert (s.min, s.max) == (float(x.min()), float(x.max()))
+    for p in (5, 25, 75, 95):  # numpy's default method: linear interpolation between order statistics
+        assert getattr(s, f"p{p}") == pytest.approx(float(np.percentile(x, p, method="linear")), abs=1e-12)
+    # the 5th percentile of 57 values sits between the 3rd and 4th smallest: linear, not nearest or lower
+    xs = np.sort(x)
+    assert s.p5 == pytest.approx(xs[2] + 0.8 * (xs[3] - xs[2]), abs=1e-12)
+    assert s.failure_rate == pytest.approx(4 / 63) and s.skip_rate == pytest.approx(2 / 63)
+    ref = bootstrap((x,), np.mean, n_resamples=2000, method="percentile", random_state=0)
+    assert (s.mean.ci_low, s.mean.ci_high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    empty = score_stats([], records=3, failed=3)
+    assert empty.n == 0 and empty.median is None and empty.p95 is None and empty.failure_rate == 1.0
+    one = score_stats([0.4])
+    assert one.median == one.p5 == one.p95 == 0.4 and one.std is None and one.records == 1
+    assert score_stats([]).failure_rate is None
+
+
+def test_group_table_matches_pandas_and_notes_missing_groups(llm: OpenAIServer, tmp_path: Path) -> None:
+    from greval import load_results
+
+    store = tmp_path / "s.sqlite"
+    raw = _qa_store(llm, store, ["graphrag_qa_score", "rouge_l"], labels=False)
+    out = tmp_path / "out"
+    args = ["report", "--store", str(store), "-o", str(out), "--system-column", "method", "--group-column", "film"]
+    res = CliRunner().invoke(main, [*args, "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["group_column"] == "film"
+    # independently: the record rows, joined with the records' fields, grouped by pandas
+    recs = load_results(store, level="record")
+    fields = pd.DataFrame(raw).rename(columns={"id": "record_id"})
+    frame = recs.merge(fields, on="record_id", how="left")
+    frame = frame[frame["status"].isin(["ok", "partial"])]
+    tables = {t["metric"]: t for t in rep["groups"]}
+    assert set(tables) == {"graphrag_qa_score", "rouge_l"}
+    flat = " ".join(res.output.split())
+    md = (out / "report.md").read_text()
+    page = (out / "index.html").read_text()
+    for metric, table in tables.items():
+        sub = frame[frame["spec"] == metric]
+        expect = (
+            sub.dropna(subset=["film"])
+            .groupby(["method", "film"])
+            .agg(n=("score", "size"), mean=("score", "mean"), calls=("llm_calls", "mean"), tokens=("tokens", "mean"))
+        )
+        got = {(c["system"], c["group"]): c for c in table["cells"]}
+        assert set(got) == set(expect.index) and len(got) == 6
+        for key, row in expect.iterrows():
+            cell = got[key]
+            assert cell["stats"]["n"] == row["n"] == 4
+            assert cell["stats"]["mean"]["mean"] == pytest.approx(row["mean"], abs=1e-12)
+            assert cell["efficiency"]["llm_calls"] == pytest.approx(row["calls"])
+            assert cell["efficiency"]["tokens"] == pytest.approx(row["tokens"])
+        assert table["missing_group"] == int(sub["film"].isna().sum()) == 2
+        note = f"{metric}: 2 record(s) have no value in 'film': not in the system × group table"
+        assert note in flat and note in md and html.escape(note) in page
+        assert f'alt="{metric} heatmap by system and film"' in page
+
+
+def test_report_html_json_and_markdown_carry_the_same_figures(llm: OpenAIServer, tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    _qa_store(llm, store, ["graphrag_qa_score", "rouge_l"], labels=False)
+    out = tmp_path / "out"
+    args = ["report", "--store", str(store), "-o", str(out), "--system-column", "method", "--group-column", "film"]
+    assert CliRunner().invoke(main, [*args, "--bootstrap", "50"]).exit_code == 0
+    rep = json.loads((out / "report.json").read_text())
+    md = (out / "report.md").read_text()
+    page = (out / "index.html").read_text()
+    html_rows = [cells(r) for r in re.findall(r"<tr>(.*?)</tr>", page, flags=re.S)]
+
+    def f3(x: float | None) -> str:
+        return "—" if x is None else f"{x:.3f}"
+
+    def expected(label: list[str], s: dict[str, Any]) -> list[str]:
+        ci = f"[{s['mean']['ci_low']:.3f}, {s['mean']['ci_high']:.3f}]"
+        keys = ("median", "std", "min", "p5", "p25", "p75", "p95", "max")
+        rates = [f"{s['failure_rate']:.1%}", f"{s['skip_rate']:.1%}"]
+        return [*label, str(s["n"]), f3(s["mean"]["mean"]), ci, *(f3(s[k]) for k in keys), *rates]
+
+    checked = 0
+    for m in rep["metrics"]:
+        s = m["stats"]
+        assert s["records"] == m["figures"]["records"] and s["n"] == m["figures"]["scored"]
+        assert s["mean"]["mean"] == pytest.approx(m["figures"]["mean_score"], abs=1e-12)
+        assert expected([m["metric"]], s) in html_rows
+        assert "| " + " | ".join(expected([m["metric"], m["judge"]], s)) + " |" in md
+        checked += 1
+    for row in rep["systems"]:
+        assert expected([row["metric"], row["system"]], row["stats"]) in html_rows
+        assert "| " + " | ".join(expected([row["metric"], row["system"]], row["stats"])) + " |" in md
+        checked += 1
+    for t in rep["groups"]:
+        for c in t["cells"]:
+            s = c["stats"]
+            ci = f"[{s['mean']['ci_low']:.3f}, {s['mean']['ci_high']:.3f}]"
+            eff = [f"{c['efficiency'][k]:.2f}" for k in sorted(c["efficiency"])]
+            want = [c["system"], c["group"], str(s["n"]), f3(s["mean"]["mean"]), ci, "0.0%", "0.0%", *eff]
+            assert want in html_rows
+            assert "| " + " | ".join(want) + " |" in md
+            checked += 1
+    assert checked == 2 + 4 + 12
+    # every metric has its distribution figure, and a box plot per system
+    for m in rep["metrics"]:
+        assert f'alt="{m["metric"]} distribution"' in page
+        assert f'alt="{m["metric"]} box plot by system"' in page
+    rouge = next(m for m in rep["metrics"] if m["metric"] == "rouge_l")
+    assert not rouge["figures"]["distribution"] and sum(rouge["histogram"].values()) == rouge["stats"]["n"]
+    score = next(m for m in rep["metrics"] if m["metric"] == "graphrag_qa_score")
+    assert score["figures"]["distribution"] and not score["histogram"]
+
+
+def test_overview_figure_for_a_store_without_labels_or_systems(llm: OpenAIServer, tmp_path: Path) -> None:
+    from greval.report.plots import PANELS
+
+    store = tmp_path / "s.sqlite"
+    _qa_store(llm, store, ["rouge_l"], labels=False)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["report", "--store", str(store), "-o", str(out), "--system-column", "nope"])
+    assert res.exit_code == 0, res.output
+    page = (out / "index.html").read_text()
+    overview = page.split("<h2 id=overview>Overview</h2>", 1)[1]
+    assert overview.startswith('<img alt="overview" src="data:image/png;base64,')
+    png = (out / "overview.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    assert "![overview](overview.png)" in (out / "report.md").read_text()
+    assert len(PANELS) == 6
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["systems"] == [] and rep["groups"] == [] and rep["metrics"][0]["corrected"] == []
+    assert sum(rep["metrics"][0]["histogram"].values()) == rep["metrics"][0]["stats"]["n"] == 26
+
+
+def test_prevalence_corrected_system_shares_match_rogan_gladen(llm: OpenAIServer, tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    raw = _qa_store(llm, store, ["graphrag_qa_correct"], labels=True)
+    rep = build(store, system_column="method", bootstrap_resamples=200, out_dir=tmp_path)
+    (metric,) = rep.metrics
+    assert metric.agreement is not None
+    with Store(store) as st:
+        judge = {
+            r["record_id"]: r["label"]
+            for r in st.query("SELECT record_id, label FROM verdicts WHERE spec_name='graphrag_qa_correct'")
+        }
+        human = {r["record_id"]: r["label"] for r in st.human_labels("graphrag_qa_correct", submitted=True)}
+    method = {r["id"]: r["method"] for r in raw}
+    by_system = {c.system: c for c in metric.corrected}
+    assert set(by_system) == {"all", "global", "local"}
+    defined = 0
+    for system, c in by_system.items():
+        ids = [i for i in judge if system == "all" or method[i] == system]
+        q = sum(judge[i] == "correct" for i in ids) / len(ids)  # over every verdict, labelled or not
+        lab = [i for i in ids if i in human]
+        pos = [i for i in lab if human[i] == "correct"]
+        neg = [i for i in lab if human[i] == "incorrect"]
+        share = {s.label: s for s in c.shares}
+        assert share["correct"].raw == pytest.approx(q)
+        assert c.n_judged == len(ids) and c.n_labelled == len(lab)
+        if not pos or not neg:
+            assert share["correct"].corrected is None and c.note
+            continue
+        sens = sum(judge[i] == "correct" for i in pos) / len(pos)
+        spec = sum(judge[i] == "incorrect" for i in neg) / len(neg)
+        assert sens + spec > 1
+        pi = min(1.0, max(0.0, (q + spec - 1) / (sens + spec - 1)))
+        assert share["correct"].corrected == pytest.approx(pi)
+        assert share["incorrect"].corrected == pytest.approx(1 - pi)
+        assert c.raw_score == pytest.approx(q) and c.corrected_score == pytest.approx(pi)
+        defined += 1
+    assert defined >= 2  # the whole store and at least one system have a defined correction
+    system_means = {s.system: s.score.mean for s in rep.systems}
+    assert by_system["global"].raw_score == pytest.approx(system_means["global"])
+    assert by_system["all"].shares[0].ci_low is not None or by_system["all"].note
+    from greval.report.store_report import render_markdown as render_report_markdown
+
+    assert "## Prevalence-corrected system scores" in render_report_markdown(rep)

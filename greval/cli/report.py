@@ -10,8 +10,20 @@ import click
 
 from greval.cli.common import console, out
 from greval.report.format import fmt_ci, fmt_number
-from greval.report.store_report import StoreReport, build, label_lines, write
-from greval.store.results import metric_notes, not_scored
+from greval.report.store_report import (
+    CORRECTED_HEAD,
+    STATS_HEAD,
+    StoreReport,
+    build,
+    corrected_rows,
+    group_cells,
+    group_head,
+    label_lines,
+    stats_rows,
+    system_stats_rows,
+    write,
+)
+from greval.store.results import not_scored
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -34,6 +46,29 @@ def print_labels(rep: StoreReport) -> None:
     """The human-label count lines, as plain text on stdout."""
     for line in label_lines(rep):
         click.echo(line)
+
+
+def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in head:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*r)
+    print_table(table)
+
+
+def print_stats(rep: StoreReport) -> None:
+    """The record-score statistics, the prevalence-corrected shares and the system × group tables."""
+    _table("record scores", ("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)])
+    if rep.systems:
+        _table(f"record scores by {rep.system_column}", ("metric", "system", *STATS_HEAD), system_stats_rows(rep))
+    corrected = corrected_rows(rep)
+    if corrected:
+        _table("prevalence-corrected system scores (judge → corrected)", CORRECTED_HEAD, corrected)
+    for g in rep.groups:
+        _table(f"{g.metric}: system × {g.column}", group_head(g), group_cells(g))
 
 
 @click.command("report")
@@ -60,6 +95,11 @@ def print_labels(rep: StoreReport) -> None:
     help="Record field that names the system under test (compared side by side).",
 )
 @click.option(
+    "--group-column",
+    default=None,
+    help="Record field to cross with the systems: a system × group table and heatmap per metric (e.g. film).",
+)
+@click.option(
     "--bootstrap",
     "resamples",
     type=int,
@@ -67,18 +107,21 @@ def print_labels(rep: StoreReport) -> None:
     show_default=True,
     help="Bootstrap resamples for agreement CIs.",
 )
-def report_cmd(store: str, specs: Sequence[str], output: str, system_column: str, resamples: int) -> None:
+def report_cmd(
+    store: str, specs: Sequence[str], output: str, system_column: str, group_column: str | None, resamples: int
+) -> None:
     """Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.
 
     \b
     Opens offline anywhere (plots are embedded). Also writes report.json and report.md.
       greval report --store greval.sqlite -o report/
+      greval report --store greval.sqlite --group-column film   # method × film tables
     """
     from rich.table import Table
 
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rep = build(store, specs, system_column, resamples, out_dir)
+    rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column)
     write(rep, out_dir)
     table = Table(title=f"greval report — {store}")
     for col in ("metric", "judge", "records", "not scored", "mean", "95% CI", "judge–human"):
@@ -95,10 +138,10 @@ def report_cmd(store: str, specs: Sequence[str], output: str, system_column: str
             "—" if not k else f"{fmt_number(k['value'])} (n={k['n']})",
         )
     print_table(table)
+    print_stats(rep)
     print_labels(rep)
-    for m in rep.metrics:
-        for note in metric_notes(m.figures):
-            console.print(f"[yellow]note:[/] {note}", highlight=False)
+    for note in rep.notes():
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
     console.print(
         f"wrote {out_dir / 'index.html'} (+ report.json, report.md"
         + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")

@@ -1,16 +1,17 @@
 """``greval report``: what a store says, as files people open — an HTML index, per-metric agreement pages,
 JSON and Markdown summaries — and a compact table in the terminal.
 
-For every metric: how many verdicts, failures, the mean score with a bootstrap CI; per system (any grouping
-column of the records) side by side with the efficiency columns records carry (tokens, LLM calls, latency);
-for judge metrics with human labels, the judge-vs-human agreement report. Pure reads: no model call.
+For every metric: how many verdicts, failures, the mean score with a bootstrap CI, and the distribution of the
+record scores (:class:`ScoreStats`: median, spread, percentiles, failure and skip rates — one function for metric,
+system and group rows); per system (any grouping column of the records) side by side with the efficiency columns
+records carry (tokens, LLM calls, latency); with ``group_column``, a system × group table per metric; for judge
+metrics with human labels, the judge-vs-human agreement report and each system's prevalence-corrected label
+shares beside the judge's raw shares. Figures: greval.report.plots. Pure reads: no model call.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from scipy.stats import bootstrap
 
 from greval.errors import UserError
 from greval.report.format import fmt_ci, fmt_number
-from greval.spec import Spec
+from greval.spec import CategoricalScale, Spec
 from greval.store.results import (
     MetricFigures,
     dataset_score,
@@ -50,10 +51,75 @@ class MeanCI(BaseModel):
     note: str | None = None
 
 
+class ScoreStats(BaseModel):
+    """The distribution of a set of record scores, and how many records were not scored and why.
+
+    ``n``: scored records (ok and partial with a score); rates are over ``records`` (every outcome). std is the
+    sample std (ddof=1); percentiles use numpy's default (linear interpolation between order statistics)."""
+
+    records: int = Field(description="Record ids with an outcome (ok + partial + failed + skipped).")
+    n: int
+    mean: MeanCI
+    median: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p5: float | None = None
+    p25: float | None = None
+    p75: float | None = None
+    p95: float | None = None
+    failed: int = 0
+    skipped: int = 0
+    failure_rate: float | None = None
+    skip_rate: float | None = None
+
+
+#: The percentiles ScoreStats carries (numpy's linear method).
+PERCENTILES = (5, 25, 75, 95)
+
+
+def score_stats(
+    scores: Sequence[float], records: int | None = None, failed: int = 0, skipped: int = 0, seed: int = 0
+) -> ScoreStats:
+    """Statistics of record scores (the one definition for metric, system and group rows).
+
+    ``records``: how many record ids had an outcome (default: the scores' count); ``failed``/``skipped``:
+    how many of them failed or were skipped. Pure."""
+    x = np.asarray([v for v in scores if v is not None and not math.isnan(v)], dtype=float)
+    total = len(x) if records is None else records
+    out = ScoreStats(
+        records=total,
+        n=len(x),
+        mean=mean_ci(x.tolist(), seed=seed),
+        failed=failed,
+        skipped=skipped,
+        failure_rate=failed / total if total else None,
+        skip_rate=skipped / total if total else None,
+    )
+    if len(x):
+        p5, p25, p75, p95 = (float(v) for v in np.percentile(x, PERCENTILES))
+        out.median, out.min, out.max = float(np.median(x)), float(x.min()), float(x.max())
+        out.p5, out.p25, out.p75, out.p95 = p5, p25, p75, p95
+        out.std = float(np.std(x, ddof=1)) if len(x) > 1 else None
+    return out
+
+
+def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0) -> ScoreStats:
+    """:func:`score_stats` of record rows (their statuses give the failure and skip counts)."""
+    return score_stats(
+        _scores(rows),
+        records=len(rows),
+        failed=sum(1 for r in rows if r["status"] == "error"),
+        skipped=sum(1 for r in rows if r["status"] == "skipped"),
+        seed=seed,
+    )
+
+
 class SystemRow(BaseModel):
     metric: str
     system: str
     score: MeanCI
+    stats: ScoreStats | None = None
     judged: int = Field(description="Record ids of this system with an outcome (any status).")
     failed: int
     skipped: int = 0
@@ -72,6 +138,68 @@ class LabelSource(BaseModel):
     other: int = Field(0, description="Draft and discarded answers (not compared with the judge).")
 
 
+class GroupCell(BaseModel):
+    """One (system, group) cell of a metric's system × group table."""
+
+    system: str
+    group: str
+    stats: ScoreStats
+    efficiency: dict[str, float] = Field(default_factory=dict)
+
+
+class GroupTable(BaseModel):
+    """A metric's record scores by system × the values of a group column (e.g. method × film)."""
+
+    metric: str
+    judge: str
+    column: str
+    systems: list[str]
+    groups: list[str]
+    cells: list[GroupCell]
+    missing_group: int = Field(0, description="Record rows with no value in the group column: in no cell.")
+    missing_system: int = Field(0, description="Record rows with a group value but no system value: in no cell.")
+
+    def notes(self) -> list[str]:
+        """What is not in the table, in words (printed, and on every rendering)."""
+        out = []
+        if self.missing_group:
+            out.append(
+                f"{self.metric}: {self.missing_group} record(s) have no value in '{self.column}': not in the "
+                "system × group table"
+            )
+        if self.missing_system:
+            out.append(
+                f"{self.metric}: {self.missing_system} record(s) with a '{self.column}' value have no system: "
+                "not in the system × group table"
+            )
+        return out
+
+
+class CorrectedShare(BaseModel):
+    """One label's share among a system's judge verdicts, raw and corrected for the judge's measured errors."""
+
+    label: str
+    raw: float = Field(description="Share of the judge's valid verdicts with this label.")
+    corrected: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    note: str | None = None
+
+
+class CorrectedSystem(BaseModel):
+    """A system's label prevalence, as the judge reports it and corrected (greval.agreement's Prevalence)."""
+
+    metric: str
+    system: str = Field(description="A system, or 'all' for every record of the metric.")
+    method: str
+    n_judged: int = Field(description="Verdicts (items) with a valid judge label: the raw shares' n.")
+    n_labelled: int = Field(description="Items with a human label: where the judge's error rates come from.")
+    shares: list[CorrectedShare]
+    raw_score: float | None = Field(None, description="Σ raw share × label score (the judge's mean label score).")
+    corrected_score: float | None = Field(None, description="Σ corrected share × label score (no CI).")
+    note: str | None = None
+
+
 class MetricRow(BaseModel):
     metric: str
     kind: str
@@ -79,6 +207,11 @@ class MetricRow(BaseModel):
     judge: str
     figures: MetricFigures
     score: MeanCI
+    stats: ScoreStats | None = None
+    histogram: dict[str, int] = Field(
+        default_factory=dict, description="Record scores in 10 equal bins (metrics without a distribution)."
+    )
+    corrected: list[CorrectedSystem] = Field(default_factory=list)
     agreement: dict[str, Any] | None = None
     agreement_page: str | None = None
     labels: list[LabelSource] = Field(default_factory=list)
@@ -101,6 +234,15 @@ class StoreReport(BaseModel):
     metrics: list[MetricRow]
     systems: list[SystemRow]
     system_column: str | None
+    group_column: str | None = None
+    groups: list[GroupTable] = Field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """Every note of the report, once (the same list on every rendering)."""
+        found = [n for m in self.metrics for n in metric_notes(m.figures)]
+        found += [n for g in self.groups for n in g.notes()]
+        found += [f"{m.metric} ({c.system}): {c.note}" for m in self.metrics for c in m.corrected if c.note]
+        return list(dict.fromkeys(found))
 
 
 def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = 2000) -> MeanCI:
@@ -167,8 +309,10 @@ def build(
     system_column: str | None = "system",
     bootstrap_resamples: int = 1000,
     out_dir: Path | None = None,
+    group_column: str | None = None,
 ) -> StoreReport:
-    """Compute the report (and, with ``out_dir``, write the per-metric agreement pages)."""
+    """Compute the report (and, with ``out_dir``, write the per-metric agreement pages); ``group_column``: a
+    record field to cross with the systems (one system × group table per metric)."""
     with Store(store_path) as st:
         items = item_rows(st)
         if not items:
@@ -184,8 +328,11 @@ def build(
         for rec in recs:
             value = data.get(rec["record_hash"], {}).get(system_column) if system_column else None
             rec["system"] = None if value is None else str(value)
+            gval = data.get(rec["record_hash"], {}).get(group_column) if group_column else None
+            rec["group"] = None if gval is None or gval == "" else str(gval)
         metrics: list[MetricRow] = []
         systems: list[SystemRow] = []
+        groups: list[GroupTable] = []
         for fig in figures_from_rows(items, spec_objs):
             spec = spec_objs[fig.spec_key]
             grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
@@ -197,21 +344,23 @@ def build(
                 figures=fig,
                 score=score_ci(grp, fig.aggregate),
             )
+            row.stats = rows_stats(grp)
+            if not fig.distribution:
+                row.histogram = histogram(_scores(grp))
             if isinstance(spec, Spec):
                 row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, bootstrap_resamples, out_dir)
                 row.labels = label_sources(st, spec.name)
+                if row.agreement is not None and isinstance(spec.scale, CategoricalScale):
+                    row.corrected = corrected_systems(st, spec, fig, items, grp, bootstrap_resamples)
             metrics.append(row)
+            if group_column:
+                groups.append(group_table(fig, grp, group_column, data))
             by_system: dict[str, list[dict[str, Any]]] = {}
             for r in grp:
                 if r["system"] is not None:
                     by_system.setdefault(r["system"], []).append(r)
             for system, sg in sorted(by_system.items()):
-                eff: dict[str, float] = {}
-                for col in EFFICIENCY:
-                    vals = [data.get(r["record_hash"], {}).get(col) for r in sg]
-                    nums = [float(v) for v in vals if isinstance(v, int | float)]
-                    if nums:
-                        eff[col] = float(np.mean(nums))
+                eff = efficiency(sg, data)
                 failed = sum(1 for r in sg if r["status"] == "error")
                 systems.append(
                     SystemRow(
@@ -223,11 +372,150 @@ def build(
                         skipped=sum(1 for r in sg if r["status"] == "skipped"),
                         failure_rate=failed / len(sg),
                         efficiency=eff,
+                        stats=rows_stats(sg),
                     )
                 )
     return StoreReport(
-        store=str(store_path), metrics=metrics, systems=systems, system_column=system_column if systems else None
+        store=str(store_path),
+        metrics=metrics,
+        systems=systems,
+        system_column=system_column if systems else None,
+        group_column=group_column,
+        groups=groups,
     )
+
+
+def efficiency(rows: Sequence[dict[str, Any]], data: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The mean of each EFFICIENCY field over the records of ``rows`` that carry it as a number."""
+    eff: dict[str, float] = {}
+    for col in EFFICIENCY:
+        vals = [data.get(r["record_hash"], {}).get(col) for r in rows]
+        nums = [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+        if nums:
+            eff[col] = float(np.mean(nums))
+    return eff
+
+
+def histogram(scores: Sequence[float], bins: int = 10) -> dict[str, int]:
+    """Record scores in ``bins`` equal bins over [0, 1] when every score is in it, else over [min, max]
+    (numpy.histogram: each bin holds its lower edge, the last also its upper edge); keys "low–high"."""
+    x = np.asarray(scores, dtype=float)
+    if not len(x):
+        return {}
+    lo, hi = (0.0, 1.0) if x.min() >= 0 and x.max() <= 1 else (float(x.min()), float(x.max()))
+    if hi == lo:
+        hi = lo + 1.0
+    counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
+    return {f"{edges[i]:.3g}–{edges[i + 1]:.3g}": int(c) for i, c in enumerate(counts)}
+
+
+def group_table(
+    fig: MetricFigures, rows: Sequence[dict[str, Any]], column: str, data: dict[str, dict[str, Any]]
+) -> GroupTable:
+    """One metric's record rows by (system, group value): stats and mean efficiency per cell. Rows with no
+    group value (or, when systems are known, no system value) are counted, not dropped silently. Without any
+    system value at all, every row is system 'all'."""
+    any_system = any(r["system"] is not None for r in rows)
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    missing_group = missing_system = 0
+    for r in rows:
+        if r["group"] is None:
+            missing_group += 1
+            continue
+        system = r["system"] if any_system else "all"
+        if system is None:
+            missing_system += 1
+            continue
+        cells.setdefault((system, r["group"]), []).append(r)
+    keys = sorted(cells)
+    return GroupTable(
+        metric=fig.spec,
+        judge=fig.judge,
+        column=column,
+        systems=sorted({k[0] for k in keys}),
+        groups=sorted({k[1] for k in keys}),
+        cells=[
+            GroupCell(system=s, group=g, stats=rows_stats(cells[s, g]), efficiency=efficiency(cells[s, g], data))
+            for s, g in keys
+        ],
+        missing_group=missing_group,
+        missing_system=missing_system,
+    )
+
+
+def corrected_systems(
+    st: Store,
+    spec: Spec,
+    fig: MetricFigures,
+    items: Sequence[dict[str, Any]],
+    recs: Sequence[dict[str, Any]],
+    resamples: int,
+) -> list[CorrectedSystem]:
+    """Each system's (and all records') label prevalence corrected for the judge's error rates: greval.agreement
+    computes it (``compute_agreement``'s Prevalence, Rogan–Gladen or confusion inversion, with its bootstrap CI);
+    here the agreement frame of the labelled items is completed with every other ok verdict of the metric, so the
+    raw shares are over all the judge's verdicts and the error rates over the labelled ones (per system: the
+    system's own labelled items)."""
+    import pandas as pd
+
+    from greval.agreement.compute import MISSING_SLICE, compute_agreement
+    from greval.agreement.from_store import store_frame
+    from greval.agreement.models import AgreementOptions, AgreementReport
+
+    frame, scale, sel = store_frame(st, spec.name, fig.judge)
+    if sel.spec_key != fig.spec_key:
+        return []  # the labels belong to the latest version; this row is an older one
+    frame = frame.drop(columns=[c for c in ("stratum", "probability", "selected") if c in frame.columns])
+    frame.attrs.clear()
+    system_of = {r["record_id"]: r["system"] for r in recs}
+    seen = set(frame["item"])
+    extra = []
+    for r in items:
+        if r["spec_key"] != fig.spec_key or r["judge_key"] != fig.judge_key or r["status"] != "ok":
+            continue
+        if (r["item_id"] != "") != (spec.each is not None):
+            continue
+        item = str(r["record_id"]) + (f"/{r['item_id']}" if r["item_id"] else "")
+        if item not in seen:
+            seen.add(item)
+            extra.append({"item": item, "judge": r["label"], "human": None, "group": str(r["record_id"])})
+    full = pd.concat([frame, pd.DataFrame(extra, columns=["item", "judge", "human", "group"])], ignore_index=True)
+    full["record_id"] = full["group"]
+    full["system"] = full["group"].map(system_of).astype("string")
+    has_systems = bool(full["system"].notna().any())
+    options = AgreementOptions(bootstrap=resamples, seed=0, slices=["system"] if has_systems else [])
+    rep = compute_agreement(full, scale, options)
+    scores = (spec.scale.scores() if isinstance(spec.scale, CategoricalScale) else None) or {}
+    parts: list[tuple[str, AgreementReport]] = [("all", rep)]
+    parts += [(name, sub) for name, sub in rep.slices.get("system", {}).items() if name != MISSING_SLICE]
+    out = []
+    for name, sub in parts:
+        prev = sub.categorical.prevalence if sub.categorical is not None else None
+        if prev is None:
+            continue
+        shares = [
+            CorrectedShare(label=lab, raw=q, corrected=e.value, ci_low=e.ci_low, ci_high=e.ci_high, note=e.note)
+            for lab, q, e in zip(prev.labels, prev.observed, prev.corrected, strict=True)
+        ]
+        scored = bool(scores) and all(s.label in scores for s in shares)
+        out.append(
+            CorrectedSystem(
+                metric=fig.spec,
+                system=name,
+                method=prev.method,
+                n_judged=prev.n_judged,
+                n_labelled=prev.n_labelled,
+                shares=shares,
+                raw_score=math.fsum(s.raw * scores[s.label] for s in shares) if scored and prev.n_judged else None,
+                corrected_score=(
+                    math.fsum((s.corrected or 0.0) * scores[s.label] for s in shares)
+                    if scored and all(s.corrected is not None for s in shares)
+                    else None
+                ),
+                note=prev.note or next((s.note for s in shares if s.note), None),
+            )
+        )
+    return out
 
 
 def _scores(rows: Sequence[dict[str, Any]]) -> list[float]:
@@ -309,44 +597,113 @@ def label_lines(rep: StoreReport) -> list[str]:
     return list(lines.values())
 
 
-def _system_chart(rep: StoreReport) -> str:
-    if not rep.systems:
-        return ""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = sorted({s.metric for s in rep.systems})
-    systems = sorted({s.system for s in rep.systems})
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(metrics) * len(systems) / 2 + 2), 3.6))
-    width = 0.8 / max(1, len(systems))
-    for i, system in enumerate(systems):
-        xs, ys, lo, hi = [], [], [], []
-        for j, metric in enumerate(metrics):
-            row = next((s for s in rep.systems if s.metric == metric and s.system == system), None)
-            if row is None or row.score.mean is None:
-                continue
-            xs.append(j + i * width)
-            ys.append(row.score.mean)
-            lo.append(row.score.mean - (row.score.ci_low if row.score.ci_low is not None else row.score.mean))
-            hi.append((row.score.ci_high if row.score.ci_high is not None else row.score.mean) - row.score.mean)
-        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=system)
-    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(metrics))], metrics, rotation=20, ha="right")
-    ax.set_ylabel("mean score (95% CI)")
-    ax.legend(title=rep.system_column, fontsize=8)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return '<img alt="systems" src="data:image/png;base64,' + base64.b64encode(buf.getvalue()).decode() + '">'
-
-
 _CSS = """body{font-family:system-ui,sans-serif;margin:2rem;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:.9em}"""
+th{background:#f3f3f3}img{max-width:100%;height:auto}td:first-child,th:first-child{text-align:left}.note{color:#666;font-size:.9em}"""
+
+
+#: The columns of a stats table, after its label columns (HTML, Markdown and the terminal).
+STATS_HEAD = ("n", "mean", "95% CI", "median", "std", "min", "p5", "p25", "p75", "p95", "max", "failed", "skipped")
+
+
+def stats_cells(s: ScoreStats) -> list[str]:
+    """A ScoreStats as the STATS_HEAD cells (the same text on every rendering)."""
+
+    def rate(x: float | None) -> str:
+        return "—" if x is None else f"{x:.1%}"
+
+    nums = [s.median, s.std, s.min, s.p5, s.p25, s.p75, s.p95, s.max]
+    return [
+        str(s.n),
+        fmt_number(s.mean.mean),
+        fmt_ci(s.mean),
+        *(fmt_number(x) for x in nums),
+        rate(s.failure_rate),
+        rate(s.skip_rate),
+    ]
+
+
+def group_head(table: GroupTable) -> list[str]:
+    """The columns of a system × group table."""
+    eff = sorted({k for c in table.cells for k in c.efficiency})
+    return ["system", table.column, "n", "mean", "95% CI", "failed", "skipped", *eff]
+
+
+def group_cells(table: GroupTable) -> list[list[str]]:
+    """The rows of a system × group table (efficiency: the mean per record of the cell)."""
+    eff = sorted({k for c in table.cells for k in c.efficiency})
+    out = []
+    for c in table.cells:
+        st = stats_cells(c.stats)
+        out.append(
+            [c.system, c.group, st[0], st[1], st[2], st[-2], st[-1]] + [fmt_number(c.efficiency.get(k), 2) for k in eff]
+        )
+    return out
+
+
+def corrected_rows(rep: StoreReport) -> list[list[str]]:
+    """One row per (metric, system): raw judge mean label score and the corrected one, then per label the raw
+    share → the corrected share [CI]."""
+    out = []
+    for m in rep.metrics:
+        for c in m.corrected:
+            shares = "; ".join(
+                f"{s.label}: {s.raw:.3f} → {fmt_number(s.corrected)}"
+                + (f" {fmt_ci(s)}" if s.corrected is not None and fmt_ci(s) else "")
+                for s in c.shares
+            )
+            out.append(
+                [
+                    m.metric,
+                    c.system,
+                    str(c.n_judged),
+                    str(c.n_labelled),
+                    fmt_number(c.raw_score),
+                    fmt_number(c.corrected_score),
+                    shares,
+                ]
+            )
+    return out
+
+
+CORRECTED_HEAD = (
+    "metric",
+    "system",
+    "judged",
+    "labelled",
+    "judge mean",
+    "corrected mean",
+    "label: raw → corrected [CI]",
+)
+
+
+def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def cell(c: str) -> str:
+        return c.replace("|", r"\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+    return lines + ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+
+
+def stats_rows(rep: StoreReport) -> list[list[str]]:
+    """metric, judge and the stats cells of every metric."""
+    return [[m.metric, m.judge, *stats_cells(m.stats)] for m in rep.metrics if m.stats is not None]
+
+
+def system_stats_rows(rep: StoreReport) -> list[list[str]]:
+    """metric, system and the stats cells of every system row."""
+    return [[s.metric, s.system, *stats_cells(s.stats)] for s in rep.systems if s.stats is not None]
 
 
 def render_index(rep: StoreReport) -> str:
+    from greval.report import plots
+
     rows = []
     for m in rep.metrics:
         link = f'<a href="{html.escape(m.agreement_page)}">agreement</a>' if m.agreement_page else "—"
@@ -364,10 +721,21 @@ def render_index(rep: StoreReport) -> str:
         "<th>mean score</th><th>95% CI</th><th>distribution</th><th>judge–human κ / ρ</th></tr>"
         + "".join(rows)
         + "</table>",
+        "<h2 id=overview>Overview</h2>" + plots.overview_figure(rep),
+        "<h2 id=stats>Record scores per metric</h2>"
+        + _html_table(("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)]),
     ]
     labels = label_lines(rep)
     if labels:
         parts.append("<h2>Human labels</h2>" + "".join(f"<p>{html.escape(line)}</p>" for line in labels))
+    corrected = corrected_rows(rep)
+    if corrected:
+        parts.append(
+            "<h2>Prevalence-corrected system scores</h2><p class=note>The judge's label shares over all its "
+            "verdicts, and corrected for its error rates measured on the human-labelled items "
+            "(greval.agreement's prevalence correction; CI: bootstrap). Mean: Σ share × label score.</p>"
+            + _html_table(CORRECTED_HEAD, corrected)
+        )
     if rep.systems:
         eff_cols = sorted({k for s in rep.systems for k in s.efficiency})
         srows = []
@@ -381,17 +749,35 @@ def render_index(rep: StoreReport) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in eff_cols)
         parts.append(
             f"<h2>Systems by {html.escape(rep.system_column or '')}</h2>"
-            + _system_chart(rep)
+            + plots.system_chart(rep)
             + "<table><tr><th>metric</th><th>system</th><th>n</th><th>mean</th><th>std</th><th>95% CI</th>"
-            f"<th>failure rate</th>{head}</tr>" + "".join(srows) + "</table>"
+            f"<th>failure rate</th>{head}</tr>"
+            + "".join(srows)
+            + "</table>"
+            + "<h3>Record scores per system</h3>"
+            + _html_table(("metric", "system", *STATS_HEAD), system_stats_rows(rep))
         )
-    notes = [n for m in rep.metrics for n in metric_notes(m.figures)]
-    parts.append("".join(f"<p class=note>{html.escape(n)}</p>" for n in notes))
-    parts.append("<p class=note>CIs: percentile bootstrap of the mean (scipy), 2000 resamples, seed 0.</p>")
+    for g in rep.groups:
+        parts.append(
+            f"<h2 id=group-{html.escape(g.metric)}>{html.escape(g.metric)}: system × {html.escape(g.column)}</h2>"
+            + plots.group_heatmap(g)
+            + _html_table(group_head(g), group_cells(g))
+            + "".join(f"<p class=note>{html.escape(n)}</p>" for n in g.notes())
+        )
+    parts.append("<h2>Per metric</h2>")
+    for m in rep.metrics:
+        boxes = plots.system_boxes_figure(m.metric, [s for s in rep.systems if s.metric == m.metric])
+        parts.append(f"<h3>{html.escape(m.metric)}</h3>" + plots.distribution_figure(m) + boxes)
+    parts.append("".join(f"<p class=note>{html.escape(n)}</p>" for n in rep.notes()))
+    parts.append(
+        "<p class=note>CIs: percentile bootstrap of the mean (scipy), 2000 resamples, seed 0. Percentiles: "
+        "numpy's linear interpolation; std: sample (ddof 1); failed / skipped: shares of the records.</p>"
+    )
     return f"<!doctype html><meta charset=utf-8><title>greval report</title><style>{_CSS}</style>" + "".join(parts)
 
 
-def render_markdown(rep: StoreReport) -> str:
+def render_markdown(rep: StoreReport, overview: str | None = None) -> str:
+    """The report as Markdown; ``overview``: the overview PNG's file name, linked when given."""
     lines = [
         "# greval report",
         "",
@@ -405,9 +791,17 @@ def render_markdown(rep: StoreReport) -> str:
             f"| {m.metric} | {m.judge} | {m.records} | {not_scored(m.figures.model_dump()) or '—'} | "
             f"{fmt_number(m.score.mean)} | {fmt_ci(m.score)} |"
         )
-    notes = [n for m in rep.metrics for n in metric_notes(m.figures)]
+    notes = rep.notes()
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    if overview:
+        lines += ["", f"![overview]({overview})"]
+    lines += ["", "## Record scores per metric", "", *_md_table(("metric", "judge", *STATS_HEAD), stats_rows(rep))]
+    for m in rep.metrics:
+        if m.distribution or m.histogram:
+            what = "verdicts by label / value" if m.distribution else "records by score bin"
+            counts = m.distribution or m.histogram
+            lines += ["", f"{m.metric} — {what}: " + ", ".join(f"{k}: {v}" for k, v in counts.items())]
     labels = label_lines(rep)
     if labels:
         lines += ["", "## Human labels", ""] + [f"- {line}" for line in labels]
@@ -424,11 +818,21 @@ def render_markdown(rep: StoreReport) -> str:
                 f"| {s.metric} | {s.system} | {s.judged} | {fmt_number(s.score.mean)} | {fmt_ci(s.score)} | "
                 f"{s.failure_rate:.1%} |"
             )
+        lines += ["", "### Record scores per system", ""]
+        lines += _md_table(("metric", "system", *STATS_HEAD), system_stats_rows(rep))
+    corrected = corrected_rows(rep)
+    if corrected:
+        lines += ["", "## Prevalence-corrected system scores", "", *_md_table(CORRECTED_HEAD, corrected)]
+    for g in rep.groups:
+        lines += ["", f"## {g.metric}: system × {g.column}", "", *_md_table(group_head(g), group_cells(g))]
     return "\n".join(lines) + "\n"
 
 
 def write(rep: StoreReport, out_dir: Path) -> None:
     """The report's files (``build`` with the same ``out_dir`` wrote the agreement pages)."""
+    from greval.report.plots import overview_png
+
     (out_dir / "index.html").write_text(render_index(rep), encoding="utf-8")
     (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
-    (out_dir / "report.md").write_text(render_markdown(rep), encoding="utf-8")
+    (out_dir / "overview.png").write_bytes(overview_png(rep))
+    (out_dir / "report.md").write_text(render_markdown(rep, overview="overview.png"), encoding="utf-8")
