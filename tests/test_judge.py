@@ -1246,7 +1246,7 @@ def test_defaults_for_every_metric() -> None:
         ("metric: bleu\nparams: {smoothing: method9}", "params.smoothing", "'method1'"),
         ("metric: bleu\nparams: {tokenizer: '(('}", "params.tokenizer", "not a regular expression"),
         ("metric: citations\nparams: {field: 'an swer'}", "params.field", "identifier"),
-        ("metric: citations\nparams: {score: precision}", "params.score", "'validity' or 'coverage'"),
+        ("metric: citations\nparams: {score: precision}", "params.score", "'validity', 'coverage', 'evidence_co"),
         ("metric: triple_validity", "params", "required field is missing"),
         ("metric: triple_validity\nparams: {table: nope.csv}", "params.table", "no such file"),
         ("metric: orphan_claims\nparams: {source_keys: []}", "params.source_keys", "at least 1 item"),
@@ -1430,7 +1430,8 @@ def test_citation_validity_and_coverage_worked_example() -> None:
     res = computed_judge(spec("citations"), data)
     # 10 sentences (heading dropped); 8 carry a citation. 9 citations, valid: Sources 1, Sources 2,
     # chunk_5:200-250, IMPRESSION chunk_11, [notes] = 5.
-    assert res.outputs["units"] == 10 and res.outputs["cited_units"] == 8
+    assert res.outputs["segments"] == 10 and res.outputs["cited_segments"] == 8
+    assert res.outputs["units"] == 9  # the validity score is a share of the 9 citations
     assert res.outputs["citations"] == 9 and res.outputs["valid_citations"] == 5
     assert computed_score(res) == pytest.approx(5 / 9)
     assert res.outputs["coverage"] == pytest.approx(8 / 10)
