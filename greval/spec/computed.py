@@ -261,16 +261,20 @@ class FieldStatsParams(StrictModel):
 
     field: str = Field(
         "confidence",
-        pattern=FIELD_PATH,
         description="Field holding a number, a list of numbers, or a list of objects (with `key`); a dotted "
         "path reaches into nested objects (extraction.confidence).",
     )
     key: str | None = Field(
-        None,
-        pattern=FIELD_PATH,
-        description="When the field is a list of objects: the (dotted) key of each object's number.",
+        None, description="When the field is a list of objects: the (dotted) key of each object's number."
     )
     threshold: float = Field(0.8, description="A value below this is flagged (the record: its mean below it).")
+
+    @field_validator("field", "key")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(FIELD_PATH, value):
+            raise ValueError("must be a field name or a dotted path of field names (extraction.confidence)")
+        return value
 
     @property
     def top_field(self) -> str:
