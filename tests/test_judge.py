@@ -2064,6 +2064,13 @@ def test_span_consistency_is_the_jaccard_of_word_sets_per_claim_and_its_mean(tmp
     )
     assert C1[31:46] == "thins the blood"
     assert computed_score(own) == pytest.approx(2 / 3)
+    # The same span in the text and in `source` is one citation: the evidence is not doubled.
+    twice = computed_judge(
+        spec("span_consistency"),
+        {"claims": [{"text": "fever c1:100-122", "source": "c1:100-122"}], "chunks": SPAN_CHUNKS},
+    )
+    assert twice.verdicts[1].reason == "fever: Jaccard 1/3 = 0.333 with c1:100-122"
+    assert computed_score(twice) == pytest.approx(1 / 3)  # {fever} / {aspirin, reduces, fever}
     # No claim resolves: no score and units 0.
     none = computed_judge(spec("span_consistency"), {"claims": SPAN_CLAIMS[3:6], "chunks": SPAN_CHUNKS})
     assert computed_score(none) is None and none.outputs["units"] == 0

@@ -117,7 +117,13 @@ def resolve_claims(p: SpanParams, data: Mapping[str, Any]) -> list[ClaimEvidence
         words, cites = claim_citations(claim, p)
         ce = ClaimEvidence(index=i, text=" ".join(words.split()))
         resolved: list[str] = []
+        seen: set[tuple[str, int | None, int | None]] = set()
         for c in cites:
+            if not isinstance(c, str):  # the same span cited twice (in the text and a source key) counts once
+                key = (c.text, c.start, c.end)
+                if key in seen:
+                    continue
+                seen.add(key)
             if isinstance(c, str):
                 ce.unresolved.append(c)
                 ce.cites.append(c.split(":", 1)[0])
