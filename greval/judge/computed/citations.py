@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from greval.judge.computed.common import ComputeError, record_verdict, short, texts
+from greval.judge.computed.common import ComputeError, record_verdict, short, texts, units_of, word_tokens
 from greval.spec import StrictModel
 from greval.spec.computed import CitationParams, OrphanParams, match_key
 from greval.types import ItemVerdict
@@ -127,9 +127,11 @@ def chunk_ids(chunks: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[
     return by_id
 
 
-def check_citation(c: Citation, chunks: Sequence[Mapping[str, Any]], p: CitationParams) -> str | None:
-    """Why a citation is invalid, or None when it is valid."""
-    by_id = chunk_ids(chunks, p.id_keys)
+def resolve_chunk(
+    c: Citation, chunks: Sequence[Mapping[str, Any]], id_keys: Sequence[str]
+) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The chunk a citation points at (matched on ``id_keys``), or None and why not."""
+    by_id = chunk_ids(chunks, id_keys)
     chunk: Mapping[str, Any] | None = None
     if c.kind is None:
         chunk = by_id.get(match_key(c.ref))
@@ -145,12 +147,40 @@ def check_citation(c: Citation, chunks: Sequence[Mapping[str, Any]], p: Citation
                 meta = _chunk_meta(bare)
                 typed = next((meta[k] for k in ("type", "dataset", "kind") if meta.get(k)), None)
                 if typed is not None and _kindmatch_key(str(typed)) != kind:
-                    return f"id {c.ref!r} is a {typed}, not one of the {c.kind}"
+                    return None, f"id {c.ref!r} is a {typed}, not one of the {c.kind}"
                 chunk = bare
     if chunk is None:
         ids = [str(ch.get("id")) for ch in chunks]
         known = ", ".join(ids[:8]) + (", …" if len(ids) > 8 else "")
-        return f"unknown id {c.ref!r} (the record has {known or 'no chunks'})"
+        return None, f"unknown id {c.ref!r} (the record has {known or 'no chunks'})"
+    return chunk, None
+
+
+def cited_text(c: Citation, chunk: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The text a citation points at in its chunk, or None and why not: the whole chunk text for a bare id;
+    for a span, the slice ``text[start - o : end - o]``, where ``o`` is the chunk's metadata ``start_char``
+    (the span's offsets are then document offsets) or 0 (offsets into the chunk's own text)."""
+    text = str(chunk.get("text", ""))
+    if c.start is None or c.end is None:
+        return text, None
+    if c.start >= c.end:
+        return None, f"span {c.start}-{c.end}: start ≥ end"
+    lo = _chunk_meta(chunk).get("start_char")
+    try:
+        offset = int(lo) if lo is not None else 0
+    except (TypeError, ValueError):
+        return None, f"chunk {c.ref} has a start_char that is not a number: {lo!r}"
+    a, b = c.start - offset, c.end - offset
+    if a < 0 or b > len(text):
+        return None, f"span {c.start}-{c.end} out of bounds: chunk {c.ref} covers {offset}-{offset + len(text)}"
+    return text[a:b], None
+
+
+def check_citation(c: Citation, chunks: Sequence[Mapping[str, Any]], p: CitationParams) -> str | None:
+    """Why a citation is invalid, or None when it is valid."""
+    chunk, why = resolve_chunk(c, chunks, p.id_keys)
+    if chunk is None:
+        return why
     meta = _chunk_meta(chunk)
     if c.section is not None and p.check_sections:
         title = meta.get("section_title") or meta.get("section")
@@ -194,6 +224,14 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
+def strip_citations(text: str, styles: Sequence[str] = ("graphrag", "span", "bracket")) -> str:
+    """The text with every citation of ``styles`` removed (the words a claim says, without its sources)."""
+    for style, pattern in (("graphrag", _GRAPHRAG), ("span", _SPAN), ("bracket", _BRACKET)):
+        if style in styles:
+            text = pattern.sub(" ", text)
+    return text
+
+
 TEXT_KEY = "text"
 """The key of an item's own words: citations there must be written as citations."""
 
@@ -233,20 +271,32 @@ def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerd
         ]
         per_unit = [item_citations(it, p) for it in value]
         unit_name = "item"
+        words = [str(it.get(TEXT_KEY, "")) if isinstance(it, Mapping) else str(it) for it in value]
     else:
         units = split_sentences(" ".join(texts(data.get(p.field))))
         per_unit = [parse_citations(u, p.styles) for u in units]
         unit_name = "sentence"
+        words = units
+    # Density counts the words the units say, without their citation markup (see word_tokens).
+    tokens = sum(len(word_tokens(strip_citations(w, p.styles))) for w in words)
     cites: list[Citation] = []
+    problems: list[str | None] = []
     uncited: list[int] = []
+    evidenced = 0
     for i, found in enumerate(per_unit):
         if not found:
             uncited.append(i)
+        why = [check_citation(c, chunks, p) for c in found]
+        evidenced += any(w is None for w in why)
         cites.extend(found)
-    problems = [check_citation(c, chunks, p) for c in cites]
+        problems.extend(why)
     valid = sum(1 for x in problems if x is None)
-    coverage = (len(units) - len(uncited)) / len(units) if units else None
+    n = len(units)
+    coverage = (n - len(uncited)) / n if units else None
+    evidence_coverage = evidenced / n if units else None
     validity = valid / len(cites) if cites else None
+    per_sentence = len(cites) / n if units else None
+    per_100 = 100.0 * len(cites) / tokens if tokens else None
     items = [
         ItemVerdict(
             item_id=f"citation:{i}",
@@ -256,20 +306,36 @@ def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerd
         )
         for i, (c, why) in enumerate(zip(cites, problems, strict=True), start=1)
     ]
-    cov_text = f"{len(units) - len(uncited)}/{len(units)} {unit_name}s cite" if units else f"no {unit_name}s"
+    cov_text = f"{n - len(uncited)}/{n} {unit_name}s cite" if units else f"no {unit_name}s"
     val_text = f"{valid}/{len(cites)} citations valid" if cites else "no citations found"
+    ev_text = f"{evidenced}/{n} {unit_name}s have a valid citation" if units else f"no {unit_name}s"
     first_bad = next((f"{c.text}: {w}" for c, w in zip(cites, problems, strict=True) if w), None)
+    score: float | None
     if p.score == "validity":
-        score, reason = validity, f"{val_text}; {cov_text}"
+        score, reason, units_n = validity, f"{val_text}; {cov_text}", len(cites)
+    elif p.score == "coverage":
+        score, reason, units_n = coverage, f"{cov_text}; {val_text}", n
+    elif p.score == "evidence_coverage":
+        score, reason, units_n = evidence_coverage, f"{ev_text}; {val_text}", n
+    elif p.score == "density_per_sentence":
+        score, units_n = per_sentence, 1
+        reason = f"{len(cites)} citations in {n} {unit_name}s" if units else f"no {unit_name}s"
     else:
-        score, reason = coverage, f"{cov_text}; {val_text}"
+        score, units_n = per_100, 1
+        reason = f"{len(cites)} citations in {tokens} word tokens" if tokens else "no word tokens"
     if first_bad:
         reason += f" (first invalid: {short(first_bad, 120)})"
     outputs: dict[str, Any] = {
         "coverage": coverage,
         "validity": validity,
-        "units": len(units),
-        "cited_units": len(units) - len(uncited),
+        "evidence_coverage": evidence_coverage,
+        "density_per_sentence": per_sentence,
+        "density_per_100_tokens": per_100,
+        "units": units_of(score, units_n),
+        "segments": n,
+        "cited_segments": n - len(uncited),
+        "evidenced_segments": evidenced,
+        "tokens": tokens,
         "citations": len(cites),
         "valid_citations": valid,
         "uncited": [short(units[i]) for i in uncited[:20]],
@@ -310,7 +376,7 @@ def orphan_claims(p: OrphanParams, data: Mapping[str, Any]) -> tuple[list[ItemVe
         )
     rate = orphans / len(value) if value else None
     reason = f"{orphans}/{len(value)} claims have no source" if value else "no claims"
-    outputs = {"claims": len(value), "orphans": orphans, "orphan_rate": rate}
+    outputs = {"claims": len(value), "orphans": orphans, "orphan_rate": rate, "units": units_of(rate, len(value))}
     return [record_verdict(rate, reason), *items], outputs
 
 

@@ -4,6 +4,7 @@ verdict, and reading a field as texts."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict
@@ -21,11 +22,29 @@ class ComputeError(Exception):
         self.kind = kind
 
 
-def record_verdict(score: float | None, reason: str) -> ItemVerdict:
+def record_verdict(score: float | None, reason: str, label: str | None = None) -> ItemVerdict:
     """The record-level verdict (a NaN score is no score)."""
     return ItemVerdict(
-        item_id=RECORD_ITEM, score=None if score is None or math.isnan(score) else float(score), reason=reason
+        item_id=RECORD_ITEM,
+        score=None if score is None or math.isnan(score) else float(score),
+        label=label,
+        reason=reason,
     )
+
+
+def units_of(score: float | None, n: int) -> int:
+    """``outputs["units"]``: how many items the record score is a mean or share over (``n``), 0 without a
+    score. A dataset's micro average pools records by it: sum(score x units) / sum(units)."""
+    return 0 if score is None or math.isnan(score) else n
+
+
+_WORD = re.compile(r"\w+")
+
+
+def word_tokens(text: str) -> list[str]:
+    """The word tokens computed metrics count and compare: lower-cased runs of Unicode word characters
+    (regex ``\\w+``: letters, digits, underscore), nothing removed (stop words are kept)."""
+    return _WORD.findall(text.lower())
 
 
 def texts(value: Any) -> list[str]:

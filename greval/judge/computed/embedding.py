@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from greval.judge.computed.common import ComputeError, record_verdict, texts
+from greval.judge.computed.common import ComputeError, record_verdict, texts, units_of
 from greval.spec.computed import EmbeddingParams
 from greval.types import ErrorKind, ItemVerdict
 
@@ -60,6 +60,21 @@ def cosine_similarities(left: str, rights: Sequence[str], name: str = "all-MiniL
     return [float(x) for x in sims]
 
 
+def paired_cosines(lefts: Sequence[str], rights: Sequence[str], name: str = "all-MiniLM-L6-v2") -> list[float]:
+    """Cosine similarity of ``lefts[i]`` with ``rights[i]`` for every i, all texts encoded in one batch."""
+    from sentence_transformers import util
+
+    if len(lefts) != len(rights):
+        raise ValueError("paired_cosines needs as many left as right texts")
+    if not lefts:
+        return []
+    model = embedding_model(name)
+    with _ENCODE_LOCK:
+        emb = model.encode([*lefts, *rights], convert_to_tensor=True, show_progress_bar=False)
+    n = len(lefts)
+    return [float(x) for x in util.pairwise_cos_sim(emb[:n], emb[n:])]
+
+
 def embedding_similarity(p: EmbeddingParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
     """Cosine similarity of two fields (max over the second when it holds several texts)."""
     left = " ".join(texts(data.get(p.left)))
@@ -71,5 +86,5 @@ def embedding_similarity(p: EmbeddingParams, data: Mapping[str, Any]) -> tuple[l
     reason = f"cosine similarity {sims[best]:.3f} of {p.left} and {p.right} ({p.model})"
     if len(sims) > 1:
         reason += f"; best of {len(sims)} texts (#{best + 1})"
-    outputs = {"cosine": sims[best], "similarities": sims, "model": p.model}
+    outputs = {"cosine": sims[best], "similarities": sims, "model": p.model, "units": units_of(sims[best], 1)}
     return [record_verdict(sims[best], reason)], outputs

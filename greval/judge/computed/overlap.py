@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from greval.judge.computed.common import ComputeError, record_verdict, texts
+from greval.judge.computed.common import ComputeError, record_verdict, texts, units_of
 from greval.spec.computed import BleuParams, RougeParams
 from greval.types import ItemVerdict
 
@@ -45,6 +45,7 @@ def rouge(p: RougeParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], d
     reason = f"{main} F-measure {outputs[main]:.3f}" + (f" ({others})" if others else "")
     if len(refs) > 1:
         reason += f"; best of {len(refs)} references"
+    outputs["units"] = units_of(outputs[main], 1)  # one score per record: it averages nothing
     return [record_verdict(outputs[main], reason)], outputs
 
 
@@ -57,6 +58,7 @@ def bleu(p: BleuParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dic
         "weights": list(p.weights),
         "prediction_tokens": len(hyp),
         "reference_tokens": [len(r) for r in ref_tokens],
+        "units": units_of(score, 1),
     }
     n = len(p.weights)
     reason = f"BLEU-{n} {score:.3f} over {len(hyp)} tokens against {len(refs)} reference(s)"

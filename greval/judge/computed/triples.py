@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from greval.judge.computed.common import ComputeError, record_verdict
+from greval.judge.computed.common import ComputeError, record_verdict, units_of
 from greval.spec.computed import RelationshipTable, TripleParams, match_key
 from greval.types import ItemVerdict
 
@@ -68,5 +68,6 @@ def triple_validity(
         "table_rows": table.rows,
         "table_sha256": table.sha256,
         "missing": [it.reason for it in items if it.label == "invalid"][:20],
+        "units": units_of(share, len(triples)),
     }
     return [record_verdict(share, reason), *items], outputs
