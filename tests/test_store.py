@@ -415,6 +415,16 @@ def test_run_summary_report_load_results_and_export_show_the_same_pooled_score(
     assert m["figures"]["mean_score"] == pytest.approx(micro) and m["score"]["mean"] == pytest.approx(micro)
     assert m["score"]["ci_low"] <= micro <= m["score"]["ci_high"]
     assert f"{micro:.3f}" in rep.output
+    flat = " ".join(rep.output.split())
+    assert (
+        "micro: 16 items pooled" in flat and "micro: 16 items pooled" in (tmp_path / "rep" / "index.html").read_text()
+    )
+    supported = sum(v.count("supported") for v in labels.values())
+    unsupported = sum(v.count("not_supported") for v in labels.values())
+    recall = supported / (supported + unsupported)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    [fact] = [line for line in md.splitlines() if line.startswith("| triple_factscore | 5 | supported:")]
+    assert f"| {micro:.3f} | {recall:.3f} | {2 * micro * recall / (micro + recall):.3f} |" in fact
     frame = load_results(path, level="record")
     from_frame = (frame["score"] * frame["units"]).sum() / frame["units"].sum()
     assert from_frame == pytest.approx(micro)

@@ -12,13 +12,16 @@ from greval.cli.common import console, out
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.store_report import (
     CORRECTED_HEAD,
+    FACT_HEAD,
     STATS_HEAD,
     StoreReport,
     build,
     corrected_rows,
+    fact_rows,
     group_cells,
     group_head,
     label_lines,
+    pooling_text,
     stats_rows,
     system_stats_rows,
     write,
@@ -64,6 +67,10 @@ def print_stats(rep: StoreReport) -> None:
     _table("record scores", ("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)])
     if rep.systems:
         _table(f"record scores by {rep.system_column}", ("metric", "system", *STATS_HEAD), system_stats_rows(rep))
+    facts = fact_rows(rep)
+    if facts:
+        _table("item counts (FActScore*: precision = positive / all, recall = positive / (positive + unsupported))",
+               FACT_HEAD, facts)  # fmt: skip
     corrected = corrected_rows(rep)
     if corrected:
         _table("prevalence-corrected system scores (judge → corrected)", CORRECTED_HEAD, corrected)
@@ -124,7 +131,7 @@ def report_cmd(
     rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column)
     write(rep, out_dir)
     table = Table(title=f"greval report — {store}")
-    for col in ("metric", "judge", "records", "not scored", "mean", "95% CI", "judge–human"):
+    for col in ("metric", "judge", "records", "not scored", "score", "95% CI", "pooling", "judge–human"):
         table.add_column(col)
     for m in rep.metrics:
         k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
@@ -135,6 +142,7 @@ def report_cmd(
             not_scored(m.figures.model_dump()) or "—",
             fmt_number(m.score.mean),
             fmt_ci(m.score),
+            pooling_text(m.figures),
             "—" if not k else f"{fmt_number(k['value'])} (n={k['n']})",
         )
     print_table(table)

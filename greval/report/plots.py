@@ -116,7 +116,7 @@ def system_boxes_figure(metric: str, systems: Sequence[SystemRow]) -> str:
     return img(png(fig), f"{metric} box plot by system")
 
 
-def draw_system_means(ax: Axes, rep: StoreReport, title: str = "mean score by system (95% CI)") -> None:
+def draw_system_means(ax: Axes, rep: StoreReport, title: str = "dataset score by system (95% CI)") -> None:
     """Grouped bars: each metric's mean record score per system, with its bootstrap CI."""
     if not rep.systems:
         _empty(ax, title, "no systems: the records have no system column")
@@ -137,7 +137,7 @@ def draw_system_means(ax: Axes, rep: StoreReport, title: str = "mean score by sy
             hi.append((row.score.ci_high if row.score.ci_high is not None else m) - m)
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=system)
     ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(metrics))], metrics, rotation=20, ha="right")
-    ax.set_ylabel("mean score (95% CI)", fontsize=9)
+    ax.set_ylabel("dataset score (95% CI)", fontsize=9)
     ax.set_title(title, fontsize=10)
     ax.legend(title=rep.system_column, fontsize=7, title_fontsize=8)
 
@@ -166,8 +166,8 @@ def group_heatmap(table: GroupTable) -> str:
     for c in table.cells:
         i, j = table.systems.index(c.system), table.groups.index(c.group)
         ns[i, j] = c.stats.n
-        if c.stats.mean.mean is not None:
-            grid[i, j] = c.stats.mean.mean
+        if c.score.mean is not None:
+            grid[i, j] = c.score.mean
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(table.groups) + 2.5), max(2.2, 0.6 * len(table.systems) + 1.4)))
     finite = grid[~np.isnan(grid)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
@@ -182,15 +182,15 @@ def group_heatmap(table: GroupTable) -> str:
     ax.set_xticks(range(len(table.groups)), table.groups, rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(table.systems)), table.systems, fontsize=8)
     ax.set_xlabel(table.column, fontsize=9)
-    ax.set_title(f"{table.metric}: mean score by system × {table.column}", fontsize=10)
+    ax.set_title(f"{table.metric}: dataset score by system × {table.column}", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
     return img(png(fig), f"{table.metric} heatmap by system and {table.column}")
 
 
 #: The overview's six panels, in order (left to right, top to bottom); docs/report.md explains each.
 PANELS = (
-    "mean score per metric (95% CI)",
-    "mean score by system (95% CI)",
+    "dataset score per metric (95% CI)",
+    "dataset score by system (95% CI)",
     "record scores per metric",
     "outcomes per metric",
     "label distribution (judge metrics)",
@@ -218,8 +218,8 @@ def overview_figure(rep: StoreReport) -> str:
 
 
 def _panel_means(ax: Axes, rep: StoreReport) -> None:
-    cis = [m.stats.mean for m in rep.metrics if m.stats is not None and m.stats.mean.mean is not None]
-    rows = [m for m in rep.metrics if m.stats is not None and m.stats.mean.mean is not None]
+    rows = [m for m in rep.metrics if m.score.mean is not None]
+    cis = [m.score for m in rows]
     if not rows:
         _empty(ax, PANELS[0], "no metric has a score")
         return
@@ -232,7 +232,7 @@ def _panel_means(ax: Axes, rep: StoreReport) -> None:
         ax.text(mu + up, y, f"  {mu:.3f}", va="center", ha="left", fontsize=8)
     ax.set_yticks(ys, [m.metric for m in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("mean record score", fontsize=9)
+    ax.set_xlabel("dataset score (the metric's aggregate)", fontsize=9)
     ax.set_title(PANELS[0], fontsize=10)
 
 

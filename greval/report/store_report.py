@@ -143,6 +143,7 @@ class GroupCell(BaseModel):
 
     system: str
     group: str
+    score: MeanCI = Field(description="The cell's dataset score (the metric's aggregate) with its CI.")
     stats: ScoreStats
     efficiency: dict[str, float] = Field(default_factory=dict)
 
@@ -273,9 +274,11 @@ def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamp
     resample's score is Σ score·units / Σ units (a ratio estimator; the record is the sampling unit, since a
     record's items are judged together). Macro: :func:`mean_ci` of the record scores."""
     score, _, n, units = dataset_score(rows, pooling)
-    if pooling != "micro":  # the mean itself from dataset_score, so that it is the same float everywhere
-        return mean_ci(_scores(rows), seed, resamples).model_copy(update={"mean": score})
     used = [r for r in rows if r["status"] in ("ok", "partial") and r["score"] is not None and r["units"] > 0]
+    if pooling != "micro" or all(r["units"] == 1 for r in _scored(rows)):
+        # macro, or one unit per record (micro = macro): the mean itself from dataset_score, so that it is the
+        # same float everywhere
+        return mean_ci(_scores(rows), seed, resamples).model_copy(update={"mean": score})
     x = np.asarray([float(r["score"]) for r in used])
     w = np.asarray([float(r["units"]) for r in used])
     std = float(np.std(x, ddof=1)) if len(x) > 1 else None
@@ -435,7 +438,13 @@ def group_table(
         systems=sorted({k[0] for k in keys}),
         groups=sorted({k[1] for k in keys}),
         cells=[
-            GroupCell(system=s, group=g, stats=rows_stats(cells[s, g]), efficiency=efficiency(cells[s, g], data))
+            GroupCell(
+                system=s,
+                group=g,
+                score=score_ci(cells[s, g], fig.aggregate),
+                stats=rows_stats(cells[s, g]),
+                efficiency=efficiency(cells[s, g], data),
+            )
             for s, g in keys
         ],
         missing_group=missing_group,
@@ -516,6 +525,10 @@ def corrected_systems(
             )
         )
     return out
+
+
+def _scored(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["status"] in ("ok", "partial") and r["score"] is not None]
 
 
 def _scores(rows: Sequence[dict[str, Any]]) -> list[float]:
@@ -603,7 +616,21 @@ th{background:#f3f3f3}img{max-width:100%;height:auto}td:first-child,th:first-chi
 
 
 #: The columns of a stats table, after its label columns (HTML, Markdown and the terminal).
-STATS_HEAD = ("n", "mean", "95% CI", "median", "std", "min", "p5", "p25", "p75", "p95", "max", "failed", "skipped")
+STATS_HEAD = (
+    "n",
+    "record mean",
+    "95% CI",
+    "median",
+    "std",
+    "min",
+    "p5",
+    "p25",
+    "p75",
+    "p95",
+    "max",
+    "failed",
+    "skipped",
+)
 
 
 def stats_cells(s: ScoreStats) -> list[str]:
@@ -626,7 +653,7 @@ def stats_cells(s: ScoreStats) -> list[str]:
 def group_head(table: GroupTable) -> list[str]:
     """The columns of a system × group table."""
     eff = sorted({k for c in table.cells for k in c.efficiency})
-    return ["system", table.column, "n", "mean", "95% CI", "failed", "skipped", *eff]
+    return ["system", table.column, "n", "score", "95% CI", "failed", "skipped", *eff]
 
 
 def group_cells(table: GroupTable) -> list[list[str]]:
@@ -635,8 +662,9 @@ def group_cells(table: GroupTable) -> list[list[str]]:
     out = []
     for c in table.cells:
         st = stats_cells(c.stats)
+        score = [fmt_number(c.score.mean), fmt_ci(c.score)]
         out.append(
-            [c.system, c.group, st[0], st[1], st[2], st[-2], st[-1]] + [fmt_number(c.efficiency.get(k), 2) for k in eff]
+            [c.system, c.group, st[0], *score, st[-2], st[-1]] + [fmt_number(c.efficiency.get(k), 2) for k in eff]
         )
     return out
 
@@ -677,6 +705,36 @@ CORRECTED_HEAD = (
 )
 
 
+def pooling_text(fig: MetricFigures) -> str:
+    """How a metric's dataset score pools its records, in a few words ("—" for a record-level metric)."""
+    if fig.aggregate == "macro":
+        return f"macro: mean of {fig.scored} records"
+    if fig.scored and fig.units != fig.scored:
+        return f"micro: {fig.units:g} items pooled"
+    return "—"
+
+
+#: The columns of the FActScore* table (per-item metrics with `target.unsupported`).
+FACT_HEAD = ("metric", "records", "label counts", "precision", "recall", "F1", "macro P / R / F1")
+
+
+def fact_rows(rep: StoreReport) -> list[list[str]]:
+    """One row per metric with FActScore*-style counts: pooled label counts, pooled P / R / F1 (micro) and
+    the means of the records' own (macro)."""
+    out = []
+    for m in rep.metrics:
+        fc = m.figures.fact_counts
+        if fc is None:
+            continue
+        p = fc.pooled
+        macro = " / ".join(fmt_number(x) for x in (fc.macro_precision, fc.macro_recall, fc.macro_f1))
+        counts = ", ".join(f"{k}: {v}" for k, v in p.labels.items())
+        out.append(
+            [m.metric, str(fc.records), counts, fmt_number(p.precision), fmt_number(p.recall), fmt_number(p.f1), macro]
+        )
+    return out
+
+
 def _html_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
@@ -713,14 +771,22 @@ def render_index(rep: StoreReport) -> str:
         rows.append(
             f"<tr><td>{html.escape(m.metric)}</td><td>{html.escape(m.kind)}</td>"
             f"<td>{html.escape(m.judge)}</td><td>{m.records}</td><td>{not_scored(m.figures.model_dump())}</td>"
-            f"<td>{fmt_number(m.score.mean)}</td><td>{fmt_ci(m.score)}</td><td>{dist}</td><td>{agree}</td></tr>"
+            f"<td>{fmt_number(m.score.mean)}</td><td>{fmt_ci(m.score)}</td>"
+            f"<td>{html.escape(pooling_text(m.figures))}</td><td>{dist}</td><td>{agree}</td></tr>"
         )
     parts = [
         f"<h1>greval report</h1><p class=note>store {html.escape(rep.store)}</p>",
         "<h2>Metrics</h2><table><tr><th>metric</th><th>kind</th><th>judge</th><th>records</th><th>not scored</th>"
-        "<th>mean score</th><th>95% CI</th><th>distribution</th><th>judge–human κ / ρ</th></tr>"
+        "<th>dataset score</th><th>95% CI</th><th>pooling</th><th>distribution</th><th>judge–human κ / ρ</th></tr>"
         + "".join(rows)
-        + "</table>",
+        + "</table>"
+        + (
+            "<h3>Item counts (FActScore*)</h3><p class=note>precision = positive / all items, recall = positive / "
+            "(positive + unsupported), F1 their harmonic mean; pooled over every record's items, and (macro) the "
+            "mean of the records' own.</p>" + _html_table(FACT_HEAD, fact_rows(rep))
+            if fact_rows(rep)
+            else ""
+        ),
         "<h2 id=overview>Overview</h2>" + plots.overview_figure(rep),
         "<h2 id=stats>Record scores per metric</h2>"
         + _html_table(("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)]),
@@ -750,7 +816,7 @@ def render_index(rep: StoreReport) -> str:
         parts.append(
             f"<h2>Systems by {html.escape(rep.system_column or '')}</h2>"
             + plots.system_chart(rep)
-            + "<table><tr><th>metric</th><th>system</th><th>n</th><th>mean</th><th>std</th><th>95% CI</th>"
+            + "<table><tr><th>metric</th><th>system</th><th>n</th><th>score</th><th>std</th><th>95% CI</th>"
             f"<th>failure rate</th>{head}</tr>"
             + "".join(srows)
             + "</table>"
@@ -770,7 +836,8 @@ def render_index(rep: StoreReport) -> str:
         parts.append(f"<h3>{html.escape(m.metric)}</h3>" + plots.distribution_figure(m) + boxes)
     parts.append("".join(f"<p class=note>{html.escape(n)}</p>" for n in rep.notes()))
     parts.append(
-        "<p class=note>CIs: percentile bootstrap of the mean (scipy), 2000 resamples, seed 0. Percentiles: "
+        "<p class=note>CIs: percentile bootstrap over records (scipy), 2000 resamples, seed 0; a pooled (micro) "
+        "score resamples records with their items. Percentiles: "
         "numpy's linear interpolation; std: sample (ddof 1); failed / skipped: shares of the records.</p>"
     )
     return f"<!doctype html><meta charset=utf-8><title>greval report</title><style>{_CSS}</style>" + "".join(parts)
@@ -783,14 +850,17 @@ def render_markdown(rep: StoreReport, overview: str | None = None) -> str:
         "",
         f"store `{rep.store}`",
         "",
-        "| metric | judge | records | not scored | mean | 95% CI |",
-        "|---|---|---|---|---|---|",
+        "| metric | judge | records | not scored | dataset score | 95% CI | pooling |",
+        "|---|---|---|---|---|---|---|",
     ]
     for m in rep.metrics:
         lines.append(
             f"| {m.metric} | {m.judge} | {m.records} | {not_scored(m.figures.model_dump()) or '—'} | "
-            f"{fmt_number(m.score.mean)} | {fmt_ci(m.score)} |"
+            f"{fmt_number(m.score.mean)} | {fmt_ci(m.score)} | {pooling_text(m.figures)} |"
         )
+    facts = fact_rows(rep)
+    if facts:
+        lines += ["", "### Item counts (FActScore*)", "", *_md_table(FACT_HEAD, facts)]
     notes = rep.notes()
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -810,7 +880,7 @@ def render_markdown(rep: StoreReport, overview: str | None = None) -> str:
             "",
             f"## Systems by {rep.system_column}",
             "",
-            "| metric | system | n | mean | 95% CI | failure rate |",
+            "| metric | system | n | score | 95% CI | failure rate |",
             "|---|---|---|---|---|---|",
         ]
         for s in rep.systems:
