@@ -495,3 +495,22 @@ def test_records_scored_by_the_empty_rule_add_nothing_to_the_pooled_score_and_ar
         "bias: dataset score 0.875 is pooled over 8 item(s) of 3 record(s) (micro), as the spec's dataset_aggregate "
         "says; the mean of 3 record scores (macro) is 0.500"
     )
+
+
+def test_the_factscore_worked_example_of_docs_computed_md() -> None:
+    """docs/computed.md's two records: A 3 supported / 1 contradicted, B 1 / 1 / 4 not supported."""
+    from greval.store.results import dataset_score, fact_counts, label_counts
+
+    [spec] = resolve_specs(["triple_factscore"])
+    a = label_counts(spec, {"supported": 3, "contradicted": 1})
+    b = label_counts(spec, {"supported": 1, "contradicted": 1, "not_supported": 4})
+    assert (a.precision, a.recall, round(a.f1 or 0, 3)) == (0.75, 1.0, 0.857)
+    assert (round(b.precision or 0, 3), b.recall, round(b.f1 or 0, 3)) == (0.167, 0.2, 0.182)
+    fc = fact_counts(spec, [a, b])
+    p = fc.pooled
+    assert (p.positive, p.total, p.unsupported, p.precision, p.recall) == (4, 10, 4, 0.4, 0.5)
+    assert round(p.f1 or 0, 3) == 0.444
+    assert [round(x or 0, 3) for x in (fc.macro_precision, fc.macro_recall, fc.macro_f1)] == [0.458, 0.6, 0.519]
+    rows = [{"status": "ok", "score": c.precision, "units": c.total} for c in (a, b)]
+    micro, macro, _, _ = dataset_score(rows, "micro")
+    assert (micro, round(macro or 0, 3)) == (0.4, 0.458)
