@@ -7,7 +7,7 @@ Run with the Argilla venv's python (greval does it: ``greval annotate up``)::
 argilla-server reads its settings when it is imported, so everything here happens in a fixed
 order: environment first, then the Redis stand-in (fakeredis), then our search engine, then
 the database migrations (alembic, called directly: the server's typer CLI breaks on current
-click), then greval's settings cache (``settings_cache.py``; not with ``--stock``), then the owner
+click), then greval's ingest patches (``ingest_patch.py``; not with ``--stock``), then the owner
 user, and finally uvicorn serving the API and the bundled UI.
 """
 
@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--stock",
         action="store_true",
-        help="Serve argilla-server's own record validation, without greval's settings cache (benchmarks).",
+        help="Serve argilla-server's own record ingest, without greval's patches (ingest_patch.py; benchmarks).",
     )
     return parser.parse_args(argv)
 
@@ -224,11 +224,11 @@ def main(argv: list[str] | None = None) -> None:
     _LOGGER.info("migrations done after %.1fs", time.monotonic() - started)
 
     if args.stock:
-        _LOGGER.info("settings cache not applied: --stock")
+        _LOGGER.info("ingest patches not applied: --stock")
     else:
-        import settings_cache
+        import ingest_patch
 
-        settings_cache.apply()
+        ingest_patch.apply()
 
     creds = load_credentials(data_dir)
     created = asyncio.run(ensure_owner(creds))

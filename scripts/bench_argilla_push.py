@@ -1,8 +1,8 @@
 """Benchmark: greval's push / pull against a plain ``dataset.records.log`` of the same records.
 
 Builds a store with N synthetic record-level verdicts (no model calls) and starts two argilla-server 2.8.0
-processes at once: greval's embedded server as `greval annotate up` runs it (with greval's settings cache,
-annotation/settings_cache.py) and the same server with ``--stock`` (argilla-server's own validation). Each
+processes at once: greval's embedded server as `greval annotate up` runs it (with greval's ingest patches,
+annotation/ingest_patch.py) and the same server with ``--stock`` (argilla-server's own validation). Each
 paired round times greval's push to the first and a plain SDK ``records.log`` of the same records to the
 second (order alternating); then one update round; then an annotator answers every record and greval pulls
 them. Prints records/s side by side and the median ratio.
@@ -143,7 +143,7 @@ def main() -> None:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="greval-bench-"))
         store_path = Path(tmp) / "store.sqlite"
         spec, cfg, _ = build_store(store_path, args.n)
-        # Two servers at once: greval's embedded server as `greval annotate up` starts it (settings cache on),
+        # Two servers at once: greval's embedded server as `greval annotate up` starts it (ingest patches on),
         # and the same argilla-server 2.8.0 started with --stock (argilla-server's own record validation).
         info = stack.enter_context(server.running_server(data=Path(tmp) / "argilla"))
         stock = stack.enter_context(server.running_server(data=Path(tmp) / "argilla-stock", stock=True))
@@ -240,7 +240,7 @@ def main() -> None:
         f"{args.n} records with suggestions, batch size {args.batch_size} (greval) / SDK default; "
         f"{len(ds.METADATA)} metadata properties + {len(ds.EXTRA_METADATA)} extra metadata values per record"
     )
-    print("  greval: greval's push to the embedded server (settings cache on)")
+    print("  greval: greval's push to the embedded server (ingest patches on)")
     print("  SDK:    dataset.records.log of the same records to the stock server, same dataset settings")
     print(f"  SDK-all: the same, all {len(ds.METADATA) + len(ds.EXTRA_METADATA)} values declared as properties")
     print(f"{'phase':<8} {'greval rec/s':>12} {'SDK rec/s':>10} {'ratio':>6} {'SDK-all rec/s':>14} {'ratio':>6}")

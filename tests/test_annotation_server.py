@@ -544,11 +544,11 @@ def test_data_dir_is_private_also_for_an_older_store(tmp_path: Path) -> None:
 
 
 def _settings_cache_module() -> Any:
-    """annotation/settings_cache.py, loaded from its file (it runs in the server's venv, not importable here)."""
+    """annotation/ingest_patch.py, loaded from its file (it runs in the server's venv, not importable here)."""
     import importlib.util
 
-    path = server.serve_script().parent / "settings_cache.py"
-    spec = importlib.util.spec_from_file_location(f"greval_test_settings_cache_{time.monotonic_ns()}", path)
+    path = server.serve_script().parent / "ingest_patch.py"
+    spec = importlib.util.spec_from_file_location(f"greval_test_ingest_patch_{time.monotonic_ns()}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -633,12 +633,12 @@ def test_settings_cache_is_not_applied_to_another_server_version(
     caplog.set_level(logging.INFO, logger="greval.serve")
     records = caplog.records
     cache_module = _settings_cache_module()
-    assert cache_module.apply() is False
+    assert cache_module.apply_settings_cache() is False
     assert "argilla-server 2.9.0 (written for 2.8.0)" in records[-1].getMessage()
     assert Question.__dict__["parsed_settings"] is Stock.__dict__["parsed_settings"] and built == []
 
     monkeypatch.setitem(sys.modules, "argilla_server._version", types.SimpleNamespace(__version__="2.8.0"))
-    assert cache_module.apply() is True
+    assert cache_module.apply_settings_cache() is True
     assert "settings cache applied" in records[-1].getMessage()
     q = Question({"type": "label_selection", "options": [{"value": "yes"}]})
     assert q.parsed_settings == ("QS", q.settings) and q.parsed_settings is q.parsed_settings
@@ -646,7 +646,7 @@ def test_settings_cache_is_not_applied_to_another_server_version(
     assert m.parsed_settings == ("MS", {"type": "float"})
     assert built == ["QS", "MS"]  # one adapter per settings type, not one per access
     # A class whose parsed_settings is no longer 2.8.0's (patched twice, or changed) is left alone.
-    assert cache_module.apply() is False
+    assert cache_module.apply_settings_cache() is False
     assert "parsed_settings is not argilla-server 2.8.0's" in records[-1].getMessage()
 
 
@@ -656,6 +656,7 @@ def test_embedded_server_applies_the_settings_cache_and_still_validates(env: Env
     changed question is validated with its new settings."""
     log = (env.info.data_dir / server.LOG_FILE).read_text()
     assert "settings cache applied (argilla-server 2.8.0)" in log
+    assert "webhook skip applied (argilla-server 2.8.0)" in log
     client = _client(env.info)
     settings = rg.Settings(
         fields=[rg.TextField(name="text", client=client)],
@@ -690,3 +691,81 @@ def test_embedded_server_applies_the_settings_cache_and_still_validates(env: Env
         assert resp.status_code == 200, resp.text
         assert upsert({"score": 0.7}, "no").status_code == 200
         assert upsert({"score": 0.7}, "Yes!").status_code == 422
+
+
+def test_webhook_check_asks_once_per_session_within_its_ttl() -> None:
+    import asyncio
+
+    asked: list[object] = []
+    hooks: list[str] = []
+
+    async def ask(db: object) -> list[str]:
+        asked.append(db)
+        return list(hooks)
+
+    check = _settings_cache_module().WebhookCheck(ask, ttl=60.0)
+
+    class Session:
+        pass
+
+    one, two = Session(), Session()
+
+    async def scenario() -> list[bool]:
+        out = [await check.any_enabled(one), await check.any_enabled(one)]
+        hooks.append("on")
+        out += [await check.any_enabled(one), await check.any_enabled(two)]
+        check.ttl = 0.0
+        out.append(await check.any_enabled(one))
+        return out
+
+    assert asyncio.run(scenario()) == [False, False, False, True, True]
+    assert asked == [one, two, one]
+
+
+def test_records_still_reach_an_enabled_webhook(env: Env) -> None:
+    """With the webhook skip applied, a webhook that is enabled still gets every record event of a bulk upsert."""
+    import http.server
+    import json
+    import threading
+
+    got: list[dict[str, Any]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    client = _client(env.info)
+    settings = rg.Settings(
+        fields=[rg.TextField(name="text", client=client)],
+        questions=[rg.LabelQuestion(name="label", labels=["yes", "no"], client=client)],
+    )
+    dataset = rg.Dataset(name="webhook-check", settings=settings, workspace=env.info.workspace, client=client).create()
+    did = str(dataset.id)
+    with _http(env.info) as http_client:
+        items = [{"external_id": f"w{i}", "fields": {"text": f"t{i}"}} for i in range(3)]
+        resp = http_client.put(f"/api/v1/datasets/{did}/records/bulk", json={"items": items})
+        assert resp.status_code == 200, resp.text  # no webhook yet: nothing is sent
+        hook = http_client.post(
+            "/api/v1/webhooks",
+            json={"url": f"http://127.0.0.1:{httpd.server_address[1]}/hook", "events": ["record.created"]},
+        )
+        assert hook.status_code == 201, hook.text
+        try:
+            more = [{"external_id": f"w{i}", "fields": {"text": f"t{i}"}} for i in range(3, 6)]
+            resp = http_client.put(f"/api/v1/datasets/{did}/records/bulk", json={"items": more})
+            assert resp.status_code == 200, resp.text
+            deadline = time.monotonic() + 30
+            while len(got) < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            http_client.delete(f"/api/v1/webhooks/{hook.json()['id']}")
+            httpd.shutdown()
+    assert sorted(e["data"]["external_id"] for e in got) == ["w3", "w4", "w5"]
+    assert {e["type"] for e in got} == {"record.created"}

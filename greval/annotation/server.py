@@ -481,8 +481,8 @@ def start(
 ) -> ServerInfo:
     """Start the server in the background (venv created first if missing) and wait until it is healthy.
 
-    ``stock``: serve without greval's settings cache (``annotation/settings_cache.py``), as argilla-server
-    validates records itself; benchmarks compare the two. A reused server keeps the mode it was started in.
+    ``stock``: serve without greval's ingest patches (``annotation/ingest_patch.py``: parsed settings cached, no
+    webhook events built when no webhook is enabled), as argilla-server ships; benchmarks compare the two. A reused server keeps the mode it was started in.
 
     If a server already runs for ``data`` it is reused (``reused=True``); if it is still starting,
     this waits for it. Concurrent calls for one data directory are serialized by a lock file in it:

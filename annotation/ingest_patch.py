@@ -1,9 +1,10 @@
-"""Cache parsed question / metadata-property settings in argilla-server 2.8.0 (greval's embedded server only).
+"""Two patches to argilla-server 2.8.0's record ingest, applied only by greval's embedded server (``serve.py``).
 
-Why: argilla-server validates every record of a bulk upsert against its dataset's settings, and each
-``MetadataProperty.parsed_settings`` / ``Question.parsed_settings`` access builds a new pydantic
-``TypeAdapter`` of a discriminated union (a core schema built from scratch) and validates the stored JSON
-again: per record, per metadata property, per suggestion. That was about half the server's CPU on a push.
+1. Parsed settings are cached. Why: argilla-server validates every record of a bulk upsert against its
+dataset's settings, and each ``MetadataProperty.parsed_settings`` / ``Question.parsed_settings`` access
+builds a new pydantic ``TypeAdapter`` of a discriminated union (a core schema built from scratch) and
+validates the stored JSON again: per record, per metadata property, per suggestion. With 12 metadata
+properties that was about half the server's CPU on a push.
 
 What: both properties are replaced by one that keeps the parsed settings in a small LRU cache keyed by the
 row's class, id, dataset id and the *content* of its settings (canonical JSON). A dataset whose settings
@@ -12,9 +13,15 @@ the new content is a new key. Missing entries are parsed with one ``TypeAdapter`
 once. The parsed objects are read, never mutated, by the callers in 2.8.0 (record metadata checks,
 suggestion and response validators, the question-update validator).
 
-Safety: :func:`apply` patches only argilla-server :data:`WRITTEN_FOR`, and only if both properties still
-look like the ones this was written for; otherwise it changes nothing and says why in one log line. It is
-called by ``serve.py`` (the process greval starts), never on import.
+2. Webhook events are built only when a webhook is enabled. Why: after a bulk upsert argilla-server builds
+a webhook event for every record — it reloads the record's dataset with five relationships (six queries)
+and serialises the record — and only then asks whether any webhook is enabled (one more query), to do
+nothing when none is. That was about a third of the server's time on a push. Now the bulk paths ask first,
+at most once a second per database session; with a webhook enabled every event is built and sent as before.
+
+Safety: :func:`apply` patches only argilla-server :data:`WRITTEN_FOR`, and each patch only if what it
+replaces still looks like what it was written for; otherwise that patch changes nothing and one log line says
+why. It is called by ``serve.py`` (the process greval starts; not with ``--stock``), never on import.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+import weakref
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 WRITTEN_FOR = "2.8.0"
@@ -72,7 +82,25 @@ def _looks_stock(cls: type) -> bool:
     return isinstance(prop, property) and code is not None and {"TypeAdapter", "settings"} <= set(code.co_names)
 
 
-def apply() -> bool:
+def apply() -> list[str]:
+    """Apply every patch that fits this argilla-server; returns the names of those applied."""
+    done = []
+    if apply_settings_cache():
+        done.append("settings cache")
+    if apply_webhook_skip():
+        done.append("webhook skip")
+    return done
+
+
+def _version() -> str | None:
+    try:
+        from argilla_server._version import __version__
+    except ImportError:
+        return None
+    return str(__version__)
+
+
+def apply_settings_cache() -> bool:
     """Patch argilla-server's two ``parsed_settings`` properties; False (and a log line) if it does not fit."""
     try:
         from argilla_server._version import __version__
@@ -109,4 +137,50 @@ def apply() -> bool:
     _LOGGER.info(
         "settings cache applied (argilla-server %s): parsed question / metadata settings are reused", __version__
     )
+    return True
+
+
+class WebhookCheck:
+    """Whether any webhook is enabled, asked of the database at most once per ``ttl`` seconds per session."""
+
+    def __init__(self, ask: Callable[[Any], Awaitable[Any]], ttl: float = 1.0) -> None:
+        self.ask = ask
+        self.ttl = ttl
+        self._known: weakref.WeakKeyDictionary[Any, tuple[float, bool]] = weakref.WeakKeyDictionary()
+
+    async def any_enabled(self, db: Any) -> bool:
+        now = time.monotonic()
+        known = self._known.get(db)
+        if known is not None and now - known[0] < self.ttl:
+            return known[1]
+        enabled = len(await self.ask(db)) > 0
+        self._known[db] = (now, enabled)
+        return enabled
+
+
+def apply_webhook_skip() -> bool:
+    """Make the bulk record paths skip building webhook events when no webhook is enabled."""
+    version = _version()
+    if version != WRITTEN_FOR:
+        _LOGGER.warning("webhook skip not applied: argilla-server %s (written for %s)", version, WRITTEN_FOR)
+        return False
+    try:
+        from argilla_server.bulk import records_bulk
+        from argilla_server.contexts.webhooks import list_enabled_webhooks
+        from argilla_server.webhooks.v1.records import notify_record_event
+    except ImportError as exc:
+        _LOGGER.warning("webhook skip not applied: argilla-server's layout is not %s's (%s)", WRITTEN_FOR, exc)
+        return False
+    if getattr(records_bulk, "notify_record_event_v1", None) is not notify_record_event:
+        _LOGGER.warning("webhook skip not applied: records_bulk.notify_record_event_v1 is not %s's", WRITTEN_FOR)
+        return False
+    check = WebhookCheck(list_enabled_webhooks)
+
+    async def notify_if_any_webhook(db: Any, record_event: Any, record: Any) -> list[Any]:
+        if not await check.any_enabled(db):
+            return []
+        return list(await notify_record_event(db, record_event, record))
+
+    records_bulk.notify_record_event_v1 = notify_if_any_webhook
+    _LOGGER.info("webhook skip applied (argilla-server %s): record events are built only for enabled webhooks", version)
     return True
