@@ -20,8 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -425,6 +423,11 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
+    # Imported here: urllib.request brings http.client, email and ssl (~30 ms), which `greval annotate status`
+    # and `down` need only when a server is running.
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{url}/api/v1/status", timeout=timeout) as resp:
             return bool(resp.status == 200)
@@ -481,8 +484,9 @@ def start(
 ) -> ServerInfo:
     """Start the server in the background (venv created first if missing) and wait until it is healthy.
 
-    ``stock``: serve without greval's ingest patches (``annotation/ingest_patch.py``: parsed settings cached, no
-    webhook events built when no webhook is enabled), as argilla-server ships; benchmarks compare the two. A reused server keeps the mode it was started in.
+    ``stock``: serve without greval's ingest patches (``annotation/ingest_patch.py``: parsed settings cached,
+    no webhook events built when no webhook is enabled), as argilla-server ships; benchmarks compare the two.
+    A reused server keeps the mode it was started in.
 
     If a server already runs for ``data`` it is reused (``reused=True``); if it is still starting,
     this waits for it. Concurrent calls for one data directory are serialized by a lock file in it:
