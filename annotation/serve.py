@@ -7,7 +7,8 @@ Run with the Argilla venv's python (greval does it: ``greval annotate up``)::
 argilla-server reads its settings when it is imported, so everything here happens in a fixed
 order: environment first, then the Redis stand-in (fakeredis), then our search engine, then
 the database migrations (alembic, called directly: the server's typer CLI breaks on current
-click), then the owner user, and finally uvicorn serving the API and the bundled UI.
+click), then greval's ingest patches (``ingest_patch.py``; not with ``--stock``), then the owner
+user, and finally uvicorn serving the API and the bundled UI.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=6900)
     parser.add_argument("--log-level", default=os.environ.get("GREVAL_ARGILLA_LOG_LEVEL", "info"))
+    parser.add_argument(
+        "--stock",
+        action="store_true",
+        help="Serve argilla-server's own record ingest, without greval's patches (ingest_patch.py; benchmarks).",
+    )
     return parser.parse_args(argv)
 
 
@@ -216,6 +222,13 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).disabled = False
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     _LOGGER.info("migrations done after %.1fs", time.monotonic() - started)
+
+    if args.stock:
+        _LOGGER.info("ingest patches not applied: --stock")
+    else:
+        import ingest_patch
+
+        ingest_patch.apply()
 
     creds = load_credentials(data_dir)
     created = asyncio.run(ensure_owner(creds))

@@ -1,4 +1,4 @@
-"""Benchmark greval's start-up: CPU seconds of four everyday commands, against ``python -c pass``.
+"""Benchmark greval's start-up: CPU seconds of six everyday commands, against ``python -c pass``.
 
 Each command runs ``--runs`` times (5 by default) as a child process of this interpreter; its CPU time is
 the children's user + system time (``resource.getrusage(RUSAGE_CHILDREN)``) before and after, so the
@@ -9,7 +9,8 @@ the machine's load average before and after.
     python scripts/bench_startup.py [--runs 5]
 
 The store and the agreement table are made in a temporary directory: a two-record store scored by a
-computed metric (no model) and a six-row CSV of judge and human labels.
+computed metric (no model) and a six-row CSV of judge and human labels. ``annotate status`` / ``down`` run on
+an Argilla data directory with no server (what they cost to start and read the pid / state files).
 """
 
 from __future__ import annotations
@@ -28,8 +29,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GREVAL = [sys.executable, "-m", "greval"]
 
-#: Issue 15's targets, in CPU seconds.
-TARGETS = {"greval --help": 0.4, "greval spec validate FILE": 0.8}
+#: Issue 15's targets, in CPU seconds; issue 17's for `annotate status` / `down` ("well under a second").
+TARGETS = {
+    "greval --help": 0.4,
+    "greval spec validate FILE": 0.8,
+    "greval annotate status --data-dir D": 0.5,
+    "greval annotate down --data-dir D": 0.5,
+}
 
 RECORDS = [
     {
@@ -79,11 +85,15 @@ def main() -> None:
         work = Path(tmp)
         store, labels = make_inputs(work)
         spec_file = ROOT / "metric_specs" / "answer_alignment.yaml"
+        argilla = work / "argilla-data"
+        argilla.mkdir()
         commands: dict[str, list[str]] = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "greval --help": [*GREVAL, "--help"],
             "greval spec validate FILE": [*GREVAL, "spec", "validate", str(spec_file)],
             "greval results runs --store S": [*GREVAL, "results", "runs", "--store", str(store)],
+            "greval annotate status --data-dir D": [*GREVAL, "annotate", "status", "--data-dir", str(argilla)],
+            "greval annotate down --data-dir D": [*GREVAL, "annotate", "down", "--data-dir", str(argilla)],
             "greval agreement CSV": [
                 *GREVAL,
                 "agreement",
@@ -105,11 +115,11 @@ def main() -> None:
     base = medians["python -c pass"]
     print(f"python {sys.version.split()[0]} ({sys.executable}); greval run as `{' '.join(GREVAL[1:])}`")
     print(f"median of {args.runs} runs, CPU seconds (user + sys of the child)")
-    print(f"{'command':34} {'CPU s':>7} {'× pass':>7}  target")
+    print(f"{'command':38} {'CPU s':>7} {'× pass':>7}  target")
     for name, value in medians.items():
         target = TARGETS.get(name)
         verdict = "" if target is None else f"≤ {target:.1f} s: {'met' if value <= target else 'NOT met'}"
-        print(f"{name:34} {value:7.3f} {value / base:7.1f}  {verdict}")
+        print(f"{name:38} {value:7.3f} {value / base:7.1f}  {verdict}")
     print("load average (1, 5, 15 min): before " + ", ".join(f"{x:.2f}" for x in load_before), end="")
     print("; after " + ", ".join(f"{x:.2f}" for x in load_after))
 

@@ -862,3 +862,32 @@ def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
 
     bad = _review(env, "status", *base, "--target", "kappa=0.05", ok=False)
     assert bad.exit_code == 2 and "FIGURE±WIDTH" in bad.output and "Traceback" not in bad.output
+
+
+# ------------------------------------------------------------------------ metadata properties (issue 17)
+def test_new_datasets_declare_the_filters_and_older_datasets_keep_every_property(env: Env) -> None:
+    """A new dataset declares only the metadata properties reviewers filter on and keeps the rest as extra
+    metadata (hidden from annotators); a dataset made before, with every value a property and no extra
+    metadata allowed, is still pushed to and pulled from."""
+    spec = env.specs["answer_alignment"]
+    push = ["push", "--store", str(env.store_path), "--spec", spec.name, "--select", "random", "--n", "3"]
+    env.cli(*push, "--dataset", "aa-props")
+    client = env.client()
+    new = client.datasets("aa-props", workspace=env.info.workspace)
+    assert [p.name for p in new.settings.metadata] == [name for name, _, _ in ds.METADATA]
+    assert new.settings.allow_extra_metadata is True
+    meta = dict(next(iter(new.records)).metadata)
+    assert set(meta) >= set(ds.EXTRA_METADATA) and meta["spec_hash"] == spec.hash
+
+    old_settings = ds.build_settings(spec, client)
+    for name in ds.EXTRA_METADATA:
+        kind = rg.FloatMetadataProperty if name == "inclusion_probability" else rg.TermsMetadataProperty
+        old_settings.metadata.add(kind(client=client, name=name, visible_for_annotators=name in {"item_id", "judge"}))
+    old_settings.allow_extra_metadata = False
+    rg.Dataset(name="aa-old", settings=old_settings, workspace=env.info.workspace, client=client).create()
+    env.cli(*push, "--dataset", "aa-old")
+    records = _records(env, "aa-old")
+    assert len(records) == 3
+    assert all(set(dict(r.metadata)) >= set(ds.EXTRA_METADATA) for r in records)
+    pulled = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name, "--dataset", "aa-old")
+    assert "submitted" in pulled.output

@@ -7,6 +7,7 @@ suggestion, submit; then pull and find exactly that answer in ``human_labels``.
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +140,76 @@ def test_label_in_the_browser_then_pull(
         "argilla",
     )
     assert row["record_hash"] == sel[0]["record_hash"] and row["item_id"] == ""
+
+
+def test_metadata_filters_and_progress_with_the_ingest_patches(
+    info: server.ServerInfo, openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded server runs greval's ingest patches (issue 17); in the UI the metadata filters greval
+    declares are offered (and only those: the rest is extra metadata), filtering by ``system`` narrows the
+    records, and submitting an answer moves the progress."""
+    from playwright.sync_api import sync_playwright
+
+    from greval.annotation import dataset as ds
+    from greval.cli import main
+
+    log = (info.data_dir / server.LOG_FILE).read_text()
+    assert "settings cache applied" in log and "webhook skip applied" in log
+    spec = resolve_specs(["answer_alignment"])[0]
+    assert isinstance(spec, Spec)
+    store_path = tmp_path / "store.sqlite"
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    openai_server.reset()
+    with Store(store_path) as st:
+        run([spec], rag_records(6), st, JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url))
+    env = {"ARGILLA_API_URL": info.url, "ARGILLA_API_KEY": info.api_key}
+    args = ["annotate", "push", "--store", str(store_path), "--spec", spec.name, "--dataset", "browser-filters"]
+    pushed = CliRunner().invoke(main, args, env=env)
+    assert pushed.exit_code == 0, pushed.output
+
+    shot = tmp_path / "argilla-filters.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{info.url}/sign-in")
+            page.fill("input[name=Username]", info.username)
+            page.fill("input[name=Password]", info.password)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda url: "sign-in" not in url, timeout=30_000)
+            page.get_by_text("browser-filters", exact=True).first.click()
+            page.wait_for_url("**/annotation-mode**", timeout=30_000)
+            page.get_by_text("1 of 6").wait_for(timeout=30_000)
+            page.get_by_text("Filters", exact=True).first.click()
+            page.get_by_text("Metadata", exact=True).first.click()
+            menu = page.locator(".dropdown__content").first
+            menu.get_by_text("system", exact=True).wait_for(timeout=30_000)
+            offered = {line.strip() for line in menu.inner_text().splitlines() if line.strip()}
+            assert {name for name, _, _ in ds.METADATA} <= offered, offered
+            assert not offered & set(ds.EXTRA_METADATA), offered
+            menu.get_by_text("system", exact=True).click()
+            page.locator(".labels-selector__item", has_text="A").first.locator(".checkbox__container").click()
+            page.get_by_text("1 of 3").wait_for(timeout=30_000)  # rag_records: systems A and B alternate
+            assert "metadata=system.A" in page.url
+            page.locator(".labels-selector__item", has_text="A").first.locator(".checkbox__container").click()
+            page.get_by_text("1 of 6").wait_for(timeout=30_000)
+            page.mouse.click(1000, 900)  # close the menu
+            options = page.locator("input[id^='verdict_']")
+            other = next(options.nth(k) for k in range(options.count()) if not options.nth(k).is_checked())
+            page.locator(f"label[for='{other.get_attribute('id')}']").click()  # not the judge's suggestion
+            page.click("button.button--submit")
+            page.get_by_text("16.67%").wait_for(timeout=30_000)  # 1 of 6 records completed
+            assert re.search(r"Submitted\s*1\b", page.inner_text("body"))
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    keep = Path("/tmp/greval-browser-shots")
+    keep.mkdir(exist_ok=True)
+    shutil.copy(shot, keep / shot.name)
+    pulled = CliRunner().invoke(
+        main,
+        ["annotate", "pull", "--store", str(store_path), "--spec", spec.name, "--dataset", "browser-filters"],
+        env=env,
+    )
+    assert pulled.exit_code == 0, pulled.output
+    assert "1 submitted" in pulled.output

@@ -538,3 +538,234 @@ def test_data_dir_is_private_also_for_an_older_store(tmp_path: Path) -> None:
     finally:
         server.stop(data)
         _kill_all(_serve_pids(data))
+
+
+# --------------------------------------------------------------------------- greval's settings cache (issue 17)
+
+
+def _settings_cache_module() -> Any:
+    """annotation/ingest_patch.py, loaded from its file (it runs in the server's venv, not importable here)."""
+    import importlib.util
+
+    path = server.serve_script().parent / "ingest_patch.py"
+    spec = importlib.util.spec_from_file_location(f"greval_test_ingest_patch_{time.monotonic_ns()}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class _Row:
+    id: str
+    dataset_id: str
+    settings: dict[str, Any]
+
+
+def test_settings_cache_reuses_equal_settings_and_reparses_changed_ones() -> None:
+    cache = _settings_cache_module().SettingsCache(max_entries=3)
+    parsed: list[dict[str, Any]] = []
+
+    def parse(settings: dict[str, Any]) -> dict[str, Any]:
+        parsed.append(settings)
+        return dict(settings)
+
+    row = _Row("p1", "d1", {"type": "terms", "values": ["a", "b"]})
+    first = cache.get("metadata", row, parse)
+    assert cache.get("metadata", row, parse) is first and len(parsed) == 1
+    # The dataset's settings change (an update, or a property deleted and made again): parsed afresh.
+    row.settings["values"] = ["a", "b", "c"]
+    assert cache.get("metadata", row, parse) == {"type": "terms", "values": ["a", "b", "c"]} and len(parsed) == 2
+    # Same content, other dataset / other kind: separate entries; the least recently used is dropped.
+    cache.get("metadata", _Row("p1", "d2", dict(row.settings)), parse)
+    cache.get("question", _Row("p1", "d1", dict(row.settings)), parse)
+    assert len(parsed) == 4 and len(cache) == 3
+    cache.get("metadata", _Row("p1", "d1", {"type": "terms", "values": ["a", "b"]}), parse)
+    assert len(parsed) == 5 and len(cache) == 3
+
+
+def test_settings_cache_is_not_applied_to_another_server_version(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only argilla-server 2.8.0's own properties are replaced; any other version keeps its own, with a log line."""
+    import logging
+    import types
+
+    class Stock:
+        def __init__(self, settings: dict[str, Any]) -> None:
+            self.id, self.dataset_id, self.settings = "q1", "d1", settings
+
+        @property
+        def parsed_settings(self) -> Any:  # as argilla-server 2.8.0's (never called here: only inspected)
+            import pydantic
+
+            return pydantic.TypeAdapter(dict).validate_python(self.settings)
+
+    class Question(Stock):
+        parsed_settings = Stock.__dict__["parsed_settings"]
+
+    class MetadataProperty(Stock):
+        parsed_settings = Stock.__dict__["parsed_settings"]
+
+    built: list[object] = []
+
+    class TypeAdapter:
+        def __init__(self, kind: object) -> None:
+            built.append(kind)
+            self.kind = kind
+
+        def validate_python(self, settings: dict[str, Any]) -> tuple[object, dict[str, Any]]:
+            return self.kind, dict(settings)
+
+    fakes = {
+        "argilla_server": types.ModuleType("argilla_server"),
+        "argilla_server._version": types.SimpleNamespace(__version__="2.9.0"),
+        "argilla_server.api.schemas.v1.questions": types.SimpleNamespace(QuestionSettings="QS"),
+        "argilla_server.models.database": types.SimpleNamespace(MetadataProperty=MetadataProperty, Question=Question),
+        "argilla_server.models.metadata_properties": types.SimpleNamespace(MetadataPropertySettings="MS"),
+        "pydantic": types.SimpleNamespace(TypeAdapter=TypeAdapter),
+    }
+    for name, module in fakes.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    for parent in ("argilla_server.api", "argilla_server.api.schemas", "argilla_server.api.schemas.v1"):
+        monkeypatch.setitem(sys.modules, parent, types.ModuleType(parent))
+    monkeypatch.setitem(sys.modules, "argilla_server.models", types.ModuleType("argilla_server.models"))
+    caplog.set_level(logging.INFO, logger="greval.serve")
+    records = caplog.records
+    cache_module = _settings_cache_module()
+    assert cache_module.apply_settings_cache() is False
+    assert "argilla-server 2.9.0 (written for 2.8.0)" in records[-1].getMessage()
+    assert Question.__dict__["parsed_settings"] is Stock.__dict__["parsed_settings"] and built == []
+
+    monkeypatch.setitem(sys.modules, "argilla_server._version", types.SimpleNamespace(__version__="2.8.0"))
+    assert cache_module.apply_settings_cache() is True
+    assert "settings cache applied" in records[-1].getMessage()
+    q = Question({"type": "label_selection", "options": [{"value": "yes"}]})
+    assert q.parsed_settings == ("QS", q.settings) and q.parsed_settings is q.parsed_settings
+    m = MetadataProperty({"type": "float"})
+    assert m.parsed_settings == ("MS", {"type": "float"})
+    assert built == ["QS", "MS"]  # one adapter per settings type, not one per access
+    # A class whose parsed_settings is no longer 2.8.0's (patched twice, or changed) is left alone.
+    assert cache_module.apply_settings_cache() is False
+    assert "parsed_settings is not argilla-server 2.8.0's" in records[-1].getMessage()
+
+
+def test_embedded_server_applies_the_settings_cache_and_still_validates(env: Env) -> None:
+    """The server greval starts says the cache is on; records are still checked against the dataset's
+    settings (a metadata value of the wrong type and a suggestion outside the labels are refused), and a
+    changed question is validated with its new settings."""
+    log = (env.info.data_dir / server.LOG_FILE).read_text()
+    assert "settings cache applied (argilla-server 2.8.0)" in log
+    assert "webhook skip applied (argilla-server 2.8.0)" in log
+    client = _client(env.info)
+    settings = rg.Settings(
+        fields=[rg.TextField(name="text", client=client)],
+        questions=[rg.LabelQuestion(name="label", labels=["yes", "no"], client=client)],
+        metadata=[rg.FloatMetadataProperty(name="score", client=client)],
+        allow_extra_metadata=False,
+    )
+    dataset = rg.Dataset(name="cache-check", settings=settings, workspace=env.info.workspace, client=client).create()
+    did = str(dataset.id)
+    with _http(env.info) as http:
+        questions = http.get(f"/api/v1/datasets/{did}/questions").json()["items"]
+        qid = questions[0]["id"]
+
+        def upsert(metadata: dict[str, Any], value: str) -> httpx.Response:
+            item = {
+                "external_id": "c1",
+                "fields": {"text": "t"},
+                "metadata": metadata,
+                "suggestions": [{"question_id": qid, "value": value, "type": "model"}],
+            }
+            return http.put(f"/api/v1/datasets/{did}/records/bulk", json={"items": [item]})
+
+        for _ in range(2):  # the second time from the cache
+            assert upsert({"score": 0.5}, "yes").status_code == 200
+            assert upsert({"score": "high"}, "yes").status_code == 422
+            assert upsert({"score": 0.5}, "maybe").status_code == 422
+        # The labels' texts change: the question's settings are new content, parsed again.
+        options = [{"value": "yes", "text": "Yes!"}, {"value": "no", "text": "No!"}]
+        resp = http.patch(
+            f"/api/v1/questions/{qid}", json={"settings": {"type": "label_selection", "options": options}}
+        )
+        assert resp.status_code == 200, resp.text
+        assert upsert({"score": 0.7}, "no").status_code == 200
+        assert upsert({"score": 0.7}, "Yes!").status_code == 422
+
+
+def test_webhook_check_asks_once_per_session_within_its_ttl() -> None:
+    import asyncio
+
+    asked: list[object] = []
+    hooks: list[str] = []
+
+    async def ask(db: object) -> list[str]:
+        asked.append(db)
+        return list(hooks)
+
+    check = _settings_cache_module().WebhookCheck(ask, ttl=60.0)
+
+    class Session:
+        pass
+
+    one, two = Session(), Session()
+
+    async def scenario() -> list[bool]:
+        out = [await check.any_enabled(one), await check.any_enabled(one)]
+        hooks.append("on")
+        out += [await check.any_enabled(one), await check.any_enabled(two)]
+        check.ttl = 0.0
+        out.append(await check.any_enabled(one))
+        return out
+
+    assert asyncio.run(scenario()) == [False, False, False, True, True]
+    assert asked == [one, two, one]
+
+
+def test_records_still_reach_an_enabled_webhook(env: Env) -> None:
+    """With the webhook skip applied, a webhook that is enabled still gets every record event of a bulk upsert."""
+    import http.server
+    import json
+    import threading
+
+    got: list[dict[str, Any]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    client = _client(env.info)
+    settings = rg.Settings(
+        fields=[rg.TextField(name="text", client=client)],
+        questions=[rg.LabelQuestion(name="label", labels=["yes", "no"], client=client)],
+    )
+    dataset = rg.Dataset(name="webhook-check", settings=settings, workspace=env.info.workspace, client=client).create()
+    did = str(dataset.id)
+    with _http(env.info) as http_client:
+        items = [{"external_id": f"w{i}", "fields": {"text": f"t{i}"}} for i in range(3)]
+        resp = http_client.put(f"/api/v1/datasets/{did}/records/bulk", json={"items": items})
+        assert resp.status_code == 200, resp.text  # no webhook yet: nothing is sent
+        hook = http_client.post(
+            "/api/v1/webhooks",
+            json={"url": f"http://127.0.0.1:{httpd.server_address[1]}/hook", "events": ["record.created"]},
+        )
+        assert hook.status_code == 201, hook.text
+        try:
+            more = [{"external_id": f"w{i}", "fields": {"text": f"t{i}"}} for i in range(3, 6)]
+            resp = http_client.put(f"/api/v1/datasets/{did}/records/bulk", json={"items": more})
+            assert resp.status_code == 200, resp.text
+            deadline = time.monotonic() + 30
+            while len(got) < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            http_client.delete(f"/api/v1/webhooks/{hook.json()['id']}")
+            httpd.shutdown()
+    assert sorted(e["data"]["external_id"] for e in got) == ["w3", "w4", "w5"]
+    assert {e["type"] for e in got} == {"record.created"}

@@ -202,3 +202,36 @@ def test_predefined_names_read_without_parsing_match_the_parsed_files() -> None:
 
     parsed = {spec.name: f for f in sorted(metric_specs_dir().glob("*.yaml")) for spec, _ in _load(f)}
     assert bundled_specs() == parsed
+
+
+def test_annotate_status_and_down_are_light(tmp_path: Path) -> None:
+    """`greval annotate status` / `down` only read the data directory's pid and state files, ask the server's
+    health URL and signal its process: no Argilla SDK, no stage, no pydantic (issue 17). A stand-in process
+    named serve.py, running in the data directory as the real server does, makes both take their 'running'
+    path (health check that fails, then SIGTERM)."""
+    data = tmp_path / "argilla-data"
+    data.mkdir()
+    stand_in = tmp_path / "serve.py"
+    stand_in.write_text("import time\ntime.sleep(120)\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, str(stand_in)], cwd=data)
+    try:
+        dead_port = 9  # discard: nothing answers HTTP there
+        (data / "server.pid").write_text(f"{proc.pid}\n", encoding="utf-8")
+        (data / "server.json").write_text(json.dumps({"pid": proc.pid, "url": f"http://127.0.0.1:{dead_port}"}))
+        code, modules, output = _probe(["annotate", "status", "--data-dir", str(data)], tmp_path)
+        assert code == 0, output
+        assert f"starting or unresponsive: http://127.0.0.1:{dead_port} (pid {proc.pid}" in output
+        assert _heavy(modules) == [] and "pydantic" not in modules, modules
+        code, modules, output = _probe(["annotate", "down", "--data-dir", str(data)], tmp_path)
+        assert code == 0, output
+        assert "Argilla stopped." in output
+        assert proc.wait(timeout=30) is not None
+        assert _heavy(modules) == [] and "pydantic" not in modules, modules
+        assert not (data / "server.pid").exists()
+        code, modules, output = _probe(["annotate", "status", "--data-dir", str(data)], tmp_path)
+        assert code == 0 and "stopped (data " in output, output
+        assert _heavy(modules) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -39,20 +39,31 @@ GUIDELINES_MAX = 10000
 AGENT_MAX = 200
 _AGENT_BAD = re.compile(r"[^a-zA-Z0-9\-_:./\s]")
 
-#: Metadata properties: (name, kind, visible to annotators unless --blind hides it).
+#: Metadata properties — the filters reviewers use: (name, kind, visible to annotators unless --blind hides it).
+#: ``record_id`` finds the record someone asks about; ``system`` compares the systems under test;
+#: ``judge_verdict`` / ``judge_confidence`` review one verdict or the doubtful ones first; ``selection`` (owners
+#: and admins only) one stratum of a review design. Every property costs argilla-server a validation per
+#: record on each push, so values nobody filters on are not properties: see :data:`EXTRA_METADATA`.
 METADATA: tuple[tuple[str, str, bool], ...] = (
     ("record_id", "terms", True),
-    ("item_id", "terms", True),
     ("system", "terms", True),
-    ("spec_name", "terms", True),
-    ("spec_hash", "terms", True),
-    ("judge", "terms", True),
-    ("judge_model", "terms", True),
     ("judge_verdict", "terms", False),
     ("judge_confidence", "float", False),
     ("selection", "terms", False),
-    ("inclusion_probability", "float", False),
-    ("record_hash", "terms", False),
+)
+#: Metadata values kept on every record for greval's pull and for owners / admins (``⋮ → View metadata``),
+#: but not declared as properties (the dataset allows extra metadata): constant within a dataset (spec,
+#: judge), or identities nobody filters by (record hash, item id, π). argilla-server neither validates nor
+#: shows them to annotators. Datasets made by earlier greval versions declare them all as properties; a push
+#: to such a dataset fills them the same way.
+EXTRA_METADATA: tuple[str, ...] = (
+    "item_id",
+    "spec_name",
+    "spec_hash",
+    "judge",
+    "judge_model",
+    "inclusion_probability",
+    "record_hash",
 )
 _JUDGE_VISIBLE = {"judge_verdict", "judge_confidence"}
 
@@ -252,7 +263,7 @@ def build_settings(
         questions=questions,
         metadata=metadata,
         distribution=rg.TaskDistribution(min_submitted=annotators_per_record),
-        allow_extra_metadata=False,
+        allow_extra_metadata=True,  # EXTRA_METADATA; argilla-server shows undeclared keys to owners and admins only
     )
 
 
@@ -316,9 +327,10 @@ def record_fields(spec: Spec, ref: VerdictRef, *, blind: bool, known: set[str] |
 
 
 def record_metadata(spec: Spec, ref: VerdictRef, *, known: set[str] | None = None) -> dict[str, Any]:
-    """Filterable metadata: who/what produced the verdict, and how the unit was selected. ``record_id`` is
-    the record's id, or the list of every id when several records have this content (a terms property
-    takes a list)."""
+    """Metadata: who/what produced the verdict, and how the unit was selected. ``record_id`` is the record's
+    id, or the list of every id when several records have this content (a terms property takes a list).
+    ``known``: the dataset's metadata properties; other properties are left out, :data:`EXTRA_METADATA` is
+    always sent (a property in older datasets, extra metadata in newer ones)."""
     system = ref.record.data.get("system")
     ids = ref.ids
     meta: dict[str, Any] = {
@@ -340,7 +352,7 @@ def record_metadata(spec: Spec, ref: VerdictRef, *, known: set[str] | None = Non
     if ref.confidence is not None:
         meta["judge_confidence"] = float(ref.confidence)
     if known is not None:
-        meta = {k: v for k, v in meta.items() if k in known}
+        meta = {k: v for k, v in meta.items() if k in known or k in EXTRA_METADATA}
     return meta
 
 

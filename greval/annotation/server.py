@@ -20,8 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -425,6 +423,11 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
+    # Imported here: urllib.request brings http.client, email and ssl (~30 ms), which `greval annotate status`
+    # and `down` need only when a server is running.
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{url}/api/v1/status", timeout=timeout) as resp:
             return bool(resp.status == 200)
@@ -477,8 +480,13 @@ def start(
     *,
     timeout: float = 180.0,
     on_line: Callable[[str], None] | None = None,
+    stock: bool = False,
 ) -> ServerInfo:
     """Start the server in the background (venv created first if missing) and wait until it is healthy.
+
+    ``stock``: serve without greval's ingest patches (``annotation/ingest_patch.py``: parsed settings cached,
+    no webhook events built when no webhook is enabled), as argilla-server ships; benchmarks compare the two.
+    A reused server keeps the mode it was started in.
 
     If a server already runs for ``data`` it is reused (``reused=True``); if it is still starting,
     this waits for it. Concurrent calls for one data directory are serialized by a lock file in it:
@@ -498,7 +506,7 @@ def start(
             reused = _await_existing(d, current, timeout)
             if reused is not None:
                 return reused
-        return _spawn(d, port, host, timeout, on_line)
+        return _spawn(d, port, host, timeout, on_line, stock=stock)
 
 
 def _await_existing(d: Path, current: ServerStatus, timeout: float) -> ServerInfo | None:
@@ -520,7 +528,9 @@ def _await_existing(d: Path, current: ServerStatus, timeout: float) -> ServerInf
     )
 
 
-def _spawn(d: Path, port: int, host: str, timeout: float, on_line: Callable[[str], None] | None) -> ServerInfo:
+def _spawn(
+    d: Path, port: int, host: str, timeout: float, on_line: Callable[[str], None] | None, *, stock: bool = False
+) -> ServerInfo:
     """Start serve.py and wait until it answers. The caller holds the data directory's lock."""
     if not port_free(host, port):
         raise PortInUseError(
@@ -536,7 +546,17 @@ def _spawn(d: Path, port: int, host: str, timeout: float, on_line: Callable[[str
     log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with os.fdopen(log_fd, "ab") as log_fh:
         proc = subprocess.Popen(
-            [str(python), str(serve_script()), "--data-dir", str(d), "--host", host, "--port", str(port)],
+            [
+                str(python),
+                str(serve_script()),
+                "--data-dir",
+                str(d),
+                "--host",
+                host,
+                "--port",
+                str(port),
+                *(["--stock"] if stock else []),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log_fh,
             stderr=subprocess.STDOUT,
@@ -607,6 +627,7 @@ def running_server(
     host: str = DEFAULT_HOST,
     *,
     keep: bool = False,
+    stock: bool = False,
 ) -> Iterator[ServerInfo]:
     """A server for the duration of a block (tests): free port and a temporary data dir by default.
 
@@ -615,7 +636,7 @@ def running_server(
     with contextlib.ExitStack() as stack:
         if data is None:
             data = stack.enter_context(tempfile.TemporaryDirectory(prefix="greval-argilla-"))
-        info = start(port or free_port(host), data, host)
+        info = start(port or free_port(host), data, host, stock=stock)
         try:
             yield info
         finally:
