@@ -417,7 +417,10 @@ async def _judge_all(
     async def judge_record(rec: Record, pend: dict[str, list[str] | None]) -> None:
         results: dict[str, JudgeResult] = {}
         for level in levels:
-            await asyncio.gather(*(judge_one(rec, s, pend[s.name], results) for s in level))
+            if len(level) == 1:  # no task of its own for a lone metric (a task per call costs CPU at 64 in flight)
+                await judge_one(rec, level[0], pend[level[0].name], results)
+            else:
+                await asyncio.gather(*(judge_one(rec, s, pend[s.name], results) for s in level))
 
     # Enough records in flight to keep every slot busy, never the whole dataset at once.
     workers = max(1, min(len(queue), opts.concurrency * 2))

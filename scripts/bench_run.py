@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import pstats
 import os
+import pstats
 import resource
 import statistics
 import sys
@@ -348,7 +348,7 @@ def main() -> None:
                 bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()]
                 run_sync(baseline_pass(srv, bodies, conc, b_prof))
                 g_layers, b_layers = by_layer(g_prof, n), by_layer(b_prof, n)
-                print(f"{setting:>9} CPU ms per call by layer, one pass each under cProfile (inflated; read the shares):")
+                print(f"{setting:>9} CPU ms per call by layer, one pass each under cProfile (inflated: read shares)")
                 print(f"{'':>12}{'layer':36s} {'greval':>7} {'SDK loop':>9}")
                 for layer, ms in g_layers.items():
                     sdk = b_layers[layer]
