@@ -145,13 +145,12 @@ LAYERS: dict[str, list[tuple[str, str]]] = {
         ("greval/judge/outcome.py", "begin"),
         ("greval/judge/judge.py", "add_token_confidence"),
     ],
-    "store: claim + pending": [("greval/store/store.py", "claim"), ("greval/store/store.py", "pending")],
-    "store: verdict write": [
-        ("greval/store/store.py", "put_result"),
-        ("greval/store/store.py", "put_results"),
-        ("greval/store/store.py", "flush"),
-        ("greval/store/store.py", "result"),
+    "store: queue a verdict": [("greval/store/store.py", "put_result")],
+    "store: group commits (claims, verdicts)": [
+        ("greval/runner.py", "commit"),
+        ("greval/store/store.py", "release_claims"),
     ],
+    "store: reads (pending, result)": [("greval/store/store.py", "pending"), ("greval/store/store.py", "result")],
     "limiter": [
         ("greval/llm/limiter.py", "__aenter__"),
         ("greval/llm/limiter.py", "__aexit__"),
