@@ -128,6 +128,55 @@ async def startup_pass(srv: OpenAIServer, n: int, k: int, conc: int) -> tuple[fl
     return 1000 * (first[0] - t0), 1000 * (end - t0)
 
 
+COLD = """
+import json, sys, time
+from pathlib import Path
+from greval.dataset.records import Record
+from greval.llm.config import JudgeConfig
+from greval.runner import RunOptions, run
+from greval.spec import resolve_specs
+from greval.store.store import Store
+base_url, path, n, k = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+data = [Record.from_mapping({"id": f"cold-{i}", "question": f"Cold question {i}?",
+        "chunks": [f"Passage {j} of {i}: " + "lorem ipsum " * 20 for j in range(k)]}) for i in range(n)]
+first = []
+def hook(event, args):
+    if event == "socket.connect" and not first:
+        first.append(time.perf_counter())
+sys.addaudithook(hook)
+specs = resolve_specs(["chunk_evaluation"])
+cfg = JudgeConfig.parse("openai:bench-model", base_url=base_url, timeout=60)
+with Store(Path(path)) as st:
+    t0 = time.perf_counter()
+    run(specs, data, st, cfg, options=RunOptions(concurrency=64))
+print(json.dumps(1000 * (first[0] - t0)))
+"""
+
+
+def cold_startup(srv: OpenAIServer, n: int, k: int) -> float:
+    """:func:`startup_pass` in a fresh process, as ``greval run`` starts: the judge stack (LangChain, the SDK)
+    is not imported yet when ``arun`` is entered. The first request is the run's first connection."""
+    import json
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "bench.sqlite"
+        specs = resolve_specs(["chunk_evaluation"])
+        cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
+        with Store(path) as st:
+            run_sync(arun(specs, records(n, k, "earlier"), st, cfg, options=RunOptions(concurrency=64)))
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        out = subprocess.run(
+            [sys.executable, "-c", COLD, srv.base_url, str(path), str(n), str(k)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 #: Layer -> its entry points (a file's path ending, a function name): a layer is charged their cumulative
 #: CPU under cProfile. The entry points of one layer never call each other, and no two layers nest.
 LAYERS: dict[str, list[tuple[str, str]]] = {
@@ -297,6 +346,12 @@ def main() -> None:
                 "start-up, store exists, 200 new records, 64 in flight: first model call "
                 f"{statistics.median(f for f, _ in firsts):.1f} ms after entering arun "
                 f"(rounds: {', '.join(f'{f:.1f}' for f, _ in firsts)}; target ≤ 50 ms)"
+            )
+            colds = [cold_startup(srv, 200, args.chunks) for _ in range(3)]
+            print(
+                "start-up in a fresh process (the judge stack imported inside arun, as `greval run` does): first "
+                f"request {statistics.median(colds):.0f} ms after entering arun "
+                f"(rounds: {', '.join(f'{c:.0f}' for c in colds)})"
             )
         for setting in args.settings:
             conc_s, lat_s = setting.split(":")
