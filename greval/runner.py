@@ -1,8 +1,10 @@
-"""Run specs over a dataset: one asyncio path, bounded adaptive concurrency, every verdict stored on arrival.
+"""Run specs over a dataset: one asyncio path, bounded adaptive concurrency, every verdict stored as it arrives.
 
 Work is (record, spec) judgements. For each record, metrics run in dependency levels: the metrics of one
 level concurrently, a ``depends_on`` metric after the ones it reads. Before calling the model the store is
 asked what is still missing, so a finished run costs nothing and a killed one resumes where it stopped.
+Claims and verdicts are committed in groups (:class:`WriteGroup`): one transaction per turn of the event loop,
+a verdict at most a few milliseconds after it arrived; a killed run re-judges only its last group.
 
 Records flow through in chunks (:func:`plan_work`): rows → content hashes → what the store still lacks →
 Records only for the rows with work left. A finished job re-run holds no dataset in memory (only its

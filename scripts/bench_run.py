@@ -403,11 +403,11 @@ def main() -> None:
                 run_sync(baseline_pass(srv, bodies, conc, b_prof))
                 g_layers, b_layers = by_layer(g_prof, n), by_layer(b_prof, n)
                 print(f"{setting:>9} CPU ms per call by layer, one pass each under cProfile (inflated: read shares)")
-                print(f"{'':>12}{'layer':36s} {'greval':>7} {'SDK loop':>9}")
+                print(f"{'':>12}{'layer':40s} {'greval':>7} {'SDK loop':>9}")
                 for layer, ms in g_layers.items():
                     sdk = b_layers[layer]
                     if ms or sdk:
-                        print(f"{'':>12}{layer:36s} {ms:7.3f} {sdk:9.3f}")
+                        print(f"{'':>12}{layer:40s} {ms:7.3f} {sdk:9.3f}")
         if not args.no_layers:
             srv.configure(latency=0.0)
             layers = run_sync(layers_pass(srv, 400, args.chunks, 16, args.rounds))
