@@ -1,10 +1,8 @@
-"""Run specs over a dataset: one asyncio path, bounded adaptive concurrency, every verdict stored as it arrives.
+"""Run specs over a dataset: one asyncio path, bounded adaptive concurrency, every verdict stored on arrival.
 
 Work is (record, spec) judgements. For each record, metrics run in dependency levels: the metrics of one
 level concurrently, a ``depends_on`` metric after the ones it reads. Before calling the model the store is
 asked what is still missing, so a finished run costs nothing and a killed one resumes where it stopped.
-Claims and verdicts are committed in groups (:class:`WriteGroup`): one transaction per turn of the event loop,
-a verdict at most a few milliseconds after it arrived; a killed run re-judges only its last group.
 
 Records flow through in chunks (:func:`plan_work`): rows → content hashes → what the store still lacks →
 Records only for the rows with work left. A finished job re-run holds no dataset in memory (only its
@@ -42,85 +40,11 @@ if TYPE_CHECKING:
 #: How often a run waiting for a judgement another run holds looks again (seconds).
 CLAIM_POLL_S = 0.2
 
-#: Group commit (see :class:`WriteGroup`): a verdict is committed with the next claims (the loop's next turn),
-#: else at most this long after it arrived, or at once when this many are waiting.
-GROUP_DELAY_S = 0.005
-GROUP_MAX = 64
-
 #: Records planned at a time: the store is asked about one chunk's hashes at once (see Store.pending).
 PLAN_CHUNK = 2000
 
 #: What a run reads: Records, or a dataset file's rows already hashed (greval.dataset.records.DataFile).
 Rows = Iterable[Record] | Iterable[HashedRow]
-
-
-class WriteGroup:
-    """A run's claims and verdicts, committed in groups: one transaction for everything that arrived in one
-    turn of the event loop (the claims the workers ask for and the verdicts they bring back), instead of two
-    per call. A claim is still committed before its model call; a verdict at most :data:`GROUP_DELAY_S` after
-    it arrived, or once :data:`GROUP_MAX` wait. A process killed meanwhile loses only the verdicts of that last
-    group (their claims die with it, and the next run judges exactly those again)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._claims: list[tuple[tuple[str, str, str], asyncio.Future[bool]]] = []
-        self._soon: asyncio.Handle | None = None  # a commit at the loop's next turn (claims are waiting)
-        self._timer: asyncio.TimerHandle | None = None  # a commit of waiting verdicts, GROUP_DELAY_S after the first
-        self._error: BaseException | None = None  # a timed commit that failed: raised by the next put
-        self.commits = 0
-
-    async def claim(self, spec_key: str, judge_key: str, record_hash: str) -> bool:
-        """:meth:`Store.claim`, committed with whatever else this turn of the loop brings."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        self._claims.append(((spec_key, judge_key, record_hash), fut))
-        if self._soon is None:
-            self._soon = loop.call_soon(self.commit)
-        return await fut
-
-    def put(
-        self, run_id: str, spec_key: str, cfg: JudgeConfig, record: Record, res: JudgeResult, partial: bool
-    ) -> None:
-        """:meth:`Store.put_result`, committed with the next group."""
-        if self._error is not None:
-            raise self._error
-        self.store.put_result(run_id, spec_key, cfg, record, res, partial, defer=True)
-        if self.store.queued >= GROUP_MAX:
-            self.commit()
-        elif self._soon is None and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(GROUP_DELAY_S, self.commit)
-
-    def commit(self) -> None:
-        """One transaction: the verdicts waiting, then the claims asked for (each claim's answer to its caller)."""
-        for handle in (self._soon, self._timer):
-            if handle is not None:
-                handle.cancel()
-        self._soon = self._timer = None
-        claims, self._claims = self._claims, []
-        if not claims and not self.store.queued:
-            return
-        try:
-            granted = self.store.claim_many([c for c, _ in claims]) if claims else []
-            if not claims:
-                self.store.flush()
-        except Exception as exc:
-            if not claims:
-                self._error = exc
-            for _, fut in claims:
-                if not fut.done():
-                    fut.set_exception(exc)
-            return
-        self.commits += 1
-        for (_, fut), ok in zip(claims, granted, strict=True):
-            if not fut.done():
-                fut.set_result(ok)
-
-    def close(self) -> None:
-        """No commit pending on the loop any more (the run's end commits what waits: Store.release_claims)."""
-        for handle in (self._soon, self._timer):
-            if handle is not None:
-                handle.cancel()
-        self._soon = self._timer = None
 
 
 class RunOptions(BaseModel):
@@ -259,25 +183,10 @@ async def arun(
     }
     limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
     logprobs = None if opts.logprobs is None else LogprobRequest(opts.logprobs)
-    group = WriteGroup(store)
     status = "failed"
     try:
         await _judge_all(
-            specs,
-            plan,
-            store,
-            group,
-            cfg,
-            cfgs,
-            keys,
-            levels,
-            summaries,
-            run_id,
-            model,
-            opts,
-            limiter,
-            progress,
-            logprobs,
+            specs, plan, store, cfg, cfgs, keys, levels, summaries, run_id, model, opts, limiter, progress, logprobs
         )
         status = "finished"
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -285,9 +194,7 @@ async def arun(
         raise
     finally:
         # Every run ends with a status and a summary, however it ended (no run stays 'running'). Records
-        # judged were stored with their first verdict; the dataset's snapshot (every id) goes in now. The
-        # last group of verdicts is committed with the release of the claims.
-        group.close()
+        # judged were stored with their first verdict; the dataset's snapshot (every id) goes in now.
         store.release_claims()
         store.link_snapshot(run_id, plan.members, plan.unstored)
         metrics = _summarise(store, run_id, specs, keys, cfgs, summaries)
@@ -314,7 +221,6 @@ async def _judge_all(
     specs: Sequence[BaseSpec],
     plan: Plan,
     store: Store,
-    group: WriteGroup,
     cfg: JudgeConfig,
     cfgs: dict[str, JudgeConfig],
     keys: dict[str, str],
@@ -382,7 +288,7 @@ async def _judge_all(
             # Another run on this store may have judged it since this run started, or be judging it now:
             # take the judgement's claim (waiting while a live run holds it), then ask the store again.
             key, jkey = keys[spec.name], scfg.key
-            while not await group.claim(key, jkey, rec.hash):
+            while not store.claim(key, jkey, rec.hash):
                 await asyncio.sleep(CLAIM_POLL_S)
             pending = drawn_items(
                 opts.sample, spec, rec, store.pending(key, jkey, [rec], spec.each, opts.retry_errors)[0]
@@ -399,7 +305,7 @@ async def _judge_all(
         deps = {d: results[d] for d in spec.depends_on if d in results}
         only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
         res = await judges[spec.name].ajudge(rec, deps, only)
-        group.put(run_id, keys[spec.name], scfg, rec, res, only is not None)
+        store.put_result(run_id, keys[spec.name], scfg, rec, res, partial=only is not None)
         if only is not None or not res.ok:
             merged = store.result(keys[spec.name], scfg.key, rec)
             results[spec.name] = merged if merged is not None else res
@@ -419,10 +325,7 @@ async def _judge_all(
     async def judge_record(rec: Record, pend: dict[str, list[str] | None]) -> None:
         results: dict[str, JudgeResult] = {}
         for level in levels:
-            if len(level) == 1:  # no task of its own for a lone metric (a task per call costs CPU at 64 in flight)
-                await judge_one(rec, level[0], pend[level[0].name], results)
-            else:
-                await asyncio.gather(*(judge_one(rec, s, pend[s.name], results) for s in level))
+            await asyncio.gather(*(judge_one(rec, s, pend[s.name], results) for s in level))
 
     # Enough records in flight to keep every slot busy, never the whole dataset at once.
     workers = max(1, min(len(queue), opts.concurrency * 2))

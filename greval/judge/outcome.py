@@ -22,19 +22,13 @@ def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
 
 
 def begin(
-    spec: BaseSpec,
-    record: Record | Mapping[str, Any],
-    deps: Mapping[str, JudgeResult] | None,
-    *,
-    spec_hash: str | None = None,
+    spec: BaseSpec, record: Record | Mapping[str, Any], deps: Mapping[str, JudgeResult] | None
 ) -> tuple[Record, JudgeResult, dict[str, JudgeResult] | None]:
     """What every evaluator checks before working: the record, an empty result, and the dependency verdicts
     to show. ``None`` for the latter means the judgement cannot run and ``result.error`` says why (a required
-    input is absent — then it is skipped, see :func:`not_applicable` — or a dependency is missing or failed).
-
-    ``spec_hash``: the spec's hash when the caller holds it (hashing the spec serialises it: ~30 µs a call)."""
+    input is absent — then it is skipped, see :func:`not_applicable` — or a dependency is missing or failed)."""
     rec = record if isinstance(record, Record) else Record.from_mapping(record)
-    result = JudgeResult(spec=spec.name, spec_hash=spec.hash if spec_hash is None else spec_hash)
+    result = JudgeResult(spec=spec.name, spec_hash=spec.hash)
     missing = missing_inputs(spec, rec.data)
     if missing:
         result.error = f"{MISSING_INPUT}: " + ", ".join(missing)
