@@ -274,11 +274,12 @@ def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamp
     resample's score is Σ score·units / Σ units (a ratio estimator; the record is the sampling unit, since a
     record's items are judged together). Macro: :func:`mean_ci` of the record scores."""
     score, _, n, units = dataset_score(rows, pooling)
-    used = [r for r in rows if r["status"] in ("ok", "partial") and r["score"] is not None and r["units"] > 0]
-    if pooling != "micro" or all(r["units"] == 1 for r in _scored(rows)):
+    scored = _scored(rows)
+    if pooling != "micro" or all(r["units"] == 1 for r in scored):
         # macro, or one unit per record (micro = macro): the mean itself from dataset_score, so that it is the
         # same float everywhere
         return mean_ci(_scores(rows), seed, resamples).model_copy(update={"mean": score})
+    used = [r for r in scored if r["units"] > 0]
     x = np.asarray([float(r["score"]) for r in used])
     w = np.asarray([float(r["units"]) for r in used])
     std = float(np.std(x, ddof=1)) if len(x) > 1 else None
@@ -783,8 +784,8 @@ def render_index(rep: StoreReport) -> str:
         + (
             "<h3>Item counts (FActScore*)</h3><p class=note>precision = positive / all items, recall = positive / "
             "(positive + unsupported), F1 their harmonic mean; pooled over every record's items, and (macro) the "
-            "mean of the records' own.</p>" + _html_table(FACT_HEAD, fact_rows(rep))
-            if fact_rows(rep)
+            "mean of the records' own.</p>" + _html_table(FACT_HEAD, facts)
+            if (facts := fact_rows(rep))
             else ""
         ),
         "<h2 id=overview>Overview</h2>" + plots.overview_figure(rep),
