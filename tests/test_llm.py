@@ -1019,5 +1019,6 @@ def test_the_direct_calls_response_model_is_the_sdks(variant: str) -> None:
     fast = _FastChatCompletion.build(response=None, data=copy.deepcopy(data))
     sdk = construct_type(type_=ChatCompletion, value=copy.deepcopy(data))
     assert type(fast) is ChatCompletion and isinstance(sdk, ChatCompletion)
-    assert fast.model_dump() == sdk.model_dump()
-    assert fast.model_dump_json() == sdk.model_dump_json()
+    # (warnings=False as LangChain dumps it: a lenient answer's text where the SDK declares an int warns)
+    assert fast.model_dump(warnings=False) == sdk.model_dump(warnings=False)
+    assert fast.model_dump_json(warnings=False) == sdk.model_dump_json(warnings=False)
