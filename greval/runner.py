@@ -18,7 +18,7 @@ import gc
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,7 +78,7 @@ class GroupCommit:
         self._error: BaseException | None = None  # a timed commit that failed: raised by the next put or close
 
     def put(
-        self, run_id: str, spec_key: str, cfg: JudgeConfig, record: Record, res: JudgeResult, partial: bool
+        self, run_id: str | None, spec_key: str, cfg: JudgeConfig, record: Record, res: JudgeResult, partial: bool
     ) -> None:
         """:meth:`Store.put_result`, committed with its group."""
         if self._error is not None:
@@ -362,35 +362,29 @@ async def _judge_all(
             if stored is not None:
                 results[spec.name] = stored
             return
-        if spec.needs_model:
-            # Another run on this store may have judged it since this run started, or be judging it now:
-            # take the judgement's claim (waiting while a live run holds it), then ask the store again.
-            # Usually both were done ahead for a batch of records (see next_record).
-            key, jkey = keys[spec.name], scfg.key
-            ahead = claimed.pop((spec.name, rec.hash), _NOT_CLAIMED)
-            if ahead is _NOT_CLAIMED:
-                while not store.claim(key, jkey, rec.hash):
-                    await asyncio.sleep(CLAIM_POLL_S)
-                ahead = store.pending(key, jkey, [rec], spec.each, opts.retry_errors)[0]
-            pending = drawn_items(opts.sample, spec, rec, cast("list[str] | None", ahead))
-            if pending is None:
-                stored = store.result(key, jkey, rec)
-                if stored is not None:
-                    results[spec.name] = stored
-                summaries[spec.name].reused += 1
-                done += 1
-                if progress:
-                    progress(done, total, errors)
-                return
-        deps = {d: results[d] for d in spec.depends_on if d in results}
-        only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
-        res = await judges[spec.name].ajudge(rec, deps, only)
-        group.put(run_id, keys[spec.name], scfg, rec, res, partial=only is not None)
-        if only is not None or not res.ok:
-            merged = store.result(keys[spec.name], scfg.key, rec)
-            results[spec.name] = merged if merged is not None else res
-        else:
-            results[spec.name] = res
+        held, res = await settle(
+            store,
+            judges[spec.name],
+            spec,
+            keys[spec.name],
+            scfg,
+            rec,
+            pending,
+            results,
+            put=group.put,
+            run_id=run_id,
+            retry_errors=opts.retry_errors,
+            sample=opts.sample,
+            ahead=claimed.pop((spec.name, rec.hash), _NOT_CLAIMED),
+        )
+        if held is not None:
+            results[spec.name] = held
+        if res is None:  # judged by another run meanwhile
+            summaries[spec.name].reused += 1
+            done += 1
+            if progress:
+                progress(done, total, errors)
+            return
         m = summaries[spec.name]
         m.judged += 1
         m.tokens_in += res.tokens_in
@@ -458,6 +452,55 @@ async def _judge_all(
             raise
     finally:
         gc.unfreeze()
+
+
+#: How a judgement is written: :meth:`GroupCommit.put` in a run, :meth:`Store.put_result` where it must be
+#: committed at once. Arguments: run id, spec key, judge config, record, result, partial.
+Put = Callable[[str | None, str, JudgeConfig, Record, JudgeResult, bool], None]
+
+
+async def settle(
+    store: Store,
+    evaluator: Evaluator,
+    spec: BaseSpec,
+    key: str,
+    scfg: JudgeConfig,
+    rec: Record,
+    pending: list[str],
+    results: Mapping[str, JudgeResult],
+    *,
+    put: Put,
+    run_id: str | None = None,
+    retry_errors: bool = False,
+    sample: Sample | None = None,
+    ahead: object = _NOT_CLAIMED,
+) -> tuple[JudgeResult | None, JudgeResult | None]:
+    """One judgement the store lacked when the caller looked (``pending``: its missing items, ``[""]`` for a
+    record metric): the one sequence every caller of a model goes through (``greval run``, ``greval serve``).
+
+    For a model metric: take the judgement's claim (waiting while another live run holds it) and ask the store
+    again, since another run may have judged it meanwhile (``ahead``: both already done for a batch, the
+    pending items found then). Then judge what is still missing, with the dependency verdicts in ``results``,
+    and write it with ``put``. Returns (what the store now holds for it — merged with earlier items for a
+    partial judgement, else the new result —, the new result or None when nothing was left to judge).
+    """
+    if spec.needs_model:
+        if ahead is _NOT_CLAIMED:
+            while not store.claim(key, scfg.key, rec.hash):
+                await asyncio.sleep(CLAIM_POLL_S)
+            ahead = store.pending(key, scfg.key, [rec], spec.each, retry_errors)[0]
+        left = drawn_items(sample, spec, rec, cast("list[str] | None", ahead))
+        if left is None:
+            return store.result(key, scfg.key, rec), None
+        pending = left
+    deps = {d: results[d] for d in spec.depends_on if d in results}
+    only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
+    res = await evaluator.ajudge(rec, deps, only)
+    put(run_id, key, scfg, rec, res, only is not None)
+    if only is not None or not res.ok:
+        merged = store.result(key, scfg.key, rec)
+        return (merged if merged is not None else res), res
+    return res, res
 
 
 def unique_contents(records: Sequence[Record]) -> list[Record]:
