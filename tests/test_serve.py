@@ -23,16 +23,16 @@ import httpx
 import pytest
 
 pytest.importorskip("langserve")
-import uvicorn  # noqa: E402
+import uvicorn
 
-from greval.llm.config import JudgeConfig  # noqa: E402
-from greval.llm.retry import RetryPolicy  # noqa: E402
-from greval.runner import RunOptions, run  # noqa: E402
-from greval.serve import ServeSettings, create_app  # noqa: E402
-from greval.spec import resolve_specs  # noqa: E402
-from greval.store.store import Store  # noqa: E402
-from greval.testing.openai_server import OpenAIServer  # noqa: E402
-from tests.conftest import TEST_KEY  # noqa: E402
+from greval.llm.config import JudgeConfig
+from greval.llm.retry import RetryPolicy
+from greval.runner import RunOptions, run
+from greval.serve import ServeSettings, create_app
+from greval.spec import resolve_specs
+from greval.store.store import Store
+from greval.testing.openai_server import OpenAIServer
+from tests.conftest import TEST_KEY
 
 FAST = RunOptions(concurrency=8, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.1))
 SPECS = ["answer_alignment", "chunk_evaluation"]
@@ -105,9 +105,14 @@ def test_v1_judge_invoke_and_batch_store_what_greval_run_stores(llm: OpenAIServe
         body = r.json()
         assert [x["id"] for x in body["results"]] == ["r0", "r1"]
         assert all(not x["cached"] for x in body["results"]) and body["calls"] == 4
+
         # LangServe: the typed input holds the declared fields; the record's others go in extra_fields.
         def typed(row: dict[str, Any], spec: str) -> dict[str, Any]:
-            declared = ("id", "question", *(("chunks",) if spec == "chunk_evaluation" else ("answer", "expected_answer")))
+            declared = (
+                "id",
+                "question",
+                *(("chunks",) if spec == "chunk_evaluation" else ("answer", "expected_answer")),
+            )
             rest = {k: v for k, v in row.items() if k not in declared}
             return {**{k: row[k] for k in declared}, "extra_fields": rest}
 
@@ -115,7 +120,9 @@ def test_v1_judge_invoke_and_batch_store_what_greval_run_stores(llm: OpenAIServe
         assert r.status_code == 200, r.text
         out = r.json()["output"]
         assert out["record_id"] == "r2" and out["ok"] and not out["cached"] and out["calls"] == 1
-        r = http.post("/judges/chunk_evaluation/batch", json={"inputs": [typed(d, "chunk_evaluation") for d in data[2:]]})
+        r = http.post(
+            "/judges/chunk_evaluation/batch", json={"inputs": [typed(d, "chunk_evaluation") for d in data[2:]]}
+        )
         assert r.status_code == 200, r.text
         assert [o["record_id"] for o in r.json()["output"]] == ["r2", "r3"]
         r = http.post("/judges/answer_alignment/invoke", json={"input": typed(data[3], "answer_alignment")})
@@ -215,7 +222,9 @@ def test_refusals_are_json_name_the_field_and_leak_nothing(
             assert err["kind"] == "judge_auth"
             schema = call("GET", "/v1/specs/chunk_evaluation", 200, headers=ok)
             assert schema["input_schema"]["required"] == ["question", "chunks"]
-            assert call("GET", "/judges/chunk_evaluation/input_schema", 200, headers=ok)["title"] == "ChunkEvaluationInput"
+            assert (
+                call("GET", "/judges/chunk_evaluation/input_schema", 200, headers=ok)["title"] == "ChunkEvaluationInput"
+            )
         assert llm.stats()["total"] >= 1  # the judge was called with the sentinel key
         for r in seen:
             assert sentinel not in r.text and KEY not in r.text
@@ -227,7 +236,13 @@ def test_remote_runnable_round_trip(llm: OpenAIServer, tmp_path: Path) -> None:
 
     with serving(llm, tmp_path / "s.sqlite", api_keys=(KEY,)) as url:
         judge = RemoteRunnable(f"{url}/judges/answer_alignment", headers={"Authorization": f"Bearer {KEY}"})
-        rec = {"id": "q1", "question": "Why?", "answer": "Because.", "expected_answer": "So.", "extra_fields": {"system": "B"}}
+        rec = {
+            "id": "q1",
+            "question": "Why?",
+            "answer": "Because.",
+            "expected_answer": "So.",
+            "extra_fields": {"system": "B"},
+        }
         first = judge.invoke(rec)
         again = judge.invoke(rec)
         both = judge.batch([rec, {**rec, "id": "q2"}])
@@ -254,7 +269,10 @@ def test_sigterm_finishes_and_stores_the_judgement_in_flight(llm: OpenAIServer, 
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.1)
         got: list[httpx.Response] = []
-        body = {"spec": "answer_alignment", "records": [{"id": "x", "question": "q?", "answer": "a", "expected_answer": "e"}]}
+        body = {
+            "spec": "answer_alignment",
+            "records": [{"id": "x", "question": "q?", "answer": "a", "expected_answer": "e"}],
+        }
         client = threading.Thread(
             target=lambda: got.append(httpx.post(f"{url}/v1/judge", json=body, headers={"X-API-Key": KEY}, timeout=30))
         )

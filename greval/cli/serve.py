@@ -7,13 +7,15 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from greval.cli.common import console, judge_options
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from greval.llm.config import JudgeChoice
 
 #: The environment variable a worker process reads its configuration from (``--workers`` > 1).
@@ -143,12 +145,21 @@ def serve_cmd(
             f"(store {store}{', API keys required' if keys else ''}; docs at /docs)",
             highlight=False,
         )
-        common = {"host": host, "port": port, "access_log": False, "log_level": "info", "lifespan": "on"}
+        # uvicorn's graceful shutdown: on SIGTERM / Ctrl-C it stops accepting, lets the requests in flight
+        # finish, then the app's lifespan drains the judgements still running and closes the store.
         if workers > 1:
             os.environ[SETTINGS_ENV] = json.dumps(config)
-            uvicorn.run("greval.cli.serve:app_from_env", factory=True, workers=workers, **common)  # type: ignore[arg-type]
+            uvicorn.run(
+                "greval.cli.serve:app_from_env",
+                factory=True,
+                workers=workers,
+                host=host,
+                port=port,
+                access_log=False,
+                lifespan="on",
+            )
         else:
-            uvicorn.run(_app(config), **common)  # type: ignore[arg-type]
+            uvicorn.run(_app(config), host=host, port=port, access_log=False, lifespan="on")
 
 
 def _access_log() -> None:
@@ -162,16 +173,14 @@ def _access_log() -> None:
         log.propagate = False
 
 
-def _app(config: dict[str, object]) -> object:
+def _app(config: dict[str, Any]) -> FastAPI:
     from greval.llm.config import JudgeConfig
     from greval.runner import RunOptions
     from greval.serve.app import ServeSettings, create_app
     from greval.spec import resolve_specs
 
-    refs = config["specs"]
-    assert isinstance(refs, list)
     return create_app(
-        resolve_specs([str(r) for r in refs]),
+        resolve_specs([str(r) for r in config["specs"]]),
         str(config["store"]),
         JudgeConfig.model_validate(config["judge"]),
         RunOptions.model_validate(config["options"]),
@@ -180,7 +189,7 @@ def _app(config: dict[str, object]) -> object:
     )
 
 
-def app_from_env() -> object:
+def app_from_env() -> FastAPI:
     """A worker's app (``--workers`` > 1): the configuration the parent wrote to the environment."""
     _access_log()
     return _app(json.loads(os.environ[SETTINGS_ENV]))

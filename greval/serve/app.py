@@ -127,7 +127,9 @@ class Guard:
 
     def _key(self, scope: Scope) -> str | None:
         """The API key the request sends (Authorization: Bearer, X-API-Key, or the playground's cookie)."""
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers: dict[str, str] = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             return auth[7:].strip()
@@ -219,9 +221,8 @@ class Guard:
                 if not self.busy[holder]:
                     del self.busy[holder]
             seconds = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", None) or ("unmatched" if status[0] == 404 else path)
-            if route.startswith("/judges/") and route.count("/") > 3:
-                route = "/judges/{name}/" + route.split("/", 3)[3].split("/", 1)[1]
+            # The route's template (a bounded set): a request refused before routing, or to no route, is "unrouted".
+            route = getattr(scope.get("route"), "path", None) or "unrouted"
             self.metrics.observe(method, route, status[0], seconds)
             kind = state.get("error_kind") or (f"http_{status[0]}" if status[0] >= 400 else None)
             if kind:
@@ -448,11 +449,14 @@ def create_app(
     async def results(record_id: str, spec: str | None = None) -> dict[str, Any]:
         names = [spec] if spec else [s.name for s in service.specs]
         known(names)
-        return {"record_id": record_id, "verdicts": [v.model_dump(mode="json") for v in service.stored(names, record_id)]}
+        return {
+            "record_id": record_id,
+            "verdicts": [v.model_dump(mode="json") for v in service.stored(names, record_id)],
+        }
 
     if langserve:
         add_judge_routes(app, service, models, settings)
-    app.add_middleware(Guard, settings=settings, metrics=metrics)  # type: ignore[arg-type]
+    app.add_middleware(Guard, settings=settings, metrics=metrics)
     return app
 
 

@@ -63,7 +63,9 @@ class Metrics:
                     running += n
                     le = "+Inf" if bound == float("inf") else repr(bound)
                     lines.append(f"greval_serve_request_duration_seconds_bucket{_labels(route=route, le=le)} {running}")
-                lines.append(f"greval_serve_request_duration_seconds_sum{_labels(route=route)} {self.latency_sum[route]}")
+                lines.append(
+                    f"greval_serve_request_duration_seconds_sum{_labels(route=route)} {self.latency_sum[route]}"
+                )
                 lines.append(f"greval_serve_request_duration_seconds_count{_labels(route=route)} {running}")
             errors = dict(self.errors)
         for kind, n in stats.errors.items():

@@ -216,7 +216,7 @@ class JudgeService:
             pending = store.pending(key, scfg.key, [rec], spec.each)[0]
             stored = store.result(key, scfg.key, rec) if pending is None else None
             if stored is not None:
-                self._stray_claims = spec.needs_model
+                self._stray_claims = self._stray_claims or spec.needs_model
                 ServiceStats.bump(self.stats.cache_hits, spec.name)
                 fut.set_result((stored, True, 0))
                 return
