@@ -14,8 +14,19 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.json_schema import SkipJsonSchema
 
 from greval.spec import BaseSpec
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    """An optional field's schema without ``"default": null`` (the playground would fill the form with it)."""
+    schema.pop("default", None)
+
+
+def _optional(description: str) -> Any:
+    return Field(None, description=description, json_schema_extra=_no_default)
+
 
 _ALLOW = ConfigDict(extra="allow")
 _FORBID = ConfigDict(extra="forbid")
@@ -29,7 +40,7 @@ class ChunkIn(BaseModel):
 
     model_config = _ALLOW
 
-    id: str | None = Field(None, description="The chunk's id, unique in the record [c1, c2, … by position].")
+    id: str | SkipJsonSchema[None] = _optional("The chunk's id, unique in the record [c1, c2, … by position].")
     text: str = Field(description="The chunk's text.")
 
 
@@ -38,7 +49,7 @@ class TripleIn(BaseModel):
 
     model_config = _ALLOW
 
-    id: str | None = Field(None, description="The triple's id, unique in the record [t1, t2, … by position].")
+    id: str | SkipJsonSchema[None] = _optional("The triple's id, unique in the record [t1, t2, … by position].")
     subject: str
     predicate: str
     object: str
@@ -47,6 +58,8 @@ class TripleIn(BaseModel):
 TripleList = Annotated[list[str], Field(min_length=3, max_length=3)]
 
 #: Field name -> its type, for the fields whose shape greval normalises; every other input is text.
+#: (Optional fields are left out of the JSON schema's types as null: LangServe's playground cannot draw
+#: ``anyOf [..., null]``; None is still accepted, and means "not given".)
 _SHAPES: dict[str, Any] = {
     "chunks": list[str | ChunkIn],
     "triples": list[TripleIn | TripleList],
@@ -76,18 +89,21 @@ def input_model(spec: BaseSpec, dependencies: Sequence[BaseSpec] = (), closed: b
             fields[name] = fields.get(name, False) or required
     title = "".join(w.capitalize() for w in spec.name.split("_")) + "Input"
     definitions: dict[str, Any] = {
-        "id": (str | None, Field(None, description="The record's id [a hash of its content].")),
+        "id": (str | SkipJsonSchema[None], _optional("The record's id [a hash of its content].")),
     }
     for name, required in fields.items():
         kind = _SHAPES.get(name, str)
         if required:
             definitions[name] = (kind, Field(description=f"Read by {spec.name} (required)."))
         else:
-            definitions[name] = (kind | None, Field(None, description=f"Read by {spec.name} (optional)."))
+            definitions[name] = (
+                kind | SkipJsonSchema[None],
+                _optional(f"Read by {spec.name} (optional)."),
+            )
     if closed:
         definitions[EXTRA_FIELDS] = (
-            dict[str, Any] | None,
-            Field(None, description="The record's other fields (part of its content, as in a dataset row)."),
+            dict[str, Any] | SkipJsonSchema[None],
+            _optional("The record's other fields (part of its content, as in a dataset row)."),
         )
     config = _FORBID if closed else _ALLOW
     model: type[BaseModel] = create_model(title, __config__=config, __doc__=spec.description, **definitions)
