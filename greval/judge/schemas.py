@@ -28,6 +28,9 @@ def _optional(description: str) -> Any:
     return Field(None, description=description, json_schema_extra=_no_default)
 
 
+#: None, accepted but left out of the JSON schema (an expression, so mypy sees pydantic's runtime form once).
+_NULL: Any = SkipJsonSchema[None]  # type: ignore[misc]
+
 _ALLOW = ConfigDict(extra="allow")
 _FORBID = ConfigDict(extra="forbid")
 
@@ -89,7 +92,7 @@ def input_model(spec: BaseSpec, dependencies: Sequence[BaseSpec] = (), closed: b
             fields[name] = fields.get(name, False) or required
     title = "".join(w.capitalize() for w in spec.name.split("_")) + "Input"
     definitions: dict[str, Any] = {
-        "id": (str | SkipJsonSchema[None], _optional("The record's id [a hash of its content].")),
+        "id": (str | _NULL, _optional("The record's id [a hash of its content].")),
     }
     for name, required in fields.items():
         kind = _SHAPES.get(name, str)
@@ -97,12 +100,12 @@ def input_model(spec: BaseSpec, dependencies: Sequence[BaseSpec] = (), closed: b
             definitions[name] = (kind, Field(description=f"Read by {spec.name} (required)."))
         else:
             definitions[name] = (
-                kind | SkipJsonSchema[None],
+                kind | _NULL,
                 _optional(f"Read by {spec.name} (optional)."),
             )
     if closed:
         definitions[EXTRA_FIELDS] = (
-            dict[str, Any] | SkipJsonSchema[None],
+            dict[str, Any] | _NULL,
             _optional("The record's other fields (part of its content, as in a dataset row)."),
         )
     config = _FORBID if closed else _ALLOW
