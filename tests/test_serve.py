@@ -173,6 +173,32 @@ def test_identical_requests_share_one_call_and_a_warm_one_makes_none(llm: OpenAI
         assert 'greval_serve_request_duration_seconds_count{route="/v1/judge"} 51' in metrics
 
 
+def test_two_servers_on_one_store_pay_once_and_a_key_over_its_cap_gets_429(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Two servers (as two --workers) on one store: the store's claim makes them share the call. A key with a
+    cap of 2 judging requests in flight gets 429 on the third."""
+    llm.configure(latency=0.6)
+    store, record = tmp_path / "s.sqlite", rows(1)[0]
+    body = {"spec": "answer_alignment", "records": [record]}
+    with serving(llm, store, requests_per_key=2) as one, serving(llm, store, requests_per_key=2) as two:
+
+        async def burst(urls: list[str]) -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                return await asyncio.gather(*(http.post(f"{u}/v1/judge", json=body) for u in urls))
+
+        answers = asyncio.run(burst([one, two, one, two]))
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        assert llm.stats()["total"] == 1
+        assert sum(a.json()["calls"] for a in answers) == 1
+        other = {**body, "records": rows(1, start=5)}
+
+        async def crowd() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                return await asyncio.gather(*(http.post(f"{one}/v1/judge", json=other) for _ in range(3)))
+
+        statuses = sorted(a.status_code for a in asyncio.run(crowd()))
+        assert statuses == [200, 200, 429]
+
+
 def test_refusals_are_json_name_the_field_and_leak_nothing(
     llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -297,3 +323,15 @@ def test_sigterm_finishes_and_stores_the_judgement_in_flight(llm: OpenAIServer, 
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert any(line["route"] == "/v1/judge" and line["status"] == 200 and line["key"] for line in lines)
     assert KEY not in err and TEST_KEY not in err
+
+
+def test_compiled_metrics_declare_their_typed_input() -> None:
+    """`compile` declares the spec's record model (what `add_routes(app, compile(spec))` shows), and still
+    takes a plain mapping."""
+    from greval.judge import compile
+
+    bleu = compile(resolve_specs(["bleu"])[0])
+    schema = bleu.get_input_jsonschema()
+    assert schema["title"] == "BleuInput" and schema["required"] == ["answer", "expected_answer"]
+    assert bleu.get_output_jsonschema()["title"] == "JudgeResult"
+    assert bleu.invoke({"answer": "a b c d", "expected_answer": "a b c d"}).ok

@@ -148,7 +148,15 @@ class JudgeService:
             for s in specs:
                 pending[s.name][rec.hash] = plan.pending[s.name][i]
 
+        # As a run does: enough records in flight to keep every model slot busy, not a whole request at once
+        # (a request of 1,000 records then claims its judgements as it reaches them, not all up front).
+        slots = asyncio.Semaphore(max(1, 2 * self.options.concurrency))
+
         async def one_record(rec: Record) -> dict[str, tuple[JudgeResult, bool, int]]:
+            async with slots:
+                return await judge_record(rec)
+
+        async def judge_record(rec: Record) -> dict[str, tuple[JudgeResult, bool, int]]:
             results: dict[str, tuple[JudgeResult, bool, int]] = {}
             for level in levels:
                 done = await asyncio.gather(
