@@ -225,6 +225,16 @@ def test_refusals_are_json_name_the_field_and_leak_nothing(
             assert [s["name"] for s in call("GET", "/v1/specs", 200, headers={"X-API-Key": KEY})] == SPECS
             big = {"spec": "answer_alignment", "records": [{"question": "x" * 5000}]}
             assert call("POST", "/v1/judge", 413, headers=ok, json=big)["error"]["field"] == "body"
+
+            def chunked() -> Iterator[bytes]:  # no Content-Length: the limit counts what arrives
+                yield b'{"spec": "answer_alignment", "records": [{"question": "'
+                yield from (b"x" * 500 for _ in range(20))
+                yield b'"}]}'
+
+            chunked_headers = {**ok, "Content-Type": "application/json"}
+            assert (
+                call("POST", "/v1/judge", 413, headers=chunked_headers, content=chunked())["error"]["field"] == "body"
+            )
             many = {"spec": "answer_alignment", "records": rows(3)}
             many["records"] = [{"question": "q", "answer": str(i)} for i in range(3)]
             assert call("POST", "/v1/judge", 413, headers=ok, json=many)["error"]["field"] == "records"

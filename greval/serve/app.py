@@ -202,6 +202,7 @@ class Guard:
                 if message["type"] == "http.request":
                     seen[0] += len(message.get("body", b""))
                     if seen[0] > limit:
+                        state["body_too_large"] = True  # FastAPI turns a failed body read into a 400
                         raise _BodyTooLarge()
                 return message
 
@@ -244,9 +245,11 @@ class Guard:
             )
 
     def _too_large(self) -> JSONResponse:
-        return _error(
-            413, "body_too_large", f"request body over {self.settings.max_body} bytes (--max-body)", field="body"
-        )
+        return too_large(self.settings.max_body)
+
+
+def too_large(limit: int) -> JSONResponse:
+    return _error(413, "body_too_large", f"request body over {limit} bytes (--max-body)", field="body")
 
 
 # ------------------------------------------------------------------------------------------- models
@@ -361,6 +364,9 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if getattr(request.state, "body_too_large", False):  # the body read stopped by the guard's limit
+            request.state.error_kind = "body_too_large"
+            return too_large(settings.max_body)
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
         request.state.error_kind = kind
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail, default=str)

@@ -30,7 +30,7 @@ from greval.llm.limiter import AdaptiveLimiter
 from greval.runner import CLAIM_POLL_S, RunOptions, plan_work, unique_contents
 from greval.spec import BaseSpec, dependency_levels, order_specs
 from greval.store.store import Store, spec_keys
-from greval.types import ErrorKind, ItemVerdict, JudgeResult
+from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -237,9 +237,9 @@ class JudgeService:
             store.put_result(None, key, scfg, rec, res, partial=only is not None)
             ServiceStats.bump(self.stats.judged, spec.name)
             ServiceStats.bump(self.stats.model_calls, spec.name, len(res.calls))
-            if not res.ok:
+            if not res.ok and not not_applicable(res):
                 kind = _kind_of(res)
-                ServiceStats.bump(self.stats.errors, kind.value if kind else ErrorKind.UNKNOWN.value)
+                ServiceStats.bump(self.stats.errors, (kind or ErrorKind.UNKNOWN).value)
             merged = store.result(key, scfg.key, rec)
             fut.set_result((merged if merged is not None else res, False, len(res.calls)))
         except asyncio.CancelledError:
