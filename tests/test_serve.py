@@ -223,6 +223,7 @@ def test_refusals_are_json_name_the_field_and_leak_nothing(
             call("POST", "/judges/answer_alignment/invoke", 401, json={"input": {}})
             call("GET", "/metrics", 401, headers={"X-API-Key": "nope"})
             assert [s["name"] for s in call("GET", "/v1/specs", 200, headers={"X-API-Key": KEY})] == SPECS
+            call("GET", "/v1/specs", 200, headers={"Cookie": f"greval_api_key={KEY}"})  # the playground's way
             big = {"spec": "answer_alignment", "records": [{"question": "x" * 5000}]}
             assert call("POST", "/v1/judge", 413, headers=ok, json=big)["error"]["field"] == "body"
 

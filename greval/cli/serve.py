@@ -99,6 +99,15 @@ def serve_cmd(
       greval serve -s answer_alignment -s chunk_evaluation --judge openai:gpt-4o-mini
       GREVAL_SERVE_KEYS=k1,k2 greval serve --host 0.0.0.0 --workers 2 --store /var/lib/greval/greval.sqlite
     """
+    import importlib.util
+
+    from greval.errors import UserError
+
+    missing = [m for m in ("fastapi", "uvicorn", "langserve", "sse_starlette") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(
+            f"greval serve needs the serve extra ({', '.join(missing)} missing): pip install 'greval[serve]'"
+        )
     import uvicorn
 
     from greval.llm.config import default_judge, resolve_judge
