@@ -8,15 +8,25 @@ from the server's log) with one `openai.AsyncOpenAI` client and a semaphore, in 
 after each greval pass. Rounds repeat both; the summary line gives the medians (CPU per call varies by
 ±20 % between passes on a shared 2-core machine, so one pass proves little).
 
-    python scripts/bench_run.py                        # the issue's settings: 16 @ 200 ms, 64 @ 1 s
+    python scripts/bench_run.py                        # the issue's settings: 16, 64 and 128 @ 200 ms, 64 @ 1 s
     python scripts/bench_run.py --settings 32:0.5 --waves 10 --rounds 1
+    python scripts/bench_run.py --settings 64:0.2 --breakdown --no-layers   # where greval's CPU goes, by layer
+
+``--breakdown`` runs one more greval pass and one more SDK pass per setting under cProfile (timed by the loop
+  thread's CPU clock, not the wall clock: the machine is shared) and charges each
+layer the cumulative CPU of its entry points (request build, HTTP, parse/validate, store, limiter, progress,
+…; see LAYERS): profiled figures are inflated by the profiler, their shares are what to read. The start-up
+line is the wall time from entering ``arun`` to greval's first model call, for a store that already exists
+(earlier verdicts, the same specs and judge) and a dataset of new records.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import os
+import pstats
 import resource
 import statistics
 import sys
@@ -31,6 +41,7 @@ import openai
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
+from greval.llm.call import ModelCall
 from greval.llm.config import JudgeConfig
 from greval.runner import RunOptions, arun
 from greval.spec import resolve_specs
@@ -59,20 +70,178 @@ def records(n: int, k: int, tag: str) -> list[Record]:
     ]
 
 
-async def greval_pass(srv: OpenAIServer, n: int, k: int, conc: int, tag: str) -> tuple[float, float, int]:
+PROGRESS: list[int] = [0]
+
+
+def progress(done: int, total: int, errors: int) -> None:
+    """The runner's progress hook, as cheap as a hook can be (the CLI's bar redraws on its own timer)."""
+    PROGRESS[0] = done
+
+
+async def greval_pass(
+    srv: OpenAIServer, n: int, k: int, conc: int, tag: str, prof: cProfile.Profile | None = None
+) -> tuple[float, float, int]:
     specs = resolve_specs(["chunk_evaluation"])
     cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
     data = records(n, k, tag)  # reading the dataset is not part of the calls being measured
     with tempfile.TemporaryDirectory() as d, Store(Path(d) / "bench.sqlite") as st:
         c0, t0 = cpu(), time.perf_counter()
-        summary = await arun(specs, data, st, cfg, options=RunOptions(concurrency=conc))
+        if prof is not None:
+            prof.enable()
+        try:
+            summary = await arun(specs, data, st, cfg, options=RunOptions(concurrency=conc), progress=progress)
+        finally:
+            if prof is not None:
+                prof.disable()
         wall, used = time.perf_counter() - t0, cpu() - c0
     if summary.failed:
         raise SystemExit(f"greval run had {summary.failed} failures; the benchmark is void")
     return wall, used, summary.calls
 
 
-async def baseline_pass(srv: OpenAIServer, bodies: list[dict[str, Any]], conc: int) -> tuple[float, float, int]:
+async def startup_pass(srv: OpenAIServer, n: int, k: int, conc: int) -> tuple[float, float]:
+    """Milliseconds from entering ``arun`` to greval's first model call, and to the run's end, for a store that
+    already exists (it holds an earlier run's verdicts, specs and judge) and ``n`` records it has not seen."""
+    specs = resolve_specs(["chunk_evaluation"])
+    cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
+    first: list[float] = []
+    original = ModelCall.__call__
+
+    async def spy(self: ModelCall, messages: Any) -> Any:
+        if not first:
+            first.append(time.perf_counter())
+        return await original(self, messages)
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "bench.sqlite"
+        with Store(path) as st:
+            await arun(specs, records(n, k, "earlier"), st, cfg, options=RunOptions(concurrency=conc))
+        data = records(n, k, "startup")
+        with Store(path) as st:
+            ModelCall.__call__ = spy  # type: ignore[method-assign]
+            try:
+                t0 = time.perf_counter()
+                await arun(specs, data, st, cfg, options=RunOptions(concurrency=conc))
+                end = time.perf_counter()
+            finally:
+                ModelCall.__call__ = original  # type: ignore[method-assign]
+    return 1000 * (first[0] - t0), 1000 * (end - t0)
+
+
+COLD = """
+import json, sys, time
+from pathlib import Path
+from greval.dataset.records import Record
+from greval.llm.config import JudgeConfig
+from greval.runner import RunOptions, run
+from greval.spec import resolve_specs
+from greval.store.store import Store
+base_url, path, n, k = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+data = [Record.from_mapping({"id": f"cold-{i}", "question": f"Cold question {i}?",
+        "chunks": [f"Passage {j} of {i}: " + "lorem ipsum " * 20 for j in range(k)]}) for i in range(n)]
+first = []
+def hook(event, args):
+    if event == "socket.connect" and not first:
+        first.append(time.perf_counter())
+sys.addaudithook(hook)
+specs = resolve_specs(["chunk_evaluation"])
+cfg = JudgeConfig.parse("openai:bench-model", base_url=base_url, timeout=60)
+with Store(Path(path)) as st:
+    t0 = time.perf_counter()
+    run(specs, data, st, cfg, options=RunOptions(concurrency=64))
+print(json.dumps(1000 * (first[0] - t0)))
+"""
+
+
+def cold_startup(srv: OpenAIServer, n: int, k: int) -> float:
+    """:func:`startup_pass` in a fresh process, as ``greval run`` starts: the judge stack (LangChain, the SDK)
+    is not imported yet when ``arun`` is entered. The first request is the run's first connection."""
+    import json
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "bench.sqlite"
+        specs = resolve_specs(["chunk_evaluation"])
+        cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
+        with Store(path) as st:
+            run_sync(arun(specs, records(n, k, "earlier"), st, cfg, options=RunOptions(concurrency=64)))
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        out = subprocess.run(
+            [sys.executable, "-c", COLD, srv.base_url, str(path), str(n), str(k)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+#: Layer -> its entry points (a file's path ending, a function name): a layer is charged their cumulative
+#: CPU under cProfile. The entry points of one layer never call each other, and no two layers nest.
+LAYERS: dict[str, list[tuple[str, str]]] = {
+    "request build": [
+        ("greval/judge/judge.py", "messages"),
+        ("langchain_openai/chat_models/base.py", "_get_request_payload"),
+    ],
+    "callback check": [("greval/llm/call.py", "_listening")],
+    "HTTP (SDK post)": [("greval/llm/call.py", "_send"), ("greval/llm/call.py", "_client")],
+    "response → message": [("langchain_openai/chat_models/base.py", "_create_chat_result")],
+    "parse/validate": [
+        ("greval/judge/parse.py", "json_payload"),
+        ("greval/judge/judge.py", "validate"),
+        ("greval/judge/parse.py", "to_verdict"),
+        ("greval/judge/outcome.py", "begin"),
+        ("greval/judge/judge.py", "add_token_confidence"),
+    ],
+    "store: verdicts (queue, group commit)": [
+        ("greval/store/store.py", "put_result"),
+        ("greval/store/store.py", "flush"),
+    ],
+    "store: claims": [
+        ("greval/store/store.py", "claim"),
+        ("greval/store/store.py", "claim_many"),
+        ("greval/store/store.py", "release_claims"),
+    ],
+    "store: reads (pending, result)": [("greval/store/store.py", "pending"), ("greval/store/store.py", "result")],
+    "limiter": [
+        ("greval/llm/limiter.py", "__aenter__"),
+        ("greval/llm/limiter.py", "__aexit__"),
+        ("greval/llm/limiter.py", "on_success"),
+    ],
+    "progress": [("scripts/bench_run.py", "progress")],
+    "run start/end": [
+        ("greval/runner.py", "plan_work"),
+        ("greval/runner.py", "_summarise"),
+        ("greval/store/store.py", "link_snapshot"),
+        ("greval/store/store.py", "finish_run"),
+        ("greval/store/store.py", "start_run"),
+        ("greval/store/store.py", "put_specs"),
+        ("greval/judge/evaluators.py", "make_evaluator"),
+    ],
+    "SDK create (baseline)": [("openai/resources/chat/completions/completions.py", "create")],
+}
+
+
+def by_layer(prof: cProfile.Profile, calls: int) -> dict[str, float]:
+    """CPU ms per call of each layer (cumulative time of its entry points) and of everything profiled."""
+    stats: Any = pstats.Stats(prof).stats
+    out = dict.fromkeys(LAYERS, 0.0)
+    total = 0.0
+    for (path, _, func), (_, _, tottime, cumtime, _) in stats.items():
+        total += tottime
+        for layer, entries in LAYERS.items():
+            if any(func == name and path.endswith(tail) for tail, name in entries):
+                out[layer] += cumtime
+    out = {k: 1000 * v / calls for k, v in out.items()}
+    out["rest (event loop, tasks, runner)"] = 1000 * total / calls - sum(out.values())
+    out["total (profiled)"] = 1000 * total / calls
+    return out
+
+
+async def baseline_pass(
+    srv: OpenAIServer, bodies: list[dict[str, Any]], conc: int, prof: cProfile.Profile | None = None
+) -> tuple[float, float, int]:
     client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="bench", max_retries=0, timeout=60)
     sem = asyncio.Semaphore(conc)
     durations: list[float] = []
@@ -85,7 +254,13 @@ async def baseline_pass(srv: OpenAIServer, bodies: list[dict[str, Any]], conc: i
             assert resp.choices[0].message.content
 
     c0, t0 = cpu(), time.perf_counter()
-    await asyncio.gather(*(one(b) for b in bodies))
+    if prof is not None:
+        prof.enable()
+    try:
+        await asyncio.gather(*(one(b) for b in bodies))
+    finally:
+        if prof is not None:
+            prof.disable()
     wall, used = time.perf_counter() - t0, cpu() - c0
     await client.close()
     BASELINE_CALL_MS.append(1000 * statistics.mean(durations))
@@ -151,17 +326,37 @@ async def layers_pass(srv: OpenAIServer, n: int, k: int, conc: int, rounds: int)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--settings", nargs="+", default=["16:0.2", "64:1.0"], help="CONCURRENCY:LATENCY pairs")
+    ap.add_argument(
+        "--settings", nargs="+", default=["16:0.2", "64:0.2", "128:0.2", "64:1.0"], help="CONCURRENCY:LATENCY pairs"
+    )
     ap.add_argument("--waves", type=int, default=25, help="Calls per pass = waves × concurrency")
     ap.add_argument("--calls", type=int, default=0, help="Calls per pass (overrides --waves)")
     ap.add_argument("--rounds", type=int, default=3, help="greval + SDK passes per setting")
     ap.add_argument("--chunks", type=int, default=5, help="Chunks per record (one call judges them all)")
-    ap.add_argument("--no-layers", action="store_true", help="Skip the per-layer CPU breakdown")
+    ap.add_argument("--no-layers", action="store_true", help="Skip the per-layer CPU breakdown at zero latency")
+    ap.add_argument("--breakdown", action="store_true", help="Per-layer CPU of one profiled pass per setting")
+    ap.add_argument("--no-startup", action="store_true", help="Skip the start-up measurement")
     args = ap.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     header = f"{'setting':>9} {'round':>6} {'client':>7} {'calls':>6} {'wall s':>7} {'limit s':>8} {'÷ limit':>8}"
     print(header + f" {'CPU ms/call':>12}")
     with OpenAIServer() as srv:
+        if not args.no_startup:
+            srv.configure(latency=0.2)
+            run_sync(greval_pass(srv, 16, args.chunks, 16, "warm-startup"))
+            firsts = [run_sync(startup_pass(srv, 200, args.chunks, 64)) for _ in range(3)]
+            print(
+                "start-up, store exists, 200 new records, 64 in flight: first model call "
+                f"{statistics.median(f for f, _ in firsts):.1f} ms after entering arun "
+                f"(rounds: {', '.join(f'{f:.1f}' for f, _ in firsts)}; target ≤ 50 ms)"
+            )
+            colds = [cold_startup(srv, 200, args.chunks) for _ in range(3)]
+            print(
+                "start-up in a fresh process (the judge stack imported inside arun, as `greval run` does): first "
+                f"request {statistics.median(colds):.0f} ms after entering arun "
+                f"(rounds: {', '.join(f'{c:.0f}' for c in colds)})"
+            )
         for setting in args.settings:
             conc_s, lat_s = setting.split(":")
             conc, lat = int(conc_s), float(lat_s)
@@ -185,7 +380,9 @@ def main() -> None:
                         f"{1000 * used / calls:12.2f}"
                     )
             med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
-            ratios = [g[1] / b[1] for g, b in zip(rows["greval"], rows["openai"], strict=True)]
+            pairs = list(zip(rows["greval"], rows["openai"], strict=True))
+            speed = [g[0] / b[0] for g, b in pairs]
+            ratios = [g[1] / b[1] for g, b in pairs]
             one_at_a_time = run_sync(floor_pass(srv, bodies[0], max(5, int(8 / lat))))
             print(
                 f"{setting:>9} {'':>6}  an SDK call took {statistics.median(BASELINE_CALL_MS[-args.rounds :]):.1f} ms "
@@ -195,9 +392,26 @@ def main() -> None:
             )
             print(
                 f"{setting:>9} {'median':>6}  greval ÷ limit {med['greval'][0]:.3f} (SDK {med['openai'][0]:.3f}); "
-                f"CPU/call {med['greval'][1]:.2f} ms vs SDK {med['openai'][1]:.2f} ms; "
-                f"ratio per round {', '.join(f'{r:.2f}' for r in ratios)} → median {statistics.median(ratios):.2f}×"
+                f"CPU/call {med['greval'][1]:.2f} ms vs SDK {med['openai'][1]:.2f} ms"
             )
+            print(
+                f"{setting:>9} {'paired':>6}  throughput greval ÷ SDK per round {', '.join(f'{r:.3f}' for r in speed)}"
+                f" → median {statistics.median(speed):.3f} (target ≥ 0.95); CPU/call greval ÷ SDK per round "
+                f"{', '.join(f'{r:.2f}' for r in ratios)} → median {statistics.median(ratios):.2f}× (target ≤ 1.1)"
+            )
+            if args.breakdown:
+                srv.reset()
+                g_prof, b_prof = cProfile.Profile(time.thread_time), cProfile.Profile(time.thread_time)
+                run_sync(greval_pass(srv, n, args.chunks, conc, f"prof{conc}", g_prof))
+                bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()]
+                run_sync(baseline_pass(srv, bodies, conc, b_prof))
+                g_layers, b_layers = by_layer(g_prof, n), by_layer(b_prof, n)
+                print(f"{setting:>9} CPU ms per call by layer, one pass each under cProfile (inflated: read shares)")
+                print(f"{'':>12}{'layer':40s} {'greval':>7} {'SDK loop':>9}")
+                for layer, ms in g_layers.items():
+                    sdk = b_layers[layer]
+                    if ms or sdk:
+                        print(f"{'':>12}{layer:40s} {ms:7.3f} {sdk:9.3f}")
         if not args.no_layers:
             srv.configure(latency=0.0)
             layers = run_sync(layers_pass(srv, 400, args.chunks, 16, args.rounds))

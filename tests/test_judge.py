@@ -482,6 +482,10 @@ def test_direct_call_sends_and_returns_what_langchain_does(llm: OpenAIServer, me
     assert via_direct.usage_metadata == via_langchain.usage_metadata
     for key in ("finish_reason", "model_name", "token_usage", "logprobs"):
         assert via_direct.response_metadata.get(key) == via_langchain.response_metadata.get(key), key
+    # the whole message, but for the per-call ids
+    direct_dump, lc_dump = via_direct.model_dump(exclude={"id"}), via_langchain.model_dump(exclude={"id"})
+    assert direct_dump["response_metadata"].pop("id") != lc_dump["response_metadata"].pop("id")
+    assert direct_dump == lc_dump
 
 
 def assert_same_request_meta(llm: OpenAIServer) -> None:

@@ -963,3 +963,62 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer, 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+_COMPLETION: dict[str, Any] = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1700000000,
+    "model": "judge-test",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": '{"label": "aligned", "reason": "same fact"}'},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 60, "completion_tokens": 10, "total_tokens": 70},
+}
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["plain", "tool call", "logprobs", "extra fields", "lenient: created as text", "lenient: no usage total"],
+)
+def test_the_direct_calls_response_model_is_the_sdks(variant: str) -> None:
+    """The direct call builds the SDK's ChatCompletion by strict validation (fast) and falls back to the SDK's
+    own construct_type: either way the model dumps exactly as the SDK's would, for well-formed answers, tool
+    calls, log-probabilities, fields the SDK does not know (kept) and answers a lenient server sends."""
+    import copy
+
+    from openai._models import construct_type
+    from openai.types.chat import ChatCompletion
+
+    from greval.llm.call import _FastChatCompletion
+
+    data = copy.deepcopy(_COMPLETION)
+    msg = data["choices"][0]["message"]
+    if variant == "tool call":
+        msg["content"] = None
+        msg["tool_calls"] = [
+            {"id": "call_1", "type": "function", "function": {"name": "verdict", "arguments": '{"label": "x"}'}}
+        ]
+    elif variant == "logprobs":
+        data["choices"][0]["logprobs"] = {
+            "content": [{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}],
+            "refusal": None,
+        }
+    elif variant == "extra fields":
+        msg["reasoning_content"] = "thinking"
+        data["system_fingerprint"] = "fp_1"
+        data["x_server"] = {"queue_ms": 3}
+    elif variant == "lenient: created as text":
+        data["created"] = "1700000000"
+    elif variant == "lenient: no usage total":
+        del data["usage"]["total_tokens"]
+    fast = _FastChatCompletion.build(response=None, data=copy.deepcopy(data))
+    sdk = construct_type(type_=ChatCompletion, value=copy.deepcopy(data))
+    assert type(fast) is ChatCompletion and isinstance(sdk, ChatCompletion)
+    # (warnings=False as LangChain dumps it: a lenient answer's text where the SDK declares an int warns)
+    assert fast.model_dump(warnings=False) == sdk.model_dump(warnings=False)
+    assert fast.model_dump_json(warnings=False) == sdk.model_dump_json(warnings=False)

@@ -27,10 +27,11 @@ from greval.dataset.records import Record
 from greval.errors import DataError
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
-from greval.runner import RunOptions, run
+from greval.runner import GROUP_DELAY_S, RunOptions, run
 from greval.spec import parse_spec, resolve_specs
-from greval.store.store import Store
+from greval.store.store import Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
+from greval.types import ItemVerdict, JudgeResult
 from tests.conftest import TEST_KEY
 
 FAST = RunOptions(concurrency=8, retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.1))
@@ -175,8 +176,14 @@ def test_killed_process_resumes_with_only_missing_verdicts(llm: OpenAIServer, tm
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
+    asked_before = llm.stats()["total"]
     done_before = sqlite3.connect(store).execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0]
     assert 10 <= done_before < 40
+    # Verdicts are committed in groups (greval.runner.GroupCommit): the kill lost the calls in flight (at most
+    # -c 4) and the last group's verdicts — those that arrived within GROUP_DELAY_S (50 ms) of the kill; at 4 in
+    # flight and 250 ms a call, at most 4 more. Everything asked before that is stored.
+    assert GROUP_DELAY_S <= 0.05
+    assert 0 <= asked_before - done_before <= 4 + 4, (asked_before, done_before)
     # Each record is stored in the same transaction as its first verdict: none is missing after a kill.
     orphans = "SELECT COUNT(*) FROM verdicts v LEFT JOIN records r USING (record_hash) WHERE r.record_hash IS NULL"
     assert sqlite3.connect(store).execute(orphans).fetchone()[0] == 0
@@ -798,7 +805,7 @@ Record.__init__ = counting
 from greval.llm.config import JudgeConfig
 from greval.runner import run
 from greval.spec import resolve_specs
-from greval.store.store import Store
+from greval.store.store import Store, spec_keys
 
 data, store, base_url = sys.argv[1:4]
 cfg = JudgeConfig.parse("openai:judge-test", base_url=base_url, timeout=10)
@@ -1180,3 +1187,46 @@ def test_sample_draws_are_uniform_and_ranked_by_id_not_position() -> None:
     assert {r.id for r in sample_records(shuffled, 6, 11)[0]} == {r.id for r in sample_records(rows, 6, 11)[0]}
     assert set(sample_items(ids[::-1], 3, 5, "h")) == set(sample_items(ids, 3, 5, "h"))
     assert sample_items(ids, 99, 0, "h") == ids and sample_records(rows, 99, 0)[0] == rows
+
+
+def test_verdicts_are_committed_in_groups_and_claims_taken_ahead(llm: OpenAIServer, store_path: Path) -> None:
+    """Group commit and claims taken ahead: a run of 64 calls at 16 in flight commits a few transactions, not
+    the two per call it used to (a claim, then the verdict: 128 and more); its stored rows are those of a run
+    at concurrency 1; and a verdict queued with defer=True is invisible to other connections until committed,
+    but read back at once by its own connection (Store.result and Store.pending commit the queue first)."""
+    llm.configure(latency=0.05)
+    specs = resolve_specs(["answer_alignment"])
+    recs = rag_records(64)
+    commits: list[str] = []
+    with Store(store_path) as st:
+        st.db.set_trace_callback(lambda sql: commits.append(sql) if sql.strip().upper() == "COMMIT" else None)
+        summary = run(specs, recs, st, cfg(llm), options=RunOptions(concurrency=16))
+        st.db.set_trace_callback(None)
+    assert summary.calls == 64 and summary.failed == 0
+    assert len(commits) < 32, len(commits)
+    other = store_path.with_name("one_at_a_time.sqlite")
+    with Store(other) as st:
+        run(specs, recs, st, cfg(llm), options=RunOptions(concurrency=1))
+    cols = "spec_name, record_id, item_id, status, label, value, score, reason, error, error_kind"
+    grouped = sqlite3.connect(store_path).execute(f"SELECT {cols} FROM verdicts ORDER BY record_id").fetchall()
+    one_by_one = sqlite3.connect(other).execute(f"SELECT {cols} FROM verdicts ORDER BY record_id").fetchall()
+    assert grouped == one_by_one and len(grouped) == 64
+    assert sqlite3.connect(store_path).execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
+
+    spec = specs[0]
+    key = spec_keys(specs)[spec.name]
+    judge = cfg(llm)
+    extra = rag_records(66)[64:]
+    with Store(store_path) as st:
+        for rec in extra:
+            result = JudgeResult(spec=spec.name, spec_hash=spec.hash, verdicts=[ItemVerdict(label="aligned")])
+            st.put_result(None, key, judge, rec, result, defer=True)
+        assert st.queued == 2
+        assert sqlite3.connect(store_path).execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 64
+        assert st.pending(key, judge.key, [recs[0]], None) == [None]  # not about a queued one: no commit
+        assert st.queued == 2
+        assert st.pending(key, judge.key, [extra[0]], None) == [None] and st.queued == 0
+        assert sqlite3.connect(store_path).execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 66
+        st.put_result(None, key, judge, rag_records(67)[66], result, defer=True)
+    # closing the store commits what was queued
+    assert sqlite3.connect(store_path).execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 67

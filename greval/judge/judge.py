@@ -92,6 +92,7 @@ class Judge:
         logprobs: LogprobRequest | int | None = None,
     ) -> None:
         self.spec = spec
+        self.spec_hash = spec.hash  # the version the verdict models below are built from
         self.direct = direct
         self.model = model
         self.samples = samples
@@ -331,7 +332,7 @@ class Judge:
 
         ``only_items`` restricts a many-judge to some item ids (resuming a partly judged record).
         """
-        rec, result, deps = begin(self.spec, record, deps)
+        rec, result, deps = begin(self.spec, record, deps, spec_hash=self.spec_hash)
         if deps is None:
             return result
         if self.spec.each is None:

@@ -33,14 +33,16 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import openai
+import pydantic
 from langchain_core.callbacks import AsyncCallbackManager
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableBinding
 from langchain_core.runnables.config import ensure_config
+from openai._models import construct_type
 from openai.types.chat import ChatCompletion
 
 __all__ = ["ModelCall", "direct_reason"]
@@ -258,7 +260,26 @@ class ModelCall:
             for key, option in _REQUEST_OPTIONS.items()
             if key in payload and (payload[key] is not None or key == "timeout")
         }
-        return await post("/chat/completions", body=body, options=options, cast_to=ChatCompletion)
+        strict = getattr(client, "_strict_response_validation", False)
+        cast_to = ChatCompletion if strict else _FastChatCompletion
+        return await post("/chat/completions", body=body, options=options, cast_to=cast_to)
+
+
+class _FastChatCompletion(ChatCompletion):
+    """``cast_to`` of the direct call: the response as the very ``ChatCompletion`` the SDK returns, built faster.
+
+    The SDK builds it with ``construct_type``, a recursive walk in Python: ~0.14 ms of CPU a call, as much as
+    the rest of greval's parsing. A well-formed answer validates strictly in pydantic-core in ~6 µs to an
+    equal model (same ``model_dump``); anything that does not (a lenient server's odd field) is built as the
+    SDK builds it. The SDK calls ``build`` for a ``cast_to`` that has one; this class is never instantiated.
+    """
+
+    @classmethod
+    def build(cls, *, response: Any, data: Any) -> ChatCompletion:
+        try:
+            return ChatCompletion.model_validate(data, strict=True)
+        except pydantic.ValidationError:
+            return cast(ChatCompletion, construct_type(type_=ChatCompletion, value=data))
 
 
 # create()'s request options, by the name RequestOptions gives them.

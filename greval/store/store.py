@@ -80,6 +80,10 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         super().__init__(path)
         # (record id, record hash) pairs this connection has stored: each is written once.
         self._stored: set[tuple[str, str]] = set()
+        # Judgements put with defer=True, waiting for the next group commit (put_result's arguments and time).
+        self._queue: list[tuple[Any, ...]] = []
+        self._queued_keys: set[tuple[str, str, str]] = set()  # their (spec key, judge key, record hash)
+        self._judge_params: dict[str, str] = {}
         self.owner = uuid.uuid4().hex[:12]  # this connection, as the holder of claims
         self._reap_runs()
 
@@ -310,6 +314,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         One query per 500 records: asking record by record cost more than the run's first wave of calls
         takes to go out (scripts/bench_run.py), and reading the whole (spec, judge) would cost a small
         re-run on a large store."""
+        if self._queued_keys and any((spec_key, judge_key, r.hash) in self._queued_keys for r in records):
+            self.flush()  # this connection reads its own queued verdicts
         final = "('ok', 'skipped')" if retry_errors else "('ok', 'skipped', 'error')"
         done: dict[str, list[tuple[str, str]]] = {}
         for record_hash, item_id, status in self._rows_for(
@@ -348,25 +354,77 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
     def claim(self, spec_key: str, judge_key: str, record_hash: str) -> bool:
         """Take the claim on one judgement before calling the model for it: False while another live owner
         (a concurrent run on this store) holds it. Two processes on overlapping data then pay once."""
+        return self.claim_many([(spec_key, judge_key, record_hash)])[0]
+
+    def claim_many(self, wanted: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """:meth:`claim` for several (spec key, judge key, record hash) at once: one transaction, committed at
+        once (a call waits for its claim; queued verdicts wait for their own group)."""
+        if not wanted:
+            return []
         now = time.time()
+        granted: list[bool] = []
         with self._tx() as db:
-            row = db.execute(
-                "SELECT host, pid, owner, expires_at FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=?",
-                (spec_key, judge_key, record_hash),
-            ).fetchone()
-            held = row is not None and row[2] != self.owner and row[3] > now
-            if held and (row[0] != _HOST or _alive(int(row[1]))):
-                return False
-            db.execute(
-                "INSERT OR REPLACE INTO claims VALUES (?,?,?,?,?,?,?)",
-                (spec_key, judge_key, record_hash, _HOST, os.getpid(), self.owner, now + CLAIM_LEASE_S),
-            )
-        return True
+            for spec_key, judge_key, record_hash in wanted:
+                row = db.execute(
+                    "SELECT host, pid, owner, expires_at FROM claims"
+                    " WHERE spec_key=? AND judge_key=? AND record_hash=?",
+                    (spec_key, judge_key, record_hash),
+                ).fetchone()
+                held = row is not None and row[2] != self.owner and row[3] > now
+                if held and (row[0] != _HOST or _alive(int(row[1]))):
+                    granted.append(False)
+                    continue
+                db.execute(
+                    "INSERT OR REPLACE INTO claims VALUES (?,?,?,?,?,?,?)",
+                    (spec_key, judge_key, record_hash, _HOST, os.getpid(), self.owner, now + CLAIM_LEASE_S),
+                )
+                granted.append(True)
+        return granted
 
     def release_claims(self) -> None:
-        """Drop every claim this connection holds (a run's end, however it ended)."""
+        """Drop every claim this connection holds (a run's end, however it ended), committing the queued
+        verdicts first."""
         with self._tx() as db:
+            self._write_queued(db)
             db.execute("DELETE FROM claims WHERE owner=?", (self.owner,))
+        self._written()
+
+    def _params(self, cfg: JudgeConfig) -> str:
+        """A judge's parameters as stored with each of its judgements (serialised once per judge)."""
+        text = self._judge_params.get(cfg.key)
+        if text is None:
+            text = self._judge_params[cfg.key] = json.dumps(cfg.identity, sort_keys=True)
+        return text
+
+    def close(self) -> None:
+        """Commit what is queued, then close (a deferred verdict is never dropped by closing its store)."""
+        try:
+            self.flush()
+        finally:
+            super().close()
+
+    @property
+    def queued(self) -> int:
+        """Verdicts queued by ``put_result(defer=True)`` and not committed yet."""
+        return len(self._queue)
+
+    def flush(self) -> None:
+        """Commit the queued verdicts (one transaction for all of them; nothing to do when none are queued)."""
+        if not self._queue:
+            return
+        with self._tx() as db:
+            self._write_queued(db)
+        self._written()
+
+    def _write_queued(self, db: sqlite3.Connection) -> None:
+        for args in self._queue:
+            self._write_result(db, *args)
+
+    def _written(self) -> None:
+        """After the commit of the queued verdicts: their records are stored, the queue is empty."""
+        self._stored.update((args[3].id, args[3].hash) for args in self._queue)
+        self._queue.clear()
+        self._queued_keys.clear()
 
     def put_result(
         self,
@@ -376,138 +434,164 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         record: Record,
         result: JudgeResult,
         partial: bool = False,
+        *,
+        defer: bool = False,
     ) -> None:
         """Write one judgement and its verdicts in one transaction (all or nothing, at once).
 
         ``partial``: the result covers only some items (a resumed many-judge); otherwise it replaces every
         earlier verdict of this (spec, judge, record), so a re-judged pipeline leaves no stale items.
+
+        ``defer``: queue it for the next group commit instead (:meth:`flush`, :meth:`release_claims`, or the
+        next immediate write commit every queued judgement, in arrival order, each whole): a process killed
+        meanwhile loses the queued judgements (their claims die with it) and a re-run judges them again. This
+        connection's reads of verdicts (:meth:`result`, and :meth:`pending` for a queued one) commit the queue
+        first.
         """
-        now = time.time()
+        args = (run_id, spec_key, cfg, record, result, partial, time.time())
+        if defer:
+            self._queue.append(args)
+            self._queued_keys.add((spec_key, cfg.key, record.hash))
+            return
+        with self._tx() as db:
+            self._write_queued(db)
+            self._write_result(db, *args)
+        self._queue.append(args)  # marks its record stored with the others
+        self._written()
+
+    def _write_result(
+        self,
+        db: sqlite3.Connection,
+        run_id: str | None,
+        spec_key: str,
+        cfg: JudgeConfig,
+        record: Record,
+        result: JudgeResult,
+        partial: bool,
+        now: float,
+    ) -> None:
+        """The statements of one :meth:`put_result`, inside the caller's transaction."""
+        judge_key = cfg.key  # a property that hashes the config: computed once
         skipped = not_applicable(result)
         status = "ok" if result.ok else ("skipped" if skipped else "error")
         calls = [c.model_dump() for c in result.calls]
         raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
-        new_record = (record.id, record.hash) not in self._stored
-        with self._tx() as db:
-            if new_record:
-                # The record goes in with its first verdict, in the same transaction: a run needs no
-                # up-front pass over the dataset before its first call, and no verdict lacks its record.
-                self._insert_records(db, [record])
-            prev = (
-                db.execute(
-                    "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
-                    " WHERE spec_key=? AND judge_key=? AND record_hash=?",
-                    (spec_key, cfg.key, record.hash),
-                ).fetchone()
-                if partial
-                else None
-            )
-            outputs = dict(result.outputs)
-            t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
-            if prev is not None:  # a resumed many-judge: keep what the earlier calls cost and produced
-                outputs = {**json.loads(prev[0] or "{}"), **outputs}
-                t_in += prev[1] or 0
-                t_out += prev[2] or 0
-                lat += prev[3] or 0.0
-                att += prev[4] or 0
-                calls = json.loads(prev[5] or "[]") + calls
+        if (record.id, record.hash) not in self._stored:
+            # The record goes in with its first verdict, in the same transaction: a run needs no up-front
+            # pass over the dataset before its first call, and no verdict lacks its record.
+            self._insert_records(db, [record])
+        prev = (
             db.execute(
-                "INSERT OR REPLACE INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
-                " raw, model, params, tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
-                " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                " COALESCE((SELECT created_at FROM judgements"
-                " WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?,?)",
+                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
+                " WHERE spec_key=? AND judge_key=? AND record_hash=?",
+                (spec_key, judge_key, record.hash),
+            ).fetchone()
+            if partial
+            else None
+        )
+        outputs = dict(result.outputs)
+        t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
+        if prev is not None:  # a resumed many-judge: keep what the earlier calls cost and produced
+            outputs = {**json.loads(prev[0] or "{}"), **outputs}
+            t_in += prev[1] or 0
+            t_out += prev[2] or 0
+            lat += prev[3] or 0.0
+            att += prev[4] or 0
+            calls = json.loads(prev[5] or "[]") + calls
+        db.execute(
+            "INSERT OR REPLACE INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
+            " raw, model, params, tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
+            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+            " COALESCE((SELECT created_at FROM judgements"
+            " WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?,?)",
+            (
+                spec_key,
+                judge_key,
+                record.hash,
+                status,
+                result.error,
+                json.dumps(outputs, ensure_ascii=False),
+                json.dumps(calls, ensure_ascii=False),
+                raw,
+                cfg.label,
+                self._params(cfg),
+                t_in,
+                t_out,
+                lat,
+                att,
+                run_id,
+                spec_key,
+                judge_key,
+                record.hash,
+                now,
+                now,
+                # The judgement's own error (a failed call); one whose items failed has no text, no kind.
+                None if result.error is None else stored_kind(status, None, result.error),
+            ),
+        )
+        db.execute(
+            "DELETE FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=? AND owner=?",
+            (spec_key, judge_key, record.hash, self.owner),
+        )
+        verdicts = result.verdicts
+        # Item verdicts supersede an earlier record-level error row (item id '').
+        drop_record_row = any(v.item_id for v in verdicts)
+        if not partial:
+            keep = [v.item_id for v in verdicts] or [""]
+            db.execute(
+                "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
+                f" AND (item_id NOT IN ({','.join('?' * len(keep))}) OR (? AND item_id=''))",
+                (spec_key, judge_key, record.hash, *keep, drop_record_row),
+            )
+        elif drop_record_row:
+            db.execute(
+                "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND item_id=''",
+                (spec_key, judge_key, record.hash),
+            )
+        if result.error is not None and not verdicts:
+            # A metric that does not apply to this record (an input it requires is absent) is "skipped":
+            # done, not failed; the record's content hash changes when the input is added.
+            verdicts = [ItemVerdict(item_id=RECORD_ITEM, status="skipped" if skipped else "error", error=result.error)]
+        db.executemany(
+            "INSERT INTO verdicts (spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id,"
+            " status, label, value, score, confidence, reason, error, samples, run_id, created_at, updated_at,"
+            " error_kind, token_confidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
+            " spec_name=excluded.spec_name, spec_hash=excluded.spec_hash, record_id=excluded.record_id,"
+            " status=excluded.status, label=excluded.label, value=excluded.value, score=excluded.score,"
+            " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
+            " error_kind=excluded.error_kind, samples=excluded.samples, run_id=excluded.run_id,"
+            " updated_at=excluded.updated_at, token_confidence=excluded.token_confidence",
+            [
                 (
                     spec_key,
-                    cfg.key,
+                    judge_key,
                     record.hash,
-                    status,
-                    result.error,
-                    json.dumps(outputs, ensure_ascii=False),
-                    json.dumps(calls, ensure_ascii=False),
-                    raw,
-                    cfg.label,
-                    json.dumps(cfg.identity, sort_keys=True),
-                    t_in,
-                    t_out,
-                    lat,
-                    att,
+                    v.item_id,
+                    result.spec,
+                    result.spec_hash,
+                    record.id,
+                    v.status,
+                    v.label,
+                    v.value,
+                    v.score,
+                    v.confidence,
+                    v.reason,
+                    v.error,
+                    json.dumps(v.samples) if v.samples else None,
                     run_id,
-                    spec_key,
-                    cfg.key,
-                    record.hash,
                     now,
                     now,
-                    # The judgement's own error (a failed call); one whose items failed has no text, no kind.
-                    None if result.error is None else stored_kind(status, None, result.error),
-                ),
-            )
-            db.execute(
-                "DELETE FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=? AND owner=?",
-                (spec_key, cfg.key, record.hash, self.owner),
-            )
-            verdicts = result.verdicts
-            # Item verdicts supersede an earlier record-level error row (item id '').
-            drop_record_row = any(v.item_id for v in verdicts)
-            if not partial:
-                keep = [v.item_id for v in verdicts] or [""]
-                db.execute(
-                    "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
-                    f" AND (item_id NOT IN ({','.join('?' * len(keep))}) OR (? AND item_id=''))",
-                    (spec_key, cfg.key, record.hash, *keep, drop_record_row),
+                    stored_kind(v.status, v.error_kind, v.error),
+                    v.token_confidence,
                 )
-            elif drop_record_row:
-                db.execute(
-                    "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND item_id=''",
-                    (spec_key, cfg.key, record.hash),
-                )
-            if result.error is not None and not verdicts:
-                # A metric that does not apply to this record (an input it requires is absent) is "skipped":
-                # done, not failed; the record's content hash changes when the input is added.
-                verdicts = [
-                    ItemVerdict(item_id=RECORD_ITEM, status="skipped" if skipped else "error", error=result.error)
-                ]
-            db.executemany(
-                "INSERT INTO verdicts (spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id,"
-                " status, label, value, score, confidence, reason, error, samples, run_id, created_at, updated_at,"
-                " error_kind, token_confidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-                " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
-                " spec_name=excluded.spec_name, spec_hash=excluded.spec_hash, record_id=excluded.record_id,"
-                " status=excluded.status, label=excluded.label, value=excluded.value, score=excluded.score,"
-                " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
-                " error_kind=excluded.error_kind, samples=excluded.samples, run_id=excluded.run_id,"
-                " updated_at=excluded.updated_at, token_confidence=excluded.token_confidence",
-                [
-                    (
-                        spec_key,
-                        cfg.key,
-                        record.hash,
-                        v.item_id,
-                        result.spec,
-                        result.spec_hash,
-                        record.id,
-                        v.status,
-                        v.label,
-                        v.value,
-                        v.score,
-                        v.confidence,
-                        v.reason,
-                        v.error,
-                        json.dumps(v.samples) if v.samples else None,
-                        run_id,
-                        now,
-                        now,
-                        stored_kind(v.status, v.error_kind, v.error),
-                        v.token_confidence,
-                    )
-                    for v in verdicts
-                ],
-            )
-        if new_record:
-            self._stored.add((record.id, record.hash))
+                for v in verdicts
+            ],
+        )
 
     def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
         """A stored judgement (to feed metrics that depend on it when a run resumes)."""
+        self.flush()
         j = self.db.execute(
             "SELECT status, error, outputs FROM judgements WHERE spec_key=? AND judge_key=? AND record_hash=?",
             (spec_key, judge_key, record.hash),
