@@ -331,6 +331,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service.open()
+        problem = service.warm()
+        if problem is not None:
+            error_log.warning("the judge is not ready (judging requests will answer 503): %s", problem)
         try:
             yield
         finally:

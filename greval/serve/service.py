@@ -109,6 +109,19 @@ class JudgeService:
         for c in {c.key: c for c in self.cfgs.values()}.values():
             self.store.put_judge(c)
 
+    def warm(self) -> str | None:
+        """Build the chat model and every evaluator now (importing the judge stack takes about a second), so
+        the first request does not pay for it. Returns why it could not (e.g. no API key: requests needing the
+        model then answer 503, cached ones still work), else None."""
+        from greval.llm.retry import redact
+
+        try:
+            for s in self.specs:
+                self._evaluator(s)
+        except Exception as exc:
+            return redact(f"{type(exc).__name__}: {exc}")
+        return None
+
     async def drain(self, timeout: float | None = None) -> None:
         """Wait for every judgement in flight to finish and be stored (graceful shutdown)."""
         if self._tasks:
