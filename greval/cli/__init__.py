@@ -78,6 +78,10 @@ COMMANDS: dict[str, Lazy] = {
         "Push the next round of items people should label for a metric, to its review dataset in Argilla.",
     ),
     "run": Lazy("greval.cli.run:run_cmd", "Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs."),
+    "serve": Lazy(
+        "greval.cli.serve:serve_cmd",
+        "Serve metrics over HTTP: greval's JSON API and LangServe routes per spec, sharing the store of `greval run`.",
+    ),
     "spec": Lazy("greval.cli.spec:spec", "Inspect, validate and document metric specs."),
 }
 

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
+from pydantic import BaseModel
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
@@ -79,8 +80,14 @@ def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeRes
     raise TypeError("judge input must be a Record, a mapping of record fields, or {record, depends_on}")
 
 
-def as_runnable(evaluator: Evaluator, name: str) -> Runnable[Any, JudgeResult]:
-    """An evaluator as a LangChain runnable (``invoke`` / ``ainvoke`` / ``batch``; see :func:`compile`)."""
+def as_runnable(
+    evaluator: Evaluator, name: str, input_type: type[BaseModel] | None = None
+) -> Runnable[Any, JudgeResult]:
+    """An evaluator as a LangChain runnable (``invoke`` / ``ainvoke`` / ``batch``; see :func:`compile`).
+
+    ``input_type`` (a record model, :func:`greval.judge.schemas.input_model`) is what the runnable declares as
+    its input schema (LangServe's ``/input_schema``, the playground); it does not restrict what ``invoke``
+    accepts. The output schema is :class:`JudgeResult`."""
 
     async def ainvoke(inp: Any) -> JudgeResult:
         record, deps = _unpack(inp)
@@ -89,7 +96,10 @@ def as_runnable(evaluator: Evaluator, name: str) -> Runnable[Any, JudgeResult]:
     def invoke(inp: Any) -> JudgeResult:
         return run_sync(ainvoke(inp))
 
-    return RunnableLambda(invoke, afunc=ainvoke, name=f"greval:{name}")
+    runnable = RunnableLambda(invoke, afunc=ainvoke, name=f"greval:{name}")
+    if input_type is None:
+        return runnable.with_types(output_type=JudgeResult)
+    return runnable.with_types(input_type=input_type, output_type=JudgeResult)
 
 
 def compile(
@@ -100,9 +110,13 @@ def compile(
     The input is a :class:`Record`, a mapping of record fields, or ``{"record": ..., "depends_on": {name:
     JudgeResult}}``. Judge and pipeline specs need ``model``; computed ones do not. ``options``: see
     :class:`Options` (``direct=False`` sends every model call through ``ainvoke`` even when no callback,
-    tracer or cache is attached: the verdicts are the same, the client CPU is higher).
+    tracer or cache is attached: the verdicts are the same, the client CPU is higher). Its input schema is the
+    spec's record model (:func:`greval.judge.schemas.input_model`: its declared inputs, chunks / triples
+    shapes), so ``langserve.add_routes(app, compile(spec, model))`` serves a typed ``/input_schema``.
     """
-    return as_runnable(make_evaluator(spec, model, **options), spec.name)
+    from greval.judge.schemas import input_model
+
+    return as_runnable(make_evaluator(spec, model, **options), spec.name, input_model(spec))
 
 
 def compile_suite(

@@ -1,0 +1,204 @@
+"""``greval serve``: metrics over HTTP, sharing the verdict store and cache of ``greval run``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from greval.cli.common import console, judge_options
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from greval.llm.config import JudgeChoice
+
+#: The environment variable a worker process reads its configuration from (``--workers`` > 1).
+SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
+
+
+@click.command("serve")
+@click.option(
+    "-s",
+    "--spec",
+    "spec_refs",
+    multiple=True,
+    help="Spec file or predefined metric name; repeat for several (dependencies are added) [every predefined "
+    "judge metric].",
+)
+@click.option(
+    "--store",
+    default="greval.sqlite",
+    show_default=True,
+    type=click.Path(),
+    help="SQLite file of verdicts, shared with `greval run` (created if missing).",
+)
+@judge_options
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (beyond localhost: keys needed).")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    help="Accepted API key (repeatable; also GREVAL_SERVE_KEYS=K1,K2). Required on every route but /healthz.",
+)
+@click.option("--max-body", type=int, default=1 << 20, show_default=True, help="Largest request body (bytes).")
+@click.option("--max-records", type=int, default=1000, show_default=True, help="Records per request at most.")
+@click.option(
+    "--requests-per-key", type=int, default=64, show_default=True, help="Judging requests in flight per API key."
+)
+@click.option("-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most.")
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
+    default="auto",
+    show_default=True,
+    help="Structured-output method (auto falls back when refused).",
+)
+@click.option("--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts.")
+@click.option(
+    "--workers",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Server processes (uvicorn workers); they share the store (SQLite WAL) and its claims, each has its own "
+    "in-flight sharing, limiter and /metrics.",
+)
+@click.option("--no-playground", is_flag=True, help="No LangServe routes (/judges/...): greval's /v1 API only.")
+def serve_cmd(
+    spec_refs: Sequence[str],
+    store: str,
+    judge: JudgeChoice,
+    host: str,
+    port: int,
+    api_keys: Sequence[str],
+    max_body: int,
+    max_records: int,
+    requests_per_key: int,
+    concurrency: int,
+    method: str,
+    max_attempts: int,
+    workers: int,
+    no_playground: bool,
+) -> None:
+    """Serve metrics over HTTP: greval's JSON API and LangServe routes per spec, sharing the store of `greval run`.
+
+    \b
+    A verdict already in the store (same spec version, judge and record content) is answered with no model
+    call; a new one is stored as it arrives; concurrent requests for the same judgement make one call.
+    Routes: POST /v1/judge, GET /v1/specs[/NAME], GET /v1/results, /judges/NAME/{invoke,batch,stream,
+    input_schema,output_schema,playground/}, /healthz, /metrics. See docs/serving.md.
+
+    \b
+    Examples:
+      greval serve -s answer_alignment -s chunk_evaluation --judge openai:gpt-4o-mini
+      GREVAL_SERVE_KEYS=k1,k2 greval serve --host 0.0.0.0 --workers 2 --store /var/lib/greval/greval.sqlite
+    """
+    import importlib.util
+
+    from greval.errors import UserError
+
+    missing = [m for m in ("fastapi", "uvicorn", "langserve", "sse_starlette") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(
+            f"greval serve needs the serve extra ({', '.join(missing)} missing): pip install 'greval[serve]'"
+        )
+    import uvicorn
+
+    from greval.llm.config import default_judge, resolve_judge
+    from greval.llm.local import serve_judge
+    from greval.llm.retry import RetryPolicy
+    from greval.runner import RunOptions
+    from greval.serve.app import ServeSettings, check_binding
+    from greval.spec import bundled_specs, resolve_specs
+    from greval.spec.model import Spec
+
+    keys = [*api_keys, *(k.strip() for k in os.environ.get("GREVAL_SERVE_KEYS", "").split(",") if k.strip())]
+    check_binding(host, keys)
+    if spec_refs:
+        specs = resolve_specs(spec_refs)
+    else:
+        every = resolve_specs(list(bundled_specs()), with_dependencies=False)
+        specs = resolve_specs([s.name for s in every if isinstance(s, Spec)])
+    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
+    needs_judge = any(s.needs_model for s in specs)
+    ref = judge.ref or defaults.model or (default_judge(console.print) if needs_judge else "computed:greval")
+    cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
+    options = RunOptions(concurrency=concurrency, method=method, retry=RetryPolicy(max_attempts=max_attempts))
+    settings = ServeSettings(
+        api_keys=tuple(keys), max_body=max_body, max_records=max_records, requests_per_key=requests_per_key
+    )
+    _access_log()
+    with serve_judge(cfg, console.print, needed=needs_judge) as live:
+        config = {
+            "specs": list(spec_refs) or [s.name for s in specs],
+            "store": store,
+            # base_url, timeout and identity_override are excluded from a config's dump (not its identity)
+            "judge": {
+                **live.model_dump(mode="json"),
+                "base_url": live.base_url,
+                "timeout": live.timeout,
+                "identity_override": live.identity_override,
+            },
+            "options": options.model_dump(mode="json"),
+            "settings": settings.model_dump(mode="json"),
+            "langserve": not no_playground,
+        }
+        console.print(
+            f"serving {', '.join(s.name for s in specs)} with judge {live.label} on http://{host}:{port} "
+            f"(store {store}{', API keys required' if keys else ''}; docs at /docs)",
+            highlight=False,
+        )
+        # uvicorn's graceful shutdown: on SIGTERM / Ctrl-C it stops accepting, lets the requests in flight
+        # finish, then the app's lifespan drains the judgements still running and closes the store.
+        if workers > 1:
+            os.environ[SETTINGS_ENV] = json.dumps(config)
+            uvicorn.run(
+                "greval.cli.serve:app_from_env",
+                factory=True,
+                workers=workers,
+                host=host,
+                port=port,
+                access_log=False,
+                lifespan="on",
+            )
+        else:
+            uvicorn.run(_app(config), host=host, port=port, access_log=False, lifespan="on")
+
+
+def _access_log() -> None:
+    """One JSON line per request on stderr (greval.serve.access); nothing else of ours is logged there."""
+    log = logging.getLogger("greval.serve.access")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+def _app(config: dict[str, Any]) -> FastAPI:
+    from greval.llm.config import JudgeConfig
+    from greval.runner import RunOptions
+    from greval.serve.app import ServeSettings, create_app
+    from greval.spec import resolve_specs
+
+    return create_app(
+        resolve_specs([str(r) for r in config["specs"]]),
+        str(config["store"]),
+        JudgeConfig.model_validate(config["judge"]),
+        RunOptions.model_validate(config["options"]),
+        ServeSettings.model_validate(config["settings"]),
+        langserve=bool(config["langserve"]),
+    )
+
+
+def app_from_env() -> FastAPI:
+    """A worker's app (``--workers`` > 1): the configuration the parent wrote to the environment."""
+    _access_log()
+    return _app(json.loads(os.environ[SETTINGS_ENV]))

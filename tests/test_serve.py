@@ -1,0 +1,348 @@
+"""`greval serve`: metrics over real HTTP (uvicorn on a free port), judged by the local OpenAI-compatible test
+server, sharing the store and cache of `greval run`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("langserve")
+import uvicorn
+
+from greval.llm.config import JudgeConfig
+from greval.llm.retry import RetryPolicy
+from greval.runner import RunOptions, run
+from greval.serve import ServeSettings, create_app
+from greval.spec import resolve_specs
+from greval.store.store import Store
+from greval.testing.openai_server import OpenAIServer
+from tests.conftest import TEST_KEY
+
+FAST = RunOptions(concurrency=8, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.1))
+SPECS = ["answer_alignment", "chunk_evaluation"]
+KEY = "serve-key-0123456789"
+
+
+def rows(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"r{i}",
+            "question": f"Question number {i}?",
+            "expected_answer": f"Expected {i}.",
+            "answer": f"Answer {i}.",
+            "chunks": [f"chunk {i}.{k}" for k in range(2)],
+            "system": "A",
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def cfg(srv: OpenAIServer) -> JudgeConfig:
+    return JudgeConfig.parse("openai:judge-test", base_url=srv.base_url, timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(srv: OpenAIServer, store: Path, **settings: Any) -> Iterator[str]:
+    """uvicorn with the app in a thread; yields its base URL."""
+    app = create_app(resolve_specs(SPECS), store, cfg(srv), FAST, ServeSettings(**settings))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(20)
+
+
+def verdict_rows(path: Path) -> list[tuple[Any, ...]]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return sorted(
+            db.execute(
+                "SELECT spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id, status, label,"
+                " value, score, confidence, reason, error, error_kind FROM verdicts"
+            ).fetchall()
+        )
+
+
+def no_traceback(response: httpx.Response) -> None:
+    assert "Traceback" not in response.text and 'File "' not in response.text
+
+
+def test_v1_judge_invoke_and_batch_store_what_greval_run_stores(llm: OpenAIServer, tmp_path: Path) -> None:
+    served, ran = tmp_path / "served.sqlite", tmp_path / "ran.sqlite"
+    data = rows(4)
+    with serving(llm, served) as url, httpx.Client(base_url=url, timeout=30) as http:
+        r = http.post("/v1/judge", json={"spec": SPECS, "records": data[:2]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert [x["id"] for x in body["results"]] == ["r0", "r1"]
+        assert all(not x["cached"] for x in body["results"]) and body["calls"] == 4
+
+        # LangServe: the typed input holds the declared fields; the record's others go in extra_fields.
+        def typed(row: dict[str, Any], spec: str) -> dict[str, Any]:
+            declared = (
+                "id",
+                "question",
+                *(("chunks",) if spec == "chunk_evaluation" else ("answer", "expected_answer")),
+            )
+            rest = {k: v for k, v in row.items() if k not in declared}
+            return {**{k: row[k] for k in declared}, "extra_fields": rest}
+
+        r = http.post("/judges/answer_alignment/invoke", json={"input": typed(data[2], "answer_alignment")})
+        assert r.status_code == 200, r.text
+        out = r.json()["output"]
+        assert out["record_id"] == "r2" and out["ok"] and not out["cached"] and out["calls"] == 1
+        r = http.post(
+            "/judges/chunk_evaluation/batch", json={"inputs": [typed(d, "chunk_evaluation") for d in data[2:]]}
+        )
+        assert r.status_code == 200, r.text
+        assert [o["record_id"] for o in r.json()["output"]] == ["r2", "r3"]
+        r = http.post("/judges/answer_alignment/invoke", json={"input": typed(data[3], "answer_alignment")})
+        assert r.status_code == 200
+        # the stored verdicts, read back
+        r = http.get("/v1/results", params={"record_id": "r1", "spec": "chunk_evaluation"})
+        assert [v["record_id"] for v in r.json()["verdicts"]] == ["r1"]
+        assert len(r.json()["verdicts"][0]["verdicts"]) == 2
+    from greval.dataset.records import Record
+
+    records = [Record.from_mapping(d) for d in data]
+    with Store(ran) as st:
+        run(resolve_specs(SPECS), records, st, cfg(llm), options=FAST)
+    assert verdict_rows(served) == verdict_rows(ran) and len(verdict_rows(ran)) == 4 * 3
+    # same cache: `greval run` on the served store makes no call
+    before = llm.stats()["total"]
+    with Store(served) as st:
+        summary = run(resolve_specs(SPECS), records, st, cfg(llm), options=FAST)
+    assert summary.calls == 0 and llm.stats()["total"] == before
+
+
+def test_identical_requests_share_one_call_and_a_warm_one_makes_none(llm: OpenAIServer, tmp_path: Path) -> None:
+    llm.configure(latency=0.5)
+    record = rows(1)[0]
+    with serving(llm, tmp_path / "s.sqlite") as url:
+
+        async def burst() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                return await asyncio.gather(
+                    *(http.post("/v1/judge", json={"spec": "answer_alignment", "records": [record]}) for _ in range(50))
+                )
+
+        answers = asyncio.run(burst())
+        assert all(a.status_code == 200 for a in answers)
+        assert llm.stats()["total"] == 1
+        labels = {a.json()["results"][0]["verdicts"]["answer_alignment"]["verdicts"][0]["label"] for a in answers}
+        assert len(labels) == 1
+        assert sum(a.json()["calls"] for a in answers) == 1
+        with httpx.Client(base_url=url) as http:
+            again = http.post("/v1/judge", json={"spec": "answer_alignment", "records": [record]}).json()
+            assert again["calls"] == 0 and again["results"][0]["cached"]
+            assert llm.stats()["total"] == 1
+            metrics = http.get("/metrics").text
+        assert 'greval_serve_cache_hits_total{spec="answer_alignment"} 1' in metrics
+        assert 'greval_serve_judge_calls_total{spec="answer_alignment"} 1' in metrics
+        assert 'greval_serve_shared_total{spec="answer_alignment"} 49' in metrics
+        assert 'greval_serve_requests_total{method="POST",route="/v1/judge",status="200"} 51' in metrics
+        assert 'greval_serve_request_duration_seconds_count{route="/v1/judge"} 51' in metrics
+
+
+def test_two_servers_on_one_store_pay_once_and_a_key_over_its_cap_gets_429(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Two servers (as two --workers) on one store: the store's claim makes them share the call. A key with a
+    cap of 2 judging requests in flight gets 429 on the third."""
+    llm.configure(latency=0.6)
+    store, record = tmp_path / "s.sqlite", rows(1)[0]
+    body = {"spec": "answer_alignment", "records": [record]}
+    with serving(llm, store, requests_per_key=2) as one, serving(llm, store, requests_per_key=2) as two:
+
+        async def burst(urls: list[str]) -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                return await asyncio.gather(*(http.post(f"{u}/v1/judge", json=body) for u in urls))
+
+        answers = asyncio.run(burst([one, two, one, two]))
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        assert llm.stats()["total"] == 1
+        assert sum(a.json()["calls"] for a in answers) == 1
+        other = {**body, "records": rows(1, start=5)}
+
+        async def crowd() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as http:
+                return await asyncio.gather(*(http.post(f"{one}/v1/judge", json=other) for _ in range(3)))
+
+        statuses = sorted(a.status_code for a in asyncio.run(crowd()))
+        assert statuses == [200, 200, 429]
+
+
+def test_refusals_are_json_name_the_field_and_leak_nothing(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sentinel = "sk-SENTINEL-provider-key-77777777"
+    monkeypatch.setenv("OPENAI_API_KEY", sentinel)
+    caplog.set_level(logging.DEBUG)
+    with serving(llm, tmp_path / "s.sqlite", api_keys=(KEY,), max_body=4000, max_records=2) as url:
+        seen: list[httpx.Response] = []
+        with httpx.Client(base_url=url, timeout=30) as http:
+
+            def call(method: str, path: str, status: int, **kw: Any) -> Any:
+                r = http.request(method, path, **kw)
+                seen.append(r)
+                assert r.status_code == status, (path, r.status_code, r.text)
+                no_traceback(r)
+                return r.json()
+
+            ok = {"Authorization": f"Bearer {KEY}"}
+            assert call("GET", "/healthz", 200)["status"] == "ok"  # open without a key
+            assert call("GET", "/v1/specs", 401)["error"]["kind"] == "unauthorized"
+            call("GET", "/v1/specs", 401, headers={"Authorization": "Bearer wrong-key"})
+            call("POST", "/judges/answer_alignment/invoke", 401, json={"input": {}})
+            call("GET", "/metrics", 401, headers={"X-API-Key": "nope"})
+            assert [s["name"] for s in call("GET", "/v1/specs", 200, headers={"X-API-Key": KEY})] == SPECS
+            call("GET", "/v1/specs", 200, headers={"Cookie": f"greval_api_key={KEY}"})  # the playground's way
+            big = {"spec": "answer_alignment", "records": [{"question": "x" * 5000}]}
+            assert call("POST", "/v1/judge", 413, headers=ok, json=big)["error"]["field"] == "body"
+
+            def chunked() -> Iterator[bytes]:  # no Content-Length: the limit counts what arrives
+                yield b'{"spec": "answer_alignment", "records": [{"question": "'
+                yield from (b"x" * 500 for _ in range(20))
+                yield b'"}]}'
+
+            chunked_headers = {**ok, "Content-Type": "application/json"}
+            assert (
+                call("POST", "/v1/judge", 413, headers=chunked_headers, content=chunked())["error"]["field"] == "body"
+            )
+            many = {"spec": "answer_alignment", "records": rows(3)}
+            many["records"] = [{"question": "q", "answer": str(i)} for i in range(3)]
+            assert call("POST", "/v1/judge", 413, headers=ok, json=many)["error"]["field"] == "records"
+            bad = {"spec": "chunk_evaluation", "records": [{"question": "q", "chunks": 7}]}
+            err = call("POST", "/v1/judge", 422, headers=ok, json=bad)["error"]
+            assert err["field"] == "records[0].chunks" and "chunks" in err["message"]
+            err = call("POST", "/v1/judge", 422, headers=ok, json={"spec": "answer_alignment", "records": [3]})["error"]
+            assert err["field"] == "records[0]"
+            err = call("POST", "/v1/judge", 422, headers=ok, json={"records": []})["error"]
+            assert err["field"] == "spec"
+            err = call("POST", "/judges/answer_alignment/invoke", 422, headers=ok, json={"input": {"answer": "a"}})
+            assert "question" in json.dumps(err)
+            err = call("POST", "/v1/judge", 404, headers=ok, json={"spec": "nope", "records": []})["error"]
+            assert err["kind"] == "unknown_spec" and err["field"] == "spec"
+            call("GET", "/v1/specs/nope", 404, headers=ok)
+            call("POST", "/judges/nope/invoke", 404, headers=ok, json={"input": {}})
+            # the judge refuses the provider key and echoes it: nothing of it reaches the client or the log
+            llm.script([{"action": {"type": "fault", "status": 401, "echo_auth": True}}])
+            rec = {"spec": "answer_alignment", "records": [{"question": "q?", "answer": "a", "expected_answer": "e"}]}
+            err = call("POST", "/v1/judge", 503, headers=ok, json=rec)["error"]
+            assert err["kind"] == "judge_auth"
+            schema = call("GET", "/v1/specs/chunk_evaluation", 200, headers=ok)
+            assert schema["input_schema"]["required"] == ["question", "chunks"]
+            # LangServe's playground cannot draw a nullable field (anyOf [..., null]): none is declared so
+            assert "null" not in json.dumps(schema["input_schema"])
+            assert (
+                call("GET", "/judges/chunk_evaluation/input_schema", 200, headers=ok)["title"] == "ChunkEvaluationInput"
+            )
+        assert llm.stats()["total"] >= 1  # the judge was called with the sentinel key
+        for r in seen:
+            assert sentinel not in r.text and KEY not in r.text
+        assert sentinel not in caplog.text and KEY not in caplog.text
+
+
+def test_remote_runnable_round_trip(llm: OpenAIServer, tmp_path: Path) -> None:
+    from langserve import RemoteRunnable
+
+    with serving(llm, tmp_path / "s.sqlite", api_keys=(KEY,)) as url:
+        judge = RemoteRunnable(f"{url}/judges/answer_alignment", headers={"Authorization": f"Bearer {KEY}"})
+        rec = {
+            "id": "q1",
+            "question": "Why?",
+            "answer": "Because.",
+            "expected_answer": "So.",
+            "extra_fields": {"system": "B"},
+        }
+        first = judge.invoke(rec)
+        again = judge.invoke(rec)
+        both = judge.batch([rec, {**rec, "id": "q2"}])
+    assert first["record_id"] == "q1" and first["ok"] and not first["cached"]
+    assert again["cached"] and again["verdicts"] == first["verdicts"]
+    assert [b["record_id"] for b in both] == ["q1", "q2"] and all(b["cached"] for b in both)
+    assert llm.stats()["total"] == 1
+
+
+def test_sigterm_finishes_and_stores_the_judgement_in_flight(llm: OpenAIServer, tmp_path: Path) -> None:
+    llm.configure(latency=1.5)
+    store, port = tmp_path / "s.sqlite", free_port()
+    env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "GREVAL_SERVE_KEYS": KEY}
+    cmd = [sys.executable, "-m", "greval", "serve", "-s", "answer_alignment", "--store", str(store)]
+    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        got: list[httpx.Response] = []
+        body = {
+            "spec": "answer_alignment",
+            "records": [{"id": "x", "question": "q?", "answer": "a", "expected_answer": "e"}],
+        }
+        client = threading.Thread(
+            target=lambda: got.append(httpx.post(f"{url}/v1/judge", json=body, headers={"X-API-Key": KEY}, timeout=30))
+        )
+        client.start()
+        while llm.stats()["in_flight"] == 0:  # the judge call is under way
+            assert time.monotonic() < deadline and client.is_alive(), [g.text for g in got]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        client.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert got and got[0].status_code == 200, err
+    assert got[0].json()["results"][0]["verdicts"]["answer_alignment"]["ok"]
+    with Store(store) as st:
+        assert [r.id for r in st.records_with_ids(["x"])] == ["x"]
+    assert len(verdict_rows(store)) == 1
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert any(line["route"] == "/v1/judge" and line["status"] == 200 and line["key"] for line in lines)
+    assert KEY not in err and TEST_KEY not in err
+
+
+def test_compiled_metrics_declare_their_typed_input() -> None:
+    """`compile` declares the spec's record model (what `add_routes(app, compile(spec))` shows), and still
+    takes a plain mapping."""
+    from greval.judge import compile
+
+    bleu = compile(resolve_specs(["bleu"])[0])
+    schema = bleu.get_input_jsonschema()
+    assert schema["title"] == "BleuInput" and schema["required"] == ["answer", "expected_answer"]
+    assert bleu.get_output_jsonschema()["title"] == "JudgeResult"
+    assert bleu.invoke({"answer": "a b c d", "expected_answer": "a b c d"}).ok
