@@ -4,14 +4,11 @@ call for a judgement however many requests ask for it at once.
 A request's records are asked of the store the way a run asks (:func:`greval.runner.plan_work`: one query per
 spec for the whole request); what is stored is read back (:meth:`Store.result`) with no model call and no run
 recorded, so a warm request costs a few SQLite reads. What is missing is judged by the evaluator ``greval run``
-builds (:func:`greval.judge.evaluators.make_evaluator`, same options, one shared adaptive limiter), under the
-store's claim on the judgement, and written by :meth:`Store.put_result`: the rows are the rows a run writes
-(without a run id: a served verdict belongs to no run). Concurrent requests for the same (spec key, judge key,
-record content) share one in-flight future, so fifty identical requests make one call.
-
-The sequence around one new judgement (claim, ask the store again, judge, store, read back merged) is the
-runner's ``judge_one`` step for step; the runner keeps it inside ``_judge_all``, so it is written here again
-rather than imported (see the report of issue 18: the runner could expose it).
+builds (:func:`greval.judge.evaluators.make_evaluator`, same options, one shared adaptive limiter) through the
+run's own sequence (:func:`greval.runner.settle`: the store's claim, a second look, the call, the write), and
+committed at once by :meth:`Store.put_result`: the rows are the rows a run writes (without a run id: a served
+verdict belongs to no run). Concurrent requests for the same (spec key, judge key, record content) share one
+in-flight future, so fifty identical requests make one call.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from greval.dataset.records import Record
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.llm.limiter import AdaptiveLimiter
-from greval.runner import CLAIM_POLL_S, RunOptions, plan_work, unique_contents
+from greval.runner import RunOptions, plan_work, settle, unique_contents
 from greval.spec import BaseSpec, dependency_levels, order_specs
 from greval.store.store import Store, spec_keys
 from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
@@ -211,7 +208,7 @@ class JudgeService:
         fut = asyncio.get_running_loop().create_future()
         self._inflight[fkey] = fut
         deps = {d: results[d][0] for d in spec.depends_on if d in results}
-        task = asyncio.create_task(self._fresh(spec, rec, deps, fut))
+        task = asyncio.create_task(self._fresh(spec, rec, pending, deps, fut))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(fut)
@@ -220,41 +217,39 @@ class JudgeService:
         self,
         spec: BaseSpec,
         rec: Record,
+        pending: list[str] | None,
         deps: dict[str, JudgeResult],
         fut: asyncio.Future[tuple[JudgeResult, bool, int]],
     ) -> None:
-        """Judge and store one judgement (the runner's sequence), resolving ``fut`` with what the store now
+        """Judge and store one judgement through the run's own sequence (:func:`greval.runner.settle`: claim,
+        ask the store again, judge, write at once, read back merged), resolving ``fut`` with what the store now
         holds. Runs as its own task: a client that goes away does not cancel a judgement half stored."""
         store = self._open_store()
         key, scfg = self.keys[spec.name], self.cfgs[spec.name]
         fkey = (key, scfg.key, rec.hash)
+        if pending is None:  # the store said done but holds nothing to read: judge it whole
+            pending = [it["id"] for it in rec.items(spec.each)] if spec.each else [""]
         try:
-            if spec.needs_model:
-                # Another process on this store (a run, another worker) may be judging it: wait for its claim,
-                # then ask the store again.
-                while not store.claim(key, scfg.key, rec.hash):
-                    await asyncio.sleep(CLAIM_POLL_S)
-            pending = store.pending(key, scfg.key, [rec], spec.each)[0]
-            stored = store.result(key, scfg.key, rec) if pending is None else None
-            if stored is not None:
-                self._stray_claims = self._stray_claims or spec.needs_model
-                ServiceStats.bump(self.stats.cache_hits, spec.name)
-                fut.set_result((stored, True, 0))
-                return
-            only = pending if spec.each and pending and len(pending) < len(rec.items(spec.each)) else None
             try:
-                res = await self._evaluator(spec).ajudge(rec, deps, only)
+                held, res = await settle(
+                    store, self._evaluator(spec), spec, key, scfg, rec, pending, deps, put=store.put_result
+                )
             except BaseException:
                 self._stray_claims = self._stray_claims or spec.needs_model
                 raise
-            store.put_result(None, key, scfg, rec, res, partial=only is not None)
+            if res is None:  # judged by another process meanwhile: the claim taken for it is stale
+                self._stray_claims = self._stray_claims or spec.needs_model
+                if held is None:
+                    raise RuntimeError(f"{spec.name}: the store says judged but holds no verdict")
+                ServiceStats.bump(self.stats.cache_hits, spec.name)
+                fut.set_result((held, True, 0))
+                return
             ServiceStats.bump(self.stats.judged, spec.name)
             ServiceStats.bump(self.stats.model_calls, spec.name, len(res.calls))
             if not res.ok and not not_applicable(res):
                 kind = _kind_of(res)
                 ServiceStats.bump(self.stats.errors, (kind or ErrorKind.UNKNOWN).value)
-            merged = store.result(key, scfg.key, rec)
-            fut.set_result((merged if merged is not None else res, False, len(res.calls)))
+            fut.set_result((held if held is not None else res, False, len(res.calls)))
         except asyncio.CancelledError:
             fut.cancel()
             raise
