@@ -25,6 +25,7 @@ from greval.spec import (
     parse_spec,
     resolve_specs,
     spec_json_schema,
+    with_dependencies,
 )
 
 VALUE: dict[str, Any] = {
@@ -268,6 +269,11 @@ def test_bundled_specs_load_validate_against_json_schema_and_resolve_dependencie
     levels = dependency_levels(specs)
     assert {s.name for s in levels[0]} == {"chunk_evaluation", "triple_evaluation"}
     assert [s.name for s in levels[1]] == ["answer_completeness"]
+    # what a named metric needs, transitively, and nothing that merely sits beside it
+    library_specs = resolve_specs(["answer_completeness", "answer_alignment"])
+    needed = [s.name for s in with_dependencies(["answer_completeness"], library_specs)]
+    assert needed[-1] == "answer_completeness" and "answer_alignment" not in needed
+    assert set(needed) == {"chunk_evaluation", "triple_evaluation", "answer_completeness"}
 
 
 def test_json_schema_rejects_what_pydantic_rejects() -> None:

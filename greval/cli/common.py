@@ -65,6 +65,20 @@ def parse_map(values: Sequence[str]) -> dict[str, str]:
     return mapping
 
 
+def call_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """How each model call is made (``method``, ``max_attempts``): the same flags wherever a command judges."""
+    f = click.option(
+        "--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts."
+    )(f)
+    return click.option(
+        "--method",
+        type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
+        default="auto",
+        show_default=True,
+        help="Structured-output method (auto falls back when refused).",
+    )(f)
+
+
 def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The flags that choose and parameterise the judge model (shared by every command that judges), handed
     to the command as one ``judge: JudgeChoice`` built here, once."""

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
-from greval.cli.common import ProgressBar, console, interrupted_exit, judge_options, parse_map, print_summary
+from greval.cli.common import (
+    ProgressBar,
+    call_options,
+    console,
+    interrupted_exit,
+    judge_options,
+    parse_map,
+    print_summary,
+)
 
 if TYPE_CHECKING:
     from greval.llm.config import JudgeChoice
@@ -42,14 +50,7 @@ if TYPE_CHECKING:
     help="Model calls in flight at most [8; the embedded judge: its parallel slots].",
 )
 @click.option("--no-adaptive", is_flag=True, help="Keep concurrency fixed even when rate limited.")
-@click.option(
-    "--method",
-    type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
-    default="auto",
-    show_default=True,
-    help="Structured-output method (auto falls back when refused).",
-)
-@click.option("--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts.")
+@call_options
 @click.option(
     "--map",
     "maps",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from greval.cli.common import console, judge_options
+from greval.cli.common import call_options, console, judge_options
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -53,14 +53,7 @@ SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
     "--requests-per-key", type=int, default=64, show_default=True, help="Judging requests in flight per API key."
 )
 @click.option("-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most.")
-@click.option(
-    "--method",
-    type=click.Choice(["auto", "json_schema", "function_calling", "json_mode"]),
-    default="auto",
-    show_default=True,
-    help="Structured-output method (auto falls back when refused).",
-)
-@click.option("--max-attempts", type=int, default=6, show_default=True, help="Tries per call on 429/5xx/timeouts.")
+@call_options
 @click.option(
     "--workers",
     type=int,

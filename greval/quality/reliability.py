@@ -340,18 +340,11 @@ async def areliability(
     options: ReliabilityOptions | None = None,
 ) -> ReliabilityReport:
     """Judge the sample as is and perturbed; compare; judge with the panel; optionally weigh logprobs."""
-    from greval.spec import order_specs
+    from greval.spec import with_dependencies
 
     opts = options or ReliabilityOptions()
-    by_name = {s.name: s for s in specs}
-    needed: set[str] = set()
-    pending = list(target.depends_on)
-    while pending:  # the target's dependencies, transitively; nothing that merely sits beside it in a file
-        d = pending.pop()
-        if d not in needed and d in by_name:
-            needed.add(d)
-            pending.extend(by_name[d].depends_on)
-    ordered = [s for s in order_specs([by_name[n] for n in needed]) if s.name != target.name] + [target]
+    # the target's dependencies, transitively, then the target; nothing that merely sits beside it in a file
+    ordered = with_dependencies([target.name], [*(s for s in specs if s.name != target.name), target])
     sample = sample_records(records, opts.sample, opts.seed)
     report = ReliabilityReport(
         spec=target.name,

@@ -25,7 +25,7 @@ from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.llm.limiter import AdaptiveLimiter
 from greval.runner import RunOptions, plan_work, settle, unique_contents
-from greval.spec import BaseSpec, dependency_levels, order_specs
+from greval.spec import BaseSpec, dependency_levels, order_specs, with_dependencies
 from greval.store.store import Store, spec_keys
 from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
@@ -136,14 +136,7 @@ class JudgeService:
 
     def closure(self, names: Sequence[str]) -> list[BaseSpec]:
         """The specs asked for and the ones they depend on, in dependency order."""
-        wanted: set[str] = set()
-        todo = list(names)
-        while todo:
-            name = todo.pop()
-            if name not in wanted:
-                wanted.add(name)
-                todo.extend(self.by_name[name].depends_on)
-        return [s for s in self.specs if s.name in wanted]
+        return with_dependencies(names, self.specs)
 
     # ---------------------------------------------------------------------------------- judging
     async def judge(self, names: Sequence[str], records: Sequence[Record]) -> list[dict[str, ServedVerdict]]:

@@ -32,7 +32,7 @@ from greval.spec.model import (
     compact_ranges,
     labels_shorthand,
 )
-from greval.spec.order import dependency_levels, order_specs
+from greval.spec.order import dependency_levels, order_specs, with_dependencies
 from greval.spec.schema import DEFAULT_SCHEMA_REF, SCHEMA_HEADER, spec_json_schema
 from greval.spec.yaml_reader import RefusedYAML, read_yaml, yaml_mark
 
@@ -71,5 +71,6 @@ __all__ = [
     "register_kind",
     "resolve_specs",
     "spec_json_schema",
+    "with_dependencies",
     "yaml_mark",
 ]

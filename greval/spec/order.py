@@ -82,6 +82,14 @@ def order_specs(
     return [by_name[n] for n in names]
 
 
+def with_dependencies(names: Sequence[str], specs: Sequence[BaseSpec]) -> list[BaseSpec]:
+    """The specs named and, transitively, those among ``specs`` they depend on, in dependency order; nothing
+    that merely sits beside them (a dependency not in ``specs`` is left out: order_specs reports it)."""
+    by_name = {s.name: s for s in specs}
+    order = topological(list(names), lambda n: [d for d in by_name[n].depends_on if d in by_name])
+    return [by_name[n] for n in order]
+
+
 def dependency_levels(specs: Sequence[BaseSpec]) -> list[list[BaseSpec]]:
     """Groups of specs that can run concurrently: each level depends only on earlier levels."""
     level: dict[str, int] = {}
