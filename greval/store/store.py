@@ -591,7 +591,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
 
     def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
         """A stored judgement (to feed metrics that depend on it when a run resumes)."""
-        self.flush()
+        if (spec_key, judge_key, record.hash) in self._queued_keys:
+            self.flush()  # this connection reads its own queued verdict
         j = self.db.execute(
             "SELECT status, error, outputs FROM judgements WHERE spec_key=? AND judge_key=? AND record_hash=?",
             (spec_key, judge_key, record.hash),
