@@ -100,7 +100,7 @@ def import_labels(
     missing_ids = [i for i in (_cell(r[record_id_col]) for r in rows) if i is None or i not in recs]
     if missing_ids:
         raise AnnotationError(
-            f"{len(missing_ids)} row(s) name records not in {store.path.name}: {_few(str(i) for i in missing_ids)}"
+            f"{len(missing_ids)} row(s) name records not in {store.name}: {_few(str(i) for i in missing_ids)}"
         )
     scale = spec.scale
     categorical = isinstance(scale, CategoricalScale)

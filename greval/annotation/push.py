@@ -52,7 +52,7 @@ def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tu
     spec_key, spec = store.latest_spec(spec_name)
     rows = store.verdict_judges(spec_key, ok_only=True, newest_first=True)
     if not rows:
-        raise AnnotationError(f"{store.path}: no verdicts of {spec_name!r} (version {spec.hash}) to push")
+        raise AnnotationError(f"{store.name}: no verdicts of {spec_name!r} (version {spec.hash}) to push")
     if judge is not None:
         rows = [r for r in rows if judge in (r["label"], r["judge_key"])]
         if not rows:

@@ -83,6 +83,10 @@ COMMANDS: dict[str, Lazy] = {
         "Serve metrics over HTTP: greval's JSON API and LangServe routes per spec, sharing the store of `greval run`.",
     ),
     "spec": Lazy("greval.cli.spec:spec", "Inspect, validate and document metric specs."),
+    "store": Lazy(
+        "greval.cli.store:store",
+        "Inspect, migrate and copy stores (a SQLite file, or a PostgreSQL database shared by a team).",
+    ),
 }
 
 

@@ -26,7 +26,7 @@ from greval.agreement.models import (
 )
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.tables import read_table, select, to_agreement_frame
-from greval.cli.common import fail
+from greval.cli.common import fail, store_option
 from greval.errors import UserError
 from greval.report.agreement import (
     CALIBRATION_HEADER,
@@ -279,11 +279,11 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 
 @click.command("agreement")
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--store",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@store_option(
     default=None,
-    help="read judge verdicts and pulled / imported human labels from a greval store instead of FILE",
+    must_exist=True,
+    env=False,
+    help="Read judge verdicts and pulled / imported human labels from a greval store instead of FILE.",
 )
 @click.option(
     "--spec",

@@ -23,6 +23,9 @@ from greval.annotation.labels_import import import_labels
 from greval.annotation.pull import pull
 from greval.annotation.push import push
 from greval.annotation.selection import STRATEGIES, Strategy
+from greval.cli.common import store_option as common_store_option
+from greval.store.backend import display
+from greval.store.backend import exists as store_exists
 from greval.store.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -69,27 +72,21 @@ def _connection_opts(dataset_default: str) -> list[Callable[[F], F]]:
 connection_options = connection_options_for("the spec's name")
 
 
-store_option = click.option(
-    "--store",
-    "store_path",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The greval store (SQLite) holding verdicts and human labels.",
-)
+store_option = common_store_option(default=None, required=True, dest="store_path", help="Verdicts and human labels.")
 spec_option = click.option("--spec", "spec_name", required=True, help="Metric (spec name) to review.")
 
 
 @contextlib.contextmanager
 def opened(
-    store_path: Path,
+    store_path: str,
     api_url: str | None,
     api_key: str | None,
     data_dir: Path | None,
     workspace: str | None,
     need_argilla: bool = True,
 ) -> Iterator[tuple[Store, Connection | None]]:
-    if not store_path.exists():
-        raise AnnotationError(f"{store_path}: no such store (run `greval run` first)")
+    if not store_exists(store_path):
+        raise AnnotationError(f"{display(store_path)}: no such store (run `greval run` first)")
     conn = connect(api_url, api_key, data_dir, workspace) if need_argilla else None
     try:
         with Store(store_path) as store:
@@ -161,7 +158,7 @@ class PushBar:
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH, show_default=True)
 @connection_options
 def push_cmd(
-    store_path: Path,
+    store_path: str,
     spec_name: str,
     strategy: str,
     n: int | None,
@@ -212,7 +209,7 @@ def push_cmd(
         f"Pushed {res.pushed} of {res.population} items of {spec_name!r} to dataset {res.dataset!r} "
         f"(workspace {res.workspace!r}; {res.strategy}: {parts or 'nothing'}) in {res.seconds:.1f}s."
     )
-    click.echo(f"Selection recorded as push {res.push_id} in {store_path}.")
+    click.echo(f"Selection recorded as push {res.push_id} in {display(store_path)}.")
     for note in res.notes:
         click.echo(f"note: {note}", err=True)
 
@@ -222,7 +219,7 @@ def push_cmd(
 @spec_option
 @connection_options
 def pull_cmd(
-    store_path: Path,
+    store_path: str,
     spec_name: str,
     api_url: str | None,
     api_key: str | None,
@@ -248,7 +245,7 @@ def pull_cmd(
     shared = f" as {res.stored} labels (one per id of records sharing a content)" if res.stored != res.answers else ""
     click.echo(
         f"Stored {res.answers} answers{shared} ({res.changed} changed since the last pull of {res.dataset!r})"
-        f" in {store_path}."
+        f" in {display(store_path)}."
     )
 
 
@@ -266,7 +263,7 @@ def pull_cmd(
 @connection_options
 def import_labels_cmd(
     file: Path,
-    store_path: Path,
+    store_path: str,
     spec_name: str,
     record_id_col: str,
     label_col: str,

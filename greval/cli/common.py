@@ -217,3 +217,52 @@ def print_summary(summary: Any) -> None:
     for m in summary.metrics:
         for note in metric_notes(m):
             console.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+class StoreRef(click.ParamType):  # type: ignore[type-arg]
+    """A store: a SQLite file's path or a PostgreSQL URL (``postgresql://…``), as a str. ``must_exist``: a
+    path must name an existing file (a URL is checked by connecting)."""
+
+    name = "STORE"
+
+    def __init__(self, must_exist: bool = False) -> None:
+        self.must_exist = must_exist
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from greval.store.backend import exists, is_url
+
+        text = str(value)
+        if not is_url(text) and self.must_exist and not exists(text):
+            self.fail(f"{text}: no such store file", param, ctx)
+        if not is_url(text) and os.path.isdir(text):
+            self.fail(f"{text} is a directory, not a store file", param, ctx)
+        return text
+
+
+STORE_HELP = (
+    "The store: a SQLite file, or a shared PostgreSQL database as postgresql://USER@HOST/DB "
+    "(password from PGPASSWORD or ~/.pgpass, never in the URL on a shared machine). Env: GREVAL_STORE."
+)
+
+
+def store_option(
+    *,
+    default: str | None = "greval.sqlite",
+    must_exist: bool = False,
+    required: bool = False,
+    dest: str = "store",
+    help: str = "",
+    env: bool = True,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The one ``--store`` option: a path or URL (:class:`StoreRef`), falling back to ``$GREVAL_STORE``
+    (``env``; not where leaving the option out means something else: a temporary store, a labels file)."""
+    return click.option(
+        "--store",
+        dest,
+        type=StoreRef(must_exist),
+        default=default,
+        required=required,
+        show_default=default is not None,
+        envvar="GREVAL_STORE" if env else None,
+        help=(help + " " if help else "") + (STORE_HELP if env else STORE_HELP.removesuffix(" Env: GREVAL_STORE.")),
+    )

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import cast
 
 import click
 
-from greval.cli.common import console, fail, out
+from greval.cli.common import console, fail, out, store_option
 from greval.errors import UserError
 
 
 @click.command("gate")
-@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@store_option(default=None, required=True, must_exist=True, dest="store_path")
 @click.option("--spec", "spec_ref", required=True, help="The metric (NAME, or NAME@HASH for a version).")
 @click.option(
     "--min",
@@ -44,7 +43,7 @@ from greval.errors import UserError
 @click.option("--bootstrap", "resamples", type=int, default=1000, show_default=True, help="Resamples for CIs.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def gate_cmd(
-    store_path: Path,
+    store_path: str,
     spec_ref: str,
     conditions: tuple[str, ...],
     side: str,
@@ -69,8 +68,6 @@ def gate_cmd(
     from greval.agreement.models import AgreementOptions
     from greval.store.store import Store
 
-    if not store_path.exists():
-        fail(f"{store_path}: no such store")
     try:
         parsed = [Condition.parse(c) for c in conditions]
         if side != "value" and resamples <= 0:

@@ -9,7 +9,7 @@ from typing import cast
 
 import click
 
-from greval.cli.common import console, judge_options, out, parse_map
+from greval.cli.common import console, judge_options, out, parse_map, store_option
 from greval.errors import UserError
 from greval.llm.config import JudgeChoice, JudgeConfig, default_judge
 from greval.llm.local import judge_session
@@ -22,6 +22,7 @@ from greval.quality.reliability import (
     reliability,
 )
 from greval.spec import BaseSpec, Spec
+from greval.store.backend import display
 
 
 def _resolve_target(ref: str) -> tuple[list[BaseSpec], Spec]:
@@ -44,7 +45,7 @@ def _resolve_target(ref: str) -> tuple[list[BaseSpec], Spec]:
 @click.option(
     "--sample-seed", "sample_seed", type=int, default=0, show_default=True, help="Seed of sample and shuffles."
 )
-@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(), help="Verdicts are kept here.")
+@store_option(help="Verdicts are kept here.")
 @click.option(
     "--perturb",
     type=click.Choice(["items", "scale"]),
@@ -130,7 +131,7 @@ def reliability_cmd(
         st = stack.enter_context(Store(store))
         console.print(
             f"reliability of [bold]{target.name}[/] with {cfg.label} on {min(sample, len(records))} of "
-            f"{len(records)} records — store {store}",
+            f"{len(records)} records — store {display(store)}",
             highlight=False,
         )
         rep = reliability(specs, target, records, st, cfg, members, opts)

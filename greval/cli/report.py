@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from greval.cli.common import console, out
+from greval.cli.common import console, out, store_option
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.store_report import (
     CORRECTED_HEAD,
@@ -26,6 +26,7 @@ from greval.report.store_report import (
     system_stats_rows,
     write,
 )
+from greval.store.backend import display
 from greval.store.results import not_scored
 
 if TYPE_CHECKING:
@@ -79,13 +80,7 @@ def print_stats(rep: StoreReport) -> None:
 
 
 @click.command("report")
-@click.option(
-    "--store",
-    default="greval.sqlite",
-    show_default=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="The store to report on.",
-)
+@store_option(must_exist=True, help="The store to report on.")
 @click.option("--spec", "specs", multiple=True, help="Only these metrics (repeatable).")
 @click.option(
     "-o",
@@ -130,7 +125,7 @@ def report_cmd(
     out_dir.mkdir(parents=True, exist_ok=True)
     rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column)
     write(rep, out_dir)
-    table = Table(title=f"greval report — {store}")
+    table = Table(title=f"greval report — {display(store)}")
     for col in ("metric", "judge", "records", "not scored", "score", "95% CI", "pooling", "judge–human"):
         table.add_column(col)
     for m in rep.metrics:

@@ -6,8 +6,9 @@ import json
 
 import click
 
-from greval.cli.common import console, out
+from greval.cli.common import console, out, store_option
 from greval.cli.lazy import Lazy, LazyGroup
+from greval.store.backend import display
 
 RESULTS_COMMANDS: dict[str, Lazy] = {
     "export": Lazy(
@@ -25,7 +26,7 @@ def results() -> None:
 
 
 @click.command("export")
-@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+@store_option(must_exist=True)
 @click.option("-o", "--output", required=True, type=click.Path(), help="Output file.")
 @click.option(
     "--format",
@@ -51,7 +52,7 @@ def results_export(store: str, output: str, fmt: str | None, spec: str | None, l
 
 
 @click.command("runs")
-@click.option("--store", default="greval.sqlite", show_default=True, type=click.Path(exists=True, dir_okay=False))
+@store_option(must_exist=True)
 def results_runs(store: str) -> None:
     """List the runs recorded in a store."""
     import time as _t
@@ -62,7 +63,7 @@ def results_runs(store: str) -> None:
     from greval.store.store import Store
 
     with Store(store) as st:
-        table = Table(title=f"runs in {store}")
+        table = Table(title=f"runs in {display(store)}")
         for col in ("run", "started", "status", "dataset", "records", "calls", "metric: not scored"):
             table.add_column(col)
         for r in st.runs():

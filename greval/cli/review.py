@@ -12,14 +12,14 @@ from rich.table import Table
 from greval.annotation.argilla import DEFAULT_BATCH
 from greval.cli.annotate_sync import PushBar, connection_options_for, opened, store_option
 from greval.cli.common import console, out
+from greval.cli.common import store_option as common_store_option
 from greval.errors import UserError
 from greval.report.format import fmt_number
-
-_STORE_HELP = "The greval store (SQLite) holding verdicts and human labels."
+from greval.store.backend import display
 
 
 @click.group("review", invoke_without_command=True)
-@click.option("--store", "store_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help=_STORE_HELP)
+@common_store_option(default=None, dest="store_path")
 @click.option("--spec", "spec_name", default=None, help="The metric to review (required without a subcommand).")
 @click.option(
     "--batch", type=click.IntRange(min=1), default=50, show_default=True, help="New items to label this round."
@@ -39,7 +39,7 @@ _STORE_HELP = "The greval store (SQLite) holding verdicts and human labels."
 @click.pass_context
 def review(
     ctx: click.Context,
-    store_path: Path | None,
+    store_path: str | None,
     spec_name: str | None,
     batch: int,
     control_share: float,
@@ -97,7 +97,7 @@ def review(
         highlight=False,
         soft_wrap=True,
     )
-    again = ["greval", "review", "status", "--store", str(store_path), "--spec", spec_name]
+    again = ["greval", "review", "status", "--store", display(store_path), "--spec", spec_name]
     for flag, value in (("--dataset", dataset), ("--workspace", workspace), ("--data-dir", data_dir)):
         if value is not None:
             again += [flag, str(value)]
@@ -121,7 +121,7 @@ def review(
 @click.option("--seed", type=int, default=0, show_default=True)
 @connection_options_for("SPEC-review")
 def status_cmd(
-    store_path: Path,
+    store_path: str,
     spec_name: str,
     target: str | None,
     no_pull: bool,

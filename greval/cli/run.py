@@ -18,7 +18,9 @@ from greval.cli.common import (
     judge_options,
     parse_map,
     print_summary,
+    store_option,
 )
+from greval.store.backend import display
 
 if TYPE_CHECKING:
     from greval.llm.config import JudgeChoice
@@ -34,13 +36,7 @@ if TYPE_CHECKING:
     required=True,
     help="Spec file or predefined metric name; repeat for several. Dependencies are added.",
 )
-@click.option(
-    "--store",
-    default="greval.sqlite",
-    show_default=True,
-    type=click.Path(),
-    help="SQLite file where verdicts are kept (created if missing; reused to resume).",
-)
+@store_option(help="Where verdicts are kept (created if missing; reused to resume).")
 @judge_options
 @click.option(
     "-c",
@@ -170,7 +166,7 @@ def run_cmd(
             f"{'judging' if event.needs_judge else 'scoring'} [bold]{event.records}[/] records{same} with "
             f"{', '.join(event.specs)} — "
             + (f"judge {event.judge}, " if event.needs_judge else "")
-            + f"store {store}, {', '.join(work)}",
+            + f"store {display(store)}, {', '.join(work)}",
             highlight=False,
         )
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from greval.cli.common import call_options, console, judge_options
+from greval.cli.common import call_options, console, judge_options, store_option
+from greval.store.backend import display
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -31,13 +32,7 @@ SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
     help="Spec file or predefined metric name; repeat for several (dependencies are added) [every predefined "
     "judge metric].",
 )
-@click.option(
-    "--store",
-    default="greval.sqlite",
-    show_default=True,
-    type=click.Path(),
-    help="SQLite file of verdicts, shared with `greval run` (created if missing).",
-)
+@store_option(help="Verdicts, shared with `greval run` (created if missing).")
 @judge_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (beyond localhost: keys needed).")
 @click.option("--port", type=int, default=8000, show_default=True)
@@ -144,7 +139,7 @@ def serve_cmd(
         }
         console.print(
             f"serving {', '.join(s.name for s in specs)} with judge {live.label} on http://{host}:{port} "
-            f"(store {store}{', API keys required' if keys else ''}; docs at /docs)",
+            f"(store {display(store)}{', API keys required' if keys else ''}; docs at /docs)",
             highlight=False,
         )
         # uvicorn's graceful shutdown: on SIGTERM / Ctrl-C it stops accepting, lets the requests in flight

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 
-from greval.cli.common import console, judge_options, out, parse_map, print_error
+from greval.cli.common import console, judge_options, out, parse_map, print_error, store_option
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ def spec_new(
 @click.option("--annotator-column", default=None, help="Annotator column of --human-file (several per record).")
 @click.option("--name", "spec_name", default=None, help="Which spec of a multi-spec file [the last].")
 @click.option("--limit", type=int, default=20, show_default=True, help="Judge only the first N records.")
-@click.option("--store", type=click.Path(), default=None, help="Keep verdicts here [a temporary store].")
+@store_option(default=None, env=False, help="Keep verdicts here [a temporary store].")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN", help="As in `greval run`.")
 @click.option("--id-column", default=None, help="Column holding record ids.")
 @click.option("--bootstrap", type=int, default=200, show_default=True, help="Resamples for CIs (0: none).")

@@ -87,7 +87,7 @@ class JudgeService:
         self.cfg = cfg
         self.cfgs = {s.name: config_for(s, cfg) for s in self.specs}
         self.options = options or RunOptions()
-        self.store_path = Path(store_path)
+        self.store_path = store_path
         self.store: Store | None = None
         self._model = model
         self._chat: BaseChatModel | None = model

@@ -77,8 +77,9 @@ class AnnotationPushes(StoreFile):
                 ),
             )
             db.executemany(
-                "INSERT OR IGNORE INTO annotation_selection (push_id, spec_name, record_hash, item_id, record_id,"
-                " argilla_id, stratum, probability, rank, pushed_at) VALUES (?,?,?,?,?,?,?,?,?,NULL)",
+                "INSERT INTO annotation_selection (push_id, spec_name, record_hash, item_id, record_id,"
+                " argilla_id, stratum, probability, rank, pushed_at) VALUES (?,?,?,?,?,?,?,?,?,NULL)"
+                " ON CONFLICT DO NOTHING",
                 [
                     (
                         push_id,
@@ -130,14 +131,18 @@ class AnnotationPushes(StoreFile):
     def push_units(self, push_id: str) -> dict[tuple[str, str], tuple[str, float]]:
         """(record hash, item id) -> (stratum, inclusion probability) of every unit one push selected."""
         rows = self._rows(
-            "SELECT record_hash, item_id, stratum, probability FROM annotation_selection WHERE push_id=?", (push_id,)
+            "SELECT record_hash, item_id, stratum, probability FROM annotation_selection WHERE push_id=?"
+            " ORDER BY record_hash, item_id",
+            (push_id,),
         )
         return {(str(h), str(i)): (str(s), float(p)) for h, i, s, p in rows}
 
     def selection_probabilities(self, push_id: str) -> dict[tuple[str, str], float]:
         """(record hash, item id) -> the probability that unit had of being selected by a push."""
         rows = self._rows(
-            "SELECT record_hash, item_id, probability FROM annotation_selection WHERE push_id=?", (push_id,)
+            "SELECT record_hash, item_id, probability FROM annotation_selection WHERE push_id=?"
+            " ORDER BY record_hash, item_id",
+            (push_id,),
         )
         return {(h, i): float(p) for h, i, p in rows}
 
@@ -148,7 +153,7 @@ class AnnotationPushes(StoreFile):
             "SELECT p.dataset, s.record_hash, s.item_id, s.stratum, s.probability FROM annotation_selection s"
             " JOIN annotation_pushes p ON p.push_id = s.push_id WHERE p.spec_name=? AND p.push_id = ("
             "SELECT q.push_id FROM annotation_pushes q WHERE q.spec_name = p.spec_name AND q.dataset = p.dataset"
-            " ORDER BY q.updated_at DESC LIMIT 1)",
+            " ORDER BY q.updated_at DESC, q.rowid DESC LIMIT 1) ORDER BY p.rowid, s.record_hash, s.item_id",
             (spec_name,),
         )
         out: dict[str, dict[tuple[str, str], tuple[str, float]]] = {}
@@ -159,7 +164,8 @@ class AnnotationPushes(StoreFile):
     def selected_units(self, spec_name: str) -> list[SelectedUnit]:
         """Every unit any push of a metric selected, with its Argilla record id."""
         rows = self._rows(
-            "SELECT DISTINCT argilla_id, record_hash, item_id, record_id FROM annotation_selection WHERE spec_name=?",
+            "SELECT DISTINCT argilla_id, record_hash, item_id, record_id FROM annotation_selection WHERE spec_name=?"
+            " ORDER BY record_hash, item_id, argilla_id, record_id",
             (spec_name,),
         )
         return [SelectedUnit(argilla_id=a, record_hash=h, item_id=i, record_id=r) for a, h, i, r in rows]

@@ -38,6 +38,13 @@ class LabelSourceCount(TypedDict):
     other: int
 
 
+def _same(col: str) -> str:
+    """SQL: the stored answer's ``col`` equals the incoming one, NULLs equal (SQLite's ``IS``, PostgreSQL's
+    ``IS NOT DISTINCT FROM``, written so both read it)."""
+    old, new = f"human_labels.{col}", f"excluded.{col}"
+    return f"({old} = {new} OR ({old} IS NULL AND {new} IS NULL))"
+
+
 _LABEL_COLS = ("dataset", "record_id", "record_hash", "item_id", "annotator", "label", "value", "comment", "status")
 
 
@@ -61,8 +68,13 @@ class HumanLabels(StoreFile):
                     " label=excluded.label, value=excluded.value, comment=excluded.comment, status=excluded.status,"
                     " spec_hash=excluded.spec_hash, answered_at=excluded.answered_at,"
                     # An answer a pull finds unchanged keeps where it came from (an import sent to Argilla).
-                    " source=CASE WHEN human_labels.label IS excluded.label AND human_labels.value IS excluded.value"
-                    " AND human_labels.comment IS excluded.comment AND human_labels.status=excluded.status"
+                    " source=CASE WHEN "
+                    + _same("label")
+                    + " AND "
+                    + _same("value")
+                    + " AND "
+                    + _same("comment")
+                    + " AND human_labels.status=excluded.status"
                     " THEN human_labels.source ELSE excluded.source END,"
                     " updated_at=excluded.updated_at",
                     (
@@ -86,7 +98,7 @@ class HumanLabels(StoreFile):
         return n
 
     def human_labels(self, spec_name: str, *, dataset: str | None = None, submitted: bool = False) -> list[HumanLabel]:
-        """A metric's answers (of one dataset; only submitted ones), in storage order."""
+        """A metric's answers (of one dataset; only submitted ones), in key order."""
         sql = f"SELECT {', '.join(_LABEL_COLS)} FROM human_labels WHERE spec_name=?"
         params: list[Any] = [spec_name]
         if dataset is not None:
@@ -94,6 +106,7 @@ class HumanLabels(StoreFile):
             params.append(dataset)
         if submitted:
             sql += " AND status='submitted'"
+        sql += " ORDER BY dataset, record_id, record_hash, item_id, annotator"
         return [
             HumanLabel(
                 dataset=d, record_id=i, record_hash=h, item_id=it, annotator=a, label=lab, value=v, comment=c, status=st
@@ -109,8 +122,9 @@ class HumanLabels(StoreFile):
     def label_source_counts(self, spec_name: str) -> list[LabelSourceCount]:
         """A metric's answers counted by (dataset, source)."""
         rows = self._rows(
-            "SELECT dataset, source, SUM(status='submitted'), SUM(status!='submitted')"
-            " FROM human_labels WHERE spec_name=? GROUP BY dataset, source",
+            "SELECT dataset, source, SUM(CASE WHEN status='submitted' THEN 1 ELSE 0 END),"
+            " SUM(CASE WHEN status!='submitted' THEN 1 ELSE 0 END)"
+            " FROM human_labels WHERE spec_name=? GROUP BY dataset, source ORDER BY dataset, source",
             (spec_name,),
         )
         return [LabelSourceCount(dataset=d, source=s, submitted=int(a), other=int(b)) for d, s, a, b in rows]
@@ -119,7 +133,7 @@ class HumanLabels(StoreFile):
         """Record hash -> the stored fields of every record a metric has human answers on."""
         rows = self._rows(
             "SELECT record_hash, data FROM records WHERE record_hash IN (SELECT DISTINCT record_hash FROM human_labels"
-            " WHERE spec_name=?)",
+            " WHERE spec_name=?) ORDER BY record_hash",
             (spec_name,),
         )
         return {h: json.loads(d) for h, d in rows}

@@ -77,7 +77,8 @@ class VerdictLookups(StoreFile):
             " JOIN judges j ON j.judge_key = v.judge_key WHERE v.spec_key=?"
             + (" AND v.status='ok'" if ok_only else "")
             + " GROUP BY j.judge_key ORDER BY "
-            + ("last DESC" if newest_first else "n DESC"),
+            + ("last DESC" if newest_first else "n DESC")
+            + ", j.judge_key",
             (spec_key,),
         )
         return [VerdictJudge(judge_key=k, label=lab, identity=i, n=int(n), last=float(t)) for k, lab, i, n, t in rows]
@@ -101,7 +102,7 @@ class VerdictLookups(StoreFile):
         rows = self._rows(
             "SELECT v.record_hash, v.item_id, v.label, v.value, v.confidence, v.reason, j.label, j.identity"
             " FROM verdicts v JOIN judges j ON j.judge_key=v.judge_key WHERE v.spec_key=? AND v.status='ok'"
-            " ORDER BY v.updated_at",
+            " ORDER BY v.updated_at, v.rowid",
             (spec_key,),
         )
         return {
@@ -116,7 +117,7 @@ class VerdictLookups(StoreFile):
         rows = self._rows(
             "SELECT v.record_hash, COALESCE(i.record_id, v.record_id), v.item_id, v.status, v.label, v.value,"
             " v.reason FROM verdicts v LEFT JOIN record_ids i ON i.record_hash = v.record_hash"
-            " WHERE v.spec_key=? AND v.judge_key=?",
+            " WHERE v.spec_key=? AND v.judge_key=? ORDER BY v.record_hash, v.item_id, i.rowid",
             (spec_key, judge_key),
         )
         return [

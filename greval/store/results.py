@@ -76,15 +76,15 @@ _ITEM_COLS = (
 _FIGURE_COLS = (*_ITEM_COLS[:16], "created_at", "stored_units")
 
 
-def _item_sql(ids: str, full: bool) -> str:
+def _item_sql(ids: str, full: bool, units: str) -> str:
     """Verdicts joined with their record ids (``ids``: the id table to join, with its own filter); ``full``
-    adds the judgement's outputs, tokens and timings."""
+    adds the judgement's outputs, tokens and timings, else ``units`` reads only their units (SQL)."""
     cols = """v.spec_name, v.spec_hash, v.spec_key, j.label, v.judge_key, COALESCE(i.record_id, v.record_id),
        v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error,
        v.error_kind"""
     if not full:
         return f"""
-SELECT {cols}, v.created_at, json_extract(g.outputs, '$.{UNITS}')
+SELECT {cols}, v.created_at, {units}
 FROM verdicts v
 JOIN judges j ON j.judge_key = v.judge_key
 {ids}
@@ -102,7 +102,7 @@ LEFT JOIN judgements g ON g.spec_key = v.spec_key AND g.judge_key = v.judge_key 
 
 
 def _select(
-    spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None, full: bool
+    store: Store, spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None, full: bool
 ) -> tuple[str, list[Any]]:
     """The item-row query (no ORDER BY) and its parameters; ``run_id``: only the ids that run was given."""
     where: list[str] = []
@@ -119,7 +119,8 @@ def _select(
         if val is not None:
             where.append(f"{col} = ?")
             params.append(val)
-    return _item_sql(ids, full) + (" WHERE " + " AND ".join(where) if where else ""), params
+    sql = _item_sql(ids, full, store.json_field("g.outputs", UNITS))
+    return sql + (" WHERE " + " AND ".join(where) if where else ""), params
 
 
 def item_rows(
@@ -132,7 +133,7 @@ def item_rows(
 ) -> list[dict[str, Any]]:
     """One row per verdict and record id, by metric name then storage order. ``run_id``: only the record
     ids that run was given."""
-    sql, params = _select(spec, run_id, spec_key, judge_key, full=True)
+    sql, params = _select(store, spec, run_id, spec_key, judge_key, full=True)
     with store._lock:
         rows = store.db.execute(sql + " ORDER BY v.spec_name, v.created_at, v.rowid, 6", params).fetchall()
     out = []
@@ -148,12 +149,15 @@ def _stream(
 ) -> Iterator[dict[str, Any]]:
     """The columns figures read, sorted so that each record's rows come together (in storage order), read
     a few thousand at a time."""
-    sql, params = _select(spec, run_id, spec_key, judge_key, full=False)
+    sql, params = _select(store, spec, run_id, spec_key, judge_key, full=False)
     sql += " ORDER BY v.spec_key, v.judge_key, 6, v.record_hash, v.created_at, v.rowid"
     with store._lock:
         cur = store.db.execute(sql, params)
         while chunk := cur.fetchmany(5000):
-            yield from (dict(zip(_FIGURE_COLS, r, strict=True)) for r in chunk)
+            for r in chunk:
+                row = dict(zip(_FIGURE_COLS, r, strict=True))
+                row["stored_units"] = store.json_value(row["stored_units"])
+                yield row
 
 
 def aggregate_items(spec: Spec, labels: Sequence[str | None], values: Sequence[float | None]) -> float | None:

@@ -10,17 +10,22 @@ written by an older greval is migrated the first time this one opens it, in one 
 from __future__ import annotations
 
 import hashlib
-import sqlite3
+import re
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from greval.dataset.records import Record
 from greval.types import ErrorKind
 
+if TYPE_CHECKING:
+    from greval.store.backend import DB, Dialect
+
 SCHEMA_VERSION = 4
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
-# names its columns: a fresh store and a migrated one then have the same tables.
+# names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
+# ddl() gives PostgreSQL's (the one schema definition of both).
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS specs (
@@ -141,38 +146,105 @@ def members_key(members: Sequence[tuple[str, str]]) -> str:
     return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:24]
 
 
-def put_snapshot(db: sqlite3.Connection, records: Sequence[Record], key: str | None = None) -> str:
+def put_snapshot(db: DB, records: Sequence[Record], key: str | None = None) -> str:
     """Store a dataset's snapshot (its ids and contents, once however often it is run); returns its key."""
     return put_members(db, [(r.id, r.hash) for r in records], key)
 
 
-def put_members(db: sqlite3.Connection, members: Sequence[tuple[str, str]], key: str | None = None) -> str:
+def put_members(db: DB, members: Sequence[tuple[str, str]], key: str | None = None) -> str:
     """:func:`put_snapshot` for a dataset given as its (record id, content hash) pairs."""
     key = key or members_key(members)
     db.executemany(
-        "INSERT OR IGNORE INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?)",
+        "INSERT INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?) ON CONFLICT DO NOTHING",
         [(key, *m) for m in members],
     )
     db.execute(
-        "INSERT OR IGNORE INTO snapshots (snapshot, records, created_at) VALUES (?,?,?)",
+        "INSERT INTO snapshots (snapshot, records, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
         (key, len(members), time.time()),
     )
     return key
 
 
-def stored_version(db: sqlite3.Connection) -> int | None:
+def stored_version(db: DB) -> int | None:
     """The schema version a store file was written with (None: a new file)."""
     row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     return None if row is None else int(row[0])
 
 
-def set_version(db: sqlite3.Connection) -> None:
-    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+def set_version(db: DB) -> None:
+    db.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
+        " ON CONFLICT (key) DO UPDATE SET value=excluded.value",
+        (str(SCHEMA_VERSION),),
+    )
 
 
-def migrate(db: sqlite3.Connection) -> None:
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*)\)( WITHOUT ROWID)?$", re.S)
+
+
+def statements(script: str) -> list[str]:
+    """A script's statements (none of greval's has a ``;`` inside a literal)."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def ddl(dialect: Dialect) -> str:
+    """The schema in a dialect. PostgreSQL: 8-byte floats and integers (SQLite's REAL and INTEGER are 8
+    bytes), byte-order text (``COLLATE "C"``, as SQLite compares: the same ORDER BY gives the same rows), and
+    an explicit ``rowid`` (a sequence, last) where SQLite has its implicit one: "in storage order" is
+    ``ORDER BY rowid`` on both."""
+    if dialect == "sqlite":
+        return DDL
+    out = []
+    for stmt in statements(DDL):
+        stmt = column_types(stmt)
+        m = _TABLE.match(stmt)
+        if m:
+            stmt = f"CREATE TABLE IF NOT EXISTS {m[1]} ({m[2]}, rowid BIGSERIAL)"
+        out.append(stmt + ";")
+    return "\n".join(out)
+
+
+def column_types(sql: str) -> str:
+    """SQLite's column types in PostgreSQL's (for DDL and for a migration's ALTER TABLE)."""
+    sql = re.sub(r"\bREAL\b", "DOUBLE PRECISION", sql)
+    sql = re.sub(r"\bINTEGER\b", "BIGINT", sql)
+    return re.sub(r"\bTEXT\b", 'TEXT COLLATE "C"', sql)
+
+
+class Table(NamedTuple):
+    """A table as the schema declares it."""
+
+    columns: list[str]  # in order, without any rowid
+    key: list[str]  # its primary key
+    rowid: bool  # whether SQLite keeps a rowid for it (all but WITHOUT ROWID tables)
+
+
+def tables() -> dict[str, Table]:
+    """Every table of the schema, in the order it is declared."""
+    out: dict[str, Table] = {}
+    for stmt in statements(DDL):
+        m = _TABLE.match(stmt)
+        if not m:
+            continue
+        cols: list[str] = []
+        key: list[str] = []
+        for part in re.split(r",(?![^()]*\))", m[2]):
+            words = part.split()
+            if words[0].upper() == "PRIMARY":
+                key = [c.strip() for c in part[part.index("(") + 1 : part.rindex(")")].split(",")]
+            else:
+                cols.append(words[0])
+                if "PRIMARY KEY" in part.upper():
+                    key = [words[0]]
+        out[m[1]] = Table(cols, key, m[3] is None)
+    return out
+
+
+def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
     """Bring an older store up to this schema, inside the caller's (immediate) transaction. The version is
-    read again here: another process may have migrated the file since it was first read."""
+    read again here: another process may have migrated the file since it was first read. A PostgreSQL store
+    is created at this greval's schema; the steps below version 4 exist only for SQLite files (schema 1-3
+    predate PostgreSQL stores), and a later step is written once, in SQLite's types, through ``_script``."""
     version = stored_version(db)
     if version is None or version >= SCHEMA_VERSION:
         return
@@ -187,17 +259,16 @@ def migrate(db: sqlite3.Connection) -> None:
                 f"UPDATE {table} SET error_kind=? WHERE rowid=?", [(error_kind(text).value, rid) for rid, text in rows]
             )
     if version < 4:
-        _script(db, _MIGRATE_3_4)
+        _script(db, _MIGRATE_3_4, dialect)
     set_version(db)
 
 
-def _script(db: sqlite3.Connection, script: str) -> None:
-    for stmt in script.split(";"):
-        if stmt.strip():
-            db.execute(stmt)
+def _script(db: DB, script: str, dialect: Dialect = "sqlite") -> None:
+    for stmt in statements(script):
+        db.execute(column_types(stmt) if dialect == "postgresql" else stmt)
 
 
-def _migrate_1_2(db: sqlite3.Connection) -> None:
+def _migrate_1_2(db: DB) -> None:
     _script(db, _MIGRATE_1_2)
     # Each schema-1 run's records (by content) become the snapshot of its dataset.
     members: dict[str, list[Record]] = {}
@@ -222,7 +293,9 @@ def _migrate_1_2(db: sqlite3.Connection) -> None:
         " status, source, answered_at, updated_at FROM human_labels_v1"
     ).fetchall()
     db.executemany(
-        "INSERT OR IGNORE INTO human_labels VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT OR IGNORE INTO human_labels (spec_name, dataset, record_id, record_hash, item_id, annotator,"
+        " spec_hash, label, value, comment, status, source, answered_at, updated_at)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         [
             (
                 r[0],

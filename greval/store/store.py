@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import socket
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -35,6 +34,7 @@ from greval.errors import UserError
 from greval.llm.config import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
 from greval.store.annotation import AnnotationPushes
+from greval.store.backend import DB
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
@@ -72,12 +72,14 @@ def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
 
 
 class Store(HumanLabels, AnnotationPushes, VerdictLookups):
-    """A greval store file. Safe to open from several processes (SQLite WAL); one connection per Store.
+    """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
+    (``postgresql://…``, shared by many machines); one connection per Store.
 
-    Opening an older store file migrates it (:mod:`greval.store.schema`)."""
+    Opening an older SQLite store migrates it (:mod:`greval.store.schema`); a PostgreSQL one is migrated when
+    asked (``migrate=True``, ``greval store migrate``)."""
 
-    def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: str | Path, *, migrate: bool | None = None) -> None:
+        super().__init__(path, migrate=migrate)
         # (record id, record hash) pairs this connection has stored: each is written once.
         self._stored: set[tuple[str, str]] = set()
         # Judgements put with defer=True, waiting for the next group commit (put_result's arguments and time).
@@ -105,14 +107,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             # The body is the latest declaration of this version: fields outside the hash (dataset_aggregate,
             # a way of reading verdicts) may change without a new version, and the store reads them from here.
             db.executemany(
-                "INSERT INTO specs VALUES (?,?,?,?,?) ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body",
+                "INSERT INTO specs (spec_key, name, spec_hash, body, created_at) VALUES (?,?,?,?,?)"
+                " ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body",
                 [(keys[s.name], s.name, s.hash, s.model_dump_json(), now) for s in specs],
             )
 
     def put_judge(self, cfg: JudgeConfig) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR IGNORE INTO judges VALUES (?,?,?,?)",
+                "INSERT INTO judges (judge_key, label, identity, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
                 (cfg.key, cfg.label, json.dumps(cfg.identity, sort_keys=True), time.time()),
             )
 
@@ -126,15 +129,18 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             self._insert_records(db, todo)
         self._stored.update((r.id, r.hash) for r in todo)
 
-    def _insert_records(self, db: sqlite3.Connection, records: Sequence[Record]) -> None:
+    def _insert_records(self, db: DB, records: Sequence[Record]) -> None:
         """Content once per hash; every (id, hash) pair. Every id is kept, whatever its content."""
         now = time.time()
         fresh = {r.hash: r for r in records}
         db.executemany(
-            "INSERT OR IGNORE INTO records VALUES (?,?,?,?)",
+            "INSERT INTO records (record_hash, record_id, data, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
             [(h, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for h, r in fresh.items()],
         )
-        db.executemany("INSERT OR IGNORE INTO record_ids VALUES (?,?,?)", [(r.id, r.hash, now) for r in records])
+        db.executemany(
+            "INSERT INTO record_ids (record_id, record_hash, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
+            [(r.id, r.hash, now) for r in records],
+        )
 
     def link_run(self, run_id: str, records: Sequence[Record]) -> None:
         """Record which dataset a run was given: its snapshot (ids and contents). A dataset run again — the
@@ -174,8 +180,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         """A stored spec of any kind."""
         row = self.db.execute("SELECT body FROM specs WHERE spec_key=?", (spec_key,)).fetchone()
         if row is None:
-            raise UserError(f"{self.path}: no spec with key {spec_key}")
-        return parse_spec(json.loads(row[0]), f"{self.path}#{spec_key}")
+            raise UserError(f"{self.name}: no spec with key {spec_key}")
+        return parse_spec(json.loads(row[0]), f"{self.name}#{spec_key}")
 
     def spec(self, spec_key: str) -> Spec:
         """A stored judge spec (what people can label and agreement applies to)."""
@@ -186,7 +192,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
 
     def specs(self) -> list[dict[str, Any]]:
         """Every spec version the store has verdicts or labels for."""
-        cur = self.db.execute("SELECT spec_key, name, spec_hash, created_at FROM specs ORDER BY created_at")
+        cur = self.db.execute("SELECT spec_key, name, spec_hash, created_at FROM specs ORDER BY created_at, rowid")
         return [dict(zip(("spec_key", "name", "spec_hash", "created_at"), r, strict=True)) for r in cur]
 
     def latest_spec(self, name: str) -> tuple[str, Spec]:
@@ -196,7 +202,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         ).fetchone()
         if row is None:
             known = sorted({r["name"] for r in self.specs()})
-            raise UserError(f"{self.path}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})")
+            raise UserError(f"{self.name}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})")
         return row[0], self.spec(row[0])
 
     def spec_version(self, name: str, version: str) -> str | None:
@@ -285,7 +291,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             "summary",
             "pid",
         )
-        cur = self.db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY started_at")
+        cur = self.db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY started_at, rowid")
         return [dict(zip(cols, r, strict=True)) for r in cur]
 
     def last_run_summary(self, pid: int) -> dict[str, Any] | None:
@@ -361,32 +367,57 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         once (a call waits for its claim; queued verdicts wait for their own group)."""
         if not wanted:
             return []
-        now = time.time()
-        granted: list[bool] = []
-        with self._tx() as db:
-            for spec_key, judge_key, record_hash in wanted:
+        # In one order for every process: two PostgreSQL transactions claiming overlapping sets then lock
+        # their rows in the same order and cannot deadlock.
+        keys = sorted(set(wanted))
+        pid = os.getpid()
+        lock = " FOR UPDATE" if self.dialect == "postgresql" else ""  # SQLite: BEGIN IMMEDIATE serialises
+
+        def take(db: DB) -> dict[tuple[str, str, str], bool]:
+            now = time.time()
+            got: dict[tuple[str, str, str], bool] = {}
+            for key in keys:
+                lease = (_HOST, pid, self.owner, now + CLAIM_LEASE_S)
+                # A free judgement (the common case): one statement, which two writers cannot both win.
+                if db.execute(
+                    "INSERT INTO claims (spec_key, judge_key, record_hash, host, pid, owner, expires_at)"
+                    " VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
+                    (*key, *lease),
+                ).fetchone():
+                    got[key] = True
+                    continue
                 row = db.execute(
                     "SELECT host, pid, owner, expires_at FROM claims"
-                    " WHERE spec_key=? AND judge_key=? AND record_hash=?",
-                    (spec_key, judge_key, record_hash),
+                    f" WHERE spec_key=? AND judge_key=? AND record_hash=?{lock}",
+                    key,
                 ).fetchone()
-                held = row is not None and row[2] != self.owner and row[3] > now
-                if held and (row[0] != _HOST or _alive(int(row[1]))):
-                    granted.append(False)
-                    continue
+                if row is not None:
+                    held = row[2] != self.owner and row[3] > now
+                    if held and (row[0] != _HOST or _alive(int(row[1]))):
+                        got[key] = False
+                        continue
+                # Ours already, expired, or its holder on this host is gone: taken over.
                 db.execute(
-                    "INSERT OR REPLACE INTO claims VALUES (?,?,?,?,?,?,?)",
-                    (spec_key, judge_key, record_hash, _HOST, os.getpid(), self.owner, now + CLAIM_LEASE_S),
+                    "INSERT INTO claims (spec_key, judge_key, record_hash, host, pid, owner, expires_at)"
+                    " VALUES (?,?,?,?,?,?,?) ON CONFLICT (spec_key, judge_key, record_hash) DO UPDATE SET"
+                    " host=excluded.host, pid=excluded.pid, owner=excluded.owner, expires_at=excluded.expires_at",
+                    (*key, *lease),
                 )
-                granted.append(True)
-        return granted
+                got[key] = True
+            return got
+
+        granted = self._write(take)
+        return [granted[w] for w in wanted]
 
     def release_claims(self) -> None:
         """Drop every claim this connection holds (a run's end, however it ended), committing the queued
         verdicts first."""
-        with self._tx() as db:
+
+        def release(db: DB) -> None:
             self._write_queued(db)
             db.execute("DELETE FROM claims WHERE owner=?", (self.owner,))
+
+        self._write(release)
         self._written()
 
     def _params(self, cfg: JudgeConfig) -> str:
@@ -412,11 +443,10 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         """Commit the queued verdicts (one transaction for all of them; nothing to do when none are queued)."""
         if not self._queue:
             return
-        with self._tx() as db:
-            self._write_queued(db)
+        self._write(self._write_queued)
         self._written()
 
-    def _write_queued(self, db: sqlite3.Connection) -> None:
+    def _write_queued(self, db: DB) -> None:
         for args in self._queue:
             self._write_result(db, *args)
 
@@ -453,15 +483,18 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             self._queue.append(args)
             self._queued_keys.add((spec_key, cfg.key, record.hash))
             return
-        with self._tx() as db:
+
+        def write(db: DB) -> None:
             self._write_queued(db)
             self._write_result(db, *args)
+
+        self._write(write)
         self._queue.append(args)  # marks its record stored with the others
         self._written()
 
     def _write_result(
         self,
-        db: sqlite3.Connection,
+        db: DB,
         run_id: str | None,
         spec_key: str,
         cfg: JudgeConfig,
@@ -499,11 +532,14 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             att += prev[4] or 0
             calls = json.loads(prev[5] or "[]") + calls
         db.execute(
-            "INSERT OR REPLACE INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
+            "INSERT INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
             " raw, model, params, tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
-            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-            " COALESCE((SELECT created_at FROM judgements"
-            " WHERE spec_key=? AND judge_key=? AND record_hash=?),?),?,?)",
+            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (spec_key, judge_key, record_hash) DO UPDATE SET status=excluded.status,"
+            " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=excluded.raw,"
+            " model=excluded.model, params=excluded.params, tokens_in=excluded.tokens_in,"
+            " tokens_out=excluded.tokens_out, latency_ms=excluded.latency_ms, attempts=excluded.attempts,"
+            " run_id=excluded.run_id, updated_at=excluded.updated_at, error_kind=excluded.error_kind",
             (
                 spec_key,
                 judge_key,
@@ -520,9 +556,6 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                 lat,
                 att,
                 run_id,
-                spec_key,
-                judge_key,
-                record.hash,
                 now,
                 now,
                 # The judgement's own error (a failed call); one whose items failed has no text, no kind.
@@ -601,7 +634,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             return None
         rows = self.db.execute(
             "SELECT spec_name, spec_hash, item_id, status, label, value, score, confidence, reason, error, error_kind,"
-            " token_confidence FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?",
+            " token_confidence FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? ORDER BY item_id",
             (spec_key, judge_key, record.hash),
         ).fetchall()
         if not rows:
