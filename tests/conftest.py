@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,22 @@ def store_path(tmp_path: Path) -> Path:
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 if not SHARED_DATA.exists():
     SHARED_DATA = Path(os.environ.get("GREVAL_SHARED_DATA", "/nonexistent"))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A real PostgreSQL server for the session (Debian's postgresql package, in a temp dir; CI installs it).
+    Skipped, with the reason, only where its binaries are absent."""
+    from greval.testing.postgres import PostgresServer, binaries
+
+    if binaries() is None:
+        pytest.skip("PostgreSQL's server binaries are not installed (apt-get install postgresql)")
+    with PostgresServer() as pg:
+        yield pg
+
+
+@pytest.fixture()
+def pg_url(postgres: Any) -> str:
+    """A new, empty database on the session's PostgreSQL server: its URL (a store reference)."""
+    url: str = postgres.database()
+    return url

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from greval.runner import RunOptions, run
 from greval.spec import resolve_specs
 from greval.store.results import MetricFigures, figures, item_rows
 from greval.store.schema import SCHEMA_VERSION, error_kind
-from greval.store.store import Store, spec_keys
+from greval.store.store import _HOST, Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
 from greval.types import ErrorKind, ItemVerdict, JudgeResult
 
@@ -514,3 +518,245 @@ def test_the_factscore_worked_example_of_docs_computed_md() -> None:
     rows = [{"status": "ok", "score": c.precision, "units": c.total} for c in (a, b)]
     micro, macro, _, _ = dataset_score(rows, "micro")
     assert (micro, round(macro or 0, 3)) == (0.4, 0.458)
+
+
+# ------------------------------------------------------------------------ PostgreSQL (issue 19)
+# A real server (tests/conftest.py `postgres`: Debian's postgresql, initdb + pg_ctl in a temp dir), never a mock.
+_VOLATILE = {"created_at", "updated_at", "run_id", "latency_ms"}
+
+
+def _cli(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from greval.cli import main
+
+    return CliRunner().invoke(main, list(args), env={"COLUMNS": "200"})
+
+
+def _loop(store: str, llm: OpenAIServer, out: Path) -> dict[str, Any]:
+    """The quick start's loop on the bundled example, into ``store``: run three metrics, import the people's
+    labels, export, agreement and report. What each command wrote."""
+    begin = Path(__file__).resolve().parents[1] / "examples" / "begin"
+    out.mkdir()
+    specs = ["-s", str(begin / "attribution.yaml"), "-s", "chunk_evaluation", "-s", "citation_density"]
+    judge = ["--judge", "openai:judge-test", "--base-url", llm.base_url]
+    res = _cli("run", str(begin / "records.jsonl"), *specs, "--store", store, *judge)
+    assert res.exit_code == 0, res.output
+    res = _cli(
+        "annotate", "import-labels", str(begin / "human_labels.csv"), "--store", store, "--spec", "attribution",
+        "--record-id", "record_id", "--label", "label", "--annotator", "annotator",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert _cli("results", "export", "--store", store, "-o", str(out / "items.jsonl")).exit_code == 0
+    res = _cli("agreement", "--store", store, "--spec", "attribution", "--json", str(out / "agreement.json"))
+    assert res.exit_code == 0, res.output
+    res = _cli("report", "--store", store, "-o", str(out / "report"))
+    assert res.exit_code == 0, res.output
+    items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
+    report = json.loads((out / "report" / "report.json").read_text())
+    report.pop("store")
+    return {
+        "items": sorted(
+            ({k: v for k, v in r.items() if k not in _VOLATILE} for r in items),
+            key=lambda r: (r["spec"], r["record_id"], r["item_id"]),
+        ),
+        "agreement": json.loads((out / "agreement.json").read_text()),
+        "report": report,
+    }
+
+
+@pytest.mark.slow
+def test_the_loop_on_postgresql_gives_what_it_gives_on_sqlite(llm: OpenAIServer, pg_url: str, tmp_path: Path) -> None:
+    """Run (judge, many and computed metrics), label import, export, agreement and report on a PostgreSQL
+    store: every verdict and every figure equals the SQLite store's; a re-run on it makes no call."""
+    on_sqlite = _loop(str(tmp_path / "s.sqlite"), llm, tmp_path / "sqlite")
+    calls = llm.stats()["total"]
+    on_pg = _loop(pg_url, llm, tmp_path / "pg")
+    assert llm.stats()["total"] == 2 * calls > 0
+    assert len(on_pg["items"]) == len(on_sqlite["items"]) == 90  # 30 records x 3 metrics (one chunk each)
+    assert on_pg["items"] == on_sqlite["items"]
+    assert on_pg["agreement"] == on_sqlite["agreement"]
+    assert on_pg["report"] == on_sqlite["report"]
+    begin = Path(__file__).resolve().parents[1] / "examples" / "begin"
+    again = _cli("run", str(begin / "records.jsonl"), "-s", "chunk_evaluation", "--store", pg_url,
+                 "--judge", "openai:judge-test", "--base-url", llm.base_url)  # fmt: skip
+    assert again.exit_code == 0 and llm.stats()["total"] == 2 * calls
+
+
+def _dump(ref: str | Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every data table's rows in storage order (what `greval store copy` must carry over unchanged)."""
+    from greval.store.schema import tables
+
+    with Store(ref) as st:
+        out = {}
+        for name, t in tables().items():
+            if name in ("meta", "claims"):
+                continue
+            order = "rowid" if t.rowid or st.dialect == "postgresql" else ", ".join(t.key)
+            out[name] = [
+                tuple(r.values()) for r in st.query(f"SELECT {', '.join(t.columns)} FROM {name} ORDER BY {order}")
+            ]
+        return out
+
+
+@pytest.mark.slow
+def test_store_copy_sqlite_to_postgresql_and_back_is_lossless(old_store: Path, pg_url: str, tmp_path: Path) -> None:
+    """The schema-2 fixture (runs, errors, a partly judged record, human labels), migrated, then copied to
+    PostgreSQL and back: every row of every table, in storage order, with every float and NULL as it was;
+    copying again adds nothing and says so; the figures read from each store are the same."""
+    source = _dump(old_store)
+    assert sum(map(len, source.values())) > 50 and source["human_labels"] and source["runs"]
+    res = _cli("store", "copy", str(old_store), pg_url)
+    assert res.exit_code == 0, res.output
+    assert _dump(pg_url) == source
+    back = tmp_path / "back.sqlite"
+    assert _cli("store", "copy", pg_url, str(back)).exit_code == 0
+    assert _dump(back) == source
+    again = _cli("store", "copy", str(old_store), pg_url)
+    assert again.exit_code == 0
+    [verdicts] = [line for line in again.output.splitlines() if "│ verdicts" in line]
+    n = len(source["verdicts"])
+    assert verdicts.split("│")[2:5] == [f" {n:>14} ", f" {0:>6} ", f" {n:>13} "]
+    assert _dump(pg_url) == source
+    with Store(old_store) as a, Store(pg_url) as b, Store(back) as c:
+        assert figures(a) == figures(b) == figures(c)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_live_claim_holds_and_an_expired_or_orphaned_one_is_taken_over(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The lease of a pending judgement: another live holder keeps it until it expires (a crashed worker on
+    another machine frees it after the lease); a holder on this host whose process is gone frees it at once."""
+    ref = str(tmp_path / "s.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    key = ("spec", "judge", "hash")
+    with Store(ref) as a, Store(ref) as b:
+        assert a.claim(*key) is True
+        assert b.claim(*key) is False  # held by a live process of this host
+        assert a.claim(*key) is True  # its own claim, renewed
+        b.db.execute("UPDATE claims SET host='elsewhere', expires_at=?", (time.time() + 60,))
+        assert b.claim(*key) is False  # another machine's, not expired
+        b.db.execute("UPDATE claims SET expires_at=?", (time.time() - 1,))
+        assert b.claim(*key) is True  # expired: taken over
+        assert a.claim_many([key, ("spec", "judge", "other")]) == [False, True]
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        a.db.execute(
+            "UPDATE claims SET owner='gone', pid=?, host=?, expires_at=? WHERE record_hash='hash'",
+            (int(dead.stdout), _HOST, time.time() + 60),
+        )
+        assert a.claim(*key) is True and b.claim(*key) is False  # the dead holder's claim went to a; now a's
+        b.release_claims()
+        a.release_claims()
+        assert a.query("SELECT COUNT(*) AS n FROM claims") == [{"n": 0}]
+
+
+@pytest.mark.slow
+def test_two_processes_on_overlapping_data_pay_once_on_postgresql(
+    llm: OpenAIServer, pg_url: str, tmp_path: Path
+) -> None:
+    """Two `greval run` processes on overlapping records against one PostgreSQL store: one call per judgement
+    (claims are row locks there, not SQLite's one writer), every verdict stored once, no claim left behind."""
+    from greval.dataset.records import Record as R
+
+    rows = [{"id": f"q{i}", "question": f"Question {i}?", "answer": f"Answer {i}.", "expected_answer": f"Gold {i}."}
+            for i in range(40)]  # fmt: skip
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in rows[:30]))
+    second.write_text("".join(json.dumps(r) + "\n" for r in rows[10:]))
+    llm.configure(latency=0.1)
+    cmd = [sys.executable, "-m", "greval", "run", "-s", "answer_alignment", "--store", pg_url, "--judge"]
+    cmd += ["openai:judge-test", "--base-url", llm.base_url, "-c", "4", "--quiet"]
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+    procs = [
+        subprocess.Popen([*cmd, str(data)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for data in (first, second)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert llm.stats()["total"] == 40  # one call per judgement: none paid twice
+    with Store(pg_url) as st:
+        assert st.query("SELECT COUNT(*) AS n FROM verdicts WHERE status='ok'") == [{"n": 40}]
+        assert st.query("SELECT COUNT(*) AS n FROM claims") == [{"n": 0}]
+        assert len(st.records()) == 40 and all(isinstance(r, R) for r in st.records())
+
+
+def test_an_older_postgresql_store_is_migrated_only_when_asked(pg_url: str) -> None:
+    """A shared store is not migrated behind its other clients' backs: opening one at an older schema says
+    which command to run; `greval store migrate` adds what is missing and keeps every row."""
+    from greval.errors import UserError
+
+    with Store(pg_url) as st:
+        st.put_human_labels([{"spec_name": "m", "record_id": "r", "record_hash": "h", "annotator": "a", "label": "x"}])
+        st.db.execute("ALTER TABLE verdicts DROP COLUMN token_confidence")
+        st.db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    with pytest.raises(UserError, match=r"schema 3, this greval needs 4; run `greval store migrate"):
+        Store(pg_url)
+    res = _cli("store", "migrate", "--store", pg_url)
+    assert res.exit_code == 0 and "schema 3 → 4" in res.output, res.output
+    with Store(pg_url) as st:
+        assert st.version == SCHEMA_VERSION and len(st.human_labels("m")) == 1
+        assert "token_confidence" in {c["column_name"] for c in st.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_name='verdicts'")}  # fmt: skip
+    assert "up to date" in _cli("store", "migrate", "--store", pg_url).output
+
+
+def test_a_store_url_s_password_never_reaches_the_terminal(postgres: Any, pg_url: str) -> None:
+    """A password in a store URL is masked wherever greval names the store; a server that cannot be reached
+    is one line naming the (masked) URL and the reason, no traceback."""
+    secret = "S3cret-pw-9"
+    with_pw = pg_url.replace("postgresql://greval@", f"postgresql://greval:{secret}@")
+    res = _cli("store", "info", "--store", with_pw)
+    assert res.exit_code == 0, res.output
+    assert secret not in res.output and "greval:***@" in res.output
+    closed = with_pw.replace(f"port={postgres.port}", "port=1")
+    res = _cli("results", "runs", "--store", closed)
+    assert res.exit_code == 2 and secret not in res.output and "Traceback" not in res.output
+    assert "cannot connect to PostgreSQL" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_greval_store_env_names_the_store_of_every_command(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GREVAL_STORE", pg_url)
+    with Store(pg_url) as st:
+        st.start_run("d", "j", ["m"], {})
+    res = _cli("results", "runs")
+    assert res.exit_code == 0 and "runs in postgresql://" in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_concurrent_claims_grant_each_judgement_once(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Four connections claim the same 200 judgements at once, in different orders; half are held by an
+    expired lease (a crashed worker elsewhere) that all four try to take over. Each judgement goes to exactly
+    one of them (on PostgreSQL the takeover reads the lease FOR UPDATE; without it two took the same one)."""
+    import random
+    import threading
+
+    ref = str(tmp_path / "s.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    keys = [("spec", "judge", f"h{i:03d}") for i in range(200)]
+    with Store(ref) as st:
+        st.db.executemany(
+            "INSERT INTO claims (spec_key, judge_key, record_hash, host, pid, owner, expires_at)"
+            " VALUES (?,?,?,?,?,?,?)",
+            [(*k, "elsewhere", 1, "crashed", time.time() - 5) for k in keys[::2]],
+        )
+    stores = [Store(ref) for _ in range(4)]
+    won: list[list[tuple[str, str, str]]] = [[] for _ in stores]
+    start = threading.Barrier(len(stores))
+
+    def claim(n: int) -> None:
+        mine = random.Random(n).sample(keys, len(keys))
+        start.wait()
+        for i in range(0, len(mine), 20):
+            batch = mine[i : i + 20]
+            won[n] += [k for k, ok in zip(batch, stores[n].claim_many(batch), strict=True) if ok]
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in stores:
+        s.close()
+    assert sorted(k for w in won for k in w) == keys

@@ -33,7 +33,8 @@ class StoreFile:
 
     ``migrate``: bring an older schema up to this greval's. By default a SQLite file is migrated when opened
     (it has one user at a time); a shared PostgreSQL store is migrated only when asked (``greval store
-    migrate``), so that one newer client does not lock older ones out of a database they all use."""
+    migrate``), so that one newer client does not lock older ones out of a database they all use. ``False``:
+    open it as it is (to read its version)."""
 
     def __init__(self, path: str | Path, *, migrate: bool | None = None) -> None:
         self.dialect: Dialect = dialect_of(path)
@@ -45,7 +46,7 @@ class StoreFile:
         if self.dialect == "postgresql":
             self.path: Path | None = None
             self.db = PgConnection(str(path))
-            self._open_pg(migrate is True)
+            self._open_pg(migrate)
             return
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
@@ -70,7 +71,7 @@ class StoreFile:
             with self._tx() as tx:
                 schema.migrate(tx)
 
-    def _open_pg(self, migrate: bool) -> None:
+    def _open_pg(self, migrate: bool | None) -> None:
         """Create the tables of a new database, or check (and if asked, migrate) an existing one's schema."""
         with self._tx() as db:
             db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
@@ -82,8 +83,8 @@ class StoreFile:
                 schema.set_version(db)
             elif version > schema.SCHEMA_VERSION:
                 raise UserError(f"{self.name}: written by a newer greval (schema {version}); upgrade greval")
-            elif version < schema.SCHEMA_VERSION:
-                if not migrate:
+            elif version < schema.SCHEMA_VERSION and migrate is not False:
+                if migrate is None:
                     raise UserError(
                         f"{self.name}: schema {version}, this greval needs {schema.SCHEMA_VERSION}; "
                         f"run `greval store migrate --store URL` once (every client of this database then needs "
