@@ -472,7 +472,7 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
 )
 def agreement(
     file: Path | None,
-    store: Path | None,
+    store: str | None,
     spec_refs: tuple[str, ...],
     datasets: tuple[str, ...],
     level: str,
@@ -680,7 +680,7 @@ def frame_from_file(
 
 def _from_store(
     console: Console,
-    store_path: Path,
+    store_path: str,
     spec_refs: tuple[str, ...],
     datasets: tuple[str, ...],
     judges: tuple[str, ...],
