@@ -14,6 +14,7 @@ import functools
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -119,6 +120,12 @@ class PgConnection:
         if rows:
             cur.executemany(_pg_sql(sql), rows)
         return cur
+
+    def pipeline(self) -> AbstractContextManager[Any]:
+        """Send the statements of a block without waiting for each one's answer (libpq's pipeline mode): a
+        transaction of many small writes then costs about one round trip, not one per statement. A read
+        inside waits for its own answer only."""
+        return self._conn.pipeline()
 
     def close(self) -> None:
         self._conn.close()

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -126,13 +126,16 @@ class StoreFile:
         another writer (two runs storing the same records in different orders): all of it or nothing."""
         for attempt in range(8):
             try:
-                with self._tx() as db:
+                with self._lock, self._pipelined(), self._tx() as db:
                     return fn(db)
             except Exception as exc:
                 if attempt == 7 or not transient(exc):
                     raise
                 time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _pipelined(self) -> AbstractContextManager[Any]:
+        return self.db.pipeline() if isinstance(self.db, PgConnection) else nullcontext()
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

@@ -375,15 +375,30 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
 
         def take(db: DB) -> dict[tuple[str, str, str], bool]:
             now = time.time()
+            lease = (_HOST, pid, self.owner, now + CLAIM_LEASE_S)
             got: dict[tuple[str, str, str], bool] = {}
-            for key in keys:
-                lease = (_HOST, pid, self.owner, now + CLAIM_LEASE_S)
-                # A free judgement (the common case): one statement, which two writers cannot both win.
-                if db.execute(
+            if self.dialect == "postgresql":
+                # Every free judgement (the common case) in one statement, one round trip for the batch.
+                cols = [list(c) for c in zip(*keys, strict=True)]
+                free = db.execute(
                     "INSERT INTO claims (spec_key, judge_key, record_hash, host, pid, owner, expires_at)"
-                    " VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
-                    (*key, *lease),
-                ).fetchone():
+                    " SELECT s, j, r, ?, ?, ?, ? FROM unnest(?::text[], ?::text[], ?::text[]) AS t(s, j, r)"
+                    " ON CONFLICT DO NOTHING RETURNING spec_key, judge_key, record_hash",
+                    (*lease, *cols),
+                ).fetchall()
+                got = {(s, j, r): True for s, j, r in free}
+            for key in keys:
+                if key in got:
+                    continue
+                # A free judgement: one statement, which two writers cannot both win.
+                if (
+                    self.dialect == "sqlite"
+                    and db.execute(
+                        "INSERT INTO claims (spec_key, judge_key, record_hash, host, pid, owner, expires_at)"
+                        " VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
+                        (*key, *lease),
+                    ).fetchone()
+                ):
                     got[key] = True
                     continue
                 row = db.execute(
