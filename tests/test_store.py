@@ -760,3 +760,16 @@ def test_concurrent_claims_grant_each_judgement_once(
     for s in stores:
         s.close()
     assert sorted(k for w in won for k in w) == keys
+
+
+def test_a_nul_in_a_judge_s_answer_is_stored_on_postgresql_not_a_failed_write(pg_url: str) -> None:
+    """PostgreSQL text cannot hold NUL: the character is stored as U+FFFD and the verdict goes in (before,
+    the whole group commit failed and the run with it)."""
+    rec = fixture_records()[0]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url="http://127.0.0.1:9/v1")
+    [spec] = resolve_specs(["answer_alignment"])
+    verdict = ItemVerdict(item_id="", status="ok", label=spec.scale.labels[0].name, reason="odd\x00answer")  # type: ignore[union-attr]
+    with Store(pg_url) as st:
+        st.put_result(None, spec.hash, cfg, rec, JudgeResult(spec=spec.name, spec_hash=spec.hash, verdicts=[verdict]))
+        stored = st.result(spec.hash, cfg.key, rec)
+    assert stored is not None and stored.verdicts[0].reason == "odd\ufffdanswer"

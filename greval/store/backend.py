@@ -92,6 +92,12 @@ def _pg_sql(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
+def _text_safe(params: Sequence[Any]) -> tuple[Any, ...]:
+    """PostgreSQL's text cannot hold NUL (``\\x00``), which a judge's answer may contain: it is stored as
+    U+FFFD, the replacement character, instead of the whole write failing (SQLite keeps it as it is)."""
+    return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
+
+
 class PgConnection:
     """A psycopg 3 connection (autocommit; transactions begin explicitly, as sqlite3's with
     ``isolation_level=None``) that takes the store's SQL as written for SQLite."""
@@ -111,12 +117,12 @@ class PgConnection:
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:
         cur = self._conn.cursor()
-        cur.execute(_pg_sql(sql), tuple(parameters) or None)
+        cur.execute(_pg_sql(sql), _text_safe(parameters) or None)
         return cur
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any:
         cur = self._conn.cursor()
-        rows = [tuple(p) for p in parameters]
+        rows = [_text_safe(p) for p in parameters]
         if rows:
             cur.executemany(_pg_sql(sql), rows)
         return cur
