@@ -60,6 +60,9 @@ SIGNAL_POLL_S = 0.5
 #: Cuts by other workers within this many seconds of a worker's own cut answer the same episode: not followed.
 SAME_EPISODE_S = 1.0
 
+#: The logger of Ray's token-authentication set-up (its warning that a local cluster has a token).
+AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
 INSTALL_HINT = "--engine ray needs Ray: pip install 'greval[ray]'"
 
 
@@ -76,11 +79,6 @@ def connect(address: str | None) -> None:
     """Join the cluster at ``address`` ('auto', ``ray://host:port``, ``host:port``), or start a private local
     one (None) on 127.0.0.1; nothing when this process is connected already (a test's cluster, a Ray job's
     driver). Ray's own log lines and the workers' output stay out of the terminal."""
-    if address is None:
-        # Ray ≥ 2.59 turns token authentication on for a new local cluster and says so on every start; asked for
-        # explicitly it is silent. The token stays in ~/.ray/auth_token. RAY_AUTH_MODE set by the user wins.
-        # Set before Ray is imported: its core reads the mode once.
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
     ray = ray_module()
     if ray.is_initialized():
         return
@@ -89,12 +87,19 @@ def connect(address: str | None) -> None:
         kwargs.update(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
     else:
         kwargs["address"] = address
+    # Ray ≥ 2.59 turns token authentication on for a new local cluster (the token in ~/.ray/auth_token; a
+    # RAY_AUTH_MODE the user set wins) and warns about it on every start: kept, without the warning.
+    said = logging.getLogger(AUTH_LOGGER)
+    level = said.level
+    said.setLevel(logging.ERROR)
     try:
         ray.init(**kwargs)
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError …: one line, no traceback
         where = "start a local Ray cluster" if address is None else f"connect to Ray at {address}"
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot {where}: {reason}") from None
+    finally:
+        said.setLevel(level)
 
 
 # ------------------------------------------------------------------------------------------- actors
