@@ -325,7 +325,8 @@ async def judge_on_ray(
     waiting = list(refs)
     try:
         while waiting and failure is None:
-            ready, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0)
+            # Back as soon as a shard ends, else after POLL_S (the driver's loop has nothing else to do).
+            ready, waiting = ray.wait(waiting, num_returns=1, timeout=POLL_S)
             for ref in ready:
                 try:
                     reports.append(ray.get(ref))
@@ -335,8 +336,7 @@ async def judge_on_ray(
             if progress:
                 done, errors = ray.get(counter.totals.remote())
                 progress(min(done, total), total, errors)
-            if waiting and failure is None:
-                await asyncio.sleep(POLL_S)
+            await asyncio.sleep(0)
     except BaseException:  # an interrupt: the tasks stop too (each commits its verdicts and drops its claims)
         for ref in waiting:
             ray.cancel(ref)
