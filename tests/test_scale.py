@@ -38,7 +38,7 @@ pytest.importorskip("ray", reason="greval[ray] is not installed")
 pytestmark = pytest.mark.slow
 
 from greval.scale.ray_engine import (  # noqa: E402  (after the skip: it needs nothing of Ray at import)
-    RateSignal,
+    Coordinator,
     SharedLimiter,
     connect,
     ray_module,
@@ -208,10 +208,11 @@ def test_a_killed_worker_loses_nothing_and_pays_only_its_calls_in_flight(
 
 def test_one_workers_rate_limit_cut_reduces_the_others(cluster: Any) -> None:
     ray = cluster
-    sig = ray.remote(num_cpus=0)(RateSignal).remote()
-    a = SharedLimiter(8, signal=sig, shard=0)
-    b = SharedLimiter(8, signal=sig, shard=1)
-    c = SharedLimiter(8, adaptive=False, signal=sig, shard=2)
+    sig = ray.remote(num_cpus=0)(Coordinator).remote()
+    a = SharedLimiter(8, signal=sig, run="r1", shard=0)
+    b = SharedLimiter(8, signal=sig, run="r1", shard=1)
+    c = SharedLimiter(8, adaptive=False, signal=sig, run="r1", shard=2)
+    other = SharedLimiter(8, signal=sig, run="r2", shard=1)  # another run's worker
 
     async def scenario() -> None:
         for _ in range(6):  # a third of a 16-call window refused: one cut, told to the others
@@ -222,6 +223,7 @@ def test_one_workers_rate_limit_cut_reduces_the_others(cluster: Any) -> None:
         assert not await b.sync() and b.limit == 4  # one cut per signal
         assert not await a.sync() and a.limit == 4  # its own cut is not followed again
         assert not await c.sync() and c.limit == 8  # --no-adaptive keeps its limit
+        assert not await other.sync() and other.limit == 8  # another run (another key, maybe) is not told
         # A 429 that started before b's followed cut belongs to that episode: no second cut.
         b.on_rate_limited(started=b.clock() - 5)
         assert b.limit == 4

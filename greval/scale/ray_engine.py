@@ -12,9 +12,9 @@ its calls in flight and its last uncommitted group: Ray runs its task again (``m
 finds the finished verdicts in the store, and the dead worker's claims are free at once (its pid is gone; on
 another host after their lease).
 
-Two small actors: :class:`Progress` (each shard's count, polled by the driver for its one progress bar) and
-:class:`RateSignal` (the latest rate-limit cut: when one worker's limiter cuts on a 429 episode, the others
-cut too, see :class:`SharedLimiter`).
+One small actor, :class:`Coordinator`: each shard's count (polled by the driver for its one progress bar) and
+the latest rate-limit cut (when one worker's limiter cuts on a 429 episode, the others cut too, see
+:class:`SharedLimiter`).
 """
 
 from __future__ import annotations
@@ -102,39 +102,64 @@ def connect(address: str | None) -> None:
         said.setLevel(level)
 
 
-# ------------------------------------------------------------------------------------------- actors
-class Progress:
-    """Each shard's latest (done, errors), reported by its worker; a retried shard starts its count again."""
+# ------------------------------------------------------------------------------------------- the actor
+class Coordinator:
+    """What the shards of a run share, per run id: each shard's progress (its latest (done, errors), reported by
+    its worker; a retried shard counts again from its start) and the latest rate-limit cut of any worker
+    ((epoch, shard, wall time, Retry-After seconds or None)).
+
+    One actor per driver process and cluster, reused by its runs: an actor is a process of its own, and
+    starting one costs about a second of CPU, which on a small machine the shards would pay for."""
 
     def __init__(self) -> None:
-        self.shards: dict[int, tuple[int, int]] = {}
-        self.pids: dict[int, int] = {}
+        self.progress: dict[str, dict[int, tuple[int, int]]] = {}
+        self.pids: dict[str, dict[int, int]] = {}
+        self.cuts: dict[str, tuple[int, int, float, float | None]] = {}
 
-    def started(self, shard: int, pid: int) -> None:
-        self.pids[shard] = pid
+    def ready(self) -> bool:
+        return True
 
-    def report(self, shard: int, done: int, errors: int) -> None:
-        self.shards[shard] = (done, errors)
+    def forget(self, run: str) -> None:
+        """A run's state, dropped when it ends."""
+        self.progress.pop(run, None)
+        self.pids.pop(run, None)
+        self.cuts.pop(run, None)
 
-    def totals(self) -> tuple[int, int]:
-        return sum(d for d, _ in self.shards.values()), sum(e for _, e in self.shards.values())
+    def started(self, run: str, shard: int, pid: int) -> None:
+        self.pids.setdefault(run, {})[shard] = pid
 
-    def workers(self) -> dict[int, int]:
+    def report(self, run: str, shard: int, done: int, errors: int) -> None:
+        self.progress.setdefault(run, {})[shard] = (done, errors)
+
+    def totals(self, run: str) -> tuple[int, int]:
+        shards = self.progress.get(run, {}).values()
+        return sum(d for d, _ in shards), sum(e for _, e in shards)
+
+    def workers(self, run: str) -> dict[int, int]:
         """Shard -> the pid of the worker process that last started it."""
-        return dict(self.pids)
+        return dict(self.pids.get(run, {}))
+
+    def cut(self, run: str, shard: int, retry_after: float | None) -> None:
+        epoch = self.cuts.get(run, (0, -1, 0.0, None))[0]
+        self.cuts[run] = (epoch + 1, shard, time.time(), retry_after)
+
+    def latest(self, run: str) -> tuple[int, int, float, float | None]:
+        return self.cuts.get(run, (0, -1, 0.0, None))
 
 
-class RateSignal:
-    """The latest rate-limit cut of any worker: (epoch, shard, wall time, Retry-After seconds or None)."""
+#: The driver's Coordinator actor, per Ray job (a new cluster, a new job: a new actor).
+_COORDINATORS: dict[str, Any] = {}
 
-    def __init__(self) -> None:
-        self.last: tuple[int, int, float, float | None] = (0, -1, 0.0, None)
 
-    def cut(self, shard: int, retry_after: float | None) -> None:
-        self.last = (self.last[0] + 1, shard, time.time(), retry_after)
-
-    def latest(self) -> tuple[int, int, float, float | None]:
-        return self.last
+def coordinator(ray: Any) -> Any:
+    """This driver's Coordinator actor, started (and waited for) on first use: before the shards start, so
+    that its start does not take CPU from them."""
+    job = str(ray.get_runtime_context().get_job_id())
+    if job not in _COORDINATORS:
+        actor = ray.remote(num_cpus=0)(Coordinator).remote()
+        ray.get(actor.ready.remote())
+        _COORDINATORS[job] = actor
+    return _COORDINATORS[job]
 
 
 class SharedLimiter(AdaptiveLimiter):
@@ -142,9 +167,10 @@ class SharedLimiter(AdaptiveLimiter):
     cuts when another worker did (the provider's limit is per key, shared by every worker): once per cut
     signalled, unless this worker cut itself within :data:`SAME_EPISODE_S` (the same episode)."""
 
-    def __init__(self, limit: int, adaptive: bool = True, *, signal: Any, shard: int) -> None:
+    def __init__(self, limit: int, adaptive: bool = True, *, signal: Any, run: str, shard: int) -> None:
         super().__init__(limit, adaptive)
-        self.signal = signal  # a RateSignal actor handle
+        self.signal = signal  # the Coordinator actor's handle
+        self.run = run
         self.shard = shard
         self.seen = 0  # the signal's epoch followed last
         self.own_cut_at = -float("inf")  # wall time of this worker's last cut
@@ -155,7 +181,7 @@ class SharedLimiter(AdaptiveLimiter):
         super().on_rate_limited(started, retry_after)
         if self.cuts > before:
             self.own_cut_at = time.time()
-            self.signal.cut.remote(self.shard, retry_after)
+            self.signal.cut.remote(self.run, self.shard, retry_after)
 
     def follow(self, epoch: int, shard: int, at: float, retry_after: float | None) -> bool:
         """Apply the signal's latest cut if it is new, another worker's, and not this worker's own episode."""
@@ -182,7 +208,7 @@ class SharedLimiter(AdaptiveLimiter):
 
     async def sync(self) -> bool:
         """Ask the signal once and follow it (:meth:`follow`)."""
-        epoch, shard, at, retry_after = await self.signal.latest.remote()
+        epoch, shard, at, retry_after = await self.signal.latest.remote(self.run)
         return self.follow(epoch, shard, at, retry_after)
 
     async def watch(self) -> None:
@@ -242,12 +268,11 @@ def run_shard(
     run_id: str,
     opts: RunOptions,
     shard: int,
-    progress: Any,
-    signal: Any,
+    coord: Any,
 ) -> ShardReport:
     """One Ray task: judge a shard of a run with the runner's own code, in this worker process."""
-    progress.started.remote(shard, os.getpid())
-    return run_sync(_judge_shard(specs, plan, store_ref, cfg, run_id, opts, shard, progress, signal))
+    coord.started.remote(run_id, shard, os.getpid())
+    return run_sync(_judge_shard(specs, plan, store_ref, cfg, run_id, opts, shard, coord))
 
 
 async def _judge_shard(
@@ -258,13 +283,12 @@ async def _judge_shard(
     run_id: str,
     opts: RunOptions,
     shard: int,
-    progress: Any,
-    signal: Any,
+    coord: Any,
 ) -> ShardReport:
     specs = order_specs(specs)
     keys = spec_keys(specs)
     summaries = new_summaries(specs, keys, {s.name: config_for(s, cfg) for s in specs})
-    limiter = SharedLimiter(opts.concurrency, adaptive=opts.adaptive, signal=signal, shard=shard)
+    limiter = SharedLimiter(opts.concurrency, adaptive=opts.adaptive, signal=coord, run=run_id, shard=shard)
     logprobs = None if opts.logprobs is None else LogprobRequest(opts.logprobs)
     last = -float("inf")
 
@@ -273,7 +297,7 @@ async def _judge_shard(
         now = time.monotonic()
         if done >= total or now - last >= POLL_S:
             last = now
-            progress.report.remote(shard, done, errors)  # one caller's actor calls run in order
+            coord.report.remote(run_id, shard, done, errors)  # one caller's actor calls run in order
 
     watch = asyncio.ensure_future(limiter.watch())
     try:
@@ -313,16 +337,16 @@ async def judge_on_ray(
     total = sum(1 for s in specs for p in plan.pending[s.name] if p is not None)
     for s in specs:  # records with nothing pending are in no shard
         summaries[s.name].reused += plan.records - len(plan.unique)
-    counter = ray.remote(num_cpus=0)(Progress).remote()
-    signal = ray.remote(num_cpus=0)(RateSignal).remote()
+    coord = coordinator(ray)
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_shard)
-    refs = [task.remote(specs, part, store_ref, cfg, run_id, per, k, counter, signal) for k, part in enumerate(parts)]
+    refs = [task.remote(specs, part, store_ref, cfg, run_id, per, k, coord) for k, part in enumerate(parts)]
     shard_of = {ref: k for k, ref in enumerate(refs)}
     if progress:
         progress(0, total, 0)
     reports: list[ShardReport] = []
     failure: BaseException | None = None
     waiting = list(refs)
+    shown = (0, 0)  # (done, errors) last shown
     try:
         while waiting and failure is None:
             # Back as soon as a shard ends, else after POLL_S (the driver's loop has nothing else to do).
@@ -334,13 +358,15 @@ async def judge_on_ray(
                     failure = _task_error(ray, exc, shard_of[ref])
                     break
             if progress:
-                done, errors = ray.get(counter.totals.remote())
-                progress(min(done, total), total, errors)
+                shown = ray.get(coord.totals.remote(run_id))
+                progress(min(shown[0], total), total, shown[1])
             await asyncio.sleep(0)
     except BaseException:  # an interrupt: the tasks stop too (each commits its verdicts and drops its claims)
         for ref in waiting:
             ray.cancel(ref)
         raise
+    finally:
+        coord.forget.remote(run_id)
     if failure is not None:
         for ref in waiting:
             ray.cancel(ref)
@@ -355,8 +381,7 @@ async def judge_on_ray(
     if failure is not None:
         raise failure
     if progress:
-        done, errors = ray.get(counter.totals.remote())
-        progress(total, total, errors)
+        progress(total, total, shown[1])
     notes = list(dict.fromkeys(n for rep in reports for n in rep.notes))
     followed = sum(rep.followed_cuts for rep in reports)
     if followed:
