@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from greval._sync import run_sync
 from greval.dataset.records import HashedRow, Record
 from greval.dataset.sample import Sample, sample_items, sample_records
+from greval.errors import UserError
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
@@ -241,6 +242,8 @@ async def arun(
     if on_ray:
         from greval.scale.ray_engine import connect
 
+        if model is not None:
+            raise UserError("--engine ray: each worker builds its chat model from the judge's config; pass no model")
         connect(opts.ray_address)  # before the run is recorded: a wrong address is the user's error
     run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
     started = time.perf_counter()
