@@ -147,14 +147,15 @@ class Coordinator:
         return self.cuts.get(run, (0, -1, 0.0, None))
 
 
-#: The driver's Coordinator actor, per Ray job (a new cluster, a new job: a new actor).
+#: The driver's Coordinator actor, per cluster (the driver's node) and Ray job.
 _COORDINATORS: dict[str, Any] = {}
 
 
 def coordinator(ray: Any) -> Any:
     """This driver's Coordinator actor, started (and waited for) on first use: before the shards start, so
     that its start does not take CPU from them."""
-    job = str(ray.get_runtime_context().get_job_id())
+    ctx = ray.get_runtime_context()
+    job = f"{ctx.get_node_id()}/{ctx.get_job_id()}"  # a new cluster numbers its jobs from 1 again
     if job not in _COORDINATORS:
         actor = ray.remote(num_cpus=0)(Coordinator).remote()
         ray.get(actor.ready.remote())
