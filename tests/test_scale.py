@@ -252,3 +252,39 @@ def test_engine_errors_are_one_line(tmp_path: Path) -> None:
         assert st.runs() == []  # neither error recorded a run
     usage = CliRunner().invoke(main, [*base[3:-2], "--shards", "2"])
     assert usage.exit_code == 2 and "--engine ray" in usage.output
+
+
+def test_a_retried_shard_takes_over_its_previous_attempts_claims_at_once(
+    cluster: Any, llm: OpenAIServer, store_ref: str
+) -> None:
+    """A retry may run on another host, where the dead attempt's pid cannot be checked: the claims of the attempt
+    before are its own (one owner per shard), not a live stranger's to wait 10 minutes for."""
+    from greval.runner import plan_work
+    from greval.scale.ray_engine import coordinator, run_shard
+    from greval.store.store import spec_keys
+
+    specs = resolve_specs(["answer_alignment"])
+    key = spec_keys(specs)["answer_alignment"]
+    judge = cfg(llm)
+    with Store(store_ref) as st:
+        plan = plan_work(specs, rag_records(4), st, judge)
+        st.put_specs(specs, {"answer_alignment": key})
+        st.put_judge(judge)
+        run_id = st.start_run("d", judge.key, ["answer_alignment"], {})
+    before = Store(store_ref)  # the attempt before: its claims held by a live process (this one)
+    before.owner = f"{run_id}/0"
+    assert all(before.claim_many([(key, judge.key, r.hash) for r in plan.unique]))
+    stranger = Store(store_ref)
+    assert not any(stranger.claim_many([(key, judge.key, r.hash) for r in plan.unique]))  # held for the others
+    done: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: done.append(
+            run_shard(specs, plan, store_ref, judge, run_id, RunOptions(concurrency=2), 0, coordinator(cluster))
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=60)
+    assert done and done[0].metrics[0].judged == 4 and llm.stats()["total"] == 4
+    before.close()
+    stranger.close()

@@ -10,7 +10,7 @@ What holds a distributed run together is the store: verdicts are keyed by conten
 and each model judgement is claimed before its call (``Store.claim_many``). A worker killed mid-run loses only
 its calls in flight and its last uncommitted group: Ray runs its task again (``max_retries``), the new attempt
 finds the finished verdicts in the store, and the dead worker's claims are free at once (its pid is gone; on
-another host after their lease).
+every attempt at a shard holds its claims as one owner, so a retry on another host takes them over too).
 
 One small actor, :class:`Coordinator`: each shard's count (polled by the driver for its one progress bar) and
 the latest rate-limit cut (when one worker's limiter cuts on a 429 episode, the others cut too, see
@@ -303,6 +303,10 @@ async def _judge_shard(
     watch = asyncio.ensure_future(limiter.watch())
     try:
         with Store(store_ref) as store:
+            # Every attempt at this shard holds its claims as one owner: a retry (its worker died, maybe on
+            # another host, where the dead pid cannot be checked) takes over the claims of the attempt before
+            # at once instead of waiting out their lease.
+            store.owner = f"{run_id}/{shard}"
             await judge_plan(specs, plan, store, cfg, run_id, summaries, None, opts, limiter, report, logprobs)
     finally:
         watch.cancel()
