@@ -19,13 +19,14 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from greval._sync import run_sync
 from greval.dataset.records import HashedRow, Record
 from greval.dataset.sample import Sample, sample_items, sample_records
+from greval.errors import UserError
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
@@ -136,6 +137,17 @@ class RunOptions(BaseModel):
         "many-metric (greval.dataset.sample). Not part of any verdict's identity: a sampled verdict is the "
         "verdict an unsampled run would store, so it is reused by either.",
     )
+    engine: Literal["local", "ray"] = Field(
+        "local",
+        description="Where the judging runs: this process (local), or shards of the pending records in Ray tasks "
+        "(ray: greval.scale; each task opens the store by its reference and judges with this same runner).",
+    )
+    shards: int | None = Field(
+        None, ge=1, description="With engine ray: tasks to split into (None: the cluster's CPUs)."
+    )
+    ray_address: str | None = Field(
+        None, description="With engine ray: 'auto' or ray://host:port to join a cluster (None: start a local one)."
+    )
 
 
 class MetricSummary(MetricFigures):
@@ -214,7 +226,6 @@ async def arun(
     specs = order_specs(specs)
     keys = spec_keys(specs)
     cfgs = {s.name: config_for(s, cfg) for s in specs}
-    levels = dependency_levels(specs)
     wanted = {s.name: cfgs[s.name].key for s in specs}
     if (
         plan is None
@@ -227,44 +238,27 @@ async def arun(
     store.put_specs(specs, keys)
     for c in {c.key: c for c in cfgs.values()}.values():
         store.put_judge(c)
+    on_ray = opts.engine == "ray" and bool(plan.unique)  # nothing to judge: no cluster started or joined
+    if on_ray:
+        from greval.scale.ray_engine import connect
+
+        if model is not None:
+            raise UserError("--engine ray: each worker builds its chat model from the judge's config; pass no model")
+        connect(opts.ray_address)  # before the run is recorded: a wrong address is the user's error
     run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
     started = time.perf_counter()
-    summaries = {
-        s.name: MetricSummary(
-            spec=s.name,
-            spec_hash=s.hash,
-            spec_key=keys[s.name],
-            kind=s.kind,
-            judge=cfgs[s.name].label,
-            judge_key=cfgs[s.name].key,
-        )
-        for s in specs
-    }
+    summaries = new_summaries(specs, keys, cfgs)
     limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
     logprobs = None if opts.logprobs is None else LogprobRequest(opts.logprobs)
+    totals = EngineTotals()
     status = "failed"
-    group = GroupCommit(store)
     try:
-        try:
-            await _judge_all(
-                specs,
-                plan,
-                store,
-                group,
-                cfg,
-                cfgs,
-                keys,
-                levels,
-                summaries,
-                run_id,
-                model,
-                opts,
-                limiter,
-                progress,
-                logprobs,
-            )
-        finally:
-            group.close()
+        if on_ray:
+            from greval.scale.ray_engine import judge_on_ray
+
+            totals = await judge_on_ray(specs, plan, store.ref, cfg, run_id, summaries, opts, progress)
+        else:
+            await judge_plan(specs, plan, store, cfg, run_id, summaries, model, opts, limiter, progress, logprobs)
         status = "finished"
     except (KeyboardInterrupt, asyncio.CancelledError):
         status = "interrupted"
@@ -276,7 +270,9 @@ async def arun(
         store.link_snapshot(run_id, plan.members, plan.unstored)
         metrics = _summarise(store, run_id, specs, keys, cfgs, summaries)
         drawn = _sample_summary(plan)
-        notes = logprobs.notes() if logprobs is not None else []
+        if not on_ray:
+            notes = logprobs.notes() if logprobs is not None else []
+            totals = EngineTotals(peak=limiter.peak, rate_limited=limiter.rate_limited, notes=notes)
         summary = RunSummary(
             run_id=run_id,
             records=plan.records,
@@ -285,13 +281,84 @@ async def arun(
             seconds=time.perf_counter() - started,
             calls=sum(m.calls for m in metrics),
             metrics=metrics,
-            peak_concurrency=limiter.peak,
-            rate_limited=limiter.rate_limited,
-            notes=notes + (sample_notes(drawn, metrics) if drawn is not None else []),
+            peak_concurrency=totals.peak,
+            rate_limited=totals.rate_limited,
+            notes=totals.notes + (sample_notes(drawn, metrics) if drawn is not None else []),
             sample=drawn,
         )
         store.finish_run(run_id, status, summary.model_dump(mode="json"))
     return summary
+
+
+class EngineTotals(BaseModel):
+    """What the judging reports beside the per-metric activity: the peak concurrency (summed over Ray tasks),
+    rate-limited calls, and what the run has to say once (token log-probabilities)."""
+
+    peak: int = 0
+    rate_limited: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
+def new_summaries(
+    specs: Sequence[BaseSpec], keys: dict[str, str], cfgs: dict[str, JudgeConfig]
+) -> dict[str, MetricSummary]:
+    """Empty per-metric activity of a run (or of one shard of it), filled in by :func:`judge_plan`."""
+    return {
+        s.name: MetricSummary(
+            spec=s.name,
+            spec_hash=s.hash,
+            spec_key=keys[s.name],
+            kind=s.kind,
+            judge=cfgs[s.name].label,
+            judge_key=cfgs[s.name].key,
+        )
+        for s in specs
+    }
+
+
+async def judge_plan(
+    specs: Sequence[BaseSpec],
+    plan: Plan,
+    store: Store,
+    cfg: JudgeConfig,
+    run_id: str,
+    summaries: dict[str, MetricSummary],
+    model: BaseChatModel | None,
+    opts: RunOptions,
+    limiter: AdaptiveLimiter,
+    progress: ProgressHook | None,
+    logprobs: LogprobRequest | None = None,
+) -> None:
+    """Judge a plan's pending work under a run already recorded (neither starts nor finishes it), counting
+    into ``summaries``; its verdicts are committed and its claims dropped however it ends. What :func:`arun`
+    does in this process, and what each Ray task does with its shard of the plan (greval.scale)."""
+    specs = order_specs(specs)
+    keys = spec_keys(specs)
+    cfgs = {s.name: config_for(s, cfg) for s in specs}
+    group = GroupCommit(store)
+    try:
+        try:
+            await _judge_all(
+                specs,
+                plan,
+                store,
+                group,
+                cfg,
+                cfgs,
+                keys,
+                dependency_levels(specs),
+                summaries,
+                run_id,
+                model,
+                opts,
+                limiter,
+                progress,
+                logprobs,
+            )
+        finally:
+            group.close()
+    finally:
+        store.release_claims()
 
 
 async def _judge_all(

@@ -107,6 +107,32 @@ if TYPE_CHECKING:
     show_default=True,
     help="Alternatives per token with --logprobs (a value scale needs as many as it has values).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where the judging runs. local: this process (one core's worth of client CPU, enough for a provider's "
+    "rate limit). ray: the pending records are split into shards judged by Ray tasks, each with its own share of "
+    "--concurrency and of the rate limit; this process plans, shows one progress bar and records one run. Every "
+    "task opens --store itself: use a PostgreSQL store for workers on other machines. Needs greval[ray].",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="auto|ray://HOST:PORT",
+    help="With --engine ray: the cluster to join ('auto': the one this machine belongs to, e.g. inside a Ray "
+    "job; ray://HOST:PORT: a remote head's client port; needs pip install 'ray[client]'). Default: start a "
+    "private local cluster on 127.0.0.1.",
+)
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --engine ray: split the pending records into N tasks [the cluster's CPU count]. --concurrency is "
+    "divided among them (at least 1 each).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
     data: str,
@@ -127,6 +153,9 @@ def run_cmd(
     no_direct: bool,
     logprobs: bool,
     top_logprobs: int,
+    engine: str,
+    ray_address: str | None,
+    shards: int | None,
     quiet: bool,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
@@ -142,6 +171,8 @@ def run_cmd(
       greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
           --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
       greval run big.jsonl -s chunk_evaluation --sample 200 --sample-items 5 --sample-seed 1
+      greval run big.jsonl -s answer_similarity --engine ray --shards 8 \\
+          --store postgresql://greval@db.internal/greval --ray-address auto
     """
     from greval.dataset.sample import Sample
     from greval.llm.retry import RetryPolicy
@@ -152,6 +183,8 @@ def run_cmd(
 
     if sample_seed is not None and sample_n is None and sample_items is None:
         raise click.UsageError("--sample-seed chooses a sample: give --sample N and / or --sample-items N with it")
+    if engine != "ray" and (ray_address is not None or shards is not None):
+        raise click.UsageError("--ray-address and --shards go with --engine ray")
     specs = resolve_specs(spec_refs)
 
     def said(event: RunEvent) -> None:
@@ -180,6 +213,9 @@ def run_cmd(
         sample=None
         if sample_n is None and sample_items is None
         else Sample(records=sample_n, items=sample_items, seed=sample_seed or 0),
+        engine="ray" if engine == "ray" else "local",
+        shards=shards,
+        ray_address=ray_address,
     )
     try:
         with ProgressBar(quiet) as hook:

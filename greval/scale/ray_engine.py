@@ -1,0 +1,409 @@
+"""``greval run --engine ray``: the pending records of one run, split into shards judged by Ray tasks.
+
+The driver (:func:`greval.runner.arun`) plans the run and records it once (one run id, one snapshot, one
+summary). :func:`judge_on_ray` splits the plan's records into shards; each Ray task (:func:`run_shard`) opens
+the store by its reference (a SQLite path or a ``postgresql://`` URL, passed through as it is), builds its
+own chat model from the judge's config, and judges its shard with the runner's own code
+(:func:`greval.runner.judge_plan`) at the global concurrency divided by the shards. Nothing here judges.
+
+What holds a distributed run together is the store: verdicts are keyed by content and written idempotently,
+and each model judgement is claimed before its call (``Store.claim_many``). A worker killed mid-run loses only
+its calls in flight and its last uncommitted group: Ray runs its task again (``max_retries``), the new attempt
+finds the finished verdicts in the store, and the dead worker's claims are free at once (its pid is gone; on
+every attempt at a shard holds its claims as one owner, so a retry on another host takes them over too).
+
+One small actor, :class:`Coordinator`: each shard's count (polled by the driver for its one progress bar) and
+the latest rate-limit cut (when one worker's limiter cuts on a 429 episode, the others cut too, see
+:class:`SharedLimiter`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from greval._sync import run_sync
+from greval.errors import UserError
+from greval.judge.logprobs import LogprobRequest
+from greval.judge.outcome import config_for
+from greval.llm.limiter import AdaptiveLimiter
+from greval.runner import (
+    EngineTotals,
+    MetricSummary,
+    Plan,
+    ProgressHook,
+    RunOptions,
+    judge_plan,
+    new_summaries,
+)
+from greval.spec import BaseSpec, order_specs
+from greval.store.store import Store, spec_keys
+
+if TYPE_CHECKING:
+    from greval.llm.config import JudgeConfig
+
+#: Times Ray runs a shard's task again when its worker process died (killed, out of memory, node lost).
+MAX_RETRIES = 3
+
+#: How often the driver polls the shards' progress, and a worker reports it (seconds).
+POLL_S = 0.2
+
+#: How often a worker asks whether another worker cut its limit on a rate-limit episode (seconds).
+SIGNAL_POLL_S = 0.5
+
+#: Cuts by other workers within this many seconds of a worker's own cut answer the same episode: not followed.
+SAME_EPISODE_S = 1.0
+
+#: The logger of Ray's token-authentication set-up (its warning that a local cluster has a token).
+AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+INSTALL_HINT = "--engine ray needs Ray: pip install 'greval[ray]'"
+
+
+def ray_module() -> Any:
+    """Ray, imported on first use (a one-line error when it is not installed)."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    return ray
+
+
+def connect(address: str | None) -> None:
+    """Join the cluster at ``address`` ('auto', ``ray://host:port``, ``host:port``), or start a private local
+    one (None) on 127.0.0.1; nothing when this process is connected already (a test's cluster, a Ray job's
+    driver). Ray's own log lines and the workers' output stay out of the terminal."""
+    ray = ray_module()
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
+    if address is None:
+        kwargs.update(address="local", include_dashboard=False, _node_ip_address="127.0.0.1")
+    else:
+        kwargs["address"] = address
+    # Ray ≥ 2.59 turns token authentication on for a new local cluster (the token in ~/.ray/auth_token; a
+    # RAY_AUTH_MODE the user set wins) and warns about it on every start: kept, without the warning.
+    said = logging.getLogger(AUTH_LOGGER)
+    level = said.level
+    said.setLevel(logging.ERROR)
+    try:
+        ray.init(**kwargs)
+    except Exception as exc:  # ConnectionError, RuntimeError, ValueError …: one line, no traceback
+        where = "start a local Ray cluster" if address is None else f"connect to Ray at {address}"
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot {where}: {reason}") from None
+    finally:
+        said.setLevel(level)
+
+
+# ------------------------------------------------------------------------------------------- the actor
+class Coordinator:
+    """What the shards of a run share, per run id: each shard's progress (its latest (done, errors), reported by
+    its worker; a retried shard counts again from its start) and the latest rate-limit cut of any worker
+    ((epoch, shard, wall time, Retry-After seconds or None)).
+
+    One actor per driver process and cluster, reused by its runs: an actor is a process of its own, and
+    starting one costs about a second of CPU, which on a small machine the shards would pay for."""
+
+    def __init__(self) -> None:
+        self.progress: dict[str, dict[int, tuple[int, int]]] = {}
+        self.pids: dict[str, dict[int, int]] = {}
+        self.cuts: dict[str, tuple[int, int, float, float | None]] = {}
+
+    def ready(self) -> bool:
+        return True
+
+    def forget(self, run: str) -> None:
+        """A run's state, dropped when it ends."""
+        self.progress.pop(run, None)
+        self.pids.pop(run, None)
+        self.cuts.pop(run, None)
+
+    def started(self, run: str, shard: int, pid: int) -> None:
+        self.pids.setdefault(run, {})[shard] = pid
+
+    def report(self, run: str, shard: int, done: int, errors: int) -> None:
+        self.progress.setdefault(run, {})[shard] = (done, errors)
+
+    def totals(self, run: str) -> tuple[int, int]:
+        shards = self.progress.get(run, {}).values()
+        return sum(d for d, _ in shards), sum(e for _, e in shards)
+
+    def workers(self, run: str) -> dict[int, int]:
+        """Shard -> the pid of the worker process that last started it."""
+        return dict(self.pids.get(run, {}))
+
+    def cut(self, run: str, shard: int, retry_after: float | None) -> None:
+        epoch = self.cuts.get(run, (0, -1, 0.0, None))[0]
+        self.cuts[run] = (epoch + 1, shard, time.time(), retry_after)
+
+    def latest(self, run: str) -> tuple[int, int, float, float | None]:
+        return self.cuts.get(run, (0, -1, 0.0, None))
+
+
+#: The driver's Coordinator actor, per cluster (the driver's node) and Ray job.
+_COORDINATORS: dict[str, Any] = {}
+
+
+def coordinator(ray: Any) -> Any:
+    """This driver's Coordinator actor, started (and waited for) on first use: before the shards start, so
+    that its start does not take CPU from them."""
+    ctx = ray.get_runtime_context()
+    job = f"{ctx.get_node_id()}/{ctx.get_job_id()}"  # a new cluster numbers its jobs from 1 again
+    if job not in _COORDINATORS:
+        actor = ray.remote(num_cpus=0)(Coordinator).remote()
+        ray.get(actor.ready.remote())
+        _COORDINATORS[job] = actor
+    return _COORDINATORS[job]
+
+
+class SharedLimiter(AdaptiveLimiter):
+    """A worker's :class:`AdaptiveLimiter` that tells the others when it cuts on a rate-limit episode, and
+    cuts when another worker did (the provider's limit is per key, shared by every worker): once per cut
+    signalled, unless this worker cut itself within :data:`SAME_EPISODE_S` (the same episode)."""
+
+    def __init__(self, limit: int, adaptive: bool = True, *, signal: Any, run: str, shard: int) -> None:
+        super().__init__(limit, adaptive)
+        self.signal = signal  # the Coordinator actor's handle
+        self.run = run
+        self.shard = shard
+        self.seen = 0  # the signal's epoch followed last
+        self.own_cut_at = -float("inf")  # wall time of this worker's last cut
+        self.followed = 0  # cuts made on another worker's signal
+
+    def on_rate_limited(self, started: float | None = None, retry_after: float | None = None) -> None:
+        before = self.cuts
+        super().on_rate_limited(started, retry_after)
+        if self.cuts > before:
+            self.own_cut_at = time.time()
+            self.signal.cut.remote(self.run, self.shard, retry_after)
+
+    def follow(self, epoch: int, shard: int, at: float, retry_after: float | None) -> bool:
+        """Apply the signal's latest cut if it is new, another worker's, and not this worker's own episode."""
+        if epoch <= self.seen:
+            return False
+        self.seen = epoch
+        if shard == self.shard or not self.adaptive or abs(at - self.own_cut_at) < SAME_EPISODE_S:
+            return False
+        with self._lock:
+            # The cut of AdaptiveLimiter.on_rate_limited, made on another worker's evidence.
+            now = self.clock()
+            self._before_cut = self.limit
+            self.limit = max(1.0, float(self.limit // 2))
+            self.lowest = min(self.lowest, self.limit)
+            self.cuts += 1
+            self._last_cut = now
+            self._window.clear()
+            self._round = 0
+            if retry_after:
+                self._resume_at = max(self._resume_at, now + min(retry_after, self.max_cooldown))
+        self.own_cut_at = at
+        self.followed += 1
+        return True
+
+    async def sync(self) -> bool:
+        """Ask the signal once and follow it (:meth:`follow`)."""
+        epoch, shard, at, retry_after = await self.signal.latest.remote(self.run)
+        return self.follow(epoch, shard, at, retry_after)
+
+    async def watch(self) -> None:
+        """:meth:`sync` every :data:`SIGNAL_POLL_S` until cancelled."""
+        while True:
+            await asyncio.sleep(SIGNAL_POLL_S)
+            await self.sync()
+
+
+# ------------------------------------------------------------------------------------------- shards
+class ShardReport(BaseModel):
+    """What one shard's task did (its activity; the figures are read from the store by the driver)."""
+
+    shard: int
+    pid: int
+    metrics: list[MetricSummary]
+    peak: int = 0
+    rate_limited: int = 0
+    followed_cuts: int = Field(0, description="Limit cuts made because another worker was rate limited.")
+    notes: list[str] = Field(default_factory=list)
+
+
+def split_plan(plan: Plan, specs: Sequence[BaseSpec], shards: int) -> list[Plan]:
+    """The plan's records dealt round-robin into at most ``shards`` plans (no empty one). A shard plan holds
+    no snapshot: the driver links the run's snapshot once."""
+    n = max(1, min(shards, len(plan.unique)))
+    out = []
+    for k in range(n):
+        idx = range(k, len(plan.unique), n)
+        pending = {name: [rows[i] for i in idx] for name, rows in plan.pending.items()}
+        out.append(
+            Plan.model_construct(
+                unique=[plan.unique[i] for i in idx],
+                judge_keys=plan.judge_keys,
+                pending=pending,
+                judgements=sum(1 for s in specs if s.needs_model for p in pending[s.name] if p is not None),
+                computed=sum(1 for s in specs if not s.needs_model for p in pending[s.name] if p is not None),
+                retry_errors=plan.retry_errors,
+                sample=plan.sample,
+                population=len(idx),
+                items_drawn={},
+                items_of={},
+                records=len(idx),
+                distinct_contents=len(idx),
+                members=[],
+                unstored=[],
+            )
+        )
+    return out
+
+
+def run_shard(
+    specs: Sequence[BaseSpec],
+    plan: Plan,
+    store_ref: str,
+    cfg: JudgeConfig,
+    run_id: str,
+    opts: RunOptions,
+    shard: int,
+    coord: Any,
+) -> ShardReport:
+    """One Ray task: judge a shard of a run with the runner's own code, in this worker process."""
+    coord.started.remote(run_id, shard, os.getpid())
+    return run_sync(_judge_shard(specs, plan, store_ref, cfg, run_id, opts, shard, coord))
+
+
+async def _judge_shard(
+    specs: Sequence[BaseSpec],
+    plan: Plan,
+    store_ref: str,
+    cfg: JudgeConfig,
+    run_id: str,
+    opts: RunOptions,
+    shard: int,
+    coord: Any,
+) -> ShardReport:
+    specs = order_specs(specs)
+    keys = spec_keys(specs)
+    summaries = new_summaries(specs, keys, {s.name: config_for(s, cfg) for s in specs})
+    limiter = SharedLimiter(opts.concurrency, adaptive=opts.adaptive, signal=coord, run=run_id, shard=shard)
+    logprobs = None if opts.logprobs is None else LogprobRequest(opts.logprobs)
+    last = -float("inf")
+
+    def report(done: int, total: int, errors: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if done >= total or now - last >= POLL_S:
+            last = now
+            coord.report.remote(run_id, shard, done, errors)  # one caller's actor calls run in order
+
+    watch = asyncio.ensure_future(limiter.watch())
+    try:
+        with Store(store_ref) as store:
+            # Every attempt at this shard holds its claims as one owner: a retry (its worker died, maybe on
+            # another host, where the dead pid cannot be checked) takes over the claims of the attempt before
+            # at once instead of waiting out their lease.
+            store.owner = f"{run_id}/{shard}"
+            await judge_plan(specs, plan, store, cfg, run_id, summaries, None, opts, limiter, report, logprobs)
+    finally:
+        watch.cancel()
+    return ShardReport(
+        shard=shard,
+        pid=os.getpid(),
+        metrics=list(summaries.values()),
+        peak=limiter.peak,
+        rate_limited=limiter.rate_limited,
+        followed_cuts=limiter.followed,
+        notes=logprobs.notes() if logprobs is not None else [],
+    )
+
+
+async def judge_on_ray(
+    specs: Sequence[BaseSpec],
+    plan: Plan,
+    store_ref: str,
+    cfg: JudgeConfig,
+    run_id: str,
+    summaries: dict[str, MetricSummary],
+    opts: RunOptions,
+    progress: ProgressHook | None,
+) -> EngineTotals:
+    """The driver's side: shard the plan, run the shards as Ray tasks, show their progress as one, and add
+    their activity into ``summaries``. A shard that fails (after Ray's retries) cancels the others and raises
+    (the original error when the task raised one)."""
+    ray = ray_module()
+    specs = order_specs(specs)
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    parts = split_plan(plan, specs, opts.shards or max(1, cpus))
+    per = opts.model_copy(update={"concurrency": max(1, opts.concurrency // len(parts))})
+    total = sum(1 for s in specs for p in plan.pending[s.name] if p is not None)
+    for s in specs:  # records with nothing pending are in no shard
+        summaries[s.name].reused += plan.records - len(plan.unique)
+    coord = coordinator(ray)
+    task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_shard)
+    refs = [task.remote(specs, part, store_ref, cfg, run_id, per, k, coord) for k, part in enumerate(parts)]
+    shard_of = {ref: k for k, ref in enumerate(refs)}
+    if progress:
+        progress(0, total, 0)
+    reports: list[ShardReport] = []
+    failure: BaseException | None = None
+    waiting = list(refs)
+    shown = (0, 0)  # (done, errors) last shown
+    try:
+        while waiting and failure is None:
+            # Back as soon as a shard ends, else after POLL_S (the driver's loop has nothing else to do).
+            ready, waiting = ray.wait(waiting, num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                try:
+                    reports.append(ray.get(ref))
+                except Exception as exc:
+                    failure = _task_error(ray, exc, shard_of[ref])
+                    break
+            if progress:
+                shown = ray.get(coord.totals.remote(run_id))
+                progress(min(shown[0], total), total, shown[1])
+            await asyncio.sleep(0)
+    except BaseException:  # an interrupt: the tasks stop too (each commits its verdicts and drops its claims)
+        for ref in waiting:
+            ray.cancel(ref)
+        raise
+    finally:
+        coord.forget.remote(run_id)
+    if failure is not None:
+        for ref in waiting:
+            ray.cancel(ref)
+    for rep in reports:
+        for m in rep.metrics:
+            mine = summaries[m.spec]
+            mine.judged += m.judged
+            mine.reused += m.reused
+            mine.tokens_in += m.tokens_in
+            mine.tokens_out += m.tokens_out
+            mine.calls += m.calls
+    if failure is not None:
+        raise failure
+    if progress:
+        progress(total, total, shown[1])
+    notes = list(dict.fromkeys(n for rep in reports for n in rep.notes))
+    followed = sum(rep.followed_cuts for rep in reports)
+    if followed:
+        notes.append(f"{followed} concurrency cut(s) made because another worker was rate limited")
+    return EngineTotals(
+        peak=sum(rep.peak for rep in reports), rate_limited=sum(rep.rate_limited for rep in reports), notes=notes
+    )
+
+
+def _task_error(ray: Any, exc: Exception, shard: int) -> BaseException:
+    """The error a failed shard's task stands for: what the task raised (a UserError, the judge unavailable),
+    or one line when its worker died more often than Ray retries."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
+        return cause
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return UserError(
+        f"shard {shard} failed on Ray ({reason}); its worker died {MAX_RETRIES + 1} time(s). Verdicts already made "
+        "are stored: re-run the same command to resume"
+    )
