@@ -2,8 +2,8 @@
 a worker is killed, one shared rate-limit signal. A private local Ray cluster (greval's own ``connect``: two
 CPUs here, on 127.0.0.1) for the module, the test OpenAI-compatible server counting the calls.
 
-The store comes from one fixture (``store_ref``), a SQLite file for now: every Ray task opens it by that
-reference, as it would open a PostgreSQL URL."""
+The store comes from one fixture (``store_ref``): a SQLite file (every worker on this machine) and a database
+on a real PostgreSQL server (workers on many machines); every Ray task opens it by that reference."""
 
 from __future__ import annotations
 
@@ -65,10 +65,14 @@ def cluster() -> Iterator[Any]:
         ray.shutdown()
 
 
-@pytest.fixture()
-def store_ref(tmp_path: Path) -> str:
-    """The store every process of a run opens by reference (the lead parametrises it over PostgreSQL)."""
-    return str(tmp_path / "store.sqlite")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_ref(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store every process of a run opens by reference: a SQLite file (all workers on this machine), and
+    a database on a real PostgreSQL server (tests/conftest.py), the store of workers on many machines."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.sqlite")
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
 def write_jsonl(path: Path, n: int) -> Path:
