@@ -122,7 +122,7 @@ if TYPE_CHECKING:
     default=None,
     metavar="auto|ray://HOST:PORT",
     help="With --engine ray: the cluster to join ('auto': the one this machine belongs to, e.g. inside a Ray "
-    "job; ray://HOST:PORT: a remote head's client port; needs pip install 'ray[client]'). Default: start a "
+    "job; ray://HOST:PORT: a remote head's Ray Client port). Default: start a "
     "private local cluster on 127.0.0.1.",
 )
 @click.option(
