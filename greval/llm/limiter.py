@@ -183,15 +183,25 @@ class AdaptiveLimiter:
             refused = sum(list(self._window)[-size:])
             if refused < max(1, math.ceil(self.tolerance * size)):
                 return  # isolated 429s: the retries deal with them
-            self._before_cut = self.limit
-            self.limit = max(1.0, float(math.floor(self.limit / 2)))
-            self.lowest = min(self.lowest, self.limit)
-            self.cuts += 1
-            self._last_cut = now
-            self._window.clear()
-            self._round = 0
-            if retry_after:
-                self._resume_at = max(self._resume_at, now + min(retry_after, self.max_cooldown))
+            self._cut(now, retry_after)
+
+    def cut(self, retry_after: float | None = None) -> None:
+        """Halve the limit now, on evidence from elsewhere (another worker of the same run was rate limited:
+        greval.scale), as this limiter's own rate-limit episode would."""
+        with self._lock:
+            self._cut(self.clock(), retry_after)
+
+    def _cut(self, now: float, retry_after: float | None) -> None:
+        """The cut itself (the caller holds the lock): half the limit, a new episode, the server's cooldown."""
+        self._before_cut = self.limit
+        self.limit = max(1.0, float(math.floor(self.limit / 2)))
+        self.lowest = min(self.lowest, self.limit)
+        self.cuts += 1
+        self._last_cut = now
+        self._window.clear()
+        self._round = 0
+        if retry_after:
+            self._resume_at = max(self._resume_at, now + min(retry_after, self.max_cooldown))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

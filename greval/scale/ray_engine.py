@@ -191,18 +191,7 @@ class SharedLimiter(AdaptiveLimiter):
         self.seen = epoch
         if shard == self.shard or not self.adaptive or abs(at - self.own_cut_at) < SAME_EPISODE_S:
             return False
-        with self._lock:
-            # The cut of AdaptiveLimiter.on_rate_limited, made on another worker's evidence.
-            now = self.clock()
-            self._before_cut = self.limit
-            self.limit = max(1.0, float(self.limit // 2))
-            self.lowest = min(self.lowest, self.limit)
-            self.cuts += 1
-            self._last_cut = now
-            self._window.clear()
-            self._round = 0
-            if retry_after:
-                self._resume_at = max(self._resume_at, now + min(retry_after, self.max_cooldown))
+        self.cut(retry_after)  # the cut of AdaptiveLimiter.on_rate_limited, on another worker's evidence
         self.own_cut_at = at
         self.followed += 1
         return True
