@@ -9,8 +9,9 @@ own chat model from the judge's config, and judges its shard with the runner's o
 What holds a distributed run together is the store: verdicts are keyed by content and written idempotently,
 and each model judgement is claimed before its call (``Store.claim_many``). A worker killed mid-run loses only
 its calls in flight and its last uncommitted group: Ray runs its task again (``max_retries``), the new attempt
-finds the finished verdicts in the store, and the dead worker's claims are free at once (its pid is gone; on
-every attempt at a shard holds its claims as one owner, so a retry on another host takes them over too).
+finds the finished verdicts in the store, and the dead worker's claims are free at once: every attempt at a
+shard holds its claims as one owner, so a retry takes them over on any host (on the same host, the dead pid
+frees them too).
 
 One small actor, :class:`Coordinator`: each shard's count (polled by the driver for its one progress bar) and
 the latest rate-limit cut (when one worker's limiter cuts on a 429 episode, the others cut too, see
