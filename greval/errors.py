@@ -30,3 +30,9 @@ class SpecError(UserError):
 
 class DataError(UserError):
     """A dataset that cannot be read or mapped onto the fields a spec needs."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one line for a user-facing message: its text's first line, else its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
-from greval.errors import UserError
+from greval.errors import UserError, first_line
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.outcome import config_for
 from greval.llm.limiter import AdaptiveLimiter
@@ -97,7 +97,7 @@ def connect(address: str | None) -> None:
         ray.init(**kwargs)
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError …: one line, no traceback
         where = "start a local Ray cluster" if address is None else f"connect to Ray at {address}"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(exc)
         raise UserError(f"cannot {where}: {reason}") from None
     finally:
         said.setLevel(level)
@@ -392,7 +392,7 @@ def _task_error(ray: Any, exc: Exception, shard: int) -> BaseException:
     cause = getattr(exc, "cause", None)
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
         return cause
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    reason = first_line(exc)
     return UserError(
         f"shard {shard} failed on Ray ({reason}); its worker died {MAX_RETRIES + 1} time(s). Verdicts already made "
         "are stored: re-run the same command to resume"

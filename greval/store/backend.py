@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from greval.errors import UserError
+from greval.errors import UserError, first_line
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -112,7 +112,7 @@ class PgConnection:
         try:
             self._conn = psycopg.connect(url, autocommit=True, connect_timeout=15)
         except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = first_line(exc)
             raise UserError(f"{display(url)}: cannot connect to PostgreSQL ({reason})") from None
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Any:

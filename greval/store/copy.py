@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from greval.errors import UserError
+from greval.errors import UserError, first_line
 from greval.store import schema
 from greval.store.connection import StoreFile
 
@@ -60,7 +60,7 @@ def copy_store(src: str | Path, dst: str | Path, progress: Callable[[str, int], 
                         try:
                             b.db.executemany(insert, rows)
                         except Exception as exc:  # a value the destination cannot hold: name the table
-                            raise UserError(f"copy: {table}: {b.name} refused a row ({_first_line(exc)})") from None
+                            raise UserError(f"copy: {table}: {b.name} refused a row ({first_line(exc)})") from None
                         total += len(rows)
                         if progress is not None:
                             progress(table, len(rows))
@@ -73,11 +73,6 @@ def copy_store(src: str | Path, dst: str | Path, progress: Callable[[str, int], 
 
         b._write(fill)
     return out
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def table_counts(ref: str | Path) -> dict[str, int]:
