@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from greval.cli.flags import for_terminal
 from greval.errors import UserError
 
 
@@ -31,7 +32,8 @@ out = _console(stderr=False)
 def print_error(message: str) -> None:
     """The one way a user's mistake reaches the terminal: ``error: MESSAGE``, one line on stderr, the message
     printed as it is (never read as rich markup: it may quote the user's brackets)."""
-    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, emoji=False)
+    text = escape(for_terminal(message))
+    console.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True, emoji=False)
 
 
 def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
