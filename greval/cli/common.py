@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from greval.cli.flags import for_terminal
+from greval.cli.flags import error_text, for_terminal
 from greval.errors import UserError
 
 
@@ -36,10 +36,16 @@ def print_error(message: str) -> None:
     console.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True, emoji=False)
 
 
-def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
+def notify(text: str) -> None:
+    """A stage's message to the user, as rich markup on stderr (the ``notify`` stages take), its option fields
+    written as flags."""
+    console.print(for_terminal(text))
+
+
+def fail(message: str | Exception, exit_code: int | None = None) -> NoReturn:
     """Print a user error and exit: a UserError's own code (2 unless it says otherwise), no traceback."""
     code = exit_code if exit_code is not None else (message.exit_code if isinstance(message, UserError) else 2)
-    print_error(str(message))
+    print_error(error_text(message))
     sys.exit(code)
 
 
