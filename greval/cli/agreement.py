@@ -1,4 +1,5 @@
-"""`greval agreement FILE ...`: judge-vs-human agreement from a file, printed as compact rich tables.
+"""`greval agreement FILE ...`: judge-vs-human agreement from a file, printed as compact rich tables
+(greval.report.terminal).
 
 User mistakes (missing column, unknown label, bad flag) exit 2 with one line on stderr, no traceback.
 """
@@ -13,7 +14,6 @@ import pandas as pd
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
 from greval.agreement.models import (
@@ -22,249 +22,14 @@ from greval.agreement.models import (
     AgreementScale,
     ComparisonReport,
     ConsistencyReport,
-    GroupFigures,
 )
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.tables import read_table, select, to_agreement_frame
 from greval.cli.common import fail, store_option
+from greval.cli.flags import FLAGS
 from greval.errors import UserError
-from greval.report.agreement import (
-    CALIBRATION_HEADER,
-    CALIBRATION_TITLE,
-    DESIGN_HEADER,
-    calibration_figures,
-    calibration_notes,
-    calibration_rows,
-    design_rows,
-    prevalence_notes,
-    render_consistency_markdown,
-    render_html,
-    render_markdown,
-    slice_design_cells,
-    slice_design_names,
-)
-from greval.report.format import fmt_ci, fmt_number
-
-HEADLINE_SLICE = {
-    "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa", "f1", "roc_auc", "pr_auc"),
-    "value": ("pearson", "spearman", "kendall", "mae"),
-}
-GROUPS_PRINTED = 50
-GROUP_NAME_WIDTH = 40
-
-
-def _group_table(title: str, groups: list[GroupFigures], keys: list[str], d: int) -> Table:
-    """Per-group values (per-group protocol): the figures the headline averages."""
-    t = Table(title=title, title_justify="left")
-    t.add_column("group")
-    t.add_column("n", justify="right")
-    for k in keys:
-        t.add_column(k, justify="right")
-    for g in groups[:GROUPS_PRINTED]:
-        name = g.group if len(g.group) <= GROUP_NAME_WIDTH else g.group[: GROUP_NAME_WIDTH - 1].rstrip() + "…"
-        name = " ".join(name.split())  # a group id may be a whole text (e.g. a dialogue); --json keeps it whole
-        t.add_row(
-            escape(name), str(g.n), *[fmt_number(g.metrics[k].value if k in g.metrics else None, d) for k in keys]
-        )
-    if len(groups) > GROUPS_PRINTED:
-        t.add_row(f"… {len(groups) - GROUPS_PRINTED} more (--json has all)", "", *[""] * len(keys))
-    return t
-
-
-def _headline(report: AgreementReport, d: int, title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    t.add_column("metric", no_wrap=True)
-    t.add_column("value", justify="right", no_wrap=True)
-    t.add_column("CI", no_wrap=True)
-    t.add_column("n", justify="right", no_wrap=True)
-    t.add_column("note", overflow="fold")
-    rows = dict(report.metrics)
-    if report.categorical is not None:
-        b = report.categorical.bias
-        rows["disagreement_rate"] = b.disagreement_rate
-        for name, est in (
-            ("judge_above_rate", b.judge_above_rate),
-            ("judge_below_rate", b.judge_below_rate),
-            ("mean_signed_steps", b.mean_signed_steps),
-            ("mean_signed_score", b.mean_signed_score),
-        ):
-            if est is not None:
-                rows[name] = est
-    for name, e in rows.items():
-        t.add_row(name, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
-    return t
-
-
-def print_report(console: Console, report: AgreementReport, d: int, name: str = "") -> None:
-    """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`)."""
-    c = report.counts
-    prefix = f"{name}: " if name else ""
-    console.print(
-        f"[bold]{prefix}{c.items_compared} items compared[/] of {c.items} ({c.rows} rows; "
-        f"{c.items_missing_human} without human, {c.items_invalid_judge} invalid judge "
-        f"({escape(report.options.invalid)}), {c.items_dropped_invalid} dropped, "
-        f"{c.items_tied_majority} tied majority)"
-    )
-    if c.rows_missing_judge or c.rows_missing_human:
-        console.print(
-            f"  missing answers (null, empty or --missing-values): {c.rows_missing_judge} judge row(s), "
-            f"{c.rows_missing_human} human row(s)"
-        )
-    th = report.threshold
-    if th is not None:
-        op = ">" if th.rule == "gt" else "≥"
-        how = f", chosen by {th.chosen_by} on {th.select_on}" if th.chosen_by else ""
-        console.print(f"  threshold: {escape(th.pos_label)} when score {op} {th.threshold:g}{escape(how)}")
-    console.print(_headline(report, d, f"{prefix}judge vs human"))
-    if report.per_group:
-        keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in report.metrics]
-        title = f"per group ({len(report.per_group)}; the headline is their unweighted mean)"
-        console.print(_group_table(title, report.per_group, keys, d))
-    cat = report.categorical
-    if cat is not None:
-        t = Table(title="classification report (human = truth)", title_justify="left")
-        for col in ("label", "precision", "recall", "f1", "support"):
-            t.add_column(col, justify="left" if col == "label" else "right")
-        for r in cat.per_label:
-            t.add_row(r.label, fmt_number(r.precision, d), fmt_number(r.recall, d), fmt_number(r.f1, d), str(r.support))
-        console.print(t)
-        cm = Table(title="confusion (rows human, columns judge)", title_justify="left")
-        cm.add_column("human \\ judge")
-        for lab in cat.confusion.judge_labels:
-            cm.add_column(lab, justify="right")
-        for lab, row in zip(cat.confusion.labels, cat.confusion.counts, strict=True):
-            cm.add_row(lab, *[str(v) for v in row])
-        console.print(cm)
-        p = cat.prevalence
-        if p is not None:
-            pt = Table(
-                title=f"prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)",
-                title_justify="left",
-            )
-            for col in ("label", "judge", "human", "corrected", "CI"):
-                pt.add_column(col, justify="left" if col == "label" else "right")
-            for i, lab in enumerate(p.labels):
-                e = p.corrected[i]
-                pt.add_row(
-                    lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), fmt_number(e.value, d), fmt_ci(e, d)
-                )
-            console.print(pt)
-            for note in prevalence_notes(p):  # the same notes the HTML and Markdown pages show
-                console.print(f"  prevalence: {note}")
-    if report.value is not None:
-        v = report.value
-        t = Table(title="scores", title_justify="left")
-        for col in ("side", "count", "mean", "median", "std", "min", "max"):
-            t.add_column(col, justify="left" if col == "side" else "right")
-        for side, s in (("judge", v.judge), ("human", v.human)):
-            t.add_row(
-                side,
-                str(s.count),
-                fmt_number(s.mean, d),
-                fmt_number(s.median, d),
-                fmt_number(s.std, d),
-                fmt_number(s.min, d),
-                fmt_number(s.max, d),
-            )
-        console.print(t)
-    ceil = report.ceiling
-    if ceil is not None:
-        t = Table(
-            title=f"ceiling: human–human vs judge–human ({ceil.n_annotators} annotators, "
-            f"{ceil.n_items_multi} items with ≥2)",
-            title_justify="left",
-        )
-        for col in ("figure", "value", "CI", "n"):
-            t.add_column(col, justify="left" if col == "figure" else "right")
-        for label, e in (
-            (f"human–human mean {ceil.metric}", ceil.human_pairwise_mean),
-            (f"judge–human mean {ceil.metric}", ceil.judge_pairwise_mean),
-            (f"α {ceil.alpha_level} (humans)", ceil.human_alpha),
-            (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge),
-        ):
-            t.add_row(label, fmt_number(e.value, d), fmt_ci(e, d), str(e.n))
-        console.print(t)
-    if report.design is not None:
-        t = Table(
-            title=f"design-weighted (1/π; {report.design.resamples} stratified resamples): over every judged item",
-            title_justify="left",
-        )
-        for col in DESIGN_HEADER:
-            t.add_column(col, justify="left" if col in (DESIGN_HEADER[0], DESIGN_HEADER[-1]) else "right")
-        for cells in design_rows(report.design, d):
-            t.add_row(*[escape(cell) for cell in cells])
-        console.print(t)
-        for note in report.design.notes:
-            console.print(f"  design: {escape(note)}")
-    cal = report.calibration
-    if cal is not None:
-        console.print(f"[bold]{CALIBRATION_TITLE}[/] {escape(calibration_figures(cal, d))}", highlight=False)
-        t = Table(title="reliability (confidence bins; human = truth)", title_justify="left")
-        for col in CALIBRATION_HEADER:
-            t.add_column(col, justify="left" if col in (CALIBRATION_HEADER[0], CALIBRATION_HEADER[-1]) else "right")
-        for cells in calibration_rows(cal, d):
-            t.add_row(*[escape(cell) for cell in cells])
-        console.print(t)
-        for note in calibration_notes(cal):
-            console.print(f"  calibration: {escape(note)}")
-    for col, parts in report.slices.items():
-        keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]
-        weighted = slice_design_names(report, parts)
-        t = Table(title=f"by {col}", title_justify="left")
-        t.add_column(col)
-        t.add_column("n", justify="right")
-        for k in [*keys, *(f"{n} (1/π)" for n in weighted)]:
-            t.add_column(k, justify="right")
-        for value, sub in parts.items():
-            cells = [f"{fmt_number(sub.metrics[k].value, d)} {fmt_ci(sub.metrics[k], d)}".strip() for k in keys]
-            t.add_row(value, str(sub.counts.items_compared), *cells, *slice_design_cells(sub, weighted, d))
-        console.print(t)
-    for note in report.notes:
-        console.print(f"  note: {escape(note)}")
-
-
-def print_consistency(console: Console, rep: ConsistencyReport, d: int) -> None:
-    """Print the judge's agreement with itself across two runs (--pair-by)."""
-    c = rep.counts
-    a, b = rep.runs
-    console.print(
-        f"[bold]{c.items_paired} items paired[/] of {c.items} ({c.rows} rows; {c.items_one_run_only} in one run "
-        f"only, {c.items_one_invalid} with one invalid answer, {c.items_both_invalid} with two "
-        f"{escape('[' + rep.options.invalid_pairs + ']')})"
-    )
-    t = Table(title=f"judge vs itself: {escape(rep.column)} = {escape(a)} vs {escape(b)}", title_justify="left")
-    for col in ("metric", "value", "CI", "n", "note"):
-        t.add_column(col, justify="right" if col in ("value", "n") else "left")
-    for name, e in rep.metrics.items():
-        t.add_row(name, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
-    console.print(t)
-    if rep.per_group:
-        console.print(_group_table("per group", rep.per_group, list(rep.metrics), d))
-    cm = Table(title=f"confusion (rows {escape(a)}, columns {escape(b)})", title_justify="left")
-    cm.add_column(f"{escape(a)} \\ {escape(b)}")
-    for lab in rep.confusion.judge_labels:
-        cm.add_column(escape(lab), justify="right")
-    for lab, row in zip(rep.confusion.labels, rep.confusion.counts, strict=True):
-        cm.add_row(escape(lab), *[str(v) for v in row])
-    console.print(cm)
-    for note in rep.notes:
-        console.print(f"  note: {escape(note)}")
-
-
-def print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
-    """Print each version's report, then the paired differences."""
-    for name, rep in comp.reports.items():
-        print_report(console, rep, d, name)
-    t = Table(title=f"paired differences on {comp.common_items} common items", title_justify="left")
-    for col in ("metric", "b − a", "difference", "CI", "beyond CI"):
-        t.add_column(col, justify="left" if col in ("metric", "b − a") else "right")
-    for diff in comp.differences:
-        e = diff.estimate
-        beyond = "" if diff.beyond_ci is None else ("yes" if diff.beyond_ci else "no")
-        t.add_row(diff.metric, f"{diff.b} − {diff.a}", fmt_number(e.value, d), fmt_ci(e, d), beyond)
-    console.print(t)
-    for note in comp.notes:
-        console.print(f"  note: {escape(note)}")
+from greval.report.agreement import render_consistency_markdown, render_html, render_markdown
+from greval.report.terminal import print_comparison, print_consistency, print_report
 
 
 def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -572,7 +337,7 @@ def agreement(
         raw = read_table(file, as_text=True)
         if pair_by is not None:
             result_c = _pair_mode(raw, judges, human, item, group, pair_by, scale, options, version_col, html_out)
-            print_consistency(console, result_c, decimals)
+            print_consistency(console, result_c, decimals, names=FLAGS)
             if md_out is not None:
                 md_out.write_text(render_consistency_markdown(result_c, decimals), encoding="utf-8")
                 console.print(f"wrote {md_out}")
@@ -609,7 +374,7 @@ def agreement(
         if len(frames) == 1:
             frame = next(iter(frames.values()))
             result = compute_agreement(frame, scale, options)
-            print_report(console, result, decimals)
+            print_report(console, result, decimals, names=FLAGS)
             if html_out is not None:
                 who = judges[0] if judges else score_col
                 html_out.write_text(render_html(result, frame, title=f"{file.name}: {who} vs {human}"))
@@ -619,7 +384,7 @@ def agreement(
                 console.print(f"wrote {md_out}")
         else:
             result = compare_agreement(frames, scale, options)
-            print_comparison(console, result, decimals)
+            print_comparison(console, result, decimals, names=FLAGS)
     except UserError as exc:
         fail(exc)
     except ValidationError as exc:
@@ -738,7 +503,7 @@ def _from_store(
         if len(frames) == 1:
             ((title, frame),) = frames.items()
             report = compute_agreement(frame, scale, options)
-            print_report(console, report, decimals, title)
+            print_report(console, report, decimals, title, names=FLAGS)
             if html_out is not None:
                 html_out.write_text(render_html(report, frame, title=f"{title}: judge vs people"), encoding="utf-8")
                 console.print(f"wrote {html_out}")
@@ -750,7 +515,7 @@ def _from_store(
             if html_out or md_out:
                 raise UserError("--html/--markdown work with one --spec")
             result = compare_agreement(frames, scale, options)
-            print_comparison(console, result, decimals)
+            print_comparison(console, result, decimals, names=FLAGS)
     except UserError as exc:
         fail(exc)
     if json_out is not None:

@@ -9,7 +9,10 @@ import shlex
 from greval.errors import Remedy, render_options
 
 #: field (bare, or qualified as `Model.field` where one name means two flags) → flag.
-FLAGS: dict[str, str] = {}
+FLAGS: dict[str, str] = {
+    # agreement (the terminal report's own text names it)
+    "missing_values": "--missing-values",
+}
 
 
 def for_terminal(message: str) -> str:

@@ -86,11 +86,11 @@ def _quickstart(
     from greval.annotation.argilla import connect
     from greval.annotation.labels_import import import_labels
     from greval.annotation.push import push
-    from greval.cli.agreement import print_report
     from greval.cli.common import ProgressBar, console, out, print_summary
-    from greval.cli.report import print_labels
+    from greval.cli.flags import FLAGS
     from greval.dataset.tables import read_rows
     from greval.report.store_report import build, write
+    from greval.report.terminal import print_labels, print_report
     from greval.spec import load_spec_file
     from greval.store.store import Store
     from greval.workflows import (
@@ -185,14 +185,14 @@ def _quickstart(
 
     report_dir = work / "report"
     report_dir.mkdir(exist_ok=True)
-    rep = build(store_path, [SPEC], bootstrap_resamples=bootstrap, out_dir=report_dir)
-    write(rep, report_dir)  # the same files `greval report -o report_dir` writes
+    rep = build(store_path, [SPEC], bootstrap_resamples=bootstrap, out_dir=report_dir, names=FLAGS)
+    write(rep, report_dir, FLAGS)  # the same files `greval report -o report_dir` writes
     metric = rep.metrics[0]
     page = report_dir / (metric.agreement_page or f"{SPEC}.agreement.html")
     console.print(f"[bold]5/5[/] agreement report written to {escape(str(report_dir))}/", highlight=False)
     agreement = AgreementReport.model_validate_json(page.with_suffix(".json").read_text(encoding="utf-8"))
-    print_report(out, agreement, 3, SPEC)
-    print_labels(rep)  # "attribution: 20 human labels — 20 imported from …"
+    print_report(out, agreement, 3, SPEC, names=FLAGS)
+    print_labels(out, rep)  # "attribution: 20 human labels — 20 imported from …"
 
     click.echo("")
     for line in _closing(work, store_path, report_dir, page, done.ref, judge.base_url, argilla, port):
