@@ -10,7 +10,8 @@ from greval.errors import Remedy, render_options
 
 #: field (bare, or qualified as `Model.field` where one name means two flags) → flag.
 FLAGS: dict[str, str] = {
-    # agreement (the terminal report's own text names it)
+    # agreement
+    "AgreementOptions.mapping": "--relabel",
     "missing_values": "--missing-values",
 }
 
