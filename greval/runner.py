@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from greval._sync import run_sync
 from greval.dataset.records import HashedRow, Record
 from greval.dataset.sample import Sample, sample_items, sample_records
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
@@ -165,10 +165,12 @@ class SampleSummary(BaseModel):
     """What a sampled run drew, stored with its summary (the run's options hold the :class:`Sample` asked for)."""
 
     seed: int
-    records: int | None = Field(None, description="--sample N as asked (None: every record).")
-    items: int | None = Field(None, description="--sample-items N as asked (None: every item).")
+    records: int | None = Field(None, description="Sample.records as asked (None: every record).")
+    items: int | None = Field(None, description="Sample.items as asked (None: every item).")
     records_drawn: int = Field(description="Records judged (the run's snapshot).")
-    records_of: int = Field(description="Records drawn from: the dataset after --map, --limit and repeated rows.")
+    records_of: int = Field(
+        description="Records drawn from: the dataset after its column mapping, row limit and repeated rows."
+    )
     items_drawn: dict[str, int] = Field(
         default_factory=dict,
         description="Many-metric -> items drawn over the run's records (each record id counted, as figures count).",
@@ -243,7 +245,9 @@ async def arun(
         from greval.scale.ray_engine import connect
 
         if model is not None:
-            raise UserError("--engine ray: each worker builds its chat model from the judge's config; pass no model")
+            raise UserError(
+                f"{option('engine')} ray: each worker builds its chat model from the judge's config; pass no model"
+            )
         connect(opts.ray_address)  # before the run is recorded: a wrong address is the user's error
     run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
     started = time.perf_counter()
@@ -596,10 +600,10 @@ class Plan(BaseModel):
     sample: Sample | None = Field(None, description="The sample the plan was drawn for (None: every record and item).")
     population: int = Field(0, description="Records the sample was drawn from (= records when not sampled).")
     items_drawn: dict[str, int] = Field(
-        default_factory=dict, description="With --sample-items, many-metric -> items drawn over every record id."
+        default_factory=dict, description="With Sample.items, many-metric -> items drawn over every record id."
     )
     items_of: dict[str, int] = Field(
-        default_factory=dict, description="With --sample-items, many-metric -> items of every record id."
+        default_factory=dict, description="With Sample.items, many-metric -> items of every record id."
     )
     records: int = Field(0, description="Records in the dataset (ids; a row repeated exactly is read once).")
     distinct_contents: int = Field(0, description="Distinct record contents (identical records cost one call).")
@@ -756,8 +760,8 @@ def sample_notes(drawn: SampleSummary, metrics: Sequence[MetricSummary]) -> list
     if drawn.records is not None:
         if drawn.records >= drawn.records_of:
             notes.append(
-                f"sample: --sample {drawn.records} is not less than the dataset's {drawn.records_of} record(s): "
-                "every record is judged"
+                f"sample: {option('Sample.records')} {drawn.records} is not less than the dataset's "
+                f"{drawn.records_of} record(s): every record is judged"
             )
         else:
             notes.append(
@@ -767,8 +771,8 @@ def sample_notes(drawn: SampleSummary, metrics: Sequence[MetricSummary]) -> list
     if drawn.items is not None:
         if not drawn.items_of:
             notes.append(
-                f"--sample-items {drawn.items}: no metric here judges items one by one (each: chunks / triples); "
-                "nothing sampled"
+                f"{option('Sample.items')} {drawn.items}: no metric here judges items one by one (each: chunks / "
+                "triples); nothing sampled"
             )
         else:
             counts = ", ".join(f"{name} {n} of {drawn.items_of[name]}" for name, n in drawn.items_drawn.items())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import click
 from click.testing import CliRunner
 
 from greval.cli.flags import FLAGS, for_terminal
@@ -32,8 +33,9 @@ def test_the_flag_table_names_real_flags() -> None:
     def collect(cmd: object) -> None:
         for p in getattr(cmd, "params", []):
             known.update(o for o in getattr(p, "opts", []) if o.startswith("--"))
-        for sub in getattr(cmd, "commands", {}).values():
-            collect(sub)
+        if isinstance(cmd, click.Group):  # lazy groups (spec, annotate) load their commands on request
+            for name in cmd.list_commands(None):  # type: ignore[arg-type]
+                collect(cmd.get_command(None, name))  # type: ignore[arg-type]
 
     for name in ctx_names:
         collect(main.get_command(None, name))  # type: ignore[arg-type]
@@ -41,3 +43,17 @@ def test_the_flag_table_names_real_flags() -> None:
     missing = sorted({f.split()[0] for f in FLAGS.values()} - known)
     assert not missing, f"flags in cli/flags.py that no command has: {missing}"
     assert for_terminal("no field here") == "no field here"
+
+
+def test_a_remedy_is_written_as_the_command_to_type() -> None:
+    """A stage's remedy (a greval command, as facts) reaches the terminal as a command line, its option
+    fields as flags; a Python caller's message has no command in it."""
+    from greval.cli.flags import error_text
+    from greval.errors import Remedy
+
+    exc = UserError("s.sqlite: schema 3, this greval needs 4", remedy=Remedy("store migrate", {"store": "URL"}, "once"))
+    assert str(exc) == "s.sqlite: schema 3, this greval needs 4"
+    assert error_text(exc) == "s.sqlite: schema 3, this greval needs 4; run `greval store migrate --store URL` once"
+    plain = Remedy("review", {"spec": "my spec", "blind": ""})
+    assert error_text(UserError("x", remedy=plain)) == "x; run `greval review --spec 'my spec' --blind`"
+    assert error_text(f"give {option('pair_by')}") == for_terminal(f"give {option('pair_by')}")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import argilla as rg
 
 from greval.dataset.records import Record
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.judge.prompt import describe_scale
 from greval.spec import CategoricalScale, Spec, ValueScale
 
@@ -216,7 +216,7 @@ def build_settings(
     """Argilla settings for a spec: same question, same options, the scale explained. (The SDK binds every
     settings object to a client at construction; without one it would build a default from the env.)"""
     if annotators_per_record < 1:
-        raise UserError("--annotators-per-record must be at least 1")
+        raise UserError(f"{option('annotators_per_record')} must be at least 1")
     fields: list[rg.TextField] = []
     for name in field_names(spec):
         if name == ITEM_FIELD:

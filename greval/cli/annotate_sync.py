@@ -24,6 +24,7 @@ from greval.annotation.pull import pull
 from greval.annotation.push import push
 from greval.annotation.selection import STRATEGIES, Strategy
 from greval.cli.common import store_option as common_store_option
+from greval.cli.flags import for_terminal
 from greval.store.backend import display
 from greval.store.backend import exists as store_exists
 from greval.store.store import Store
@@ -211,7 +212,7 @@ def push_cmd(
     )
     click.echo(f"Selection recorded as push {res.push_id} in {display(store_path)}.")
     for note in res.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {for_terminal(note)}", err=True)
 
 
 @click.command("pull")

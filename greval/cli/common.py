@@ -36,10 +36,10 @@ def print_error(message: str) -> None:
     console.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True, emoji=False)
 
 
-def notify(text: str) -> None:
-    """A stage's message to the user, as rich markup on stderr (the ``notify`` stages take), its option fields
-    written as flags."""
-    console.print(for_terminal(text))
+def notify(text: str, **style: Any) -> None:
+    """A stage's message to the user, as rich markup on stderr (the ``notify`` stages take: ``console.print``'s
+    signature), its option fields written as flags."""
+    console.print(for_terminal(text), **style)
 
 
 def fail(message: str | Exception, exit_code: int | None = None) -> NoReturn:
@@ -224,7 +224,7 @@ def print_summary(summary: Any) -> None:
     out.print(table)
     for m in summary.metrics:
         for note in metric_notes(m):
-            console.print(f"[yellow]note:[/] {note}", highlight=False)
+            console.print(f"[yellow]note:[/] {for_terminal(note)}", highlight=False)
 
 
 class StoreRef(click.ParamType):  # type: ignore[type-arg]

@@ -8,11 +8,56 @@ import shlex
 
 from greval.errors import Remedy, render_options
 
-#: field (bare, or qualified as `Model.field` where one name means two flags) → flag.
+#: field (bare, or qualified as `Model.field` where one name means two flags) → flag. A field is the name a
+#: stage's options model or function gives the option; tests/test_errors.py checks every flag here exists.
 FLAGS: dict[str, str] = {
+    # runs (greval run, serve, spec try): the judge, the data, the sample
+    "judge": "--judge",
+    "base_url": "--base-url",
+    "max_tokens": "--max-tokens",
+    "method": "--method",
+    "samples": "--samples",
+    "logprobs": "--logprobs",
+    "seed": "--seed",
+    "mapping": "--map",
+    "engine": "--engine",
+    "retry_errors": "--retry-errors",
+    "Sample.records": "--sample",
+    "Sample.items": "--sample-items",
+    "spec": "--spec",
+    "store": "--store",
     # agreement
     "AgreementOptions.mapping": "--relabel",
     "missing_values": "--missing-values",
+    # annotation: Argilla, push / review, import-labels, the embedded server
+    "api_url": "--api-url",
+    "api_key": "--api-key",
+    "workspace": "--workspace",
+    "dataset": "--dataset",
+    "annotators_per_record": "--annotators-per-record",
+    "force": "--force",
+    "strategy": "--select",
+    "select.n": "--n",
+    "control_share": "--control-share",
+    "batch": "--batch",
+    "blind": "--blind",
+    "target": "--target",
+    "record_id_col": "--record-id",
+    "label_col": "--label",
+    "item_id_col": "--item-id",
+    "annotator_col": "--annotator",
+    "annotator_name": "--annotator-name",
+    "comment_col": "--comment",
+    "data_dir": "--data-dir",
+    "port": "--port",
+    # quality: spec try, reliability
+    "human_column": "--human-column",
+    "human_id_column": "--human-id-column",
+    "panel": "--panel",
+    # serve
+    "host": "--host",
+    "max_body": "--max-body",
+    "max_records": "--max-records",
 }
 
 

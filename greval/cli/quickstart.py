@@ -86,7 +86,7 @@ def _quickstart(
     from greval.annotation.argilla import connect
     from greval.annotation.labels_import import import_labels
     from greval.annotation.push import push
-    from greval.cli.common import ProgressBar, console, out, print_summary
+    from greval.cli.common import ProgressBar, console, notify, out, print_summary
     from greval.cli.flags import FLAGS
     from greval.dataset.tables import read_rows
     from greval.report.store_report import build, write
@@ -129,7 +129,7 @@ def _quickstart(
             work / "records.jsonl",
             store_path,
             judge,
-            notify=console.print,
+            notify=notify,
             on_event=said,
             progress=hook,
         )
@@ -228,7 +228,7 @@ def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
         info = server.start(port, data, on_line=lambda line: console.print(f"      {escape(line)}", highlight=False))
     except server.AnnotationServerError as exc:
         # Its message may carry a build log's last lines: printed as they are, not as rich markup.
-        fail(str(exc))
+        fail(exc)
     return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir(), dataset=SPEC)
 
 

@@ -9,7 +9,8 @@ from typing import cast
 
 import click
 
-from greval.cli.common import console, judge_options, out, parse_map, store_option
+from greval.cli.common import console, judge_options, notify, out, parse_map, store_option
+from greval.cli.flags import FLAGS
 from greval.errors import UserError
 from greval.llm.config import JudgeChoice, JudgeConfig, default_judge
 from greval.llm.local import judge_session
@@ -105,7 +106,7 @@ def reliability_cmd(
         raise UserError("--sample must be at least 1")
     specs, target = _resolve_target(spec_ref)
     records = load_records(data_file, parse_map(maps), id_column)
-    ref = judge.ref or target.judge.model or default_judge(console.print)
+    ref = judge.ref or target.judge.model or default_judge(notify)
     params = judge.with_defaults(target.judge).params()
     opts = ReliabilityOptions(
         sample=sample,
@@ -135,7 +136,7 @@ def reliability_cmd(
             highlight=False,
         )
         rep = reliability(specs, target, records, st, cfg, members, opts)
-    print_report(out, rep)
+    print_report(out, rep, FLAGS)
     if json_out:
         Path(json_out).write_text(rep.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")

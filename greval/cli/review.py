@@ -12,7 +12,7 @@ from greval.annotation.argilla import DEFAULT_BATCH
 from greval.cli.annotate_sync import PushBar, connection_options_for, opened, store_option
 from greval.cli.common import console, out
 from greval.cli.common import store_option as common_store_option
-from greval.cli.flags import FLAGS
+from greval.cli.flags import FLAGS, for_terminal
 from greval.errors import UserError
 from greval.report.terminal import print_review_status
 from greval.store.backend import display
@@ -105,7 +105,7 @@ def review(
         again += ["--api-url", api_url]  # the key stays where the user keeps it (flag or ARGILLA_API_KEY)
     out.print(f"Label them in Argilla, then: {shlex.join(again)}", highlight=False, soft_wrap=True)
     for note in res.notes:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        console.print(f"note: {for_terminal(note)}", highlight=False, soft_wrap=True)
 
 
 @review.command("status")

@@ -16,10 +16,12 @@ from greval.cli.common import (
     console,
     interrupted_exit,
     judge_options,
+    notify,
     parse_map,
     print_summary,
     store_option,
 )
+from greval.cli.flags import for_terminal
 from greval.store.backend import display
 
 if TYPE_CHECKING:
@@ -189,7 +191,7 @@ def run_cmd(
 
     def said(event: RunEvent) -> None:
         if isinstance(event, DataNote):  # nothing the user gave disappears without a word
-            console.print(f"[yellow]note:[/] {escape(event.text)}", highlight=False)
+            console.print(f"[yellow]note:[/] {escape(for_terminal(event.text))}", highlight=False)
             return
         work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
         work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
@@ -229,7 +231,7 @@ def run_cmd(
                 mapping=parse_map(maps),
                 id_column=id_column,
                 limit=limit,
-                notify=console.print,
+                notify=notify,
                 on_event=said,
                 progress=hook,
             )
@@ -246,7 +248,7 @@ def run_cmd(
     summary = done.summary
     print_summary(summary)
     for note in summary.notes:  # said once per run, not per verdict
-        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(for_terminal(note))}", highlight=False)
     if summary.empty_metrics:
         names = ", ".join(m.spec for m in summary.empty_metrics)
         console.print(f"[bold red]no verdict at all[/] for {names} (see the notes above)", highlight=False)

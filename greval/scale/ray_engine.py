@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
-from greval.errors import UserError, first_line
+from greval.errors import UserError, first_line, option
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.outcome import config_for
 from greval.llm.limiter import AdaptiveLimiter
@@ -64,7 +64,7 @@ SAME_EPISODE_S = 1.0
 #: The logger of Ray's token-authentication set-up (its warning that a local cluster has a token).
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
-INSTALL_HINT = "--engine ray needs Ray: pip install 'greval[ray]'"
+INSTALL_HINT = f"{option('engine')} ray needs Ray: pip install 'greval[ray]'"
 
 
 def ray_module() -> Any:

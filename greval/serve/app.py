@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from greval.dataset.records import Record
-from greval.errors import DataError, UserError
+from greval.errors import DataError, UserError, option
 from greval.judge.schemas import input_model, record_fields
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, redact
@@ -76,8 +76,8 @@ def check_binding(host: str, keys: Sequence[str]) -> None:
     """Refuse to listen beyond localhost without API keys (one line says how to fix it)."""
     if not keys and not is_local(host):
         raise UserError(
-            f"--host {host} listens beyond this machine: give API keys (--api-key KEY or GREVAL_SERVE_KEYS=K1,K2), "
-            "or bind 127.0.0.1"
+            f"{option('host')} {host} listens beyond this machine: give API keys ({option('api_key')} KEY or "
+            "GREVAL_SERVE_KEYS=K1,K2), or bind 127.0.0.1"
         )
 
 
@@ -249,7 +249,8 @@ class Guard:
 
 
 def too_large(limit: int) -> JSONResponse:
-    return _error(413, "body_too_large", f"request body over {limit} bytes (--max-body)", field="body")
+    text = f"request body over {limit} bytes (the server's {option('max_body')})"
+    return _error(413, "body_too_large", text, field="body")
 
 
 # ------------------------------------------------------------------------------------------- models
@@ -401,7 +402,8 @@ def create_app(
             raise ServeError(
                 413,
                 "too_many_records",
-                f"{len(body.records)} records: at most {settings.max_records} per request (--max-records)",
+                f"{len(body.records)} records: at most {settings.max_records} per request (the server's "
+                f"{option('max_records')})",
                 "records",
             )
         records = [to_record(r, i) for i, r in enumerate(body.records)]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.llm.retry import CUT_OFF_HINT, ErrorKind
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale
 from greval.store.store import Store
@@ -414,7 +414,7 @@ def metric_notes(fig: MetricFigures) -> list[str]:
         hint = f" ({CUT_OFF_HINT})" if ErrorKind.TRUNCATED.value in fig.errors else ""
         notes.append(
             f"{fig.spec}: {fig.failed} record(s) failed, {fig.partial} partly failed ({kinds}); "
-            f"`greval run … --retry-errors` judges them again{hint}"
+            f"a run with {option('retry_errors')} judges them again{hint}"
         )
     if fig.records and fig.ok + fig.partial == 0:
         notes.append(f"{fig.spec}: no verdict at all — the metric produced nothing to score")
@@ -454,7 +454,7 @@ def _map_hint(why: str) -> str:
     if not why.startswith(MISSING_INPUT):
         return ""
     names = [n.strip() for n in why.split(":", 1)[1].split(",") if n.strip()]
-    return " — map a column with " + " ".join(f"--map {n}=COLUMN" for n in names) if names else ""
+    return " — map a column with " + " ".join(f"{option('mapping')} {n}=COLUMN" for n in names) if names else ""
 
 
 class _Tally:
