@@ -75,8 +75,7 @@ def _notes(notes: Sequence[str]) -> str:
 
 # ------------------------------------------------------------------------------------------------ index.html
 def _head(page: Page) -> str:
-    rep = page.rep
-    return f"<h1>greval report</h1><p class=note>store {html.escape(rep.store)}</p>"
+    return f"<h1>greval report</h1><p class=note>store {html.escape(page.rep.store)}</p>"
 
 
 def _metric_row(m: MetricRow) -> str:
@@ -112,25 +111,21 @@ def _metrics(page: Page) -> str:
 
 
 def _overview(page: Page) -> str:
-    rep = page.rep
-    return "<h2 id=overview>Overview</h2>" + plots.overview_figure(rep)
+    return "<h2 id=overview>Overview</h2>" + plots.overview_figure(page.rep)
 
 
 def _stats(page: Page) -> str:
-    rep = page.rep
-    rows = [[r[0], *r[2:]] for r in stats_rows(rep)]
+    rows = [[r[0], *r[2:]] for r in stats_rows(page.rep)]
     return "<h2 id=stats>Record scores per metric</h2>" + html_table(("metric", *STATS_HEAD), rows)
 
 
 def _labels(page: Page) -> str:
-    rep = page.rep
-    lines = label_lines(rep)
+    lines = label_lines(page.rep)
     return "<h2>Human labels</h2>" + "".join(f"<p>{html.escape(line)}</p>" for line in lines) if lines else ""
 
 
 def _corrected(page: Page) -> str:
-    rep = page.rep
-    rows = corrected_rows(rep)
+    rows = corrected_rows(page.rep)
     if not rows:
         return ""
     return (
@@ -169,13 +164,12 @@ def _systems(page: Page) -> str:
 
 
 def _groups(page: Page) -> str:
-    rep = page.rep
     return "".join(
         f"<h2 id=group-{html.escape(g.metric)}>{html.escape(g.metric)}: system × {html.escape(g.column)}</h2>"
         + plots.group_heatmap(g)
         + html_table(group_head(g), group_cells(g))
         + _notes(g.notes())
-        for g in rep.groups
+        for g in page.rep.groups
     )
 
 
@@ -192,8 +186,7 @@ def _per_metric(page: Page) -> str:
 
 def _footer(page: Page) -> str:
     """Every note of the report, then how its figures were computed."""
-    rep = page.rep
-    return _notes(page.notes(rep.notes())) + (
+    return _notes(page.notes(page.rep.notes())) + (
         f"<p class=note>CIs: percentile bootstrap over records (greval.agreement.bootstrap), {MEAN_RESAMPLES} "
         f"resamples, seed 0, {CONFIDENCE:.0%}; a pooled (micro) score resamples records with their items. "
         "Percentiles: numpy's linear interpolation; std: sample (ddof 1); failed / skipped: shares of the "
@@ -256,8 +249,7 @@ def _md_stats(page: Page) -> list[str]:
 
 
 def _md_labels(page: Page) -> list[str]:
-    rep = page.rep
-    labels = label_lines(rep)
+    labels = label_lines(page.rep)
     return ["", "## Human labels", ""] + [f"- {line}" for line in labels] if labels else []
 
 
@@ -282,16 +274,14 @@ def _md_systems(page: Page) -> list[str]:
 
 
 def _md_corrected(page: Page) -> list[str]:
-    rep = page.rep
-    rows = corrected_rows(rep)
+    rows = corrected_rows(page.rep)
     return ["", "## Prevalence-corrected system scores", "", *md_table(CORRECTED_HEAD, rows)] if rows else []
 
 
 def _md_groups(page: Page) -> list[str]:
-    rep = page.rep
     return [
         line
-        for g in rep.groups
+        for g in page.rep.groups
         for line in ["", f"## {g.metric}: system × {g.column}", "", *md_table(group_head(g), group_cells(g))]
     ]
 
