@@ -31,6 +31,7 @@ from greval.report.models import (
     SystemRow,
 )
 from greval.report.stats import corrected_systems, efficiency, histogram, record_scores, rows_stats, score_ci
+from greval.report.stats import score_stats as score_stats  # named here by docs before issue 30
 from greval.spec import BaseSpec, CategoricalScale, Spec
 from greval.store.results import MetricFigures, figures_from_rows, item_rows, record_rows
 from greval.store.store import Store
