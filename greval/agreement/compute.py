@@ -4,30 +4,29 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from greval.agreement import bootstrap as bs
+from greval.agreement import resampling
 from greval.agreement import stats as st
 from greval.agreement.calibration import calibration_from_frame, has_confidence
+from greval.agreement.consistency import compute_consistency
 from greval.agreement.design import design_report, respondents
 from greval.agreement.models import (
+    INVALID_LABEL,
     AgreementOptions,
     AgreementReport,
     AgreementScale,
     Bias,
-    BootstrapInfo,
     CategoricalReport,
     Ceiling,
     ComparisonReport,
     ConfusionMatrix,
-    ConsistencyCounts,
-    ConsistencyReport,
     Describe,
     DesignReport,
     Difference,
@@ -38,100 +37,25 @@ from greval.agreement.models import (
     LabelReport,
     PairAgreement,
     Prevalence,
-    ResampleUnit,
-    ThresholdInfo,
     ValueReport,
 )
 from greval.agreement.prepare import MISSING, Prepared, label_text, prepare, resolve_scale
+from greval.agreement.resampling import (
+    Statistic,
+    bootstrap_info,
+    bootstrap_note,
+    check_protocol,
+    estimate,
+    group_values,
+    per_group,
+    resample_unit,
+    resampler,
+)
 from greval.agreement.stats import FloatArray, IntArray, Val
+from greval.agreement.threshold import threshold_frame, threshold_note
 from greval.errors import DataError
 
-INVALID_LABEL = "<invalid>"
 BIAS_KEYS = ("disagreement_rate", "judge_above_rate", "judge_below_rate", "mean_signed_steps", "mean_signed_score")
-
-
-def _estimate(val: Val, n: int, ci: bs.CI | None) -> Estimate:
-    value, note = val
-    if value is None or ci is None:
-        return Estimate(value=value, n=n, note=note)
-    notes = [x for x in (note, ci.note) if x]
-    return Estimate(value=value, n=n, ci_low=ci.low, ci_high=ci.high, note="; ".join(notes) or None)
-
-
-Statistic = Callable[[IntArray, IntArray | None], dict[str, Val]]
-
-
-class StratifiedResampler(bs.Resampler):
-    """Resamples items within each group (strata kept whole, sizes fixed): the per-group protocol's bootstrap.
-
-    Groups there are fixed subsets (a paper's datasets, documents), so the CI reflects which items each
-    group happened to get, not which groups were chosen. Its one batch yields (row indices, each row's
-    group code) per resample; the per-group protocol has no batched statistic.
-    """
-
-    def __init__(self, groups: IntArray, resamples: int, seed: int) -> None:
-        super().__init__(len(groups), None, resamples, seed)
-        self.groups = groups
-        self.strata = [np.flatnonzero(groups == g).astype(np.int64) for g in np.unique(groups)]
-
-    def batches(self) -> Iterator[bs.Batch]:
-        if self.n:
-            yield _StratifiedDraws(self)
-
-
-class _StratifiedDraws(bs.Batch):
-    def __init__(self, sampler: StratifiedResampler) -> None:
-        super().__init__(sampler, np.empty((sampler.resamples, 0), dtype=np.int64))
-
-    def draws(self) -> Iterator[tuple[IntArray, IntArray]]:
-        s = cast(StratifiedResampler, self.sampler)
-        rng = np.random.default_rng(s.seed)
-        for _ in range(s.resamples):
-            idx = np.concatenate([t[rng.integers(0, len(t), size=len(t))] for t in s.strata]).astype(np.int64)
-            yield idx, s.groups[idx]
-
-
-def _resampler(n: int, groups: IntArray | None, options: AgreementOptions) -> bs.Resampler:
-    """Items, whole groups (clusters), or items within groups (per-group protocol)."""
-    if options.protocol == "per-group" and groups is not None:
-        return StratifiedResampler(groups, options.bootstrap, options.seed)
-    return bs.Resampler(n, groups, options.bootstrap, options.seed)
-
-
-def _group_values(base: Statistic, idx: IntArray, gids: IntArray) -> dict[int, tuple[int, dict[str, Val]]]:
-    """The pooled statistic inside each group: {group code: (n items, figures)}."""
-    out: dict[int, tuple[int, dict[str, Val]]] = {}
-    for g in np.unique(gids):
-        sub = idx[gids == g]
-        out[int(g)] = (len(sub), base(sub, None))
-    return out
-
-
-def _mean_over_groups(per: dict[int, tuple[int, dict[str, Val]]]) -> dict[str, Val]:
-    """Unweighted mean of each figure over the groups where it is defined (papers' "Average")."""
-    names: dict[str, None] = {}
-    for _, figures in per.values():
-        names.update(dict.fromkeys(figures))
-    out: dict[str, Val] = {}
-    for name in names:
-        vals = [v for _, f in per.values() if (v := f.get(name, (None, None))[0]) is not None]
-        if vals:
-            out[name] = float(np.mean(vals)), None
-            continue
-        why = next((n for _, f in per.values() if (n := f.get(name, (None, None))[1])), "undefined")
-        out[name] = None, f"undefined in every group ({len(per)}), e.g. {why}"
-    return out
-
-
-def _per_group(base: Statistic, point_groups: IntArray | None) -> Statistic:
-    """`base` inside each group, averaged over groups; the group of each drawn row comes as `inst`."""
-
-    def fn(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
-        gids = inst if inst is not None else point_groups
-        assert gids is not None
-        return _mean_over_groups(_group_values(base, idx, gids))
-
-    return fn
 
 
 @dataclass
@@ -149,7 +73,7 @@ def _headline(prep: Prepared, options: AgreementOptions) -> Headline:
     every = _pooled_headline(prep, options)
     everything = np.arange(prep.counts.items_compared, dtype=np.int64)
     if options.protocol == "per-group":  # each resample's figures per group, then averaged: one at a time
-        fn = _per_group(every, prep.groups)
+        fn = per_group(every, prep.groups)
         return Headline(fn(everything, prep.groups), None, fn)
     return _vectorised(prep, options, every(everything, None))
 
@@ -276,19 +200,6 @@ def _n_for(name: str, prep: Prepared) -> int:
     return prep.counts.items_compared
 
 
-def _bootstrap(
-    prep: Prepared,
-    options: AgreementOptions,
-    fn: Statistic | None,
-    n: int,
-    groups: IntArray | None,
-    batched: bs.BatchStatistic | None = None,
-) -> dict[str, bs.CI]:
-    if options.bootstrap <= 0 or n == 0:
-        return {}
-    return bs.run(bs.Resampler(n, groups, options.bootstrap, options.seed), fn, options.confidence, batched)
-
-
 def _categorical(prep: Prepared, options: AgreementOptions, est: dict[str, Estimate]) -> CategoricalReport:
     labels = list(prep.scale.labels or [])
     k = len(labels)
@@ -403,9 +314,9 @@ def _prevalence(prep: Prepared, options: AgreementOptions) -> Prevalence:
                 out[r] = p
         return {lab: out[:, i] for i, lab in enumerate(labels)}
 
-    cis = _bootstrap(prep, options, None, len(cells), prep.all_groups, stat)
+    cis = resampling.cis(options, len(cells), prep.all_groups, None, stat, protocol=False)
     corrected = [
-        _estimate((None, note) if pi is None else (float(pi[i]), None), n_j, cis.get(lab))
+        estimate((None, note) if pi is None else (float(pi[i]), None), n_j, cis.get(lab))
         for i, lab in enumerate(labels)
     ]
     return Prevalence(
@@ -476,7 +387,7 @@ def _ceiling(prep: Prepared, options: AgreementOptions) -> Ceiling | None:
             "alpha_with_judge": b2,
         }
 
-    cis = _bootstrap(prep, options, stat, mat.shape[1], prep.ceil_groups)
+    cis = resampling.cis(options, mat.shape[1], prep.ceil_groups, stat, protocol=False)
     n_multi = int(multi.sum())
     n_judge = int(np.sum(~np.isnan(judge)))
     n_with_judge = int(np.sum(np.sum(~np.isnan(mat), axis=0) + ~np.isnan(judge) >= 2))
@@ -487,10 +398,10 @@ def _ceiling(prep: Prepared, options: AgreementOptions) -> Ceiling | None:
         n_items_multi=n_multi,
         human_pairs=hp,
         judge_pairs=jp,
-        human_pairwise_mean=_estimate(mean_of(hp), n_multi, cis.get("human_pairwise_mean")),
-        judge_pairwise_mean=_estimate(mean_of(jp), n_judge, cis.get("judge_pairwise_mean")),
-        human_alpha=_estimate(ah, n_multi, cis.get("human_alpha")),
-        alpha_with_judge=_estimate(aj, n_with_judge, cis.get("alpha_with_judge")),
+        human_pairwise_mean=estimate(mean_of(hp), n_multi, cis.get("human_pairwise_mean")),
+        judge_pairwise_mean=estimate(mean_of(jp), n_judge, cis.get("judge_pairwise_mean")),
+        human_alpha=estimate(ah, n_multi, cis.get("human_alpha")),
+        alpha_with_judge=estimate(aj, n_with_judge, cis.get("alpha_with_judge")),
     )
 
 
@@ -499,26 +410,20 @@ def _describe(x: FloatArray) -> Describe:
     return Describe(count=len(x), mean=d["mean"], median=d["median"], std=d["std"], min=d["min"], max=d["max"])
 
 
-def _unit(prep: Prepared, options: AgreementOptions) -> ResampleUnit:
-    if prep.groups is not None:
-        return "items within groups" if options.protocol == "per-group" else "groups"
-    return "items" if prep.multi_row_items else "rows"
-
-
 def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
     head = _headline(prep, options)
     n = prep.counts.items_compared
     everything = np.arange(n, dtype=np.int64)
     cis: dict[str, bs.CI] = {}
     if options.bootstrap > 0 and n:
-        cis = bs.run(_resampler(n, prep.groups, options), head.rest, options.confidence, head.batched)
-    est = {name: _estimate(val, _n_for(name, prep), cis.get(name)) for name, val in head.point.items()}
+        cis = bs.run(resampler(n, prep.groups, options), head.rest, options.confidence, head.batched)
+    est = {name: estimate(val, _n_for(name, prep), cis.get(name)) for name, val in head.point.items()}
     report = AgreementReport(scale=prep.scale, options=options, counts=prep.counts, metrics=est, notes=list(prep.notes))
     if prep.score is not None and (missing := int((~np.isfinite(prep.score)).sum())):
         report.notes.append(f"ROC-AUC / PR-AUC leave out {missing} compared item(s) without a score")
     used = skipped = None
     if options.protocol == "per-group" and prep.groups is not None and n:
-        per = _group_values(_pooled_headline(prep, options), everything, prep.groups)
+        per = group_values(_pooled_headline(prep, options), everything, prep.groups)
         report.per_group = [
             GroupFigures(
                 group=prep.group_names[g],
@@ -554,22 +459,16 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
     report.metrics = est
     report.ceiling = _ceiling(prep, options) if prep.has_judge else None
     if options.bootstrap > 0:
-        unit = _unit(prep, options)
+        unit = resample_unit(prep.groups is not None, options, prep.multi_row_items)
         n_units = len(prep.group_names) if prep.groups is not None else n
-        report.bootstrap = BootstrapInfo(
-            unit=unit, n_units=n_units, resamples=options.bootstrap, seed=options.seed, confidence=options.confidence
-        )
-        report.notes.append(
-            f"{int(options.confidence * 100)}% percentile bootstrap CIs: {options.bootstrap} resamples "
-            f"of {unit} ({n_units}), seed {options.seed}"
-        )
+        report.bootstrap = bootstrap_info(unit, n_units, options)
+        report.notes.append(bootstrap_note(report.bootstrap))
     return report
 
 
 def _check_options(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> None:
     """Flag combinations that cannot work, as one-line user errors."""
-    if options.protocol == "per-group" and "group" not in frame.columns:
-        raise DataError("--protocol per-group needs a group column (--group)")
+    check_protocol(frame, options)
     categorical = scale.kind == "categorical"
     labels = scale.labels or []
     if options.pos_label is not None:
@@ -594,86 +493,6 @@ def _check_options(frame: pd.DataFrame, scale: AgreementScale, options: Agreemen
         raise DataError("missing column(s) ['judge']; give the judge's labels or its score")
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _selection_mask(frame: pd.DataFrame, select_on: str) -> npt.NDArray[np.bool_]:
-    """Rows where COL equals VALUE (compared as canonical text: 1, 1.0 and "1" match)."""
-    col, _, want = select_on.partition("=")
-    if col not in frame.columns:
-        raise DataError(f"--select-on {select_on!r}: no column {col!r} in the frame")
-    target = label_text(want, {})
-    return np.array([label_text(v, {}) == target for v in frame[col]], dtype=np.bool_)
-
-
-def judge_from_score(frame: pd.DataFrame, info: ThresholdInfo, options: AgreementOptions) -> pd.DataFrame:
-    """The evaluated rows of `frame` with the judge's labels made from its score (renderers reuse this)."""
-    out = frame
-    if info.select_on is not None:
-        out = frame[~_selection_mask(frame, info.select_on)].reset_index(drop=True)
-    out = out.copy()
-    missing = frozenset(options.missing_values)
-    judged: list[str | None] = []
-    for v in out["score"]:
-        text = label_text(v, {}, missing)
-        f = float(text) if text is not None and _is_number(text) else math.nan
-        if not math.isfinite(f):
-            judged.append(None)
-        else:
-            judged.append(
-                info.pos_label if st.binarise(np.array([f]), info.threshold, info.rule)[0] else info.neg_label
-            )
-    out["judge"] = judged
-    return out
-
-
-def _threshold_frame(
-    frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions
-) -> tuple[pd.DataFrame, ThresholdInfo]:
-    """The judge's labels from its score: a given threshold, or one chosen on the selection rows.
-
-    With `select_on`, the threshold is chosen on those rows and the others are returned for evaluation.
-    """
-    labels = list(scale.labels or [])
-    assert options.pos_label is not None
-    pos = options.pos_label
-    neg = labels[1 - labels.index(pos)]
-    rule = options.threshold_rule
-    if options.choose_threshold is None:
-        assert options.threshold is not None
-        info = ThresholdInfo(threshold=options.threshold, rule=rule, pos_label=pos, neg_label=neg)
-        return judge_from_score(frame, info, options), info
-    assert options.select_on is not None
-    chosen = _selection_mask(frame, options.select_on)
-    if not chosen.any() or chosen.all():
-        what = "no row" if not chosen.any() else "every row"
-        raise DataError(f"--select-on {options.select_on}: {what} matches; need rows to choose on and to evaluate")
-    sel = prepare(frame[chosen].reset_index(drop=True), scale, options)
-    assert sel.score is not None
-    y = sel.h == labels.index(pos)
-    has = np.isfinite(sel.score)
-    if not (y[has].any() and (~y[has]).any()):
-        raise DataError(f"--select-on {options.select_on}: the selection rows need both labels among people")
-    t, v, grid = st.choose_threshold(y[has], sel.score[has], rule, options.choose_threshold)
-    info = ThresholdInfo(
-        threshold=t,
-        rule=rule,
-        pos_label=pos,
-        neg_label=neg,
-        chosen_by=options.choose_threshold,
-        select_on=options.select_on,
-        selection_items=int(has.sum()),
-        selection_value=v,
-        candidates=grid,
-    )
-    return judge_from_score(frame, info, options), info
-
-
 def compute_agreement(
     frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None
 ) -> AgreementReport:
@@ -686,7 +505,7 @@ def compute_agreement(
     _check_options(frame, scale, options)
     threshold = None
     if options.threshold is not None or options.choose_threshold is not None:
-        frame, threshold = _threshold_frame(frame, scale, options)
+        frame, threshold = threshold_frame(frame, scale, options)
     frame, assumed = respondents(frame)
     prep = prepare(frame, scale, options)
     report = _report(prep, options)
@@ -706,17 +525,7 @@ def compute_agreement(
     if has_confidence(frame) and "judge" in frame.columns:
         report.calibration = calibration_from_frame(frame, options)
     if threshold is not None:
-        how = (
-            f"chosen by {threshold.chosen_by} on the {threshold.selection_items} items with {threshold.select_on} "
-            f"(grid: their {threshold.candidates} distinct scores, lowest on ties); evaluated on the other rows"
-            if threshold.chosen_by
-            else "given"
-        )
-        op = ">" if threshold.rule == "gt" else "≥"
-        report.notes.append(
-            f"judge labels from its score: {threshold.pos_label} when score {op} {threshold.threshold:g}, else "
-            f"{threshold.neg_label} (threshold {how})"
-        )
+        report.notes.append(threshold_note(threshold))
     plain: dict[str, Any] = {"slices": [], "threshold": None, "choose_threshold": None, "select_on": None}
     sub_options = options.model_copy(update=plain)
     for col in options.slices:
@@ -833,173 +642,24 @@ def compare_agreement(
     if options.bootstrap > 0 and order:
         rest = diff if heads[base].rest is not None else None
         batched = diff_batch if heads[base].batched is not None else None
-        cis = bs.run(_resampler(len(order), groups, options), rest, options.confidence, batched)
+        cis = bs.run(resampler(len(order), groups, options), rest, options.confidence, batched)
     differences = []
     for name in names[1:]:
         for metric, (vb, nb) in points[name].items():
             va, na = points[base].get(metric, (None, None))
             val: Val = (None, na or nb or "undefined in a version") if va is None or vb is None else (vb - va, None)
-            e = _estimate(val, len(order), cis.get(f"{name}|{metric}"))
+            e = estimate(val, len(order), cis.get(f"{name}|{metric}"))
             beyond = None if e.ci_low is None or e.ci_high is None else bool(e.ci_low > 0 or e.ci_high < 0)
             differences.append(Difference(metric=metric, a=base, b=name, estimate=e, beyond_ci=beyond))
     info = None
     if options.bootstrap > 0 and order:
-        unit = _unit(preps[base], options)
+        unit = resample_unit(preps[base].groups is not None, options, preps[base].multi_row_items)
         n_units = len(np.unique(groups)) if groups is not None else len(order)
-        info = BootstrapInfo(
-            unit=unit, n_units=n_units, resamples=options.bootstrap, seed=options.seed, confidence=options.confidence
-        )
+        info = bootstrap_info(unit, n_units, options)
         notes.append(f"paired differences: {options.bootstrap} resamples of {unit} ({n_units}), seed {options.seed}")
     return ComparisonReport(
         reports=reports, common_items=len(order), differences=differences, bootstrap=info, notes=notes
     )
 
 
-def compute_consistency(
-    frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None, column: str = "run"
-) -> ConsistencyReport:
-    """Agreement of the judge with itself: the frame's `run` column names two runs per item (e.g. the
-    original and the swapped order, or two seeds); pivoted to one row per item, the runs are compared
-    like two annotators: consistency (share of items with the same answer) and Cohen's κ.
-
-    An invalid answer (missing, or not a label) is one more category; two invalid answers for one item
-    count as agreement or not by `options.invalid_pairs`. Items seen in only one run are counted, left out.
-    """
-    options = options or AgreementOptions()
-    if scale.kind != "categorical":
-        raise DataError("--pair-by compares categorical answers (consistency, κ); use --kind categorical")
-    for col in ("item", "judge", "run"):
-        if col not in frame.columns:
-            raise DataError(f"missing column {col!r} for --pair-by")
-    if options.protocol == "per-group" and "group" not in frame.columns:
-        raise DataError("--protocol per-group needs a group column (--group)")
-    missing = frozenset(options.missing_values)
-    answers = [label_text(v, options.mapping, missing) for v in frame["judge"]]
-    runs_raw = [label_text(v, {}) for v in frame["run"]]
-    runs = list(dict.fromkeys(r for r in runs_raw if r is not None))
-    if len(runs) != 2:
-        raise DataError(f"--pair-by {column}: expected exactly two runs, found {len(runs)}: {runs[:6]}")
-    if any(r is None for r in runs_raw):
-        raise DataError(f"--pair-by {column}: {sum(r is None for r in runs_raw)} row(s) name no run")
-    labels = list(scale.labels) if scale.labels else sorted({a for a in answers if a is not None})
-    if not labels:
-        raise DataError("no judge answers to compare; pass --labels")
-    scale = scale.model_copy(update={"labels": labels})
-    index = {lab: i for i, lab in enumerate(labels)}
-    k = len(labels)
-    items = [label_text(v, {}) for v in frame["item"]]
-    if any(i is None for i in items):
-        raise DataError(f"{sum(i is None for i in items)} row(s) have no item id")
-    groups_raw = [label_text(v, {}) for v in frame["group"]] if "group" in frame.columns else None
-    seen: dict[tuple[str, str], str | None] = {}
-    conflict: list[str] = []
-    repeated = 0
-    order: list[str] = []
-    group_of: dict[str, str | None] = {}
-    for r, (item, run, ans) in enumerate(zip(items, runs_raw, answers, strict=True)):
-        assert item is not None and run is not None
-        if item not in group_of:
-            order.append(item)
-            group_of[item] = groups_raw[r] if groups_raw is not None else None
-        key = (item, run)
-        if key in seen:
-            if seen[key] != ans:
-                conflict.append(item)
-            repeated += 1
-        seen[key] = ans
-    if conflict:
-        bad = list(dict.fromkeys(conflict))
-        shown = ", ".join(repr(i) for i in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise DataError(f"{len(bad)} item(s) have two different answers in one run ({shown})")
-    if groups_raw is not None and any(group_of[i] is None for i in order):
-        raise DataError("some items have no group id")
-    paired = [i for i in order if (i, runs[0]) in seen and (i, runs[1]) in seen]
-    code_a: list[int] = []
-    code_b: list[int] = []
-    both_invalid = one_invalid = 0
-    for item in paired:
-        a, b = seen[(item, runs[0])], seen[(item, runs[1])]
-        ca = index.get(a, k) if a is not None else k
-        cb = index.get(b, k) if b is not None else k
-        if ca == k and cb == k:
-            both_invalid += 1
-            if options.invalid_pairs == "disagree":
-                cb = k + 1  # a second, different "invalid": never matches the first
-        elif ca == k or cb == k:
-            one_invalid += 1
-        code_a.append(ca)
-        code_b.append(cb)
-    ja = np.array(code_a, dtype=np.int64)
-    jb = np.array(code_b, dtype=np.int64)
-    group_names = sorted({g for g in group_of.values() if g is not None})
-    gidx = {g: n for n, g in enumerate(group_names)}
-    groups = np.array([gidx[str(group_of[i])] for i in paired], dtype=np.int64) if groups_raw is not None else None
-    n_codes = k + 2
-
-    def base(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
-        return {"consistency": st.accuracy(ja[idx], jb[idx]), "cohen_kappa": st.cohen_kappa(ja[idx], jb[idx], n_codes)}
-
-    fn = _per_group(base, groups) if options.protocol == "per-group" and groups is not None else base
-    n = len(paired)
-    everything = np.arange(n, dtype=np.int64)
-    point = fn(everything, groups)
-    cis: dict[str, bs.CI] = {}
-    if options.bootstrap > 0 and n:
-        cis = bs.run(_resampler(n, groups, options), fn, options.confidence)
-    metrics = {name: _estimate(v, n, cis.get(name)) for name, v in point.items()}
-    notes: list[str] = []
-    per_group: list[GroupFigures] = []
-    if options.protocol == "per-group" and groups is not None and n:
-        per = _group_values(base, everything, groups)
-        per_group = [
-            GroupFigures(
-                group=group_names[g], n=size, metrics={m: Estimate(value=v, n=size, note=w) for m, (v, w) in f.items()}
-            )
-            for g, (size, f) in per.items()
-        ]
-        notes.append("per-group protocol: each figure is the unweighted mean of its values in the groups")
-    merged = np.minimum(np.vstack([ja, jb]), k).astype(np.int64)  # both "invalid" codes shown as one column
-    cm = st.confusion(merged[0], merged[1], k + 1) if n else np.zeros((k + 1, k + 1), dtype=np.int64)
-    label_names = [*labels, INVALID_LABEL]
-    only_one = len(order) - n
-    if only_one:
-        notes.append(f"{only_one} item(s) appear in only one run: left out")
-    if repeated:
-        notes.append(f"{repeated} row(s) repeat an item's answer in the same run identically: counted once")
-    if both_invalid:
-        notes.append(
-            f"{both_invalid} item(s) have an invalid answer in both runs: counted as "
-            f"{'agreement' if options.invalid_pairs == 'agree' else 'disagreement'} (--invalid-pairs)"
-        )
-    info = None
-    if options.bootstrap > 0:
-        unit: ResampleUnit = (
-            "items" if groups is None else ("items within groups" if options.protocol == "per-group" else "groups")
-        )
-        n_units = len(group_names) if groups is not None else n
-        info = BootstrapInfo(
-            unit=unit, n_units=n_units, resamples=options.bootstrap, seed=options.seed, confidence=options.confidence
-        )
-        notes.append(
-            f"{int(options.confidence * 100)}% percentile bootstrap CIs: {options.bootstrap} resamples of "
-            f"{unit} ({n_units}), seed {options.seed}"
-        )
-    return ConsistencyReport(
-        column=column,
-        runs=runs,
-        scale=scale,
-        options=options,
-        counts=ConsistencyCounts(
-            rows=len(frame),
-            items=len(order),
-            items_paired=n,
-            items_one_run_only=only_one,
-            items_both_invalid=both_invalid,
-            items_one_invalid=one_invalid,
-        ),
-        metrics=metrics,
-        confusion=ConfusionMatrix(labels=label_names, judge_labels=label_names, counts=cm.tolist()),
-        per_group=per_group,
-        bootstrap=info,
-        notes=notes,
-    )
+__all__ = ["BIAS_KEYS", "MISSING_SLICE", "compare_agreement", "compute_agreement", "compute_consistency"]

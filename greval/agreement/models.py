@@ -18,6 +18,9 @@ ThresholdChoice = Literal["max-f1", "max-balanced-accuracy", "youden"]
 InvalidPairs = Literal["agree", "disagree"]
 ResampleUnit = Literal["rows", "items", "groups", "items within groups"]
 
+INVALID_LABEL = "<invalid>"
+"""The judge's column of invalid answers in a confusion matrix (invalid answers kept as wrong)."""
+
 
 class AgreementScale(BaseModel):
     """What the judge and the humans answer on.

@@ -161,7 +161,7 @@ def _in_bounds(v: float, scale: AgreementScale) -> bool:
     return (scale.min is None or v >= scale.min) and (scale.max is None or v <= scale.max)
 
 
-def _few(items: list[str], n: int = 5) -> str:
+def few(items: list[str], n: int = 5) -> str:
     """A few item ids for an error message, quoted, with how many more."""
     shown = ", ".join(repr(i) for i in items[:n])
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
@@ -305,7 +305,7 @@ def prepare(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOption
     if twice_diff:
         bad_items = list(dict.fromkeys(twice_diff))
         raise DataError(
-            f"{len(bad_items)} item(s) have two different answers from one annotator ({_few(bad_items)}); "
+            f"{len(bad_items)} item(s) have two different answers from one annotator ({few(bad_items)}); "
             "one answer per annotator and item is expected"
         )
     if twice_same:
@@ -316,13 +316,13 @@ def prepare(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOption
     if multi:
         ex = multi[0]
         raise DataError(
-            f"{len(multi)} item(s) have several different judge verdicts ({_few(multi)}; e.g. {ex!r}: "
+            f"{len(multi)} item(s) have several different judge verdicts ({few(multi)}; e.g. {ex!r}: "
             f"{sorted(per_item[ex]['judge'])}); one verdict per item is expected — if rows are one item under "
             "several conditions, leave out --item and cluster them with --group"
         )
     multi_score = [i for i in order if len(per_item[i]["score"]) > 1]
     if multi_score:
-        raise DataError(f"{len(multi_score)} item(s) have several different scores ({_few(multi_score)})")
+        raise DataError(f"{len(multi_score)} item(s) have several different scores ({few(multi_score)})")
     repeated = sum(1 for i in order if per_item[i]["judge_rows"] > 1)
     if repeated and not has_annot:
         notes.append(f"the judge's verdict is repeated identically on the rows of {repeated} item(s): counted once")
