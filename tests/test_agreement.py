@@ -38,7 +38,7 @@ from greval.agreement import (
     compute_agreement,
 )
 from greval.agreement import bootstrap as bs
-from greval.agreement.compute import BIAS_KEYS
+from greval.agreement.headline import BIAS_KEYS
 from greval.agreement.prepare import MISSING, prepare
 from greval.agreement.stats import corrected_prevalence
 from greval.agreement.tables import read_table, to_agreement_frame

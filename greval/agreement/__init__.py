@@ -6,7 +6,9 @@ Public API: `compute_agreement(frame, scale, options) -> AgreementReport` and
 `to_agreement_frame` read files; `greval.report.agreement` renders HTML/Markdown.
 """
 
-from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
+from greval.agreement.agreement import compute_agreement
+from greval.agreement.comparison import compare_agreement
+from greval.agreement.consistency import compute_consistency
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,

@@ -54,33 +54,46 @@ class Pairs:
     one_invalid: int
 
 
-def _read(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions, column: str) -> RunRows:
-    """The rows, or a DataError naming what is wrong with them."""
+def _check(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> None:
+    """A categorical scale, the columns pairing needs, groups for the per-group protocol."""
     if scale.kind != "categorical":
         raise DataError("--pair-by compares categorical answers (consistency, κ); use --kind categorical")
     for col in ("item", "judge", "run"):
         if col not in frame.columns:
             raise DataError(f"missing column {col!r} for --pair-by")
     check_protocol(frame, options)
-    missing = frozenset(options.missing_values)
-    answers = [label_text(v, options.mapping, missing) for v in frame["judge"]]
+
+
+def _runs(frame: pd.DataFrame, column: str) -> tuple[list[str], list[str]]:
+    """(the two runs in order of appearance, each row's run)."""
     runs_raw = [label_text(v, {}) for v in frame["run"]]
     runs = list(dict.fromkeys(r for r in runs_raw if r is not None))
     if len(runs) != 2:
         raise DataError(f"--pair-by {column}: expected exactly two runs, found {len(runs)}: {runs[:6]}")
-    if any(r is None for r in runs_raw):
-        raise DataError(f"--pair-by {column}: {sum(r is None for r in runs_raw)} row(s) name no run")
+    unnamed = sum(r is None for r in runs_raw)
+    if unnamed:
+        raise DataError(f"--pair-by {column}: {unnamed} row(s) name no run")
+    return runs, [str(r) for r in runs_raw]
+
+
+def _read(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions, column: str) -> RunRows:
+    """The rows, or a DataError naming what is wrong with them."""
+    _check(frame, scale, options)
+    missing = frozenset(options.missing_values)
+    answers = [label_text(v, options.mapping, missing) for v in frame["judge"]]
+    runs, row_runs = _runs(frame, column)
     labels = list(scale.labels) if scale.labels else sorted({a for a in answers if a is not None})
     if not labels:
         raise DataError("no judge answers to compare; pass --labels")
     items = [label_text(v, {}) for v in frame["item"]]
-    if any(i is None for i in items):
-        raise DataError(f"{sum(i is None for i in items)} row(s) have no item id")
+    no_id = sum(i is None for i in items)
+    if no_id:
+        raise DataError(f"{no_id} row(s) have no item id")
     return RunRows(
         scale=scale.model_copy(update={"labels": labels}),
         runs=runs,
         items=[str(i) for i in items],
-        row_runs=[str(r) for r in runs_raw],
+        row_runs=row_runs,
         answers=answers,
         groups=[label_text(v, {}) for v in frame["group"]] if "group" in frame.columns else None,
     )
@@ -119,33 +132,27 @@ def _pairs(rows: RunRows, options: AgreementOptions) -> Pairs:
     k = len(labels)
     first, second = rows.runs
     paired = [i for i in order if (i, first) in seen and (i, second) in seen]
-    code_a: list[int] = []
-    code_b: list[int] = []
-    both_invalid = one_invalid = 0
-    for item in paired:
-        a, b = seen[(item, first)], seen[(item, second)]
-        ca = index.get(a, k) if a is not None else k
-        cb = index.get(b, k) if b is not None else k
-        if ca == k and cb == k:
-            both_invalid += 1
-            if options.invalid_pairs == "disagree":
-                cb = k + 1  # a second, different "invalid": never matches the first
-        elif ca == k or cb == k:
-            one_invalid += 1
-        code_a.append(ca)
-        code_b.append(cb)
+
+    def codes(run: str) -> IntArray:
+        return np.array([index.get(a, k) if (a := seen[(i, run)]) is not None else k for i in paired], dtype=np.int64)
+
+    a, b = codes(first), codes(second)
+    both = (a == k) & (b == k)
+    one = (a == k) != (b == k)
+    if options.invalid_pairs == "disagree":
+        b = np.where(both, k + 1, b).astype(np.int64)  # a second, different "invalid": never matches the first
     group_names = sorted({g for g in group_of.values() if g is not None})
     gidx = {g: n for n, g in enumerate(group_names)}
     groups = np.array([gidx[str(group_of[i])] for i in paired], dtype=np.int64) if rows.groups is not None else None
     return Pairs(
         items=len(order),
-        a=np.array(code_a, dtype=np.int64),
-        b=np.array(code_b, dtype=np.int64),
+        a=a,
+        b=b,
         groups=groups,
         group_names=group_names,
         repeated=repeated,
-        both_invalid=both_invalid,
-        one_invalid=one_invalid,
+        both_invalid=int(both.sum()),
+        one_invalid=int(one.sum()),
     )
 
 

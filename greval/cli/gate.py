@@ -62,7 +62,7 @@ def gate_cmd(
       greval gate --store runs.sqlite --spec answer_alignment --min "kappa>=0.6" --ci lower
       greval gate --store runs.sqlite --spec answer_alignment --min "accuracy>=0.8" --vs-ceiling 0.9
     """
-    from greval.agreement.compute import compute_agreement
+    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.gate import Condition, Side, evaluate
     from greval.agreement.models import AgreementOptions
