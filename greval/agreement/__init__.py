@@ -2,7 +2,7 @@
 
 Public API: `compute_agreement(frame, scale, options) -> AgreementReport` and
 `compare_agreement({version: frame}, scale, options) -> ComparisonReport`;
-`compute_consistency(frame, scale, options)` compares two runs of the judge (--pair-by); `read_table` and
+`compute_consistency(frame, scale, options)` compares two runs of the judge with each other; `read_table` and
 `to_agreement_frame` read files; `greval.report.agreement` renders HTML/Markdown.
 """
 

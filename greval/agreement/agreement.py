@@ -32,7 +32,7 @@ from greval.agreement.prepare import Prepared, label_text, prepare, resolve_scal
 from greval.agreement.resampling import bootstrap_info, bootstrap_note, check_protocol, estimate
 from greval.agreement.stats import FloatArray
 from greval.agreement.threshold import threshold_frame, threshold_note, wants_threshold
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 MISSING_SLICE = "(missing)"
 """The slice of rows whose slice column is empty."""
@@ -72,21 +72,27 @@ def check_options(frame: pd.DataFrame, scale: AgreementScale, options: Agreement
     labels = scale.labels or []
     if options.pos_label is not None:
         if not categorical:
-            raise DataError("--pos-label needs a categorical scale")
+            raise DataError(f"{option('AgreementOptions.pos_label')} needs a categorical scale")
         if options.pos_label not in labels:
-            raise DataError(f"--pos-label {options.pos_label!r} is not a label; labels are {labels}")
+            raise DataError(
+                f"{option('AgreementOptions.pos_label')} {options.pos_label!r} is not a label; labels are {labels}"
+            )
     if "score" in frame.columns or wants_threshold(options):
         if "score" not in frame.columns:
-            raise DataError("a threshold turns scores into labels: give the score column (--score)")
+            raise DataError(f"a threshold turns scores into labels: give the score column ({option('score')})")
         if not categorical:
-            raise DataError("--score needs a categorical scale (the positive label and the rest)")
+            raise DataError(f"{option('score')} needs a categorical scale (the positive label and the rest)")
         if options.pos_label is None:
-            raise DataError("--score needs --pos-label: which label a high score means")
+            raise DataError(
+                f"{option('score')} needs {option('AgreementOptions.pos_label')}: which label a high score means"
+            )
     if wants_threshold(options):
         if len(labels) != 2:
             raise DataError(f"a threshold makes two labels; the scale has {len(labels)}: {labels}")
         if "judge" in frame.columns:
-            raise DataError("a threshold makes the judge's labels from its score: --judge or a threshold, not both")
+            raise DataError(
+                f"a threshold makes the judge's labels from its score: {option('judge')} or a threshold, not both"
+            )
     if "judge" not in frame.columns and "score" not in frame.columns:
         raise DataError("missing column(s) ['judge']; give the judge's labels or its score")
 

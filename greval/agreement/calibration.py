@@ -6,7 +6,7 @@ Definitions (docs/agreement.md, "Is the judge's confidence calibrated?"):
 - One observation per (item, annotator) row that has a judge answer, a human answer and a confidence: an item
   three people labelled is three observations (each person is a separate check of the same verdict), and the
   bootstrap keeps an item's rows together. The row is *correct* when the judge's answer equals the human's, as
-  canonical text after ``--map`` (exact match, also on value scales: 4 vs 5 is wrong, like 1 vs 5). The
+  canonical text after the label mapping (exact match, also on value scales: 4 vs 5 is wrong, like 1 vs 5). The
   invalid-answer policy does not apply: a row without a judge answer has no confidence to check and is counted
   as skipped; an answer that is not a label is simply wrong.
 - Rows are weighted by 1/π when the frame carries ``probability`` (the inclusion probability ``greval annotate

@@ -24,7 +24,7 @@ from greval.agreement.models import (
 from greval.agreement.prepare import few, label_text
 from greval.agreement.resampling import Statistic, bootstrap_info, bootstrap_note, check_protocol, estimate
 from greval.agreement.stats import IntArray, Val
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 
 @dataclass
@@ -57,10 +57,13 @@ class Pairs:
 def _check(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> None:
     """A categorical scale, the columns pairing needs, groups for the per-group protocol."""
     if scale.kind != "categorical":
-        raise DataError("--pair-by compares categorical answers (consistency, κ); use --kind categorical")
+        raise DataError(
+            f"{option('pair_by')} compares categorical answers (consistency, κ); "
+            f"use {option('AgreementScale.kind')} categorical"
+        )
     for col in ("item", "judge", "run"):
         if col not in frame.columns:
-            raise DataError(f"missing column {col!r} for --pair-by")
+            raise DataError(f"missing column {col!r} for {option('pair_by')}")
     check_protocol(frame, options)
 
 
@@ -69,10 +72,10 @@ def _runs(frame: pd.DataFrame, column: str) -> tuple[list[str], list[str]]:
     runs_raw = [label_text(v, {}) for v in frame["run"]]
     runs = list(dict.fromkeys(r for r in runs_raw if r is not None))
     if len(runs) != 2:
-        raise DataError(f"--pair-by {column}: expected exactly two runs, found {len(runs)}: {runs[:6]}")
+        raise DataError(f"{option('pair_by')} {column}: expected exactly two runs, found {len(runs)}: {runs[:6]}")
     unnamed = sum(r is None for r in runs_raw)
     if unnamed:
-        raise DataError(f"--pair-by {column}: {unnamed} row(s) name no run")
+        raise DataError(f"{option('pair_by')} {column}: {unnamed} row(s) name no run")
     return runs, [str(r) for r in runs_raw]
 
 
@@ -84,7 +87,7 @@ def _read(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions,
     runs, row_runs = _runs(frame, column)
     labels = list(scale.labels) if scale.labels else sorted({a for a in answers if a is not None})
     if not labels:
-        raise DataError("no judge answers to compare; pass --labels")
+        raise DataError(f"no judge answers to compare; pass {option('AgreementScale.labels')}")
     items = [label_text(v, {}) for v in frame["item"]]
     no_id = sum(i is None for i in items)
     if no_id:

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from greval.agreement.design import SELECTION_ATTR
 from greval.agreement.models import AgreementScale
 from greval.agreement.prepare import CONFIDENCE_COLUMN
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.spec import CategoricalScale, Spec
 from greval.store.results import aggregate_items
 from greval.store.store import Store
@@ -208,7 +208,7 @@ def _human_rows(store: Store, spec_name: str, datasets: Sequence[str]) -> pd.Dat
         where = sorted(twice["dataset"].unique())
         raise UserError(
             f"{twice['annotator'].nunique()} annotator(s) answered the same {spec_name!r} items in several datasets "
-            f"({', '.join(where)}); choose which to compare with --dataset NAME (repeatable)"
+            f"({', '.join(where)}); choose which to compare with {option('datasets')} NAME (repeatable)"
         )
     return humans.reset_index(drop=True)
 

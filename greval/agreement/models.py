@@ -251,8 +251,8 @@ class Counts(BaseModel):
     """Where the rows went: nothing is dropped without being counted here."""
 
     rows: int
-    rows_missing_judge: int = Field(0, description="rows whose judge answer is null/empty/a --missing-values text")
-    rows_missing_human: int = Field(0, description="rows whose human answer is null/empty/a --missing-values text")
+    rows_missing_judge: int = Field(0, description="rows whose judge answer is null, empty or a missing_values text")
+    rows_missing_human: int = Field(0, description="rows whose human answer is null, empty or a missing_values text")
     items_several_human_rows: int = Field(
         0, description="items with several human rows and no annotator column: read as anonymous annotators"
     )

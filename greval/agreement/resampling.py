@@ -13,7 +13,7 @@ import pandas as pd
 from greval.agreement import bootstrap as bs
 from greval.agreement.models import AgreementOptions, BootstrapInfo, Estimate, ResampleUnit
 from greval.agreement.stats import IntArray, Val
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 Statistic = Callable[[IntArray, IntArray | None], dict[str, Val]]
 """Figures of one subset of rows (row indices, and each drawn row's group code when the protocol needs it)."""
@@ -55,7 +55,7 @@ class _StratifiedDraws(bs.Batch):
 def check_protocol(frame: pd.DataFrame, options: AgreementOptions) -> None:
     """The per-group protocol needs groups."""
     if options.protocol == "per-group" and "group" not in frame.columns:
-        raise DataError("--protocol per-group needs a group column (--group)")
+        raise DataError(f"{option('AgreementOptions.protocol')} per-group needs a group column ({option('group')})")
 
 
 def resampler(n: int, groups: IntArray | None, options: AgreementOptions) -> bs.Resampler:

@@ -12,7 +12,7 @@ import pandas as pd
 from greval.agreement import stats as st
 from greval.agreement.models import AgreementOptions, AgreementScale, ThresholdInfo
 from greval.agreement.prepare import label_text, prepare
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 
 def wants_threshold(options: AgreementOptions) -> bool:
@@ -32,7 +32,7 @@ def selection_mask(frame: pd.DataFrame, select_on: str) -> npt.NDArray[np.bool_]
     """Rows where COL equals VALUE (compared as canonical text: 1, 1.0 and "1" match)."""
     col, _, want = select_on.partition("=")
     if col not in frame.columns:
-        raise DataError(f"--select-on {select_on!r}: no column {col!r} in the frame")
+        raise DataError(f"{option('AgreementOptions.select_on')} {select_on!r}: no column {col!r} in the frame")
     target = label_text(want, {})
     return np.array([label_text(v, {}) == target for v in frame[col]], dtype=np.bool_)
 
@@ -78,13 +78,19 @@ def threshold_frame(
     chosen = selection_mask(frame, options.select_on)
     if not chosen.any() or chosen.all():
         what = "no row" if not chosen.any() else "every row"
-        raise DataError(f"--select-on {options.select_on}: {what} matches; need rows to choose on and to evaluate")
+        raise DataError(
+            f"{option('AgreementOptions.select_on')} {options.select_on}: {what} matches; "
+            "need rows to choose on and to evaluate"
+        )
     sel = prepare(frame[chosen].reset_index(drop=True), scale, options)
     assert sel.score is not None
     y = sel.h == labels.index(pos)
     has = np.isfinite(sel.score)
     if not (y[has].any() and (~y[has]).any()):
-        raise DataError(f"--select-on {options.select_on}: the selection rows need both labels among people")
+        raise DataError(
+            f"{option('AgreementOptions.select_on')} {options.select_on}: "
+            "the selection rows need both labels among people"
+        )
     t, v, grid = st.choose_threshold(y[has], sel.score[has], rule, options.choose_threshold)
     info = ThresholdInfo(
         threshold=t,

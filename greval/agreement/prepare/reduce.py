@@ -12,7 +12,7 @@ import numpy as np
 
 from greval.agreement.prepare.answers import few, in_bounds, value_of
 from greval.agreement.prepare.validate import Rows
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 MISSING = -1
 """The code of a missing answer in the prevalence arrays (Reduced.all_j, all_h)."""
@@ -134,7 +134,7 @@ def _check_repeats(
         raise DataError(
             f"{len(multi)} item(s) have several different judge verdicts ({few(multi)}; e.g. {ex!r}: "
             f"{sorted(items[ex].judge)}); one verdict per item is expected — if rows are one item under "
-            "several conditions, leave out --item and cluster them with --group"
+            f"several conditions, leave out {option('item')} and cluster them with {option('group')}"
         )
     multi_score = [i for i in order if len(items[i].scores) > 1]
     if multi_score:

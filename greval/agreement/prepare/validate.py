@@ -13,7 +13,7 @@ import pandas as pd
 
 from greval.agreement.models import AgreementOptions, AgreementScale
 from greval.agreement.prepare.answers import in_bounds, is_missing, label_text, sort_labels, value_of
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 
 @dataclass
@@ -106,7 +106,7 @@ def resolve_scale(frame: pd.DataFrame, scale: AgreementScale, options: Agreement
     missing = frozenset(options.missing_values)
     seen = {s for s in (label_text(v, options.mapping, missing) for v in frame["human"]) if s is not None}
     if not seen:
-        raise DataError("no human labels to infer the label set from; pass --labels")
+        raise DataError(f"no human labels to infer the label set from; pass {option('AgreementScale.labels')}")
     return scale.model_copy(update={"labels": sort_labels(seen)})
 
 
@@ -117,7 +117,8 @@ def _fill_policy(policy: str, scale: AgreementScale) -> tuple[int | None, float 
     if policy == "opposite":
         if not categorical or len(labels) != 2:
             raise DataError(
-                f"--invalid opposite needs exactly two labels (a binary task); this scale has "
+                f"{option('AgreementOptions.invalid')} opposite needs exactly two labels (a binary task); "
+                f"this scale has "
                 f"{'values' if not categorical else len(labels)}: use as-wrong, drop or label:X"
             )
         return None, None
@@ -126,11 +127,13 @@ def _fill_policy(policy: str, scale: AgreementScale) -> tuple[int | None, float 
     target = policy.removeprefix("label:")
     if categorical:
         if target not in labels:
-            raise DataError(f"--invalid {policy}: {target!r} is not a label; labels are {labels}")
+            raise DataError(
+                f"{option('AgreementOptions.invalid')} {policy}: {target!r} is not a label; labels are {labels}"
+            )
         return labels.index(target), None
     fill_value = value_of(target, scale)
     if fill_value is None:
-        raise DataError(f"--invalid {policy}: {target!r} is not a number on this scale")
+        raise DataError(f"{option('AgreementOptions.invalid')} {policy}: {target!r} is not a number on this scale")
     return None, fill_value
 
 
@@ -156,9 +159,15 @@ def _human_answers(texts: list[str | None], scale: AgreementScale) -> list[float
     if not bad:
         return out
     if categorical:
-        what = f"labels are {labels} (use --map or --labels, or --missing-values for 'no answer')"
+        what = (
+            f"labels are {labels} (use {option('AgreementOptions.mapping')} or {option('AgreementScale.labels')}, or "
+            f"{option('AgreementOptions.missing_values')} for 'no answer')"
+        )
     elif scale.min is None and scale.max is None:
-        what = "a value scale expects numbers (or --kind categorical; --missing-values for 'no answer')"
+        what = (
+            f"a value scale expects numbers (or {option('AgreementScale.kind')} categorical; "
+            f"{option('AgreementOptions.missing_values')} for 'no answer')"
+        )
     else:
         what = f"the scale is {scale.min}..{scale.max}"
     raise DataError(f"unknown human answer(s) {sorted(set(bad))[:5]} ({len(bad)} row(s)); {what}")
