@@ -169,9 +169,11 @@ def test_phoenix_addresses() -> None:
             parse_address(bad)
 
 
-def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path) -> None:
+def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`greval run` on a LangSmith runs file, no flags but the metric: chunk verdicts keyed by the documents' ids,
-    the gap said in one note."""
+    the gap said in one note; the tools' keys in the environment (canaries) are not read, shown or stored."""
+    for var in ("LANGSMITH_API_KEY", "LANGFUSE_SECRET_KEY", "LANGFUSE_PUBLIC_KEY"):
+        monkeypatch.setenv(var, CANARY)
     store = tmp_path / "s.db"
     args = ["run", str(FIX / "langsmith_runs.jsonl"), "-s", "chunk_evaluation", "-s", "answer_alignment"]
     res = CliRunner().invoke(main, [*args, "--store", str(store), "--judge", "openai:judge-test",
@@ -185,6 +187,7 @@ def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path) -> None:
         ("0001", "hb-13"),
         ("0002", "hb-40"),
     }
+    assert CANARY not in res.output and CANARY.encode() not in store.read_bytes()
 
 
 # ------------------------------------------------------------------------------------- a real Phoenix
