@@ -169,6 +169,21 @@ def test_phoenix_addresses() -> None:
             parse_address(bad)
 
 
+def test_an_unreachable_phoenix_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["run", f"phoenix://127.0.0.1:{port}/rag", "-s", "chunk_evaluation", "--store", str(tmp_path / "s.db"),
+            "--judge", "openai:judge-test", "--base-url", f"http://127.0.0.1:{port}/v1"]  # fmt: skip
+    res = CliRunner().invoke(main, args, env={"PHOENIX_API_KEY": CANARY, "OPENAI_API_KEY": TEST_KEY})
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [f"error: phoenix http://127.0.0.1:{port} project 'rag': cannot reach "
+                                               "Phoenix (ConnectError: [Errno 111] Connection refused)"]  # fmt: skip
+    assert CANARY not in res.output
+
+
 def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`greval run` on a LangSmith runs file, no flags but the metric: chunk verdicts keyed by the documents' ids,
     the gap said in one note; the tools' keys in the environment (canaries) are not read, shown or stored."""
@@ -305,8 +320,13 @@ def test_phoenix_traces_in_verdicts_back(phoenix: Any, openai_server: OpenAIServ
     assert sorted((a["id"], a["updated_at"]) for a in after) == sorted((a["id"], a["updated_at"]) for a in got)
     assert len(document_annotations(phoenix, [t["retriever_span_id"] for t in traces])) == 3 * n
 
+    # a project that is not there: one line
+    missing = greval_run(phoenix, openai_server, "no-such-project", tmp_path / "other.sqlite")
+    assert missing.returncode == 2 and "no-such-project" in missing.stderr, missing.stdout + missing.stderr
+    assert "Traceback" not in missing.stderr and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+
     # the canary API key: sent, never shown or stored
-    for out in (first, again):
+    for out in (first, again, missing):
         assert CANARY not in out.stdout + out.stderr
     for path in tmp_path.rglob("*"):
         if path.is_file():
