@@ -17,8 +17,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
-from greval.dataset.records import DataFile
-from greval.dataset.tables import check_file
 from greval.llm.config import (
     JudgeChoice,
     JudgeConfig,
@@ -33,6 +31,8 @@ from greval.paths import examples_dir
 from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
 from greval.spec import BaseSpec
 from greval.store.store import Store
+from greval.traces.detect import open_data
+from greval.traces.source import TraceRows
 
 EXAMPLE = "begin"
 SPEC = "attribution"
@@ -143,8 +143,9 @@ def run_dataset(
     emit = on_event or (lambda event: None)
     # Streamed: rows are hashed and asked of the store in chunks; only rows with work left become Records
     # (a finished job re-run holds no Record and imports no judge stack).
-    records = DataFile(data, mapping, id_column, limit)
-    check_file(data)  # a missing file or an unknown format fails here, before the store is opened
+    # A table, a tracing tool's export or a phoenix:// project (greval.traces); a missing file or an unknown format
+    # fails here, before the store is opened.
+    records = open_data(data, mapping, id_column, limit)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     needs_judge = any(s.needs_model for s in specs)
     ref = judge.ref or defaults.model or (default_judge(notify) if needs_judge else "computed:greval")
@@ -170,4 +171,7 @@ def run_dataset(
             summary = run_sync(
                 arun(specs, records, st, live, options=opts, dataset=str(data), progress=progress, plan=plan)
             )
+        if isinstance(records, TraceRows):  # verdicts back to where the traces came from (Phoenix)
+            for line in records.after_run(st, summary, specs):
+                emit(DataNote(text=line))
     return DatasetRun(ref=ref, judge=cfg, summary=summary)

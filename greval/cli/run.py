@@ -160,6 +160,10 @@ def run_cmd(
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
 
+    DATA may also be a LangSmith, Langfuse or Phoenix trace export (recognised by its shape: no --map needed) or
+    a Phoenix project, phoenix://HOST:PORT/PROJECT[?last=24h&root=NAME&limit=N], whose traces are read through
+    Phoenix's client (key: PHOENIX_API_KEY) and get every verdict back as annotations (docs/integrations.md).
+
     \b
     Every verdict is written to the store the moment it arrives. Running the same command again makes
     no model call for what is already judged; a killed run resumes with only the missing verdicts;
@@ -171,6 +175,7 @@ def run_cmd(
       greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
           --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
       greval run big.jsonl -s chunk_evaluation --sample 200 --sample-items 5 --sample-seed 1
+      greval run 'phoenix://localhost:6006/my-app?last=24h' -s chunk_evaluation -s answer_alignment
       greval run big.jsonl -s answer_similarity --engine ray --shards 8 \\
           --store postgresql://greval@db.internal/greval --ray-address auto
     """
