@@ -291,22 +291,49 @@ def test_remote_runnable_round_trip(llm: OpenAIServer, tmp_path: Path) -> None:
     assert llm.stats()["total"] == 1
 
 
-def test_sigterm_finishes_and_stores_the_judgement_in_flight(llm: OpenAIServer, tmp_path: Path) -> None:
-    llm.configure(latency=1.5)
-    store, port = tmp_path / "s.sqlite", free_port()
+def start_serve(llm: OpenAIServer, store: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """A real `greval serve` process (keys from GREVAL_SERVE_KEYS) judging with the test server; returns it and
+    its base URL once /healthz answers. The caller ends it (`stop_serve`)."""
+    port = free_port()
     env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "GREVAL_SERVE_KEYS": KEY}
     cmd = [sys.executable, "-m", "greval", "serve", "-s", "answer_alignment", "--store", str(store)]
-    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--port", str(port)]
+    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--port", str(port), *flags]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return proc, url
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"greval serve did not start: {err[-3000:]}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def greval_serve(llm: OpenAIServer, store: Path, *flags: str) -> Iterator[str]:
+    """`start_serve` for the length of a block: yields the base URL, then SIGTERMs the process (killed if it
+    has not exited in 30 s)."""
+    proc, url = start_serve(llm, store, *flags)
+    try:
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def test_sigterm_finishes_and_stores_the_judgement_in_flight(llm: OpenAIServer, tmp_path: Path) -> None:
+    llm.configure(latency=1.5)
+    store = tmp_path / "s.sqlite"
+    proc, url = start_serve(llm, store)
     try:
         deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.1)
         got: list[httpx.Response] = []
         body = {
             "spec": "answer_alignment",
@@ -346,3 +373,33 @@ def test_compiled_metrics_declare_their_typed_input() -> None:
     assert schema["title"] == "BleuInput" and schema["required"] == ["answer", "expected_answer"]
     assert bleu.get_output_jsonschema()["title"] == "JudgeResult"
     assert bleu.invoke({"answer": "a b c d", "expected_answer": "a b c d"}).ok
+
+
+def test_hostile_json_is_a_400_on_every_route(llm: OpenAIServer, tmp_path: Path) -> None:
+    """A 100,000-deep nested body, a 5,000-digit integer, a body that is not UTF-8 and one that is not JSON:
+    4xx JSON naming the body on greval's /v1 API and on the LangServe routes alike (before: LangServe's
+    routes answered 500 `internal` with a RecursionError / ValueError in the log), and the server still
+    judges afterwards."""
+    deep = b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    huge = b'{"input": {"question": "q", "answer": "a", "expected_answer": "e", "extra_fields": {"n": 1' + b"7" * 5000
+    huge += b"}}}"
+    bodies = {"deep": (deep, 400), "huge": (huge, 400), "latin-1": ('{"input": "é"}'.encode("latin-1"), 400)}
+    bodies["not json"] = (b'{"input": ', 422)
+    routes = ["/v1/judge", "/judges/answer_alignment/invoke", "/judges/answer_alignment/batch"]
+    headers = {"X-API-Key": KEY, "Content-Type": "application/json"}
+    with greval_serve(llm, tmp_path / "s.sqlite") as url, httpx.Client(base_url=url, timeout=30) as http:
+        for route in routes:
+            for name, (body, status) in bodies.items():
+                if route == "/v1/judge":
+                    body = body.replace(b'{"input": ', b'{"spec": "answer_alignment", "records": ', 1)
+                r = http.post(route, content=body, headers=headers)
+                assert r.status_code == status, (route, name, r.status_code, r.text[:300])
+                no_traceback(r)
+                err = r.json()["error"]
+                assert err["field"] == "body", (route, name, err)
+                assert err["kind"] == ("invalid_json" if status == 400 else "invalid_request"), (route, name, err)
+        ok = {"question": "q?", "answer": "a", "expected_answer": "e"}
+        r = http.post("/judges/answer_alignment/invoke", json={"input": ok}, headers=headers)
+        assert r.status_code == 200 and r.json()["output"]["ok"], r.text
+        metrics = http.get("/metrics", headers=headers).text
+    assert 'kind="internal"' not in metrics
