@@ -403,3 +403,106 @@ def test_hostile_json_is_a_400_on_every_route(llm: OpenAIServer, tmp_path: Path)
         assert r.status_code == 200 and r.json()["output"]["ok"], r.text
         metrics = http.get("/metrics", headers=headers).text
     assert 'kind="internal"' not in metrics
+
+
+async def _slow_client(url: str, first: bytes, drip: bytes, give_up: float) -> tuple[float | None, bytes]:
+    """A raw connection that sends ``first``, then one ``drip`` every 0.25 s and never finishes its request:
+    how long until the server closed it (None: still open after ``give_up`` s), and what it answered."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    started, got = time.monotonic(), b""
+    try:
+        writer.write(first)
+        while time.monotonic() - started < give_up:
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), 0.25)
+            except TimeoutError:
+                writer.write(drip)
+                continue
+            except ConnectionError:
+                chunk = b""
+            if not chunk:
+                return time.monotonic() - started, got
+            got += chunk
+        return None, got
+    finally:
+        writer.close()
+
+
+def test_slow_clients_are_closed_by_the_header_and_body_timeouts(llm: OpenAIServer, tmp_path: Path) -> None:
+    """20 connections sending a body a byte at a time and 20 sending their headers a byte at a time are all
+    closed within --body-timeout / --header-timeout (+ a margin for a loaded machine), while a normal request
+    is answered (before: 0 of 40 were closed in 25 s)."""
+    flags = ("--header-timeout", "1", "--body-timeout", "1.5")
+    head = f"POST /v1/judge HTTP/1.1\r\nHost: x\r\nX-API-Key: {KEY}\r\nContent-Type: application/json\r\n"
+    slow_body = (head + "Content-Length: 100000\r\n\r\n{").encode()
+    slow_headers = b"POST /v1/judge HTTP/1.1\r\nHost: x\r\nX-Slow: "
+    record = {"question": "q?", "answer": "a", "expected_answer": "e"}
+    with greval_serve(llm, tmp_path / "s.sqlite", *flags) as url:
+
+        async def attack() -> tuple[list[tuple[float | None, bytes]], list[tuple[float | None, bytes]], int]:
+            bodies = [_slow_client(url, slow_body, b" ", 10) for _ in range(20)]
+            headers = [_slow_client(url, slow_headers, b"a", 10) for _ in range(20)]
+            both = asyncio.gather(asyncio.gather(*bodies), asyncio.gather(*headers))
+            await asyncio.sleep(0.5)  # all 40 connected and dripping
+            async with httpx.AsyncClient(base_url=url, timeout=30, headers={"X-API-Key": KEY}) as http:
+                normal = await http.post("/v1/judge", json={"spec": "answer_alignment", "records": [record]})
+            by_body, by_headers = await both
+            return by_body, by_headers, normal.status_code
+
+        by_body, by_headers, normal = asyncio.run(attack())
+    assert normal == 200
+    body_closed = [t for t, _ in by_body if t is not None and t < 1.5 + 3]
+    header_closed = [t for t, _ in by_headers if t is not None and t < 1 + 3]
+    assert len(body_closed) == 20 and min(body_closed) >= 1.4, [t for t, _ in by_body]
+    assert len(header_closed) == 20 and min(header_closed) >= 0.9, [t for t, _ in by_headers]
+    answered = [got for _, got in by_body + by_headers if got]
+    assert answered and all(b" 408 " in got.split(b"\r\n")[0] for got in answered), answered[:3]
+    assert any(b'"body_timeout"' in got for got in answered) and any(b'"header_timeout"' in got for got in answered)
+
+
+def test_connections_over_the_cap_get_a_json_503_and_the_rest_are_served(llm: OpenAIServer, tmp_path: Path) -> None:
+    """--max-connections 4: with 3 idle connections open a request is served; with 4 it gets 503
+    too_many_connections (JSON, Retry-After) on a closed connection; once two leave, requests are served again."""
+    host, headers = "127.0.0.1", {"X-API-Key": KEY}
+    with greval_serve(llm, tmp_path / "s.sqlite", "--max-connections", "4", "--header-timeout", "60") as url:
+        port = int(url.rsplit(":", 1)[1])
+        idle = [socket.create_connection((host, port)) for _ in range(3)]
+        try:
+            time.sleep(0.3)
+            assert httpx.get(f"{url}/v1/specs", headers=headers).status_code == 200
+            idle.append(socket.create_connection((host, port)))
+            time.sleep(0.3)  # the previous request's connection is gone, the fourth idle one is in
+            refused = httpx.get(f"{url}/v1/specs", headers=headers)
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["kind"] == "too_many_connections"
+            assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
+            for s in idle[:2]:
+                s.close()
+            time.sleep(0.3)
+            assert httpx.get(f"{url}/v1/specs", headers=headers).status_code == 200
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_json_problem_ignores_brackets_and_digits_inside_strings() -> None:
+    """The guard's scan counts JSON's own nesting and numbers, not what a record's text holds."""
+    from greval.serve.app import MAX_JSON_DEPTH, MAX_NUMBER_DIGITS, json_problem
+
+    text = json.dumps({"chunks": ["[" * 500 + '\\"{' * 300, "7" * 9000], "n": 1}).encode()
+    assert json_problem(text) is None
+    assert json_problem(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH) is None
+    assert "nested deeper" in str(json_problem(b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1)))
+    assert json_problem(b"[1" + b"0" * (MAX_NUMBER_DIGITS - 1) + b"]") is None
+    assert "digits" in str(json_problem(b"[1" + b"0" * MAX_NUMBER_DIGITS + b"]"))
+    assert "UTF-8" in str(json_problem('["é"]'.encode("latin-1")))
+
+
+def test_serve_flags_default_to_the_settings_defaults() -> None:
+    """`greval serve`'s limits and ServeSettings (what create_app takes) have the same defaults."""
+    from greval.cli.serve import serve_cmd
+
+    flags = {p.name: p.default for p in serve_cmd.params}
+    names = ["max_body", "max_records", "requests_per_key", "header_timeout", "body_timeout", "max_connections"]
+    assert {n: flags[n] for n in names} == {n: ServeSettings.model_fields[n].default for n in names}
