@@ -1,6 +1,8 @@
 """The FastAPI app of ``greval serve``: greval's JSON API (``/v1/...``), LangServe routes per spec
-(``/judges/<name>/...``), health and Prometheus metrics, behind one guard (API keys, body and per-key
-concurrency limits, JSON errors without tracebacks, one JSON access-log line per request).
+(``/judges/<name>/...``), health and Prometheus metrics, behind one guard (API keys; the body read whole within
+its size and time limits, its JSON checked before any route parses it; per-key concurrency limits; JSON errors
+without tracebacks; one JSON access-log line per request). The connections' own limits (a header deadline, a
+cap) are :mod:`greval.serve.connections`'.
 
 Every judging route goes through :class:`greval.serve.service.JudgeService`: the store and cache ``greval run``
 uses, in-flight sharing, new verdicts stored as they arrive.
