@@ -739,6 +739,9 @@ def test_server_that_dies_at_start_is_reported(tmp_path: Path, home: Path) -> No
         server.start()
     assert "cannot load model" in str(info.value)
     assert not server.running
+    # its log holds what the server printed (prompts, in verbose mode): the owner's only
+    assert oct(server.log_path.stat().st_mode & 0o777) == "0o600"
+    assert oct(server.log_path.parent.stat().st_mode & 0o777) == "0o700"
 
 
 def test_cli_status_without_build(home: Path) -> None:

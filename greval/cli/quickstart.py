@@ -263,7 +263,8 @@ def _closing(
     lines = []
     if argilla is not None:
         info = argilla.info
-        lines.append(f"Argilla     {info.url}   login: {info.username} / {info.password}")
+        # the password stays in its file (0600): a terminal's scrollback and CI logs are not private
+        lines.append(f"Argilla     {info.url}   login: {info.username}, password: {gv} annotate credentials{data_dir}")
         state = ""
         if argilla.progress is not None:
             done, total = argilla.progress
