@@ -16,6 +16,7 @@ from greval.cli.common import (
     console,
     interrupted_exit,
     judge_options,
+    notice,
     parse_map,
     print_summary,
     store_option,
@@ -191,6 +192,7 @@ def run_cmd(
     if engine != "ray" and (ray_address is not None or shards is not None):
         raise click.UsageError("--ray-address and --shards go with --engine ray")
     specs = resolve_specs(spec_refs)
+    asked = [s.name for s in resolve_specs(spec_refs, with_dependencies=False)]  # the others are pulled in
 
     def said(event: RunEvent) -> None:
         if isinstance(event, DataNote):  # nothing the user gave disappears without a word
@@ -198,13 +200,15 @@ def run_cmd(
             return
         work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
         work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
+        work += [f"{event.skipped} to skip (a required input is absent)"] if event.skipped else []
         dup = event.records - event.distinct_contents
         same = f" ({dup} share their content with another: judged once)" if dup > 0 else ""
+        idle = "" if event.judgements else " (no call to make)"
         console.print(
             f"{'judging' if event.needs_judge else 'scoring'} [bold]{event.records}[/] records{same} with "
             f"{', '.join(event.specs)} — "
-            + (f"judge {event.judge}, " if event.needs_judge else "")
-            + f"store {display(store)}, {', '.join(work)}",
+            + (f"judge {escape(event.judge)}{idle}, " if event.needs_judge else "")
+            + f"store {escape(display(store))}, {', '.join(work)}",
             highlight=False,
         )
 
@@ -234,7 +238,8 @@ def run_cmd(
                 mapping=parse_map(maps),
                 id_column=id_column,
                 limit=limit,
-                notify=console.print,
+                asked=asked,
+                notify=notice,
                 on_event=said,
                 progress=hook,
             )
