@@ -36,6 +36,11 @@ def print_error(message: str) -> None:
     console.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True, emoji=False)
 
 
+def notice(text: str) -> None:
+    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is."""
+    console.print(escape(text), highlight=False)
+
+
 def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
     """Print a user error and exit: a UserError's own code (2 unless it says otherwise), no traceback."""
     code = exit_code if exit_code is not None else (message.exit_code if isinstance(message, UserError) else 2)

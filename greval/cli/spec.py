@@ -181,7 +181,9 @@ def spec_lint(files: Sequence[str], strict: bool) -> None:
     default=None,
     help="[categorical with --labels, else value]",
 )
-@click.option("--target", type=click.Choice(["record", "chunks", "triples"]), default="record", show_default=True)
+@click.option(
+    "--target", type=click.Choice(["record", "chunks", "triples", "turns"]), default="record", show_default=True
+)
 @click.option("--labels", default=None, help="Comma-separated labels, best first (categorical).")
 @click.option("--min", "vmin", type=int, default=1, show_default=True, help="Lowest value (value scales).")
 @click.option("--max", "vmax", type=int, default=5, show_default=True, help="Highest value (value scales).")
