@@ -6,7 +6,7 @@ and dict-valued cells (e.g. Parquet structs) are walked key by key.
 
 CSV/TSV cells are read as text with no "NA" list: only an empty cell is missing, so labels such as `NA`,
 `None`, `null`, `N/A` or `nan` survive (the agreement stage treats as missing only what the user lists in
-`--missing-values`). JSON `null` and Parquet nulls stay missing.
+`missing_values`). JSON `null` and Parquet nulls stay missing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from greval.dataset.tables import read_frame
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 CONTRACT = ("item", "judge", "human", "annotator", "group")
 
@@ -79,7 +79,7 @@ def to_agreement_frame(
 
     Without `item`, each row is its own item (row number), which is right for one human per row.
     `judge` may be None when `score` gives the judge's answer (labels come from a threshold, or only the
-    AUCs are wanted); `human` may be None when only the judge's runs are compared (--pair-by).
+    AUCs are wanted); `human` may be None when only the judge's runs are compared (compute_consistency).
     """
     out = pd.DataFrame(index=raw.index)
     out["item"] = _ids(select(raw, item)) if item else [str(i) for i in range(len(raw))]
@@ -95,8 +95,8 @@ def to_agreement_frame(
         out["score"] = select(raw, score)
     for col in [*slices, *extra]:
         if col in out.columns:
-            continue  # e.g. --slice group: slice on the mapped contract column
+            continue  # e.g. a slice by group: slice on the mapped contract column
         if col in CONTRACT:
-            raise DataError(f"column {col!r} is a reserved name here; map it with --{col} instead")
+            raise DataError(f"column {col!r} is a reserved name here; map it with {option(col)} instead")
         out[col] = select(raw, col)
     return out.reset_index(drop=True)

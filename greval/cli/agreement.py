@@ -15,7 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
+from greval.agreement.agreement import compute_agreement
+from greval.agreement.comparison import compare_agreement
+from greval.agreement.consistency import compute_consistency
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,
