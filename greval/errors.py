@@ -35,6 +35,16 @@ class DataError(UserError):
     """A dataset that cannot be read or mapped onto the fields a spec needs."""
 
 
+class LimitExceeded(DataError):
+    """A data file past one of the limits that bound what reading it may cost
+    (:class:`greval.dataset.limits.ReadLimits`); ``limit`` names the field, and the message says to raise it
+    (:func:`option`: the command line shows its flag)."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(f"{message}; to read it anyway, raise {option(limit)}")
+        self.limit = limit
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one line for a user-facing message: its text's first line, else its type's name."""
     text = str(exc).strip()

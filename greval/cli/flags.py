@@ -7,7 +7,12 @@ from __future__ import annotations
 from greval.errors import render_options
 
 #: field (bare, or qualified as `Model.field` where one name means two flags) → flag.
-FLAGS: dict[str, str] = {}
+FLAGS: dict[str, str] = {
+    # greval.dataset.limits.ReadLimits (cli.common.read_limit_options)
+    "max_columns": "--max-columns",
+    "max_line_bytes": "--max-line-size",
+    "max_decompressed_bytes": "--max-decompressed",
+}
 
 
 def for_terminal(message: str) -> str:

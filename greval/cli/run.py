@@ -19,11 +19,13 @@ from greval.cli.common import (
     notice,
     parse_map,
     print_summary,
+    read_limit_options,
     store_option,
 )
 from greval.store.backend import display
 
 if TYPE_CHECKING:
+    from greval.dataset.limits import ReadLimits
     from greval.llm.config import JudgeChoice
 
 
@@ -134,6 +136,7 @@ if TYPE_CHECKING:
     help="With --engine ray: split the pending records into N tasks [the cluster's CPU count]. --concurrency is "
     "divided among them (at least 1 each).",
 )
+@read_limit_options
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
     data: str,
@@ -157,6 +160,7 @@ def run_cmd(
     engine: str,
     ray_address: str | None,
     shards: int | None,
+    limits: ReadLimits,
     quiet: bool,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
@@ -239,6 +243,7 @@ def run_cmd(
                 id_column=id_column,
                 limit=limit,
                 asked=asked,
+                limits=limits,
                 notify=notice,
                 on_event=said,
                 progress=hook,
