@@ -45,6 +45,17 @@ class LimitExceeded(DataError):
         self.limit = limit
 
 
+class StoreUnavailable(Exception):
+    """The store stopped answering (a PostgreSQL server gone for longer than the wait allowed, a SQLite file
+    that cannot be written): not the user's mistake, but printed the same way, in one line (with what is
+    stored and how to resume), and exit code 75 (EX_TEMPFAIL: try again later)."""
+
+    exit_code = 75
+
+    def __str__(self) -> str:
+        return super().__str__().translate(_ONE_LINE)
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one line for a user-facing message: its text's first line, else its type's name."""
     text = str(exc).strip()

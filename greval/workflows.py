@@ -30,6 +30,7 @@ from greval.llm.config import (
 from greval.paths import examples_dir
 from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
 from greval.spec import BaseSpec
+from greval.store.backend import RECONNECT_WAIT_S
 from greval.store.store import Store
 from greval.traces.detect import open_data
 from greval.traces.source import TraceRows
@@ -130,6 +131,7 @@ def run_dataset(
     limit: int | None = None,
     asked: Collection[str] | None = None,
     limits: ReadLimits | None = None,
+    store_wait: float = RECONNECT_WAIT_S,
     notify: Notify,
     on_event: Callable[[RunEvent], None] | None = None,
     progress: ProgressHook | None = None,
@@ -143,8 +145,9 @@ def run_dataset(
     (``options.concurrency`` is then ignored). A local judge is served by the runner only while calls are
     needed; the judge layer's messages go to ``notify``, this function's to ``on_event``, the runner's progress
     to ``progress``. ``asked``: the spec names the user asked for (None: all; the others are dependencies pulled
-    in, see :attr:`RunSummary.empty_metrics`); ``limits`` bound what reading ``data`` may cost. A Ctrl-C
-    propagates once the run has recorded itself as interrupted."""
+    in, see :attr:`RunSummary.empty_metrics`); ``limits`` bound what reading ``data`` may cost; ``store_wait``:
+    seconds a write waits for a PostgreSQL store that went away. A Ctrl-C propagates once the run has recorded
+    itself as interrupted."""
     emit = on_event or (lambda event: None)
     # Streamed: rows are hashed and asked of the store in chunks; only rows with work left become Records
     # (a finished job re-run holds no Record and imports no judge stack).
@@ -157,7 +160,7 @@ def run_dataset(
     auto = local_concurrency() if is_local_ref(ref) else 8
     opts = (options or RunOptions()).model_copy(update={"concurrency": concurrency or auto})
     cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
-    with Store(store) as st:
+    with Store(store, wait_s=store_wait) as st:
         plan = plan_work(specs, records, st, cfg, opts.retry_errors, opts.sample)
         for note in records.notes:  # nothing the user gave disappears without a word
             emit(DataNote(text=note))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -47,6 +49,31 @@ def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
     code = exit_code if exit_code is not None else (message.exit_code if isinstance(message, UserError) else 2)
     print_error(str(message))
     sys.exit(code)
+
+
+#: Flags whose value is a secret (--api-key …): masked wherever a command line is printed.
+_SECRET_FLAG = re.compile(r"--[\w-]*(key|password|token|secret)s?", re.IGNORECASE)
+
+
+def command_line(args: Sequence[str]) -> str:
+    """greval's arguments as a command the user can type again: greval's command first, then each argument
+    quoted for the shell, with secrets masked (a URL's password, the value of an --api-key-like flag)."""
+    from greval.store.backend import display
+    from greval.workflows import greval_command
+
+    shown: list[str] = []
+    secret = False
+    for arg in args:
+        flag, eq, _ = arg.partition("=")
+        if secret:
+            arg = "***"
+        elif eq and _SECRET_FLAG.fullmatch(flag):
+            arg = f"{flag}=***"
+        else:
+            arg = re.sub(r"(://[^/@:\s]+):[^@/\s]+@", r"\1:***@", display(arg))
+        secret = not secret and not eq and bool(_SECRET_FLAG.fullmatch(arg))
+        shown.append(arg)
+    return " ".join([greval_command(), *(shlex.quote(a) for a in shown)])
 
 
 class Terminated(KeyboardInterrupt):

@@ -22,7 +22,7 @@ from greval.cli.common import (
     read_limit_options,
     store_option,
 )
-from greval.store.backend import display
+from greval.store.backend import RECONNECT_WAIT_S, display
 
 if TYPE_CHECKING:
     from greval.dataset.limits import ReadLimits
@@ -40,6 +40,17 @@ if TYPE_CHECKING:
     help="Spec file or predefined metric name; repeat for several. Dependencies are added.",
 )
 @store_option(help="Where verdicts are kept (created if missing; reused to resume).")
+@click.option(
+    "--store-wait",
+    type=click.FloatRange(min=0),
+    default=RECONNECT_WAIT_S,
+    show_default=True,
+    envvar="GREVAL_STORE_WAIT",
+    show_envvar=True,
+    metavar="SECONDS",
+    help="How long to wait for a PostgreSQL store that stops answering (a restart, a failover) before stopping "
+    "with the command that resumes; each write is made again once it is back.",
+)
 @judge_options
 @click.option(
     "-c",
@@ -142,6 +153,7 @@ def run_cmd(
     data: str,
     spec_refs: Sequence[str],
     store: str,
+    store_wait: float,
     judge: JudgeChoice,
     concurrency: int | None,
     no_adaptive: bool,
@@ -244,6 +256,7 @@ def run_cmd(
                 limit=limit,
                 asked=asked,
                 limits=limits,
+                store_wait=store_wait,
                 notify=notice,
                 on_event=said,
                 progress=hook,
