@@ -17,20 +17,22 @@ from typing import Any
 
 import pandas as pd
 
+from greval.dataset.limits import ReadLimits
 from greval.dataset.tables import read_frame
 from greval.errors import DataError, option
 
 CONTRACT = ("item", "judge", "human", "annotator", "group")
 
 
-def read_table(path: str | Path, as_text: bool = False) -> pd.DataFrame:
+def read_table(path: str | Path, as_text: bool = False, limits: ReadLimits | None = None) -> pd.DataFrame:
     """A judge/human table as a DataFrame, read by the one table reader (:func:`greval.dataset.tables.read_frame`)
     with nested JSON flattened, so nested keys become dotted columns.
 
     `as_text=True` reads CSV/TSV cells as strings with only the empty cell missing (labels such as "NA" or
     "None" would otherwise become NaN); the default keeps pandas' number parsing for other callers.
+    ``limits``: what reading the file may cost (:class:`ReadLimits`' defaults when None).
     """
-    return read_frame(path, as_text=as_text, flatten=True)
+    return read_frame(path, as_text=as_text, flatten=True, limits=limits)
 
 
 def _walk(value: Any, keys: list[str]) -> Any:

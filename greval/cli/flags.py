@@ -27,6 +27,10 @@ FLAGS: dict[str, str] = {
     "score": "--score",
     "target": "--target",
     "vs_ceiling": "--vs-ceiling",
+    # greval.dataset.limits.ReadLimits (cli.common.read_limit_options)
+    "max_columns": "--max-columns",
+    "max_line_bytes": "--max-line-size",
+    "max_decompressed_bytes": "--max-decompressed",
 }
 
 

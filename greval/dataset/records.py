@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from greval.dataset.limits import ReadLimits
 from greval.dataset.tables import iter_rows
 from greval.errors import DataError
 
@@ -328,9 +329,11 @@ def hashed_rows(
     id_column: str | None = None,
     limit: int | None = None,
     notes: list[str] | None = None,
+    limits: ReadLimits | None = None,
 ) -> Iterator[HashedRow]:
     """A dataset file's records as :class:`HashedRow` s, streamed in file order (one row in memory at a time
-    for JSON Lines; see :func:`load_records` for ``mapping`` and the rest).
+    for JSON Lines; see :func:`load_records` for ``mapping`` and the rest; ``limits``: what reading the file
+    may cost, :class:`ReadLimits`' defaults when None).
 
     Every row is mapped, normalised and hashed (a broken row is a DataError however far into the file it
     is); a row repeating an earlier one exactly is skipped, and ``notes`` gets the line saying so once the
@@ -344,7 +347,7 @@ def hashed_rows(
     taken = set(mapping.values())
     by_id: dict[str, str] = {}
     repeated: list[int] = []
-    for n, row in enumerate(iter_rows(p)):
+    for n, row in enumerate(iter_rows(p, limits)):
         if limit is not None and len(by_id) >= limit:
             break
         mapped = {k: v for k, v in row.items() if k not in taken}
@@ -386,16 +389,18 @@ class DataFile:
         mapping: Mapping[str, str] | None = None,
         id_column: str | None = None,
         limit: int | None = None,
+        limits: ReadLimits | None = None,
     ) -> None:
         self.path = path
         self.mapping = dict(mapping or {})
         self.id_column = id_column
         self.limit = limit
+        self.limits = limits
         self.notes: list[str] = []
 
     def __iter__(self) -> Iterator[HashedRow]:
         notes: list[str] = []
-        yield from hashed_rows(self.path, self.mapping, self.id_column, self.limit, notes)
+        yield from hashed_rows(self.path, self.mapping, self.id_column, self.limit, notes, self.limits)
         self.notes = notes
 
 
@@ -405,11 +410,13 @@ def load_records(
     id_column: str | None = None,
     limit: int | None = None,
     notes: list[str] | None = None,
+    limits: ReadLimits | None = None,
 ) -> list[Record]:
     """Read a dataset file into Records.
 
     ``mapping`` maps greval field names to the file's columns (dotted paths reach nested JSON), e.g.
     ``{"question": "query", "answer": "response.text"}``; unmapped columns keep their names. A row that
     repeats an earlier one exactly (same id, same content) is read once; ``notes`` receives a line saying so.
+    ``limits``: what reading the file may cost (:class:`~greval.dataset.limits.ReadLimits`).
     """
-    return [row.record() for row in hashed_rows(path, mapping, id_column, limit, notes)]
+    return [row.record() for row in hashed_rows(path, mapping, id_column, limit, notes, limits)]
