@@ -148,7 +148,8 @@ def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAISe
         summary = run(resolve_specs(["answer_completeness"]), recs, st, cfg, options=FAST)
         again = run(resolve_specs(["answer_completeness"]), recs, st, cfg, options=FAST)
     judged = {m.spec: (m.judged, m.reused) for m in summary.metrics}
-    assert judged == {"chunk_evaluation": (1, 7), "triple_evaluation": (5, 3), "answer_completeness": (7, 1)}
+    # triple_evaluation applies to no record (no triples): its 5 new outcomes are skips, not judgements made.
+    assert judged == {"chunk_evaluation": (1, 7), "triple_evaluation": (0, 3), "answer_completeness": (7, 1)}
     assert llm.stats()["total"] == 6 == summary.calls  # r7's chunks; answer_completeness on r1, r2, r5, r6, r7
     assert again.calls == 0 and all(m.judged == 0 for m in again.metrics)
     assert set(before) <= set(_rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts"))
@@ -157,6 +158,7 @@ def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAISe
     assert (done.records, done.ok, done.failed) == (8, 6, 2)
     assert by_spec["chunk_evaluation"].errors == {"context_length": 3, "incomplete": 1}
     assert done.errors == {"dependency": 2}  # r3, r4: chunk_evaluation failed there, so nothing was asked
+    assert by_spec["triple_evaluation"].skipped == 8
 
 
 def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
