@@ -122,6 +122,8 @@ def per_group(base: Statistic, point_groups: IntArray | None) -> Statistic:
     def fn(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
         gids = inst if inst is not None else point_groups
         assert gids is not None
+        if not len(idx):  # no group at all (an empty slice): the figures of no rows, each saying why it is undefined
+            return base(idx, None)
         return mean_over_groups(group_values(base, idx, gids))
 
     return fn

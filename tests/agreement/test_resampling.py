@@ -3,6 +3,7 @@ items within groups) and the resampling unit every report states."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -207,3 +208,19 @@ def test_topical_chat_clusters_resample_dialogues() -> None:
     rep = compute_agreement(f, AgreementScale(kind="value"), AgreementOptions(bootstrap=20))
     assert rep.bootstrap is not None and (rep.bootstrap.unit, rep.bootstrap.n_units) == ("groups", 60)
     assert close(value(rep, "spearman"), sps.spearmanr(f["judge"], f["human"])[0])
+
+
+def test_per_group_protocol_with_a_slice_that_has_no_compared_item(tmp_path: Path) -> None:
+    """A slice whose items no person labelled has nothing to compare: under the per-group protocol it is shown
+    empty, like the pooled protocol shows it (it was a KeyError traceback)."""
+    f = tmp_path / "f.csv"
+    f.write_text("item,judge,human,slice,group\na,yes,yes,p,g1\nb,no,yes,p,g2\nc,yes,,q,g1\nd,no,,q,g2\n")
+    args = [str(f), "--judge", "judge", "--human", "human", "--item", "item", "--group", "group", "--slice", "slice"]
+    out = tmp_path / "report.json"
+    res = CliRunner().invoke(agreement, [*args, "--protocol", "per-group", "--json", str(out), "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    empty = report["slices"]["slice"]["q"]
+    assert empty["counts"]["items_compared"] == 0
+    assert empty["metrics"]["accuracy"]["value"] is None
+    assert empty["categorical"]["bias"]["disagreement_rate"]["value"] is None
