@@ -57,7 +57,7 @@ def summary(split: Split, seed: int) -> SplitSummary:
 def reserve(base: Spec, test: Sequence[Unit], judge: JudgeFn, optimizer: Optimizer, options: AlignOptions) -> Cost:
     """What the decision may need, held back from the search: the current spec's missing test verdicts, the
     winner's on every test unit (with room for examples), and the optimizer's calls for its final instance."""
-    room = options.example_tokens * 4 * 2  # example characters, and as much again for rewritten text
+    room = options.example_tokens * 4 + 2000  # the examples' characters, and room for rewritten text
     judged = judge.estimate(base, test) + judge.estimate(base, test, fresh=True, extra_chars=room)
     labels = len(base.scale.labels) if isinstance(base.scale, CategoricalScale) else len(base.scale.ranges)
     rewrites = options.rounds if options.rewrites else 0

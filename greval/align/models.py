@@ -328,5 +328,8 @@ class AlignResult(Frozen):
     examples: tuple[Example, ...] = ()
     notes: tuple[str, ...] = ()
     new_spec: Spec | None = None
+    new_search_units: int = Field(
+        0, description="Search units the new version also judged, as a fold's instance (its instances were equal)."
+    )
     diff: str = ""
     files: dict[str, str] = Field(default_factory=dict)
