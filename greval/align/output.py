@@ -30,6 +30,8 @@ def spec_data(spec: Spec) -> dict[str, Any]:
     for key, empty in _DEFAULTS.items():
         if data.get(key) == empty:
             data.pop(key)
+    if data["scale"].get("ordered") is False:
+        data["scale"].pop("ordered")
     return data
 
 

@@ -96,17 +96,19 @@ class StoreRuns:
         self.bound = TokenBound()
 
     def learn(self, spec: Spec, spec_key: str, cfg: JudgeConfig, records: Sequence[Record]) -> None:
-        """Calibrate the token bound on what this judge spent on the current spec's stored verdicts."""
+        """Calibrate the token bound on what this judge spent on the current spec's stored verdicts: 1.5 × the
+        median judgement (a judgement may hold re-asks, so its maximum would count several calls)."""
+        from statistics import median
+
         from greval.store.results import item_rows
 
-        spent = {r["record_hash"]: r for r in item_rows(self.store, spec_key=spec_key, judge_key=cfg.key)}
-        for rec in records:
-            row = spent.get(rec.hash)
-            if row and row["tokens_in"]:
-                calls = cfg.samples
-                self.bound.learn(
-                    cfg, calls * prompt_chars(spec, rec), int(row["tokens_in"]), int(row["tokens_out"] or 0), calls
-                )
+        rows = item_rows(self.store, spec_key=spec_key, judge_key=cfg.key)
+        spent = {r["record_hash"]: r for r in rows if r["status"] == "ok" and r["tokens_in"]}
+        seen = [(spent[r.hash], prompt_chars(spec, r)) for r in records if r.hash in spent]
+        if seen:
+            per_char = median(int(row["tokens_in"]) / (chars * cfg.samples) for row, chars in seen)
+            out = median(int(row["tokens_out"] or 0) / cfg.samples for row, _ in seen)
+            self.bound.learn(cfg, 100_000, math.ceil(1.2 * per_char * 100_000), math.ceil(out), 1)
 
     def key(self, spec: Spec, deps: Sequence[BaseSpec]) -> str:
         return spec_keys([*deps, spec])[spec.name]

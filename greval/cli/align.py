@@ -55,7 +55,8 @@ class RoundBar:
             score = "—" if c.cv is None else f"{c.cv:.3f}"
             why = f" ({escape(c.note)})" if c.status != "scored" and c.note else ""
             console.print(
-                f"  round {c.round} · {escape(c.description)}: CV {score} [{c.status}]{why} — {c.cost.calls} calls",
+                f"  round {c.round} · {escape(c.description)}: CV {score} {escape(f'[{c.status}]')}{why} — "
+                f"{c.cost.calls} calls",
                 highlight=False,
             )
         elif isinstance(event, AlignNote):
@@ -119,15 +120,23 @@ def _print_plan(p: AlignPlan) -> None:
 
 def _print_result(r: AlignResult, store: str) -> None:
     from greval.align.models import REPORT_NAME
+    from greval.report.format import fmt_number
 
     console.print(f"search stopped: {escape(r.stopped)}", highlight=False)
     best = f"{r.best.description} (CV {REPORT_NAME[r.objective]} {r.best.cv:.3f})" if r.best.cv is not None else "—"
     out.print(f"best candidate: {escape(best)}", highlight=False)
+    d = r.decision.difference
+    if d is not None:
+        old, new = fmt_number(d.old), fmt_number(d.new)
+        out.print(f"test part: {REPORT_NAME[r.objective]} {old} (current) → {new} (winner)", highlight=False)
     colour = "green" if r.adopted else "yellow"
     out.print(f"[bold {colour}]{escape(r.decision.message)}[/]", highlight=False)
     c = r.decision.ceiling
     if c is not None and c.value is not None:
-        out.print(f"human ceiling on the test part ({c.metric}): {c.value:.3f}", highlight=False)
+        out.print(
+            f"human ceiling on the test part (people's mean pairwise {c.metric}): {fmt_number(c.value)}",
+            highlight=False,
+        )
     if r.diff:
         out.print(escape(r.diff), highlight=False, end="")
     spent = f"spent {r.spent.calls} calls, {r.spent.tokens} tokens"
