@@ -4,7 +4,7 @@ to "no improvement shown" (see docs/align.md). :func:`align` runs it, :func:`pla
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,17 +159,20 @@ def plan(
     )
 
 
-@contextlib.contextmanager
-def _served(cfgs: Sequence[JudgeConfig], notify: Notify) -> Iterator[list[JudgeConfig]]:
-    """The judges, an embedded local one started for the run (once, when both are the same)."""
-    from greval.llm.local import serve_judge
+class _Served:
+    """Judges ready for calls: an embedded local one is started on the first call it is due (a run that finds
+    everything stored starts nothing), once, and stopped with the stack."""
 
-    with contextlib.ExitStack() as stack:
-        live: dict[str, JudgeConfig] = {}
-        for c in cfgs:
-            if c.key not in live:
-                live[c.key] = stack.enter_context(serve_judge(c, notify, needed=True))
-        yield [live[c.key] for c in cfgs]
+    def __init__(self, stack: contextlib.ExitStack, notify: Notify) -> None:
+        self.stack, self.notify = stack, notify
+        self.live: dict[str, JudgeConfig] = {}
+
+    def __call__(self, cfg: JudgeConfig) -> JudgeConfig:
+        from greval.llm.local import serve_judge
+
+        if cfg.key not in self.live:
+            self.live[cfg.key] = self.stack.enter_context(serve_judge(cfg, self.notify, needed=True))
+        return self.live[cfg.key]
 
 
 async def aalign(
@@ -192,16 +195,16 @@ async def aalign(
     Scorer(labels.scale, opts.objective or default_objective(labels.scale))
     split_units(labels.units, opts.test_share, opts.folds, opts.seed)  # bad input: one line before any call
     current = store.latest_spec(target.name)
-    with _served([cfg, ocfg], notify) as (live, olive):
-        how = (runs or run_options()).model_copy(update={"concurrency": _concurrency(concurrency, cfg)})
-        runner = StoreRuns(store, how, current=(current[1], current[0]), emit=emit)
-        runner.learn(labels.spec, labels.spec_key, live, list(labels.records.values()))
+    how = (runs or run_options()).model_copy(update={"concurrency": _concurrency(concurrency, cfg)})
+    with contextlib.ExitStack() as stack:
+        runner = StoreRuns(store, how, current=(current[1], current[0]), emit=emit, serve=_Served(stack, notify))
+        runner.learn(labels.spec, labels.spec_key, cfg, list(labels.records.values()))
         outcome = await align_units(
             labels.spec,
             labels.units,
             labels.scale,
-            StoreJudge(runner, live, labels.deps, labels.records),
-            StoreOptimizer(runner, olive),
+            StoreJudge(runner, cfg, labels.deps, labels.records),
+            StoreOptimizer(runner, ocfg),
             opts,
             records={h: r.data for h, r in labels.records.items()},
             emit=emit,

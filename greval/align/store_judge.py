@@ -86,10 +86,12 @@ class StoreRuns:
         *,
         current: tuple[Spec, str] | None = None,
         emit: Callable[[AlignEvent], None] | None = None,
+        serve: Callable[[JudgeConfig], JudgeConfig] | None = None,
     ) -> None:
         self.store = store
         self.options = options
         self.current = current  # (spec, key) declared again after every run: it stays the latest version
+        self.serve = serve  # the judge ready for calls (an embedded one started), asked only when a call is due
         self.emit = emit or (lambda event: None)
         self.done = 0
         self.total = 0
@@ -151,7 +153,9 @@ class StoreRuns:
     ) -> Cost:
         """Judge what is missing; the calls and tokens this run spent."""
         base_done = self.done
-        chars = sum(prompt_chars(s, r) for s, r in self._pending(spec, deps, cfg, records, False)) * cfg.samples
+        pending = self._pending(spec, deps, cfg, records, False)
+        chars = sum(prompt_chars(s, r) for s, r in pending) * cfg.samples
+        live = self.serve(cfg) if pending and self.serve is not None else cfg
 
         def progress(done: int, total: int, errors: int) -> None:
             if done == 0:
@@ -161,7 +165,7 @@ class StoreRuns:
 
         try:
             summary = await arun(
-                [*deps, spec], records, self.store, cfg, options=self.options, dataset=label, progress=progress
+                [*deps, spec], records, self.store, live, options=self.options, dataset=label, progress=progress
             )
         finally:
             if self.current is not None:  # what `greval agreement --spec NAME` reads by default stays the same

@@ -267,3 +267,17 @@ def test_an_interrupted_run_resumes_and_pays_each_judgement_once(llm: Any, label
     second = llm.stats()["total"] - before
     assert uninterrupted <= first + second <= uninterrupted + 2
     assert a.read_text() == b.read_text()  # the same adopted version, its lineage and evidence
+
+
+def test_the_human_ceiling_is_shown_beside_the_decision(llm: Any, tmp_path: Path) -> None:
+    """Two people labelled every record (and agree): their mean pairwise κ on the test part is the ceiling."""
+    from greval.align.page import render_page
+
+    llm.script(sc.rules(N))
+    path = tmp_path / "two.sqlite"
+    sc.labelled_store(path, llm.base_url, N, annotators=2)
+    result = _align(llm, path)
+    c = result.decision.ceiling
+    assert result.adopted and c is not None
+    assert (c.metric, c.value, c.n) == ("cohen_kappa", 1.0, result.split.units_test)
+    assert "Human ceiling (people's mean pairwise cohen_kappa on the same units): 1.000" in render_page(result)
