@@ -137,3 +137,6 @@ async def align_units(
         spent=meter.spent,
         stopped=found.stopped,
     )
+
+
+__all__ = ["Outcome", "align_units", "reserve", "summary"]

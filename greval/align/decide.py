@@ -115,3 +115,6 @@ async def decide(
         ceiling=ceiling_of(units, answers[1], scorer.scale, options.bootstrap, options.seed),
         message=_message(diff, adopted, objective, options.min_gain),
     )
+
+
+__all__ = ["CEILING_METRIC", "ceiling_of", "decide", "fmt_gain", "fmt_gain_ci"]

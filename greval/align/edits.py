@@ -69,3 +69,6 @@ def apply_edits(spec: Spec, edits: Edits, source: str) -> Spec:
             if text:
                 part["description"] = text
     return validated(data, source)
+
+
+__all__ = ["apply_edits", "scale_items", "validated"]

@@ -118,3 +118,6 @@ def load_labels(store: Store, name: str, version: str | None, judge: str, datase
         datasets=list(sel.datasets),
         notes=notes,
     )
+
+
+__all__ = ["LabelSet", "dependencies", "load_labels"]

@@ -50,3 +50,6 @@ class Meter:
                 f"{self.spent.tokens} + ~{cost.tokens} tokens of {self.tokens} (reserved {self.reserve.tokens})"
             )
         return "; ".join(parts) or "no limit"
+
+
+__all__ = ["Meter", "OutOfBudget"]

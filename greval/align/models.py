@@ -333,3 +333,38 @@ class AlignResult(Frozen):
     )
     diff: str = ""
     files: dict[str, str] = Field(default_factory=dict)
+
+
+__all__ = [
+    "CATEGORICAL_OBJECTIVES",
+    "LOWER_IS_BETTER",
+    "REPORT_NAME",
+    "VALUE_OBJECTIVES",
+    "AlignEvent",
+    "AlignNote",
+    "AlignOptions",
+    "AlignPlan",
+    "AlignResult",
+    "Annotation",
+    "Answer",
+    "CandidateResult",
+    "CandidateScored",
+    "Ceiling",
+    "Cost",
+    "Decision",
+    "Difference",
+    "Example",
+    "FewShotStep",
+    "FoldResult",
+    "Frozen",
+    "Judged",
+    "Judging",
+    "LabelOrderStep",
+    "Objective",
+    "Recipe",
+    "RewriteStep",
+    "RoundStarted",
+    "SplitSummary",
+    "Step",
+    "Unit",
+]

@@ -33,9 +33,6 @@ from greval.errors import UserError
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-MIN_DEFINED = 0.5
-"""The share of resamples in which the gain must be defined for its CI (as ``bootstrap.summarise`` asks)."""
-
 
 def default_objective(scale: AgreementScale) -> Objective:
     return "kappa" if scale.kind == "categorical" else "mae"
@@ -244,3 +241,6 @@ def _resamples(units: Sequence[Unit], resamples: int, seed: int, design: bool) -
     _, groups = np.unique(np.array([u.record_hash for u in units], dtype=object), return_inverse=True)
     sampler = bs.Resampler(len(units), groups.reshape(-1).astype(np.int64), resamples, seed)
     return [b.unit_weights()[:, sampler.unit_of_row] for b in sampler.batches()]
+
+
+__all__ = ["Scorer", "check_objective", "default_objective", "is_design", "weights"]

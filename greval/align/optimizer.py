@@ -143,3 +143,6 @@ def edits_from(outputs: dict[str, Any], label: str | None) -> Edits | None:
         steps=texts("steps"),
         scale=texts("scale_descriptions"),
     )
+
+
+__all__ = ["REASON", "REWRITE", "edits_from", "reason_record", "reason_spec", "rewrite_record", "rewrite_spec"]

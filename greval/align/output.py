@@ -92,3 +92,6 @@ def write_outputs(result: AlignResult, out: Path, html: Path | None) -> dict[str
     if html is not None:
         html.write_text(render_page(done), encoding="utf-8")
     return files
+
+
+__all__ = ["diff_text", "lineage", "spec_data", "spec_yaml", "write_outputs"]

@@ -48,7 +48,7 @@ def _decision(r: AlignResult) -> str:
 def _candidates(r: AlignResult) -> str:
     k = len(r.split.fold_units)
     header = ["round", "candidate", "status", f"CV {REPORT_NAME[r.objective]}"]
-    header += [f"fold {i + 1}" for i in range(k)] + ["calls", "tokens", "note"]
+    header += [f"fold {i + 1}" for i in range(k)] + ["calls this run", "tokens this run", "note"]
 
     def row(c: CandidateResult) -> list[str]:
         mark = " ★" if c.id == r.best.id else ""
@@ -104,3 +104,6 @@ def render_page(r: AlignResult) -> str:
     title = f"greval align: {escape(r.spec)}"
     head = f"<!doctype html><html><head><meta charset=utf-8><title>{title}</title><style>{CSS}</style></head>"
     return f"{head}<body>{''.join(parts)}</body></html>"
+
+
+__all__ = ["render_page"]

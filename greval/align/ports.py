@@ -91,3 +91,6 @@ class Optimizer(Protocol):
         """An upper bound on ``rewrites`` rewrite calls and ``reasons`` reason calls for this spec (the reserve
         the final instantiation may need)."""
         ...
+
+
+__all__ = ["Disagreement", "Edits", "JudgeFn", "Optimizer", "Proposal", "ReasonRequest", "Reasons", "RewriteRequest"]

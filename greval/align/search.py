@@ -287,3 +287,6 @@ class Search:
     async def final(self, recipe: Recipe) -> Instance:
         """The winner instantiated from the whole search part (with the budget's reserve)."""
         return await self.instance(recipe, None, _Tally(), reserve=True)
+
+
+__all__ = ["Candidate", "Context", "Search", "SearchResult"]

@@ -100,3 +100,6 @@ def split_units(units: Sequence[Unit], test_share: float, folds: int, seed: int)
         search=SearchPart(units=search, folds=fold_of, k=folds),
         test=tuple(u for u in units if u.record_hash in test_groups),
     )
+
+
+__all__ = ["SearchPart", "Split", "minimum_records", "split_units"]

@@ -251,3 +251,14 @@ class StoreOptimizer:
         per_reason = bound.prompt(cfg, reason_chars) + bound.answer(cfg)
         calls = (rewrites + reasons) * cfg.samples
         return Cost(calls=calls, tokens=cfg.samples * (rewrites * per_rewrite + reasons * per_reason))
+
+
+__all__ = [
+    "DEFAULT_OUT_TOKENS",
+    "DEFAULT_TOKENS_PER_CHAR",
+    "StoreJudge",
+    "StoreOptimizer",
+    "StoreRuns",
+    "TokenBound",
+    "prompt_chars",
+]

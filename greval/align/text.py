@@ -55,3 +55,6 @@ def confusion_text(units: Sequence[Unit], answers: Mapping[str, Answer], scale: 
     agree = sum(1 for u in units if human_answer(u, scale) == judged(u))
     lines.append(f"({agree} of {len(units)} agree)")
     return "\n".join(lines)
+
+
+__all__ = ["RECORD_CHARS", "confusion_text", "record_text", "spec_yaml"]

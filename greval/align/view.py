@@ -66,3 +66,6 @@ class LabelView:
 
     def __len__(self) -> int:
         return len(self._units)
+
+
+__all__ = ["LabelView", "LeakError", "Tracer"]

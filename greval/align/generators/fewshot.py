@@ -125,3 +125,6 @@ class FewShot:
             {"label": answer} if isinstance(spec.scale, CategoricalScale) else {"value": int(answer)}
         )
         return {"inputs": inputs, "output": {"reason": reason, **verdict}}
+
+
+__all__ = ["CHARS_PER_TOKEN", "FewShot", "meaning"]

@@ -69,3 +69,6 @@ class Rewrite:
             return Instance(apply_edits(spec, proposal.edits, f"{spec.name} (rewrite #{step.proposal + 1})"))
         except SpecError as exc:
             return Instance(None, f"the proposed edit is not a valid spec: {exc}")
+
+
+__all__ = ["Rewrite"]

@@ -30,3 +30,6 @@ class LabelOrder:
         data = ctx.spec.model_dump(mode="json")
         data["scale"]["labels"] = list(reversed(data["scale"]["labels"]))
         return Instance(validated(data, f"{ctx.spec.name} (labels reversed)"))
+
+
+__all__ = ["LabelOrder"]
