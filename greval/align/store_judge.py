@@ -98,19 +98,27 @@ class StoreRuns:
         self.bound = TokenBound()
 
     def learn(self, spec: Spec, spec_key: str, cfg: JudgeConfig, records: Sequence[Record]) -> None:
-        """Calibrate the token bound on what this judge spent on the current spec's stored verdicts: 1.5 × the
-        median judgement (a judgement may hold re-asks, so its maximum would count several calls)."""
+        """Calibrate the token bound on what this judge spent on the current spec's stored verdicts: the most
+        prompt tokens per character and the longest answer of its one-call judgements (a judgement that holds
+        re-asks shows about twice the median prompt tokens per character, and is left out)."""
         from statistics import median
 
         from greval.store.results import item_rows
 
         rows = item_rows(self.store, spec_key=spec_key, judge_key=cfg.key)
         spent = {r["record_hash"]: r for r in rows if r["status"] == "ok" and r["tokens_in"]}
-        seen = [(spent[r.hash], prompt_chars(spec, r)) for r in records if r.hash in spent]
-        if seen:
-            per_char = median(int(row["tokens_in"]) / (chars * cfg.samples) for row, chars in seen)
-            out = median(int(row["tokens_out"] or 0) / cfg.samples for row, _ in seen)
-            self.bound.learn(cfg, 100_000, math.ceil(1.2 * per_char * 100_000), math.ceil(out), 1)
+        seen = [
+            (int(spent[r.hash]["tokens_in"]) / (prompt_chars(spec, r) * cfg.samples), spent[r.hash])
+            for r in records
+            if r.hash in spent
+        ]
+        if not seen:
+            return
+        middle = median(ratio for ratio, _ in seen)
+        single = [(ratio, row) for ratio, row in seen if ratio <= 1.5 * middle]
+        most = max(ratio for ratio, _ in single)
+        longest = max(int(row["tokens_out"] or 0) for _, row in single) // cfg.samples
+        self.bound.learn(cfg, 100_000, math.ceil(most * 100_000), longest, 1)
 
     def key(self, spec: Spec, deps: Sequence[BaseSpec]) -> str:
         return spec_keys([*deps, spec])[spec.name]

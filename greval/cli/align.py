@@ -353,6 +353,9 @@ def align_cmd(
             bar.stop()
     path = out or Path(f"{target.name}.aligned.yaml")
     page = html or path.with_name(f"{target.name}.align.html")
+    stale = path.exists() and not result.adopted
     result = result.model_copy(update={"files": write_outputs(result, path, page)})
     _print_result(result, store)
+    if stale:
+        console.print(f"[yellow]note:[/] {escape(str(path))} is an earlier run's, left as it was", highlight=False)
     sys.exit(0)

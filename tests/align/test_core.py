@@ -217,7 +217,7 @@ def test_when_no_candidate_can_help_align_adopts_in_at_most_5_percent_of_200_see
     """Answers independent of the prompt (right 70 % of the time, drawn per spec version: every candidate is the
     current spec plus sampling noise). The search still finds a "winner" by cross-validation nearly every time
     (the winner's curse); the once-only test-part decision must refuse it. Under a true rate of 5 %, 200 runs
-    adopt more than 16 times with probability 2.7 % (binomial): the bound asserted."""
+    adopt more than 16 times with probability 2.4 % (binomial): the bound asserted."""
     adopted = winners = 0
     for seed in range(200):
         us = units(100, seed=seed)
@@ -225,8 +225,9 @@ def test_when_no_candidate_can_help_align_adopts_in_at_most_5_percent_of_200_see
         adopted += out.decision.adopted
         winners += out.final is not None
     assert winners > 100  # the search did propose (and the decision had something to refuse)
+    tail = sum(math.comb(200, k) * 0.05**k * 0.95 ** (200 - k) for k in range(17, 201))
+    assert tail < 0.03  # the bound's margin: P(X ≥ 17 | p = 0.05)
     assert adopted <= 16, f"adopted in {adopted}/200 runs"
-    assert math.comb(200, 17) > 0  # (the binomial bound above: P(X ≥ 17 | p = 0.05) ≈ 0.027)
 
 
 # ------------------------------------------------------------------------------------------------ power
