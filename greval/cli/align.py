@@ -53,7 +53,8 @@ class RoundBar:
         elif isinstance(event, CandidateScored):
             c = event.candidate
             score = "—" if c.cv is None else f"{c.cv:.3f}"
-            why = f" ({escape(c.note)})" if c.status != "scored" and c.note else ""
+            note = c.note if c.note is None or len(c.note) <= 160 else c.note[:157] + "…"  # whole on the page
+            why = f" ({escape(note)})" if c.status != "scored" and note else ""
             console.print(
                 f"  round {c.round} · {escape(c.description)}: CV {score} {escape(f'[{c.status}]')}{why} — "
                 f"{c.cost.calls} calls",
