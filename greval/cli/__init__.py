@@ -50,6 +50,10 @@ class GrevalGroup(LazyGroup):
 # or its help is asked for, so `greval --help` imports no stage. No `except ImportError`: a module that
 # cannot be imported fails loudly when its command is used.
 COMMANDS: dict[str, Lazy] = {
+    "align": Lazy(
+        "greval.cli.align:align_cmd",
+        "Improve a spec from people's labels; adopt it only if it proves better on labels the search never read.",
+    ),
     "agreement": Lazy(
         "greval.cli.agreement:agreement",
         "Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok), or in a "

@@ -108,13 +108,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
 
     # -------------------------------------------------------------------------------- catalogue
     def put_specs(self, specs: Sequence[BaseSpec], keys: dict[str, str]) -> None:
+        """Declare spec versions (every run does): a version declared again becomes its metric's latest, the one
+        commands read when no version is named (``created_at`` is the last declaration)."""
         now = time.time()
         # The body is the latest declaration of this version: fields outside the hash (dataset_aggregate,
         # a way of reading verdicts) may change without a new version, and the store reads them from here.
         self._write(
             lambda db: db.executemany(
                 "INSERT INTO specs (spec_key, name, spec_hash, body, created_at) VALUES (?,?,?,?,?)"
-                " ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body",
+                " ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body, created_at = excluded.created_at",
                 [(keys[s.name], s.name, s.hash, s.model_dump_json(), now) for s in specs],
             )
         )
@@ -206,7 +208,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         return [dict(zip(("spec_key", "name", "spec_hash", "created_at"), r, strict=True)) for r in cur]
 
     def latest_spec(self, name: str) -> tuple[str, Spec]:
-        """The most recently stored version of a judge metric."""
+        """The most recently declared version of a judge metric (see :meth:`put_specs`)."""
         row = self.db.execute(
             "SELECT spec_key FROM specs WHERE name=? ORDER BY created_at DESC, rowid DESC LIMIT 1", (name,)
         ).fetchone()
