@@ -350,11 +350,13 @@ def store_option(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The one ``--store`` option: a path or URL (:class:`StoreRef`), falling back to ``$GREVAL_STORE``
     (``env``; not where leaving the option out means something else: a temporary store, a labels file)."""
+    # Click ≥ 8.3 takes an explicit default=None as a value that satisfies required=True: leave it out then.
+    given = {"default": default} if default is not None or not required else {}
     return click.option(
         "--store",
         dest,
         type=StoreRef(must_exist),
-        default=default,
+        **given,
         required=required,
         show_default=default is not None,
         envvar="GREVAL_STORE" if env else None,
