@@ -351,7 +351,7 @@ def store_option(
     """The one ``--store`` option: a path or URL (:class:`StoreRef`), falling back to ``$GREVAL_STORE``
     (``env``; not where leaving the option out means something else: a temporary store, a labels file)."""
     # Click ≥ 8.3 takes an explicit default=None as a value that satisfies required=True: leave it out then.
-    given = {"default": default} if default is not None or not required else {}
+    given: dict[str, Any] = {"default": default} if default is not None or not required else {}
     return click.option(
         "--store",
         dest,
