@@ -1,5 +1,5 @@
-"""Every command's required options are really required: Click ≥ 8.3 treats an explicit ``default=None`` as a value,
-so a required option declared with it was silently None (a TypeError traceback further down)."""
+"""A required ``--store`` left out is named by Click: Click ≥ 8.3 treats an explicit ``default=None`` as a value, so
+the option declared with it was silently None (a TypeError traceback further down)."""
 
 from __future__ import annotations
 
