@@ -65,7 +65,9 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         assert "30 judgement(s) to make" in both
         assert "starting the embedded local judge" in both
         assert "(created)" in both
-        assert re.search(r"Argilla\s+http://127\.0\.0\.1:\d+\s+login: \S+ / \S+", first.stdout)
+        assert re.search(
+            r"Argilla\s+http://127\.0\.0\.1:\d+\s+login: \S+, password: \S+ annotate credentials", first.stdout
+        )
         report = work / "report" / "attribution.agreement.html"
         assert report.exists() and "<img" in report.read_text()
         db = sqlite3.connect(work / "greval.sqlite")
@@ -209,7 +211,13 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         creds = server.read_credentials(data)
         url = server.status(data).url
         assert url and url in first.stdout
-        assert creds["username"] in first.stdout and creds["password"] in first.stdout
+        assert creds["username"] in first.stdout
+        # no secret printed unasked: the line names the command that shows the password, which does
+        assert creds["password"] not in both and creds["api_key"] not in both
+        shown = re.search(r"password: (.+annotate credentials.*)$", first.stdout, re.MULTILINE)
+        assert shown, first.stdout
+        asked = _greval(shlex.split(shown.group(1)), own, env)
+        assert asked.returncode == 0 and creds["password"] in asked.stdout and creds["api_key"] in asked.stdout
         assert "'attribution'" in first.stdout
         assert "╭" not in first.stdout  # plain lines, no panel that cuts paths at 80 columns
 

@@ -3,7 +3,8 @@ compact rich tables (greval.report.terminal) and written as JSON / HTML / Markdo
 
 The flags arrive as five bundles, each built from its flags here and nowhere else: where the answers are
 (:class:`Source`), which columns hold what (:class:`Columns`), the scale (:class:`ScaleFlags`), how to compute
-(:class:`ComputeFlags`) and what to write (:class:`Outputs`). greval.cli.agreement_modes picks the mode (a
+(:class:`ComputeFlags`) and what to write (:class:`Outputs`); and the read limits every command that reads a
+file shares (greval.cli.common.read_limit_options). greval.cli.agreement_modes picks the mode (a
 file, a store, two runs of the judge paired by a column; several judges or versions compared) and runs it.
 
 User mistakes (missing column, unknown label, bad flag) exit 2 with one line on stderr, no traceback.
@@ -23,7 +24,8 @@ from rich.console import Console
 from greval.agreement.models import AgreementOptions, AgreementScale
 from greval.agreement.tables import read_table, to_agreement_frame
 from greval.cli.bundle import bundle
-from greval.cli.common import fail, store_option
+from greval.cli.common import fail, read_limit_options, store_option
+from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 
 
@@ -378,7 +380,10 @@ OUTPUTS = bundle(
 @SCALE
 @COMPUTE
 @OUTPUTS
-def agreement(source: Source, columns: Columns, scale: ScaleFlags, compute: ComputeFlags, outputs: Outputs) -> None:
+@read_limit_options
+def agreement(
+    source: Source, columns: Columns, scale: ScaleFlags, compute: ComputeFlags, outputs: Outputs, limits: ReadLimits
+) -> None:
     """Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok),
     or in a greval store (--store S --spec NAME).
 
@@ -393,7 +398,7 @@ def agreement(source: Source, columns: Columns, scale: ScaleFlags, compute: Comp
 
     console = Console() if sys.stdout.isatty() else Console(width=160)
     try:
-        run(console, source, columns, scale, compute, outputs)
+        run(console, source, columns, scale, compute, outputs, limits)
     except UserError as exc:
         fail(exc)
     except ValidationError as exc:

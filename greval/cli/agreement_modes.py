@@ -21,12 +21,15 @@ import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 
-from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
+from greval.agreement.agreement import compute_agreement
+from greval.agreement.comparison import compare_agreement
+from greval.agreement.consistency import compute_consistency
 from greval.agreement.models import AgreementOptions, AgreementReport, AgreementScale, ComparisonReport
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.tables import read_table, select, to_agreement_frame
 from greval.cli.agreement import Columns, ComputeFlags, Outputs, ScaleFlags, Source
 from greval.cli.flags import FLAGS
+from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.report.agreement import render_consistency_markdown, render_html, render_markdown
 from greval.report.format import with_names
@@ -48,9 +51,15 @@ class Job:
 
 
 def run(
-    console: Console, source: Source, columns: Columns, scale: ScaleFlags, compute: ComputeFlags, outputs: Outputs
+    console: Console,
+    source: Source,
+    columns: Columns,
+    scale: ScaleFlags,
+    compute: ComputeFlags,
+    outputs: Outputs,
+    limits: ReadLimits,
 ) -> None:
-    """Pick the mode from the flags and run it."""
+    """Pick the mode from the flags and run it (``limits``: how much of FILE may be read)."""
     if source.store is not None:
         compute.mapping()  # a bad --relabel (or the retired --map) is refused first
         report(console, store_job(console, source, columns, compute), outputs)
@@ -60,7 +69,7 @@ def run(
     if source.file is None or not (columns.judges or columns.score) or (columns.human is None and not columns.pair_by):
         raise UserError("give FILE with --judge COL (or --score COL) and --human COL, or --store S --spec NAME")
     agreement_scale, options = scale.scale(), compute.options(list(columns.slices))
-    raw = read_table(source.file, as_text=True)
+    raw = read_table(source.file, as_text=True, limits=limits)
     if columns.pair_by is not None:
         pairs(console, raw, columns, agreement_scale, options, outputs)
         return

@@ -86,7 +86,7 @@ def _quickstart(
     from greval.annotation.argilla import connect
     from greval.annotation.labels_import import import_labels
     from greval.annotation.push import push
-    from greval.cli.common import ProgressBar, console, notify, out, print_summary
+    from greval.cli.common import ProgressBar, console, notice, out, print_summary
     from greval.cli.flags import FLAGS
     from greval.dataset.tables import read_rows
     from greval.report.store_report import build, write
@@ -129,7 +129,7 @@ def _quickstart(
             work / "records.jsonl",
             store_path,
             judge,
-            notify=notify,
+            notify=notice,
             on_event=said,
             progress=hook,
         )
@@ -263,7 +263,8 @@ def _closing(
     lines = []
     if argilla is not None:
         info = argilla.info
-        lines.append(f"Argilla     {info.url}   login: {info.username} / {info.password}")
+        # the password stays in its file (0600): a terminal's scrollback and CI logs are not private
+        lines.append(f"Argilla     {info.url}   login: {info.username}, password: {gv} annotate credentials{data_dir}")
         state = ""
         if argilla.progress is not None:
             done, total = argilla.progress

@@ -178,7 +178,7 @@ def corrected_systems(
     here the agreement frame of the labelled items is completed with every other ok verdict of the metric, so the
     raw shares are over all the judge's verdicts and the error rates over the labelled ones (per system: the
     system's own labelled items)."""
-    from greval.agreement.compute import MISSING_SLICE, compute_agreement
+    from greval.agreement.agreement import MISSING_SLICE, compute_agreement
     from greval.agreement.models import AgreementOptions
 
     found = _all_verdicts_frame(st, spec, fig, items, recs)

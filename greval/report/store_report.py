@@ -209,7 +209,7 @@ def _agreement(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The judge-vs-human headline for a metric with human labels (None when nobody labelled it), and its page
     (the HTML, Markdown and JSON of the agreement report) when ``pages`` says where."""
-    from greval.agreement.compute import compute_agreement
+    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
     from greval.report.agreement import render_html, render_markdown

@@ -1,0 +1,180 @@
+"""One trace's spans → one dataset row (what :func:`greval.dataset.records.hash_row` makes a record of); the traces
+of one session → one conversation row (:func:`assemble_conversation`).
+
+The row's id is the trace id, so verdicts go back to the trace they judge and a re-read trace is the same
+record (content-addressed: an unchanged trace is never judged twice). Fields:
+
+- ``question``: the root span's input, else the first LLM span's last user message;
+- ``answer``: the root span's output, else the last LLM span's output;
+- ``chunks``: every retriever span's documents in order, ``{id, text, score, metadata, span_id, position}``
+  (a document retrieved twice is kept once);
+- efficiency fields, named as the store report reads them (:data:`greval.report.store_report.EFFICIENCY`):
+  ``prompt_tokens`` / ``output_tokens`` / ``tokens`` summed over the LLM spans, ``llm_calls``, ``latency_s`` (the
+  root span's duration);
+- ``root_span_id``; and the root span's metadata keys as fields of their own (``expected_answer`` there feeds
+  ``answer_alignment``), unless they would replace one of the above.
+
+A conversation (the traces sharing a session id, in time order): ``conversation``, each trace a user turn (its
+question) and an assistant turn (its answer) with the trace id and root span id as the turn's metadata, as
+Phoenix's own session view reads turns; its id is the session id; the efficiency fields summed over its traces;
+``session_id``, ``trace_ids``, ``root_span_id`` (the first trace's) and the first trace's metadata keys.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from greval.traces.spans import Span
+
+__all__ = ["Assembled", "assemble", "assemble_conversation", "root_of", "session_of"]
+
+#: Fields a trace fills itself; metadata keys of these names are left out (and said).
+RESERVED = (
+    "id", "question", "answer", "chunks", "prompt_tokens", "output_tokens", "tokens", "llm_calls", "latency_s",
+    "root_span_id", "conversation", "session_id", "trace_ids",
+)  # fmt: skip
+
+
+class Assembled(BaseModel):
+    """A trace as a row, and what could not be read from it (each a short phrase counted across traces)."""
+
+    trace_id: str
+    row: dict[str, Any]
+    missing: list[str] = Field(default_factory=list)
+    skipped_kinds: Counter[str] = Field(default_factory=Counter)
+
+
+_NEVER = datetime.max.replace(tzinfo=UTC)  # traces without a start time sort last
+
+
+def root_of(spans: Sequence[Span]) -> Span:
+    """The trace's root: a span without a parent in the trace (the earliest, if several)."""
+    ids = {s.span_id for s in spans}
+    roots = [s for s in spans if not s.parent_id or s.parent_id not in ids] or list(spans)
+    return _ordered(roots)[0]
+
+
+def _ordered(spans: Sequence[Span]) -> list[Span]:
+    return sorted(spans, key=lambda s: (s.start is None, s.start.timestamp() if s.start else 0.0, s.span_id))
+
+
+def session_of(spans: Sequence[Span]) -> str | None:
+    """The session (conversation) a trace belongs to: its root's session id, else any of its spans'."""
+    return root_of(spans).session_id or next((s.session_id for s in _ordered(spans) if s.session_id), None)
+
+
+def _chunks(retrievers: Sequence[Span]) -> list[dict[str, Any]]:
+    chunks: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for span in retrievers:
+        for doc in span.documents:
+            key = doc.id if doc.id is not None else f"{span.span_id}:{doc.position}"
+            if key in seen:
+                continue
+            seen.add(key)
+            chunk: dict[str, Any] = {"text": doc.text, "span_id": span.span_id, "position": doc.position}
+            if doc.id is not None:
+                chunk["id"] = doc.id
+            if doc.score is not None:
+                chunk["score"] = doc.score
+            if doc.metadata:
+                chunk["metadata"] = doc.metadata
+            chunks.append(chunk)
+    if any("id" not in c for c in chunks):  # ids for documents that had none: their place in the trace
+        for i, c in enumerate(chunks, start=1):
+            c.setdefault("id", f"d{i}")
+    return chunks
+
+
+def _sum(values: Sequence[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def assemble(spans: Sequence[Span]) -> Assembled:
+    """The row of one trace's spans (all of one trace id)."""
+    spans = _ordered(spans)
+    root = root_of(spans)
+    llms = [s for s in spans if s.kind == "llm"]
+    retrievers = [s for s in spans if s.kind == "retriever"]
+    question = root.input or next((s.input for s in llms if s.input), None)
+    answer = root.output or next((s.output for s in reversed(llms) if s.output), None)
+    prompt = _sum([s.prompt_tokens for s in llms])
+    output = _sum([s.completion_tokens for s in llms])
+    total = _sum([s.total_tokens if s.total_tokens is not None else _sum([s.prompt_tokens, s.completion_tokens])
+                  for s in llms])  # fmt: skip
+    if not llms:  # no LLM span: the root's own counts (LangSmith puts a trace's totals on its root run)
+        prompt, output, total = root.prompt_tokens, root.completion_tokens, root.total_tokens
+    row: dict[str, Any] = {
+        "id": root.trace_id,
+        "question": question,
+        "answer": answer,
+        "chunks": _chunks(retrievers) or None,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "tokens": total,
+        "llm_calls": len(llms) or None,
+        "latency_s": None if root.seconds is None else round(root.seconds, 6),
+        "root_span_id": root.span_id,
+    }
+    missing = [name for name, value in (("question", question), ("answer", answer)) if not value]
+    if not retrievers:
+        missing.append("retriever span (so no chunks)")
+    elif row["chunks"] is None:
+        missing.append("retrieved documents (so no chunks)")
+    for key, value in root.metadata.items():
+        if key in RESERVED:
+            missing.append(f"metadata key {key!r} (a field greval fills from the spans)")
+        elif value is not None:
+            row[key] = value
+    skipped = Counter(s.name or s.kind for s in spans if s is not root and s.kind == "other")
+    return Assembled(
+        trace_id=root.trace_id,
+        row={k: v for k, v in row.items() if v is not None},
+        missing=missing,
+        skipped_kinds=skipped,
+    )
+
+
+_EFFICIENCY = ("prompt_tokens", "output_tokens", "tokens", "llm_calls", "latency_s")
+
+
+def assemble_conversation(session_id: str, traces: Sequence[Sequence[Span]]) -> Assembled:
+    """The row of one session's traces: a conversation, each trace a user and an assistant turn, in time order.
+    A trace without a question or an answer leaves that turn out (said in ``missing``)."""
+    parts = [assemble(t) for t in sorted(traces, key=lambda t: root_of(t).start or _NEVER)]
+    turns: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for part in parts:
+        for role, field in (("user", "question"), ("assistant", "answer")):
+            text = part.row.get(field)
+            if not text:
+                missing.append(f"{field} (so the conversation lacks that trace's {role} turn)")
+                continue
+            meta = {"trace_id": part.trace_id, "span_id": part.row["root_span_id"]}
+            turns.append({"id": f"t{len(turns) + 1}", "role": role, "content": text, **meta})
+    row: dict[str, Any] = {
+        "id": session_id,
+        "conversation": turns or None,
+        "session_id": session_id,
+        "trace_ids": [p.trace_id for p in parts],
+        "root_span_id": parts[0].row["root_span_id"],
+    }
+    for name in _EFFICIENCY:
+        known = [p.row[name] for p in parts if p.row.get(name) is not None]
+        row[name] = (round(sum(known), 6) if name == "latency_s" else sum(known)) if known else None
+    row.update({k: v for k, v in parts[0].row.items() if k not in RESERVED})
+    skipped: Counter[str] = Counter()
+    for p in parts:
+        skipped.update(p.skipped_kinds)
+    return Assembled(
+        trace_id=session_id,
+        row={k: v for k, v in row.items() if v is not None},
+        missing=missing,
+        skipped_kinds=skipped,
+    )
