@@ -17,6 +17,7 @@ FLAGS: dict[str, str] = {
     "max_tokens": "--max-tokens",
     "method": "--method",
     "samples": "--samples",
+    "temperature": "--temperature",
     "logprobs": "--logprobs",
     "seed": "--seed",
     "mapping": "--map",
@@ -26,8 +27,12 @@ FLAGS: dict[str, str] = {
     "Sample.items": "--sample-items",
     "spec": "--spec",
     "store": "--store",
+    "id_column": "--id-column",
+    # align
+    "folds": "--folds",
     # agreement/ (greval agreement, gate, review status): the options' models, frame columns, parameters
     "AgreementOptions.invalid": "--invalid",
+    "AgreementOptions.invalid_pairs": "--invalid-pairs",
     "AgreementOptions.mapping": "--relabel",
     "AgreementOptions.missing_values": "--missing-values",
     "AgreementOptions.pos_label": "--pos-label",
@@ -77,6 +82,9 @@ FLAGS: dict[str, str] = {
     "host": "--host",
     "max_body": "--max-body",
     "max_records": "--max-records",
+    "body_timeout": "--body-timeout",
+    "header_timeout": "--header-timeout",
+    "max_connections": "--max-connections",
 }
 
 

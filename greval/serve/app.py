@@ -275,7 +275,8 @@ class Guard:
                     if size > self.settings.max_body:
                         raise self._too_large()
         except TimeoutError:
-            late = f"request body not complete within {self.settings.body_timeout:g} s (--body-timeout)"
+            within = f"{self.settings.body_timeout:g} s (the server's {option('body_timeout')})"
+            late = f"request body not complete within {within}"
             raise ServeError(408, "body_timeout", late, "body", CLOSE) from None
         body = b"".join(chunks)
         problem = json_problem(body) if body else None
