@@ -7,7 +7,12 @@ from __future__ import annotations
 from greval.errors import render_options
 
 #: field (bare, or qualified as `Model.field` where one name means two flags) → flag.
-FLAGS: dict[str, str] = {}
+FLAGS: dict[str, str] = {
+    # greval gate (greval.gate.GateRequest)
+    "baseline": "--baseline",
+    "max_drop": "--max-drop",
+    "systems": "--system",
+}
 
 
 def for_terminal(message: str) -> str:
