@@ -152,10 +152,9 @@ def _score_checks(store: Store, req: GateRequest, conds: Sequence[Condition], no
     notes.append(f"{metric['spec']}: dataset score of run {run['run_id']} ({run['dataset'] or 'no dataset name'})")
     checks = []
     for row in rows:
-        f, s = row.figures, row.score
+        f = row.figures
         label = SCORE + (f" [{row.system}]" if row.system else "")
-        est = Estimate(value=f.mean_score, n=f.scored, ci_low=s.ci_low, ci_high=s.ci_high, note=s.note)
-        checks += [check(label, est, c.op, c.threshold, req.side) for c in conds]
+        checks += [check(label, row.estimate(), c.op, c.threshold, req.side) for c in conds]
         notes.append(
             f"{metric['spec']}{f' [{row.system}]' if row.system else ''}: {f.scored} of {f.records} records scored"
         )

@@ -20,6 +20,7 @@ from greval.store.store import Store
 if TYPE_CHECKING:
     import pandas as pd
 
+    from greval.agreement.gate import Check
     from greval.agreement.models import AgreementReport
     from greval.report.scores import ScoreRow
 
@@ -131,6 +132,32 @@ class Results:
 
         with self._open() as st:
             return score_rows(st, self._items(st), resamples=resamples, seed=seed)
+
+    def checks(
+        self,
+        *,
+        min_score: float | None = None,
+        max_score: float | None = None,
+        ci: Literal["value", "lower", "upper"] = "value",
+    ) -> list[tuple[str, Check]]:
+        """(metric, check) for each metric asked for and each bound given: its dataset score (the point value,
+        or an end of its 95 % CI) ``>= min_score`` / ``<= max_score`` — the test ``greval gate`` makes of
+        ``score>=X`` (an undefined score fails, saying why)."""
+        from greval.agreement.gate import check
+        from greval.agreement.models import Estimate
+
+        if ci not in ("value", "lower", "upper"):
+            raise UserError(f"ci {ci!r}: 'value', 'lower' or 'upper'")
+        bounds = [(op, x) for op, x in ((">=", min_score), ("<=", max_score)) if x is not None]
+        if not bounds:
+            return []
+        rows = {r.metric: r for r in self.scores()}
+        out = []
+        for name in self.asked:
+            row = rows.get(name)
+            est = row.estimate() if row is not None else Estimate(value=None, n=0, note="no verdict")
+            out += [(name, check("score", est, op, x, ci)) for op, x in bounds]
+        return out
 
     def summary(self) -> pd.DataFrame:
         """One row per metric: its dataset score (the figure ``greval run`` prints) with a 95 % bootstrap CI,

@@ -17,9 +17,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from greval.agreement import bootstrap as bs
+from greval.agreement.models import Estimate
 from greval.errors import UserError
 from greval.report.store_report import MeanCI, score_ci
-from greval.spec import BaseSpec
 from greval.store.results import MetricFigures, dataset_score, figures_from_rows, item_rows, record_rows
 from greval.store.store import Store
 
@@ -58,23 +58,10 @@ class ScoreRow(BaseModel):
     figures: MetricFigures
     score: MeanCI
 
-    def record(self) -> dict[str, Any]:
-        """The row as a summary table shows it (one flat dict)."""
+    def estimate(self) -> Estimate:
+        """The dataset score and its CI as the gate's conditions test them."""
         f, s = self.figures, self.score
-        return {
-            "metric": self.metric,
-            **({"system": self.system} if self.system is not None else {}),
-            "score": f.mean_score,
-            "ci_low": s.ci_low,
-            "ci_high": s.ci_high,
-            "scored": f.scored,
-            "records": f.records,
-            "failed": f.failed + f.partial,
-            "skipped": f.skipped,
-            "aggregate": f.aggregate,
-            "judge": self.judge,
-            "note": s.note,
-        }
+        return Estimate(value=f.mean_score, n=f.scored, ci_low=s.ci_low, ci_high=s.ci_high, note=s.note)
 
 
 def run_items(store: Store, run_id: str, metrics: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -117,11 +104,6 @@ def score_rows(
                 )
             )
     return out
-
-
-def metric_records(items: Sequence[Mapping[str, Any]], spec: BaseSpec, spec_key: str) -> list[dict[str, Any]]:
-    """One metric's record rows (:func:`greval.store.results.record_rows`)."""
-    return record_rows(items, {spec_key: spec})
 
 
 class PairedChange(BaseModel):
