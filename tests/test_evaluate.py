@@ -182,7 +182,7 @@ def test_agreement_from_a_column_labels_or_the_store_is_greval_agreements_report
                     "record_id": r["id"],
                     "label": r["human"],
                     "status": "submitted",
-                }  # fmt: skip
+                }
                 for r in data
             ]
         )
