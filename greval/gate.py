@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from greval.agreement.gate import Check, Condition, GateResult, Side, check
 from greval.agreement.models import Estimate
 from greval.errors import UserError, option
-from greval.report.scores import SystemFilter, in_system, paired_change, run_items, score_rows
+from greval.report.scores import SystemFilter, in_system, paired_change, run_items, score_rows, system_values
 from greval.store.results import item_rows, record_rows
 from greval.store.store import Store
 
@@ -148,6 +148,13 @@ def find_run(store: Store, spec: str, judge: str | None, run_id: str | None) -> 
 def _score_checks(store: Store, req: GateRequest, conds: Sequence[Condition], notes: list[str]) -> list[Check]:
     run, metric = find_run(store, req.spec, req.judge, req.run)
     items = run_items(store, run["run_id"], [(metric["spec_key"], metric["judge_key"])])
+    for system in req.systems:
+        if not in_system(store, items, system):
+            found = sorted(system_values(store, items, system.column))
+            raise UserError(
+                f"system {system}: no record of run {run['run_id']} has it ({system.column}: "
+                f"{', '.join(found) if found else 'no record has this field'})"
+            )
     rows = score_rows(store, items, req.systems, resamples=req.resamples, seed=req.seed)
     notes.append(f"{metric['spec']}: dataset score of run {run['run_id']} ({run['dataset'] or 'no dataset name'})")
     checks = []

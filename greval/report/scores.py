@@ -79,6 +79,12 @@ def in_system(store: Store, items: Sequence[Mapping[str, Any]], system: SystemFi
     return [r for r in items if system.matches(data.get(r["record_hash"], {}))]
 
 
+def system_values(store: Store, items: Sequence[Mapping[str, Any]], column: str) -> set[str]:
+    """The values the records of ``items`` hold in ``column`` (as text)."""
+    hashes = {r["record_hash"] for r in items}
+    return {str(rec.data[column]) for rec in store.records(hashes) if rec.data.get(column) is not None}
+
+
 def score_rows(
     store: Store,
     items: Sequence[Mapping[str, Any]],
