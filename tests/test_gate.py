@@ -215,3 +215,15 @@ def test_the_paired_change_is_the_difference_of_dataset_scores_with_a_bootstrap_
     assert (same.change, same.ci_low, same.ci_high) == (0.0, 0.0, 0.0)
     partial = paired_change(now, before[:30], "macro", resamples=200)
     assert (partial.paired, partial.only_current, partial.only_baseline) == (30, 10, 0)
+
+
+def test_a_scores_ci_does_not_depend_on_the_order_of_its_rows() -> None:
+    """Verdicts written concurrently are stored in the order they finished: the CI must not follow it (it did:
+    the same records gave another CI from one run to the next)."""
+    from greval.report.store_report import score_ci
+
+    rng = np.random.default_rng(3)
+    rows = [{"record_id": f"r{i}", "record_hash": f"h{i}", "status": "ok", "score": float(x), "units": 1}
+            for i, x in enumerate(rng.random(30))]  # fmt: skip
+    cis = {(c.ci_low, c.ci_high) for c in (score_ci(rng.permutation(rows).tolist(), "micro") for _ in range(5))}
+    assert len(cis) == 1
