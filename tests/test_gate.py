@@ -227,3 +227,9 @@ def test_a_scores_ci_does_not_depend_on_the_order_of_its_rows() -> None:
             for i, x in enumerate(rng.random(30))]  # fmt: skip
     cis = {(c.ci_low, c.ci_high) for c in (score_ci(rng.permutation(rows).tolist(), "micro") for _ in range(5))}
     assert len(cis) == 1
+    before = [{**r, "score": r["score"] / 2} for r in rows]
+    changes = {
+        (c.ci_low, c.ci_high)
+        for c in (paired_change(rng.permutation(rows).tolist(), before, "micro", resamples=300) for _ in range(5))
+    }
+    assert len(changes) == 1

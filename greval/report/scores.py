@@ -144,7 +144,7 @@ def paired_change(
     :func:`dataset_score` of its paired rows; each resample recomputes both the same way (Σ score·units /
     Σ units when pooled, the mean of record scores for ``macro``) over the same resampled records."""
     now, before = _scored(current), _scored(baseline)
-    ids = [i for i in now if i in before]
+    ids = sorted(i for i in now if i in before)  # record-id order: the CI does not follow storage order
     out = PairedChange(
         current=dataset_score([now[i] for i in ids], pooling)[0],
         baseline=dataset_score([before[i] for i in ids], pooling)[0],
