@@ -153,9 +153,10 @@ def test_agreement_from_a_column_labels_or_the_store_is_greval_agreements_report
     by_column = res.agreement(human="human", bootstrap=200)
     by_id = res.agreement(human={r["id"]: r["human"] for r in data}, bootstrap=200)
     in_order = res.agreement(human=pd.Series([r["human"] for r in data]), bootstrap=200)
+    as_list = res.agreement(human=[r["human"] for r in data], bootstrap=200)
     frame = pd.DataFrame({"record_id": [r["id"] for r in data], "label": [r["human"] for r in data]})
     by_frame = res.agreement(human=frame, bootstrap=200)
-    assert by_column.metrics == by_id.metrics == in_order.metrics == by_frame.metrics
+    assert by_column.metrics == by_id.metrics == in_order.metrics == as_list.metrics == by_frame.metrics
     # the same report `greval agreement FILE` computes from the same pairs
     pairs = tmp_path / "pairs.csv"
     judge = res.to_pandas()["answer_alignment.label"]

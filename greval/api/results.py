@@ -211,9 +211,9 @@ class Results:
         """The judge's agreement with people: the report ``greval agreement`` prints (κ, accuracy … with CIs).
 
         ``human``: None for the labels in the store (pulled from Argilla or imported); a field of the records
-        (``"human_label"``, a column of the data); labels by record id (a dict, or a Series indexed by record id
-        — or in the data's row order); or a DataFrame with ``record_id``, ``label`` and optionally ``item_id``
-        (required for a per-item metric) and ``annotator``."""
+        (``"human_label"``, a column of the data); labels by record id (a dict, or a Series indexed by record id),
+        or one per row in the data's order (a list, a Series); or a DataFrame with ``record_id``, ``label``
+        and optionally ``item_id`` (required for a per-item metric) and ``annotator``."""
         from greval.agreement.compute import compute_agreement
         from greval.agreement.from_store import agreement_scale, store_frame
         from greval.agreement.models import AgreementOptions
@@ -242,6 +242,8 @@ class Results:
             return [{"record_id": rid, "item_id": "", "human": data.get(rid, {}).get(human)} for rid in self.ids]
         if isinstance(human, pd.DataFrame):
             return _frame_labels(human)
+        if isinstance(human, Sequence) and not isinstance(human, str | bytes):
+            human = dict(enumerate(human))  # one label per row of the data, in its order
         if isinstance(human, pd.Series | Mapping):
             pairs = list(human.items())
             known = set(self.ids)
