@@ -63,7 +63,7 @@ def test_a_dataframe_a_list_a_dataset_and_a_file_give_one_frame_and_a_second_cal
     path = tmp_path / "rag.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in data), encoding="utf-8")
     datasets = pytest.importorskip("datasets")
-    for again in (data, str(path), datasets.Dataset.from_list(data)):
+    for again in (data, str(path), greval.load_records(path), datasets.Dataset.from_list(data)):
         res = greval.evaluate(again, metrics, judge="openai:judge-test", progress=False)
         assert res.calls == 0 and judged.stats()["total"] == 0
         pd.testing.assert_frame_equal(res.to_pandas(), frame)
@@ -137,6 +137,8 @@ def test_bad_input_is_one_line(judged: OpenAIServer) -> None:
         assert "\n" not in str(exc)
     with pytest.raises(UserError, match="not a dataset"):
         greval.evaluate(42, "rouge_l", progress=False)
+    with pytest.raises(DataError, match="several columns named 'answer'"):
+        greval.evaluate(pd.DataFrame([[1, 2]], columns=["answer", "answer"]), "rouge_l", progress=False)
     # the fix the message names works: the mapped frame is judged
     res = greval.evaluate(
         frame, "answer_alignment", judge="openai:judge-test", map={"expected_answer": "reference", "answer": "response"}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from greval.dataset.records import HashedRow, map_rows
+from greval.dataset.records import HashedRow, Record, map_rows
 from greval.errors import DataError
 from greval.spec import BaseSpec
 from greval.traces.source import TraceRows
@@ -58,6 +58,9 @@ def _table(data: Any) -> tuple[Iterable[Mapping[str, Any]], str] | None:
     """In-memory rows and their name, or None when ``data`` is not an in-memory table."""
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(data, pandas.DataFrame):
+        twice = sorted({str(c) for c in data.columns[data.columns.duplicated()]})
+        if twice:
+            raise DataError(f"the DataFrame has several columns named {', '.join(map(repr, twice))}; rename them")
         return _frame_rows(data), "the DataFrame"
     hf = sys.modules.get("datasets")
     if hf is not None and isinstance(data, hf.DatasetDict):
@@ -65,6 +68,8 @@ def _table(data: Any) -> tuple[Iterable[Mapping[str, Any]], str] | None:
     if hf is not None and isinstance(data, hf.Dataset):
         return iter(data), "the Dataset"
     if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        if data and all(isinstance(r, Record) for r in data):  # greval.load_records' Records: their ids kept
+            return ({"id": r.id, **r.data} for r in data), "the records"
         bad = next((i for i, r in enumerate(data) if not isinstance(r, Mapping)), None)
         if bad is not None:
             raise DataError(f"data: row {bad + 1} is a {type(data[bad]).__name__}, not a dict of fields")
