@@ -24,6 +24,7 @@ from greval.agreement.gate import Check, Condition, GateResult, Side, check
 from greval.agreement.models import Estimate
 from greval.errors import UserError, option
 from greval.report.scores import SystemFilter, in_system, paired_change, run_items, score_rows, system_values
+from greval.spec import Spec
 from greval.store.results import item_rows, record_rows
 from greval.store.store import Store
 
@@ -92,15 +93,13 @@ def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition]
     from greval.agreement.models import AgreementOptions
 
     name, _, version = req.spec.partition("@")
-    try:
-        frame, scale, _ = store_frame(store, name, req.judge, "item", version or None, datasets=req.datasets)
-    except UserError as exc:
-        if "not a judge metric" in str(exc):
-            raise UserError(
-                f"{exc}: agreement needs a judge's verdicts and people's labels; gate its dataset score "
-                f"with '{SCORE}>=X'"
-            ) from None
-        raise
+    found = [r for r in store.specs() if r["name"] == name and version in ("", r["spec_hash"], r["spec_key"])]
+    if found and not isinstance(spec := store.any_spec(found[-1]["spec_key"]), Spec):
+        raise UserError(
+            f"metric {name!r} is a {spec.kind} metric, not a judge metric: agreement needs a judge's verdicts "
+            f"and people's labels; gate its dataset score with '{SCORE}>=X'"
+        )
+    frame, scale, _ = store_frame(store, name, req.judge, "item", version or None, datasets=req.datasets)
     report = compute_agreement(frame, scale, AgreementOptions(bootstrap=req.resamples, seed=req.seed))
     notes.append(f"agreement from {report.counts.items_compared} items compared (see `greval agreement`)")
     return evaluate(report, conds, req.side, req.vs_ceiling).checks
