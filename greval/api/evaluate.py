@@ -128,7 +128,8 @@ async def _evaluate(ev: Evaluation, progress: Progress) -> Results:
     st = path if isinstance(path, Store) else Store(path)
     try:
         plan = plan_work(specs, rows.rows, st, cfg, opts.retry_errors, opts.sample)
-        with serve_judge(cfg, say, needed=plan.judgements > 0) as live:
+        # a local model is served while calls are needed (one already running has its base_url)
+        with serve_judge(cfg, say, needed=plan.judgements > 0 and cfg.base_url is None) as live:
             summary = await arun(
                 specs, rows.rows, st, live, options=opts, dataset=rows.where, progress=progress, plan=plan
             )
