@@ -87,17 +87,22 @@ def resolve_metrics(metrics: Sequence[Metric] | Metric) -> tuple[list[BaseSpec],
         if not isinstance(m, str | Path | BaseSpec):
             raise UserError(f"metrics: a {type(m).__name__} is not a metric; give a name, a spec file or a spec")
     refs = [str(m) for m in given if not isinstance(m, BaseSpec)]
-    asked = [s.name for s in resolve_specs(refs, with_dependencies=False)] if refs else []
     specs = {s.name: s for s in (resolve_specs(refs) if refs else [])}
-    for obj in (m for m in given if isinstance(m, BaseSpec)):
-        if obj.name in specs and specs[obj.name].hash != obj.hash:
-            raise UserError(f"metrics: two different specs are named {obj.name!r}")
-        specs[obj.name] = obj
-        asked.append(obj.name)
+    asked: list[str] = []  # in the order given: the run's (and the frames') order of metrics
+    for m in given:
+        if isinstance(m, BaseSpec):
+            if m.name in specs and specs[m.name].hash != m.hash:
+                raise UserError(f"metrics: two different specs are named {m.name!r}")
+            specs[m.name] = m
+            asked.append(m.name)
+        else:
+            asked += [s.name for s in resolve_specs([str(m)], with_dependencies=False)]
     missing = sorted({d for s in specs.values() for d in s.depends_on} - set(specs))
     for dep in resolve_specs(missing) if missing else []:
         specs.setdefault(dep.name, dep)
-    return order_specs(list(specs.values())), list(dict.fromkeys(asked))
+    asked = list(dict.fromkeys(asked))
+    ordered = [specs[n] for n in asked] + [s for n, s in specs.items() if n not in asked]
+    return order_specs(ordered), asked
 
 
 def _judge(specs: Sequence[BaseSpec], judge: str | JudgeConfig | JudgeChoice | None) -> tuple[str, JudgeConfig]:
