@@ -87,7 +87,7 @@ def _validate(req: GateRequest, agreement: Sequence[Condition]) -> None:
 
 def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition], notes: list[str]) -> list[Check]:
     """The agreement report ``greval agreement --store`` prints, and the conditions on it."""
-    from greval.agreement.compute import compute_agreement
+    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.gate import evaluate
     from greval.agreement.models import AgreementOptions

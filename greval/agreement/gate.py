@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from greval.agreement.design import report_name
 from greval.agreement.models import AgreementReport, Estimate
-from greval.errors import UserError
+from greval.errors import UserError, option
 
 Side = Literal["value", "lower", "upper"]
 
@@ -131,16 +131,18 @@ def evaluate(
     return GateResult.of(checks)
 
 
-def _ceiling_check(report: AgreementReport, side: Side, vs_ceiling: float) -> Check:
-    name = f"judge-human >= {vs_ceiling:g} x human-human"
+def _ceiling_check(report: AgreementReport, side: Side, factor: float) -> Check:
+    """Whether the judge agrees with people at least `factor` times as well as people agree with each other
+    (mean pairwise figures of the human ceiling), and the reason."""
+    name = f"judge-human >= {factor:g} x human-human"
     ce = report.ceiling
     if ce is None:
-        return Check(
-            name=name, passed=False, text="no human ceiling (needs items labelled by 2 or more people) for --vs-ceiling"
-        )
+        text = f"no human ceiling (needs items labelled by 2 or more people) for {option('vs_ceiling')}"
+        return Check(name=name, passed=False, text=text)
     judge, human = side_of(ce.judge_pairwise_mean, side)[0], ce.human_pairwise_mean.value
     if judge is None or human is None or math.isnan(judge) or math.isnan(human):
-        return Check(name=name, passed=False, text=f"the ceiling's {ce.metric} is undefined, needed for --vs-ceiling")
-    ok = judge >= vs_ceiling * human
-    text = f"judge–human {ce.metric} {judge:.3f} {'≥' if ok else '<'} {vs_ceiling:g} × human–human {human:.3f}"
+        text = f"the ceiling's {ce.metric} is undefined, needed for {option('vs_ceiling')}"
+        return Check(name=name, passed=False, text=text)
+    ok = judge >= factor * human
+    text = f"judge–human {ce.metric} {judge:.3f} {'≥' if ok else '<'} {factor:g} × human–human {human:.3f}"
     return Check(name=name, passed=ok, text=text)

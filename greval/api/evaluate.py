@@ -63,17 +63,9 @@ def default_store() -> Path:
     return data_dir() / DEFAULT_STORE
 
 
-def say(text: str, **_: Any) -> None:
-    """A message for the user (the judge chosen, a local judge started, a note on the data): one line on
-    stderr, rich markup stripped."""
-    from rich.errors import MarkupError
-    from rich.text import Text
-
-    try:
-        plain = Text.from_markup(text).plain
-    except MarkupError:
-        plain = text
-    print(plain, file=sys.stderr)
+def say(text: str) -> None:
+    """A message for the user (the judge chosen, a local judge started, a note on the data): a line on stderr."""
+    print(text, file=sys.stderr)
 
 
 def resolve_metrics(metrics: Sequence[Metric] | Metric) -> tuple[list[BaseSpec], list[str]]:
@@ -119,7 +111,6 @@ def _judge(specs: Sequence[BaseSpec], judge: str | JudgeConfig | JudgeChoice | N
 async def _evaluate(ev: Evaluation, progress: Progress) -> Results:
     """The whole call, on greval's loop: metrics, data, judge, the run, the results."""
     from greval.llm.config import is_local_ref, local_concurrency
-    from greval.llm.local import serve_judge
     from greval.runner import arun, plan_work
 
     specs, asked = resolve_metrics(ev.metrics)
@@ -133,11 +124,19 @@ async def _evaluate(ev: Evaluation, progress: Progress) -> Results:
     st = path if isinstance(path, Store) else Store(path)
     try:
         plan = plan_work(specs, rows.rows, st, cfg, opts.retry_errors, opts.sample)
-        # a local model is served while calls are needed (one already running has its base_url)
-        with serve_judge(cfg, say, needed=plan.judgements > 0 and cfg.base_url is None) as live:
-            summary = await arun(
-                specs, rows.rows, st, live, options=opts, dataset=rows.where, progress=progress, plan=plan
-            )
+        # a local judge is served by the runner while calls are needed (what it starts is said through say)
+        summary = await arun(
+            specs,
+            rows.rows,
+            st,
+            cfg,
+            options=opts,
+            dataset=rows.where,
+            progress=progress,
+            plan=plan,
+            asked=asked,
+            notify=say,
+        )
         notes = rows.notes + _after(rows, st, summary, specs)
     finally:
         if not isinstance(path, Store):

@@ -214,7 +214,7 @@ class Results:
         (``"human_label"``, a column of the data); labels by record id (a dict, or a Series indexed by record id),
         or one per row in the data's order (a list, a Series); or a DataFrame with ``record_id``, ``label``
         and optionally ``item_id`` (required for a per-item metric) and ``annotator``."""
-        from greval.agreement.compute import compute_agreement
+        from greval.agreement.agreement import compute_agreement
         from greval.agreement.from_store import agreement_scale, store_frame
         from greval.agreement.models import AgreementOptions
 

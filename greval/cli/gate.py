@@ -9,6 +9,7 @@ from typing import cast
 import click
 
 from greval.cli.common import console, fail, out, store_option
+from greval.cli.flags import for_terminal
 from greval.errors import UserError
 
 
@@ -100,7 +101,7 @@ def gate_cmd(
       greval gate --store runs.sqlite --spec faithfulness --baseline 20250101-120000-ab12cd --max-drop 0.02
       greval gate --store runs.sqlite --spec answer_alignment --min "kappa>=0.6" --ci lower --junit gate.xml
     """
-    from greval.agreement.gate import Condition, Side
+    from greval.agreement.gate import Condition, GateResult, Side
     from greval.gate import GateRequest, run_gate
     from greval.report.junit import write_junit
     from greval.report.scores import SystemFilter
@@ -130,10 +131,13 @@ def gate_cmd(
     except UserError as exc:
         fail(exc)
     result = outcome.result
+    # the reasons name option fields (greval.errors.option): the terminal and the JUnit report show flags
+    checks = [c.model_copy(update={"text": for_terminal(c.text)}) for c in result.checks]
+    notes = [for_terminal(n) for n in outcome.notes]
     if junit_path is not None:
-        write_junit(junit_path, "greval gate", f"greval.gate.{spec_ref}", result.checks, outcome.notes)
-    for line in result.lines:
+        write_junit(junit_path, "greval gate", f"greval.gate.{spec_ref}", checks, notes)
+    for line in GateResult.of(checks).lines:
         out.print(line, highlight=False, soft_wrap=True, markup=False)
     if not result.passed:
-        console.print("(" + "; ".join(outcome.notes) + ")", highlight=False, markup=False)
+        console.print("(" + "; ".join(notes) + ")", highlight=False, markup=False)
     sys.exit(0 if result.passed else 1)

@@ -87,7 +87,7 @@ def _quickstart(
     from greval.annotation.labels_import import import_labels
     from greval.annotation.push import push
     from greval.cli.agreement import print_report
-    from greval.cli.common import ProgressBar, console, out, print_summary
+    from greval.cli.common import ProgressBar, console, notice, out, print_summary
     from greval.cli.report import print_labels
     from greval.dataset.tables import read_rows
     from greval.report.store_report import build, write
@@ -129,7 +129,7 @@ def _quickstart(
             work / "records.jsonl",
             store_path,
             judge,
-            notify=console.print,
+            notify=notice,
             on_event=said,
             progress=hook,
         )

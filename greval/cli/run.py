@@ -16,13 +16,16 @@ from greval.cli.common import (
     console,
     interrupted_exit,
     judge_options,
+    notice,
     parse_map,
     print_summary,
+    read_limit_options,
     store_option,
 )
-from greval.store.backend import display
+from greval.store.backend import RECONNECT_WAIT_S, display
 
 if TYPE_CHECKING:
+    from greval.dataset.limits import ReadLimits
     from greval.llm.config import JudgeChoice
 
 
@@ -37,6 +40,17 @@ if TYPE_CHECKING:
     help="Spec file or predefined metric name; repeat for several. Dependencies are added.",
 )
 @store_option(help="Where verdicts are kept (created if missing; reused to resume).")
+@click.option(
+    "--store-wait",
+    type=click.FloatRange(min=0),
+    default=RECONNECT_WAIT_S,
+    show_default=True,
+    envvar="GREVAL_STORE_WAIT",
+    show_envvar=True,
+    metavar="SECONDS",
+    help="How long to wait for a PostgreSQL store that stops answering (a restart, a failover) before stopping "
+    "with the command that resumes; each write is made again once it is back.",
+)
 @judge_options
 @click.option(
     "-c",
@@ -133,11 +147,13 @@ if TYPE_CHECKING:
     help="With --engine ray: split the pending records into N tasks [the cluster's CPU count]. --concurrency is "
     "divided among them (at least 1 each).",
 )
+@read_limit_options
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
     data: str,
     spec_refs: Sequence[str],
     store: str,
+    store_wait: float,
     judge: JudgeChoice,
     concurrency: int | None,
     no_adaptive: bool,
@@ -156,6 +172,7 @@ def run_cmd(
     engine: str,
     ray_address: str | None,
     shards: int | None,
+    limits: ReadLimits,
     quiet: bool,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
@@ -191,6 +208,7 @@ def run_cmd(
     if engine != "ray" and (ray_address is not None or shards is not None):
         raise click.UsageError("--ray-address and --shards go with --engine ray")
     specs = resolve_specs(spec_refs)
+    asked = [s.name for s in resolve_specs(spec_refs, with_dependencies=False)]  # the others are pulled in
 
     def said(event: RunEvent) -> None:
         if isinstance(event, DataNote):  # nothing the user gave disappears without a word
@@ -198,13 +216,15 @@ def run_cmd(
             return
         work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
         work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
+        work += [f"{event.skipped} to skip (a required input is absent)"] if event.skipped else []
         dup = event.records - event.distinct_contents
         same = f" ({dup} share their content with another: judged once)" if dup > 0 else ""
+        idle = "" if event.judgements else " (no call to make)"
         console.print(
             f"{'judging' if event.needs_judge else 'scoring'} [bold]{event.records}[/] records{same} with "
             f"{', '.join(event.specs)} — "
-            + (f"judge {event.judge}, " if event.needs_judge else "")
-            + f"store {display(store)}, {', '.join(work)}",
+            + (f"judge {escape(event.judge)}{idle}, " if event.needs_judge else "")
+            + f"store {escape(display(store))}, {', '.join(work)}",
             highlight=False,
         )
 
@@ -234,7 +254,10 @@ def run_cmd(
                 mapping=parse_map(maps),
                 id_column=id_column,
                 limit=limit,
-                notify=console.print,
+                asked=asked,
+                limits=limits,
+                store_wait=store_wait,
+                notify=notice,
                 on_event=said,
                 progress=hook,
             )

@@ -38,11 +38,19 @@ from pydantic import (
     create_model,
 )
 
-from greval.dataset.records import Record
+from greval.dataset.records import CONVERSATION, Record
 from greval.judge.judge import Judge
 from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import Answer, validate_one
-from greval.judge.prompt import PREAMBLE, describe_scale, render_item, schema_note, title
+from greval.judge.prompt import (
+    PREAMBLE,
+    absent_dependency,
+    describe_scale,
+    render_conversation,
+    render_item,
+    schema_note,
+    title,
+)
 from greval.judge.verdict import verdict_fields
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
@@ -56,7 +64,7 @@ from greval.spec.pipeline import (
     ScoreMeanAggregate,
     VerifyStep,
 )
-from greval.types import RECORD_ITEM, UNITS, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
+from greval.types import RECORD_ITEM, UNITS, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method, not_applicable
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -73,12 +81,17 @@ def _field_block(name: str, value: Any, note: str | None = None) -> str:
     if name in ITEM_FIELDS and isinstance(value, list):
         sep = "\n\n" if name == "chunks" else "\n"
         return head + "\n" + sep.join(render_item(name, it) for it in value)
+    if name == CONVERSATION and isinstance(value, list):
+        return head + "\n" + render_conversation(value)
     return head + "\n" + _value_text(value)
 
 
 def _deps_blocks(deps: Mapping[str, JudgeResult] | None) -> list[str]:
     parts = []
     for dep_name, res in (deps or {}).items():
+        if not_applicable(res):
+            parts.append(absent_dependency(dep_name, res))
+            continue
         lines = [f"## Verdicts of the metric '{dep_name}'"]
         for v in res.verdicts:
             if v.status == "ok":
