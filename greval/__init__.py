@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from greval.api import Results, aevaluate, evaluate
     from greval.dataset.records import Record, load_records
     from greval.judge.evaluators import compile, compile_suite
     from greval.judge.judge import Judge
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 # Names are imported on first use (PEP 562): `import greval` and the `greval` command stay light, and a
 # Ctrl-C while a command starts is handled instead of landing in the middle of an import.
 _WHERE = {
+    "Results": "greval.api",
+    "aevaluate": "greval.api",
+    "evaluate": "greval.api",
     "Record": "greval.dataset.records",
     "load_records": "greval.dataset.records",
     "compile": "greval.judge.evaluators",
@@ -79,13 +83,16 @@ __all__ = [
     "JudgeConfig",
     "JudgeResult",
     "Record",
+    "Results",
     "RunOptions",
     "RunSummary",
     "Spec",
     "Store",
+    "aevaluate",
     "arun",
     "compile",
     "compile_suite",
+    "evaluate",
     "export_results",
     "load_records",
     "load_results",

@@ -98,6 +98,6 @@ class Remedy:
     never write command lines; the CLI does, after the message ("…; run `greval store migrate --store URL`
     once"), and a Python caller finds the facts in ``UserError.remedy``."""
 
-    command: str
+    command: str  # its name, and any arguments it needs, as placeholders in capitals: "run DATA"
     options: Mapping[str, str] = field(default_factory=dict)
     why: str = ""

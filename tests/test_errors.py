@@ -84,6 +84,7 @@ OTHER_PROGRAMS: dict[str, tuple[set[str] | None, str]] = {
         "server process greval starts)",
     ),
     "greval/judge/computed/embedding.py": ({"--all"}, "`bash scripts/setup.sh --all`, the embedding extra's install"),
+    "greval/pytest_plugin.py": ({"--greval-store", "--greval-judge"}, "pytest's command line: the plugin's options"),
 }
 
 

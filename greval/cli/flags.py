@@ -85,6 +85,10 @@ FLAGS: dict[str, str] = {
     "body_timeout": "--body-timeout",
     "header_timeout": "--header-timeout",
     "max_connections": "--max-connections",
+    # greval gate (greval.gate.GateRequest)
+    "baseline": "--baseline",
+    "max_drop": "--max-drop",
+    "systems": "--system",
 }
 
 
