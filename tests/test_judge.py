@@ -23,20 +23,28 @@ from pydantic import SecretStr
 
 import greval
 import greval.judge.outcome
-import greval.runner
+import greval.runner.judging
 from greval._sync import run_sync
 from greval.cli import main
 from greval.dataset.records import Record
 from greval.errors import SpecError, UserError
-from greval.judge.computed import claim_citations, parse_arrow_triples, parse_citations, reading_of, split_sentences
-from greval.judge.evaluators import compile, compile_suite
+from greval.judge.computed import (
+    ComputedEvaluator,
+    claim_citations,
+    parse_arrow_triples,
+    parse_citations,
+    reading_of,
+    split_sentences,
+)
+from greval.judge.evaluators import compile, compile_suite, make_evaluator
 from greval.judge.judge import Judge
+from greval.judge.options import CallOptions
 from greval.judge.pipeline import aggregate_counts
 from greval.judge.prompt import render_inputs
-from greval.judge.verdict import verdict_models
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.spec import BaseSpec, CategoricalScale, Spec, load_spec_file, parse_spec, resolve_specs, spec_json_schema
 from greval.spec.computed import ComputedSpec, EmbeddingSpec, OrphanSpec, RougeSpec, TripleSpec
 from greval.spec.pipeline import (
@@ -46,6 +54,7 @@ from greval.spec.pipeline import (
     RatioAggregate,
     ScoreMeanAggregate,
 )
+from greval.spec.verdict import verdict_models
 from greval.store.results import aggregate_items, figures, item_rows, metric_notes, record_rows
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
@@ -670,7 +679,7 @@ def verify(match: str, labels: dict[str, str], regex: bool = False, times: int |
 
 
 def evaluate(srv: OpenAIServer, spec: PipelineSpec, record: dict[str, Any]) -> JudgeResult:
-    ev = spec.evaluator(model=pipeline_model(srv), policy=FAST)
+    ev = make_evaluator(spec, pipeline_model(srv), CallOptions(policy=FAST))
     return run_sync(ev.ajudge(Record.from_mapping(record)))
 
 
@@ -1163,7 +1172,7 @@ def test_run_stores_every_intermediate_result_and_resume_makes_zero_calls(llm: O
 def test_every_error_verdict_of_a_pipeline_carries_its_kind(llm: OpenAIServer) -> None:
     """A failed extraction: its own row and the record-level score say why with the same kind."""
     llm.script([{"match": "List the factual claims", "action": {"type": "malformed"}}])
-    evaluator = pipeline("faithfulness").evaluator(model=pipeline_model(llm), policy=FAST)
+    evaluator = make_evaluator(pipeline("faithfulness"), pipeline_model(llm), CallOptions(policy=FAST))
     result = run_sync(evaluator.ajudge(Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})))
     rows = {v.item_id: v for v in result.verdicts}
     assert rows["claims"].status == "error" and rows["claims"].error_kind is ErrorKind.UNPARSABLE
@@ -1174,7 +1183,7 @@ def test_every_error_verdict_of_a_pipeline_carries_its_kind(llm: OpenAIServer) -
 def test_a_failed_verify_step_types_the_record_verdict(llm: OpenAIServer) -> None:
     """A verify step whose request fails for good: its items and the score carry the failure's kind."""
     llm.script([*FAITHFUL_RULES[:1], {"match": "Item ids:", "action": {"type": "fault", "status": 503}}])
-    evaluator = pipeline("faithfulness").evaluator(model=pipeline_model(llm), policy=FAST)
+    evaluator = make_evaluator(pipeline("faithfulness"), pipeline_model(llm), CallOptions(policy=FAST))
     result = run_sync(evaluator.ajudge(Record.from_mapping({"id": "r1", "answer": "...", "chunks": ["ctx"]})))
     rows = {v.item_id: v for v in result.verdicts}
     assert rows["claims"].status == "ok"
@@ -1353,7 +1362,7 @@ def spec(metric: str, params: dict[str, Any] | None = None, name: str = "m") -> 
 
 
 def computed_judge(s: ComputedSpec, data: dict[str, Any]) -> JudgeResult:
-    return s.evaluator().judge(Record.from_mapping(data))
+    return ComputedEvaluator(s).judge(Record.from_mapping(data))
 
 
 def computed_score(res: JudgeResult) -> float | None:
@@ -1782,7 +1791,7 @@ def test_run_with_only_computed_specs_makes_no_model_call(tmp_path: Path, monkey
     def no_model(*_: Any, **__: Any) -> Any:
         raise AssertionError("a chat model was constructed")
 
-    monkeypatch.setattr(greval.runner, "make_chat_model", no_model)
+    monkeypatch.setattr(greval.runner.judging, "make_chat_model", no_model)
     specs = [
         spec("rouge", {"types": ["rougeL"], "use_stemmer": True}, name="rouge_l"),
         spec("bleu", {"weights": [0.5, 0.5]}, name="bleu2"),

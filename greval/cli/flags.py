@@ -31,6 +31,10 @@ FLAGS: dict[str, str] = {
     "max_columns": "--max-columns",
     "max_line_bytes": "--max-line-size",
     "max_decompressed_bytes": "--max-decompressed",
+    # greval.runner (RunOptions and its Sample)
+    "engine": "--engine",
+    "Sample.records": "--sample",
+    "Sample.items": "--sample-items",
 }
 
 
