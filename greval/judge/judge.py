@@ -28,6 +28,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_openai.chat_models.base import BaseChatOpenAI
 
 from greval.dataset.records import Record
 from greval.judge.logprobs import token_confidences
@@ -364,16 +365,8 @@ class Judge:
 
 def _openai_compatible(model: BaseChatModel) -> bool:
     """Whether the model speaks OpenAI's chat completions (so takes ``logprobs`` / ``top_logprobs``)."""
-    try:
-        from langchain_openai.chat_models.base import BaseChatOpenAI
-    except ImportError:  # pragma: no cover - langchain-openai is a dependency
-        return False
     return isinstance(model, BaseChatOpenAI)
 
 
 def _is_openai(model: BaseChatModel) -> bool:
-    try:
-        from langchain_openai.chat_models.base import BaseChatOpenAI
-    except ImportError:  # pragma: no cover - langchain-openai is a dependency
-        return False
     return isinstance(model, BaseChatOpenAI) and not model.extra_body
