@@ -41,6 +41,7 @@ _WHERE = {
     "RunSummary": "greval.runner.options",
     "arun": "greval.runner.driver",
     "run": "greval.runner.driver",
+    "BaseSpec": "greval.spec",
     "Spec": "greval.spec",
     "load_spec_file": "greval.spec",
     "parse_spec": "greval.spec",
@@ -75,6 +76,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BaseSpec",
     "ItemVerdict",
     "Judge",
     "JudgeConfig",
