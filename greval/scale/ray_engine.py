@@ -310,21 +310,56 @@ async def judge_on_ray(job: RunJob, progress: ProgressHook | None) -> EngineTota
     their activity into ``job.summaries``. A shard that fails (after Ray's retries) cancels the others and
     raises (the original error when the task raised one)."""
     ray = ray_module()
-    specs, plan, summaries, run_id, opts = job.specs, job.plan, job.summaries, job.run_id, job.options
+    run_id = job.run_id
     assert run_id is not None  # a run's job: recorded before it is judged
+    refs, total = _launch(ray, job, run_id)
+    if progress:
+        progress(0, total, 0)
+    reports, failure, errors = await _collect(ray, refs, run_id, total, progress)
+    for rep in reports:
+        for m in rep.metrics:
+            mine = job.summaries[m.spec]
+            mine.judged += m.judged
+            mine.reused += m.reused
+            mine.tokens_in += m.tokens_in
+            mine.tokens_out += m.tokens_out
+            mine.calls += m.calls
+    if failure is not None:
+        raise failure
+    if progress:
+        progress(total, total, errors)
+    notes = list(dict.fromkeys(n for rep in reports for n in rep.notes))
+    followed = sum(rep.followed_cuts for rep in reports)
+    if followed:
+        notes.append(f"{followed} concurrency cut(s) made because another worker was rate limited")
+    return EngineTotals(
+        peak=sum(rep.peak for rep in reports), rate_limited=sum(rep.rate_limited for rep in reports), notes=notes
+    )
+
+
+def _launch(ray: Any, job: RunJob, run_id: str) -> tuple[list[Any], int]:
+    """The shards started as Ray tasks, each at the global concurrency divided by the shards, and the judgements
+    they hold between them; the records with nothing pending are in no shard, and count as reused."""
+    specs, plan, opts = job.specs, job.plan, job.options
     cpus = int(ray.cluster_resources().get("CPU", 1))
     parts = split_plan(plan, specs, opts.shards or max(1, cpus))
     per = opts.model_copy(update={"concurrency": max(1, opts.concurrency // len(parts))})
     total = sum(1 for s in specs for p in plan.pending[s.name] if p is not None)
-    for s in specs:  # records with nothing pending are in no shard
-        summaries[s.name].reused += plan.records - len(plan.unique)
+    for s in specs:
+        job.summaries[s.name].reused += plan.records - len(plan.unique)
     coord = coordinator(ray)
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_shard)
     shards = [Shard(specs, part, job.store.ref, job.cfg, run_id, per, k) for k, part in enumerate(parts)]
-    refs = [task.remote(shard, coord) for shard in shards]
+    return [task.remote(shard, coord) for shard in shards], total
+
+
+async def _collect(
+    ray: Any, refs: list[Any], run_id: str, total: int, progress: ProgressHook | None
+) -> tuple[list[ShardReport], BaseException | None, int]:
+    """Every shard's report as it ends, and the run's progress meanwhile: (the reports, the first failure — the
+    shards still running are cancelled then —, the errors last shown). An interrupt cancels them all."""
+    coord = coordinator(ray)
     shard_of = {ref: k for k, ref in enumerate(refs)}
-    if progress:
-        progress(0, total, 0)
     reports: list[ShardReport] = []
     failure: BaseException | None = None
     waiting = list(refs)
@@ -352,25 +387,7 @@ async def judge_on_ray(job: RunJob, progress: ProgressHook | None) -> EngineTota
     if failure is not None:
         for ref in waiting:
             ray.cancel(ref)
-    for rep in reports:
-        for m in rep.metrics:
-            mine = summaries[m.spec]
-            mine.judged += m.judged
-            mine.reused += m.reused
-            mine.tokens_in += m.tokens_in
-            mine.tokens_out += m.tokens_out
-            mine.calls += m.calls
-    if failure is not None:
-        raise failure
-    if progress:
-        progress(total, total, shown[1])
-    notes = list(dict.fromkeys(n for rep in reports for n in rep.notes))
-    followed = sum(rep.followed_cuts for rep in reports)
-    if followed:
-        notes.append(f"{followed} concurrency cut(s) made because another worker was rate limited")
-    return EngineTotals(
-        peak=sum(rep.peak for rep in reports), rate_limited=sum(rep.rate_limited for rep in reports), notes=notes
-    )
+    return reports, failure, shown[1]
 
 
 def _task_error(ray: Any, exc: Exception, shard: int) -> BaseException:
