@@ -265,7 +265,7 @@ def test_a_retried_shard_takes_over_its_previous_attempts_claims_at_once(
     """A retry may run on another host, where the dead attempt's pid cannot be checked: the claims of the attempt
     before are its own (one owner per shard), not a live stranger's to wait 10 minutes for."""
     from greval.runner.plan import plan_work
-    from greval.scale.ray_engine import coordinator, run_shard
+    from greval.scale.ray_engine import Shard, coordinator, run_shard
     from greval.store.store import spec_keys
 
     specs = resolve_specs(["answer_alignment"])
@@ -284,7 +284,7 @@ def test_a_retried_shard_takes_over_its_previous_attempts_claims_at_once(
     done: list[Any] = []
     worker = threading.Thread(
         target=lambda: done.append(
-            run_shard(specs, plan, store_ref, judge, run_id, RunOptions(concurrency=2), 0, coordinator(cluster))
+            run_shard(Shard(specs, plan, store_ref, judge, run_id, RunOptions(concurrency=2), 0), coordinator(cluster))
         ),
         daemon=True,
     )
