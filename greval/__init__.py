@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from greval.judge.evaluators import compile, compile_suite
     from greval.judge.judge import Judge
     from greval.llm.config import JudgeConfig, make_chat_model
-    from greval.runner import RunOptions, RunSummary, arun, run
+    from greval.runner.driver import arun, run
+    from greval.runner.options import RunOptions, RunSummary
     from greval.spec import BaseSpec, Spec, load_spec_file, parse_spec, resolve_specs
     from greval.store.results import export_results, load_results
     from greval.store.store import Store
@@ -40,10 +41,11 @@ _WHERE = {
     "make_chat_model": "greval.llm.config",
     "export_results": "greval.store.results",
     "load_results": "greval.store.results",
-    "RunOptions": "greval.runner",
-    "RunSummary": "greval.runner",
-    "arun": "greval.runner",
-    "run": "greval.runner",
+    "RunOptions": "greval.runner.options",
+    "RunSummary": "greval.runner.options",
+    "arun": "greval.runner.driver",
+    "run": "greval.runner.driver",
+    "BaseSpec": "greval.spec",
     "Spec": "greval.spec",
     "load_spec_file": "greval.spec",
     "parse_spec": "greval.spec",
@@ -78,6 +80,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BaseSpec",
     "ItemVerdict",
     "Judge",
     "JudgeConfig",

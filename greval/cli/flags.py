@@ -35,6 +35,10 @@ FLAGS: dict[str, str] = {
     "baseline": "--baseline",
     "max_drop": "--max-drop",
     "systems": "--system",
+    # greval.runner (RunOptions and its Sample)
+    "engine": "--engine",
+    "Sample.records": "--sample",
+    "Sample.items": "--sample-items",
 }
 
 
