@@ -28,7 +28,9 @@ from greval.llm.config import (
     resolve_judge,
 )
 from greval.paths import examples_dir
-from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
+from greval.runner.driver import arun
+from greval.runner.options import ProgressHook, RunOptions, RunSummary
+from greval.runner.plan import plan_work
 from greval.spec import BaseSpec
 from greval.store.backend import RECONNECT_WAIT_S
 from greval.store.store import Store

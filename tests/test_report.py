@@ -29,7 +29,8 @@ from greval.llm.retry import RetryPolicy
 from greval.report.agreement import render_html, render_markdown
 from greval.report.stats import mean_ci, score_ci
 from greval.report.store_report import build
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer

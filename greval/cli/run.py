@@ -199,7 +199,7 @@ def run_cmd(
     """
     from greval.dataset.sample import Sample
     from greval.llm.retry import RetryPolicy
-    from greval.runner import RunOptions
+    from greval.runner.options import RunOptions
     from greval.spec import resolve_specs
     from greval.store.store import Store
     from greval.workflows import DataNote, RunEvent, run_dataset
