@@ -219,9 +219,12 @@ def _fetch_sdist(version: str, dest: Path, log: IO[str], reporter: _Reporter) ->
         if not path.is_file():
             raise LocalJudgeError(f"{ENV_SDIST} points to a missing file: {path}")
         return path
-    reporter.phase(f"downloading llama-cpp-python=={version} source from PyPI")
+    reporter.phase(f"downloading llama-cpp-python=={version} source from PyPI (77 MB)")
+    # --no-binary names the one package whose source we want: with ":all:" pip also built the sdist's own
+    # build dependencies (scikit-build-core, hatchling, hatch-vcs …) from source, in nested processes, only
+    # to prepare its metadata: ~10 minutes of a cold first run. Their wheels take seconds.
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
         "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(dest),
     ]  # fmt: skip
     if _run_logged(cmd, log, reporter) != 0:
