@@ -123,6 +123,14 @@ def _commands(text: str) -> list[list[str]]:
     return out
 
 
+def _greval_cmd() -> list[str]:
+    """greval as the test command installed it: this interpreter's own bin/greval (scripts/test.sh run outside
+    an activated venv puts ./.venv's bin/ on no PATH), else ``python -m greval``. Never a ``greval`` found on
+    PATH, which may be another installation."""
+    mine = Path(sys.executable).parent / "greval"
+    return [str(mine)] if mine.is_file() else [sys.executable, "-m", "greval"]
+
+
 def _greval(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run a printed command exactly as printed (its first word found the way a shell would)."""
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -185,7 +193,7 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
     here.mkdir()
     own.mkdir()
     env = _piped_env()
-    cmd = ["greval", "quickstart", "--dir", "ws", "--port", str(server.free_port()), "--argilla-data", str(data)]
+    cmd = [*_greval_cmd(), "quickstart", "--dir", "ws", "--port", str(server.free_port()), "--argilla-data", str(data)]
     cmd += ["--bootstrap", "50", "--judge", "openai:judge-test", "--base-url", openai_server.base_url]
     store = (here / "ws" / "greval.sqlite").resolve()
     try:
@@ -317,7 +325,7 @@ def test_report_says_where_its_human_labels_came_from(llm: OpenAIServer, tmp_pat
     store = _labelled_store(llm, tmp_path / "ws")
     out_dir = tmp_path / "report"
     env = _piped_env()
-    res = _greval(["greval", "report", "--store", str(store), "-o", str(out_dir), "--bootstrap", "50"], tmp_path, env)
+    res = _greval([*_greval_cmd(), "report", "--store", str(store), "-o", str(out_dir), "--bootstrap", "50"], tmp_path, env)
     assert res.returncode == 0, res.stderr
     want = "23 human labels — 20 imported from a file, 3 from Argilla dataset 'attribution'"
     assert want in res.stdout
