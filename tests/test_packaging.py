@@ -155,6 +155,48 @@ def test_the_readme_commands_pass_from_a_clean_clone(tmp_path: Path, setting: st
             subprocess.run([str(py), "-m", "greval", "annotate", "down", "--data-dir", str(data)], timeout=120)
 
 
+def _venv_seeing_this_checkout(env_dir: Path) -> Path:
+    """A fresh venv (no pip) where greval imports from this checkout, as after `pip install -e .`, and the
+    dependencies from where this test runs; returns its python."""
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+    (site / "greval_editable.pth").write_text(f"{ROOT}\n")
+    here = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (site / "zz_outer_site.pth").write_text("".join(f"{p}\n" for p in here))
+    return py
+
+
+@pytest.mark.slow
+def test_a_second_setup_does_not_reinstall_greval(tmp_path: Path) -> None:
+    """scripts/setup.sh where greval is installed already, editable from this checkout with the same
+    pyproject.toml (its stamp written by the first setup's pip step): pip is not run again (17 s of a 30 s second
+    quick start); a stamp for other requirements, or none, means install. The venv here has no pip at all, so a
+    pip step would fail. The builds are found in greval's data directory, not made."""
+    from greval.annotation import server
+    from greval.llm.local import find_llama_server
+
+    if find_llama_server() is None or not server.venv_ready():
+        pytest.skip("needs llama-server built and the Argilla environment made (scripts/setup.sh)")
+    py = _venv_seeing_this_checkout(tmp_path / "v")
+    stamp = [str(py), "-I", "scripts/_install_stamp.py"]
+    [base] = re.findall(r'^BASE="(.*)"$', (ROOT / "scripts" / "setup.sh").read_text(), re.M)
+    assert subprocess.run([*stamp, "check", "base", base], cwd=ROOT).returncode == 1  # nothing installed yet
+    subprocess.run([*stamp, "mark", "base", base], cwd=ROOT, check=True)  # as the first setup's pip step does
+    assert subprocess.run([*stamp, "check", "base", base], cwd=ROOT).returncode == 0
+    assert subprocess.run([*stamp, "check", "base", base + " more"], cwd=ROOT).returncode == 1
+
+    env = _user_env()
+    env |= {"VIRTUAL_ENV": str(tmp_path / "v"), "GREVAL_SETUP_LOGS": str(tmp_path / "logs")}
+    env["PATH"] = f"{tmp_path / 'v' / 'bin'}{os.pathsep}{env['PATH']}"
+    res, seconds = _bash(["scripts/setup.sh"], ROOT, env)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "installing greval into" in res.stdout and "not reinstalled" in res.stdout, res.stdout
+    assert (tmp_path / "logs" / "pip.log").read_text() == ""
+    assert "setup done" in res.stdout and seconds < 60
+
+
 # ------------------------------------------------------------------ the README's Python examples
 def readme_python_blocks() -> list[str]:
     """Every ```python block of the README, in order."""

@@ -5,6 +5,7 @@ the child process, ``session`` serves the judge of a command; ``common`` holds t
 """
 
 from greval.llm.local.build import (
+    BUILD_ESTIMATE,
     BUILD_FLAGS,
     ENV_SERVER,
     LLAMA_CPP_PYTHON_VERSION,
@@ -19,6 +20,7 @@ from greval.llm.local.server import DEFAULT_CTX_SIZE, LocalJudgeInfo, LocalJudge
 from greval.llm.local.session import judge_session, serve_judge
 
 __all__ = [
+    "BUILD_ESTIMATE",
     "BUILD_FLAGS",
     "DEFAULT_CTX_SIZE",
     "ENV_SERVER",
