@@ -7,7 +7,6 @@ flags: what a step has to say reaches the caller as typed events (greval/cli/ pr
 from __future__ import annotations
 
 import csv
-import shlex
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +27,7 @@ from greval.llm.config import (
     local_concurrency,
     resolve_judge,
 )
-from greval.llm.local import serve_judge
+from greval.llm.local import LocalJudgeError, find_llama_server, serve_judge
 from greval.paths import examples_dir
 from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
 from greval.spec import BaseSpec
@@ -39,15 +38,15 @@ SPEC = "attribution"
 FILES = ("records.jsonl", "human_labels.csv", "attribution.yaml", "NOTICE", "LICENSE")
 
 
-def greval_command() -> str:
+def greval_argv() -> list[str]:
     """How to type greval so that the printed commands work as printed: ``greval`` when that is this
     environment's command on PATH, else its full path (scripts/quickstart.sh run outside a virtual
-    environment installs into ./.venv, whose bin/ is not on PATH)."""
+    environment installs into ./.venv, whose bin/ is not on PATH), else ``python -m greval``."""
     mine = Path(sys.prefix) / "bin" / "greval"
     found = shutil.which("greval")
     if found and mine.exists() and Path(found).resolve() == mine.resolve():
-        return "greval"
-    return shlex.quote(str(mine)) if mine.exists() else f"{shlex.quote(sys.executable)} -m greval"
+        return ["greval"]
+    return [str(mine)] if mine.exists() else [sys.executable, "-m", "greval"]
 
 
 def write_workspace(directory: Path) -> list[str]:
@@ -103,6 +102,9 @@ class RunPlanned(BaseModel):
     needs_judge: bool = Field(description="Some spec needs a judge model (else every metric is computed).")
     judgements: int = Field(description="Judgements that still need the judge model.")
     computed: int = Field(description="Computed scores still to make.")
+    builds_judge: bool = Field(
+        False, description="The embedded judge's llama-server is not built yet: serving it starts a long build."
+    )
 
 
 RunEvent = DataNote | RunPlanned
@@ -164,6 +166,7 @@ def run_dataset(
                 needs_judge=needs_judge,
                 judgements=plan.judgements,
                 computed=plan.computed,
+                builds_judge=plan.judgements > 0 and _needs_build(cfg),
             )
         )
         with serve_judge(cfg, notify, needed=plan.judgements > 0) as live:
@@ -171,3 +174,14 @@ def run_dataset(
                 arun(specs, records, st, live, options=opts, dataset=str(data), progress=progress, plan=plan)
             )
     return DatasetRun(ref=ref, judge=cfg, summary=summary)
+
+
+def _needs_build(cfg: JudgeConfig) -> bool:
+    """Whether serving this judge builds llama-server first (a GREVAL_LLAMA_SERVER that is wrong is said when
+    the judge is served)."""
+    if cfg.provider not in ("local", "gguf"):
+        return False
+    try:
+        return find_llama_server() is None
+    except LocalJudgeError:
+        return False

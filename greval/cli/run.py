@@ -18,6 +18,7 @@ from greval.cli.common import (
     judge_options,
     parse_map,
     print_summary,
+    say_judge_build,
     store_option,
 )
 from greval.store.backend import display
@@ -202,6 +203,8 @@ def run_cmd(
             + f"store {display(store)}, {', '.join(work)}",
             highlight=False,
         )
+        if event.builds_judge:
+            say_judge_build()
 
     opts = RunOptions(
         adaptive=not no_adaptive,

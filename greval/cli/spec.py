@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 
-from greval.cli.common import console, judge_options, out, parse_map, print_error, store_option
+from greval.cli.common import console, judge_options, out, parse_map, print_error, print_table, store_option
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def spec_list() -> None:
         else:
             inputs = ", ".join(s.required_inputs())
         table.add_row(name, s.kind, s.each or "record", scale, inputs, s.hash)
-    out.print(table)
+    print_table(table)
 
 
 @click.command("show")
