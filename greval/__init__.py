@@ -68,6 +68,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'greval' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """What ``dir(greval)`` and completion show: the module's own names and the public ones loaded on use."""
+    return sorted({*globals(), *_WHERE, *__all__})
+
+
 __all__ = [
     "ItemVerdict",
     "Judge",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 
 class UserError(Exception):
     """A mistake in the user's input (a file, a flag, a spec) rather than a bug in greval."""
@@ -36,3 +39,26 @@ def first_line(exc: BaseException) -> str:
     """An exception as one line for a user-facing message: its text's first line, else its type's name."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+#: An option field named inside a message: `name` or `Model.name` between backticks.
+_OPTION = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)`")
+
+
+def option(name: str) -> str:
+    """Name an option field in a user-facing message. Stages speak of their options' fields, never of
+    command-line flags: a Python caller reads `pair_by`, and the CLI shows its flag instead
+    (greval/cli/flags.py renders the message through :func:`render_options`)."""
+    return f"`{name}`"
+
+
+def render_options(text: str, names: Mapping[str, str]) -> str:
+    """``text`` with every option field that ``names`` knows replaced by its name there (a flag, for the
+    CLI); a qualified `Model.field` falls back to the bare field's entry. Unknown fields stay as written."""
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        found = names.get(name) or names.get(name.rpartition(".")[2])
+        return found if found is not None else m.group(0)
+
+    return _OPTION.sub(sub, text)

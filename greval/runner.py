@@ -14,11 +14,13 @@ Records only for the rows with work left. A finished job re-run holds no dataset
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import itertools
+import logging
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,8 +30,8 @@ from greval.dataset.records import HashedRow, Record
 from greval.dataset.sample import Sample, sample_items, sample_records
 from greval.errors import UserError
 from greval.judge.logprobs import LogprobRequest
-from greval.judge.outcome import config_for
-from greval.llm.config import JudgeConfig, make_chat_model
+from greval.judge.outcome import NoCall, config_for, missing_inputs, unfed
+from greval.llm.config import JudgeConfig, Notify, local_concurrency, make_chat_model
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
 from greval.spec import BaseSpec, dependency_levels, order_specs
@@ -154,11 +156,18 @@ class MetricSummary(MetricFigures):
     """One metric in a run: what this run did (judged, reused, calls, tokens) beside the figures of every
     record id the run was given (:class:`greval.store.results.MetricFigures`, the same figures every command shows)."""
 
-    judged: int = Field(0, description="Judgements made by this run.")
+    judged: int = Field(
+        0,
+        description="Judgements made by this run: a verdict or an error stored. A record the metric does not "
+        "apply to (an input it requires is absent) is not judged: the figures count it as skipped.",
+    )
     reused: int = Field(0, description="Judgements already in the store (no call).")
     tokens_in: int = 0
     tokens_out: int = 0
     calls: int = 0
+    asked: bool = Field(
+        True, description="Asked for by the caller (False: only pulled in as a dependency of a metric asked for)."
+    )
 
 
 class SampleSummary(BaseModel):
@@ -198,8 +207,10 @@ class RunSummary(BaseModel):
 
     @property
     def empty_metrics(self) -> list[MetricSummary]:
-        """Metrics that produced no verdict at all on a non-empty dataset."""
-        return [m for m in self.metrics if self.records and m.ok + m.partial == 0]
+        """What failed, the one definition (``greval run`` exits 1 for it): the metrics asked for that have no
+        verdict at all on a non-empty dataset. A dependency only pulled in is not among them: where it failed, the
+        metrics reading it failed too; where it did not apply, they were judged without it (a note says so)."""
+        return [m for m in self.metrics if m.asked and self.records and m.ok + m.partial == 0]
 
 
 ProgressHook = Callable[[int, int, int], None]  # (done, total, errors)
@@ -216,12 +227,20 @@ async def arun(
     dataset: str = "",
     progress: ProgressHook | None = None,
     plan: Plan | None = None,
+    asked: Collection[str] | None = None,
+    notify: Notify | None = None,
 ) -> RunSummary:
     """Judge every record with every spec; store each verdict as it arrives; return the summary.
 
     ``records`` is read once, chunk by chunk, unless ``plan`` (:func:`plan_work` already made for these
     records, store and judge) saves asking again; a plan made for another judge (a served local model's
-    config), spec set or retry choice is made again, reading ``records`` again (a list or a DataFile can be)."""
+    config), spec set or retry choice is made again, reading ``records`` again (a list or a DataFile can be).
+
+    ``asked``: the names of the specs the caller asked for (None: every spec given); the others are dependencies
+    pulled in, whose lack of verdicts alone fails nothing (:attr:`RunSummary.empty_metrics`). A judge named
+    ``local`` or ``gguf:PATH`` (:meth:`JudgeConfig.parse`) without a ``base_url`` or ``model`` is served by the
+    embedded llama.cpp server while calls are to be made, as ``greval run`` does (what it starts is said through
+    ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency."""
     opts = options or RunOptions()
     specs = order_specs(specs)
     keys = spec_keys(specs)
@@ -235,6 +254,9 @@ async def arun(
     ):
         # Before the run is recorded: a dataset that cannot be read is the user's error, not a failed run.
         plan = plan_work(specs, records, store, cfg, opts.retry_errors, opts.sample)
+    serve = model is None and cfg.base_url is None and cfg.is_local and plan.judgements > 0
+    if serve and "concurrency" not in opts.model_fields_set:
+        opts = opts.model_copy(update={"concurrency": local_concurrency()})
     store.put_specs(specs, keys)
     for c in {c.key: c for c in cfgs.values()}.values():
         store.put_judge(c)
@@ -248,17 +270,20 @@ async def arun(
     run_id = store.start_run(dataset, cfg.key, [s.name for s in specs], opts.model_dump(mode="json"))
     started = time.perf_counter()
     summaries = new_summaries(specs, keys, cfgs)
+    for name, m in summaries.items():
+        m.asked = asked is None or name in asked
     limiter = AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive)
     logprobs = None if opts.logprobs is None else LogprobRequest(opts.logprobs)
     totals = EngineTotals()
     status = "failed"
     try:
-        if on_ray:
-            from greval.scale.ray_engine import judge_on_ray
+        with _served(cfg, notify) if serve else contextlib.nullcontext(cfg) as live:
+            if on_ray:
+                from greval.scale.ray_engine import judge_on_ray
 
-            totals = await judge_on_ray(specs, plan, store.ref, cfg, run_id, summaries, opts, progress)
-        else:
-            await judge_plan(specs, plan, store, cfg, run_id, summaries, model, opts, limiter, progress, logprobs)
+                totals = await judge_on_ray(specs, plan, store.ref, live, run_id, summaries, opts, progress)
+            else:
+                await judge_plan(specs, plan, store, live, run_id, summaries, model, opts, limiter, progress, logprobs)
         status = "finished"
     except (KeyboardInterrupt, asyncio.CancelledError):
         status = "interrupted"
@@ -283,11 +308,20 @@ async def arun(
             metrics=metrics,
             peak_concurrency=totals.peak,
             rate_limited=totals.rate_limited,
-            notes=totals.notes + (sample_notes(drawn, metrics) if drawn is not None else []),
+            notes=totals.notes
+            + [lo.note(pulled_in=not summaries[lo.dependency].asked) for lo in plan.left_out]
+            + (sample_notes(drawn, metrics) if drawn is not None else []),
             sample=drawn,
         )
         store.finish_run(run_id, status, summary.model_dump(mode="json"))
     return summary
+
+
+def _served(cfg: JudgeConfig, notify: Notify | None) -> contextlib.AbstractContextManager[JudgeConfig]:
+    """The embedded llama.cpp judge, served for the block (greval.llm.local; imported only when a run needs it)."""
+    from greval.llm.local.session import serve_judge
+
+    return serve_judge(cfg, notify or logging.getLogger("greval.llm.local").info)
 
 
 class EngineTotals(BaseModel):
@@ -401,11 +435,13 @@ async def _judge_all(
 
     # The chat model is built only when some judge call is still needed: a finished run needs no key,
     # no server and no network.
-    calls_needed = any(p[s.name] is not None and s.needs_model for _, p in todo for s in specs)
+    calls_needed = any(p[s.name] is not None and work_of(s, rec) == "judgement" for rec, p in todo for s in specs)
     chat = model or (make_chat_model(cfg) if calls_needed else None)
     method: Any = opts.method
     judges: dict[str, Evaluator] = {
-        s.name: make_evaluator(
+        s.name: NoCall(s)
+        if chat is None and s.needs_model
+        else make_evaluator(
             s,
             chat,
             method=method,
@@ -416,7 +452,6 @@ async def _judge_all(
             logprobs=logprobs,
         )
         for s in specs
-        if chat is not None or not s.needs_model
     }
 
     async def judge_one(
@@ -453,7 +488,8 @@ async def _judge_all(
                 progress(done, total, errors)
             return
         m = summaries[spec.name]
-        m.judged += 1
+        if not not_applicable(res):  # the one definition of judged (MetricSummary.judged)
+            m.judged += 1
         m.tokens_in += res.tokens_in
         m.tokens_out += res.tokens_out
         m.calls += len(res.calls)
@@ -575,6 +611,38 @@ def unique_contents(records: Sequence[Record]) -> list[Record]:
     return list({r.hash: r for r in reversed(records)}.values())[::-1]
 
 
+class LeftOut(BaseModel):
+    """A dependency a metric is judged without on some records: they lack an input the dependency requires and
+    the metric does not (greval.judge.outcome.unfed). Counted per record id, as the figures count."""
+
+    metric: str
+    dependency: str
+    records: int
+    absent: list[str] = Field(description="The dependency's required inputs absent from those records.")
+
+    def note(self, pulled_in: bool) -> str:
+        """The run's one-line note (``pulled_in``: the dependency was not asked for, only pulled in)."""
+        text = (
+            f"{self.metric}: judged without the verdicts of {self.dependency} on {self.records} record(s) that lack "
+            f"{', '.join(self.absent)}, which {self.dependency} requires (the judge is told)"
+        )
+        if pulled_in:
+            text += f"; {self.dependency} was only pulled in as a dependency, not asked for: this fails nothing"
+        return text
+
+
+#: What a pending judgement costs (see :func:`work_of`).
+Work = Literal["judgement", "computed", "skipped"]
+
+
+def work_of(spec: BaseSpec, row: Record | HashedRow) -> Work:
+    """What a pending judgement costs, the one definition every count of work uses: a model call, a computed
+    score, or nothing (the record lacks an input the metric requires: it is stored as skipped, no call)."""
+    if missing_inputs(spec, row.data):
+        return "skipped"
+    return "judgement" if spec.needs_model else "computed"
+
+
 class Plan(BaseModel):
     """What a run over these records still has to do, asked of the store once (the CLI prints it, the
     runner then works from it; each model call re-checks its one judgement under a claim all the same).
@@ -592,6 +660,12 @@ class Plan(BaseModel):
     pending: dict[str, list[list[str] | None]] = Field(description="Spec name -> per unique record (Store.pending).")
     judgements: int = Field(description="Judgements that still need the judge model (0: no server or key needed).")
     computed: int = Field(description="Computed judgements still to make.")
+    skipped: int = Field(
+        0, description="Judgements still to store as skipped: the record lacks an input the metric requires (no call)."
+    )
+    left_out: list[LeftOut] = Field(
+        default_factory=list, description="Dependencies metrics are judged without on some records (see LeftOut)."
+    )
     retry_errors: bool = False
     sample: Sample | None = Field(None, description="The sample the plan was drawn for (None: every record and item).")
     population: int = Field(0, description="Records the sample was drawn from (= records when not sampled).")
@@ -654,7 +728,11 @@ def plan_work(
     members: list[tuple[str, str]] = []
     unstored: list[Record] = []
     seen: set[str] = set()  # content hashes planned so far: the first record of each content is judged
-    todo = [0, 0]
+    todo: Counter[Work] = Counter()
+    by_name = {s.name: s for s in specs}
+    readers = [s for s in specs if s.depends_on]
+    left: Counter[tuple[str, str]] = Counter()  # (metric, dependency) -> records it is judged without it
+    absent: dict[tuple[str, str], set[str]] = {}
 
     def plan_chunk(chunk: Sequence[Record | HashedRow]) -> None:
         pairs = [(r.id, r.hash) for r in chunk]
@@ -692,16 +770,21 @@ def plan_work(
                 continue
             unique.append(record(i))
             for s in specs:
-                left = asked[s.name][n]
-                pending[s.name].append(left)
-                if left is not None:
-                    todo[0 if s.needs_model else 1] += 1
+                rest = asked[s.name][n]
+                pending[s.name].append(rest)
+                if rest is not None:
+                    todo[work_of(s, views[n])] += 1
         unstored.extend(
             record(i)
             for i, (r, pair) in enumerate(zip(chunk, pairs, strict=True))
             if isinstance(r, Record) or pair not in known
         )
         members.extend(pairs)
+        for r in chunk:  # every record id, judged now or before: what the data cannot feed stays so
+            for s in readers:
+                for dep, names in unfed(s, by_name, r.data).items():
+                    left[s.name, dep] += 1
+                    absent.setdefault((s.name, dep), set()).update(names)
         for s in many:  # counted per record id, as the figures count items
             assert s.each is not None and sample is not None and sample.items is not None
             sizes = [len(r.items(s.each)) for r in chunk]
@@ -721,8 +804,12 @@ def plan_work(
         unique=unique,
         judge_keys=judge_keys,
         pending=pending,
-        judgements=todo[0],
-        computed=todo[1],
+        judgements=todo["judgement"],
+        computed=todo["computed"],
+        skipped=todo["skipped"],
+        left_out=[
+            LeftOut(metric=m, dependency=d, records=n, absent=sorted(absent[m, d])) for (m, d), n in left.items()
+        ],
         retry_errors=retry_errors,
         sample=sample,
         population=len(members) if population is None else population,
@@ -798,7 +885,7 @@ def _summarise(
         m = summaries[s.name]
         found = figures(store, run_id=run_id, spec_key=keys[s.name], judge_key=cfgs[s.name].key)
         if found:
-            activity = m.model_dump(include={"judged", "reused", "tokens_in", "tokens_out", "calls"})
+            activity = m.model_dump(include={"judged", "reused", "tokens_in", "tokens_out", "calls", "asked"})
             m = MetricSummary(**{**found[0].model_dump(), **activity})
         out.append(m)
     return out

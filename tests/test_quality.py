@@ -161,6 +161,11 @@ BAD: list[tuple[str, str, str]] = [
     ),
     ("step-too-long", _edit(LABELS, ["steps", 1], "Decide yes or no " + "and then look again " * 20), "steps[1]"),
     ("description-short", _edit(LABELS, ["description"], "Support."), "description"),
+    (
+        "metric-deprecated",
+        "name: x\nkind: computed\ndescription: Claims against the spans they cite.\nmetric: span_consistency\n",
+        "metric",
+    ),
 ]
 
 

@@ -65,7 +65,10 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         assert "30 judgement(s) to make" in both
         assert "starting the embedded local judge" in both
         assert "(created)" in both
-        assert re.search(r"Argilla\s+http://127\.0\.0\.1:\d+\s+login: \S+ / \S+", first.stdout)
+        assert re.search(
+            r"Argilla\s+http://127\.0\.0\.1:\d+\s+login: \S+, password: shown by\n\s+\S+ annotate credentials",
+            first.stdout,
+        )
         report = work / "report" / "attribution.agreement.html"
         assert report.exists() and "<img" in report.read_text()
         db = sqlite3.connect(work / "greval.sqlite")
@@ -266,7 +269,11 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         creds = server.read_credentials(data)
         url = server.status(data).url
         assert url and url in first.stdout
-        assert creds["username"] in first.stdout and creds["password"] in first.stdout
+        assert creds["username"] in first.stdout
+        # no secret printed unasked: the closing names the command that shows the password, which does
+        assert creds["password"] not in both and creds["api_key"] not in both
+        assert "password: shown by" in first.stdout
+        assert "'attribution'" in first.stdout
         assert "╭" not in first.stdout  # plain lines, no panel that cuts paths at 80 columns
 
         commands = _commands(first.stderr + first.stdout)  # the hints (stderr) are printed before the closing
@@ -279,6 +286,9 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         assert pull[0][pull[0].index("--spec") + 1] == "attribution"
         assert Path(report[0][report[0].index("-o") + 1]).is_absolute()
         assert any(c[1] == "run" for c in commands) and any(c[1:3] == ["annotate", "push"] for c in commands)
+        [shows] = [c for c in commands if c[1:3] == ["annotate", "credentials"]]
+        asked = _greval(shows, own, env)
+        assert asked.returncode == 0 and creds["password"] in asked.stdout and creds["api_key"] in asked.stdout
 
         # The user labels three of the open records in Argilla.
         me = http.get("/api/v1/me").json()

@@ -660,6 +660,94 @@ def test_a_computed_only_run_needs_no_judge(tmp_path: Path, monkeypatch: pytest.
     assert "3 computed score(s) to make" in " ".join(res.output.split())
 
 
+def test_a_dependency_the_data_cannot_feed_is_left_out_with_a_note_and_fails_nothing(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 29, item 2: answer_completeness reads triples as optional; triple_evaluation, pulled in by its
+    depends_on, needs them. On data without triples the dependent is judged without that dependency's verdicts
+    (its prompt says why), a note says so, and the run (and its 0-call re-run) exits 0. Asked for by name, the
+    same empty metric fails the run."""
+    data = tmp_path / "d.jsonl"
+    rows = [{"id": f"q{i}", "question": f"Q{i}?", "answer": f"A{i}.", "chunks": [f"c{i}"]} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = tmp_path / "s.sqlite"
+    args = ["run", str(data), "-s", "answer_completeness", "--store", str(store), "--judge", "openai:judge-test"]
+    args += ["--base-url", llm.base_url]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "6 judgement(s) to make, 3 to skip (a required input is absent)" in text
+    assert (
+        "answer_completeness: judged without the verdicts of triple_evaluation on 3 record(s) that lack triples, "
+        "which triple_evaluation requires (the judge is told); triple_evaluation was only pulled in as a "
+        "dependency, not asked for: this fails nothing"
+    ) in text
+    assert "no verdict at all for" not in text
+    with Store(store) as st:
+        [first] = st.runs()
+    by = {m["spec"]: m for m in json.loads(first["summary"])["metrics"]}
+    assert (by["triple_evaluation"]["judged"], by["triple_evaluation"]["skipped"]) == (0, 3)  # skipped, not judged
+    assert by["answer_completeness"]["judged"] == 3 and not by["triple_evaluation"]["asked"]
+    told = (
+        "## Verdicts of the metric 'triple_evaluation'\n"
+        "None: it does not apply to this record (missing required input: triples)."
+    )
+    prompts = [
+        b["messages"][-1]["content"]
+        for b in llm.requests()
+        if "Metric: answer_completeness" in b["messages"][0]["content"]
+    ]
+    assert len(prompts) == 3
+    assert all(told in p and "## Verdicts of the metric 'chunk_evaluation'" in p for p in prompts)
+
+    calls = llm.stats()["total"]
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert llm.stats()["total"] == calls  # nothing judged twice
+    assert "only pulled in as a dependency" in " ".join(again.output.split())  # the data has not changed
+
+    named = CliRunner().invoke(main, [*args, "-s", "triple_evaluation"])
+    assert named.exit_code == 1, named.output
+    assert "no verdict at all for triple_evaluation" in " ".join(named.output.split())
+    assert "only pulled in" not in named.output and llm.stats()["total"] == calls
+
+    # The Python API: every spec given is asked for unless `asked` says which were.
+    specs = resolve_specs(["answer_completeness"])
+    with Store(store) as st:
+        records = load_records(data)
+        assert [m.spec for m in run(specs, records, st, cfg(llm)).empty_metrics] == ["triple_evaluation"]
+        assert run(specs, records, st, cfg(llm), asked=["answer_completeness"]).empty_metrics == []
+
+
+def test_a_run_of_skipped_records_judges_nothing_and_starts_no_local_judge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29, item 10: every record lacks a column the metric requires. Nothing is judged (the summary's
+    `judged` is 0, the skips are counted as skipped), and the embedded judge is neither built nor started: here
+    it could not start at all (GREVAL_LLAMA_SERVER names no file), so a run that tried would fail with exit 2."""
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GREVAL_JUDGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GREVAL_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GREVAL_LLAMA_SERVER", str(tmp_path / "no-llama-server"))
+    model = tmp_path / "judge.gguf"
+    model.write_bytes(b"GGUF" + b"x" * 1000)  # identified by its content; never loaded
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"Q{i}?", "answer": f"A{i}."}) + "\n" for i in range(4))
+    )
+    store = tmp_path / "s.sqlite"
+    args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", f"gguf:{model}"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1, res.output  # the metric asked for has no verdict at all: that fails the run
+    text = " ".join(res.output.split())
+    assert "(no call to make)" in text and "0 judgement(s) to make, 4 to skip (a required input is absent)" in text
+    assert "starting the embedded local judge" not in text and "no verdict at all for answer_alignment" in text
+    with Store(store) as st:
+        [stored] = st.runs()
+    [m] = json.loads(stored["summary"])["metrics"]
+    assert (m["judged"], m["reused"], m["skipped"], m["calls"]) == (0, 0, 4, 0)
+
+
 @settings(
     max_examples=12,
     deadline=None,

@@ -291,22 +291,49 @@ def test_remote_runnable_round_trip(llm: OpenAIServer, tmp_path: Path) -> None:
     assert llm.stats()["total"] == 1
 
 
-def test_sigterm_finishes_and_stores_the_judgement_in_flight(llm: OpenAIServer, tmp_path: Path) -> None:
-    llm.configure(latency=1.5)
-    store, port = tmp_path / "s.sqlite", free_port()
+def start_serve(llm: OpenAIServer, store: Path, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """A real `greval serve` process (keys from GREVAL_SERVE_KEYS) judging with the test server; returns it and
+    its base URL once /healthz answers. The caller ends it (`stop_serve`)."""
+    port = free_port()
     env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "GREVAL_SERVE_KEYS": KEY}
     cmd = [sys.executable, "-m", "greval", "serve", "-s", "answer_alignment", "--store", str(store)]
-    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--port", str(port)]
+    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--port", str(port), *flags]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return proc, url
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"greval serve did not start: {err[-3000:]}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def greval_serve(llm: OpenAIServer, store: Path, *flags: str) -> Iterator[str]:
+    """`start_serve` for the length of a block: yields the base URL, then SIGTERMs the process (killed if it
+    has not exited in 30 s)."""
+    proc, url = start_serve(llm, store, *flags)
+    try:
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def test_sigterm_finishes_and_stores_the_judgement_in_flight(llm: OpenAIServer, tmp_path: Path) -> None:
+    llm.configure(latency=1.5)
+    store = tmp_path / "s.sqlite"
+    proc, url = start_serve(llm, store)
     try:
         deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.1)
         got: list[httpx.Response] = []
         body = {
             "spec": "answer_alignment",
@@ -346,3 +373,136 @@ def test_compiled_metrics_declare_their_typed_input() -> None:
     assert schema["title"] == "BleuInput" and schema["required"] == ["answer", "expected_answer"]
     assert bleu.get_output_jsonschema()["title"] == "JudgeResult"
     assert bleu.invoke({"answer": "a b c d", "expected_answer": "a b c d"}).ok
+
+
+def test_hostile_json_is_a_400_on_every_route(llm: OpenAIServer, tmp_path: Path) -> None:
+    """A 100,000-deep nested body, a 5,000-digit integer, a body that is not UTF-8 and one that is not JSON:
+    4xx JSON naming the body on greval's /v1 API and on the LangServe routes alike (before: LangServe's
+    routes answered 500 `internal` with a RecursionError / ValueError in the log), and the server still
+    judges afterwards."""
+    deep = b'{"input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    huge = b'{"input": {"question": "q", "answer": "a", "expected_answer": "e", "extra_fields": {"n": 1' + b"7" * 5000
+    huge += b"}}}"
+    bodies = {"deep": (deep, 400), "huge": (huge, 400), "latin-1": ('{"input": "é"}'.encode("latin-1"), 400)}
+    bodies["not json"] = (b'{"input": ', 422)
+    routes = ["/v1/judge", "/judges/answer_alignment/invoke", "/judges/answer_alignment/batch"]
+    headers = {"X-API-Key": KEY, "Content-Type": "application/json"}
+    with greval_serve(llm, tmp_path / "s.sqlite") as url, httpx.Client(base_url=url, timeout=30) as http:
+        for route in routes:
+            for name, (body, status) in bodies.items():
+                if route == "/v1/judge":
+                    body = body.replace(b'{"input": ', b'{"spec": "answer_alignment", "records": ', 1)
+                r = http.post(route, content=body, headers=headers)
+                assert r.status_code == status, (route, name, r.status_code, r.text[:300])
+                no_traceback(r)
+                err = r.json()["error"]
+                assert err["field"] == "body", (route, name, err)
+                assert err["kind"] == ("invalid_json" if status == 400 else "invalid_request"), (route, name, err)
+        ok = {"question": "q?", "answer": "a", "expected_answer": "e"}
+        r = http.post("/judges/answer_alignment/invoke", json={"input": ok}, headers=headers)
+        assert r.status_code == 200 and r.json()["output"]["ok"], r.text
+        metrics = http.get("/metrics", headers=headers).text
+    assert 'kind="internal"' not in metrics
+
+
+async def _slow_client(url: str, first: bytes, drip: bytes, give_up: float) -> tuple[float | None, bytes]:
+    """A raw connection that sends ``first``, then one ``drip`` every 0.25 s and never finishes its request:
+    how long until the server closed it (None: still open after ``give_up`` s), and what it answered."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    started, got = time.monotonic(), b""
+    try:
+        writer.write(first)
+        while time.monotonic() - started < give_up:
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), 0.25)
+            except TimeoutError:
+                writer.write(drip)
+                continue
+            except ConnectionError:
+                chunk = b""
+            if not chunk:
+                return time.monotonic() - started, got
+            got += chunk
+        return None, got
+    finally:
+        writer.close()
+
+
+def test_slow_clients_are_closed_by_the_header_and_body_timeouts(llm: OpenAIServer, tmp_path: Path) -> None:
+    """20 connections sending a body a byte at a time and 20 sending their headers a byte at a time are all
+    closed within --body-timeout / --header-timeout (+ a margin for a loaded machine), while a normal request
+    is answered (before: 0 of 40 were closed in 25 s)."""
+    flags = ("--header-timeout", "1", "--body-timeout", "1.5")
+    head = f"POST /v1/judge HTTP/1.1\r\nHost: x\r\nX-API-Key: {KEY}\r\nContent-Type: application/json\r\n"
+    slow_body = (head + "Content-Length: 100000\r\n\r\n{").encode()
+    slow_headers = b"POST /v1/judge HTTP/1.1\r\nHost: x\r\nX-Slow: "
+    record = {"question": "q?", "answer": "a", "expected_answer": "e"}
+    with greval_serve(llm, tmp_path / "s.sqlite", *flags) as url:
+
+        async def attack() -> tuple[list[tuple[float | None, bytes]], list[tuple[float | None, bytes]], int]:
+            bodies = [_slow_client(url, slow_body, b" ", 10) for _ in range(20)]
+            headers = [_slow_client(url, slow_headers, b"a", 10) for _ in range(20)]
+            both = asyncio.gather(asyncio.gather(*bodies), asyncio.gather(*headers))
+            await asyncio.sleep(0.5)  # all 40 connected and dripping
+            async with httpx.AsyncClient(base_url=url, timeout=30, headers={"X-API-Key": KEY}) as http:
+                normal = await http.post("/v1/judge", json={"spec": "answer_alignment", "records": [record]})
+            by_body, by_headers = await both
+            return by_body, by_headers, normal.status_code
+
+        by_body, by_headers, normal = asyncio.run(attack())
+    assert normal == 200
+    body_closed = [t for t, _ in by_body if t is not None and t < 1.5 + 3]
+    header_closed = [t for t, _ in by_headers if t is not None and t < 1 + 3]
+    assert len(body_closed) == 20 and min(body_closed) >= 1.4, [t for t, _ in by_body]
+    assert len(header_closed) == 20 and min(header_closed) >= 0.9, [t for t, _ in by_headers]
+    answered = [got for _, got in by_body + by_headers if got]
+    assert answered and all(b" 408 " in got.split(b"\r\n")[0] for got in answered), answered[:3]
+    assert any(b'"body_timeout"' in got for got in answered) and any(b'"header_timeout"' in got for got in answered)
+
+
+def test_connections_over_the_cap_get_a_json_503_and_the_rest_are_served(llm: OpenAIServer, tmp_path: Path) -> None:
+    """--max-connections 4: with 3 idle connections open a request is served; with 4 it gets 503
+    too_many_connections (JSON, Retry-After) on a closed connection; once two leave, requests are served again."""
+    host, headers = "127.0.0.1", {"X-API-Key": KEY}
+    with greval_serve(llm, tmp_path / "s.sqlite", "--max-connections", "4", "--header-timeout", "60") as url:
+        port = int(url.rsplit(":", 1)[1])
+        idle = [socket.create_connection((host, port)) for _ in range(3)]
+        try:
+            time.sleep(0.3)
+            assert httpx.get(f"{url}/v1/specs", headers=headers).status_code == 200
+            idle.append(socket.create_connection((host, port)))
+            time.sleep(0.3)  # the previous request's connection is gone, the fourth idle one is in
+            refused = httpx.get(f"{url}/v1/specs", headers=headers)
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["kind"] == "too_many_connections"
+            assert refused.headers["retry-after"] == "1" and refused.headers["connection"] == "close"
+            for s in idle[:2]:
+                s.close()
+            time.sleep(0.3)
+            assert httpx.get(f"{url}/v1/specs", headers=headers).status_code == 200
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_json_problem_ignores_brackets_and_digits_inside_strings() -> None:
+    """The guard's scan counts JSON's own nesting and numbers, not what a record's text holds."""
+    from greval.serve.app import MAX_JSON_DEPTH, MAX_NUMBER_DIGITS, json_problem
+
+    text = json.dumps({"chunks": ["[" * 500 + '\\"{' * 300, "7" * 9000], "n": 1}).encode()
+    assert json_problem(text) is None
+    assert json_problem(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH) is None
+    assert "nested deeper" in str(json_problem(b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1)))
+    assert json_problem(b"[1" + b"0" * (MAX_NUMBER_DIGITS - 1) + b"]") is None
+    assert "digits" in str(json_problem(b"[1" + b"0" * MAX_NUMBER_DIGITS + b"]"))
+    assert "UTF-8" in str(json_problem('["é"]'.encode("latin-1")))
+
+
+def test_serve_flags_default_to_the_settings_defaults() -> None:
+    """`greval serve`'s limits and ServeSettings (what create_app takes) have the same defaults."""
+    from greval.cli.serve import serve_cmd
+
+    flags = {p.name: p.default for p in serve_cmd.params}
+    names = ["max_body", "max_records", "requests_per_key", "header_timeout", "body_timeout", "max_connections"]
+    assert {n: flags[n] for n in names} == {n: ServeSettings.model_fields[n].default for n in names}

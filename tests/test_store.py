@@ -251,6 +251,32 @@ def test_a_written_error_keeps_the_judge_s_kind_or_gets_its_text_s(store_path: P
     assert _rows(store_path, "SELECT status, error_kind FROM judgements") == [("error", "quota")]
 
 
+def test_a_new_store_and_its_wal_and_shm_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    """A store holds every record's text and verdict: created 0600 (its -wal / -shm alike) in directories greval
+    makes 0700, whatever the umask lets through (before: 0644 files in 0755 directories). A store that exists
+    keeps its mode: it is the user's file."""
+    rec = fixture_records()[0]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url="http://127.0.0.1:9/v1")
+    spec = resolve_specs(["answer_alignment"])[0]
+    result = JudgeResult(spec=spec.name, spec_hash=spec.hash, verdicts=[ItemVerdict(status="ok", label="Correct")])
+    path = tmp_path / "new" / "dir" / "s.sqlite"
+    mask = os.umask(0o022)
+    try:
+        with Store(path) as st:
+            st.put_result(None, spec.hash, cfg, rec, result)
+            files = {p.name: oct(p.stat().st_mode & 0o777) for p in path.parent.iterdir()}
+        dirs = [oct(d.stat().st_mode & 0o777) for d in (path.parent, path.parent.parent)]
+        mine = tmp_path / "mine.sqlite"
+        mine.touch(mode=0o644)
+        with Store(mine):
+            pass
+    finally:
+        os.umask(mask)
+    assert files == {"s.sqlite": "0o600", "s.sqlite-wal": "0o600", "s.sqlite-shm": "0o600"}
+    assert dirs == ["0o700", "0o700"]
+    assert oct(mine.stat().st_mode & 0o777) == "0o644"
+
+
 _SQL = re.compile(
     r"\b(SELECT\s+[\w*(]|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)"
     r"|ALTER\s+TABLE|DROP\s+TABLE)"

@@ -426,9 +426,14 @@ def _url(host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
+def credentials_file(data: Path | str | None = None) -> Path:
+    """Where serve.py keeps the owner's login (0600, in the 0700 data directory)."""
+    return _resolve_data_dir(data) / CREDENTIALS_FILE
+
+
 def read_credentials(data: Path | str | None = None) -> dict[str, str]:
     """The owner's credentials: stored by serve.py on first start, overridden by GREVAL_ARGILLA_* env."""
-    stored = {k: str(v) for k, v in _read_json(_resolve_data_dir(data) / CREDENTIALS_FILE).items()}
+    stored = {k: str(v) for k, v in _read_json(credentials_file(data)).items()}
     for key in ("username", "password", "api_key", "workspace"):
         env = os.environ.get(f"GREVAL_ARGILLA_{key.upper()}")
         if env and key not in stored:

@@ -1,4 +1,4 @@
-"""``greval annotate``: run the embedded Argilla server (setup, up, down, status).
+"""``greval annotate``: run the embedded Argilla server (setup, up, down, status, credentials).
 
 The group's table also names push / pull / import-labels (``greval.cli.annotate_sync``, which needs the
 Argilla SDK), imported only when one of them runs.
@@ -6,6 +6,7 @@ Argilla SDK), imported only when one of them runs.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -44,6 +45,10 @@ data_dir_option = click.option(
 
 # Every `greval annotate` command, where it lives and its short help (checked by tests/test_cli_startup.py).
 ANNOTATE_COMMANDS: dict[str, Lazy] = {
+    "credentials": Lazy(
+        "greval.cli.annotate:credentials_cmd",
+        "Print the embedded Argilla server's login: username, password and API key.",
+    ),
     "down": Lazy("greval.cli.annotate:down_cmd", "Stop the Argilla server started by `up`."),
     "import-labels": Lazy(
         "greval.cli.annotate_sync:import_labels_cmd",
@@ -62,7 +67,10 @@ ANNOTATE_COMMANDS: dict[str, Lazy] = {
         "Create the Argilla server's own virtual environment (done automatically by `up`).",
     ),
     "status": Lazy("greval.cli.annotate:status_cmd", "Print whether the Argilla server is running, and its URL."),
-    "up": Lazy("greval.cli.annotate:up_cmd", "Start the Argilla server in the background and print how to log in."),
+    "up": Lazy(
+        "greval.cli.annotate:up_cmd",
+        "Start the Argilla server in the background and print how to log in (never the password itself).",
+    ),
 }
 
 
@@ -86,19 +94,37 @@ def setup_cmd(force: bool) -> None:
 @data_dir_option
 @_user_errors
 def up_cmd(port: int, host: str, data_dir: Path | None) -> None:
-    """Start the Argilla server in the background and print how to log in."""
+    """Start the Argilla server in the background and print how to log in (never the password itself)."""
     info = server.start(port=port, data=data_dir, host=host)
     if info.reused:  # decided under start()'s lock: another `up` may have started it a moment ago
         click.echo(f"Argilla is already running (pid {info.pid}).")
     else:
         click.echo(f"Argilla is running (pid {info.pid}).")
-    click.echo(f"  URL:       {info.url}")
-    click.echo(f"  username:  {info.username}")
-    click.echo(f"  password:  {info.password}")
-    click.echo(f"  API key:   {info.api_key}")
-    click.echo(f"  workspace: {info.workspace}")
-    click.echo(f"  data:      {info.data_dir}")
-    click.echo("Stop it with: greval annotate down" + (f" --data-dir {data_dir}" if data_dir else ""))
+    where = f" --data-dir {shlex.quote(str(data_dir))}" if data_dir else ""
+    click.echo(f"  URL:         {info.url}")
+    click.echo(f"  username:    {info.username}")
+    click.echo(f"  workspace:   {info.workspace}")
+    click.echo(f"  data:        {info.data_dir}")
+    # The password and API key stay in their file (0600): a terminal's scrollback and CI logs are not private.
+    click.echo(f"  credentials: {server.credentials_file(info.data_dir)} (readable by you only)")
+    click.echo(f"Show the password and API key with: greval annotate credentials{where}")
+    click.echo(f"Stop it with: greval annotate down{where}")
+
+
+@click.command("credentials")
+@data_dir_option
+@_user_errors
+def credentials_cmd(data_dir: Path | None) -> None:
+    """Print the embedded Argilla server's login: username, password and API key."""
+    creds = server.read_credentials(data_dir)
+    if not creds.get("password") or not creds.get("api_key"):
+        raise server.AnnotationServerError(
+            f"no credentials in {server.credentials_file(data_dir)}: start the server once with `greval annotate up`"
+        )
+    click.echo(f"username:  {creds.get('username', '')}")
+    click.echo(f"password:  {creds['password']}")
+    click.echo(f"API key:   {creds['api_key']}")
+    click.echo(f"workspace: {creds.get('workspace', 'argilla')}")
 
 
 @click.command("down")

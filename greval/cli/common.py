@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from greval.cli.flags import for_terminal
 from greval.errors import UserError
 
 if TYPE_CHECKING:
@@ -118,7 +119,13 @@ def command_lines(argv: Sequence[str], width: int, indent: str = "  ") -> list[s
 def print_error(message: str) -> None:
     """The one way a user's mistake reaches the terminal: ``error: MESSAGE``, one line on stderr, the message
     printed as it is (never read as rich markup: it may quote the user's brackets)."""
-    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, emoji=False)
+    text = escape(for_terminal(message))
+    console.print(f"[bold red]error:[/] {text}", highlight=False, soft_wrap=True, emoji=False)
+
+
+def notice(text: str) -> None:
+    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is."""
+    console.print(escape(text), highlight=False)
 
 
 def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:

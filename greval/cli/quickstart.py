@@ -153,7 +153,7 @@ def _quickstart(opts: _Options) -> None:
 
 def _judge(opts: _Options, store_path: Path) -> DatasetRun:
     """Step 2: judge the example into the store; the summary, and how to judge failed records again."""
-    from greval.cli.common import ProgressBar, console, print_summary, say_judge_build
+    from greval.cli.common import ProgressBar, console, notice, print_summary, say_judge_build
     from greval.runner import RunOptions
     from greval.spec import load_spec_file
     from greval.workflows import SPEC, DataNote, RunEvent, run_dataset
@@ -176,7 +176,7 @@ def _judge(opts: _Options, store_path: Path) -> DatasetRun:
             store_path,
             opts.judge,
             options=RunOptions(retry_errors=opts.retry_errors),
-            notify=console.print,
+            notify=notice,
             on_event=said,
             progress=hook,
         )
@@ -314,7 +314,9 @@ def _closing(opts: _Options, store: Path, page: Path, done: DatasetRun, argilla:
     data_dir = ["--data-dir", str(argilla.info.data_dir)] if argilla is not None and argilla.custom_data else []
     if argilla is not None:
         info = argilla.info
-        out.text(f"Argilla     {info.url}   login: {info.username} / {info.password}", hang=" " * 12)
+        # the password stays in its file (0600): a terminal's scrollback and CI logs are not private
+        out.text(f"Argilla     {info.url}   login: {info.username}, password: shown by", hang=" " * 12)
+        out.command([*gv, "annotate", "credentials", *data_dir])
         state = f": {_waiting(argilla.counts)}" if argilla.counts is not None else ""
         out.text(f"  dataset   '{argilla.dataset}' in workspace '{info.workspace}'{state}", hang=" " * 12)
     for name, path in (("Report", store.parent / "report" / "index.html"), ("  agreement", page)):

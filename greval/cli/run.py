@@ -16,6 +16,7 @@ from greval.cli.common import (
     console,
     interrupted_exit,
     judge_options,
+    notice,
     parse_map,
     print_summary,
     say_judge_build,
@@ -161,6 +162,10 @@ def run_cmd(
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
 
+    DATA may also be a LangSmith, Langfuse or Phoenix trace export (recognised by its shape: no --map needed) or
+    a Phoenix project, phoenix://HOST:PORT/PROJECT[?last=24h&root=NAME&limit=N], whose traces are read through
+    Phoenix's client (key: PHOENIX_API_KEY) and get every verdict back as annotations (docs/integrations.md).
+
     \b
     Every verdict is written to the store the moment it arrives. Running the same command again makes
     no model call for what is already judged; a killed run resumes with only the missing verdicts;
@@ -172,6 +177,7 @@ def run_cmd(
       greval run out.csv -s my_metric.yaml --map question=query --map chunks=contexts \\
           --judge openai:qwen2.5-7b --base-url http://localhost:8000/v1 -c 32
       greval run big.jsonl -s chunk_evaluation --sample 200 --sample-items 5 --sample-seed 1
+      greval run 'phoenix://localhost:6006/my-app?last=24h' -s chunk_evaluation -s answer_alignment
       greval run big.jsonl -s answer_similarity --engine ray --shards 8 \\
           --store postgresql://greval@db.internal/greval --ray-address auto
     """
@@ -187,6 +193,7 @@ def run_cmd(
     if engine != "ray" and (ray_address is not None or shards is not None):
         raise click.UsageError("--ray-address and --shards go with --engine ray")
     specs = resolve_specs(spec_refs)
+    asked = [s.name for s in resolve_specs(spec_refs, with_dependencies=False)]  # the others are pulled in
 
     def said(event: RunEvent) -> None:
         if isinstance(event, DataNote):  # nothing the user gave disappears without a word
@@ -194,13 +201,15 @@ def run_cmd(
             return
         work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
         work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
+        work += [f"{event.skipped} to skip (a required input is absent)"] if event.skipped else []
         dup = event.records - event.distinct_contents
         same = f" ({dup} share their content with another: judged once)" if dup > 0 else ""
+        idle = "" if event.judgements else " (no call to make)"
         console.print(
             f"{'judging' if event.needs_judge else 'scoring'} [bold]{event.records}[/] records{same} with "
             f"{', '.join(event.specs)} — "
-            + (f"judge {event.judge}, " if event.needs_judge else "")
-            + f"store {display(store)}, {', '.join(work)}",
+            + (f"judge {escape(event.judge)}{idle}, " if event.needs_judge else "")
+            + f"store {escape(display(store))}, {', '.join(work)}",
             highlight=False,
         )
         if event.builds_judge:
@@ -232,7 +241,8 @@ def run_cmd(
                 mapping=parse_map(maps),
                 id_column=id_column,
                 limit=limit,
-                notify=console.print,
+                asked=asked,
+                notify=notice,
                 on_event=said,
                 progress=hook,
             )

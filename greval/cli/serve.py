@@ -47,6 +47,27 @@ SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
 @click.option(
     "--requests-per-key", type=int, default=64, show_default=True, help="Judging requests in flight per API key."
 )
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds a connection has to send a request's headers (then 408, closed).",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a request's whole body has to arrive after its headers (then 408, closed).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Open connections per worker process (a request on one more: 503, closed).",
+)
 @click.option("-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most.")
 @call_options
 @click.option(
@@ -68,6 +89,9 @@ def serve_cmd(
     max_body: int,
     max_records: int,
     requests_per_key: int,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
     concurrency: int,
     method: str,
     max_attempts: int,
@@ -103,6 +127,7 @@ def serve_cmd(
     from greval.llm.retry import RetryPolicy
     from greval.runner import RunOptions
     from greval.serve.app import ServeSettings, check_binding
+    from greval.serve.connections import protocol
     from greval.spec import bundled_specs, resolve_specs
     from greval.spec.model import Spec
 
@@ -119,7 +144,13 @@ def serve_cmd(
     cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
     options = RunOptions(concurrency=concurrency, method=method, retry=RetryPolicy(max_attempts=max_attempts))
     settings = ServeSettings(
-        api_keys=tuple(keys), max_body=max_body, max_records=max_records, requests_per_key=requests_per_key
+        api_keys=tuple(keys),
+        max_body=max_body,
+        max_records=max_records,
+        requests_per_key=requests_per_key,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        max_connections=max_connections,
     )
     _access_log()
     with serve_judge(cfg, console.print, needed=needs_judge) as live:
@@ -144,19 +175,13 @@ def serve_cmd(
         )
         # uvicorn's graceful shutdown: on SIGTERM / Ctrl-C it stops accepting, lets the requests in flight
         # finish, then the app's lifespan drains the judgements still running and closes the store.
+        # `http`: uvicorn's h11 protocol with a header deadline and a connection cap (greval.serve.connections).
+        server = {"host": host, "port": port, "access_log": False, "lifespan": "on", "http": protocol(settings)}
         if workers > 1:
             os.environ[SETTINGS_ENV] = json.dumps(config)
-            uvicorn.run(
-                "greval.cli.serve:app_from_env",
-                factory=True,
-                workers=workers,
-                host=host,
-                port=port,
-                access_log=False,
-                lifespan="on",
-            )
+            uvicorn.run("greval.cli.serve:app_from_env", factory=True, workers=workers, **server)
         else:
-            uvicorn.run(_app(config), host=host, port=port, access_log=False, lifespan="on")
+            uvicorn.run(_app(config), **server)
 
 
 def _access_log() -> None:

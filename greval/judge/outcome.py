@@ -4,7 +4,7 @@ dependencies (:func:`begin`), and turn a failure into typed error verdicts - the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,21 @@ def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
     return [n for n in spec.required_inputs() if data.get(n) in (None, "", [])]
 
 
+def unfed(spec: BaseSpec, specs: Mapping[str, BaseSpec], data: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The dependencies a record cannot feed although ``spec`` applies to it: dependency name -> its required
+    inputs the record lacks. ``spec`` is judged there without their verdicts, and its prompt says so
+    (:func:`begin`); ``specs``: the run's specs by name."""
+    if not spec.depends_on or missing_inputs(spec, data):
+        return {}
+    out: dict[str, list[str]] = {}
+    for name in spec.depends_on:
+        dep = specs.get(name)
+        absent = missing_inputs(dep, data) if dep is not None else []
+        if absent:
+            out[name] = absent
+    return out
+
+
 def begin(
     spec: BaseSpec,
     record: Record | Mapping[str, Any],
@@ -31,6 +46,8 @@ def begin(
     """What every evaluator checks before working: the record, an empty result, and the dependency verdicts
     to show. ``None`` for the latter means the judgement cannot run and ``result.error`` says why (a required
     input is absent — then it is skipped, see :func:`not_applicable` — or a dependency is missing or failed).
+    A dependency that does not apply to the record (:func:`unfed`) is shown as it is: the judge runs without
+    its verdicts, and the prompt says why they are absent.
 
     ``spec_hash``: the spec's hash when the caller holds it (hashing the spec serialises it: ~30 µs a call)."""
     rec = record if isinstance(record, Record) else Record.from_mapping(record)
@@ -48,7 +65,7 @@ def begin(
         if not dep.ok and not not_applicable(dep):
             result.error = f"{ErrorKind.DEPENDENCY}: depends on {name!r}, which failed for this record"
             return rec, result, None
-    return rec, result, {k: given[k] for k in spec.depends_on if not not_applicable(given[k])}
+    return rec, result, {k: given[k] for k in spec.depends_on}
 
 
 # ------------------------------------------------------------------------------------- the error ladder
@@ -84,6 +101,26 @@ def error_verdicts(
         ItemVerdict(item_id=iid, status="error", error=failed.text if text is None else text, error_kind=failed.kind)
         for iid in item_ids
     ]
+
+
+class NoCall:
+    """The evaluator of a model metric in a run with no model call to make (every record it is pending on lacks
+    an input the metric requires, or a dependency failed): :func:`begin`'s result, without a chat model, a key
+    or a judge server. A judgement that would call the model is a bug of the plan, and raises."""
+
+    def __init__(self, spec: BaseSpec) -> None:
+        self.spec = spec
+
+    async def ajudge(
+        self,
+        record: Record | Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None = None,
+        only_items: Sequence[str] | None = None,
+    ) -> JudgeResult:
+        rec, result, ready = begin(self.spec, record, deps)
+        if ready is not None:
+            raise RuntimeError(f"{self.spec.name}: record {rec.id} needs a model call the run's plan did not count")
+        return result
 
 
 def config_for(spec: BaseSpec, cfg: JudgeConfig) -> JudgeConfig:

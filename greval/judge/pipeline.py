@@ -42,7 +42,7 @@ from greval.dataset.records import Record
 from greval.judge.judge import Judge
 from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import Answer, validate_one
-from greval.judge.prompt import PREAMBLE, describe_scale, render_item, schema_note, title
+from greval.judge.prompt import PREAMBLE, absent_dependency, describe_scale, render_item, schema_note, title
 from greval.judge.verdict import verdict_fields
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
@@ -56,7 +56,7 @@ from greval.spec.pipeline import (
     ScoreMeanAggregate,
     VerifyStep,
 )
-from greval.types import RECORD_ITEM, UNITS, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
+from greval.types import RECORD_ITEM, UNITS, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method, not_applicable
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -79,6 +79,9 @@ def _field_block(name: str, value: Any, note: str | None = None) -> str:
 def _deps_blocks(deps: Mapping[str, JudgeResult] | None) -> list[str]:
     parts = []
     for dep_name, res in (deps or {}).items():
+        if not_applicable(res):
+            parts.append(absent_dependency(dep_name, res))
+            continue
         lines = [f"## Verdicts of the metric '{dep_name}'"]
         for v in res.verdicts:
             if v.status == "ok":

@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from greval.spec import CategoricalScale, Spec, ValueScale
-from greval.types import JudgeResult, Method
+from greval.types import JudgeResult, Method, not_applicable
 
 PREAMBLE = "You are a careful, impartial evaluator of a retrieval-augmented question-answering system."
 
@@ -92,6 +92,12 @@ def render_item(field: str, item: Mapping[str, Any]) -> str:
     return f"[{item['id']}] {item.get('text', '')}"
 
 
+def absent_dependency(name: str, res: JudgeResult) -> str:
+    """A dependency that does not apply to the record (an input it requires is absent), said where its
+    verdicts would be: instructions that mention it are not left hanging, and the judge knows why."""
+    return f"## Verdicts of the metric '{name}'\nNone: it does not apply to this record ({res.error})."
+
+
 def render_inputs(
     spec: Spec,
     data: Mapping[str, Any],
@@ -115,6 +121,9 @@ def render_inputs(
         else:
             parts.append(head + "\n" + as_text(value))
     for dep_name, res in (deps or {}).items():
+        if not_applicable(res):
+            parts.append(absent_dependency(dep_name, res))
+            continue
         lines = [f"## Verdicts of the metric '{dep_name}'"]
         for v in res.verdicts:
             if v.status != "ok":

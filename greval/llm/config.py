@@ -23,9 +23,12 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 120.0
 
-#: How a message reaches the user: a print-like callable taking the text (rich markup) and keywords such as
-#: ``highlight`` (the command line passes its console's ``print``).
-Notify = Callable[..., object]
+#: How a message reaches the user: any callable taking the text, plain (``print``, a logger's ``info``,
+#: ``list.append``; the command line passes its console's ``print``).
+Notify = Callable[[str], object]
+
+#: Providers of the embedded llama.cpp judge (greval.llm.local): served by greval itself.
+LOCAL_PROVIDERS = ("gguf", "local")
 
 
 class JudgeConfig(BaseModel):
@@ -46,7 +49,15 @@ class JudgeConfig(BaseModel):
 
     @classmethod
     def parse(cls, ref: str, **params: Any) -> JudgeConfig:
-        """``openai:gpt-4o-mini``, ``gguf:/path/model.gguf``, ``anthropic:claude-…``; bare names mean openai."""
+        """``openai:gpt-4o-mini``, ``local``, ``gguf:/path/model.gguf``, ``anthropic:claude-…``; bare names mean
+        openai. Every judge name ``--judge`` takes gives the same judge here (the same identity, so the same
+        stored verdicts): a local model is identified by its content (hashed once) and its answers are capped at
+        :data:`LOCAL_MAX_TOKENS` unless ``max_tokens`` says otherwise. Nothing is started here: :func:`greval.run`
+        serves a local judge while it needs one."""
+        if is_local_ref(ref):
+            # Small local models sometimes loop inside their reason until the context is full; a cap keeps a
+            # bad answer to seconds (it is then retried as unparsable) instead of minutes.
+            params["max_tokens"] = params.get("max_tokens") or LOCAL_MAX_TOKENS
         if ref == "local":
             provider, model = "local", "default"
         elif ":" in ref and not ref.startswith(("http://", "https://")):
@@ -56,7 +67,23 @@ class JudgeConfig(BaseModel):
         if not model:
             raise UserError(f"--judge {ref!r}: give a model, e.g. openai:gpt-4o-mini")
         clean = {k: v for k, v in params.items() if v is not None}
-        return cls(provider=provider.lower(), model=model, **clean)
+        cfg = cls(provider=provider.lower(), model=model, **clean)
+        return cfg.with_local_identity() if cfg.is_local else cfg
+
+    @property
+    def is_local(self) -> bool:
+        """The embedded llama.cpp judge (``local``, ``gguf:PATH``): greval serves it (greval.llm.local)."""
+        return self.provider in LOCAL_PROVIDERS
+
+    def with_local_identity(self) -> JudgeConfig:
+        """A local judge identified by its model file's content (not its path or port)."""
+        from greval.llm.local import LocalJudgeError, model_identity, resolve_local_model
+
+        try:
+            path = resolve_local_model("local" if self.provider == "local" else f"gguf:{self.model}")
+            return self.model_copy(update={"identity_override": model_identity(path)})
+        except LocalJudgeError as exc:
+            raise UserError(str(exc)) from None
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -101,9 +128,14 @@ def register_model_secrets(model: Any) -> None:
 
 def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatModel:
     """Build the LangChain chat model. One instance serves a whole run: it owns one shared HTTP client."""
-    if cfg.provider in ("openai", "gguf", "local"):
+    if cfg.provider in ("openai", *LOCAL_PROVIDERS):
         from langchain_openai import ChatOpenAI
 
+        if cfg.is_local and cfg.base_url is None:
+            raise UserError(
+                f"the local judge {cfg.label} is not running: greval.run serves it for a run; elsewhere serve it "
+                "with greval.llm.local.judge_session, or give base_url of a running one (greval local-judge serve)"
+            )
         base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
@@ -161,21 +193,9 @@ def is_local_ref(ref: str) -> bool:
 
 
 def resolve_judge(ref: str, **params: Any) -> JudgeConfig:
-    """The judge's configuration and identity, without starting anything (a local model is only hashed)."""
-    if is_local_ref(ref):
-        # Small local models sometimes loop inside their reason until the context is full; a cap keeps a
-        # bad answer to seconds (it is then retried as unparsable) instead of minutes.
-        params["max_tokens"] = params.get("max_tokens") or LOCAL_MAX_TOKENS
-    cfg = JudgeConfig.parse(ref, **params)
-    if cfg.provider in ("gguf", "local"):
-        from greval.llm.local import LocalJudgeError, model_identity, resolve_local_model
-
-        try:
-            path = resolve_local_model("local" if cfg.provider == "local" else f"gguf:{cfg.model}")
-            cfg = cfg.model_copy(update={"identity_override": model_identity(path)})
-        except LocalJudgeError as exc:
-            raise UserError(str(exc)) from None
-    return cfg
+    """The judge's configuration and identity, without starting anything: :meth:`JudgeConfig.parse` (the
+    command line's name for it)."""
+    return JudgeConfig.parse(ref, **params)
 
 
 class SpecJudge(Protocol):
@@ -224,11 +244,11 @@ class JudgeChoice(BaseModel):
 
 def default_judge(notify: Notify) -> str:
     """The configured judge, else OpenAI when a key is set, else the embedded local judge (said through
-    ``notify``, a print-like callable: the command line passes its console's ``print``)."""
+    ``notify``, see :data:`Notify`)."""
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         return "openai:gpt-4o-mini"
     notify(
-        "[yellow]no judge configured[/] (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
+        "no judge configured (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
         "embedded local judge, a tiny model that is NOT a judge to trust — it only lets the loop run "
         "offline."
     )

@@ -17,6 +17,7 @@ import yaml
 
 from greval.errors import SpecError
 from greval.spec import STANDARD_INPUTS, Spec, compact_ranges, parse_spec
+from greval.spec.computed import DEPRECATED_METRICS
 
 Severity = Literal["error", "warning"]
 
@@ -55,6 +56,7 @@ RULES: dict[str, tuple[Severity, str]] = {
     "steps-no-scale": ("warning", "no step mentions a label, a value or the scale"),
     "step-too-long": ("warning", "a single step is very long; split it"),
     "description-short": ("warning", "the description is too short to say what is measured"),
+    "metric-deprecated": ("warning", "a computed metric under its old name (still read; the new name is said)"),
 }
 
 MAX_STEP_WORDS = 60
@@ -315,6 +317,10 @@ def lint_data(data: Any, file: str = "<spec>", where: str = "") -> list[Finding]
             parse_spec(data, file, where)
         except SpecError as exc:
             findings.append(Finding(file, exc.path, "schema", "error", exc.message))
+        new = DEPRECATED_METRICS.get(str(data.get("metric"))) if data.get("kind") == "computed" else None
+        if new is not None:
+            old = data["metric"]
+            add("metric", "metric-deprecated", f"{old!r} is the old name of {new!r} (same scores); use {new!r}")
         return findings
     _check_ranges(data, add)
     labels = _check_labels(data, add)

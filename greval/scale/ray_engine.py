@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ from greval.runner import (
     RunOptions,
     judge_plan,
     new_summaries,
+    work_of,
 )
 from greval.spec import BaseSpec, order_specs
 from greval.store.store import Store, spec_keys
@@ -230,13 +232,17 @@ def split_plan(plan: Plan, specs: Sequence[BaseSpec], shards: int) -> list[Plan]
     for k in range(n):
         idx = range(k, len(plan.unique), n)
         pending = {name: [rows[i] for i in idx] for name, rows in plan.pending.items()}
+        work = Counter(
+            work_of(s, plan.unique[i]) for s in specs for i, left in zip(idx, pending[s.name], strict=True) if left
+        )
         out.append(
             Plan.model_construct(
                 unique=[plan.unique[i] for i in idx],
                 judge_keys=plan.judge_keys,
                 pending=pending,
-                judgements=sum(1 for s in specs if s.needs_model for p in pending[s.name] if p is not None),
-                computed=sum(1 for s in specs if not s.needs_model for p in pending[s.name] if p is not None),
+                judgements=work["judgement"],
+                computed=work["computed"],
+                skipped=work["skipped"],
                 retry_errors=plan.retry_errors,
                 sample=plan.sample,
                 population=len(idx),

@@ -1,6 +1,8 @@
 """The FastAPI app of ``greval serve``: greval's JSON API (``/v1/...``), LangServe routes per spec
-(``/judges/<name>/...``), health and Prometheus metrics, behind one guard (API keys, body and per-key
-concurrency limits, JSON errors without tracebacks, one JSON access-log line per request).
+(``/judges/<name>/...``), health and Prometheus metrics, behind one guard (API keys; the body read whole within
+its size and time limits, its JSON checked before any route parses it; per-key concurrency limits; JSON errors
+without tracebacks; one JSON access-log line per request). The connections' own limits (a header deadline, a
+cap) are :mod:`greval.serve.connections`'.
 
 Every judging route goes through :class:`greval.serve.service.JudgeService`: the store and cache ``greval run``
 uses, in-flight sharing, new verdicts stored as they arrive.
@@ -8,14 +10,17 @@ uses, in-flight sharing, new verdicts stored as they arrive.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from contextlib import asynccontextmanager
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +62,15 @@ class ServeSettings(BaseModel):
     max_body: int = Field(1 << 20, ge=1, description="Largest request body in bytes (413 beyond).")
     max_records: int = Field(1000, ge=1, description="Records per request at most (413 beyond).")
     requests_per_key: int = Field(64, ge=1, description="Judging requests in flight per API key (429 beyond).")
+    header_timeout: float = Field(
+        10.0, gt=0, description="Seconds a connection has to send a request's headers (then it is closed)."
+    )
+    body_timeout: float = Field(
+        30.0, gt=0, description="Seconds a request's whole body has to arrive after its headers (408 beyond)."
+    )
+    max_connections: int = Field(
+        256, ge=1, description="Open connections per server process (a request on one more: 503, closed)."
+    )
     drain_timeout: float | None = Field(
         None, description="Seconds shutdown waits for judgements in flight to be stored (None: as long as it takes)."
     )
@@ -86,22 +100,26 @@ def key_id(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
-class ServeError(Exception):
-    """A request greval refuses or cannot answer: status, kind, message and the field at fault."""
+#: A refusal sent before the request's body was read ends the connection: the body still on its way is not
+#: read (a client could otherwise keep the connection busy sending it).
+CLOSE = {"Connection": "close"}
 
-    def __init__(self, status: int, kind: str, message: str, field: str | None = None) -> None:
+
+class ServeError(Exception):
+    """A request greval refuses or cannot answer: status, kind, message, the field at fault, extra headers."""
+
+    def __init__(
+        self, status: int, kind: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.kind, self.message, self.field = status, kind, message, field
+        self.headers = headers or {}
 
     def response(self) -> JSONResponse:
         body: dict[str, Any] = {"kind": self.kind, "message": self.message}
         if self.field is not None:
             body["field"] = self.field
-        return JSONResponse({"error": body}, status_code=self.status)
-
-
-class _BodyTooLarge(Exception):
-    pass
+        return JSONResponse({"error": body}, status_code=self.status, headers=self.headers)
 
 
 def _error(status: int, kind: str, message: str, field: str | None = None) -> JSONResponse:
@@ -115,8 +133,80 @@ async def _send_json(send: Send, response: JSONResponse, scope: Scope) -> None:
     await response(scope, no_body, send)
 
 
+#: What a request body's JSON may hold, checked before any route parses it (so that every route answers 400,
+#: not a parser's RecursionError or ValueError as a 500): nesting depth (Python's parser recurses per level) and
+#: the digits of one number (Python refuses to read an integer of more than 4,300 digits).
+MAX_JSON_DEPTH = 100
+MAX_NUMBER_DIGITS = 4300
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_DIGITS = bytes(b if b in b"0123456789" else 32 for b in range(256)).replace(b"123456789", b"000000000")
+_RUN = b"0" * (MAX_NUMBER_DIGITS + 1)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_NESTING = [1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256)]
+
+
+def _long_number(text: bytes) -> bool:
+    return _RUN in text.translate(_DIGITS)
+
+
+def _depth(text: bytes) -> int:
+    return max(accumulate(map(_NESTING.__getitem__, text.translate(None, _NOT_BRACKETS))), default=0)
+
+
+def json_problem(body: bytes) -> str | None:
+    """Why ``body`` is JSON no route may parse (not UTF-8, nested too deep, a number too long), or None.
+
+    A scan, not a parse; a body that is merely malformed is left to the route (a 422). First over the whole body,
+    its strings included (a bound, about as costly as parsing the body); only when that bound is over a limit,
+    again with the strings blanked out (a few times slower), so that a bracket or a digit inside a string
+    counts for nothing."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 (byte {exc.start})"
+    if not _long_number(body) and _depth(body) <= MAX_JSON_DEPTH:
+        return None
+    bare = _STRING.sub(b'""', body)
+    if _long_number(bare):
+        return f"a number of more than {MAX_NUMBER_DIGITS} digits"
+    if _depth(bare) > MAX_JSON_DEPTH:
+        return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+    return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body the guard read, handed to the route as one message; then the connection's own events (the
+    disconnect a streaming route listens for)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def log_access(scope: Scope, route: str, status: int, seconds: float, key: str | None, kind: str | None) -> None:
+    """The access log's one JSON line for a request (keys named by their hash)."""
+    line = {
+        "ts": round(time.time(), 3),
+        "method": scope["method"],
+        "path": scope["path"],
+        "route": route,
+        "status": status,
+        "ms": round(seconds * 1000, 2),
+        "key": key,
+        "client": (scope.get("client") or (None,))[0],
+    }
+    access_log.info(json.dumps({**line, **({"error": kind} if kind else {})}))
+
+
 class Guard:
-    """Pure ASGI middleware around every route: keys, limits, JSON errors, metrics, access log."""
+    """Pure ASGI middleware around every route: keys, the body (read whole, within its size and time limits,
+    its JSON checked), per-key limits, JSON errors, metrics, access log."""
 
     def __init__(self, app: ASGIApp, settings: ServeSettings, metrics: Metrics) -> None:
         self.app = app
@@ -147,13 +237,65 @@ class Guard:
         given = key.encode()
         return any(hmac.compare_digest(given, k) for k in self.keys)  # every key compared: no early exit
 
+    def _caller(self, scope: Scope) -> str | None:
+        """The hash of the request's valid key (None when no key is asked); a 401 without one."""
+        if not self.keys or scope["path"] in OPEN_PATHS:
+            return None
+        key = self._key(scope)
+        if key is None or not self._valid(key):
+            message = "missing or wrong API key: send Authorization: Bearer KEY"
+            raise ServeError(401, "unauthorized", message, None, {"WWW-Authenticate": "Bearer", **CLOSE})
+        return key_id(key)
+
+    def _too_large(self) -> ServeError:
+        return ServeError(
+            413, "body_too_large", f"request body over {self.settings.max_body} bytes (--max-body)", "body", CLOSE
+        )
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes:
+        """The whole request body: at most ``max_body`` bytes (413), complete within ``body_timeout`` seconds of
+        the headers (408: a client sending it a byte at a time holds nothing for long), its JSON readable (400)."""
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.settings.max_body:
+            raise self._too_large()
+        chunks: list[bytes] = []
+        size, more = 0, True
+        try:
+            async with asyncio.timeout(self.settings.body_timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        raise ServeError(400, "incomplete_body", "the client left before its body was complete", "body")
+                    chunks.append(message.get("body", b""))
+                    size, more = size + len(chunks[-1]), message.get("more_body", False)
+                    if size > self.settings.max_body:
+                        raise self._too_large()
+        except TimeoutError:
+            late = f"request body not complete within {self.settings.body_timeout:g} s (--body-timeout)"
+            raise ServeError(408, "body_timeout", late, "body", CLOSE) from None
+        body = b"".join(chunks)
+        problem = json_problem(body) if body else None
+        if problem is not None:
+            raise ServeError(400, "invalid_json", f"request body: {problem}", "body")
+        return body
+
+    def _hold(self, scope: Scope, who: str | None) -> str | None:
+        """Count a judging request (POST) against its key's (or client's) requests in flight; a 429 beyond."""
+        if scope["method"] != "POST":
+            return None
+        holder = who or (scope.get("client") or ("?",))[0]
+        if self.busy.get(holder, 0) >= self.settings.requests_per_key:
+            message = f"more than {self.settings.requests_per_key} judging requests in flight for this key"
+            raise ServeError(429, "too_many_requests", message, None, {"Retry-After": "1"})
+        self.busy[holder] = self.busy.get(holder, 0) + 1
+        return holder
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
         status = [0]
-        method, path = scope["method"], scope["path"]
         who: str | None = None
         holder: str | None = None
         state = scope.setdefault("state", {})
@@ -164,55 +306,17 @@ class Guard:
             await send(message)
 
         try:
-            if self.keys and path not in OPEN_PATHS:
-                key = self._key(scope)
-                if not self._valid(key):
-                    state["error_kind"] = "unauthorized"
-                    resp = _error(401, "unauthorized", "missing or wrong API key: send Authorization: Bearer KEY")
-                    resp.headers["WWW-Authenticate"] = "Bearer"
-                    await _send_json(sending, resp, scope)
-                    return
-                assert key is not None
-                who = key_id(key)
-            headers = dict(scope.get("headers", []))
-            length = headers.get(b"content-length")
-            limit = self.settings.max_body
-            if length is not None and length.isdigit() and int(length) > limit:
-                state["error_kind"] = "body_too_large"
-                await _send_json(sending, self._too_large(), scope)
-                return
-            if method == "POST":
-                holder = who or (scope.get("client") or ("?",))[0]
-                if self.busy.get(holder, 0) >= self.settings.requests_per_key:
-                    holder = None
-                    state["error_kind"] = "too_many_requests"
-                    resp = _error(
-                        429,
-                        "too_many_requests",
-                        f"more than {self.settings.requests_per_key} judging requests in flight for this key",
-                    )
-                    resp.headers["Retry-After"] = "1"
-                    await _send_json(sending, resp, scope)
-                    return
-                self.busy[holder] = self.busy.get(holder, 0) + 1
-            seen = [0]
-
-            async def counted() -> Message:
-                message = await receive()
-                if message["type"] == "http.request":
-                    seen[0] += len(message.get("body", b""))
-                    if seen[0] > limit:
-                        state["body_too_large"] = True  # FastAPI turns a failed body read into a 400
-                        raise _BodyTooLarge()
-                return message
-
-            await self.app(scope, counted, sending)
-        except _BodyTooLarge:
-            state["error_kind"] = "body_too_large"
+            who = self._caller(scope)
+            body = await self._body(scope, receive)
+            holder = self._hold(scope, who)
+            await self.app(scope, _replay(body, receive), sending)
+        except ServeError as exc:  # the guard's own refusals
+            state["error_kind"] = exc.kind
             if not status[0]:
-                await _send_json(sending, self._too_large(), scope)
+                await _send_json(sending, exc.response(), scope)
         except Exception as exc:  # no traceback, no secret: one redacted line in the log, a JSON 500 out
             state["error_kind"] = "internal"
+            method, path = scope["method"], scope["path"]
             error_log.error("internal error on %s %s: %s", method, path, redact(f"{type(exc).__name__}: {exc}"))
             if not status[0]:
                 await _send_json(sending, _error(500, "internal", "internal error (see the server's log)"), scope)
@@ -221,35 +325,17 @@ class Guard:
                 self.busy[holder] -= 1
                 if not self.busy[holder]:
                     del self.busy[holder]
-            seconds = time.perf_counter() - started
-            # The route's template (a bounded set): a request refused before routing, or to no route, is "unrouted".
-            route = getattr(scope.get("route"), "path", None) or "unrouted"
-            self.metrics.observe(method, route, status[0], seconds)
-            kind = state.get("error_kind") or (f"http_{status[0]}" if status[0] >= 400 else None)
-            if kind:
-                self.metrics.error(kind)
-            access_log.info(
-                json.dumps(
-                    {
-                        "ts": round(time.time(), 3),
-                        "method": method,
-                        "path": path,
-                        "route": route,
-                        "status": status[0],
-                        "ms": round(seconds * 1000, 2),
-                        "key": who,
-                        "client": (scope.get("client") or (None,))[0],
-                        **({"error": kind} if kind else {}),
-                    }
-                )
-            )
+            self._record(scope, status[0], time.perf_counter() - started, who)
 
-    def _too_large(self) -> JSONResponse:
-        return too_large(self.settings.max_body)
-
-
-def too_large(limit: int) -> JSONResponse:
-    return _error(413, "body_too_large", f"request body over {limit} bytes (--max-body)", field="body")
+    def _record(self, scope: Scope, status: int, seconds: float, who: str | None) -> None:
+        """Metrics and the access log line of a finished request."""
+        # The route's template (a bounded set): a request refused before routing, or to no route, is "unrouted".
+        route = getattr(scope.get("route"), "path", None) or "unrouted"
+        self.metrics.observe(scope["method"], route, status, seconds)
+        kind = scope["state"].get("error_kind") or (f"http_{status}" if status >= 400 else None)
+        if kind:
+            self.metrics.error(kind)
+        log_access(scope, route, status, seconds, who, kind)
 
 
 # ------------------------------------------------------------------------------------------- models
@@ -299,6 +385,26 @@ def to_record(row: Any, index: int | None = None) -> Record:
         return Record.from_mapping(fields, where=where)
     except DataError as exc:
         raise ServeError(422, "invalid_record", str(exc), _field_of(fields, str(exc), index)) from None
+
+
+def invalid_response(exc: RequestValidationError) -> JSONResponse:
+    """A request its route refused (422), naming the first field at fault. LangServe's routes raise their
+    "Invalid JSON body" as a bare string; FastAPI's JSON error carries the position in ``loc``."""
+    errors: list[dict[str, Any]] = [
+        e if isinstance(e, dict) else {"loc": ("body",), "msg": str(e), "type": "invalid"} for e in exc.errors()
+    ]
+    first: dict[str, Any] = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    field = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or "body"
+    message = f"{field}: {first.get('msg')}"
+    if first.get("type") == "json_invalid":
+        field = "body"
+        at = f" at character {loc[0]}" if loc else ""
+        why = (first.get("ctx") or {}).get("error", "decode error")
+        message = f"body: not JSON ({why}{at})"
+    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors]
+    body = {"kind": "invalid_request", "message": message, "field": field}
+    return JSONResponse({"error": body, "detail": detail}, status_code=422)
 
 
 def _judge_failure(exc: Exception) -> ServeError:
@@ -356,20 +462,11 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        field = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc).lstrip(".") or "body"
         request.state.error_kind = "invalid_request"
-        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors]
-        body = {"kind": "invalid_request", "message": f"{field}: {first.get('msg')}", "field": field}
-        return JSONResponse({"error": body, "detail": detail}, status_code=422)
+        return invalid_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if getattr(request.state, "body_too_large", False):  # the body read stopped by the guard's limit
-            request.state.error_kind = "body_too_large"
-            return too_large(settings.max_body)
         kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
         request.state.error_kind = kind
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail, default=str)

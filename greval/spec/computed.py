@@ -37,10 +37,14 @@ MetricName = Literal[
     "citations",
     "triple_validity",
     "orphan_claims",
+    "cited_span_overlap",
     "span_consistency",
     "cited_span_similarity",
+    "fact_span_consistency",
     "field_stats",
 ]
+#: Old metric names still read (stored verdicts and users' specs carry them), and the name that replaced each.
+DEPRECATED_METRICS = {"span_consistency": "cited_span_overlap"}
 FieldName = str  # a record field name; each such parameter is checked against the identifier pattern
 #: A field name, or a dotted path into nested objects (``extraction.confidence``).
 FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
@@ -64,6 +68,9 @@ RougeType = Literal["rouge1", "rouge2", "rougeL", "rougeLsum"]
 CitationStyle = Literal["graphrag", "span", "bracket"]
 _ROUGE_TYPES: list[RougeType] = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
 _STYLES: list[CitationStyle] = ["graphrag", "span", "bracket"]
+#: Keys of a claim holding what it cites, for every metric that reads claims (one list: a key one metric
+#: reads, all do).
+SOURCE_KEYS = ["source", "sources", "span", "spans", "citation", "citations", "chunk_id", "chunk_ids"]
 
 
 class RougeParams(StrictModel):
@@ -151,9 +158,10 @@ class CitationParams(StrictModel):
         None, pattern=IDENT, description="Instead of sentences: a list field whose items should each cite."
     )
     item_keys: list[str] = Field(
-        default_factory=lambda: ["text", "source", "sources", "citation", "citations", "chunk_id", "chunk_ids"],
+        default_factory=lambda: ["text", *SOURCE_KEYS],
         description="Keys of each item (when items are objects) searched for citations. In `text` a citation "
-        "must be written as one; in the others a bare chunk id (`source: c3`, `chunk_ids: [1, 2]`) is one too.",
+        "must be written as one; in the others a bare chunk id (`source: c3`, `chunk_ids: [1, 2]`) or a span "
+        "object ({chunk_id, start, end}) is one too.",
     )
     id_keys: list[str] = Field(
         default_factory=lambda: ["id", "source_id", "human_readable_id"],
@@ -195,50 +203,43 @@ class TripleParams(StrictModel):
     )
 
 
-class OrphanParams(StrictModel):
-    """Share of a list field's items (e.g. claims) that carry no source."""
-
-    field: FieldName = Field("claims", pattern=IDENT, description="List field of claims: strings or objects.")
-    source_keys: list[str] = Field(
-        default_factory=lambda: ["source", "sources", "citation", "citations", "chunk_id", "chunk_ids"],
-        min_length=1,
-        description="Keys whose non-empty value counts as a source.",
-    )
-    text_key: str = Field("text", description="Key of an item's text (searched for inline citations).")
-    inline_citations: bool = Field(True, description="A citation inside the claim's text counts as a source.")
-
-
-class SpanParams(StrictModel):
-    """Claims and the spans or chunks they cite, resolved to text against the record's own chunks."""
+class ClaimParams(StrictModel):
+    """A list field of claims and where each claim's citations are read (greval.judge.computed.sources)."""
 
     field: FieldName = Field("claims", pattern=IDENT, description="List field of claims: objects or strings.")
     text_key: str = Field("text", min_length=1, description="Key of a claim's own text.")
     source_keys: list[str] = Field(
-        default_factory=lambda: [
-            "source",
-            "sources",
-            "span",
-            "spans",
-            "citation",
-            "citations",
-            "chunk_id",
-            "chunk_ids",
-        ],
+        default_factory=lambda: list(SOURCE_KEYS),
         description="Keys of a claim holding what it cites: a span object {chunk_id, start, end}, a written "
         "citation (chunk_5:200-250, [Data: Sources (3)], [c1]) or a bare chunk id; a list of those.",
-    )
-    id_keys: list[str] = Field(
-        default_factory=lambda: ["id", "source_id", "human_readable_id"],
-        min_length=1,
-        description="Chunk keys (or chunk metadata keys) a cited id is matched against.",
     )
     styles: list[CitationStyle] = Field(
         default_factory=lambda: list(_STYLES), min_length=1, description="Citation syntaxes parsed."
     )
     inline_citations: bool = Field(True, description="Citations written inside the claim's text count too.")
 
+    @model_validator(mode="after")
+    def _some_place(self) -> Self:
+        if not self.source_keys and not self.inline_citations:
+            raise ValueError("@source_keys: empty while inline_citations is false: no claim could cite anything")
+        return self
 
-class SpanConsistencyParams(SpanParams):
+
+class OrphanParams(ClaimParams):
+    """Share of a list field's claims that cite nothing (every citation form counts, resolving or not)."""
+
+
+class SpanParams(ClaimParams):
+    """Claims and the spans or chunks they cite, resolved to text against the record's own chunks."""
+
+    id_keys: list[str] = Field(
+        default_factory=lambda: ["id", "source_id", "human_readable_id"],
+        min_length=1,
+        description="Chunk keys (or chunk metadata keys) a cited id is matched against.",
+    )
+
+
+class CitedSpanOverlapParams(SpanParams):
     """Jaccard overlap of a claim's word set with the word set of the text it cites."""
 
 
@@ -253,6 +254,24 @@ class CitedSpanSimilarityParams(SpanParams):
     )
     score: Literal["mean", "well_supported_rate"] = Field(
         "mean", description="Record score: mean cosine of the scored claims, or the share of claims well supported."
+    )
+
+
+class FactSpanConsistencyParams(SpanParams):
+    """Character-span Jaccard of what two claims of the same fact cite, averaged over such pairs."""
+
+    fact_key: str | None = Field(
+        None,
+        min_length=1,
+        description="Key of a claim naming its fact: claims with equal values (case and spaces ignored) are the "
+        "same fact. Unset: two claims are the same fact when their word sets overlap by min_claim_overlap.",
+    )
+    min_claim_overlap: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="Without fact_key: the Jaccard of two claims' word sets (citations removed) at or above which "
+        "they are the same fact (1.0: the same words).",
     )
 
 
@@ -341,7 +360,7 @@ class ComputedSpec(BaseSpec):
             return super().model_json_schema(*args, **kwargs)
         defs: dict[str, Any] = {}
         variants: list[dict[str, Any]] = []
-        for sub in _BY_METRIC.values():
+        for sub in dict.fromkeys(_BY_METRIC.values()):  # a deprecated name's class is its new name's
             one = sub.model_json_schema(*args, **kwargs)
             defs.update(one.pop("$defs", {}))
             variants.append(one)
@@ -402,8 +421,9 @@ def _with_hints(exc: ValidationError, spec_cls: type[BaseModel]) -> ValidationEr
 
 
 #: Bumped when greval's own parsing / checking logic changes in a way that changes scores or outputs
-#: (2: every record verdict's outputs carry ``units``, the citation densities and evidence coverage).
-_COMPUTED_VERSION = "2"
+#: (2: every record verdict's outputs carry ``units``, the citation densities and evidence coverage; 3: one
+#: citation reader for every metric — orphan_claims counted a claim citing a span as having no source).
+_COMPUTED_VERSION = "3"
 
 
 class RelationshipTable:
@@ -566,11 +586,16 @@ class OrphanSpec(ComputedSpec):
         return [self.params.field]
 
 
-class SpanConsistencySpec(ComputedSpec):
-    """Per claim, the Jaccard overlap of its words with the words of the span or chunk it cites."""
+class CitedSpanOverlapSpec(ComputedSpec):
+    """Per claim, the Jaccard overlap of its words with the words of the span or chunk it cites.
+    ``span_consistency`` is its old name (still read; the identity keeps the name given, so verdicts stored
+    under it stay valid)."""
 
-    metric: Literal["span_consistency"] = "span_consistency"
-    params: SpanConsistencyParams = Field(default_factory=SpanConsistencyParams)
+    metric: Literal["cited_span_overlap", "span_consistency"] = Field(
+        "cited_span_overlap",
+        description="cited_span_overlap; span_consistency is its old name (deprecated: still read, same scores).",
+    )
+    params: CitedSpanOverlapParams = Field(default_factory=CitedSpanOverlapParams)
 
     def required_inputs(self) -> list[str]:
         return [self.params.field]
@@ -587,6 +612,16 @@ class CitedSpanSimilaritySpec(ComputedSpec):
 
     def library_versions(self) -> str:
         return f"{embedding_versions()},greval-computed={_COMPUTED_VERSION}"
+
+
+class FactSpanConsistencySpec(ComputedSpec):
+    """Per pair of claims of the same fact, the character-span Jaccard of what they cite; the mean of pairs."""
+
+    metric: Literal["fact_span_consistency"] = "fact_span_consistency"
+    params: FactSpanConsistencyParams = Field(default_factory=FactSpanConsistencyParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.field]
 
 
 class FieldStatsSpec(ComputedSpec):
@@ -607,8 +642,10 @@ _BY_METRIC.update(
         "citations": CitationSpec,
         "triple_validity": cast("type[ComputedSpec]", TripleSpec),
         "orphan_claims": OrphanSpec,
-        "span_consistency": SpanConsistencySpec,
+        "cited_span_overlap": CitedSpanOverlapSpec,
+        "span_consistency": CitedSpanOverlapSpec,  # deprecated name (DEPRECATED_METRICS)
         "cited_span_similarity": CitedSpanSimilaritySpec,
+        "fact_span_consistency": FactSpanConsistencySpec,
         "field_stats": FieldStatsSpec,
     }
 )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from greval.errors import UserError
+from greval.paths import private_file
 from greval.store import schema
 from greval.store.backend import DB, Dialect, PgConnection, dialect_of, display, transient
 
@@ -34,7 +35,10 @@ class StoreFile:
     ``migrate``: bring an older schema up to this greval's. By default a SQLite file is migrated when opened
     (it has one user at a time); a shared PostgreSQL store is migrated only when asked (``greval store
     migrate``), so that one newer client does not lock older ones out of a database they all use. ``False``:
-    open it as it is (to read its version)."""
+    open it as it is (to read its version).
+
+    A new SQLite file is created readable by its owner only (0600; SQLite gives its ``-wal`` and ``-shm``
+    the main file's mode) and the directories greval makes for it 0700; an existing file keeps its mode."""
 
     def __init__(self, path: str | Path, *, migrate: bool | None = None) -> None:
         self.dialect: Dialect = dialect_of(path)
@@ -49,8 +53,11 @@ class StoreFile:
             self._open_pg(migrate)
             return
         self.path = Path(path)
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.ref != ":memory:":
+            try:  # what a store holds (every record's text and verdict) is for its owner's eyes only
+                private_file(self.path)
+            except OSError as exc:
+                raise UserError(f"{self.path}: cannot create the store ({exc.strerror or exc})") from None
         try:
             # The async runner works in greval's background loop thread (see greval._sync); access is
             # serialised by self._lock, so the connection may cross threads.

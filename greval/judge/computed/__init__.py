@@ -2,9 +2,11 @@
 
 The families differ in what they read and what they need: ``overlap`` (ROUGE, BLEU: a prediction's words
 against reference texts, via rouge-score / nltk), ``embedding`` (semantic similarity: a packaged
-sentence-transformers model, loaded once under a lock), ``citations`` (citations and orphan claims: parsing
-the answer against the record's own chunks), ``spans`` (claims against the text of the spans / chunks they
-cite: Jaccard overlap and embedding similarity), ``fields`` (numbers a record reports, such as a confidence)
+sentence-transformers model, loaded once under a lock), ``sources`` (the one reader of citations: what a
+claim, item or sentence cites and where it points in the record's chunks; every metric below reads them
+there), ``citations`` (citation coverage, validity and density, orphan claims), ``spans`` (claims against the
+text of the spans / chunks they cite: Jaccard overlap and embedding similarity; and the spans cited for the
+same fact against each other), ``fields`` (numbers a record reports, such as a confidence)
 and ``triples`` (knowledge-graph triples against the user's relationship table). ``common`` holds what they
 share, among it ``outputs["units"]``: how many items each record score is a mean or share over. The specs
 themselves are declared in :mod:`greval.spec.computed`; :func:`compute` maps each to its family.
@@ -17,17 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from greval.dataset.records import Record
-from greval.judge.computed.citations import (
-    Citation,
-    check_citation,
-    citations,
-    cited_text,
-    orphan_claims,
-    parse_citations,
-    resolve_chunk,
-    split_sentences,
-    strip_citations,
-)
+from greval.judge.computed.citations import citations, orphan_claims, split_sentences
 from greval.judge.computed.common import ComputeError, word_tokens
 from greval.judge.computed.embedding import (
     cosine_similarities,
@@ -38,19 +30,40 @@ from greval.judge.computed.embedding import (
 )
 from greval.judge.computed.fields import field_stats
 from greval.judge.computed.overlap import bleu, bleu_score, rouge
-from greval.judge.computed.spans import cited_span_similarity, jaccard, resolve_claims, span_consistency
+from greval.judge.computed.sources import (
+    Citation,
+    ClaimCites,
+    Pointed,
+    Reading,
+    check_citation,
+    claim_citations,
+    parse_citations,
+    point_at,
+    reading_of,
+    resolve_chunk,
+    strip_citations,
+)
+from greval.judge.computed.spans import (
+    char_jaccard,
+    cited_span_overlap,
+    cited_span_similarity,
+    fact_span_consistency,
+    jaccard,
+    resolve_claims,
+)
 from greval.judge.computed.triples import parse_arrow_triples, triple_validity
 from greval.judge.outcome import Failed, begin, error_verdicts
 from greval.spec.computed import (
     BleuSpec,
     CitationSpec,
+    CitedSpanOverlapSpec,
     CitedSpanSimilaritySpec,
     ComputedSpec,
     EmbeddingSpec,
+    FactSpanConsistencySpec,
     FieldStatsSpec,
     OrphanSpec,
     RougeSpec,
-    SpanConsistencySpec,
     TableUnavailable,
     TripleSpec,
 )
@@ -69,10 +82,12 @@ def compute(spec: ComputedSpec, data: Mapping[str, Any]) -> tuple[list[ItemVerdi
         return citations(spec.params, data)
     if isinstance(spec, OrphanSpec):
         return orphan_claims(spec.params, data)
-    if isinstance(spec, SpanConsistencySpec):
-        return span_consistency(spec.params, data)
+    if isinstance(spec, CitedSpanOverlapSpec):  # also its deprecated name, span_consistency
+        return cited_span_overlap(spec.params, data)
     if isinstance(spec, CitedSpanSimilaritySpec):
         return cited_span_similarity(spec.params, data)
+    if isinstance(spec, FactSpanConsistencySpec):
+        return fact_span_consistency(spec.params, data)
     if isinstance(spec, FieldStatsSpec):
         return field_stats(spec.params, data)
     if isinstance(spec, TripleSpec):
@@ -117,11 +132,15 @@ class ComputedEvaluator:
 
 __all__: list[str] = [
     "Citation",
+    "ClaimCites",
     "ComputeError",
     "ComputedEvaluator",
+    "Pointed",
+    "Reading",
     "bleu_score",
+    "char_jaccard",
     "check_citation",
-    "cited_text",
+    "claim_citations",
     "compute",
     "cosine_similarities",
     "embedding_model",
@@ -130,6 +149,8 @@ __all__: list[str] = [
     "paired_cosines",
     "parse_arrow_triples",
     "parse_citations",
+    "point_at",
+    "reading_of",
     "resolve_chunk",
     "resolve_claims",
     "split_sentences",

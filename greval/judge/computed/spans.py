@@ -1,27 +1,29 @@
-"""Claims against the text they cite: each claim's citations (span objects ``{chunk_id, start, end}``, written
-citations, bare chunk ids) are resolved to text from the record's own chunks, then compared with the claim —
-by word overlap (``span_consistency``: Jaccard of token sets) or by meaning (``cited_span_similarity``: cosine
-of the packaged sentence embeddings). A claim that cites nothing, or nothing that resolves, gets an item
-verdict with the reason and no score: it is counted, not scored 0."""
+"""Claims against the text they cite: each claim's citations (read by :mod:`.sources`: span objects
+``{chunk_id, start, end}``, written citations, bare chunk ids) are resolved to text from the record's own
+chunks, then compared with the claim — by word overlap (``cited_span_overlap``, formerly ``span_consistency``:
+Jaccard of token sets) or by meaning (``cited_span_similarity``: cosine of the packaged sentence embeddings) —
+or with what other claims of the same fact cite (``fact_span_consistency``: Jaccard of the cited characters).
+A claim that cites nothing, or nothing that resolves, gets an item verdict with the reason and no score: it is
+counted, not scored 0."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
-from greval.judge.computed.citations import Citation, cited_text, parse_citations, resolve_chunk, strip_citations
 from greval.judge.computed.common import ComputeError, record_verdict, short, units_of, word_tokens
 from greval.judge.computed.embedding import paired_cosines
-from greval.spec.computed import CitedSpanSimilarityParams, SpanConsistencyParams, SpanParams
+from greval.judge.computed.sources import Pointed, claim_citations, point_at, reading_of
+from greval.spec.computed import (
+    CitedSpanOverlapParams,
+    CitedSpanSimilarityParams,
+    FactSpanConsistencyParams,
+    SpanParams,
+    match_key,
+)
 from greval.types import ItemVerdict
-
-#: Keys of a span object naming its chunk, its start and its end (the first present wins).
-SPAN_ID_KEYS = ("chunk_id", "chunk", "id", "source")
-SPAN_START_KEYS = ("start", "start_char")
-SPAN_END_KEYS = ("end", "end_char")
 
 
 @dataclass
@@ -30,14 +32,20 @@ class ClaimEvidence:
 
     index: int
     text: str
+    claim: Any = None  # the claim as the record gives it
     cites: list[str] = field(default_factory=list)  # how each citation reads, for reasons
-    evidence: str | None = None  # the resolved texts joined by a space; None: nothing resolved
+    pointed: list[Pointed] = field(default_factory=list)  # where each citation that resolves points
     unresolved: list[str] = field(default_factory=list)  # "<citation>: <why>" per citation that did not resolve
+
+    @property
+    def evidence(self) -> str | None:
+        """The resolved texts joined by a space, in order; None: nothing resolved."""
+        return " ".join(p.text for p in self.pointed) if self.pointed else None
 
     @property
     def label(self) -> str | None:
         """``uncited`` / ``unresolved`` for a claim that cannot be scored, else None."""
-        if self.evidence is not None:
+        if self.pointed:
             return None
         return "unresolved" if self.unresolved else "uncited"
 
@@ -47,98 +55,24 @@ class ClaimEvidence:
         return "cites nothing"
 
 
-def _first(obj: Mapping[str, Any], keys: Sequence[str]) -> Any:
-    return next((obj[k] for k in keys if obj.get(k) not in (None, "")), None)
-
-
-def _as_offset(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.strip().isdigit():
-        return int(v)
-    return None
-
-
-def span_object(obj: Mapping[str, Any], id_keys: Sequence[str] = SPAN_ID_KEYS) -> Citation | str:
-    """A span given as ``{chunk_id, start, end}`` (start and end optional together: without them the whole
-    chunk), or why it is not one."""
-    ref = _first(obj, id_keys)
-    if ref is None:
-        return f"span {short(str(dict(obj)), 60)}: no chunk id (one of {', '.join(id_keys)})"
-    start_v, end_v = _first(obj, SPAN_START_KEYS), _first(obj, SPAN_END_KEYS)
-    if start_v is None and end_v is None:
-        return Citation(text=str(ref), ref=str(ref))
-    start, end = _as_offset(start_v), _as_offset(end_v)
-    if start is None or end is None:
-        return f"span {ref}:{start_v}-{end_v}: start and end must both be whole numbers"
-    return Citation(text=f"{ref}:{start}-{end}", ref=str(ref), start=start, end=end)
-
-
-def claim_citations(claim: Any, p: SpanParams) -> tuple[str, list[Citation | str]]:
-    """A claim's words (its text without citation markup) and what it cites: citations, or for a malformed
-    span object the reason it cannot be read."""
-    text = str(claim.get(p.text_key, "") or "") if isinstance(claim, Mapping) else str(claim)
-    found: list[Citation | str] = []
-    if p.inline_citations:
-        found.extend(parse_citations(text, p.styles))
-    if not isinstance(claim, Mapping):
-        return strip_citations(text, p.styles), found
-    used: set[str] = set()
-    if _first(claim, SPAN_START_KEYS) is not None or _first(claim, SPAN_END_KEYS) is not None:
-        # The claim itself carries {chunk_id, start, end} (its own `id` is the claim's, not a chunk's).
-        used = {k for k in SPAN_ID_KEYS if k != "id"}
-        found.append(span_object(claim, [k for k in SPAN_ID_KEYS if k in used]))
-    for k in p.source_keys:
-        if k in used:
-            continue
-        v = claim.get(k)
-        for x in v if isinstance(v, list | tuple) else [] if v is None else [v]:
-            if isinstance(x, Mapping):
-                found.append(span_object(x))
-                continue
-            s = str(x).strip()
-            if not s:
-                continue
-            written = parse_citations(s, p.styles)
-            found.extend(written or [Citation(text=ref, ref=ref) for ref in re.split(r"\s*[,;]\s*", s) if ref])
-    return strip_citations(text, p.styles), found
-
-
 def resolve_claims(p: SpanParams, data: Mapping[str, Any]) -> list[ClaimEvidence]:
-    """Every claim of ``p.field`` with the text it cites (several cited texts joined by a space, in order)."""
+    """Every claim of ``p.field`` with what it cites and where that points in the record's chunks."""
     value = data.get(p.field)
     if not isinstance(value, list):
         raise ComputeError(f"{p.field}: expected a list of claims, got {type(value).__name__}")
     chunks = [c for c in data.get("chunks") or [] if isinstance(c, Mapping)]
+    reading = reading_of(p)
     out: list[ClaimEvidence] = []
     for i, claim in enumerate(value, start=1):
-        words, cites = claim_citations(claim, p)
-        ce = ClaimEvidence(index=i, text=" ".join(words.split()))
-        resolved: list[str] = []
-        seen: set[tuple[str, int | None, int | None]] = set()
-        for c in cites:
-            if not isinstance(c, str):  # the same span cited twice (in the text and a source key) counts once
-                key = (c.text, c.start, c.end)
-                if key in seen:
-                    continue
-                seen.add(key)
-            if isinstance(c, str):
-                ce.unresolved.append(c)
-                ce.cites.append(c.split(":", 1)[0])
-                continue
+        read = claim_citations(claim, reading)
+        ce = ClaimEvidence(index=i, text=read.words, claim=claim)
+        for c in read.citations:
             ce.cites.append(c.text)
-            chunk, why = resolve_chunk(c, chunks, p.id_keys)
-            piece: str | None = None
-            if chunk is not None:
-                piece, why = cited_text(c, chunk)
-            if piece is None:
+            where, why = point_at(c, chunks, p.id_keys)
+            if where is None:
                 ce.unresolved.append(f"{c.text}: {why}")
             else:
-                resolved.append(piece)
-        if resolved:
-            ce.evidence = " ".join(resolved)
+                ce.pointed.append(where)
         out.append(ce)
     return out
 
@@ -166,7 +100,7 @@ def jaccard(a: str, b: str) -> tuple[float | None, int, int]:
     return (inter / union if union else None), inter, union
 
 
-def span_consistency(p: SpanConsistencyParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+def cited_span_overlap(p: CitedSpanOverlapParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
     """Per claim, the Jaccard overlap of its words with the words it cites; the record score is their mean."""
     claims = resolve_claims(p, data)
     items: list[ItemVerdict] = []
@@ -250,3 +184,113 @@ def cited_span_similarity(
     tail = f"{well}/{len(claims)} claims well supported (cosine ≥ {p.min_similarity})"
     reason = f"{head}; {tail}" if p.score == "mean" else f"{tail}; {head}"
     return [record_verdict(score, reason), *items], outputs
+
+
+# --------------------------------------------------------------------------- spans cited for the same fact
+#: The characters a claim's citations cover: per chunk (its place in the record), sorted disjoint
+#: ``[start, end)`` intervals in the spans' own coordinates.
+Chars = dict[int, list[tuple[int, int]]]
+
+
+def cited_chars(pointed: Sequence[Pointed]) -> Chars:
+    """The characters covered by every citation of a claim that resolves (overlapping spans merged)."""
+    by_chunk: dict[int, list[tuple[int, int]]] = {}
+    for p in pointed:
+        by_chunk.setdefault(p.chunk, []).append((p.start, p.end))
+    out: Chars = {}
+    for chunk, spans in by_chunk.items():
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        out[chunk] = merged
+    return out
+
+
+def char_jaccard(x: Chars, y: Chars) -> tuple[float | None, int, int]:
+    """|X ∩ Y| / |X ∪ Y| over cited characters (spans in different chunks share none), with both counts;
+    None when neither covers a character."""
+    inter = sum(max(0, min(b, d) - max(a, c)) for chunk, xs in x.items() for a, b in xs for c, d in y.get(chunk, ()))
+    size = sum(b - a for spans in (*x.values(), *y.values()) for a, b in spans)
+    union = size - inter
+    return (inter / union if union else None), inter, union
+
+
+def _fact(c: ClaimEvidence, key: str) -> str | None:
+    v = c.claim.get(key) if isinstance(c.claim, Mapping) else None
+    return match_key(str(v)) if v is not None and str(v).strip() else None
+
+
+def same_fact_pairs(
+    p: FactSpanConsistencyParams, claims: Sequence[ClaimEvidence]
+) -> list[tuple[ClaimEvidence, ClaimEvidence, str]]:
+    """Every pair of claims about the same fact, with why: equal ``fact_key`` values, or (no ``fact_key``)
+    word sets whose Jaccard is at least ``min_claim_overlap``."""
+    pairs: list[tuple[ClaimEvidence, ClaimEvidence, str]] = []
+    for i, a in enumerate(claims):
+        for b in claims[i + 1 :]:
+            if p.fact_key is not None:
+                fact = _fact(a, p.fact_key)
+                if fact is not None and fact == _fact(b, p.fact_key):
+                    pairs.append((a, b, f"{p.fact_key} {fact!r}"))
+            else:
+                sim, _, _ = jaccard(a.text, b.text)
+                if sim is not None and sim >= p.min_claim_overlap:
+                    pairs.append((a, b, f"words {sim:.2f}"))
+    return pairs
+
+
+def fact_span_consistency(
+    p: FactSpanConsistencyParams, data: Mapping[str, Any]
+) -> tuple[list[ItemVerdict], dict[str, Any]]:
+    """Per pair of claims about the same fact that both cite something that resolves, the Jaccard of the
+    characters they cite; the record score is the mean over those pairs (none: no score)."""
+    claims = resolve_claims(p, data)
+    chars = {c.index: cited_chars(c.pointed) for c in claims}
+    items: list[ItemVerdict] = []
+    scores: list[float] = []
+    paired: set[int] = set()
+    unscored = 0
+    for a, b, same in same_fact_pairs(p, claims):
+        value, inter, union = char_jaccard(chars[a.index], chars[b.index])
+        if value is None or not (a.pointed and b.pointed):  # one side cites nothing that resolves
+            unscored += 1
+            continue
+        scores.append(value)
+        paired |= {a.index, b.index}
+        items.append(
+            ItemVerdict(
+                item_id=f"pair:{a.index}-{b.index}",
+                score=value,
+                reason=f"claims {a.index} and {b.index} ({same}): {inter}/{union} characters = {value:.3f} "
+                f"({', '.join(a.cites)} ~ {', '.join(b.cites)})",
+            )
+        )
+    items.extend(_unpaired(p, c) for c in claims if c.index not in paired)
+    mean = fmean(scores) if scores else None
+    outputs = {**_counts(claims), "pairs": len(scores), "unscored_pairs": unscored, "mean": mean}
+    outputs.update({k: sum(it.label == k for it in items) for k in ("alone", "no_fact")})
+    outputs["units"] = units_of(mean, len(scores))
+    reason = (
+        f"mean character Jaccard {mean:.3f} over {len(scores)} pairs of claims of the same fact"
+        if mean is not None
+        else f"no two claims of the same fact both cite a span that resolves ({len(claims)} claims)"
+    )
+    if outputs["alone"]:
+        reason += f"; {outputs['alone']} claims have no other claim of their fact to compare with"
+    return [record_verdict(mean, reason), *items], outputs
+
+
+def _unpaired(p: FactSpanConsistencyParams, c: ClaimEvidence) -> ItemVerdict:
+    """The item verdict of a claim in no scored pair: why it was not compared."""
+    if c.label is not None:
+        return _unscored(c)
+    if p.fact_key is not None and _fact(c, p.fact_key) is None:
+        return ItemVerdict(item_id=f"claim:{c.index}", label="no_fact", reason=f"{short(c.text, 60)}: no {p.fact_key}")
+    return ItemVerdict(
+        item_id=f"claim:{c.index}",
+        label="alone",
+        reason=f"{short(c.text, 60)}: no other claim of its fact cites a span that resolves",
+    )

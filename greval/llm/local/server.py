@@ -27,7 +27,7 @@ from typing import IO, TYPE_CHECKING, Any
 from greval.llm.local.build import ensure_llama_server, find_llama_server
 from greval.llm.local.common import LocalJudgeError, env_int, log_tail
 from greval.llm.local.models import model_identity, resolve_local_model
-from greval.paths import data_dir
+from greval.paths import data_dir, rewrite_private
 
 if TYPE_CHECKING:
     from langchain_openai import ChatOpenAI
@@ -185,7 +185,6 @@ class LocalJudgeServer:
     def _launch(self, binary: Path, port: int, alias: str) -> None:
         if self._log_path is None:
             self._log_path = data_dir() / "logs" / f"llama-server-{port}.log"
-        self._log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [
             str(binary),
             "--model", str(self.model_path),
@@ -207,7 +206,7 @@ class LocalJudgeServer:
         # OpenMP threads spin while waiting by default; on a shared 2-core machine that makes each
         # token 20-50x slower (measured: 15 s vs 0.5 s for a short answer). Sleep instead.
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        self._log_handle = self._log_path.open("wb")
+        self._log_handle = rewrite_private(self._log_path)  # prompts may show in it: the owner's only
         self._log_handle.write(("$ " + " ".join(cmd) + "\n").encode())
         self._log_handle.flush()
         self._proc = subprocess.Popen(

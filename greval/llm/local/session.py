@@ -15,8 +15,8 @@ from greval.llm.local.server import LocalJudgeServer
 @contextlib.contextmanager
 def serve_judge(cfg: JudgeConfig, notify: Notify, needed: bool = True) -> Iterator[JudgeConfig]:
     """For a local model, run the embedded llama-server while the block runs (only when calls are needed);
-    what it starts is said through ``notify``."""
-    if cfg.provider not in ("gguf", "local") or not needed:
+    what it starts is said through ``notify`` (any callable taking a string: ``print`` will do)."""
+    if not cfg.is_local or not needed:
         yield cfg
         return
     try:
@@ -26,10 +26,7 @@ def serve_judge(cfg: JudgeConfig, notify: Notify, needed: bool = True) -> Iterat
     except LocalJudgeError as exc:
         raise UserError(str(exc)) from None
     try:
-        notify(
-            f"local judge {info.identity} at {info.base_url} ({info.threads} threads, {info.parallel} slots)",
-            highlight=False,
-        )
+        notify(f"local judge {info.identity} at {info.base_url} ({info.threads} threads, {info.parallel} slots)")
         yield cfg.model_copy(update={"model": info.model, "base_url": info.base_url})
     finally:
         server.__exit__(None, None, None)

@@ -1,0 +1,122 @@
+"""What ``greval run DATA`` reads: a ``phoenix://`` address, a tracing tool's export recognised by its shape
+(not its name), or — anything else, or whenever ``--map`` / ``--id-column`` are given — a plain table
+(:class:`~greval.dataset.records.DataFile`).
+
+Recognised exports: Phoenix spans (REST spans or a span dataframe: ``context.span_id`` + ``span_kind`` /
+``attributes``), LangSmith runs (``run_type``) and dataset examples (``inputs`` + ``outputs``), Langfuse
+observations (``traceId`` + an observation ``type``) and trace downloads (a trace with its ``observations``).
+An OpenTelemetry (OTLP) file is named as such, in one line, rather than read as a table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from greval.dataset.records import DataFile
+from greval.dataset.tables import check_file, iter_rows
+from greval.errors import DataError, UserError
+from greval.traces import langfuse, langsmith
+from greval.traces.openinference import is_span_row
+from greval.traces.source import TraceRows, group_traces
+from greval.traces.spans import Span
+
+__all__ = ["FORMATS", "open_data", "sniff"]
+
+#: Export kind -> what the notes call it.
+FORMATS = {
+    "phoenix": "Phoenix spans",
+    "langsmith-runs": "LangSmith runs",
+    "langsmith-examples": "LangSmith dataset examples",
+    "langfuse-observations": "Langfuse observations",
+    "langfuse-traces": "Langfuse traces",
+}
+
+
+def _whole_json(path: Path) -> Any:
+    """A .json file's value, when it is small enough to hold (trace downloads are one object)."""
+    import gzip
+
+    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
+            return json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, EOFError):
+        return None  # the table reader says what is wrong with it, in its words
+
+
+def _langfuse_traces(value: Any) -> list[Mapping[str, Any]] | None:
+    if langfuse.is_trace_object(value):
+        return [value]
+    if isinstance(value, Mapping) and isinstance(value.get("traces"), list):
+        value = value["traces"]
+    if isinstance(value, list) and value and all(langfuse.is_trace_object(v) for v in value):
+        return value
+    return None
+
+
+def sniff(path: Path, kind: str) -> str | None:
+    """The export kind of a data file from its first row (None: a plain table)."""
+    if kind == "json":
+        value = _whole_json(path)
+        if _langfuse_traces(value) is not None:
+            return "langfuse-traces"
+        if isinstance(value, Mapping) and ("resourceSpans" in value or "resource_spans" in value):
+            raise DataError(
+                f"{path}: an OpenTelemetry (OTLP) span export, which greval does not read as a file; send the spans "
+                "to Phoenix and read phoenix://HOST:PORT/PROJECT, or export them from Phoenix as Parquet / JSONL"
+            )
+    try:
+        first = next(iter_rows(path), None)
+    except DataError:
+        return None  # the table reader reports it when the run reads the file
+    if first is None:
+        return None
+    if "resourceSpans" in first or "resource_spans" in first:
+        raise DataError(f"{path}: an OpenTelemetry (OTLP) span export; export the spans from Phoenix instead")
+    if is_span_row(first):
+        return "phoenix"
+    if langsmith.is_run_row(first):
+        return "langsmith-runs"
+    if langfuse.is_observation_row(first):
+        return "langfuse-observations"
+    if langsmith.is_example_row(first):
+        return "langsmith-examples"
+    return None
+
+
+def _spans(path: Path, fmt: str, label: str) -> Iterator[Span]:
+    from greval.traces.phoenix import export_spans
+
+    if fmt == "langfuse-traces":
+        traces = _langfuse_traces(_whole_json(path))
+        yield from langfuse.trace_spans(traces or [], label)
+        return
+    rows: Iterable[Mapping[str, Any]] = iter_rows(path)
+    readers: dict[str, Callable[[Iterable[Mapping[str, Any]], str], Iterator[Span]]] = {
+        "phoenix": export_spans,
+        "langsmith-runs": langsmith.run_spans,
+        "langsmith-examples": langsmith.example_spans,
+        "langfuse-observations": langfuse.observation_spans,
+    }
+    yield from readers[fmt](rows, label)
+
+
+def open_data(
+    data: str | Path, mapping: Mapping[str, str] | None, id_column: str | None, limit: int | None
+) -> DataFile | TraceRows:
+    """The rows of ``greval run DATA``: a Phoenix project, a recognised trace export, or a plain table."""
+    from greval.traces.phoenix import PhoenixRows, is_phoenix_ref, parse_address
+
+    if is_phoenix_ref(str(data)):
+        if mapping or id_column:
+            raise UserError("--map and --id-column apply to table files; a phoenix:// source maps its spans itself")
+        return PhoenixRows(parse_address(str(data)), limit)
+    path, kind = check_file(data)  # a missing file or an unknown format fails here, before the store is opened
+    fmt = None if mapping or id_column else sniff(path, kind)
+    if fmt is None:
+        return DataFile(data, mapping, id_column, limit)
+    label = f"{path} ({FORMATS[fmt]})"
+    return TraceRows(label, lambda: group_traces(_spans(path, fmt, label)), limit)

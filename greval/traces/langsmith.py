@@ -1,0 +1,106 @@
+"""LangSmith exports → spans: runs (JSONL / JSON / Parquet, one run per row, as the SDK's ``list_runs`` and the
+bulk export write them) and dataset examples (``inputs`` / ``outputs`` = reference outputs).
+
+A run: ``id``, ``trace_id`` (the root run's id), ``parent_run_id``, ``run_type`` (chain / retriever / llm / tool
+/ …), ``inputs`` / ``outputs``, ``start_time`` / ``end_time``, ``prompt_tokens`` / ``completion_tokens`` /
+``total_tokens``, ``extra.metadata``, ``error``. A retriever run's outputs hold ``documents``
+(``page_content``, ``metadata``, ``type: "Document"``). A dataset example becomes a trace of one root step
+whose question is its input and whose ``expected_answer`` is its reference output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from greval.errors import DataError
+from greval.traces.spans import Span, SpanKind, as_int, as_text, documents_from, maybe_json, parse_time
+
+__all__ = ["example_spans", "is_example_row", "is_run_row", "run_spans"]
+
+_KINDS: dict[str, SpanKind] = {"chain": "chain", "retriever": "retriever", "llm": "llm"}
+#: LangSmith's own bookkeeping in a run's metadata, not the app's.
+_INTERNAL = ("ls_", "langsmith", "langchain", "revision_id", "lc_")
+
+
+def is_run_row(row: Mapping[str, Any]) -> bool:
+    return "run_type" in row and ("id" in row or "run_id" in row)
+
+
+def is_example_row(row: Mapping[str, Any]) -> bool:
+    inputs = maybe_json(row.get("inputs"))
+    return isinstance(inputs, Mapping) and "run_type" not in row and ("outputs" in row or "reference_outputs" in row)
+
+
+def _metadata(row: Mapping[str, Any]) -> dict[str, Any]:
+    extra = maybe_json(row.get("extra"))
+    meta = extra.get("metadata") if isinstance(extra, Mapping) else None
+    meta = maybe_json(meta if meta is not None else row.get("metadata"))
+    if not isinstance(meta, Mapping):
+        return {}
+    return {k: v for k, v in meta.items() if not str(k).lower().startswith(_INTERNAL)}
+
+
+def _usage(row: Mapping[str, Any]) -> tuple[int | None, int | None, int | None]:
+    prompt, completion, total = (as_int(row.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    if prompt is None and completion is None and total is None:  # a chat model's usage_metadata in its output
+        outputs = maybe_json(row.get("outputs"))
+        gens = outputs.get("generations") if isinstance(outputs, Mapping) else None
+        first = gens[0][0] if isinstance(gens, list) and gens and isinstance(gens[0], list) and gens[0] else None
+        message = first.get("message") if isinstance(first, Mapping) else None
+        kwargs = message.get("kwargs", message) if isinstance(message, Mapping) else None
+        usage = kwargs.get("usage_metadata") if isinstance(kwargs, Mapping) else None
+        if isinstance(usage, Mapping):
+            prompt, completion, total = (
+                as_int(usage.get(k)) for k in ("input_tokens", "output_tokens", "total_tokens")
+            )
+    return prompt, completion, total
+
+
+def run_span(row: Mapping[str, Any], where: str) -> Span:
+    """One LangSmith run as a span; a DataError naming ``where`` when it is not a run."""
+    run_id = row.get("id") or row.get("run_id")
+    if not run_id or "run_type" not in row:
+        raise DataError(f"{where}: not a LangSmith run (a run has id and run_type)")
+    kind = _KINDS.get(str(row["run_type"]).lower(), "other")
+    parent = row.get("parent_run_id")
+    inputs, outputs = maybe_json(row.get("inputs")), maybe_json(row.get("outputs"))
+    prompt, completion, total = _usage(row)
+    return Span(
+        trace_id=str(row.get("trace_id") or (run_id if not parent else "")) or str(run_id),
+        span_id=str(run_id),
+        parent_id=str(parent) if parent else None,
+        name=str(row.get("name") or ""),
+        kind=kind,
+        start=parse_time(row.get("start_time")),
+        end=parse_time(row.get("end_time")),
+        input=as_text(inputs, last_user=True),
+        output=None if kind == "retriever" else as_text(outputs),
+        documents=documents_from(outputs) if kind == "retriever" else [],
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=total,
+        metadata=_metadata(row),
+        error=str(row["error"]) if row.get("error") else None,
+    )
+
+
+def run_spans(rows: Iterable[Mapping[str, Any]], label: str) -> Iterator[Span]:
+    for n, row in enumerate(rows, start=1):
+        yield run_span(row, f"{label}: row {n}")
+
+
+def example_spans(rows: Iterable[Mapping[str, Any]], label: str) -> Iterator[Span]:
+    """Dataset examples, each a trace of one step: input = the question, metadata = the reference output
+    (``expected_answer``) and the example's metadata."""
+    for n, row in enumerate(rows, start=1):
+        inputs = maybe_json(row.get("inputs"))
+        if not isinstance(inputs, Mapping):
+            raise DataError(f"{label}: row {n}: a LangSmith example needs an 'inputs' object")
+        ref = maybe_json(row.get("reference_outputs", row.get("outputs")))
+        meta = _metadata(row)
+        expected = as_text(ref)
+        if expected:
+            meta["expected_answer"] = expected
+        eid = str(row.get("id") or row.get("example_id") or f"example-{n}")
+        yield Span(trace_id=eid, span_id=eid, name="example", kind="chain", input=as_text(inputs), metadata=meta)

@@ -1,0 +1,116 @@
+"""OpenInference spans (what Arize Phoenix stores) → :class:`~greval.traces.spans.Span`.
+
+One reader for the three shapes Phoenix hands spans out in: its REST API's spans (``context.trace_id``,
+``span_kind``, ``attributes`` with dotted keys: ``client.spans.get_spans``, and a JSONL export of them), a span
+dataframe written to Parquet / JSONL (``context.span_id`` and ``attributes.*`` columns:
+``client.spans.get_spans_dataframe``), and nested attributes as OTLP JSON writes them. Attributes follow the
+OpenInference semantic conventions: ``openinference.span.kind``, ``input.value`` / ``output.value``,
+``retrieval.documents.N.document.{id,content,score,metadata}``, ``llm.token_count.{prompt,completion,total}``,
+``metadata``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from greval.errors import DataError
+from greval.traces.spans import Document, Span, SpanKind, as_int, as_text, maybe_json, nest, parse_time
+
+__all__ = ["is_span_row", "span_from_row"]
+
+_KINDS: dict[str, SpanKind] = {"CHAIN": "chain", "AGENT": "chain", "RETRIEVER": "retriever", "LLM": "llm"}
+
+
+def is_span_row(row: Mapping[str, Any]) -> bool:
+    """Whether a row has the shape of a Phoenix span (REST or dataframe)."""
+    nested = nest({k: v for k, v in row.items() if str(k).startswith("context")})
+    context = nested.get("context")
+    has_ids = isinstance(context, Mapping) and "span_id" in context and "trace_id" in context
+    return has_ids and ("span_kind" in row or "attributes" in row or any(str(k).startswith("attributes.") for k in row))
+
+
+def _attributes(row: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    attrs = maybe_json(row.get("attributes"))
+    if isinstance(attrs, Mapping):
+        flat.update(attrs)
+    for key, value in row.items():
+        if str(key).startswith("attributes."):
+            flat[str(key).removeprefix("attributes.")] = value
+    return nest({k: v for k, v in flat.items() if not _absent(v)})
+
+
+def _dig(node: Any, *keys: str) -> Any:
+    """``node[k1][k2]…``, or None where a level is missing or not an object."""
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _documents(attrs: Mapping[str, Any]) -> list[Document]:
+    retrieval = attrs.get("retrieval")
+    docs = retrieval.get("documents") if isinstance(retrieval, Mapping) else None
+    out = []
+    for position, item in enumerate(docs if isinstance(docs, list) else []):
+        doc = item.get("document", item) if isinstance(item, Mapping) else None
+        if not isinstance(doc, Mapping) or _absent(doc.get("content")):
+            continue
+        meta = maybe_json(doc.get("metadata"))
+        score = doc.get("score")
+        out.append(
+            Document(
+                id=None if _absent(doc.get("id")) else str(doc["id"]),
+                text=str(doc["content"]),
+                score=float(score) if isinstance(score, int | float) and not _absent(score) else None,
+                metadata=dict(meta) if isinstance(meta, Mapping) else {},
+                position=position,
+            )
+        )
+    return out
+
+
+def _value(attrs: Mapping[str, Any], key: str, *, last_user: bool = False) -> str | None:
+    node = attrs.get(key)
+    return as_text(node.get("value"), last_user=last_user) if isinstance(node, Mapping) else None
+
+
+def span_from_row(row: Mapping[str, Any], where: str) -> Span:
+    """One Phoenix span; a DataError naming ``where`` when it has no trace or span id."""
+    ctx = nest({k: v for k, v in row.items() if str(k).startswith("context")}).get("context")
+    if not isinstance(ctx, Mapping) or _absent(ctx.get("trace_id")) or _absent(ctx.get("span_id")):
+        raise DataError(f"{where}: a Phoenix span needs context.trace_id and context.span_id")
+    attrs = _attributes(row)
+    kind_name = row.get("span_kind") or _dig(attrs, "openinference", "span", "kind")
+    kind = _KINDS.get(str(kind_name or "").upper(), "other")
+    found = _dig(attrs, "llm")
+    llm: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    found = _dig(llm, "token_count")
+    tokens: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    out_text = _value(attrs, "output")
+    if kind == "llm":  # the output is often the provider's whole response: prefer the output messages
+        out_text = as_text(llm.get("output_messages")) or out_text
+    meta = maybe_json(attrs.get("metadata"))
+    status = str(row.get("status_code") or "")
+    parent = row.get("parent_id")
+    return Span(
+        trace_id=str(ctx["trace_id"]),
+        span_id=str(ctx["span_id"]),
+        parent_id=None if _absent(parent) or parent == "" else str(parent),
+        name=str(row.get("name") or ""),
+        kind=kind,
+        start=parse_time(row.get("start_time")),
+        end=parse_time(row.get("end_time")),
+        input=as_text(llm.get("input_messages"), last_user=True) if kind == "llm" else _value(attrs, "input"),
+        output=out_text,
+        documents=_documents(attrs) if kind == "retriever" else [],
+        prompt_tokens=as_int(tokens.get("prompt")),
+        completion_tokens=as_int(tokens.get("completion")),
+        total_tokens=as_int(tokens.get("total")),
+        metadata=dict(meta) if isinstance(meta, Mapping) else {},
+        error=str(row.get("status_message") or "") or None if status == "ERROR" else None,
+    )

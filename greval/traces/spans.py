@@ -1,0 +1,288 @@
+"""The one shape every tracing tool's export is read into: a :class:`Span` (a Phoenix span, a LangSmith run, a
+Langfuse observation) with its kind, text in and out, retrieved documents and token counts — plus the small
+readers the format modules share (dotted keys to nested values, text out of messages, timestamps)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Document",
+    "Span",
+    "SpanKind",
+    "as_int",
+    "as_text",
+    "documents_from",
+    "maybe_json",
+    "nest",
+    "parse_time",
+    "snake_keys",
+]
+
+SpanKind = Literal["chain", "retriever", "llm", "other"]
+
+
+class Document(BaseModel):
+    """One retrieved document: becomes a chunk ``{id, text, score, metadata, span_id, position}``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str | None = None
+    text: str
+    score: float | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    position: int = Field(description="Its index in the retriever span's documents (Phoenix document annotations).")
+
+
+class Span(BaseModel):
+    """One step of a trace, whatever tool recorded it."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None = None
+    name: str = ""
+    kind: SpanKind = "other"
+    start: datetime | None = None
+    end: datetime | None = None
+    input: str | None = Field(None, description="The step's input as text (a question, a user message).")
+    output: str | None = Field(None, description="The step's output as text (an answer, a completion).")
+    documents: list[Document] = Field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        if self.start is None or self.end is None:
+            return None
+        return max(0.0, (self.end - self.start).total_seconds())
+
+
+def maybe_json(value: Any) -> Any:
+    """JSON text (an object or array) parsed; anything else as it is."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            return value
+    return value
+
+
+def _listify(node: Any) -> Any:
+    """Dicts whose keys are all 0, 1, 2 … (OpenInference's ``retrieval.documents.0.…``) become lists."""
+    if isinstance(node, dict):
+        node = {k: _listify(v) for k, v in node.items()}
+        if node and all(isinstance(k, str) and k.isdigit() for k in node):
+            return [node[k] for k in sorted(node, key=int)]
+        return node
+    if isinstance(node, list):
+        return [_listify(v) for v in node]
+    return node
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted keys to nested values, inside nested values too: ``{"a.b": 1, "c": [{"d.e": 2}]}`` →
+    ``{"a": {"b": 1}, "c": [{"d": {"e": 2}}]}``; numbered levels become lists. Phoenix writes attributes flat
+    (REST), nested (OTLP JSON) or half-way (a span dataframe's ``attributes.retrieval.documents`` column)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if isinstance(value, Mapping):
+            value = nest(value)
+        elif isinstance(value, list | tuple):
+            value = [nest(v) if isinstance(v, Mapping) else v for v in value]
+        elif hasattr(value, "tolist"):  # numpy arrays from Parquet
+            value = [nest(v) if isinstance(v, Mapping) else v for v in value.tolist()]
+        cur = out
+        parts = str(key).split(".")
+        for part in parts[:-1]:
+            nxt = cur.get(part)
+            if not isinstance(nxt, dict):
+                nxt = cur[part] = {}
+            cur = nxt
+        last = parts[-1]
+        if isinstance(cur.get(last), dict) and isinstance(value, dict):
+            cur[last].update(value)
+        else:
+            cur[last] = value
+    result = _listify(out)
+    return result if isinstance(result, dict) else {}
+
+
+_MESSAGE_KEYS = ("content", "text", "page_content")
+_TEXT_KEYS = (
+    "question",
+    "query",
+    "input",
+    "user_input",
+    "prompt",
+    "prompts",
+    "answer",
+    "output",
+    "result",
+    "response",
+    "text",
+)
+
+
+def _unwrap(message: Any) -> Any:
+    """OpenInference wraps each message: ``llm.input_messages.0.message.content``."""
+    inner = message.get("message") if isinstance(message, Mapping) else None
+    return inner if isinstance(inner, Mapping) and not any(k in message for k in _MESSAGE_KEYS) else message
+
+
+def _message_text(message: Any) -> str | None:
+    """The text of one chat message: a string, ``{content}``, LangChain's ``{kwargs: {content}}`` or parts."""
+    message = _unwrap(message)
+    if isinstance(message, str):
+        return message
+    if not isinstance(message, Mapping):
+        return None
+    inner = message.get("kwargs") if isinstance(message.get("kwargs"), Mapping) else message
+    assert isinstance(inner, Mapping)
+    content = next((inner[k] for k in _MESSAGE_KEYS if k in inner), None)
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": …}]
+        parts = [p.get("text") if isinstance(p, Mapping) else p for p in content]
+        content = "".join(p for p in parts if isinstance(p, str))
+    return content if isinstance(content, str) else None
+
+
+def _role(message: Any) -> str:
+    message = _unwrap(message)
+    if not isinstance(message, Mapping):
+        return ""
+    inner = message.get("kwargs") if isinstance(message.get("kwargs"), Mapping) else message
+    assert isinstance(inner, Mapping)
+    role = inner.get("role") or inner.get("type") or ""
+    ids = message.get("id")
+    if not role and isinstance(ids, list) and ids:  # LangChain's serialised class path
+        role = str(ids[-1])
+    return str(role).lower()
+
+
+def as_text(value: Any, *, last_user: bool = False) -> str | None:
+    """A step's input or output as text: a string as is; from an object its question / answer / … field;
+    from chat messages the last user message (``last_user``) or the last message; ``None`` when none is found."""
+    value = maybe_json(value)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        flat = [m for v in value for m in (v if isinstance(v, list) else [v])]
+        if last_user:
+            users = [m for m in flat if _role(m) in ("user", "human", "humanmessage")]
+            flat = users or flat
+        texts = [t for t in (_message_text(m) for m in flat) if t]
+        return texts[-1] if texts else None
+    if isinstance(value, Mapping):
+        for key in _TEXT_KEYS:
+            if key in value:
+                found = as_text(value[key], last_user=last_user)
+                if found:
+                    return found
+        for key in ("messages", "generations", "choices"):
+            if key in value:
+                found = as_text(value[key], last_user=last_user)
+                if found:
+                    return found
+        if "message" in value:
+            return _message_text(value["message"])
+        if len(value) == 1:
+            only = next(iter(value.values()))
+            return only if isinstance(only, str) else None
+    return None
+
+
+def parse_time(value: Any) -> datetime | None:
+    """ISO 8601 text (``Z`` or an offset; Langfuse's ``2024-05-29 13:46:19.963000``), epoch seconds or
+    milliseconds, or a datetime / pandas Timestamp; naive times are UTC."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if hasattr(value, "to_pydatetime"):
+        value = value.to_pydatetime()
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = value / 1000 if value > 1e11 else value
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    if isinstance(value, str) and value.strip():
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
+
+
+def snake_keys(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Top-level keys in snake_case (Langfuse's API and UI write ``traceId``, its blob export ``trace_id``)."""
+    return {_CAMEL.sub(r"_\1", str(k)).lower(): v for k, v in row.items()}
+
+
+def as_int(value: Any) -> int | None:
+    """A token count: an int, a float count (pandas' NaN-able columns) or numeric text; else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return None if value != value else int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+_DOC_TEXT = ("page_content", "content", "text", "pageContent")
+_DOC_IDS = ("id", "doc_id", "document_id", "chunk_id")
+_DOC_SCORES = ("score", "relevance_score", "similarity")
+
+
+def _doc_id(doc: Mapping[str, Any], meta: Mapping[str, Any]) -> str | None:
+    for source in (doc, meta):
+        for key in _DOC_IDS:
+            if source.get(key) is not None and str(source[key]).strip():
+                return str(source[key])
+    return None
+
+
+def documents_from(value: Any) -> list[Document]:
+    """Retrieved documents as LangChain-style tools record them: a list (or ``{"documents": [...]}``) of
+    ``{page_content | content | text, metadata, id?}``; ids and scores also read from the metadata. Items
+    without text are left out."""
+    value = maybe_json(value)
+    if isinstance(value, Mapping):
+        value = next((value[k] for k in ("documents", "docs", "context", "output") if k in value), None)
+        value = maybe_json(value)
+    if not isinstance(value, list):
+        return []
+    out = []
+    for position, item in enumerate(value):
+        item = maybe_json(item)
+        if isinstance(item, Mapping) and isinstance(item.get("kwargs"), Mapping):  # LangChain's serialised form
+            item = item["kwargs"]
+        if not isinstance(item, Mapping):
+            continue
+        text = next((item[k] for k in _DOC_TEXT if isinstance(item.get(k), str)), None)
+        if text is None:
+            continue
+        meta = maybe_json(item.get("metadata"))
+        meta = dict(meta) if isinstance(meta, Mapping) else {}
+        score = next((x for x in (item.get(k, meta.get(k)) for k in _DOC_SCORES) if isinstance(x, int | float)), None)
+        out.append(Document(id=_doc_id(item, meta), text=text, score=score, metadata=meta, position=position))
+    return out
+
+
+def looks_like_documents(value: Any) -> bool:
+    """Whether an output is a list of retrieved documents (a retriever step recorded as a plain span)."""
+    return bool(documents_from(value))

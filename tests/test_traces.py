@@ -1,0 +1,333 @@
+"""Traces in, verdicts back (greval.traces).
+
+Exports: fixture files in the shapes the tools write (tests/fixtures/traces/README.md says where each shape comes
+from; the Phoenix ones are a real server's output) become records with a question, an answer, chunks with their
+ids and the efficiency fields, with no --map; a malformed or unknown export is one line.
+
+Phoenix: a real server (arize-phoenix in its own venv, SQLite in a temp dir), the suite's instrumented RAG app
+sending 20 traces over OTLP (its LLM spans around real calls to the test LLM server), ``greval run
+phoenix://…`` judging them with chunk_evaluation and answer_alignment through the test LLM server, and the
+annotations read back through Phoenix's API: equal to the store's verdicts; a re-run adds none; a canary
+PHOENIX_API_KEY appears in no output or file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from greval.cli import main
+from greval.errors import DataError, UserError
+from greval.store.results import item_rows, record_rows
+from greval.store.store import Store
+from greval.testing.openai_server import OpenAIServer
+from greval.traces.detect import open_data
+from greval.traces.phoenix import parse_address
+from greval.traces.source import TraceRows
+from greval.traces.spans import as_text, nest
+from tests.conftest import TEST_KEY
+
+FIX = Path(__file__).parent / "fixtures" / "traces"
+ROOT = Path(__file__).resolve().parents[1]
+CANARY = "px-canary-KEY-9f3a7c-never-print"
+EFFICIENCY = ("prompt_tokens", "output_tokens", "tokens", "llm_calls", "latency_s")
+
+
+def records(path: Path) -> tuple[list[Any], list[str]]:
+    rows = open_data(path, None, None, None)
+    assert isinstance(rows, TraceRows), f"{path.name} was not recognised as a trace export"
+    out = [r.record() for r in rows]
+    return out, rows.notes
+
+
+# ------------------------------------------------------------------------------------------- exports
+@pytest.mark.parametrize(
+    ("name", "count", "first_chunks"),
+    [
+        ("langsmith_runs.jsonl", 3, ["hb-12", "hb-13"]),
+        ("langfuse_observations.jsonl", 2, ["faq-3"]),
+        ("langfuse_trace.json", 1, ["faq-12"]),
+        ("phoenix_spans.jsonl", 3, None),
+        ("phoenix_spans.parquet", 3, None),
+    ],
+)
+def test_exports_become_records_without_flags(name: str, count: int, first_chunks: list[str] | None) -> None:
+    recs, _ = records(FIX / name)
+    assert len(recs) == count
+    with_chunks = [r for r in recs if r.items("chunks")]
+    assert with_chunks, "no record got chunks"
+    for rec in with_chunks:
+        assert rec.data["question"] and rec.data["answer"]
+        assert all(c["id"] and c["text"] for c in rec.items("chunks"))
+        assert all(rec.data.get(k) is not None for k in EFFICIENCY), {k: rec.data.get(k) for k in EFFICIENCY}
+        assert rec.data["tokens"] == rec.data["prompt_tokens"] + rec.data["output_tokens"]
+    if first_chunks is not None:
+        assert [c["id"] for c in recs[0].items("chunks")] == first_chunks
+
+
+def test_langsmith_runs_map_every_part_of_a_trace() -> None:
+    recs, notes = records(FIX / "langsmith_runs.jsonl")
+    first = recs[0]
+    assert first.id == "1f0b6a3e-0000-4000-8000-000000000001"  # the trace id: verdicts go back to the trace
+    assert first.data["question"] == "How many vacation days do new staff get?"
+    assert first.data["answer"] == "New staff get 25 vacation days a year."
+    assert first.data["expected_answer"] == "25 days a year."  # the root run's metadata
+    assert "ls_run_depth" not in first.data  # LangSmith's own bookkeeping is not the app's metadata
+    chunk = first.items("chunks")[0]
+    assert chunk["text"] == "Employees receive 25 days of paid vacation per year."
+    assert chunk["metadata"]["score"] == 0.91 and chunk["metadata"]["metadata"]["source"] == "handbook.pdf"
+    # tokens from the LLM run only: the root run's aggregated counts are not added a second time
+    assert (first.data["prompt_tokens"], first.data["output_tokens"], first.data["tokens"]) == (180, 12, 192)
+    assert first.data["llm_calls"] == 1 and first.data["latency_s"] == 3.5
+    # one line per kind of gap, naming the traces
+    assert any("1 of 3 trace(s) have no retriever span" in n and "000000000003" in n for n in notes), notes
+    assert any("ChatPromptTemplate (2)" in n for n in notes), notes
+
+
+def test_langsmith_dataset_examples_give_questions_and_expected_answers() -> None:
+    recs, notes = records(FIX / "langsmith_examples.jsonl")
+    assert [r.id for r in recs] == ["e0c1-0", "e0c1-1"]
+    assert recs[1].data["question"] == "Who approves travel expenses?"
+    assert recs[1].data["expected_answer"] == "The team lead."
+    assert any("2 of 2 trace(s) have no answer" in n for n in notes), notes
+
+
+def test_langfuse_trace_download_uses_the_trace_as_root() -> None:
+    recs, notes = records(FIX / "langfuse_trace.json")
+    (rec,) = recs
+    assert rec.id == "lf-trace-9"
+    assert rec.data["question"] == "Can I change my delivery address?"
+    assert rec.data["answer"] == "Yes, until the parcel ships."
+    assert (rec.data["prompt_tokens"], rec.data["output_tokens"], rec.data["latency_s"]) == (60, 7, 0.8)
+    assert notes == []
+
+
+def test_phoenix_exports_read_alike() -> None:
+    jsonl, _ = records(FIX / "phoenix_spans.jsonl")
+    parquet, _ = records(FIX / "phoenix_spans.parquet")
+    assert {r.id for r in jsonl} == {r.id for r in parquet}
+    by_id = {r.id: r for r in parquet}
+    for rec in jsonl:
+        other = by_id[rec.id]
+        assert rec.data["question"] == other.data["question"]
+        assert [c["id"] for c in rec.items("chunks")] == [c["id"] for c in other.items("chunks")]
+        assert rec.data["expected_answer"] == other.data["expected_answer"]  # the root span's metadata
+        assert {k: rec.data[k] for k in EFFICIENCY} == {k: other.data[k] for k in EFFICIENCY}
+
+
+def test_a_map_keeps_the_plain_table_reader() -> None:
+    """--map / --id-column mean the user maps the columns: the file is read as a table, as before."""
+    rows = open_data(FIX / "langsmith_runs.jsonl", {"question": "inputs.question"}, None, None)
+    assert not isinstance(rows, TraceRows)
+
+
+def test_malformed_and_unknown_exports_are_one_line(tmp_path: Path) -> None:
+    lines = (FIX / "langsmith_runs.jsonl").read_text().splitlines()
+    broken = json.loads(lines[2])
+    del broken["id"]
+    bad = tmp_path / "runs.jsonl"
+    bad.write_text("\n".join([lines[0], lines[1], json.dumps(broken)]) + "\n")
+    with pytest.raises(DataError, match=r"runs\.jsonl \(LangSmith runs\): row 3: not a LangSmith run"):
+        list(open_data(bad, None, None, None))
+    otlp = tmp_path / "spans.json"
+    otlp.write_text(json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": []}]}))
+    with pytest.raises(DataError, match="OpenTelemetry"):
+        open_data(otlp, None, None, None)
+    res = CliRunner().invoke(main, ["run", str(otlp), "-s", "chunk_evaluation", "--store", str(tmp_path / "s.db")])
+    assert res.exit_code == 2
+    assert len(res.output.strip().splitlines()) == 1 and "OpenTelemetry" in res.output, res.output
+
+
+def test_nest_and_text() -> None:
+    flat = {"retrieval.documents.1.document.id": "b", "retrieval.documents.0.document.id": "a", "input.value": "q"}
+    assert nest(flat) == {"retrieval": {"documents": [{"document": {"id": "a"}}, {"document": {"id": "b"}}]},
+                          "input": {"value": "q"}}  # fmt: skip
+    msgs = [{"message": {"role": "system", "content": "ctx"}}, {"message": {"role": "user", "content": "why?"}}]
+    assert as_text(msgs, last_user=True) == "why?"
+    assert as_text('{"question": "q?", "k": 3}') == "q?"
+
+
+def test_phoenix_addresses() -> None:
+    addr = parse_address("phoenix://127.0.0.1:6006/rag-app?last=2h&root=rag&limit=50")
+    assert (addr.base_url, addr.project, addr.root, addr.limit) == ("http://127.0.0.1:6006", "rag-app", "rag", 50)
+    assert addr.start is not None and addr.end is None
+    assert parse_address("phoenix+https://px.example.org/prefix/p1").base_url == "https://px.example.org/prefix"
+    with pytest.raises(UserError, match="PHOENIX_API_KEY"):
+        parse_address("phoenix://user:secret@127.0.0.1:6006/p")
+    for bad, why in (("phoenix://h:1/p?since=1h", "unknown parameter"), ("phoenix://h:1/p?last=soon", "last="),
+                     ("phoenix://h:1/", "PROJECT"), ("phoenix://h:1/p?limit=0", "limit")):  # fmt: skip
+        with pytest.raises(DataError, match=why):
+            parse_address(bad)
+
+
+def test_an_unreachable_phoenix_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["run", f"phoenix://127.0.0.1:{port}/rag", "-s", "chunk_evaluation", "--store", str(tmp_path / "s.db"),
+            "--judge", "openai:judge-test", "--base-url", f"http://127.0.0.1:{port}/v1"]  # fmt: skip
+    res = CliRunner().invoke(main, args, env={"PHOENIX_API_KEY": CANARY, "OPENAI_API_KEY": TEST_KEY})
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [f"error: phoenix http://127.0.0.1:{port} project 'rag': cannot reach "
+                                               "Phoenix (ConnectError: [Errno 111] Connection refused)"]  # fmt: skip
+    assert CANARY not in res.output
+
+
+def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`greval run` on a LangSmith runs file, no flags but the metric: chunk verdicts keyed by the documents' ids,
+    the gap said in one note; the tools' keys in the environment (canaries) are not read, shown or stored."""
+    for var in ("LANGSMITH_API_KEY", "LANGFUSE_SECRET_KEY", "LANGFUSE_PUBLIC_KEY"):
+        monkeypatch.setenv(var, CANARY)
+    store = tmp_path / "s.db"
+    args = ["run", str(FIX / "langsmith_runs.jsonl"), "-s", "chunk_evaluation", "-s", "answer_alignment"]
+    res = CliRunner().invoke(main, [*args, "--store", str(store), "--judge", "openai:judge-test",
+                                    "--base-url", llm.base_url, "--quiet"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "have no retriever span" in res.output
+    with Store(store) as st:
+        items = item_rows(st, "chunk_evaluation")
+    assert {(r["record_id"][-4:], r["item_id"]) for r in items if r["item_id"]} == {
+        ("0001", "hb-12"),
+        ("0001", "hb-13"),
+        ("0002", "hb-40"),
+    }
+    assert CANARY not in res.output and CANARY.encode() not in store.read_bytes()
+
+
+# ------------------------------------------------------------------------------------- a real Phoenix
+@pytest.fixture(scope="module")
+def phoenix() -> Iterator[Any]:
+    from greval.testing.phoenix import PhoenixServer
+
+    with PhoenixServer() as px:
+        yield px
+
+
+def emit_traces(px: Any, llm: OpenAIServer, project: str, n: int) -> list[dict[str, Any]]:
+    """Run the suite's instrumented RAG app (its own process) against Phoenix and the test LLM server."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.traces_app", "--phoenix", px.url, "--project", project, "--llm", llm.base_url,
+         "--n", str(n)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=True,
+    )  # fmt: skip
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def greval_run(px: Any, llm: OpenAIServer, project: str, store: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "greval", "run", f"phoenix://{px.url.removeprefix('http://')}/{project}",
+           "-s", "chunk_evaluation", "-s", "answer_alignment", "--store", str(store),
+           "--judge", "openai:judge-test", "--base-url", llm.base_url, "--quiet"]  # fmt: skip
+    env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "PHOENIX_API_KEY": CANARY, "COLUMNS": "200"}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def annotations(px: Any, project: str, span_ids: list[str]) -> list[dict[str, Any]]:
+    from phoenix.client import Client
+
+    found = Client(base_url=px.url).spans.get_span_annotations(
+        span_ids=span_ids, project_identifier=project, include_annotation_names=["chunk_evaluation", "answer_alignment"]
+    )
+    return [dict(a) for a in found]
+
+
+def document_annotations(px: Any, span_ids: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
+    """(retriever span id, position) -> greval's document annotation, through Phoenix's GraphQL API (its REST API
+    has no read route for them); all of them, so that a duplicate shows."""
+    import httpx
+
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for sid in span_ids:
+        q = (
+            'query { getSpanByOtelId(spanId: "%s") '
+            "{ documentEvaluations { name label score explanation documentPosition } } }"
+        )
+        data = httpx.post(f"{px.url}/graphql", json={"query": q % sid}, timeout=30).json()
+        assert "errors" not in data, data
+        for ev in data["data"]["getSpanByOtelId"]["documentEvaluations"]:
+            assert (sid, ev["documentPosition"]) not in out, (
+                f"two annotations on {sid} document {ev['documentPosition']}"
+            )
+            out[sid, ev["documentPosition"]] = ev
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("phoenix") is None, reason="pip install 'greval[phoenix]'")
+def test_phoenix_traces_in_verdicts_back(phoenix: Any, openai_server: OpenAIServer, tmp_path: Path) -> None:
+    n = 20
+    openai_server.reset()
+    project = "rag-app"
+    traces = emit_traces(phoenix, openai_server, project, n)
+    assert len(traces) == n
+    store = tmp_path / "store.sqlite"
+    first = greval_run(phoenix, openai_server, project, store)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f": {2 * n} span annotation(s) written with {3 * n} document annotation(s), 0 already there" in (
+        first.stdout + first.stderr
+    ), first.stdout + first.stderr
+
+    roots = [t["root_span_id"] for t in traces]
+    got = annotations(phoenix, project, roots)
+    assert len(got) == 2 * n  # 20 traces x 2 metrics
+    assert {a["annotator_kind"] for a in got} == {"LLM"} and {a["identifier"] for a in got} == {"greval"}
+
+    with Store(store) as st:
+        items = item_rows(st)
+        specs = {k: st.any_spec(k) for k in {r["spec_key"] for r in items}}
+    rows = {(r["spec"], r["record_id"]): r for r in record_rows(items, specs)}
+    by_trace = {t["root_span_id"]: t["trace_id"] for t in traces}
+    for a in got:
+        row = rows[a["name"], by_trace[a["span_id"]]]
+        result = a["result"]
+        assert a["metadata"]["spec_version"] == specs[row["spec_key"]].hash
+        if a["name"] == "answer_alignment":
+            assert (result["label"], result["explanation"]) == (row["label"], row["reason"])
+            assert result["score"] == pytest.approx(row["score"])
+        else:  # per chunk: the record's share, its label counts as the explanation
+            assert result["label"] is None and result["score"] == pytest.approx(row["score"])
+            assert f"of {row['counts']['total']} chunks positive" in result["explanation"]
+
+    # every chunk verdict as a document annotation on its retriever span, label and reason as stored
+    docs = document_annotations(phoenix, [t["retriever_span_id"] for t in traces])
+    chunk_items = [r for r in items if r["spec"] == "chunk_evaluation" and r["item_id"]]
+    assert len(docs) == len(chunk_items) == 3 * n
+    place = {
+        (t["trace_id"], d["id"]): (t["retriever_span_id"], i) for t in traces for i, d in enumerate(t["documents"])
+    }
+    for r in chunk_items:
+        ev = docs[place[r["record_id"], r["item_id"]]]
+        assert (ev["name"], ev["label"], ev["explanation"]) == ("chunk_evaluation", r["label"], r["reason"])
+
+    # a re-run judges nothing and writes nothing: no annotation added or rewritten
+    calls = openai_server.stats()["total"]
+    again = greval_run(phoenix, openai_server, project, store)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert ": 0 span annotation(s) written, 40 already there" in again.stdout + again.stderr
+    assert ", 0 judgement(s) to make" in again.stdout + again.stderr
+    assert openai_server.stats()["total"] == calls  # no judge call
+    after = annotations(phoenix, project, roots)
+    assert sorted((a["id"], a["updated_at"]) for a in after) == sorted((a["id"], a["updated_at"]) for a in got)
+    assert len(document_annotations(phoenix, [t["retriever_span_id"] for t in traces])) == 3 * n
+
+    # a project that is not there: one line
+    missing = greval_run(phoenix, openai_server, "no-such-project", tmp_path / "other.sqlite")
+    assert missing.returncode == 2 and "no-such-project" in missing.stderr, missing.stdout + missing.stderr
+    assert "Traceback" not in missing.stderr and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+
+    # the canary API key: sent, never shown or stored
+    for out in (first, again, missing):
+        assert CANARY not in out.stdout + out.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
