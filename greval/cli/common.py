@@ -124,8 +124,9 @@ def print_error(message: str) -> None:
 
 
 def notice(text: str) -> None:
-    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is."""
-    console.print(escape(text), highlight=False)
+    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is, wrapped between
+    words at the console's width."""
+    say(escape(text), console, hang=2)
 
 
 def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:

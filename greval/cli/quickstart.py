@@ -23,6 +23,7 @@ from greval.cli.common import judge_options
 
 if TYPE_CHECKING:
     from greval.annotation.argilla import Connection
+    from greval.annotation.push import PushResult
     from greval.annotation.server import ServerInfo
     from greval.llm.config import JudgeChoice
     from greval.store.annotation import ReviewCounts
@@ -198,8 +199,7 @@ def _review(opts: _Options, store_path: Path, done: DatasetRun) -> _Argilla | No
     records (into the store and Argilla), fetch the user's own answers, count what waits for a label."""
     from greval.annotation.argilla import connect
     from greval.annotation.pull import pull
-    from greval.annotation.push import push, unusable_note
-    from greval.cli.common import command_lines, console, say
+    from greval.annotation.push import push
     from greval.store.store import Store
     from greval.workflows import SPEC
 
@@ -214,17 +214,11 @@ def _review(opts: _Options, store_path: Path, done: DatasetRun) -> _Argilla | No
         try:
             pushed = push(st, conn, SPEC)
             argilla.dataset = pushed.dataset
-            say(
+            _step(
                 f"      {pushed.pushed} verdicts pushed as suggestions to dataset '{escape(pushed.dataset)}' "
-                f"({'created' if pushed.created else 'updated'}) at {argilla.info.url}",
-                console,
-                hang=6,
+                f"({'created' if pushed.created else 'updated'}) at {argilla.info.url}"
             )
-            missing = unusable_note(pushed.unusable, pushed.unit)
-            if missing:  # nothing the user gave disappears without a word
-                say(f"      [yellow]note:[/] {escape(missing)}; this judges it again and pushes it:", console, hang=6)
-                for line in command_lines(opts.again(done.ref), console.width, indent="        "):
-                    console.print(line, highlight=False, markup=False)
+            _say_unpushed(pushed, opts.again(done.ref))
             stored = _import_labels(st, opts.work, conn)
             fetched = pull(st, conn, SPEC, dataset=argilla.dataset)
         finally:
@@ -236,6 +230,21 @@ def _review(opts: _Options, store_path: Path, done: DatasetRun) -> _Argilla | No
         f"as the BEGIN annotators' answers{mine}; {_waiting(argilla.counts)}"
     )
     return argilla
+
+
+def _say_unpushed(pushed: PushResult, retry: list[str]) -> None:
+    """The verdicts a push could not send (errors: nothing the user gave disappears without a word), and the
+    command that judges them again and pushes them."""
+    from greval.annotation.push import unusable_note
+    from greval.cli.common import command_lines, console
+
+    missing = unusable_note(pushed.unusable, pushed.unit)
+    if missing is None:
+        return
+    them = "it" if sum(pushed.unusable.values()) == 1 else "them"
+    _step(f"      [yellow]note:[/] {escape(missing)}; this judges {them} again and pushes {them}:")
+    for line in command_lines(retry, console.width, indent="        "):
+        console.print(line, highlight=False, markup=False)
 
 
 def _waiting(counts: ReviewCounts) -> str:
