@@ -35,6 +35,27 @@ class DataError(UserError):
     """A dataset that cannot be read or mapped onto the fields a spec needs."""
 
 
+class LimitExceeded(DataError):
+    """A data file past one of the limits that bound what reading it may cost
+    (:class:`greval.dataset.limits.ReadLimits`); ``limit`` names the field, and the message says to raise it
+    (:func:`option`: the command line shows its flag)."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(f"{message}; to read it anyway, raise {option(limit)}")
+        self.limit = limit
+
+
+class StoreUnavailable(Exception):
+    """The store stopped answering (a PostgreSQL server gone for longer than the wait allowed, a SQLite file
+    that cannot be written): not the user's mistake, but printed the same way, in one line (with what is
+    stored and how to resume), and exit code 75 (EX_TEMPFAIL: try again later)."""
+
+    exit_code = 75
+
+    def __str__(self) -> str:
+        return super().__str__().translate(_ONE_LINE)
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one line for a user-facing message: its text's first line, else its type's name."""
     text = str(exc).strip()

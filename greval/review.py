@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from greval.agreement.compute import compute_agreement
+from greval.agreement.agreement import compute_agreement
 from greval.agreement.design import report_name
 from greval.agreement.from_store import store_frame
 from greval.agreement.models import AgreementOptions, AgreementReport, DesignEstimate

@@ -7,6 +7,7 @@ flags: what a step has to say reaches the caller as typed events (greval/cli/ pr
 from __future__ import annotations
 
 import csv
+import shlex
 import shutil
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
+from greval.dataset.limits import ReadLimits
 from greval.llm.config import (
     JudgeChoice,
     JudgeConfig,
@@ -28,6 +30,7 @@ from greval.llm.config import (
 from greval.paths import examples_dir
 from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
 from greval.spec import BaseSpec
+from greval.store.backend import RECONNECT_WAIT_S
 from greval.store.store import Store
 from greval.traces.detect import open_data
 from greval.traces.source import TraceRows
@@ -46,6 +49,11 @@ def greval_argv() -> list[str]:
     if found and mine.exists() and Path(found).resolve() == mine.resolve():
         return ["greval"]
     return [str(mine)] if mine.exists() else [sys.executable, "-m", "greval"]
+
+
+def greval_command() -> str:
+    """:func:`greval_argv` as the shell takes it."""
+    return shlex.join(greval_argv())
 
 
 def write_workspace(directory: Path) -> list[str]:
@@ -130,6 +138,8 @@ def run_dataset(
     id_column: str | None = None,
     limit: int | None = None,
     asked: Collection[str] | None = None,
+    limits: ReadLimits | None = None,
+    store_wait: float = RECONNECT_WAIT_S,
     notify: Notify,
     on_event: Callable[[RunEvent], None] | None = None,
     progress: ProgressHook | None = None,
@@ -143,21 +153,22 @@ def run_dataset(
     (``options.concurrency`` is then ignored). A local judge is served by the runner only while calls are
     needed; the judge layer's messages go to ``notify``, this function's to ``on_event``, the runner's progress
     to ``progress``. ``asked``: the spec names the user asked for (None: all; the others are dependencies pulled
-    in, see :attr:`RunSummary.empty_metrics`). A Ctrl-C propagates once the run has recorded itself as
-    interrupted."""
+    in, see :attr:`RunSummary.empty_metrics`); ``limits`` bound what reading ``data`` may cost; ``store_wait``:
+    seconds a write waits for a PostgreSQL store that went away. A Ctrl-C propagates once the run has recorded
+    itself as interrupted."""
     emit = on_event or (lambda event: None)
     # Streamed: rows are hashed and asked of the store in chunks; only rows with work left become Records
     # (a finished job re-run holds no Record and imports no judge stack).
     # A table, a tracing tool's export or a phoenix:// project (greval.traces); a missing file or an unknown format
     # fails here, before the store is opened.
-    records = open_data(data, mapping, id_column, limit)
+    records = open_data(data, mapping, id_column, limit, limits)
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     needs_judge = any(s.needs_model for s in specs)
     ref = judge.ref or defaults.model or (default_judge(notify) if needs_judge else "computed:greval")
     auto = local_concurrency() if is_local_ref(ref) else 8
     opts = (options or RunOptions()).model_copy(update={"concurrency": concurrency or auto})
     cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
-    with Store(store) as st:
+    with Store(store, wait_s=store_wait) as st:
         plan = plan_work(specs, records, st, cfg, opts.retry_errors, opts.sample)
         for note in records.notes:  # nothing the user gave disappears without a word
             emit(DataNote(text=note))

@@ -924,3 +924,71 @@ def test_new_datasets_declare_the_filters_and_older_datasets_keep_every_property
     assert all(set(dict(r.metadata)) >= set(ds.EXTRA_METADATA) for r in records)
     pulled = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name, "--dataset", "aa-old")
     assert "submitted" in pulled.output
+
+
+# -------------------------------------------------------------------------------------------- conversations
+CHAT_TURNS: list[dict[str, Any]] = [
+    {"role": "user", "content": "Hi, I'm Ann and I eat no meat. Book a table for two on Friday."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "call_1", "function": {"name": "find_table", "arguments": '{"seats": 2}'}}],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "name": "find_table", "content": "Green Leaf, 19:00"},
+    {"role": "assistant", "content": "Booked: Green Leaf, Friday 19:00, for two."},
+    {"role": "user", "content": "Do they have desserts?"},
+    {"role": "assistant", "content": "Their steak is the best in town, Ann."},
+]
+
+
+def test_a_conversation_is_a_chat_field_and_each_assistant_turn_a_record(env: Env, openai_server: OpenAIServer) -> None:
+    """A per-turn metric in the real Argilla: the conversation is a chat field (every turn a message with its role,
+    its id first, tool calls written out), each assistant turn one record with the turn under review, the judge's
+    label as the suggestion; an annotator's answer on a turn comes back as that turn's human label."""
+    [spec] = resolve_specs(["turn_relevance"])
+    assert isinstance(spec, Spec)
+    path = env.tmp / "chats.sqlite"
+    rec = Record.from_mapping({"id": "chat-1", "conversation": CHAT_TURNS, "system": "A"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", TEST_KEY)
+        cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
+        with Store(path) as st:
+            assert run([spec], [rec], st, cfg).failed == 0
+    out = env.cli("push", "--store", str(path), "--spec", spec.name).output
+    assert "Pushed 3 of 3 items" in out
+
+    dataset = env.client().datasets(spec.name, workspace=env.info.workspace)
+    fields = {f.name: f for f in dataset.settings.fields}
+    assert isinstance(fields["conversation"], rg.ChatField) and fields[ds.ITEM_FIELD].title == (
+        "Under review: assistant turn"
+    )
+    assert "question" not in fields and "answer" not in fields  # a conversation metric reads neither
+    assert "reading the conversation up to it" in (dataset.settings.guidelines or "")
+    with env.http() as http:  # the server's own view of the field: a chat field
+        got = http.get(f"/api/v1/datasets/{dataset.id}/fields").json()["items"]
+    assert {f["name"]: f["settings"]["type"] for f in got}["conversation"] == "chat"
+
+    recs = {dict(r.metadata)["item_id"]: r for r in _records(env, spec.name)}
+    assert sorted(recs) == ["t2", "t4", "t6"]
+    chat = recs["t4"].fields.to_dict()["conversation"]  # the SDK reads a chat field as messages
+    assert chat == [
+        {"role": "user", "content": "**[t1]** Hi, I'm Ann and I eat no meat. Book a table for two on Friday."},
+        {"role": "assistant", "content": '**[t2]**\n\n→ tool call `find_table({"seats": 2}) [call_1]`'},
+        {"role": "tool", "content": "**[t3]** Green Leaf, 19:00 *(find_table, call_1)*"},
+        {"role": "assistant", "content": "**[t4]** Booked: Green Leaf, Friday 19:00, for two."},
+        {"role": "user", "content": "**[t5]** Do they have desserts?"},
+        {"role": "assistant", "content": "**[t6]** Their steak is the best in town, Ann."},
+    ]
+    assert recs["t4"].fields[ds.ITEM_FIELD] == (
+        "**Assistant turn t4** (turn 4, assistant)\n\n**[t4]** Booked: Green Leaf, Friday 19:00, for two."
+    )
+    with Store(path) as st:
+        stored = {r["item_id"]: r["label"] for r in st.query("SELECT item_id, label FROM verdicts")}
+    assert {i: r.suggestions[ds.QUESTION].value for i, r in recs.items()} == stored
+
+    answer = next(lab for lab in spec.scale.names if lab != stored["t6"])  # type: ignore[union-attr]
+    _respond(env, "frank", str(recs["t6"]._server_id), "submitted", {"verdict": {"value": answer}})
+    env.cli("pull", "--store", str(path), "--spec", spec.name)
+    with Store(path) as st:
+        labels = st.query("SELECT record_id, item_id, label FROM human_labels WHERE spec_name=?", (spec.name,))
+    assert [(r["record_id"], r["item_id"], r["label"]) for r in labels] == [("chat-1", "t6", answer)]

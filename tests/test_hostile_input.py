@@ -19,6 +19,8 @@ import resource
 import select
 import subprocess
 import sys
+import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -338,6 +340,9 @@ def _gz(data: bytes) -> bytes:
 
 GOOD_JSONL = "".join(json.dumps(r) + "\n" for r in RECORDS).encode()
 
+CUT_GZIP = _gz(GOOD_JSONL * 50)[:-40]
+CUT_AT = zlib.decompressobj(31).decompress(CUT_GZIP).count(b"\n") + 1  # the line where its data breaks off
+
 DATA_CASES: dict[str, tuple[str, Callable[[Path], None], tuple[str, ...]]] = {
     # id: (file name, writer, fragments)
     "directory": ("x.jsonl", lambda p: p.mkdir(), ("directory",)),
@@ -353,8 +358,13 @@ DATA_CASES: dict[str, tuple[str, Callable[[Path], None], tuple[str, ...]]] = {
         ),
         ("UTF-8",),
     ),
+    "latin-1-csv": (
+        "latin1.csv",
+        lambda p: p.write_bytes("question,answer\nq,a\ncafé?,oui\n".encode("latin-1")),
+        ("line 3", "UTF-8", "0xe9"),
+    ),
     "not-gzip": ("plain.jsonl.gz", lambda p: p.write_bytes(GOOD_JSONL), ("gzip",)),
-    "truncated-gzip": ("cut.jsonl.gz", lambda p: p.write_bytes(_gz(GOOD_JSONL * 50)[:-40]), ("gzip", "truncated")),
+    "truncated-gzip": ("cut.jsonl.gz", lambda p: p.write_bytes(CUT_GZIP), ("gzip", "truncated", f"line {CUT_AT}")),
     "corrupt-gzip": (
         "corrupt.jsonl.gz",
         lambda p: p.write_bytes((lambda b: b[:12] + bytes(x ^ 0x5A for x in b[12:40]) + b[40:])(_gz(GOOD_JSONL * 5))),
@@ -385,7 +395,42 @@ DATA_CASES: dict[str, tuple[str, Callable[[Path], None], tuple[str, ...]]] = {
         lambda p: p.write_bytes(b'{"question": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"),
         ("line 1", "nested"),
     ),
+    # Issue 29: Python refuses to convert an integer of more than 4,300 digits (a ValueError json.loads lets out).
+    "huge-int-id-jsonl": (
+        "bigint.jsonl",
+        lambda p: p.write_bytes(GOOD_JSONL + b'{"id": ' + b"7" * 5_000 + b', "question": "q", "answer": "a"}\n'),
+        ("line 3", "5,000 digits"),
+    ),
+    "huge-int-json": (
+        "bigint.json",
+        lambda p: p.write_bytes(b'[\n{"question": "q", "answer": "a"},\n{"question": ' + b"9" * 4_301 + b"}\n]\n"),
+        ("line 3", "4,301 digits"),
+    ),
+    # Past a read limit (greval.dataset.limits): the line and the flag that raises the limit are named.
+    "wide-csv-header": (
+        "wide.csv",
+        lambda p: p.write_text(",".join(f"c{i}" for i in range(10_001)) + "\n" + "x," * 10_000 + "x\n"),
+        ("line 1", "10,001 columns", "--max-columns"),
+    ),
+    "wide-jsonl-object": (
+        "wide.jsonl",
+        lambda p: p.write_bytes(GOOD_JSONL + json.dumps({f"k{i}": i for i in range(10_001)}).encode() + b"\n"),
+        ("line 3", "10,001 fields", "--max-columns"),
+    ),
+    "wide-parquet": ("wide.parquet", lambda p: _wide_parquet(p, 10_001), ("10,001 Parquet columns", "--max-columns")),
+    "long-line-jsonl": (
+        "long.jsonl",
+        lambda p: p.write_bytes(GOOD_JSONL + b'{"question": "' + b"q" * (16 << 20) + b'", "answer": "a"}\n'),
+        ("line 3", "longer than 16 MiB", "--max-line-size"),
+    ),
 }
+
+
+def _wide_parquet(path: Path, columns: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({f"c{i}": ["x"] for i in range(columns)}), path)
 
 
 @pytest.mark.parametrize("case", list(DATA_CASES))
@@ -397,6 +442,144 @@ def test_hostile_data_file_gives_one_error_line_before_any_model_call(driver: Dr
     write(f)
     result = driver.run("run", str(f), "-s", "answer_quality", "--store", str(d / "s.sqlite"), *DEAD_JUDGE)
     assert_one_error(result, f, *fragments)
+
+
+# ---------------------------------------------------------------------------------- read limits (issue 29)
+WIDE_CSV = ",".join(["question", "answer", *(f"c{i}" for i in range(12_000))]) + "\n" + "q,a" + ",x" * 12_000 + "\n"
+
+
+def test_a_raised_limit_reads_the_file_the_default_refuses(driver: Driver, work: Path) -> None:
+    """Each limit has its flag: the file refused by default is read (and judged) with the limit raised, and
+    a file within the default is refused under a lower limit."""
+    d = work / "raised"
+    d.mkdir()
+    wide = d / "wide.csv"
+    wide.write_text(WIDE_CSV)
+    store = ["--store", str(d / "s.sqlite"), *DEAD_JUDGE]
+    assert_one_error(driver.run("run", str(wide), "-s", "answer_quality", *store), wide, "12,002 columns")
+    raised = driver.run("run", str(wide), "-s", "answer_quality", *store, "--max-columns", "20000")
+    assert raised["exit"] == 1 and "no verdict at all" in raised["stdout"] + raised["stderr"], _lines(raised)
+    line = d / "line.jsonl"
+    line.write_bytes(GOOD_JSONL + b'{"question": "' + b"q" * (2 << 20) + b'", "answer": "a"}\n')
+    assert driver.run("run", str(line), "-s", "answer_quality", *store)["exit"] == 1  # 2 MiB: within 16 MiB
+    low = driver.run("run", str(line), "-s", "answer_quality", *store, "--max-line-size", "1M")
+    assert_one_error(low, line, "line 3", "longer than 1 MiB", "--max-line-size")
+    packed = d / "big.csv.gz"
+    packed.write_bytes(_gz(b"question,answer\n" + b"a question?,an answer.\n" * 200_000))  # 4.6 MiB of text
+    low = driver.run("run", str(packed), "-s", "answer_quality", *store, "--max-decompressed", "2M")
+    assert_one_error(low, packed, "more than 2 MiB once decompressed", "--max-decompressed")
+    bad = driver.run("run", str(packed), "-s", "answer_quality", *store, "--max-decompressed", "lots")
+    assert bad["exit"] == 2 and "not a size" in bad["stdout"] + bad["stderr"]
+
+
+def _labelled_store(path: Path) -> str:
+    """A store that knows the spec VALID (import-labels looks the metric up before reading its file)."""
+    from greval.spec import parse_spec
+    from greval.store.store import Store, spec_keys
+
+    spec = parse_spec(VALID, "valid")
+    with Store(path) as st:
+        st.put_specs([spec], spec_keys([spec]))
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["run", "agreement", "annotate import-labels", "spec try", "reliability"])
+def test_every_command_that_reads_a_data_file_keeps_to_the_limits(driver: Driver, work: Path, command: str) -> None:
+    d = work / f"limits-{command.replace(' ', '-')}"
+    d.mkdir()
+    f = d / "wide.csv"
+    f.write_text(WIDE_CSV)
+    spec = d / "spec.yaml"
+    spec.write_text(_dump(VALID))
+    store = str(d / "s.sqlite")
+    args = {
+        "run": ["run", str(f), "-s", str(spec), "--store", store, *DEAD_JUDGE],
+        "agreement": ["agreement", str(f), "--judge", "question", "--human", "answer"],
+        "annotate import-labels": [
+            "annotate", "import-labels", str(f), "--store", _labelled_store(d / "l.sqlite"), "--spec", "coherence",
+            "--record-id", "question", "--label", "answer", "--annotator-name", "a",
+        ],
+        "spec try": ["spec", "try", str(spec), "--data", str(f), "--human-column", "answer", *DEAD_JUDGE[:4]],
+        "reliability": ["reliability", "--spec", str(spec), "--data", str(f), "--store", store, *DEAD_JUDGE[:4]],
+    }[command]  # fmt: skip
+    assert_one_error(driver.run(*args), f, "line 1", "12,002 columns", "--max-columns")
+    if command in ("run", "agreement"):  # (the others would go on to a judge call or an Argilla record)
+        raised = driver.run(*args, "--max-columns", "20000")
+        assert "12,002 columns" not in raised["stdout"] + raised["stderr"], _lines(raised)
+
+
+#: Runs one command and reports its peak memory. A child's ru_maxrss starts from its parent's high-water mark
+#: (Linux carries it over fork and exec), so the command is started by this small process, not by pytest.
+MEASURE = r"""
+import json, resource, subprocess, sys
+cap, timeout, args = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+proc = subprocess.Popen(args, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+try:
+    code = proc.wait(timeout)
+except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+    code = None
+print(json.dumps({"exit": code, "peak_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+"""
+
+
+def _peak_rss(args: list[str], cwd: Path, timeout: float = 60.0) -> tuple[int | None, str, float]:
+    """``greval ARGS`` in a fresh process under a 3 GiB address-space cap: (exit code, or None when killed
+    at the timeout; stderr; peak resident memory in MiB, as the kernel accounts it for that process)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "GREVAL_JUDGE")}
+    env.update(OPENAI_API_KEY="dummy", MALLOC_ARENA_MAX="2", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-c", MEASURE, str(3 << 30), str(timeout), sys.executable, "-m", "greval", *args]
+    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout + 30)
+    measured = json.loads(res.stdout.splitlines()[-1])
+    return measured["exit"], res.stderr, measured["peak_kib"] / 1024
+
+
+def _million_columns(path: Path) -> None:
+    path.write_text(",".join(f"column_{i}" for i in range(1_000_000)) + "\n" + "x," * 999_999 + "x\n")
+
+
+def _one_line_gzip(path: Path) -> None:
+    """A 1 MB .jsonl.gz whose one line expands to 256 MiB (the issue's was 1 GB)."""
+    block = b"a" * (1 << 20)
+    with gzip.open(path, "wb", compresslevel=1) as fh:
+        fh.write(b'{"question": "')
+        for _ in range(256):
+            fh.write(block)
+        fh.write(b'", "answer": "a"}\n')
+
+
+#: Peak memory a hostile file may cost a `greval run` that refuses it (MiB): the process with pandas imported
+#: peaks at ~140 MiB here; before the limits, the million-column CSV grew past 3.7 GB and the 256 MiB line
+#: past 800 MiB.
+PEAK_MIB = 300
+
+
+@pytest.mark.parametrize(
+    "name, write, fragments",
+    [
+        ("wide.csv", _million_columns, ("line 1", "1,000,000 columns", "--max-columns")),
+        ("bomb.jsonl.gz", _one_line_gzip, ("line 1", "longer than 16 MiB", "--max-line-size")),
+    ],
+    ids=["csv-header-of-a-million-columns", "gzip-of-one-256-MiB-line"],
+)
+def test_a_hostile_file_is_refused_at_a_limit_in_bounded_memory(
+    tmp_path: Path, name: str, write: Callable[[Path], None], fragments: tuple[str, ...]
+) -> None:
+    """Issue 29: the file is refused at its limit while it is read, before memory grows: one error line,
+    exit 2, in seconds, with a peak resident memory far below what reading it whole costs."""
+    f = tmp_path / name
+    write(f)
+    args = ["run", str(f), "-s", "answer_quality", "--store", str(tmp_path / "s.sqlite"), *DEAD_JUDGE]
+    started = time.monotonic()
+    code, err, peak = _peak_rss(args, tmp_path)
+    seconds = time.monotonic() - started
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {f}: "), (code, err[-3000:])
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert peak < PEAK_MIB, f"peak RSS {peak:.0f} MiB"
+    assert seconds < 30, seconds
 
 
 # ------------------------------------------------------------------------------------------- fuzzing

@@ -114,9 +114,19 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
         "scale.labels",
         "every label or to none",
     ),
-    (_with(CATEG, "target", {"each": "nodes"}), "target", "record' or {each: chunks|triples}"),
-    (_with(CATEG, "target", "everything"), "target", "record' or {each: chunks|triples}"),
+    (_with(CATEG, "target", {"each": "nodes"}), "target", "record' or {each: chunks|triples|turns}"),
+    (_with(CATEG, "target", "everything"), "target", "record' or {each: chunks|triples|turns}"),
     (_with(VALUE, "target", {"each": "chunks"}), "target.each", "not among the inputs"),
+    (_with(CATEG, "target", {"each": "turns"}), "target.each", "'turns' needs the input 'conversation'"),
+    (
+        _with(
+            _with(_with(CATEG, "inputs", ["conversation"]), "target", {"each": "turns"}),
+            "examples",
+            [{"inputs": {"conversation": [{"role": "person", "content": "hi"}]}, "output": {"verdicts": []}}],
+        ),
+        "examples[0].inputs.conversation",
+        "turn 1 has role 'person'; use user, assistant, system or tool",
+    ),
     (
         _with(CATEG, "target", {"each": "chunks", "aggregate": "mean"}),
         "target.aggregate",
@@ -274,6 +284,27 @@ def test_bundled_specs_load_validate_against_json_schema_and_resolve_dependencie
     needed = [s.name for s in with_dependencies(["answer_completeness"], library_specs)]
     assert needed[-1] == "answer_completeness" and "answer_alignment" not in needed
     assert set(needed) == {"chunk_evaluation", "triple_evaluation", "answer_completeness"}
+
+
+def test_the_conversation_specs_validate_and_say_what_they_judge() -> None:
+    """The shipped conversation metrics: turn relevance and knowledge retention per assistant turn (aggregated
+    as a share of the turns), task completion per conversation; every one reads the conversation, validates
+    against the JSON Schema and lints clean."""
+    from greval.quality.lint import lint_file
+
+    schema = spec_json_schema()
+    assert schema["$defs"]["judge__EachTarget"]["properties"]["each"]["enum"] == ["chunks", "triples", "turns"]
+    library = bundled_specs()
+    specs = {s.name: s for s in resolve_specs(["turn_relevance", "knowledge_retention", "task_completion"])}
+    for name, spec in specs.items():
+        jsonschema.validate(yaml.safe_load(Path(library[name]).read_text()), schema)
+        assert lint_file(library[name]) == [], name
+        assert spec.required_inputs() == ["conversation"]
+        assert isinstance(spec.scale, CategoricalScale) and len(spec.steps) >= 4
+    assert specs["turn_relevance"].each == specs["knowledge_retention"].each == "turns"
+    assert specs["turn_relevance"].aggregate == "share" and specs["turn_relevance"].positive_labels == ["Relevant"]
+    assert specs["knowledge_retention"].positive_labels == ["Retained", "Not applicable"]
+    assert specs["task_completion"].each is None and list(specs["task_completion"].inputs) == ["conversation", "task"]
 
 
 def test_json_schema_rejects_what_pydantic_rejects() -> None:

@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from greval.store.results import MetricFigures, figures, item_rows
 from greval.store.schema import SCHEMA_VERSION, error_kind
 from greval.store.store import _HOST, Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
-from greval.types import ErrorKind, ItemVerdict, JudgeResult
+from greval.types import CallLog, ErrorKind, ItemVerdict, JudgeResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAST = RunOptions(concurrency=4, retry=RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05))
@@ -147,7 +148,8 @@ def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAISe
         summary = run(resolve_specs(["answer_completeness"]), recs, st, cfg, options=FAST)
         again = run(resolve_specs(["answer_completeness"]), recs, st, cfg, options=FAST)
     judged = {m.spec: (m.judged, m.reused) for m in summary.metrics}
-    assert judged == {"chunk_evaluation": (1, 7), "triple_evaluation": (5, 3), "answer_completeness": (7, 1)}
+    # triple_evaluation applies to no record (no triples): its 5 new outcomes are skips, not judgements made.
+    assert judged == {"chunk_evaluation": (1, 7), "triple_evaluation": (0, 3), "answer_completeness": (7, 1)}
     assert llm.stats()["total"] == 6 == summary.calls  # r7's chunks; answer_completeness on r1, r2, r5, r6, r7
     assert again.calls == 0 and all(m.judged == 0 for m in again.metrics)
     assert set(before) <= set(_rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts"))
@@ -156,6 +158,7 @@ def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAISe
     assert (done.records, done.ok, done.failed) == (8, 6, 2)
     assert by_spec["chunk_evaluation"].errors == {"context_length": 3, "incomplete": 1}
     assert done.errors == {"dependency": 2}  # r3, r4: chunk_evaluation failed there, so nothing was asked
+    assert by_spec["triple_evaluation"].skipped == 8
 
 
 def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
@@ -799,3 +802,148 @@ def test_a_nul_in_a_judge_s_answer_is_stored_on_postgresql_not_a_failed_write(pg
         st.put_result(None, spec.hash, cfg, rec, JudgeResult(spec=spec.name, spec_hash=spec.hash, verdicts=[verdict]))
         stored = st.result(spec.hash, cfg.key, rec)
     assert stored is not None and stored.verdicts[0].reason == "odd\ufffdanswer"
+
+
+# ------------------------------------------------------------------ a store that goes away (issue 29)
+def _outage_run(
+    llm: OpenAIServer, store: str, tmp_path: Path, *flags: str, n: int = 400, preexec: Any = None
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """`greval run` of ``n`` records against ``store`` in its own process (slow enough calls to be cut off
+    mid-run); the process and its command line."""
+    data = tmp_path / "outage.jsonl"
+    rows = [{"id": f"q{i}", "question": f"Question {i}?", "answer": f"Answer {i}.", "expected_answer": f"Gold {i}."}
+            for i in range(n)]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    llm.configure(latency=0.02)
+    cmd = [sys.executable, "-m", "greval", "run", str(data), "-s", "answer_alignment", "--store", store, "--judge"]
+    cmd += ["openai:judge-test", "--base-url", llm.base_url, "-c", "8", "--quiet", *flags]
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    return proc, cmd
+
+
+def _after_calls(llm: OpenAIServer, proc: subprocess.Popen[str], calls: int) -> None:
+    """Wait until the judge has answered ``calls`` calls of the run (verdicts are being stored)."""
+    deadline = time.monotonic() + 60
+    while llm.stats()["total"] < calls:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and lines and lines[-1].startswith("error: "), err[-3000:]
+    assert not any(line.startswith("error") for line in lines[:-1]), lines
+    return lines[-1]
+
+
+def _ok_verdicts(ref: str) -> int:
+    with Store(ref) as st:
+        return int(st.query("SELECT COUNT(*) AS n FROM verdicts WHERE status='ok'")[0]["n"])
+
+
+@pytest.mark.slow
+def test_a_run_waits_for_a_postgresql_server_that_comes_back(
+    llm: OpenAIServer, postgres: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """PostgreSQL stopped mid-run and started again 3 s later: the run waits, connects again, writes again
+    what was cut off, and finishes (exit 0, no traceback) with every verdict stored and no call paid twice."""
+    proc, _ = _outage_run(llm, pg_url, tmp_path)
+    try:
+        _after_calls(llm, proc, 100)
+        postgres.down()
+        time.sleep(3)
+    finally:
+        postgres.up()
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+    assert _ok_verdicts(pg_url) == 400 and llm.stats()["total"] == 400
+    with Store(pg_url) as st:
+        assert [r["status"] for r in st.runs()] == ["finished"]
+        assert st.query("SELECT COUNT(*) AS n FROM claims") == [{"n": 0}]
+
+
+@pytest.mark.slow
+def test_a_postgresql_server_gone_past_the_wait_ends_the_run_in_one_line_that_says_how_to_resume(
+    llm: OpenAIServer, postgres: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Gone for longer than --store-wait: one `error:` line (exit 75) that counts what this run stored and
+    prints the command line to resume; once the server is back, that command judges only what is missing."""
+    proc, cmd = _outage_run(llm, pg_url, tmp_path, "--store-wait", "2")
+    try:
+        _after_calls(llm, proc, 100)
+        postgres.down()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        postgres.up()
+    line = _one_error_line(err)
+    assert proc.returncode == 75, err[-3000:]
+    found = re.search(r"the store is unavailable \(no answer for 2 s: .*\); ([\d,]+) judgement\(s\) \(([\d,]+) "
+                      r"verdicts\) of this run were stored before it went away(?:, ([\d,]+) judged since the last "
+                      r"commit were not)?.*; to resume, run again: (.+)$", line)  # fmt: skip
+    assert found is not None, line
+    stored, verdicts, lost = (int((found.group(i) or "0").replace(",", "")) for i in (1, 2, 3))
+    assert stored == verdicts == _ok_verdicts(pg_url) > 0
+    again = shlex.split(found.group(4))
+    assert again[len(again) - len(cmd) + 3 :] == cmd[3:]  # the same arguments, after greval's own command
+    calls = llm.stats()["total"]
+    resumed = subprocess.run(again, env={**os.environ, "OPENAI_API_KEY": "sk-test"}, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _ok_verdicts(pg_url) == 400
+    # What the resumed run paid for: what was not stored — the lost group and the calls cut off in flight.
+    assert llm.stats()["total"] - calls == 400 - stored
+    assert calls - stored <= lost + 2 * 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["disk-full", "deleted"])
+def test_a_sqlite_store_that_cannot_be_written_ends_the_run_in_one_line(
+    llm: OpenAIServer, tmp_path: Path, how: str
+) -> None:
+    """SQLite's equivalents: a file that cannot grow (the process's file-size limit: a disk I/O error), and a
+    file deleted under the run (SQLite writes on into the deleted file, losing it all: now refused)."""
+    store = tmp_path / "s.sqlite"
+    with Store(store):  # created before the limit: its schema alone is ~150 kB
+        pass
+    size = store.stat().st_size
+
+    def small_files() -> None:  # pragma: no cover - runs in the child
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size + 200_000, size + 200_000))
+
+    proc, _ = _outage_run(llm, str(store), tmp_path, preexec=small_files if how == "disk-full" else None)
+    if how == "deleted":
+        _after_calls(llm, proc, 100)
+        store.unlink()
+    _, err = proc.communicate(timeout=120)
+    line = _one_error_line(err)
+    assert proc.returncode == 75, err[-3000:]
+    reason = "disk I/O error" if how == "disk-full" else "the file was deleted or replaced while in use"
+    assert line.startswith(f"error: {store}: the store is unavailable ({reason}") and "to resume, run again: " in line
+
+
+def test_a_read_waits_for_the_postgresql_server_and_a_retried_partial_write_is_merged_once(
+    postgres: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read while the server is down is answered once it is back (within the wait). A write is run again
+    whole after a lost connection, also when its commit went through unanswered: a partial judgement (a
+    resumed chunk metric) written twice at the same instant adds its tokens once."""
+    import threading
+
+    with Store(pg_url, wait_s=30) as st:
+        postgres.down()
+        threading.Timer(1.0, postgres.up).start()
+        assert st.runs() == []
+        rec = fixture_records()[0]
+        cfg = JudgeConfig.parse("openai:judge-test", base_url="http://127.0.0.1:9/v1")
+        [spec] = resolve_specs(["chunk_evaluation"])
+        verdict = ItemVerdict(item_id="c1", status="ok", label=spec.scale.labels[0].name, reason="r")  # type: ignore[union-attr]
+        call = CallLog(method="json_schema", items=["c1"], latency_ms=5.0, tokens_in=7)
+        result = JudgeResult(spec=spec.name, spec_hash=spec.hash, verdicts=[verdict], calls=[call])
+        monkeypatch.setattr(time, "time", lambda: 1_700_000_000.5)
+        for _ in range(2):
+            st.put_result(None, spec.hash, cfg, rec, result, partial=True)
+        assert st.query("SELECT tokens_in FROM judgements") == [{"tokens_in": 7}]

@@ -8,7 +8,9 @@ Phoenix: a real server (arize-phoenix in its own venv, SQLite in a temp dir), th
 sending 20 traces over OTLP (its LLM spans around real calls to the test LLM server), ``greval run
 phoenix://…`` judging them with chunk_evaluation and answer_alignment through the test LLM server, and the
 annotations read back through Phoenix's API: equal to the store's verdicts; a re-run adds none; a canary
-PHOENIX_API_KEY appears in no output or file.
+PHOENIX_API_KEY appears in no output or file. Conversations: traces sharing a session id (a LangSmith thread, a
+Langfuse session, Phoenix's session.id) become one conversation record; judged per turn in a real Phoenix, the
+turn verdicts go back to each turn's trace and the conversation's to its session.
 """
 
 from __future__ import annotations
@@ -124,6 +126,56 @@ def test_phoenix_exports_read_alike() -> None:
         assert {k: rec.data[k] for k in EFFICIENCY} == {k: other.data[k] for k in EFFICIENCY}
 
 
+def test_a_langsmith_thread_becomes_one_conversation_record() -> None:
+    """Runs whose root metadata names the same thread_id are one record: its id the thread, each trace a user and
+    an assistant turn in the order the traces started (not the file's), tokens summed; the run's own
+    `session_id` (LangSmith's project) groups nothing; a trace outside the thread stays a trace record."""
+    recs, notes = records(FIX / "langsmith_thread_runs.jsonl")
+    assert [r.id for r in recs] == ["thread-7", "2a0c0000-0000-4000-8000-000000000003"]
+    chat = recs[0]
+    turns = chat.data["conversation"]
+    assert [(t["id"], t["role"], t["content"]) for t in turns] == [
+        ("t1", "user", "How many vacation days do I get?"),
+        ("t2", "assistant", "You get 25 vacation days a year."),
+        ("t3", "user", "And how many can I carry over?"),
+        ("t4", "assistant", "Up to 5 days carry over to next year."),
+    ]
+    first, second = (f"2a0c0000-0000-4000-8000-00000000000{i}" for i in (1, 2))
+    assert turns[1]["metadata"] == {"trace_id": first, "span_id": first}  # where the turn's verdict goes back
+    assert [t["id"] for t in chat.items("turns")] == ["t2", "t4"]
+    assert chat.data["trace_ids"] == [first, second] and chat.data["session_id"] == "thread-7"
+    assert (chat.data["prompt_tokens"], chat.data["output_tokens"], chat.data["llm_calls"]) == (420, 20, 2)
+    assert chat.data["latency_s"] == 5.0 and chat.data["app_version"] == "3.0"  # the first trace's metadata
+    assert "question" not in chat.data and "conversation" not in recs[1].data
+    assert any("2 trace(s) of 1 session(s) read as conversations" in n for n in notes), notes
+
+
+def test_langfuse_traces_of_one_session_become_a_conversation(tmp_path: Path) -> None:
+    """A Langfuse session export ({"traces": [...]}, each trace with its sessionId); a trace whose answer is
+    missing leaves its assistant turn out, and says so."""
+    trace = json.loads((FIX / "langfuse_trace.json").read_text())
+
+    def turn(n: int, question: str, answer: str | None, session: str | None) -> dict[str, Any]:
+        t = {**trace, "id": f"lf-{n}", "sessionId": session, "input": {"question": question}, "output": answer}
+        t["timestamp"] = f"2025-05-03T10:0{n}:00Z"
+        steps = [{**o, "traceId": f"lf-{n}"} for o in trace["observations"]]
+        t["observations"] = steps if answer else []  # no generation either: nothing to read an answer from
+        return t
+
+    path = tmp_path / "session.json"
+    path.write_text(json.dumps({"traces": [turn(2, "Q2?", None, "s-1"), turn(1, "Q1?", "A1.", "s-1"),
+                                           turn(3, "Q3?", "A3.", None)]}))  # fmt: skip
+    recs, notes = records(path)
+    assert [r.id for r in recs] == ["s-1", "lf-3"]
+    assert [(t["role"], t["content"]) for t in recs[0].data["conversation"]] == [
+        ("user", "Q1?"),
+        ("assistant", "A1."),
+        ("user", "Q2?"),
+    ]
+    assert any("1 of 3 trace(s) have no answer (so the conversation lacks that trace's assistant turn): s-1" in n
+               for n in notes), notes  # fmt: skip
+
+
 def test_a_map_keeps_the_plain_table_reader() -> None:
     """--map / --id-column mean the user maps the columns: the file is read as a table, as before."""
     rows = open_data(FIX / "langsmith_runs.jsonl", {"question": "inputs.question"}, None, None)
@@ -224,19 +276,30 @@ def emit_traces(px: Any, llm: OpenAIServer, project: str, n: int) -> list[dict[s
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
-def greval_run(px: Any, llm: OpenAIServer, project: str, store: Path) -> subprocess.CompletedProcess[str]:
+def greval_run(
+    px: Any,
+    llm: OpenAIServer,
+    project: str,
+    store: Path,
+    metrics: tuple[str, ...] = ("chunk_evaluation", "answer_alignment"),
+) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "greval", "run", f"phoenix://{px.url.removeprefix('http://')}/{project}",
-           "-s", "chunk_evaluation", "-s", "answer_alignment", "--store", str(store),
+           *(a for m in metrics for a in ("-s", m)), "--store", str(store),
            "--judge", "openai:judge-test", "--base-url", llm.base_url, "--quiet"]  # fmt: skip
     env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "PHOENIX_API_KEY": CANARY, "COLUMNS": "200"}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
 
 
-def annotations(px: Any, project: str, span_ids: list[str]) -> list[dict[str, Any]]:
+def annotations(
+    px: Any,
+    project: str,
+    span_ids: list[str],
+    names: tuple[str, ...] | list[str] = ("chunk_evaluation", "answer_alignment"),
+) -> list[dict[str, Any]]:
     from phoenix.client import Client
 
     found = Client(base_url=px.url).spans.get_span_annotations(
-        span_ids=span_ids, project_identifier=project, include_annotation_names=["chunk_evaluation", "answer_alignment"]
+        span_ids=span_ids, project_identifier=project, include_annotation_names=list(names)
     )
     return [dict(a) for a in found]
 
@@ -331,3 +394,76 @@ def test_phoenix_traces_in_verdicts_back(phoenix: Any, openai_server: OpenAIServ
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert CANARY.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("phoenix") is None, reason="pip install 'greval[phoenix]'")
+def test_phoenix_sessions_are_conversations_judged_turn_by_turn(
+    phoenix: Any, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """2 conversations of 3 turns each (6 traces sharing 2 session ids) become 2 conversation records; judged
+    with turn_relevance (per assistant turn) and task_completion (per conversation): every turn verdict goes
+    back as a span annotation on its trace's root span, every conversation verdict as a session annotation;
+    a re-run writes nothing."""
+
+    openai_server.reset()
+    project = "chat-app"
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.traces_app", "--phoenix", phoenix.url, "--project", project, "--llm",
+         openai_server.base_url, "--chats", "2", "--turns", "3"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=True,
+    )  # fmt: skip
+    turns = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(turns) == 6
+    store = tmp_path / "store.sqlite"
+    first = greval_run(phoenix, openai_server, project, store, ("turn_relevance", "task_completion"))
+    said = first.stdout + first.stderr
+    assert first.returncode == 0, said
+    assert "6 trace(s) of 2 session(s) read as conversations" in said, said
+    assert ": 6 span annotation(s) written, 0 already there; 4 session annotation(s) written, 0 already there" in said
+
+    with Store(store) as st:
+        items = item_rows(st)
+        specs = {k: st.any_spec(k) for k in {r["spec_key"] for r in items}}
+    judged = {(r["record_id"], r["item_id"]): r for r in items if r["spec"] == "turn_relevance" and r["item_id"]}
+    assert sorted(judged) == [(s, t) for s in ("chat-1", "chat-2") for t in ("t2", "t4", "t6")]
+    # each assistant turn's verdict on the root span of the turn's trace
+    root_of_turn = {(t["session_id"], f"t{2 * t['turn']}"): t["root_span_id"] for t in turns}
+    got = annotations(phoenix, project, [t["root_span_id"] for t in turns], ["turn_relevance"])
+    assert len(got) == 6
+    for a in got:
+        key = next(k for k, span in root_of_turn.items() if span == a["span_id"])
+        row = judged[key]
+        assert (a["result"]["label"], a["result"]["explanation"]) == (row["label"], row["reason"])
+        assert a["metadata"]["turn_id"] == key[1] and a["identifier"] == "greval"
+    # each conversation's verdicts on its session
+    rows = {(r["spec"], r["record_id"]): r for r in record_rows(items, specs)}
+    sessions = session_annotations(phoenix, project, ["chat-1", "chat-2"])
+    assert sorted((a["session_id"], a["name"]) for a in sessions) == [
+        (s, m) for s in ("chat-1", "chat-2") for m in ("task_completion", "turn_relevance")
+    ]
+    for a in sessions:
+        row = rows[a["name"], a["session_id"]]
+        assert a["result"]["score"] == pytest.approx(row["score"]) and a["annotator_kind"] == "LLM"
+        if a["name"] == "task_completion":
+            assert (a["result"]["label"], a["result"]["explanation"]) == (row["label"], row["reason"])
+        else:
+            assert "of 3 assistant turns positive" in a["result"]["explanation"]
+
+    calls = openai_server.stats()["total"]
+    again = greval_run(phoenix, openai_server, project, store, ("turn_relevance", "task_completion"))
+    said = again.stdout + again.stderr
+    assert again.returncode == 0 and openai_server.stats()["total"] == calls, said
+    assert ": 0 span annotation(s) written, 6 already there; 0 session annotation(s) written, 4 already there" in said
+    after = session_annotations(phoenix, project, ["chat-1", "chat-2"])
+    assert sorted((a["id"], a["updated_at"]) for a in after) == sorted((a["id"], a["updated_at"]) for a in sessions)
+
+
+def session_annotations(px: Any, project: str, session_ids: list[str]) -> list[dict[str, Any]]:
+    """Phoenix's session annotations through its REST API (its client has no read method for them)."""
+    import httpx
+
+    got = httpx.get(f"{px.url}/v1/projects/{project}/session_annotations",
+                    params={"session_ids": session_ids, "limit": 100}, timeout=30)  # fmt: skip
+    got.raise_for_status()
+    return list(got.json()["data"])

@@ -11,6 +11,11 @@ Run as a program (its own process, so the openai instrumentation patches nothing
     python -m tests.traces_app --phoenix http://127.0.0.1:6006 --project rag --llm http://127.0.0.1:PORT/v1 --n 20
 
 It prints one JSON line per trace: ``{"trace_id", "root_span_id", "retriever_span_id", "question", "documents"}``.
+
+With ``--chats N`` it holds N conversations instead (``--turns`` questions each): every turn one trace whose root
+CHAIN span carries ``session.id`` (the conversation), its question and answer, and whose LLM span (the openai
+instrumentation, under ``using_session``) sends the conversation so far. One JSON line per turn:
+``{"session_id", "turn", "trace_id", "root_span_id", "question", "answer"}``.
 """
 
 from __future__ import annotations
@@ -94,12 +99,11 @@ def retrieve(question: str, k: int = 3) -> list[dict[str, Any]]:
     ]
 
 
-def run(phoenix: str, project: str, llm: str, n: int) -> list[dict[str, Any]]:
-    """Answer the first ``n`` questions, one trace each; returns what each trace holds (ids included)."""
+def _tracing(phoenix: str, project: str, llm: str) -> tuple[Any, Any, Any]:
+    """(tracer provider, tracer, openai client): spans to Phoenix over OTLP/HTTP, the openai SDK instrumented."""
     import openai
     from openinference.instrumentation.openai import OpenAIInstrumentor
     from openinference.semconv.resource import ResourceAttributes
-    from openinference.semconv.trace import DocumentAttributes, OpenInferenceSpanKindValues, SpanAttributes
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -108,8 +112,15 @@ def run(phoenix: str, project: str, llm: str, n: int) -> list[dict[str, Any]]:
     provider = TracerProvider(resource=Resource({ResourceAttributes.PROJECT_NAME: project}))
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{phoenix.rstrip('/')}/v1/traces")))
     OpenAIInstrumentor().instrument(tracer_provider=provider)
-    tracer = provider.get_tracer("greval-tests-rag-app")
     client = openai.OpenAI(base_url=llm, api_key="sk-rag-app-test", max_retries=0)
+    return provider, provider.get_tracer("greval-tests-rag-app"), client
+
+
+def run(phoenix: str, project: str, llm: str, n: int) -> list[dict[str, Any]]:
+    """Answer the first ``n`` questions, one trace each; returns what each trace holds (ids included)."""
+    from openinference.semconv.trace import DocumentAttributes, OpenInferenceSpanKindValues, SpanAttributes
+
+    provider, tracer, client = _tracing(phoenix, project, llm)
     kind = SpanAttributes.OPENINFERENCE_SPAN_KIND
     out = []
     for question, expected in QUESTIONS[:n]:
@@ -154,14 +165,57 @@ def run(phoenix: str, project: str, llm: str, n: int) -> list[dict[str, Any]]:
     return out
 
 
+def chat(phoenix: str, project: str, llm: str, chats: int, turns: int) -> list[dict[str, Any]]:
+    """``chats`` conversations of ``turns`` questions each, every turn one trace in the conversation's session."""
+    from openinference.instrumentation import using_session
+    from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
+
+    provider, tracer, client = _tracing(phoenix, project, llm)
+    out = []
+    for c in range(chats):
+        session = f"chat-{c + 1}"
+        history: list[dict[str, str]] = [{"role": "system", "content": "You answer questions about the Vell valley."}]
+        for t in range(turns):
+            question = QUESTIONS[(c * turns + t) % len(QUESTIONS)][0]
+            with using_session(session), tracer.start_as_current_span("chat turn") as root:
+                root.set_attribute(SpanAttributes.OPENINFERENCE_SPAN_KIND, OpenInferenceSpanKindValues.CHAIN.value)
+                root.set_attribute(SpanAttributes.SESSION_ID, session)
+                root.set_attribute(SpanAttributes.INPUT_VALUE, question)
+                history.append({"role": "user", "content": question})
+                reply = client.chat.completions.create(model="rag-app-model", messages=history)
+                answer = reply.choices[0].message.content or ""
+                history.append({"role": "assistant", "content": answer})
+                root.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)
+                ctx = root.get_span_context()
+            out.append(
+                {
+                    "session_id": session,
+                    "turn": t + 1,
+                    "trace_id": f"{ctx.trace_id:032x}",
+                    "root_span_id": f"{ctx.span_id:016x}",
+                    "question": question,
+                    "answer": answer,
+                }
+            )
+    provider.force_flush()
+    provider.shutdown()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--phoenix", required=True, help="Phoenix's base URL (OTLP/HTTP at /v1/traces)")
     ap.add_argument("--project", required=True)
     ap.add_argument("--llm", required=True, help="OpenAI-compatible base URL (…/v1)")
     ap.add_argument("--n", type=int, default=len(QUESTIONS))
+    ap.add_argument("--chats", type=int, default=0, help="hold this many conversations instead (sessions)")
+    ap.add_argument("--turns", type=int, default=3, help="questions per conversation")
     args = ap.parse_args(argv)
-    for trace in run(args.phoenix, args.project, args.llm, args.n):
+    if args.chats:
+        traces = chat(args.phoenix, args.project, args.llm, args.chats, args.turns)
+    else:
+        traces = run(args.phoenix, args.project, args.llm, args.n)
+    for trace in traces:
         sys.stdout.write(json.dumps(trace) + "\n")
 
 

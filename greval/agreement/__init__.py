@@ -2,11 +2,13 @@
 
 Public API: `compute_agreement(frame, scale, options) -> AgreementReport` and
 `compare_agreement({version: frame}, scale, options) -> ComparisonReport`;
-`compute_consistency(frame, scale, options)` compares two runs of the judge (--pair-by); `read_table` and
+`compute_consistency(frame, scale, options)` compares two runs of the judge with each other; `read_table` and
 `to_agreement_frame` read files; `greval.report.agreement` renders HTML/Markdown.
 """
 
-from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
+from greval.agreement.agreement import compute_agreement
+from greval.agreement.comparison import compare_agreement
+from greval.agreement.consistency import compute_consistency
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,

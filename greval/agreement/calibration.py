@@ -6,7 +6,7 @@ Definitions (docs/agreement.md, "Is the judge's confidence calibrated?"):
 - One observation per (item, annotator) row that has a judge answer, a human answer and a confidence: an item
   three people labelled is three observations (each person is a separate check of the same verdict), and the
   bootstrap keeps an item's rows together. The row is *correct* when the judge's answer equals the human's, as
-  canonical text after ``--map`` (exact match, also on value scales: 4 vs 5 is wrong, like 1 vs 5). The
+  canonical text after the label mapping (exact match, also on value scales: 4 vs 5 is wrong, like 1 vs 5). The
   invalid-answer policy does not apply: a row without a judge answer has no confidence to check and is counted
   as skipped; an answer that is not a label is simply wrong.
 - Rows are weighted by 1/π when the frame carries ``probability`` (the inclusion probability ``greval annotate
@@ -42,6 +42,7 @@ import pandas as pd
 from greval.agreement import bootstrap as bs
 from greval.agreement.models import AgreementOptions, CalibrationBin, CalibrationReport, Estimate
 from greval.agreement.prepare import CONFIDENCE_COLUMN, label_text
+from greval.agreement.resampling import estimate
 from greval.errors import DataError
 
 FloatArray = npt.NDArray[np.float64]
@@ -131,6 +132,59 @@ def calibration(
 
     ``groups``: the bootstrap's cluster of each row (None: rows are independent), named by ``unit``. The
     ``skipped_*`` counts only reach the report's notes (the caller left those rows out)."""
+    y, c, w = _checked(correct, confidence, weight, groups, bins)
+    n = len(y)
+    notes = _skip_notes(skipped_without_confidence, skipped_without_answer)
+    weighted = weight is not None and not bool(np.all(w == 1.0))
+    feats = _features(y, c, w, bins)
+    sums = feats.sum(axis=0)
+    out_bins, gaps = _bins(sums, c, w, bins, level)
+    skipped = {"n_without_confidence": skipped_without_confidence, "n_without_answer": skipped_without_answer}
+    if n == 0:
+        empty = Estimate(value=None, n=0, note="no row has a judge answer, a human answer and a confidence")
+        return CalibrationReport(
+            n=0, **skipped, weighted=weighted, bins=out_bins, ece=empty, mce=empty, brier=empty, notes=notes
+        )
+    ece_point, brier_point = (float(v[0]) for v in _ece_brier(sums[None, :], bins))
+    cis: dict[str, bs.CI] = {}
+    if resamples > 0:
+
+        def stat(batch: bs.Batch) -> dict[str, FloatArray]:
+            ece, brier = _ece_brier(batch.sums(feats), bins)
+            return {"ece": ece, "brier": brier}
+
+        g = None if groups is None else np.asarray(groups, dtype=np.int64)
+        cis = bs.run(bs.Resampler(n, g, resamples, seed), None, level, stat)
+    if weighted:
+        notes.append(
+            "rows weighted by 1/π (their inclusion probability), so a non-random sample (e.g. uncertain first) "
+            "does not over-represent low-confidence verdicts; the bootstrap ignores the selection strata"
+        )
+    total = float(sums[:bins].sum())
+    return CalibrationReport(
+        n=n,
+        **skipped,
+        weighted=weighted,
+        accuracy=float(sums[2 * bins : 3 * bins].sum() / total),
+        mean_confidence=float(sums[bins : 2 * bins].sum() / total),
+        bins=out_bins,
+        ece=estimate((ece_point, None), n, cis.get("ece")),
+        mce=Estimate(value=max(gaps), n=n),
+        brier=estimate((brier_point, None), n, cis.get("brier")),
+        ece_if_calibrated=_null_ece(c, w, bins, resamples, seed),
+        resample_unit=unit if resamples > 0 else None,
+        notes=notes,
+    )
+
+
+def _checked(
+    correct: Sequence[bool] | BoolArray,
+    confidence: Sequence[float] | FloatArray,
+    weight: Sequence[float] | FloatArray | None,
+    groups: Sequence[int] | IntArray | None,
+    bins: int,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(correct, confidence, weight) as float arrays, one entry per row; a ValueError for what cannot be."""
     if bins < 1:
         raise ValueError("bins must be at least 1")
     y = np.asarray(correct, dtype=np.float64)
@@ -142,24 +196,33 @@ def calibration(
         raise ValueError("confidences must lie in [0, 1]")
     if len(w) and (not np.all(np.isfinite(w)) or w.min() <= 0):
         raise ValueError("weights must be positive")
-    n = len(y)
+    return y, c, w
+
+
+def _skip_notes(without_confidence: int, without_answer: int) -> list[str]:
     notes: list[str] = []
-    if skipped_without_confidence:
+    if without_confidence:
         notes.append(
-            f"{skipped_without_confidence} row(s) with a judge and a human answer have no judge confidence: left "
+            f"{without_confidence} row(s) with a judge and a human answer have no judge confidence: left "
             "out of the calibration (a verdict from one sample has none; run the judge with --samples N)"
         )
-    if skipped_without_answer:
+    if without_answer:
         notes.append(
-            f"{skipped_without_answer} row(s) with a confidence lack the judge's or the human's answer: left out "
+            f"{without_answer} row(s) with a confidence lack the judge's or the human's answer: left out "
             "of the calibration"
         )
-    weighted = weight is not None and not bool(np.all(w == 1.0))
-    feats = _features(y, c, w, bins)
-    sums = feats.sum(axis=0)
-    out_bins: list[CalibrationBin] = []
+    return notes
+
+
+def _bins(
+    sums: FloatArray, c: FloatArray, w: FloatArray, bins: int, level: float
+) -> tuple[list[CalibrationBin], list[float]]:
+    """Each bin's weight, mean confidence and accuracy with its Wilson interval; and |accuracy − confidence|
+    of every non-empty bin (MCE is their maximum)."""
+    n = len(c)
     counts = np.bincount(bin_index(c, bins), minlength=bins) if n else np.zeros(bins, dtype=np.int64)
     sq = np.bincount(bin_index(c, bins), weights=w * w, minlength=bins) if n else np.zeros(bins)
+    out: list[CalibrationBin] = []
     gaps: list[float] = []
     for k in range(bins):
         wb, cb, ab = sums[k], sums[bins + k], sums[2 * bins + k]
@@ -169,59 +232,8 @@ def calibration(
             n_eff = float(wb * wb / sq[k])
             b.ci_low, b.ci_high = wilson(b.accuracy * n_eff, n_eff, level)
             gaps.append(abs(b.accuracy - b.mean_confidence))
-        out_bins.append(b)
-    total = float(sums[:bins].sum())
-    if n == 0:
-        why = "no row has a judge answer, a human answer and a confidence"
-        empty = Estimate(value=None, n=0, note=why)
-        return CalibrationReport(
-            n=0,
-            n_without_confidence=skipped_without_confidence,
-            n_without_answer=skipped_without_answer,
-            weighted=weighted,
-            bins=out_bins,
-            ece=empty,
-            mce=empty,
-            brier=empty,
-            notes=notes,
-        )
-    ece_point, brier_point = (float(v[0]) for v in _ece_brier(sums[None, :], bins))
-    cis: dict[str, bs.CI] = {}
-    g = None if groups is None else np.asarray(groups, dtype=np.int64)
-    if resamples > 0:
-
-        def stat(batch: bs.Batch) -> dict[str, FloatArray]:
-            ece, brier = _ece_brier(batch.sums(feats), bins)
-            return {"ece": ece, "brier": brier}
-
-        cis = bs.run(bs.Resampler(n, g, resamples, seed), None, level, stat)
-
-    def estimate(name: str, value: float) -> Estimate:
-        ci = cis.get(name)
-        if ci is None:
-            return Estimate(value=value, n=n)
-        return Estimate(value=value, n=n, ci_low=ci.low, ci_high=ci.high, note=ci.note)
-
-    if weighted:
-        notes.append(
-            "rows weighted by 1/π (their inclusion probability), so a non-random sample (e.g. uncertain first) "
-            "does not over-represent low-confidence verdicts; the bootstrap ignores the selection strata"
-        )
-    return CalibrationReport(
-        n=n,
-        n_without_confidence=skipped_without_confidence,
-        n_without_answer=skipped_without_answer,
-        weighted=weighted,
-        accuracy=float(sums[2 * bins : 3 * bins].sum() / total),
-        mean_confidence=float(sums[bins : 2 * bins].sum() / total),
-        bins=out_bins,
-        ece=estimate("ece", ece_point),
-        mce=Estimate(value=max(gaps), n=n),
-        brier=estimate("brier", brier_point),
-        ece_if_calibrated=_null_ece(c, w, bins, resamples, seed),
-        resample_unit=unit if resamples > 0 else None,
-        notes=notes,
-    )
+        out.append(b)
+    return out, gaps
 
 
 def has_confidence(frame: pd.DataFrame) -> bool:

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from greval.agreement.design import SELECTION_ATTR
 from greval.agreement.models import AgreementScale
 from greval.agreement.prepare import CONFIDENCE_COLUMN
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.spec import CategoricalScale, Spec
 from greval.store.results import aggregate_items
 from greval.store.store import Store
@@ -82,67 +82,23 @@ def store_frame(
     ``version`` picks a spec version by hash (default: the latest). ``datasets``: the human-label datasets
     to use (default: every one, see the module doc).
     """
-    if version:
-        found = store.spec_version(spec_name, version)
-        if found is None:
-            raise UserError(f"no version {version!r} of {spec_name!r} in the store")
-        spec_key, spec = found, store.spec(found)
-    else:
-        spec_key, spec = store.latest_spec(spec_name)
+    spec_key, spec = _spec(store, spec_name, version)
     judge_key, judge_label = _judge_key(store, spec_key, judge)
     judged = pd.DataFrame(store.verdicts_by_record_id(spec_key, judge_key))
     humans = _human_rows(store, spec.name, datasets)
-    categorical = isinstance(spec.scale, CategoricalScale)
     if judged.empty:
         judged = pd.DataFrame(columns=["record_hash", "record_id", "item_id", "status", "label", "value", "reason"])
     judged = judged[judged["item_id"] != ""] if spec.each else judged
-    merged = humans.merge(judged, on=["record_id", "record_hash", "item_id"], how="left")
-    ok = merged["status"] == "ok"
-    if categorical:
-        merged["judge"] = merged["label"].where(ok, None)
-        merged["human"] = merged["h_label"]
-    else:
-        merged["judge"] = merged["value"].where(ok, None)
-        merged["human"] = merged["h_value"]
-    # The judge's confidence in an ok verdict (the agreement rate of --samples N answers, else the token
-    # confidence of --logprobs, else None): UnitVerdict.best_confidence, the one rule every stage uses.
-    confidence = {(u.record_hash, u.item_id): u.best_confidence for u in store.unit_verdicts(spec_key, judge_key)}
-    merged[CONFIDENCE_COLUMN] = [
-        confidence.get((str(h), str(i))) if good else None
-        for h, i, good in zip(merged["record_hash"], merged["item_id"], ok, strict=True)
-    ]
-    merged[CONFIDENCE_COLUMN] = pd.to_numeric(merged[CONFIDENCE_COLUMN], errors="coerce")
-    merged["item"] = merged["record_id"].astype(str) + merged["item_id"].map(lambda i: f"/{i}" if i else "")
-    merged["group"] = merged["record_id"].astype(str)
-    systems = {h: data.get("system") for h, data in store.labelled_record_data(spec.name).items()}
-    if any(v is not None for v in systems.values()):
-        merged["system"] = merged["record_hash"].map(systems).astype("string")
+    merged = _joined(store, spec, spec_key, judge_key, humans, judged)
     cols = ["item", "judge", "human", "annotator", "group", "record_id", "item_id", "reason", "comment"]
     cols += [CONFIDENCE_COLUMN]
     cols += ["system"] if "system" in merged else []
-    chosen = store.dataset_selections(spec.name)
-    if chosen:  # how each labelled item was selected: agreement weights a non-uniform sample back (1/π)
-        how = [
-            chosen.get(str(d), {}).get((str(h), str(i)))
-            for d, h, i in zip(merged["dataset"], merged["record_hash"], merged["item_id"], strict=True)
-        ]
-        several = len(chosen) > 1  # one design per dataset: keep their strata apart
-        merged["stratum"] = [
-            (f"{d}:{x[0]}" if several else x[0]) if x else None for d, x in zip(merged["dataset"], how, strict=True)
-        ]
-        merged["probability"] = [x[1] if x else float("nan") for x in how]
-        # How many units each stratum selected, labelled or not: design_report corrects for the unlabelled.
-        selected = {
-            (f"{d}:{s}" if several else s): n
-            for d, units in chosen.items()
-            for s, n in Counter(stratum for stratum, _ in units.values()).items()
-        }
-        merged["selected"] = [selected.get(s) if s is not None else None for s in merged["stratum"]]
+    selected = _design_columns(store, spec.name, merged)
+    if selected is not None:
         cols += ["stratum", "probability", "selected"]
-        probability = {(f"{d}:{s}" if several else s): p for d, units in chosen.items() for s, p in units.values()}
     frame = merged[cols].reset_index(drop=True)
-    if chosen:
-        frame.attrs[SELECTION_ATTR] = {s: (n, probability[s]) for s, n in selected.items()}
+    if selected is not None:
+        frame.attrs[SELECTION_ATTR] = selected
     scale = agreement_scale(spec)
     if level == "record" and spec.each:
         frame, scale = _record_level(spec, frame)
@@ -159,6 +115,72 @@ def store_frame(
         datasets=sorted(humans["dataset"].unique()),
     )
     return frame, scale, selection
+
+
+def _spec(store: Store, spec_name: str, version: str | None) -> tuple[str, Spec]:
+    """The spec version by hash, else the latest."""
+    if not version:
+        return store.latest_spec(spec_name)
+    found = store.spec_version(spec_name, version)
+    if found is None:
+        raise UserError(f"no version {version!r} of {spec_name!r} in the store")
+    return found, store.spec(found)
+
+
+def _joined(
+    store: Store, spec: Spec, spec_key: str, judge_key: str, humans: pd.DataFrame, judged: pd.DataFrame
+) -> pd.DataFrame:
+    """Every human answer with the judge's verdict on its item (missing where the judge has no ok verdict),
+    its confidence, the item and group ids, and the record's system when records carry one."""
+    merged = humans.merge(judged, on=["record_id", "record_hash", "item_id"], how="left")
+    ok = merged["status"] == "ok"
+    if isinstance(spec.scale, CategoricalScale):
+        merged["judge"] = merged["label"].where(ok, None)
+        merged["human"] = merged["h_label"]
+    else:
+        merged["judge"] = merged["value"].where(ok, None)
+        merged["human"] = merged["h_value"]
+    # The judge's confidence in an ok verdict (the agreement rate of several samples, else the token
+    # confidence of log-probabilities, else None): UnitVerdict.best_confidence, the one rule every stage uses.
+    confidence = {(u.record_hash, u.item_id): u.best_confidence for u in store.unit_verdicts(spec_key, judge_key)}
+    merged[CONFIDENCE_COLUMN] = [
+        confidence.get((str(h), str(i))) if good else None
+        for h, i, good in zip(merged["record_hash"], merged["item_id"], ok, strict=True)
+    ]
+    merged[CONFIDENCE_COLUMN] = pd.to_numeric(merged[CONFIDENCE_COLUMN], errors="coerce")
+    merged["item"] = merged["record_id"].astype(str) + merged["item_id"].map(lambda i: f"/{i}" if i else "")
+    merged["group"] = merged["record_id"].astype(str)
+    systems = {h: data.get("system") for h, data in store.labelled_record_data(spec.name).items()}
+    if any(v is not None for v in systems.values()):
+        merged["system"] = merged["record_hash"].map(systems).astype("string")
+    return merged
+
+
+def _design_columns(store: Store, spec_name: str, merged: pd.DataFrame) -> dict[str, tuple[int, float]] | None:
+    """How each labelled item was selected (stratum, inclusion probability, units its stratum selected), as
+    columns of `merged`: agreement weights a non-uniform sample back (1/π). Returns each stratum's (units
+    selected, probability), or None when no push recorded a selection."""
+    chosen = store.dataset_selections(spec_name)
+    if not chosen:
+        return None
+    how = [
+        chosen.get(str(d), {}).get((str(h), str(i)))
+        for d, h, i in zip(merged["dataset"], merged["record_hash"], merged["item_id"], strict=True)
+    ]
+    several = len(chosen) > 1  # one design per dataset: keep their strata apart
+    merged["stratum"] = [
+        (f"{d}:{x[0]}" if several else x[0]) if x else None for d, x in zip(merged["dataset"], how, strict=True)
+    ]
+    merged["probability"] = [x[1] if x else float("nan") for x in how]
+    # How many units each stratum selected, labelled or not: design_report corrects for the unlabelled.
+    selected = {
+        (f"{d}:{s}" if several else s): n
+        for d, units in chosen.items()
+        for s, n in Counter(stratum for stratum, _ in units.values()).items()
+    }
+    merged["selected"] = [selected.get(s) if s is not None else None for s in merged["stratum"]]
+    probability = {(f"{d}:{s}" if several else s): p for d, units in chosen.items() for s, p in units.values()}
+    return {s: (n, probability[s]) for s, n in selected.items()}
 
 
 def _human_rows(store: Store, spec_name: str, datasets: Sequence[str]) -> pd.DataFrame:
@@ -186,7 +208,7 @@ def _human_rows(store: Store, spec_name: str, datasets: Sequence[str]) -> pd.Dat
         where = sorted(twice["dataset"].unique())
         raise UserError(
             f"{twice['annotator'].nunique()} annotator(s) answered the same {spec_name!r} items in several datasets "
-            f"({', '.join(where)}); choose which to compare with --dataset NAME (repeatable)"
+            f"({', '.join(where)}); choose which to compare with {option('datasets')} NAME (repeatable)"
         )
     return humans.reset_index(drop=True)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from greval.agreement.design import report_name
 from greval.agreement.models import AgreementReport, Estimate
-from greval.errors import UserError
+from greval.errors import UserError, option
 
 Side = Literal["value", "lower", "upper"]
 
@@ -99,17 +99,19 @@ def evaluate(
         else:
             failed.append(f"{c.metric}{how} {x:.3f}, needs {c.op} {c.threshold:g}")
     if vs_ceiling is not None:
-        ce = report.ceiling
-        if ce is None:
-            failed.append("no human ceiling (needs items labelled by 2 or more people) for --vs-ceiling")
-        else:
-            judge, human = _side(ce.judge_pairwise_mean, side)[0], ce.human_pairwise_mean.value
-            if judge is None or human is None or math.isnan(judge) or math.isnan(human):
-                failed.append(f"the ceiling's {ce.metric} is undefined, needed for --vs-ceiling")
-            else:
-                ok = judge >= vs_ceiling * human
-                text = (
-                    f"judge–human {ce.metric} {judge:.3f} {'≥' if ok else '<'} {vs_ceiling:g} × human–human {human:.3f}"
-                )
-                (held if ok else failed).append(text)
+        ok, text = _vs_ceiling(report, side, vs_ceiling)
+        (held if ok else failed).append(text)
     return GateResult(passed=not failed, reasons=failed + held)
+
+
+def _vs_ceiling(report: AgreementReport, side: Side, factor: float) -> tuple[bool, str]:
+    """Whether the judge agrees with people at least `factor` times as well as people agree with each other
+    (mean pairwise figures of the human ceiling), and the reason."""
+    ce = report.ceiling
+    if ce is None:
+        return False, f"no human ceiling (needs items labelled by 2 or more people) for {option('vs_ceiling')}"
+    judge, human = _side(ce.judge_pairwise_mean, side)[0], ce.human_pairwise_mean.value
+    if judge is None or human is None or math.isnan(judge) or math.isnan(human):
+        return False, f"the ceiling's {ce.metric} is undefined, needed for {option('vs_ceiling')}"
+    ok = judge >= factor * human
+    return ok, f"judge–human {ce.metric} {judge:.3f} {'≥' if ok else '<'} {factor:g} × human–human {human:.3f}"

@@ -18,6 +18,9 @@ ThresholdChoice = Literal["max-f1", "max-balanced-accuracy", "youden"]
 InvalidPairs = Literal["agree", "disagree"]
 ResampleUnit = Literal["rows", "items", "groups", "items within groups"]
 
+INVALID_LABEL = "<invalid>"
+"""The judge's column of invalid answers in a confusion matrix (invalid answers kept as wrong)."""
+
 
 class AgreementScale(BaseModel):
     """What the judge and the humans answer on.
@@ -248,8 +251,8 @@ class Counts(BaseModel):
     """Where the rows went: nothing is dropped without being counted here."""
 
     rows: int
-    rows_missing_judge: int = Field(0, description="rows whose judge answer is null/empty/a --missing-values text")
-    rows_missing_human: int = Field(0, description="rows whose human answer is null/empty/a --missing-values text")
+    rows_missing_judge: int = Field(0, description="rows whose judge answer is null, empty or a missing_values text")
+    rows_missing_human: int = Field(0, description="rows whose human answer is null, empty or a missing_values text")
     items_several_human_rows: int = Field(
         0, description="items with several human rows and no annotator column: read as anonymous annotators"
     )

@@ -13,7 +13,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 
 _TARGET = re.compile(r"^\s*([A-Za-z_][\w\[\]. -]*?)\s*(?:±|\+-|\+/-)\s*([0-9]*\.?[0-9]+)\s*$")
 
@@ -29,12 +29,12 @@ class Target(BaseModel):
         m = _TARGET.match(text)
         if m is None:
             raise UserError(
-                f"--target {text!r}: write FIGURE±WIDTH, e.g. 'kappa±0.05' or 'accuracy+-0.03' "
+                f"{option('target')} {text!r}: write FIGURE±WIDTH, e.g. 'kappa±0.05' or 'accuracy+-0.03' "
                 "(figures: accuracy, kappa, prevalence[LABEL])"
             )
         width = float(m.group(2))
         if width <= 0:
-            raise UserError(f"--target {text!r}: the half-width must be positive")
+            raise UserError(f"{option('target')} {text!r}: the half-width must be positive")
         return cls(figure=m.group(1).strip(), half_width=width)
 
 

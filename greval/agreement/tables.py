@@ -6,7 +6,7 @@ and dict-valued cells (e.g. Parquet structs) are walked key by key.
 
 CSV/TSV cells are read as text with no "NA" list: only an empty cell is missing, so labels such as `NA`,
 `None`, `null`, `N/A` or `nan` survive (the agreement stage treats as missing only what the user lists in
-`--missing-values`). JSON `null` and Parquet nulls stay missing.
+`missing_values`). JSON `null` and Parquet nulls stay missing.
 """
 
 from __future__ import annotations
@@ -17,20 +17,22 @@ from typing import Any
 
 import pandas as pd
 
+from greval.dataset.limits import ReadLimits
 from greval.dataset.tables import read_frame
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 CONTRACT = ("item", "judge", "human", "annotator", "group")
 
 
-def read_table(path: str | Path, as_text: bool = False) -> pd.DataFrame:
+def read_table(path: str | Path, as_text: bool = False, limits: ReadLimits | None = None) -> pd.DataFrame:
     """A judge/human table as a DataFrame, read by the one table reader (:func:`greval.dataset.tables.read_frame`)
     with nested JSON flattened, so nested keys become dotted columns.
 
     `as_text=True` reads CSV/TSV cells as strings with only the empty cell missing (labels such as "NA" or
     "None" would otherwise become NaN); the default keeps pandas' number parsing for other callers.
+    ``limits``: what reading the file may cost (:class:`ReadLimits`' defaults when None).
     """
-    return read_frame(path, as_text=as_text, flatten=True)
+    return read_frame(path, as_text=as_text, flatten=True, limits=limits)
 
 
 def _walk(value: Any, keys: list[str]) -> Any:
@@ -79,7 +81,7 @@ def to_agreement_frame(
 
     Without `item`, each row is its own item (row number), which is right for one human per row.
     `judge` may be None when `score` gives the judge's answer (labels come from a threshold, or only the
-    AUCs are wanted); `human` may be None when only the judge's runs are compared (--pair-by).
+    AUCs are wanted); `human` may be None when only the judge's runs are compared (compute_consistency).
     """
     out = pd.DataFrame(index=raw.index)
     out["item"] = _ids(select(raw, item)) if item else [str(i) for i in range(len(raw))]
@@ -95,8 +97,8 @@ def to_agreement_frame(
         out["score"] = select(raw, score)
     for col in [*slices, *extra]:
         if col in out.columns:
-            continue  # e.g. --slice group: slice on the mapped contract column
+            continue  # e.g. a slice by group: slice on the mapped contract column
         if col in CONTRACT:
-            raise DataError(f"column {col!r} is a reserved name here; map it with --{col} instead")
+            raise DataError(f"column {col!r} is a reserved name here; map it with {option(col)} instead")
         out[col] = select(raw, col)
     return out.reset_index(drop=True)

@@ -2,8 +2,9 @@
 
 A categorical scale becomes a ``LabelQuestion`` with the same labels, a value scale a ``RatingQuestion``
 with the same integers; the spec's description, steps and described scale become the guidelines, so the
-person reads what the judge read. A "many" spec (one verdict per chunk / triple) becomes one Argilla record
-per item. This module only builds settings and record payloads; talking to the server is in ``argilla.py``.
+person reads what the judge read. A "many" spec (one verdict per chunk / triple / assistant turn) becomes one
+Argilla record per item. A conversation is a chat field (its turns as messages, each with its id). This module
+only builds settings and record payloads; talking to the server is in ``argilla.py``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import argilla as rg
 
-from greval.dataset.records import Record
+from greval.dataset.records import CONVERSATION, Record
 from greval.errors import UserError
-from greval.judge.prompt import describe_scale
+from greval.judge.prompt import NOUNS, describe_scale, tool_call_text
 from greval.spec import CategoricalScale, Spec, ValueScale
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ DESCRIPTION_MAX = 1000
 TITLE_MAX = 500
 GUIDELINES_MAX = 10000
 AGENT_MAX = 200
+#: argilla-server 2.8's chat field: messages per field, characters per role and per message (chat.py, records.py).
+CHAT_MAX_MESSAGES, CHAT_ROLE_MAX, CHAT_MESSAGE_MAX = 500, 20, 20000
 _AGENT_BAD = re.compile(r"[^a-zA-Z0-9\-_:./\s]")
 
 #: Metadata properties — the filters reviewers use: (name, kind, visible to annotators unless --blind hides it).
@@ -74,7 +77,9 @@ _TITLES = {
     "chunks": "Retrieved chunks",
     "triples": "Knowledge-graph triples",
     "source": "Source text",
+    "conversation": "Conversation",
 }
+_UNDER_REVIEW = {"chunks": "chunk", "triples": "triple", "turns": "assistant turn"}
 
 
 class ScaleDoesNotFit(UserError):
@@ -154,14 +159,19 @@ def check_scale(spec: Spec) -> None:
 
 def guidelines(spec: Spec, *, blind: bool = False) -> str:
     """Markdown guidelines: the judge's own description, steps and scale, plus how records are laid out."""
-    noun = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple"}.get(spec.each or "", "")
+    noun = NOUNS.get(spec.each or "", "")
     parts = [f"# {spec.name}", spec.description.strip()]
     if spec.instructions:
         parts.append("## Instructions\n" + spec.instructions.strip())
     parts.append("## Steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
     parts.append("## Scale\n" + describe_scale(spec))
     how = []
-    if noun:
+    if spec.each == "turns":
+        how.append(
+            f"Each record is one {noun} (field *Under review*, its id as in the conversation); judge only that "
+            "turn, reading the conversation up to it."
+        )
+    elif noun:
         how.append(
             f"Each record is one {noun} (field *Under review*); judge only that {noun}, "
             "using the question and answer shown with it."
@@ -195,10 +205,10 @@ def _question(spec: Spec, client: rg.Argilla) -> rg.LabelQuestion | rg.RatingQue
 
 def field_names(spec: Spec) -> list[str]:
     """The record fields shown, in order: the item under review first for many specs, then the inputs
-    (question and answer always), then the judge's reasoning."""
+    (question and answer always, unless the spec reads a conversation), then the judge's reasoning."""
     names = [ITEM_FIELD] if spec.each else []
     inputs = [n for n in spec.inputs if n != spec.each]
-    for must in ("answer", "question"):
+    for must in ("answer", "question") if CONVERSATION not in spec.inputs else ():
         if must not in inputs:
             inputs.insert(0, must)
     names += inputs
@@ -217,14 +227,25 @@ def build_settings(
     settings object to a client at construction; without one it would build a default from the env.)"""
     if annotators_per_record < 1:
         raise UserError("--annotators-per-record must be at least 1")
-    fields: list[rg.TextField] = []
+    fields: list[rg.TextField | rg.ChatField] = []
     for name in field_names(spec):
+        desc = spec.inputs[name].description if name in spec.inputs else None
         if name == ITEM_FIELD:
-            title = "Under review: " + ("chunk" if spec.each == "chunks" else "triple")
+            title = "Under review: " + _UNDER_REVIEW[spec.each or "chunks"]
             fields.append(rg.TextField(client=client, name=name, title=title, use_markdown=True, required=False))
+        elif name == CONVERSATION:
+            fields.append(
+                rg.ChatField(  # argilla 2.8 names its client argument `_client` here alone
+                    _client=client,
+                    name=name,
+                    title=_title(name),
+                    use_markdown=True,
+                    required=False,
+                    description=_cut(desc, DESCRIPTION_MAX) if desc else None,
+                )
+            )
         else:
             markdown = name in ("chunks", "triples")
-            desc = spec.inputs[name].description if name in spec.inputs else None
             fields.append(
                 rg.TextField(
                     client=client,
@@ -291,8 +312,38 @@ def render_triples(triples: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
-def render_item(field_name: str, item: Mapping[str, Any]) -> str:
-    """The chunk or triple under review, in markdown."""
+def turn_markdown(turn: Mapping[str, Any]) -> str:
+    """A turn's text with its id first (as the judge cites it) and its tool calls, in markdown."""
+    lines = [f"**[{turn.get('id', '')}]** {turn.get('content', '')}".rstrip()]
+    if turn.get("role") == "tool" and (turn.get("name") or turn.get("tool_call_id")):
+        lines[0] += " *(" + ", ".join(str(turn[k]) for k in ("name", "tool_call_id") if turn.get(k)) + ")*"
+    lines += [f"→ tool call `{tool_call_text(c)}`" for c in turn.get("tool_calls") or []]
+    return "\n\n".join(lines)
+
+
+def chat_messages(conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """A conversation as an Argilla chat field: ``{role, content}`` messages within argilla-server's limits
+    (a longer message is cut with a mark; past 500 messages the earliest are left out, and the first
+    message says how many)."""
+    messages = [
+        {
+            "role": _cut(str(t.get("role") or "unknown"), CHAT_ROLE_MAX, ""),
+            "content": _cut(turn_markdown(t), CHAT_MESSAGE_MAX),
+        }
+        for t in conversation
+    ]
+    if len(messages) > CHAT_MAX_MESSAGES:
+        left_out = len(messages) - CHAT_MAX_MESSAGES + 1
+        note = {"role": "system", "content": f"({left_out} earlier turns not shown: Argilla shows at most 500)"}
+        messages = [note, *messages[left_out:]]
+    return messages
+
+
+def render_item(field_name: str, item: Mapping[str, Any], number: int | None = None) -> str:
+    """The chunk, triple or assistant turn (its turn ``number`` in the conversation) under review, in markdown."""
+    if field_name == "turns":
+        where = f"turn {number}, " if number is not None else ""
+        return f"**Assistant turn {item.get('id', '')}** ({where}{item.get('role', '')})\n\n" + turn_markdown(item)
     if field_name == "triples":
         return (
             f"**Triple {item.get('id', '')}**\n\n**{item.get('subject', '')}**"
@@ -302,14 +353,28 @@ def render_item(field_name: str, item: Mapping[str, Any]) -> str:
     return f"**Chunk {item.get('id', '')}**\n\n{item.get('text', '')}"
 
 
-def record_fields(spec: Spec, ref: VerdictRef, *, blind: bool, known: set[str] | None = None) -> dict[str, str]:
-    """Field values of one Argilla record (only fields the dataset has, empty ones left out)."""
+def _under_review(spec: Spec, ref: VerdictRef) -> str:
+    each = spec.each or ""
+    item = next((it for it in ref.record.items(each) if str(it.get("id")) == ref.item_id), None)
+    if item is None:
+        return f"(item {ref.item_id} not found)"
+    conv = ref.record.data.get(CONVERSATION)
+    turns = conv if each == "turns" and isinstance(conv, list) else []
+    number = next((n for n, t in enumerate(turns, start=1) if t.get("id") == item.get("id")), None)
+    return render_item(each, item, number)
+
+
+def record_fields(spec: Spec, ref: VerdictRef, *, blind: bool, known: set[str] | None = None) -> dict[str, Any]:
+    """Field values of one Argilla record (only fields the dataset has, empty ones left out): text, and a
+    conversation as chat messages."""
     data = ref.record.data
-    out: dict[str, str] = {}
+    out: dict[str, Any] = {}
     for name in field_names(spec):
+        value: str | list[dict[str, str]]
         if name == ITEM_FIELD and spec.each:
-            item = next((it for it in ref.record.items(spec.each) if str(it.get("id")) == ref.item_id), None)
-            value = render_item(spec.each, item) if item is not None else f"(item {ref.item_id} not found)"
+            value = _under_review(spec, ref)
+        elif name == CONVERSATION and isinstance(data.get(name), list):
+            value = chat_messages(data[name])
         elif name == "chunks" and isinstance(data.get(name), list):
             value = render_chunks(data[name])
         elif name == "triples" and isinstance(data.get(name), list):
@@ -317,7 +382,7 @@ def record_fields(spec: Spec, ref: VerdictRef, *, blind: bool, known: set[str] |
         else:
             raw = data.get(name)
             value = "" if raw is None else _text(raw)
-        if value.strip():
+        if value if isinstance(value, list) else value.strip():
             out[name] = value
     if not blind and ref.reason:
         out[REASON_FIELD] = ref.reason

@@ -15,6 +15,7 @@ from typing import Any
 from greval.annotation import dataset as ds
 from greval.annotation.argilla import DEFAULT_BATCH, Connection, batches, bulk_upsert, ensure_dataset, ensure_user
 from greval.annotation.errors import AnnotationError
+from greval.dataset.limits import ReadLimits
 from greval.dataset.records import Record
 from greval.dataset.tables import read_rows
 from greval.spec import CategoricalScale, Spec
@@ -70,6 +71,7 @@ def import_labels(
     conn: Connection | None = None,
     dataset: str | None = None,
     workspace: str | None = None,
+    limits: ReadLimits | None = None,
 ) -> ImportResult:
     """Load human labels from a file into ``human_labels`` (source "import"), optionally into Argilla as
     submitted responses of the named annotator users (created when missing).
@@ -79,7 +81,7 @@ def import_labels(
     if (annotator_col is None) == (annotator_name is None):
         raise AnnotationError("give exactly one of --annotator COL or --annotator-name NAME")
     spec_key, spec = store.latest_spec(spec_name)
-    rows = read_rows(path)
+    rows = read_rows(path, limits)
     if not rows:
         raise AnnotationError(f"{path}: no rows")
     cols = list(rows[0])

@@ -12,15 +12,20 @@ from typing import Any
 
 import click
 
-from greval.cli.common import fail, interrupted_exit, on_sigterm
+from greval.cli.common import command_line, fail, interrupted_exit, on_sigterm
 from greval.cli.lazy import Lazy, LazyGroup
-from greval.errors import UserError
+from greval.errors import StoreUnavailable, UserError
 
 
 class GrevalGroup(LazyGroup):
-    """Turns user errors into one line and exit code 2; Ctrl-C and SIGTERM into one line and 130 / 143.
+    """Turns user errors into one line and exit code 2; Ctrl-C and SIGTERM into one line and 130 / 143; a
+    store that went away into one line with the command that resumes, and 75.
 
     Its commands are resolved inside ``invoke``, so a lazily imported command gets the same treatment."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["greval.argv"] = list(args)  # the command line as given, to print again to resume
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         import signal
@@ -32,6 +37,9 @@ class GrevalGroup(LazyGroup):
             return super().invoke(ctx)
         except UserError as exc:
             fail(exc)
+        except StoreUnavailable as exc:
+            again = command_line(ctx.meta.get("greval.argv", []))
+            fail(f"{exc}; to resume, run again: {again}", exc.exit_code)
         except KeyboardInterrupt as exc:
             interrupted_exit(exc, "everything done so far is stored; run the same command again to resume")
 
@@ -42,6 +50,10 @@ class GrevalGroup(LazyGroup):
 # or its help is asked for, so `greval --help` imports no stage. No `except ImportError`: a module that
 # cannot be imported fails loudly when its command is used.
 COMMANDS: dict[str, Lazy] = {
+    "align": Lazy(
+        "greval.cli.align:align_cmd",
+        "Improve a spec from people's labels; adopt it only if it proves better on labels the search never read.",
+    ),
     "agreement": Lazy(
         "greval.cli.agreement:agreement",
         "Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok), or in a "

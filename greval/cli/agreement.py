@@ -15,7 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from greval.agreement.compute import compare_agreement, compute_agreement, compute_consistency
+from greval.agreement.agreement import compute_agreement
+from greval.agreement.comparison import compare_agreement
+from greval.agreement.consistency import compute_consistency
 from greval.agreement.models import (
     AgreementOptions,
     AgreementReport,
@@ -26,7 +28,8 @@ from greval.agreement.models import (
 )
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.tables import read_table, select, to_agreement_frame
-from greval.cli.common import fail, print_table, say, store_option
+from greval.cli.common import fail, print_table, read_limit_options, say, store_option
+from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.report.agreement import (
     CALIBRATION_HEADER,
@@ -474,6 +477,7 @@ def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:
     show_default=True,
     help="decimals printed (JSON keeps full precision)",
 )
+@read_limit_options
 def agreement(
     file: Path | None,
     store: str | None,
@@ -514,6 +518,7 @@ def agreement(
     reason_col: str | None,
     comment_col: str | None,
     decimals: int,
+    limits: ReadLimits,
 ) -> None:
     """Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok),
     or in a greval store (--store S --spec NAME).
@@ -573,7 +578,7 @@ def agreement(
             invalid_pairs=invalid_pairs,
             calibration_bins=calibration_bins,
         )
-        raw = read_table(file, as_text=True)
+        raw = read_table(file, as_text=True, limits=limits)
         if pair_by is not None:
             result_c = _pair_mode(raw, judges, human, item, group, pair_by, scale, options, version_col, html_out)
             print_consistency(console, result_c, decimals)

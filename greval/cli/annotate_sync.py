@@ -23,7 +23,9 @@ from greval.annotation.labels_import import import_labels
 from greval.annotation.pull import pull
 from greval.annotation.push import push, unusable_note
 from greval.annotation.selection import STRATEGIES, Strategy
+from greval.cli.common import read_limit_options
 from greval.cli.common import store_option as common_store_option
+from greval.dataset.limits import ReadLimits
 from greval.store.backend import display
 from greval.store.backend import exists as store_exists
 from greval.store.store import Store
@@ -265,6 +267,7 @@ def pull_cmd(
 @click.option("--comment", "comment_col", default=None, help="Column with the annotator's comment.")
 @click.option("--to-argilla", is_flag=True, help="Also store them in Argilla as the annotators' answers.")
 @connection_options
+@read_limit_options
 def import_labels_cmd(
     file: Path,
     store_path: str,
@@ -281,6 +284,7 @@ def import_labels_cmd(
     workspace: str | None,
     dataset: str | None,
     data_dir: Path | None,
+    limits: ReadLimits,
 ) -> None:
     """Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla."""
     with opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=to_argilla) as (store, conn):
@@ -297,6 +301,7 @@ def import_labels_cmd(
             conn=conn,
             dataset=dataset,
             workspace=workspace,
+            limits=limits,
         )
     who = ", ".join(f"{a} {k}" for a, k in sorted(res.annotators.items()))
     click.echo(f"Imported {res.stored} labels of {spec_name!r} from {file.name} ({who}) as dataset {res.dataset!r}.")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -15,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from greval.cli.flags import for_terminal
+from greval.dataset.limits import ReadLimits, parse_size, size_text
 from greval.errors import UserError
 
 if TYPE_CHECKING:
@@ -136,6 +139,31 @@ def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
     sys.exit(code)
 
 
+#: Flags whose value is a secret (--api-key …): masked wherever a command line is printed.
+_SECRET_FLAG = re.compile(r"--[\w-]*(key|password|token|secret)s?", re.IGNORECASE)
+
+
+def command_line(args: Sequence[str]) -> str:
+    """greval's arguments as a command the user can type again: greval's command first, then each argument
+    quoted for the shell, with secrets masked (a URL's password, the value of an --api-key-like flag)."""
+    from greval.store.backend import display
+    from greval.workflows import greval_command
+
+    shown: list[str] = []
+    secret = False
+    for arg in args:
+        flag, eq, _ = arg.partition("=")
+        if secret:
+            arg = "***"
+        elif eq and _SECRET_FLAG.fullmatch(flag):
+            arg = f"{flag}=***"
+        else:
+            arg = re.sub(r"(://[^/@:\s]+):[^@/\s]+@", r"\1:***@", display(arg))
+        secret = not secret and not eq and bool(_SECRET_FLAG.fullmatch(arg))
+        shown.append(arg)
+    return " ".join([greval_command(), *(shlex.quote(a) for a in shown)])
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: what runs stops cleanly and records that it was interrupted."""
 
@@ -148,6 +176,65 @@ def interrupted_exit(exc: BaseException, message: str) -> NoReturn:
     """One line, then the shell's code for the signal (130 for Ctrl-C, 143 for SIGTERM)."""
     console.print(f"[yellow]interrupted:[/] {message}", highlight=False)
     sys.exit(143 if isinstance(exc, Terminated) else 130)
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
+    """A size in bytes: ``1048576``, ``64k``, ``16M``, ``2G`` (binary units)."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            size = parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if size < 1:
+            self.fail(f"{value!r}: give at least 1 byte", param, ctx)
+        return size
+
+
+def read_limit_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The limits of reading data files (:class:`ReadLimits`), the same flags on every command that reads
+    one (greval.cli.flags names them in messages), handed to the command as one ``limits: ReadLimits``."""
+    d = ReadLimits()
+    opts = [
+        click.option(
+            "--max-columns",
+            type=click.IntRange(min=1),
+            default=d.max_columns,
+            show_default=True,
+            metavar="N",
+            help="Read no data file with more columns (CSV / Parquet header, fields of a JSON object or table).",
+        ),
+        click.option(
+            "--max-line-size",
+            type=ByteSize(),
+            default=d.max_line_bytes,
+            show_default=size_text(d.max_line_bytes),
+            help="Read no JSONL / CSV / TSV line longer than this (bytes, or with k / M / G).",
+        ),
+        click.option(
+            "--max-decompressed",
+            type=ByteSize(),
+            default=d.max_decompressed_bytes,
+            show_default=size_text(d.max_decompressed_bytes),
+            help="Read no .gz file (or Parquet column data) that expands to more than this.",
+        ),
+    ]
+
+    @functools.wraps(f)
+    def command(*args: Any, max_columns: int, max_line_size: int, max_decompressed: int, **kwargs: Any) -> Any:
+        limits = ReadLimits(
+            max_columns=max_columns, max_line_bytes=max_line_size, max_decompressed_bytes=max_decompressed
+        )
+        return f(*args, limits=limits, **kwargs)
+
+    wrapped: Callable[..., Any] = command
+    for o in reversed(opts):
+        wrapped = o(wrapped)
+    return wrapped
 
 
 def parse_map(values: Sequence[str]) -> dict[str, str]:
@@ -447,11 +534,13 @@ def store_option(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The one ``--store`` option: a path or URL (:class:`StoreRef`), falling back to ``$GREVAL_STORE``
     (``env``; not where leaving the option out means something else: a temporary store, a labels file)."""
+    # Click ≥ 8.3 takes an explicit default=None as a value that satisfies required=True: leave it out then.
+    given: dict[str, Any] = {"default": default} if default is not None or not required else {}
     return click.option(
         "--store",
         dest,
         type=StoreRef(must_exist),
-        default=default,
+        **given,
         required=required,
         show_default=default is not None,
         envvar="GREVAL_STORE" if env else None,

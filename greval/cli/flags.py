@@ -7,7 +7,31 @@ from __future__ import annotations
 from greval.errors import render_options
 
 #: field (bare, or qualified as `Model.field` where one name means two flags) → flag.
-FLAGS: dict[str, str] = {}
+FLAGS: dict[str, str] = {
+    # agreement/ (greval agreement, gate, review status): the options' models, frame columns, parameters
+    "AgreementOptions.invalid": "--invalid",
+    "AgreementOptions.mapping": "--map",
+    "AgreementOptions.missing_values": "--missing-values",
+    "AgreementOptions.pos_label": "--pos-label",
+    "AgreementOptions.protocol": "--protocol",
+    "AgreementOptions.select_on": "--select-on",
+    "AgreementScale.kind": "--kind",
+    "AgreementScale.labels": "--labels",
+    "datasets": "--dataset",
+    "group": "--group",
+    "annotator": "--annotator",
+    "human": "--human",
+    "item": "--item",
+    "judge": "--judge",
+    "pair_by": "--pair-by",
+    "score": "--score",
+    "target": "--target",
+    "vs_ceiling": "--vs-ceiling",
+    # greval.dataset.limits.ReadLimits (cli.common.read_limit_options)
+    "max_columns": "--max-columns",
+    "max_line_bytes": "--max-line-size",
+    "max_decompressed_bytes": "--max-decompressed",
+}
 
 
 def for_terminal(message: str) -> str:

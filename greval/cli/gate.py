@@ -8,6 +8,7 @@ from typing import cast
 import click
 
 from greval.cli.common import console, fail, out, store_option
+from greval.cli.flags import for_terminal
 from greval.errors import UserError
 
 
@@ -62,7 +63,7 @@ def gate_cmd(
       greval gate --store runs.sqlite --spec answer_alignment --min "kappa>=0.6" --ci lower
       greval gate --store runs.sqlite --spec answer_alignment --min "accuracy>=0.8" --vs-ceiling 0.9
     """
-    from greval.agreement.compute import compute_agreement
+    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.gate import Condition, Side, evaluate
     from greval.agreement.models import AgreementOptions
@@ -79,7 +80,7 @@ def gate_cmd(
         result = evaluate(report, parsed, cast(Side, side), vs_ceiling)
     except UserError as exc:
         fail(exc)
-    out.print(result.line, highlight=False, soft_wrap=True)
+    out.print(for_terminal(result.line), highlight=False, soft_wrap=True)  # the reasons name option fields
     if not result.passed:
         console.print(f"(from {report.counts.items_compared} items compared; see `greval agreement`)", highlight=False)
     sys.exit(0 if result.passed else 1)

@@ -9,7 +9,8 @@ from typing import cast
 
 import click
 
-from greval.cli.common import console, judge_options, out, parse_map, store_option
+from greval.cli.common import console, judge_options, out, parse_map, read_limit_options, store_option
+from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.llm.config import JudgeChoice, JudgeConfig, default_judge
 from greval.llm.local import judge_session
@@ -72,6 +73,7 @@ def _resolve_target(ref: str) -> tuple[list[BaseSpec], Spec]:
 @click.option("-c", "--concurrency", type=int, default=8, show_default=True)
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Write the report as JSON.")
 @judge_options
+@read_limit_options
 def reliability_cmd(
     spec_ref: str,
     data_file: str,
@@ -88,6 +90,7 @@ def reliability_cmd(
     concurrency: int,
     json_out: str | None,
     judge: JudgeChoice,
+    limits: ReadLimits,
 ) -> None:
     """Position bias and model dependence of a judge: re-judge a sample with chunks / triples and labels
     reordered, report how often verdicts flip, and how well a panel of judge models agrees.
@@ -104,7 +107,7 @@ def reliability_cmd(
     if sample < 1:
         raise UserError("--sample must be at least 1")
     specs, target = _resolve_target(spec_ref)
-    records = load_records(data_file, parse_map(maps), id_column)
+    records = load_records(data_file, parse_map(maps), id_column, limits=limits)
     ref = judge.ref or target.judge.model or default_judge(console.print)
     params = judge.with_defaults(target.judge).params()
     opts = ReliabilityOptions(

@@ -19,12 +19,14 @@ from greval.cli.common import (
     notice,
     parse_map,
     print_summary,
+    read_limit_options,
     say_judge_build,
     store_option,
 )
-from greval.store.backend import display
+from greval.store.backend import RECONNECT_WAIT_S, display
 
 if TYPE_CHECKING:
+    from greval.dataset.limits import ReadLimits
     from greval.llm.config import JudgeChoice
 
 
@@ -39,6 +41,17 @@ if TYPE_CHECKING:
     help="Spec file or predefined metric name; repeat for several. Dependencies are added.",
 )
 @store_option(help="Where verdicts are kept (created if missing; reused to resume).")
+@click.option(
+    "--store-wait",
+    type=click.FloatRange(min=0),
+    default=RECONNECT_WAIT_S,
+    show_default=True,
+    envvar="GREVAL_STORE_WAIT",
+    show_envvar=True,
+    metavar="SECONDS",
+    help="How long to wait for a PostgreSQL store that stops answering (a restart, a failover) before stopping "
+    "with the command that resumes; each write is made again once it is back.",
+)
 @judge_options
 @click.option(
     "-c",
@@ -135,11 +148,13 @@ if TYPE_CHECKING:
     help="With --engine ray: split the pending records into N tasks [the cluster's CPU count]. --concurrency is "
     "divided among them (at least 1 each).",
 )
+@read_limit_options
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
     data: str,
     spec_refs: Sequence[str],
     store: str,
+    store_wait: float,
     judge: JudgeChoice,
     concurrency: int | None,
     no_adaptive: bool,
@@ -158,6 +173,7 @@ def run_cmd(
     engine: str,
     ray_address: str | None,
     shards: int | None,
+    limits: ReadLimits,
     quiet: bool,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
@@ -242,6 +258,8 @@ def run_cmd(
                 id_column=id_column,
                 limit=limit,
                 asked=asked,
+                limits=limits,
+                store_wait=store_wait,
                 notify=notice,
                 on_event=said,
                 progress=hook,

@@ -11,10 +11,20 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 
-from greval.cli.common import console, judge_options, out, parse_map, print_error, print_table, store_option
+from greval.cli.common import (
+    console,
+    judge_options,
+    out,
+    parse_map,
+    print_error,
+    print_table,
+    read_limit_options,
+    store_option,
+)
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
+    from greval.dataset.limits import ReadLimits
     from greval.llm.config import JudgeChoice
     from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
@@ -181,7 +191,9 @@ def spec_lint(files: Sequence[str], strict: bool) -> None:
     default=None,
     help="[categorical with --labels, else value]",
 )
-@click.option("--target", type=click.Choice(["record", "chunks", "triples"]), default="record", show_default=True)
+@click.option(
+    "--target", type=click.Choice(["record", "chunks", "triples", "turns"]), default="record", show_default=True
+)
 @click.option("--labels", default=None, help="Comma-separated labels, best first (categorical).")
 @click.option("--min", "vmin", type=int, default=1, show_default=True, help="Lowest value (value scales).")
 @click.option("--max", "vmax", type=int, default=5, show_default=True, help="Highest value (value scales).")
@@ -296,6 +308,7 @@ def spec_new(
 @click.option("--bootstrap", type=int, default=200, show_default=True, help="Resamples for CIs (0: none).")
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Write the full agreement report.")
 @judge_options
+@read_limit_options
 def spec_try(
     spec_file: str,
     data_file: str,
@@ -311,6 +324,7 @@ def spec_try(
     bootstrap: int,
     json_out: str | None,
     judge: JudgeChoice,
+    limits: ReadLimits,
 ) -> None:
     """Judge a few human-labelled records with a draft spec and print judge–human agreement.
 
@@ -345,6 +359,7 @@ def spec_try(
         human_file=human_file,
         human_id_column=human_id_column,
         annotator_column=annotator_column,
+        limits=limits,
     )
     print_try(out, target, report, frame, summary)
     if json_out:

@@ -21,13 +21,15 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from greval.dataset.limits import ReadLimits
 from greval.dataset.tables import iter_rows
 from greval.errors import DataError
 
 
 class Record(BaseModel):
     """One RAG output to judge. ``data`` holds normalised fields: chunks as ``{id, text}``, triples as
-    ``{id, subject, predicate, object}``, everything else as read."""
+    ``{id, subject, predicate, object}``, a conversation as ``{id, role, content}`` turns, everything else as
+    read."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -44,9 +46,8 @@ class Record(BaseModel):
         return hash_row(row, id_field, where).record()
 
     def items(self, field: str) -> list[dict[str, Any]]:
-        """The chunks or triples of this record (empty when absent)."""
-        value = self.data.get(field)
-        return list(value) if isinstance(value, list) else []
+        """The chunks, triples or (``turns``) assistant turns of this record (empty when absent)."""
+        return item_list(self.data, field)
 
 
 class HashedRow(NamedTuple):
@@ -58,9 +59,8 @@ class HashedRow(NamedTuple):
     data: dict[str, Any]
 
     def items(self, field: str) -> list[dict[str, Any]]:
-        """The chunks or triples of this row (empty when absent), as :meth:`Record.items`."""
-        value = self.data.get(field)
-        return list(value) if isinstance(value, list) else []
+        """The chunks, triples or assistant turns of this row (empty when absent), as :meth:`Record.items`."""
+        return item_list(self.data, field)
 
     def record(self) -> Record:
         return Record(id=self.id, hash=self.hash, data=self.data)
@@ -78,6 +78,8 @@ def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "
             data[key] = normalise_chunks(value, where)
         elif key == "triples":
             data[key] = normalise_triples(value, where)
+        elif key == CONVERSATION:
+            data[key] = normalise_conversation(value, where)
         else:
             data[key] = value.tolist() if hasattr(value, "tolist") else value
     try:
@@ -198,6 +200,108 @@ def normalise_triples(value: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
+#: The field holding a conversation, and the role of the turns judged one by one (``target: {each: turns}``,
+#: whose spec names this field as its input: greval.spec.model.ITEM_SOURCES).
+CONVERSATION = "conversation"
+ASSISTANT = "assistant"
+#: The roles a turn may name -> greval's: OpenAI's, with LangChain's, ShareGPT's and Gemini's names for them.
+ROLES: dict[str, str] = {
+    "user": "user", "human": "user",
+    "assistant": ASSISTANT, "ai": ASSISTANT, "gpt": ASSISTANT, "bot": ASSISTANT, "model": ASSISTANT,
+    "system": "system", "developer": "system",
+    "tool": "tool", "function": "tool",
+}  # fmt: skip
+
+
+def item_list(data: Mapping[str, Any], field: str) -> list[dict[str, Any]]:
+    """A record's items of one kind: its chunks or triples, or for ``turns`` the assistant turns of its
+    conversation (empty when absent)."""
+    if field == "turns":
+        conv = data.get(CONVERSATION)
+        return [t for t in conv if isinstance(t, dict) and t.get("role") == ASSISTANT] if isinstance(conv, list) else []
+    value = data.get(field)
+    return list(value) if isinstance(value, list) else []
+
+
+def _turn_text(content: Any) -> str | None:
+    """A turn's content as text: a string, or content parts (``[{type: text, text}]``) joined; other parts
+    (an image) kept as their JSON."""
+    content = _maybe_json(content) if not isinstance(content, str) else content
+    if content is None or isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else [content]
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+        elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            out.append(part["text"])
+        else:
+            out.append(json.dumps(part, ensure_ascii=False, default=str))
+    return "\n".join(out)
+
+
+def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    """Tool calls as ``{name, arguments, id?}``: OpenAI's ``{id, function: {name, arguments}}`` or LangChain's
+    ``{name, args, id}``."""
+    value = _maybe_json(value)
+    if not isinstance(value, list):
+        raise DataError(f"{where}: tool_calls must be a list")
+    out: list[dict[str, Any]] = []
+    for j, call in enumerate(value, start=1):
+        call = _maybe_json(call)
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        body = fn if isinstance(fn, Mapping) else call
+        if not isinstance(body, Mapping) or not body.get("name"):
+            raise DataError(f"{where}: tool call {j} has no name")
+        args = next((body[k] for k in ("arguments", "args", "input") if k in body), None)
+        one: dict[str, Any] = {"name": str(body["name"]), "arguments": args if args is not None else {}}
+        if isinstance(call, Mapping) and call.get("id") is not None:
+            one["id"] = str(call["id"])
+        out.append(one)
+    return out
+
+
+def normalise_conversation(value: Any, where: str) -> list[dict[str, Any]]:
+    """A conversation: a list of turns ``{role, content}`` (also ``type`` / ``from`` and ``text`` / ``value``;
+    roles user, assistant, system, tool and their aliases), in order. Tool calls are kept (``tool_calls`` as
+    ``{name, arguments, id}``; a tool turn's ``tool_call_id`` and ``name``), other keys go to ``metadata``.
+    Ids: the turn's own ``id``, else ``t<N>`` for the N-th turn (so an id names its turn number)."""
+    value = _maybe_json(value)
+    if not isinstance(value, list):
+        raise DataError(f"{where}: conversation must be a list of {{role, content}} turns")
+    out: list[dict[str, Any]] = []
+    for n, turn in enumerate(value, start=1):
+        here = f"{where}: conversation turn {n}"
+        turn = _maybe_json(turn)
+        if not isinstance(turn, Mapping):
+            raise DataError(f"{here} must be an object with role and content, got {type(turn).__name__}")
+        role_key = next((k for k in ("role", "type", "from") if turn.get(k) is not None), None)
+        role = ROLES.get(str(turn[role_key]).strip().lower()) if role_key else None
+        if role is None:
+            shown = f"role {str(turn[role_key])[:40]!r}" if role_key else "no role"
+            raise DataError(f"{here} has {shown}; use user, assistant, system or tool")
+        text_key = next((k for k in ("content", "text", "value") if k in turn), None)
+        text = _turn_text(turn[text_key]) if text_key else None
+        calls = _tool_calls(turn["tool_calls"], here) if turn.get("tool_calls") not in (None, [], "") else []
+        if not (text or "").strip() and not calls:
+            raise DataError(f"{here} ({role}) has no content")
+        id_key = next((k for k in ("id", "turn_id") if turn.get(k) is not None), None)
+        one: dict[str, Any] = {"id": str(turn[id_key]) if id_key else f"t{n}", "role": role, "content": text or ""}
+        if calls:
+            one["tool_calls"] = calls
+        for key in ("tool_call_id", "name"):
+            if turn.get(key) is not None:
+                one[key] = str(turn[key])
+        used = {role_key, text_key, id_key, "tool_calls", "tool_call_id", "name"}
+        extra = {k: v for k, v in turn.items() if k not in used and not _missing(v)}
+        if extra:
+            one["metadata"] = extra
+        out.append(one)
+    _unique_ids(out, where, "conversation turn")
+    return out
+
+
 def _unique_ids(items: Sequence[Mapping[str, Any]], where: str, what: str) -> None:
     seen: set[str] = set()
     for item in items:
@@ -225,9 +329,11 @@ def hashed_rows(
     id_column: str | None = None,
     limit: int | None = None,
     notes: list[str] | None = None,
+    limits: ReadLimits | None = None,
 ) -> Iterator[HashedRow]:
     """A dataset file's records as :class:`HashedRow` s, streamed in file order (one row in memory at a time
-    for JSON Lines; see :func:`load_records` for ``mapping`` and the rest).
+    for JSON Lines; see :func:`load_records` for ``mapping`` and the rest; ``limits``: what reading the file
+    may cost, :class:`ReadLimits`' defaults when None).
 
     Every row is mapped, normalised and hashed (a broken row is a DataError however far into the file it
     is); a row repeating an earlier one exactly is skipped, and ``notes`` gets the line saying so once the
@@ -241,7 +347,7 @@ def hashed_rows(
     taken = set(mapping.values())
     by_id: dict[str, str] = {}
     repeated: list[int] = []
-    for n, row in enumerate(iter_rows(p)):
+    for n, row in enumerate(iter_rows(p, limits)):
         if limit is not None and len(by_id) >= limit:
             break
         mapped = {k: v for k, v in row.items() if k not in taken}
@@ -283,16 +389,18 @@ class DataFile:
         mapping: Mapping[str, str] | None = None,
         id_column: str | None = None,
         limit: int | None = None,
+        limits: ReadLimits | None = None,
     ) -> None:
         self.path = path
         self.mapping = dict(mapping or {})
         self.id_column = id_column
         self.limit = limit
+        self.limits = limits
         self.notes: list[str] = []
 
     def __iter__(self) -> Iterator[HashedRow]:
         notes: list[str] = []
-        yield from hashed_rows(self.path, self.mapping, self.id_column, self.limit, notes)
+        yield from hashed_rows(self.path, self.mapping, self.id_column, self.limit, notes, self.limits)
         self.notes = notes
 
 
@@ -302,11 +410,13 @@ def load_records(
     id_column: str | None = None,
     limit: int | None = None,
     notes: list[str] | None = None,
+    limits: ReadLimits | None = None,
 ) -> list[Record]:
     """Read a dataset file into Records.
 
     ``mapping`` maps greval field names to the file's columns (dotted paths reach nested JSON), e.g.
     ``{"question": "query", "answer": "response.text"}``; unmapped columns keep their names. A row that
     repeats an earlier one exactly (same id, same content) is read once; ``notes`` receives a line saying so.
+    ``limits``: what reading the file may cost (:class:`~greval.dataset.limits.ReadLimits`).
     """
-    return [row.record() for row in hashed_rows(path, mapping, id_column, limit, notes)]
+    return [row.record() for row in hashed_rows(path, mapping, id_column, limit, notes, limits)]

@@ -7,6 +7,12 @@ unparsable CSV, a directory, an unknown suffix) is one :class:`DataError` naming
 JSON Lines and JSON are read with the standard library, row by row for JSON Lines, so reading a dataset
 does not import pandas; CSV, TSV and Parquet go through pandas (imported when such a file is read).
 
+What a file may cost is bounded (:class:`~greval.dataset.limits.ReadLimits`): every byte goes through one
+counting stream (:class:`_Counted`) that stops at a line longer than ``max_line_bytes`` (JSON Lines, CSV, TSV)
+or a ``.gz`` file expanding past ``max_decompressed_bytes``, before the line or the file is in memory; the
+columns of a header, a Parquet file or a JSON object are counted before a table of them is built. Each is a
+:class:`~greval.errors.LimitExceeded` naming the file and the line.
+
 Two shapes: :func:`iter_rows` / :func:`read_rows` hand over plain dicts (a JSON object as written, CSV cells
 as text, the empty cell as ``""``); :func:`read_frame` a DataFrame (CSV numbers parsed unless ``as_text``,
 where only the empty cell is missing so labels such as ``NA`` or ``None`` survive; JSON flattened on request).
@@ -15,14 +21,19 @@ where only the empty cell is missing so labels such as ``NA`` or ``None`` surviv
 from __future__ import annotations
 
 import codecs
+import csv
 import gzip
+import io
 import json
+import re
+import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from greval.errors import DataError
+from greval.dataset.limits import ReadLimits, size_text
+from greval.errors import DataError, LimitExceeded
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,6 +78,13 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _not_utf8(path: Path, line: int, byte: bytes) -> DataError:
+    return DataError(
+        f"{path}: line {line}: not UTF-8 text (byte 0x{byte.hex()}); re-save the file as UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8)"
+    )
+
+
 def _decode(raw: bytes, path: Path, line: int | None = None) -> str:
     """UTF-8 text (a leading BOM is dropped), or a DataError naming the line and the offending byte."""
     try:
@@ -74,11 +92,7 @@ def _decode(raw: bytes, path: Path, line: int | None = None) -> str:
     except UnicodeDecodeError as exc:
         if line is None:
             line = raw.count(b"\n", 0, exc.start) + 1
-        byte = raw[exc.start : exc.start + 1].hex()
-        raise DataError(
-            f"{path}: line {line}: not UTF-8 text (byte 0x{byte}); re-save the file as UTF-8 "
-            "(e.g. iconv -f latin1 -t utf-8)"
-        ) from None
+        raise _not_utf8(path, line, raw[exc.start : exc.start + 1]) from None
 
 
 def _json(text: str, where: str, at: str) -> Any:
@@ -89,10 +103,129 @@ def _json(text: str, where: str, at: str) -> Any:
         raise DataError(f"{where}: invalid JSON{at.format(line=exc.lineno)} ({exc.msg})") from None
     except RecursionError:
         raise DataError(f"{where}: JSON nested too deeply") from None
+    except ValueError:
+        # The one other ValueError json raises: an integer longer than Python converts to int.
+        most = sys.get_int_max_str_digits()
+        found = re.search(rf"\d{{{most + 1},}}", text)
+        place = at.format(line=text.count("\n", 0, found.start()) + 1) if found else ""
+        digits = f"{len(found.group()):,} digits" if found else "too many digits"
+        raise DataError(
+            f"{where}: a number{place} has {digits}, more than the {most:,} Python reads as an integer; "
+            "write it as a string"
+        ) from None
+
+
+class _Counted(io.RawIOBase):
+    """A file's bytes (decompressed) as they are read, counted against the limits before they go further:
+    the whole stream against ``max_decompressed_bytes`` (``total``), each line against ``max_line_bytes``
+    (``lines``). ``utf8``: checked as UTF-8 too, so a bad byte is reported at its line (pandas cannot say).
+    Errors of the gzip stream are reported here, at the line they break."""
+
+    def __init__(self, inner: Any, path: Path, limits: ReadLimits, *, total: bool, lines: bool, utf8: bool) -> None:
+        super().__init__()
+        self._inner = inner
+        self._path = path
+        self._limits = limits
+        self._total = limits.max_decompressed_bytes if total else None
+        self._line_max = limits.max_line_bytes if lines else None
+        self._utf8 = codecs.getincrementaldecoder("utf-8")() if utf8 else None
+        self.read_bytes = 0
+        self.lines = 0  # line breaks read so far
+        self._run = 0  # bytes since the last line break
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            if isinstance(self._inner, gzip.GzipFile):
+                # read1: what one step of decompression gives, so that an error comes at the line it breaks
+                data = self._inner.read1(len(buffer))
+                n = len(data)
+                buffer[:n] = data
+            else:
+                n = self._inner.readinto(buffer)
+        except gzip.BadGzipFile:
+            raise DataError(f"{self._path}: not a gzip file, though its name ends in .gz") from None
+        except (EOFError, zlib.error) as exc:
+            raise DataError(
+                f"{self._path}: line {self.lines + 1}: truncated or corrupt gzip data ({_one_line(exc)})"
+            ) from None
+        if n:
+            self._count(bytes(memoryview(buffer)[:n]))
+        elif self._utf8 is not None:
+            self._check_utf8(b"", final=True)
+        return n
+
+    def _count(self, chunk: bytes) -> None:
+        self.read_bytes += len(chunk)
+        if self._total is not None and self.read_bytes > self._total:
+            raise LimitExceeded(
+                f"{self._path}: line {self.lines + 1}: expands to more than {size_text(self._total)} once "
+                "decompressed, the limit",
+                "max_decompressed_bytes",
+            )
+        if self._utf8 is not None:
+            self._check_utf8(chunk)
+        if self._line_max is not None:
+            self._check_lines(chunk, self._line_max)
+        else:
+            self.lines += chunk.count(b"\n")
+
+    def _check_utf8(self, chunk: bytes, final: bool = False) -> None:
+        assert self._utf8 is not None
+        try:
+            self._utf8.decode(chunk, final)
+        except UnicodeDecodeError as exc:
+            data: bytes = exc.object  # a character cut at the last chunk's end, then this chunk
+            line = self.lines + data.count(b"\n", 0, exc.start) + 1
+            raise _not_utf8(self._path, line, data[exc.start : exc.start + 1]) from None
+
+    def _check_lines(self, chunk: bytes, most: int) -> None:
+        first = chunk.find(b"\n")
+        if first < 0:
+            self._run += len(chunk)
+            if self._run > most:
+                raise self._long_line(self.lines + 1)
+            return
+        if self._run + first > most:
+            raise self._long_line(self.lines + 1)
+        if len(chunk) > most:  # a whole line may lie inside this chunk: look at each
+            start, line = first + 1, self.lines + 1
+            while (end := chunk.find(b"\n", start)) >= 0:
+                line += 1
+                if end - start > most:
+                    raise self._long_line(line)
+                start = end + 1
+        self.lines += chunk.count(b"\n")
+        self._run = len(chunk) - chunk.rfind(b"\n") - 1
+        if self._run > most:
+            raise self._long_line(self.lines + 1)
+
+    def _long_line(self, line: int) -> LimitExceeded:
+        assert self._line_max is not None
+        return LimitExceeded(
+            f"{self._path}: line {line}: longer than {size_text(self._line_max)}, the limit of one line",
+            "max_line_bytes",
+        )
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+def _too_wide(path: Path, line: int | None, count: int, what: str, limits: ReadLimits) -> LimitExceeded:
+    where = f"{path}: line {line}: " if line is not None else f"{path}: "
+    return LimitExceeded(
+        f"{where}{count:,} {what}, more than the limit of {limits.max_columns:,} columns", "max_columns"
+    )
 
 
 def _guarded(path: Path, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """``rows``, with whatever the file itself gets wrong turned into a DataError naming it."""
+    """``rows``, with whatever the file itself gets wrong turned into a DataError naming it (what the
+    counting stream sees is reported there, with its line; this is the rest: pyarrow's reads, the OS)."""
     gz = path.name.lower().endswith(".gz")
     try:
         yield from rows
@@ -113,12 +246,17 @@ def _guarded(path: Path, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, A
         raise DataError(f"{path}: nested too deeply") from None
 
 
-def _open(path: Path) -> Any:
-    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+def _open(path: Path, limits: ReadLimits, *, lines: bool, utf8: bool = False) -> io.BufferedReader:
+    """The file's bytes, decompressed if its name ends in .gz, read through :class:`_Counted` (``lines``:
+    a format read line by line, whose lines are bounded; ``utf8``: checked as UTF-8 on the way)."""
+    gz = path.name.lower().endswith(".gz")
+    inner = gzip.open(path, "rb") if gz else open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the stream)
+    counted = _Counted(inner, path, limits, total=gz, lines=lines, utf8=utf8)
+    return io.BufferedReader(counted, buffer_size=1 << 20)
 
 
-def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
-    with _open(path) as fh:
+def _jsonl_rows(path: Path, limits: ReadLimits) -> Iterator[dict[str, Any]]:
+    with _open(path, limits, lines=True) as fh:
         for n, raw in enumerate(fh, start=1):
             line = _decode(raw, path, n)
             if not line.strip():
@@ -126,12 +264,14 @@ def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
             row = _json(line, f"{path}: line {n}", "")
             if not isinstance(row, dict):
                 raise DataError(f"{path}: line {n}: each line must be a JSON object")
+            if len(row) > limits.max_columns:
+                raise _too_wide(path, n, len(row), "fields in one object", limits)
             yield row
 
 
-def _json_rows(path: Path) -> Iterator[dict[str, Any]]:
+def _json_rows(path: Path, limits: ReadLimits) -> Iterator[dict[str, Any]]:
     """An array of objects, or an object holding one (under records / data / items, else its first list)."""
-    with _open(path) as fh:
+    with _open(path, limits, lines=False) as fh:
         text = _decode(fh.read(), path)
     data = _json(text, str(path), " at line {line}")
     if isinstance(data, dict):
@@ -142,31 +282,43 @@ def _json_rows(path: Path) -> Iterator[dict[str, Any]]:
     for n, row in enumerate(data):
         if not isinstance(row, dict):
             raise DataError(f"{path}: item {n} is not an object")
+        if len(row) > limits.max_columns:
+            raise _too_wide(path, None, len(row), f"fields in item {n}", limits)
         yield row
 
 
-def _pandas_frame(path: Path, kind: str, as_text: bool, empty_missing: bool) -> pd.DataFrame:
-    """A CSV / TSV / Parquet file as a DataFrame (errors of the file itself as DataErrors naming it)."""
-    import pandas as pd
+def _check_header(path: Path, kind: str, limits: ReadLimits) -> None:
+    """A CSV / TSV header of more than ``max_columns`` columns stops here, before pandas builds a column
+    for each (a million-column header of 11 MB grew pandas past 3.7 GB). Its first line is read (at most a
+    line's limit) and its separators counted; parsed as CSV only when quotes make that count too high."""
+    with _open(path, limits, lines=True) as fh:
+        head = fh.readline()
+    sep = "\t" if kind == "tsv" else ","
+    count = head.count(sep.encode()) + 1
+    if count > limits.max_columns and b'"' in head:
+        count = len(next(csv.reader([head.decode("utf-8", "replace")], delimiter=sep), []))
+    if count > limits.max_columns:
+        raise _too_wide(path, 1, count, f"columns in the {kind.upper()} header", limits)
 
-    if kind in ("csv", "tsv"):
-        label = kind.upper()
-        sep = "\t" if kind == "tsv" else ","
-        try:
-            if not as_text:
-                return pd.read_csv(path, sep=sep, compression="infer")
-            if empty_missing:
-                return pd.read_csv(path, sep=sep, compression="infer", dtype=str, keep_default_na=False, na_values=[""])
-            return pd.read_csv(path, sep=sep, compression="infer", dtype=str, keep_default_na=False)
-        except pd.errors.EmptyDataError:
-            raise DataError(f"{path}: empty {label} file (no header row)") from None
-        except UnicodeDecodeError:
-            raise  # reported by _guarded, like any other file that is not UTF-8
-        except (pd.errors.ParserError, ValueError) as exc:
-            raise DataError(f"{path}: cannot parse {label}: {_one_line(exc)}") from None
+
+def _parquet_frame(path: Path, limits: ReadLimits) -> pd.DataFrame:
+    """A Parquet file, once its footer says it has at most ``max_columns`` columns and at most
+    ``max_decompressed_bytes`` of column data (its pages are compressed)."""
+    import pandas as pd
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     try:
+        meta = pq.ParquetFile(path).metadata
+        if meta.num_columns > limits.max_columns:
+            raise _too_wide(path, None, meta.num_columns, "Parquet columns", limits)
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        if size > limits.max_decompressed_bytes:
+            raise LimitExceeded(
+                f"{path}: {size_text(size)} of Parquet column data once decompressed, more than the limit of "
+                f"{size_text(limits.max_decompressed_bytes)}",
+                "max_decompressed_bytes",
+            )
         return pd.read_parquet(path)
     except (EOFError, zlib.error):
         raise
@@ -174,36 +326,100 @@ def _pandas_frame(path: Path, kind: str, as_text: bool, empty_missing: bool) -> 
         raise DataError(f"{path}: not a readable Parquet file ({_one_line(exc)})") from None
 
 
-def _frame_rows(path: Path, kind: str) -> Iterator[dict[str, Any]]:
-    frame = _pandas_frame(path, kind, as_text=True, empty_missing=False)
+def _pandas_frame(path: Path, kind: str, as_text: bool, empty_missing: bool, limits: ReadLimits) -> pd.DataFrame:
+    """A CSV / TSV / Parquet file as a DataFrame (errors of the file itself as DataErrors naming it). A CSV
+    reaches pandas through the counting stream: its lines and decompressed size are bounded as it reads."""
+    import pandas as pd
+
+    if kind not in ("csv", "tsv"):
+        return _parquet_frame(path, limits)
+    label = kind.upper()
+    sep = "\t" if kind == "tsv" else ","
+    _check_header(path, kind, limits)
+    how: dict[str, Any] = {}
+    if as_text:
+        how = {"dtype": str, "keep_default_na": False} | ({"na_values": [""]} if empty_missing else {})
+    try:
+        with _open(path, limits, lines=True, utf8=True) as fh:
+            frame: pd.DataFrame = pd.read_csv(fh, sep=sep, compression=None, **how)
+            return frame
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: empty {label} file (no header row)") from None
+    except UnicodeDecodeError:
+        raise  # reported by _guarded, like any other file that is not UTF-8
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise DataError(f"{path}: cannot parse {label}: {_one_line(exc)}") from None
+
+
+def _frame_rows(path: Path, kind: str, limits: ReadLimits) -> Iterator[dict[str, Any]]:
+    frame = _pandas_frame(path, kind, as_text=True, empty_missing=False, limits=limits)
     for row in frame.to_dict(orient="records"):
         yield {str(k): v for k, v in row.items()}
 
 
-def iter_rows(path: str | Path) -> Iterator[dict[str, Any]]:
+def iter_rows(path: str | Path, limits: ReadLimits | None = None) -> Iterator[dict[str, Any]]:
     """The file's rows as dicts, in file order; JSON Lines is streamed (one line in memory at a time).
 
     A JSON object is handed over as written (nested values stay nested); CSV / TSV cells are text, the
-    empty cell ``""``; Parquet values as pandas reads them."""
+    empty cell ``""``; Parquet values as pandas reads them. ``limits``: what reading it may cost (the
+    defaults of :class:`ReadLimits` when None)."""
+    limits = limits or ReadLimits()
     p, kind = check_file(path)
     if kind == "jsonl":
-        rows = _jsonl_rows(p)
+        rows = _jsonl_rows(p, limits)
     elif kind == "json":
-        rows = _json_rows(p)
+        rows = _json_rows(p, limits)
     else:
-        rows = _frame_rows(p, kind)
+        rows = _frame_rows(p, kind, limits)
     return _guarded(p, rows)
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
+def read_json(path: str | Path, limits: ReadLimits | None = None) -> Any:
+    """A ``.json`` file's whole value, as json reads it (decompressed if ``.gz``, within ``limits``; errors as
+    for a table): for documents that are not a table of rows (a tracing tool's trace download)."""
+    limits = limits or ReadLimits()
+    p, _ = check_file(path)
+
+    def read() -> Iterator[dict[str, Any]]:
+        with _open(p, limits, lines=False) as fh:
+            text = _decode(fh.read(), p)
+        yield {"value": _json(text, str(p), " at line {line}")}
+
+    return next(_guarded(p, read()))["value"]
+
+
+def _columns(path: Path, rows: Iterable[dict[str, Any]], limits: ReadLimits, flat: bool) -> list[str]:
+    """The columns of rows read whole (every field of every row, in order of first appearance; nested objects'
+    as dotted paths when ``flat``), stopped at ``max_columns``: a table of them would cost rows x columns."""
+    seen: dict[str, None] = {}
+    for n, row in enumerate(rows, start=1):
+        seen.update(dict.fromkeys(_flat_keys(row) if flat else row))
+        if len(seen) > limits.max_columns:
+            raise _too_wide(path, None, len(seen), f"distinct fields in its first {n:,} rows", limits)
+    return list(seen)
+
+
+def _flat_keys(row: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    """The columns pandas.json_normalize makes of one object (nested objects' keys as dotted paths)."""
+    for key, value in row.items():
+        if isinstance(value, dict) and value:
+            yield from _flat_keys(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+def read_rows(path: str | Path, limits: ReadLimits | None = None) -> list[dict[str, Any]]:
     """Every row of the file (:func:`iter_rows`), each with every column the file has (``None`` where a JSON
     object lacks a key), columns in order of first appearance."""
-    rows = list(iter_rows(path))
-    columns = list(dict.fromkeys(k for r in rows for k in r))
+    limits = limits or ReadLimits()
+    rows = list(iter_rows(path, limits))
+    columns = _columns(Path(path), rows, limits, flat=False)
     return [r if len(r) == len(columns) else {c: r.get(c) for c in columns} for r in rows]
 
 
-def read_frame(path: str | Path, *, as_text: bool = False, flatten: bool = False) -> pd.DataFrame:
+def read_frame(
+    path: str | Path, *, as_text: bool = False, flatten: bool = False, limits: ReadLimits | None = None
+) -> pd.DataFrame:
     """The file as a DataFrame.
 
     ``as_text``: CSV / TSV cells are strings and only the empty cell is missing (labels such as ``NA``,
@@ -212,15 +428,17 @@ def read_frame(path: str | Path, *, as_text: bool = False, flatten: bool = False
     JSON ``null`` and Parquet nulls are missing either way."""
     import pandas as pd
 
+    limits = limits or ReadLimits()
     p, kind = check_file(path)
 
     def read() -> Iterator[dict[str, Any]]:
         # Inside the guard: a file error while pandas reads is reported like one while rows are read.
         if kind in ("jsonl", "json"):
-            rows = list(_jsonl_rows(p) if kind == "jsonl" else _json_rows(p))
+            rows = list(_jsonl_rows(p, limits) if kind == "jsonl" else _json_rows(p, limits))
+            _columns(p, rows, limits, flat=flatten)
             yield {"frame": pd.json_normalize(rows) if flatten else pd.DataFrame(rows)}
         else:
-            yield {"frame": _pandas_frame(p, kind, as_text=as_text, empty_missing=True)}
+            yield {"frame": _pandas_frame(p, kind, as_text=as_text, empty_missing=True, limits=limits)}
 
     frame: pd.DataFrame = next(_guarded(p, read()))["frame"]
     return frame

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from greval.dataset.records import Record
+from greval.dataset.records import CONVERSATION, Record, item_list
 from greval.errors import SpecError
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, classify, describe_error
@@ -17,8 +17,13 @@ from greval.types import MISSING_INPUT, RECORD_ITEM, ErrorKind, ItemVerdict, Jud
 
 
 def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
-    """Required inputs the record lacks (absent, empty text or empty list)."""
-    return [n for n in spec.required_inputs() if data.get(n) in (None, "", [])]
+    """Required inputs the record lacks (absent, empty text or empty list); for a per-turn metric, a
+    conversation without an assistant turn lacks what is judged."""
+    missing = [n for n in spec.required_inputs() if data.get(n) in (None, "", [])]
+    if spec.each == "turns" and CONVERSATION not in missing and not item_list(data, "turns"):
+        absent = data.get(CONVERSATION) in (None, "", [])
+        missing.append(CONVERSATION if absent else f"{CONVERSATION} (no assistant turn)")
+    return missing
 
 
 def unfed(spec: BaseSpec, specs: Mapping[str, BaseSpec], data: Mapping[str, Any]) -> dict[str, list[str]]:

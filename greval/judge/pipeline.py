@@ -38,11 +38,19 @@ from pydantic import (
     create_model,
 )
 
-from greval.dataset.records import Record
+from greval.dataset.records import CONVERSATION, Record
 from greval.judge.judge import Judge
 from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import Answer, validate_one
-from greval.judge.prompt import PREAMBLE, absent_dependency, describe_scale, render_item, schema_note, title
+from greval.judge.prompt import (
+    PREAMBLE,
+    absent_dependency,
+    describe_scale,
+    render_conversation,
+    render_item,
+    schema_note,
+    title,
+)
 from greval.judge.verdict import verdict_fields
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import RetryPolicy
@@ -73,6 +81,8 @@ def _field_block(name: str, value: Any, note: str | None = None) -> str:
     if name in ITEM_FIELDS and isinstance(value, list):
         sep = "\n\n" if name == "chunks" else "\n"
         return head + "\n" + sep.join(render_item(name, it) for it in value)
+    if name == CONVERSATION and isinstance(value, list):
+        return head + "\n" + render_conversation(value)
     return head + "\n" + _value_text(value)
 
 

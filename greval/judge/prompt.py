@@ -12,6 +12,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from greval.dataset.records import CONVERSATION, item_list, normalise_conversation
 from greval.spec import CategoricalScale, Spec, ValueScale
 from greval.types import JudgeResult, Method, not_applicable
 
@@ -24,7 +25,11 @@ _TITLES = {
     "chunks": "Retrieved chunks",
     "triples": "Knowledge-graph triples",
     "source": "Source text",
+    "conversation": "Conversation",
 }
+
+#: What the judge is asked to judge one by one, in words.
+NOUNS = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple", "turns": "assistant turn"}
 
 
 def title(name: str) -> str:
@@ -59,7 +64,7 @@ def schema_note(method: Method, schema: Mapping[str, Any]) -> list[str]:
 
 def system_prompt(spec: Spec, method: Method, schema: Mapping[str, Any]) -> str:
     """The judge's instructions; JSON mode also gets the answer's JSON schema."""
-    noun = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple"}.get(spec.each or "", "")
+    noun = NOUNS.get(spec.each or "", "")
     parts = [PREAMBLE, f"# Metric: {spec.name}\n{spec.description.strip()}"]
     if spec.instructions:
         parts.append(f"# Instructions\n{spec.instructions.strip()}")
@@ -72,6 +77,8 @@ def system_prompt(spec: Spec, method: Method, schema: Mapping[str, Any]) -> str:
             f"under 'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your "
             f"reasoning, written first), then `{word}`."
         )
+        if spec.each == "turns":
+            out += " Read the whole conversation for context; judge only the assistant turns whose ids are listed."
     else:
         out = f"# Your answer\nWrite `reason` first (your reasoning, following the steps), then `{word}`."
     for name, o in spec.outputs.items():
@@ -98,6 +105,30 @@ def absent_dependency(name: str, res: JudgeResult) -> str:
     return f"## Verdicts of the metric '{name}'\nNone: it does not apply to this record ({res.error})."
 
 
+def tool_call_text(call: Mapping[str, Any]) -> str:
+    """One tool call, compactly: ``name({"arg": 1})`` (its id in brackets when it has one)."""
+    args = call.get("arguments")
+    shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"{call.get('name', '')}({shown})" + (f" [{call['id']}]" if call.get("id") else "")
+
+
+def render_turn(turn: Mapping[str, Any], number: int) -> str:
+    """One conversation turn with its id, as the judge cites it back, and its turn number when the id does not
+    say it (``[t2] assistant: …``, ``[msg-7] turn 2, assistant: …``); tool calls and tool results compactly."""
+    tid, role = str(turn.get("id", "")), str(turn.get("role", ""))
+    head = f"[{tid}] {role}" if tid == f"t{number}" else f"[{tid}] turn {number}, {role}"
+    if role == "tool" and (turn.get("name") or turn.get("tool_call_id")):
+        head += " (" + ", ".join(str(turn[k]) for k in ("name", "tool_call_id") if turn.get(k)) + ")"
+    lines = [f"{head}: {turn.get('content', '')}".rstrip()]
+    lines += [f"→ tool call {tool_call_text(c)}" for c in turn.get("tool_calls") or []]
+    return "\n".join(lines)
+
+
+def render_conversation(turns: Sequence[Mapping[str, Any]]) -> str:
+    """Every turn of a conversation, in order, with its id and turn number."""
+    return "\n\n".join(render_turn(t, n) for n, t in enumerate(turns, start=1))
+
+
 def render_inputs(
     spec: Spec,
     data: Mapping[str, Any],
@@ -118,6 +149,8 @@ def render_inputs(
                 items = [it for it in value if it["id"] in wanted]
             sep = "\n\n" if name == "chunks" else "\n"
             parts.append(head + "\n" + sep.join(render_item(name, it) for it in items))
+        elif name == CONVERSATION and isinstance(value, list):  # every turn, whichever are judged
+            parts.append(head + "\n" + render_conversation(value))
         else:
             parts.append(head + "\n" + as_text(value))
     for dep_name, res in (deps or {}).items():
@@ -139,11 +172,21 @@ def render_inputs(
     return "\n\n".join(parts)
 
 
+def example_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A few-shot example's inputs with its conversation normalised as a record's is (turn ids t1, t2 …), so
+    the example reads like the records the judge sees (the spec loader has checked it normalises)."""
+    out = dict(inputs)
+    if isinstance(out.get(CONVERSATION), list):
+        out[CONVERSATION] = normalise_conversation(out[CONVERSATION], "example")
+    return out
+
+
 def example_messages(spec: Spec) -> list[BaseMessage]:
     """The spec's few-shot examples as a user turn (the inputs) and an assistant turn (the answer)."""
     msgs: list[BaseMessage] = []
     for ex in spec.examples:
-        ids = [it["id"] for it in ex.inputs.get(spec.each, [])] if spec.each else None
-        msgs.append(HumanMessage(render_inputs(spec, ex.inputs, None, ids)))
+        inputs = example_inputs(ex.inputs)
+        ids = [it["id"] for it in item_list(inputs, spec.each)] if spec.each else None
+        msgs.append(HumanMessage(render_inputs(spec, inputs, None, ids)))
         msgs.append(AIMessage(json.dumps(ex.output, ensure_ascii=False)))
     return msgs

@@ -4,8 +4,9 @@ their input, so LangServe's ``/input_schema``, OpenAPI and the playground show t
 The model is a schema, not a second normaliser: a record that validates is handed to
 :meth:`greval.dataset.records.Record.from_mapping` as it is (fields left unset are dropped, so they do not change
 the record's content hash), which accepts every shape ``greval run`` accepts. Chunks are strings or ``{id, text}``
-objects, triples ``[subject, predicate, object]`` or ``{id, subject, predicate, object}``. Other fields a record
-carries (a system name, metadata) are allowed and kept: they are part of the record's content, as in a dataset.
+objects, triples ``[subject, predicate, object]`` or ``{id, subject, predicate, object}``, a conversation a list of
+``{role, content}`` turns. Other fields a record carries (a system name, metadata) are allowed and kept: they are
+part of the record's content, as in a dataset.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ class TripleIn(BaseModel):
     object: str
 
 
+class TurnIn(BaseModel):
+    """One turn of a conversation (ids default to t1, t2, … by position; tool calls are kept)."""
+
+    model_config = _ALLOW
+
+    id: str | SkipJsonSchema[None] = _optional("The turn's id, unique in the record [t1, t2, … by position].")
+    role: str | SkipJsonSchema[None] = _optional("user, assistant, system or tool (or given as `type` / `from`).")
+    content: str | SkipJsonSchema[None] = _optional("The turn's text (may be empty on a turn that calls tools).")
+    tool_calls: list[dict[str, Any]] | SkipJsonSchema[None] = _optional(
+        "The turn's tool calls: OpenAI's {id, function: {name, arguments}} or {name, arguments}."
+    )
+    tool_call_id: str | SkipJsonSchema[None] = _optional("A tool turn: the id of the call it answers.")
+
+
 TripleList = Annotated[list[str], Field(min_length=3, max_length=3)]
 
 #: Field name -> its type, for the fields whose shape greval normalises; every other input is text.
@@ -66,6 +81,7 @@ TripleList = Annotated[list[str], Field(min_length=3, max_length=3)]
 _SHAPES: dict[str, Any] = {
     "chunks": list[str | ChunkIn],
     "triples": list[TripleIn | TripleList],
+    "conversation": list[TurnIn],
 }
 
 

@@ -25,7 +25,7 @@ from greval.llm.retry import (
     finish_reason,
 )
 from greval.quality.lint import Finding, compile_check, lint_data, lint_text
-from greval.spec import DEFAULT_SCHEMA_REF, SCHEMA_HEADER, Spec, parse_spec
+from greval.spec import DEFAULT_SCHEMA_REF, ITEM_SOURCES, SCHEMA_HEADER, Spec, parse_spec
 
 #: `spec new`'s token budget when --max-tokens is not given (a draft is ~500-1,200 tokens of JSON).
 DRAFT_MAX_TOKENS = 2048
@@ -39,7 +39,7 @@ class DraftRequest(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     description: str = Field(min_length=1)
     kind: Literal["value", "categorical"] = "value"
-    target: Literal["record", "chunks", "triples"] = "record"
+    target: Literal["record", "chunks", "triples", "turns"] = "record"
     labels: list[str] = Field(default_factory=list)
     min: int = 1
     max: int = 5
@@ -50,10 +50,11 @@ class DraftRequest(BaseModel):
             "record": ["question", "answer"],
             "chunks": ["question", "chunks"],
             "triples": ["question", "triples"],
+            "turns": [ITEM_SOURCES["turns"]],
         }
         names = list(self.inputs) or default[self.target]
-        if self.target != "record" and self.target not in names:
-            names.append(self.target)
+        if self.target != "record" and ITEM_SOURCES[self.target] not in names:
+            names.append(ITEM_SOURCES[self.target])
         return names
 
 
@@ -122,6 +123,7 @@ _TITLES = {
     "chunks": "the retrieved chunks, each with an id",
     "triples": "knowledge-graph triples (subject; predicate; object), each with an id",
     "source": "the source text",
+    "conversation": "the conversation, turn by turn (user, assistant and tool turns), each turn with an id",
 }
 
 
@@ -141,6 +143,7 @@ def draft_prompt(req: DraftRequest) -> list[BaseMessage]:
         "record": "one verdict per record",
         "chunks": "one verdict per retrieved chunk (all chunks of a record are judged in one call)",
         "triples": "one verdict per knowledge-graph triple (all triples of a record are judged in one call)",
+        "turns": "one verdict per assistant turn of the conversation (all read and judged in one call)",
     }[req.target]
     system = (
         "You design evaluation rubrics for LLM judges of retrieval-augmented question answering. "

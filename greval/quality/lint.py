@@ -71,6 +71,7 @@ _STRONG: dict[str, str] = {
     "chunks": r"\bchunks?\b|\bretrieved (?:passages?|context|documents?)\b",
     "triples": r"\btriples?\b",
     "source": r"\bsource texts?\b|\bthe source\b",
+    "conversation": r"\bconversations?\b|\bchat history\b",
 }
 _LOOSE: dict[str, str] = {
     "question": _STRONG["question"] + r"|\bquery\b|\basked\b",
@@ -79,6 +80,7 @@ _LOOSE: dict[str, str] = {
     "chunks": _STRONG["chunks"] + r"|\bpassages?\b|\bcontext\b|\bdocuments?\b",
     "triples": _STRONG["triples"] + r"|\bknowledge[- ]graph\b|\brelations?\b",
     "source": r"\bsources?\b",
+    "conversation": _STRONG["conversation"] + r"|\bdialogues?\b|\bturns?\b|\bmessages?\b",
 }
 _EXPECTED_SPAN = re.compile(_STRONG["expected_answer"], re.I)
 _PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}|`([A-Za-z_][A-Za-z0-9_]*)`")

@@ -106,7 +106,10 @@ def _order(n: int, how: Order, rng: random.Random) -> list[int]:
 
 
 def item_field(spec: Spec) -> str | None:
-    """The list input whose order is perturbed: the judged items, else chunks / triples the judge reads."""
+    """The list input whose order is perturbed: the judged items, else chunks / triples the judge reads. A
+    conversation's turns are not: their order is what they mean."""
+    if spec.each == "turns":
+        return None
     if spec.each:
         return spec.each
     return next((f for f in ("chunks", "triples") if f in spec.inputs), None)
@@ -360,7 +363,9 @@ async def areliability(
         field = item_field(target)
         movable = [r for r in sample if field and len(r.items(field)) >= 2]
         if field is None:
-            report.notes.append("item order: the spec reads no chunks or triples; not tested")
+            turns = target.each == "turns"
+            why = "a conversation's turns keep their order" if turns else "the spec reads no chunks or triples"
+            report.notes.append(f"item order: {why}; not tested")
         elif not movable:
             report.notes.append(f"item order: no sampled record has 2 or more {field}; not tested")
         else:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from greval._sync import run_sync
+from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.spec import CategoricalScale, Spec
 
@@ -46,12 +47,16 @@ def human_frame(
 
 
 def humans_from_file(
-    path: str, column: str, id_column: str | None = None, annotator_column: str | None = None
+    path: str,
+    column: str,
+    id_column: str | None = None,
+    annotator_column: str | None = None,
+    limits: ReadLimits | None = None,
 ) -> dict[str, list[tuple[str, Any]]]:
     """Human answers kept in their own table (e.g. pulled from Argilla), joined on the record id."""
     from greval.agreement.tables import read_table, select
 
-    table = read_table(path, as_text=True)  # a label spelled NA / None / null stays that label
+    table = read_table(path, as_text=True, limits=limits)  # a label spelled NA / None / null stays that label
     id_col = id_column or next((c for c in ("record_id", "id") if c in table.columns), None)
     if id_col is None:
         raise UserError(f"{path}: no record_id or id column; name it with --human-id-column")
@@ -137,19 +142,21 @@ def try_spec(
     human_file: str | None = None,
     human_id_column: str | None = None,
     annotator_column: str | None = None,
+    limits: ReadLimits | None = None,
 ) -> tuple[Any, Any, Any]:
     """Run the specs on the labelled records and compute agreement of ``target`` with the human answers
-    (a column of the data file, or of ``human_file`` joined on the record id)."""
+    (a column of the data file, or of ``human_file`` joined on the record id; ``limits`` bound reading
+    both)."""
     from greval.agreement import AgreementOptions, compute_agreement
     from greval.dataset.records import load_records
     from greval.judge.outcome import config_for
     from greval.runner import arun
     from greval.store.store import Store, spec_keys
 
-    loaded = load_records(data_file, mapping, id_column, limit)
+    loaded = load_records(data_file, mapping, id_column, limit, limits=limits)
     if human_file:
         records = loaded
-        humans = humans_from_file(human_file, human_column, human_id_column, annotator_column)
+        humans = humans_from_file(human_file, human_column, human_id_column, annotator_column, limits)
         if not any(r.id in humans for r in records):
             raise UserError(f"{human_file}: no human answer for any of the {len(records)} record ids")
     else:

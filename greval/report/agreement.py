@@ -357,7 +357,7 @@ def _prepared(report: AgreementReport, frame: pd.DataFrame) -> tuple[Prepared, p
     """The compared items as the report saw them: with the judge's labels from its score when a threshold
     made them (and only the evaluated rows)."""
     if report.threshold is not None:
-        from greval.agreement.compute import judge_from_score
+        from greval.agreement.threshold import judge_from_score
 
         frame = judge_from_score(frame, report.threshold, report.options)
     return prepare(frame, report.scale, report.options), frame

@@ -468,7 +468,7 @@ def corrected_systems(
     system's own labelled items)."""
     import pandas as pd
 
-    from greval.agreement.compute import MISSING_SLICE, compute_agreement
+    from greval.agreement.agreement import MISSING_SLICE, compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions, AgreementReport
 
@@ -541,7 +541,7 @@ def _agreement(
     st: Store, spec: Spec, judge: str, resamples: int, out_dir: Path | None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The judge-vs-human headline for a metric with human labels (None when nobody labelled it)."""
-    from greval.agreement.compute import compute_agreement
+    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
     from greval.report.agreement import render_html, render_markdown

@@ -359,8 +359,10 @@ class JudgeResponse(BaseModel):
 
 
 def _field_of(row: dict[str, Any], message: str, index: int | None) -> str:
-    """The field a DataError is about (chunks / triples / the id), for the error's ``field``."""
+    """The field a DataError is about (chunks / triples / conversation / the id), for the error's ``field``."""
     prefix = "records" if index is None else f"records[{index}]"
+    if " conversation" in message and "conversation" in row:
+        return f"{prefix}.conversation"
     for name in ("chunks", "triples", "chunk", "triple"):
         if f" {name}" in message and name.rstrip("s") + "s" in row:
             return f"{prefix}.{name.rstrip('s')}s"

@@ -13,6 +13,7 @@ from greval.spec.load import bundled_specs, load_spec_file, parse_spec, resolve_
 from greval.spec.model import (
     IDENT,
     ITEM_FIELDS,
+    ITEM_SOURCES,
     STANDARD_INPUTS,
     BaseSpec,
     CategoricalScale,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_SCHEMA_REF",
     "IDENT",
     "ITEM_FIELDS",
+    "ITEM_SOURCES",
     "SCHEMA_HEADER",
     "SPEC_KINDS",
     "STANDARD_INPUTS",

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from greval.errors import SpecError
+from greval.errors import DataError, SpecError
 from greval.paths import metric_specs_dir
 from greval.spec.kinds import all_kinds, kind_model
 from greval.spec.model import (
@@ -78,7 +78,7 @@ def _message(err: Any, raw: Any) -> str:
     if kind == "union_tag_not_found":
         return "scale needs kind: value or kind: categorical"
     if kind == "literal_error" and list(err["loc"])[:1] == ["target"]:
-        return "target must be 'record' or {each: chunks|triples}"
+        return "target must be 'record' or {each: chunks|triples|turns}"
     if kind == "string_pattern_mismatch":
         return "must be an identifier: letters, digits and _, not starting with a digit"
     if kind == "too_short":
@@ -179,6 +179,13 @@ def _check_examples(spec: Spec, source: str, where: str) -> None:
                 if not isinstance(item, dict) or any(k not in item for k in keys):
                     need = ", ".join(keys) if field == "triples" else "id, text"
                     raise SpecError(source, f"{here}.inputs.{field}[{j}]", f"each item must be an object with {need}")
+        if ex.inputs.get("conversation") is not None:
+            from greval.dataset.records import normalise_conversation  # the one reader of conversations
+
+            try:
+                normalise_conversation(ex.inputs["conversation"], "")
+            except DataError as exc:
+                raise SpecError(source, f"{here}.inputs.conversation", str(exc).removeprefix(": ")) from None
 
 
 def _load(path: str | Path) -> list[tuple[BaseSpec, str]]:

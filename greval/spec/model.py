@@ -19,8 +19,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from greval.spec.kinds import register_kind
 
 #: Record fields greval knows how to render; any other name is a custom text field.
-STANDARD_INPUTS: tuple[str, ...] = ("question", "expected_answer", "answer", "chunks", "triples", "source")
+STANDARD_INPUTS: tuple[str, ...] = (
+    "question", "expected_answer", "answer", "chunks", "triples", "source", "conversation",
+)  # fmt: skip
 ITEM_FIELDS: tuple[str, ...] = ("chunks", "triples")
+#: What ``target.each`` can name -> the input its items are read from: a conversation's assistant turns are
+#: judged one by one, but the judge reads every turn (user and tool turns too) for context.
+ITEM_SOURCES: dict[str, str] = {"chunks": "chunks", "triples": "triples", "turns": "conversation"}
 
 IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -205,9 +210,15 @@ Scale = Annotated[ValueScale | CategoricalScale, Field(discriminator="kind")]
 
 # --------------------------------------------------------------------------------------------- target
 class EachTarget(StrictModel):
-    """One verdict per chunk or triple, judged together in one call, aggregated into a record score."""
+    """One verdict per chunk, triple or assistant turn, judged together in one call, aggregated into a record
+    score."""
 
-    each: Literal["chunks", "triples"]
+    each: Literal["chunks", "triples", "turns"] = Field(
+        description=(
+            "The items judged one by one: the record's chunks, its triples, or the assistant turns of its "
+            "`conversation` (the judge reads every turn, verdicts are asked for the assistant turns)."
+        )
+    )
     aggregate: Literal["mean", "share", "score_mean"] | None = Field(
         None,
         description=(
@@ -347,8 +358,13 @@ class Spec(BaseSpec):
     def _consistent(self) -> Spec:
         if isinstance(self.target, EachTarget):
             t = self.target
-            if t.each not in self.inputs:
-                raise ValueError(f"@target.each: '{t.each}' is not among the inputs")
+            source = ITEM_SOURCES[t.each]
+            if source not in self.inputs:
+                raise ValueError(
+                    f"@target.each: '{t.each}' is not among the inputs"
+                    if source == t.each
+                    else f"@target.each: '{t.each}' needs the input '{source}'"
+                )
             if isinstance(self.scale, ValueScale):
                 if t.aggregate not in (None, "mean"):
                     raise ValueError(f"@target.aggregate: '{t.aggregate}' needs labels; a value scale uses 'mean'")
@@ -390,7 +406,7 @@ class Spec(BaseSpec):
     # ------------------------------------------------------------------------------ derived facts
     @property
     def each(self) -> str | None:
-        """The item field judged one by one (``chunks`` / ``triples``), or None for record metrics."""
+        """The items judged one by one (``chunks`` / ``triples`` / ``turns``), or None for record metrics."""
         return self.target.each if isinstance(self.target, EachTarget) else None
 
     @property

@@ -16,16 +16,30 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from greval.errors import UserError
+from greval.errors import StoreUnavailable, UserError, first_line
 from greval.paths import private_file
 from greval.store import schema
-from greval.store.backend import DB, Dialect, PgConnection, dialect_of, display, transient
+from greval.store.backend import DB, RECONNECT_WAIT_S, Dialect, PgConnection, dialect_of, display, transient
 
 T = TypeVar("T")
 
 # Any constant: the advisory lock that serialises creating and migrating a PostgreSQL store's tables (two
 # workers opening a new database at once would otherwise race on CREATE TABLE IF NOT EXISTS).
 _SCHEMA_LOCK = 0x67726576
+
+
+#: SQLite's primary result codes of a file that cannot be used (not of a statement's error, such as a missing
+#: column): BUSY and LOCKED (past the busy timeout), READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB.
+_SQLITE_GONE = frozenset({5, 6, 8, 10, 11, 13, 14, 26})
+
+
+def _file_id(path: Path | None) -> tuple[int, int] | None:
+    """A file's (device, inode): the same file as long as it is not deleted or replaced (None: no file)."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_dev, st.st_ino)
 
 
 class StoreFile:
@@ -38,18 +52,25 @@ class StoreFile:
     open it as it is (to read its version).
 
     A new SQLite file is created readable by its owner only (0600; SQLite gives its ``-wal`` and ``-shm``
-    the main file's mode) and the directories greval makes for it 0700; an existing file keeps its mode."""
+    the main file's mode) and the directories greval makes for it 0700; an existing file keeps its mode.
 
-    def __init__(self, path: str | Path, *, migrate: bool | None = None) -> None:
+    ``wait_s``: how long an operation waits for a PostgreSQL server that went away before the store is
+    :class:`~greval.errors.StoreUnavailable` (a SQLite file that cannot be written is at once: its own busy
+    timeout has waited already). Writes are run again whole once the server is back (:meth:`_write`)."""
+
+    def __init__(self, path: str | Path, *, migrate: bool | None = None, wait_s: float = RECONNECT_WAIT_S) -> None:
         self.dialect: Dialect = dialect_of(path)
         #: How to name the store in messages and logs (a URL's password masked).
         self.name = display(path)
         self.ref = str(path)
         self._lock = threading.RLock()
+        self._down: StoreUnavailable | None = None
+        self._file: tuple[int, int] | None = None  # a SQLite file's identity (_file_id)
         self.db: DB
         if self.dialect == "postgresql":
             self.path: Path | None = None
-            self.db = PgConnection(str(path))
+            self.db = pg = PgConnection(str(path), wait_s)
+            pg.gone = self._unavailable
             self._open_pg(migrate)
             return
         self.path = Path(path)
@@ -69,6 +90,7 @@ class StoreFile:
             db.executescript(schema.ddl("sqlite"))
         except sqlite3.DatabaseError as exc:
             raise UserError(f"{self.path}: not a greval store ({exc})") from None
+        self._file = _file_id(self.path)
         version = schema.stored_version(self.db)
         if version is None:
             schema.set_version(self.db)
@@ -115,31 +137,94 @@ class StoreFile:
         self.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[DB]:
+    def _begin(self) -> Iterator[DB]:
         """One transaction. On SQLite it takes the write lock at once (BEGIN IMMEDIATE: writers are
         serialised, so a read-then-write inside sees no other writer); on PostgreSQL rows are locked as they
         are written (and ``FOR UPDATE`` where a read decides a write)."""
+        if self._down is not None:
+            raise self._down
+        if self.dialect == "sqlite" and self._file is not None and _file_id(self.path) != self._file:
+            # SQLite goes on writing to a file deleted (or replaced) under it, and loses it all when closed.
+            gone = FileNotFoundError("the file was deleted or replaced while in use; what it held goes with it")
+            raise self._unavailable(gone, None, note=False)
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE" if self.dialect == "sqlite" else "BEGIN")
             try:
                 yield self.db
-            except BaseException:
-                self.db.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    self.db.execute("ROLLBACK")
+                except Exception:
+                    if not self._lost(exc):  # the store gone: nothing left to roll back, the first error says why
+                        raise
                 raise
             self.db.execute("COMMIT")
 
+    @contextmanager
+    def _tx(self) -> Iterator[DB]:
+        """:meth:`_begin`, for a block that cannot be run again: a store lost inside it is unavailable at once
+        (what can be run again is written with :meth:`_write`, which waits for the server)."""
+        try:
+            with self._begin() as db:
+                yield db
+        except Exception as exc:
+            if not self._lost(exc):
+                raise
+            raise self._unavailable(exc, None) from None
+
     def _write(self, fn: Callable[[DB], T]) -> T:
         """Run ``fn`` in one transaction, again from the start when PostgreSQL aborted it for a deadlock with
-        another writer (two runs storing the same records in different orders): all of it or nothing."""
-        for attempt in range(8):
+        another writer (two runs storing the same records in different orders), or when the connection was
+        lost (once the server is back, within the wait): all of it or nothing. Run again after a commit whose
+        answer was lost, it must change nothing more: every write of the store is an upsert keyed by content
+        (a claim already ours is ours; a partial judgement is merged once: ``Store._write_result``)."""
+        attempt = 0
+        since: float | None = None
+        while True:
             try:
-                with self._lock, self._pipelined(), self._tx() as db:
+                with self._lock, self._pipelined(), self._begin() as db:
                     return fn(db)
             except Exception as exc:
-                if attempt == 7 or not transient(exc):
+                if self._lost(exc):
+                    since = since or time.monotonic()
+                    self._recover(exc, since)
+                    continue
+                attempt += 1
+                if attempt == 8 or not transient(exc):
                     raise
-                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
-        raise AssertionError("unreachable")
+                time.sleep(random.uniform(0.005, 0.05) * attempt)
+
+    def _lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the store going away rather than a statement's error: PostgreSQL's connection
+        closed under us; SQLite's file not writable (disk full, locked past the busy timeout, I/O error, a
+        read-only or removed file)."""
+        if isinstance(exc, StoreUnavailable):
+            return False
+        if isinstance(self.db, PgConnection):
+            return self.db.lost(exc)
+        code = getattr(exc, "sqlite_errorcode", None)
+        return isinstance(exc, sqlite3.DatabaseError) and code is not None and (code & 0xFF) in _SQLITE_GONE
+
+    def _recover(self, exc: BaseException, since: float) -> None:
+        """Wait for a PostgreSQL server to come back (returns once connected again); else, and at once for
+        SQLite, the store is unavailable."""
+        if isinstance(self.db, PgConnection):
+            self.db.recover(exc, since)
+            return
+        raise self._unavailable(exc, None) from None
+
+    def _unavailable(self, exc: BaseException, waited: float | None, *, note: bool = True) -> StoreUnavailable:
+        """The error of a store given up (``waited``: seconds waited for PostgreSQL), saying what it holds of
+        this process's work (``note``); every later transaction raises it at once."""
+        if self._down is None:
+            why = f"no answer for {waited:.0f} s: " if waited is not None else ""
+            held = self._lost_note() if note else ""
+            self._down = StoreUnavailable(f"{self.name}: the store is unavailable ({why}{first_line(exc)}){held}")
+        return self._down
+
+    def _lost_note(self) -> str:
+        """What the unavailable store holds of this process's work, to say with the error (a Store says)."""
+        return ""
 
     def _pipelined(self) -> AbstractContextManager[Any]:
         return self.db.pipeline() if isinstance(self.db, PgConnection) else nullcontext()

@@ -455,7 +455,7 @@ def aggregate_notes(fig: MetricFigures) -> list[str]:
 def _map_hint(why: str) -> str:
     if not why.startswith(MISSING_INPUT):
         return ""
-    names = [n.strip() for n in why.split(":", 1)[1].split(",") if n.strip()]
+    names = [n.strip() for n in why.split(":", 1)[1].split(",") if n.strip().isidentifier()]
     return " — map a column with " + " ".join(f"--map {n}=COLUMN" for n in names) if names else ""
 
 

@@ -34,7 +34,7 @@ from greval.errors import UserError
 from greval.llm.config import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
 from greval.store.annotation import AnnotationPushes
-from greval.store.backend import DB
+from greval.store.backend import DB, RECONNECT_WAIT_S
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
@@ -76,10 +76,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
     (``postgresql://…``, shared by many machines); one connection per Store.
 
     Opening an older SQLite store migrates it (:mod:`greval.store.schema`); a PostgreSQL one is migrated when
-    asked (``migrate=True``, ``greval store migrate``)."""
+    asked (``migrate=True``, ``greval store migrate``). ``wait_s``: how long an operation waits for a PostgreSQL
+    server that went away (:class:`~greval.store.connection.StoreFile`)."""
 
-    def __init__(self, path: str | Path, *, migrate: bool | None = None) -> None:
-        super().__init__(path, migrate=migrate)
+    def __init__(self, path: str | Path, *, migrate: bool | None = None, wait_s: float = RECONNECT_WAIT_S) -> None:
+        super().__init__(path, migrate=migrate, wait_s=wait_s)
+        #: Judgements (and their verdicts) this connection has committed: what a store that went away holds
+        #: of this process's work.
+        self.committed = 0
+        self.committed_verdicts = 0
         # (record id, record hash) pairs this connection has stored: each is written once.
         self._stored: set[tuple[str, str]] = set()
         # Judgements put with defer=True, waiting for the next group commit (put_result's arguments and time).
@@ -94,30 +99,35 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         rows = self.db.execute("SELECT run_id, pid FROM runs WHERE status='running' AND host=?", (_HOST,)).fetchall()
         gone = [run_id for run_id, pid in rows if pid is not None and not _alive(int(pid))]
         if gone:
-            with self._tx() as db:
-                db.executemany(
+            self._write(
+                lambda db: db.executemany(
                     "UPDATE runs SET status='interrupted', finished_at=COALESCE(finished_at, ?) WHERE run_id=?",
                     [(time.time(), r) for r in gone],
                 )
+            )
 
     # -------------------------------------------------------------------------------- catalogue
     def put_specs(self, specs: Sequence[BaseSpec], keys: dict[str, str]) -> None:
+        """Declare spec versions (every run does): a version declared again becomes its metric's latest, the one
+        commands read when no version is named (``created_at`` is the last declaration)."""
         now = time.time()
-        with self._tx() as db:
-            # The body is the latest declaration of this version: fields outside the hash (dataset_aggregate,
-            # a way of reading verdicts) may change without a new version, and the store reads them from here.
-            db.executemany(
+        # The body is the latest declaration of this version: fields outside the hash (dataset_aggregate,
+        # a way of reading verdicts) may change without a new version, and the store reads them from here.
+        self._write(
+            lambda db: db.executemany(
                 "INSERT INTO specs (spec_key, name, spec_hash, body, created_at) VALUES (?,?,?,?,?)"
-                " ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body",
+                " ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body, created_at = excluded.created_at",
                 [(keys[s.name], s.name, s.hash, s.model_dump_json(), now) for s in specs],
             )
+        )
 
     def put_judge(self, cfg: JudgeConfig) -> None:
-        with self._tx() as db:
-            db.execute(
+        self._write(
+            lambda db: db.execute(
                 "INSERT INTO judges (judge_key, label, identity, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
                 (cfg.key, cfg.label, json.dumps(cfg.identity, sort_keys=True), time.time()),
             )
+        )
 
     def put_records(self, records: Iterable[Record]) -> None:
         """Store records (content once per hash, every (id, hash) pair). Records this connection already
@@ -125,8 +135,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         todo = [r for r in records if (r.id, r.hash) not in self._stored]
         if not todo:
             return
-        with self._tx() as db:
-            self._insert_records(db, todo)
+        self._write(lambda db: self._insert_records(db, todo))
         self._stored.update((r.id, r.hash) for r in todo)
 
     def _insert_records(self, db: DB, records: Sequence[Record]) -> None:
@@ -156,10 +165,13 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             known = self.db.execute("SELECT 1 FROM snapshots WHERE snapshot=?", (key,)).fetchone() is not None
         if not known:
             self.put_records(records)
-        with self._tx() as db:
+
+        def link(db: DB) -> None:
             if not known:
                 put_members(db, members, key)
             db.execute("UPDATE runs SET snapshot=? WHERE run_id=?", (key, run_id))
+
+        self._write(link)
 
     def known_records(self, members: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which of these (record id, content hash) pairs the store already holds (``record_ids``), asked 500
@@ -196,7 +208,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         return [dict(zip(("spec_key", "name", "spec_hash", "created_at"), r, strict=True)) for r in cur]
 
     def latest_spec(self, name: str) -> tuple[str, Spec]:
-        """The most recently stored version of a judge metric."""
+        """The most recently declared version of a judge metric (see :meth:`put_specs`)."""
         row = self.db.execute(
             "SELECT spec_key FROM specs WHERE name=? ORDER BY created_at DESC, rowid DESC LIMIT 1", (name,)
         ).fetchone()
@@ -251,10 +263,11 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
     # -------------------------------------------------------------------------------------- runs
     def start_run(self, dataset: str, judge_key: str, specs: Sequence[str], options: dict[str, Any]) -> str:
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        with self._tx() as db:
-            db.execute(
+        # ON CONFLICT: written again after a commit whose answer was lost with the connection (_write).
+        self._write(
+            lambda db: db.execute(
                 "INSERT INTO runs (run_id, started_at, status, dataset, judge_key, specs, options, pid, host)"
-                " VALUES (?,?,?,?,?,?,?,?,?)",
+                " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id) DO NOTHING",
                 (
                     run_id,
                     time.time(),
@@ -267,14 +280,16 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                     _HOST,
                 ),
             )
+        )
         return run_id
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
-        with self._tx() as db:
-            db.execute(
+        self._write(
+            lambda db: db.execute(
                 "UPDATE runs SET finished_at=?, status=?, summary=? WHERE run_id=?",
                 (time.time(), status, json.dumps(summary, default=str), run_id),
             )
+        )
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run, oldest first; ``options`` and ``summary`` are JSON text (a sampled run's options hold its
@@ -443,11 +458,24 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         return text
 
     def close(self) -> None:
-        """Commit what is queued, then close (a deferred verdict is never dropped by closing its store)."""
+        """Commit what is queued, then close (a deferred verdict is never dropped by closing its store; one
+        that went away drops them, as its error said)."""
         try:
-            self.flush()
+            if self._down is None:
+                self.flush()
         finally:
             super().close()
+
+    def _lost_note(self) -> str:
+        if not self.committed and not self._queue:
+            return ""
+        note = (
+            f"; {self.committed:,} judgement(s) ({self.committed_verdicts:,} verdicts) of this run were stored "
+            "before it went away"
+        )
+        if self._queue:
+            note += f", {len(self._queue):,} judged since the last commit were not (they are judged again)"
+        return note
 
     @property
     def queued(self) -> int:
@@ -467,6 +495,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
 
     def _written(self) -> None:
         """After the commit of the queued verdicts: their records are stored, the queue is empty."""
+        self.committed += len(self._queue)
+        self.committed_verdicts += sum(len(args[4].verdicts) or 1 for args in self._queue)
         self._stored.update((args[3].id, args[3].hash) for args in self._queue)
         self._queue.clear()
         self._queued_keys.clear()
@@ -530,13 +560,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             self._insert_records(db, [record])
         prev = (
             db.execute(
-                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls FROM judgements"
+                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls, updated_at FROM judgements"
                 " WHERE spec_key=? AND judge_key=? AND record_hash=?",
                 (spec_key, judge_key, record.hash),
             ).fetchone()
             if partial
             else None
         )
+        if prev is not None and prev[6] == now:
+            return  # this very write committed already (its answer lost with the connection): not merged twice
         outputs = dict(result.outputs)
         t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
         if prev is not None:  # a resumed many-judge: keep what the earlier calls cost and produced

@@ -64,11 +64,20 @@ class PostgresServer:
             str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.user, "-E", "UTF8",
             "--locale=C",
         )  # fmt: skip
+        self.up()
+        return self
+
+    def up(self) -> None:
+        """Start the server on its data directory (again, after :meth:`down`)."""
         opts = f"-k {self.root} -p {self.port} -c listen_addresses='' -c fsync=off -c max_connections=200"
         self._run(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-o", opts, "start"
         )
-        return self
+
+    def down(self) -> None:
+        """Stop the server and keep its data: an outage (open connections are cut, new ones refused) until
+        :meth:`up`."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def url(self, dbname: str = "postgres") -> str:
         """A libpq URL of a database on this server (over its Unix socket)."""

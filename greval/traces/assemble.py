@@ -1,4 +1,5 @@
-"""One trace's spans → one dataset row (what :func:`greval.dataset.records.hash_row` makes a record of).
+"""One trace's spans → one dataset row (what :func:`greval.dataset.records.hash_row` makes a record of); the traces
+of one session → one conversation row (:func:`assemble_conversation`).
 
 The row's id is the trace id, so verdicts go back to the trace they judge and a re-read trace is the same
 record (content-addressed: an unchanged trace is never judged twice). Fields:
@@ -12,24 +13,30 @@ record (content-addressed: an unchanged trace is never judged twice). Fields:
   root span's duration);
 - ``root_span_id``; and the root span's metadata keys as fields of their own (``expected_answer`` there feeds
   ``answer_alignment``), unless they would replace one of the above.
+
+A conversation (the traces sharing a session id, in time order): ``conversation``, each trace a user turn (its
+question) and an assistant turn (its answer) with the trace id and root span id as the turn's metadata, as
+Phoenix's own session view reads turns; its id is the session id; the efficiency fields summed over its traces;
+``session_id``, ``trace_ids``, ``root_span_id`` (the first trace's) and the first trace's metadata keys.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from greval.traces.spans import Span
 
-__all__ = ["Assembled", "assemble", "root_of"]
+__all__ = ["Assembled", "assemble", "assemble_conversation", "root_of", "session_of"]
 
 #: Fields a trace fills itself; metadata keys of these names are left out (and said).
 RESERVED = (
     "id", "question", "answer", "chunks", "prompt_tokens", "output_tokens", "tokens", "llm_calls", "latency_s",
-    "root_span_id",
+    "root_span_id", "conversation", "session_id", "trace_ids",
 )  # fmt: skip
 
 
@@ -42,6 +49,9 @@ class Assembled(BaseModel):
     skipped_kinds: Counter[str] = Field(default_factory=Counter)
 
 
+_NEVER = datetime.max.replace(tzinfo=UTC)  # traces without a start time sort last
+
+
 def root_of(spans: Sequence[Span]) -> Span:
     """The trace's root: a span without a parent in the trace (the earliest, if several)."""
     ids = {s.span_id for s in spans}
@@ -51,6 +61,11 @@ def root_of(spans: Sequence[Span]) -> Span:
 
 def _ordered(spans: Sequence[Span]) -> list[Span]:
     return sorted(spans, key=lambda s: (s.start is None, s.start.timestamp() if s.start else 0.0, s.span_id))
+
+
+def session_of(spans: Sequence[Span]) -> str | None:
+    """The session (conversation) a trace belongs to: its root's session id, else any of its spans'."""
+    return root_of(spans).session_id or next((s.session_id for s in _ordered(spans) if s.session_id), None)
 
 
 def _chunks(retrievers: Sequence[Span]) -> list[dict[str, Any]]:
@@ -120,6 +135,45 @@ def assemble(spans: Sequence[Span]) -> Assembled:
     skipped = Counter(s.name or s.kind for s in spans if s is not root and s.kind == "other")
     return Assembled(
         trace_id=root.trace_id,
+        row={k: v for k, v in row.items() if v is not None},
+        missing=missing,
+        skipped_kinds=skipped,
+    )
+
+
+_EFFICIENCY = ("prompt_tokens", "output_tokens", "tokens", "llm_calls", "latency_s")
+
+
+def assemble_conversation(session_id: str, traces: Sequence[Sequence[Span]]) -> Assembled:
+    """The row of one session's traces: a conversation, each trace a user and an assistant turn, in time order.
+    A trace without a question or an answer leaves that turn out (said in ``missing``)."""
+    parts = [assemble(t) for t in sorted(traces, key=lambda t: root_of(t).start or _NEVER)]
+    turns: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for part in parts:
+        for role, field in (("user", "question"), ("assistant", "answer")):
+            text = part.row.get(field)
+            if not text:
+                missing.append(f"{field} (so the conversation lacks that trace's {role} turn)")
+                continue
+            meta = {"trace_id": part.trace_id, "span_id": part.row["root_span_id"]}
+            turns.append({"id": f"t{len(turns) + 1}", "role": role, "content": text, **meta})
+    row: dict[str, Any] = {
+        "id": session_id,
+        "conversation": turns or None,
+        "session_id": session_id,
+        "trace_ids": [p.trace_id for p in parts],
+        "root_span_id": parts[0].row["root_span_id"],
+    }
+    for name in _EFFICIENCY:
+        known = [p.row[name] for p in parts if p.row.get(name) is not None]
+        row[name] = (round(sum(known), 6) if name == "latency_s" else sum(known)) if known else None
+    row.update({k: v for k, v in parts[0].row.items() if k not in RESERVED})
+    skipped: Counter[str] = Counter()
+    for p in parts:
+        skipped.update(p.skipped_kinds)
+    return Assembled(
+        trace_id=session_id,
         row={k: v for k, v in row.items() if v is not None},
         missing=missing,
         skipped_kinds=skipped,

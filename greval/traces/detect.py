@@ -10,13 +10,13 @@ An OpenTelemetry (OTLP) file is named as such, in one line, rather than read as 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from greval.dataset.limits import ReadLimits
 from greval.dataset.records import DataFile
-from greval.dataset.tables import check_file, iter_rows
+from greval.dataset.tables import check_file, iter_rows, read_json
 from greval.errors import DataError, UserError
 from greval.traces import langfuse, langsmith
 from greval.traces.openinference import is_span_row
@@ -35,16 +35,12 @@ FORMATS = {
 }
 
 
-def _whole_json(path: Path) -> Any:
-    """A .json file's value, when it is small enough to hold (trace downloads are one object)."""
-    import gzip
-
-    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
+def _whole_json(path: Path, limits: ReadLimits | None) -> Any:
+    """A .json file's value (trace downloads are one object), read within the limits."""
     try:
-        with opener(path, "rt", encoding="utf-8-sig") as fh:
-            return json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, EOFError):
-        return None  # the table reader says what is wrong with it, in its words
+        return read_json(path, limits)
+    except DataError:
+        return None  # the table reader says what is wrong with it, when the run reads the file
 
 
 def _langfuse_traces(value: Any) -> list[Mapping[str, Any]] | None:
@@ -57,10 +53,11 @@ def _langfuse_traces(value: Any) -> list[Mapping[str, Any]] | None:
     return None
 
 
-def sniff(path: Path, kind: str) -> str | None:
-    """The export kind of a data file from its first row (None: a plain table)."""
+def sniff(path: Path, kind: str, limits: ReadLimits | None = None) -> str | None:
+    """The export kind of a data file from its first row (None: a plain table); ``limits``: what reading it
+    may cost."""
     if kind == "json":
-        value = _whole_json(path)
+        value = _whole_json(path, limits)
         if _langfuse_traces(value) is not None:
             return "langfuse-traces"
         if isinstance(value, Mapping) and ("resourceSpans" in value or "resource_spans" in value):
@@ -69,7 +66,7 @@ def sniff(path: Path, kind: str) -> str | None:
                 "to Phoenix and read phoenix://HOST:PORT/PROJECT, or export them from Phoenix as Parquet / JSONL"
             )
     try:
-        first = next(iter_rows(path), None)
+        first = next(iter_rows(path, limits), None)
     except DataError:
         return None  # the table reader reports it when the run reads the file
     if first is None:
@@ -87,14 +84,14 @@ def sniff(path: Path, kind: str) -> str | None:
     return None
 
 
-def _spans(path: Path, fmt: str, label: str) -> Iterator[Span]:
+def _spans(path: Path, fmt: str, label: str, limits: ReadLimits | None) -> Iterator[Span]:
     from greval.traces.phoenix import export_spans
 
     if fmt == "langfuse-traces":
-        traces = _langfuse_traces(_whole_json(path))
+        traces = _langfuse_traces(_whole_json(path, limits))
         yield from langfuse.trace_spans(traces or [], label)
         return
-    rows: Iterable[Mapping[str, Any]] = iter_rows(path)
+    rows: Iterable[Mapping[str, Any]] = iter_rows(path, limits)
     readers: dict[str, Callable[[Iterable[Mapping[str, Any]], str], Iterator[Span]]] = {
         "phoenix": export_spans,
         "langsmith-runs": langsmith.run_spans,
@@ -105,9 +102,14 @@ def _spans(path: Path, fmt: str, label: str) -> Iterator[Span]:
 
 
 def open_data(
-    data: str | Path, mapping: Mapping[str, str] | None, id_column: str | None, limit: int | None
+    data: str | Path,
+    mapping: Mapping[str, str] | None,
+    id_column: str | None,
+    limit: int | None,
+    limits: ReadLimits | None = None,
 ) -> DataFile | TraceRows:
-    """The rows of ``greval run DATA``: a Phoenix project, a recognised trace export, or a plain table."""
+    """The rows of ``greval run DATA``: a Phoenix project, a recognised trace export, or a plain table (a file
+    read within ``limits``)."""
     from greval.traces.phoenix import PhoenixRows, is_phoenix_ref, parse_address
 
     if is_phoenix_ref(str(data)):
@@ -115,8 +117,8 @@ def open_data(
             raise UserError("--map and --id-column apply to table files; a phoenix:// source maps its spans itself")
         return PhoenixRows(parse_address(str(data)), limit)
     path, kind = check_file(data)  # a missing file or an unknown format fails here, before the store is opened
-    fmt = None if mapping or id_column else sniff(path, kind)
+    fmt = None if mapping or id_column else sniff(path, kind, limits)
     if fmt is None:
-        return DataFile(data, mapping, id_column, limit)
+        return DataFile(data, mapping, id_column, limit, limits)
     label = f"{path} ({FORMATS[fmt]})"
-    return TraceRows(label, lambda: group_traces(_spans(path, fmt, label)), limit)
+    return TraceRows(label, lambda: group_traces(_spans(path, fmt, label, limits)), limit)

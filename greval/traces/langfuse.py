@@ -5,7 +5,8 @@ observations, the blob-storage export's ``observations`` / ``observations_v2``, 
 An observation: ``id``, ``traceId`` / ``trace_id``, ``parentObservationId``, ``type`` (GENERATION → an LLM step;
 RETRIEVER, or a SPAN whose output is a list of documents → a retriever; SPAN / AGENT / CHAIN …), ``name``,
 ``input`` / ``output`` (JSON or its text), ``startTime`` / ``endTime``, ``usageDetails`` (or the older ``usage``:
-``input`` / ``output`` / ``total``; or ``promptTokens`` …), ``metadata``, ``level`` / ``statusMessage``.
+``input`` / ``output`` / ``total``; or ``promptTokens`` …), ``metadata``, ``level`` / ``statusMessage``. A trace's
+``sessionId`` names the conversation it belongs to.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = 
         total_tokens=total,
         metadata=dict(meta) if isinstance(meta, Mapping) else {},
         error=str(r.get("status_message") or "error") if level == "ERROR" else None,
+        session_id=str(r["session_id"]) if r.get("session_id") else None,
     )
 
 
@@ -120,6 +122,7 @@ def trace_spans(traces: Iterable[Mapping[str, Any]], label: str) -> Iterator[Spa
             input=as_text(t.get("input"), last_user=True),
             output=as_text(t.get("output")),
             metadata=dict(meta) if isinstance(meta, Mapping) else {},
+            session_id=str(t["session_id"]) if t.get("session_id") else None,
         )
         for m, obs in enumerate(t["observations"], start=1):
             if not isinstance(obs, Mapping):

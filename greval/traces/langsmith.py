@@ -3,7 +3,8 @@ bulk export write them) and dataset examples (``inputs`` / ``outputs`` = referen
 
 A run: ``id``, ``trace_id`` (the root run's id), ``parent_run_id``, ``run_type`` (chain / retriever / llm / tool
 / …), ``inputs`` / ``outputs``, ``start_time`` / ``end_time``, ``prompt_tokens`` / ``completion_tokens`` /
-``total_tokens``, ``extra.metadata``, ``error``. A retriever run's outputs hold ``documents``
+``total_tokens``, ``extra.metadata`` (its ``thread_id`` / ``session_id`` / ``conversation_id`` names the thread a
+trace belongs to), ``error``. A retriever run's outputs hold ``documents``
 (``page_content``, ``metadata``, ``type: "Document"``). A dataset example becomes a trace of one root step
 whose question is its input and whose ``expected_answer`` is its reference output.
 """
@@ -14,7 +15,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from greval.errors import DataError
-from greval.traces.spans import Span, SpanKind, as_int, as_text, documents_from, maybe_json, parse_time
+from greval.traces.spans import (
+    Span,
+    SpanKind,
+    as_int,
+    as_text,
+    documents_from,
+    maybe_json,
+    parse_time,
+    session_from,
+)
 
 __all__ = ["example_spans", "is_example_row", "is_run_row", "run_spans"]
 
@@ -66,6 +76,7 @@ def run_span(row: Mapping[str, Any], where: str) -> Span:
     parent = row.get("parent_run_id")
     inputs, outputs = maybe_json(row.get("inputs")), maybe_json(row.get("outputs"))
     prompt, completion, total = _usage(row)
+    meta = _metadata(row)
     return Span(
         trace_id=str(row.get("trace_id") or (run_id if not parent else "")) or str(run_id),
         span_id=str(run_id),
@@ -80,8 +91,9 @@ def run_span(row: Mapping[str, Any], where: str) -> Span:
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=total,
-        metadata=_metadata(row),
+        metadata=meta,
         error=str(row["error"]) if row.get("error") else None,
+        session_id=session_from(meta),  # a thread: not the run's `session_id`, which is its project
     )
 
 

@@ -6,7 +6,7 @@ dataframe written to Parquet / JSONL (``context.span_id`` and ``attributes.*`` c
 ``client.spans.get_spans_dataframe``), and nested attributes as OTLP JSON writes them. Attributes follow the
 OpenInference semantic conventions: ``openinference.span.kind``, ``input.value`` / ``output.value``,
 ``retrieval.documents.N.document.{id,content,score,metadata}``, ``llm.token_count.{prompt,completion,total}``,
-``metadata``.
+``metadata``, ``session.id`` (the conversation a trace belongs to).
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ def span_from_row(row: Mapping[str, Any], where: str) -> Span:
     meta = maybe_json(attrs.get("metadata"))
     status = str(row.get("status_code") or "")
     parent = row.get("parent_id")
+    session = _dig(attrs, "session", "id")
     return Span(
         trace_id=str(ctx["trace_id"]),
         span_id=str(ctx["span_id"]),
@@ -113,4 +114,5 @@ def span_from_row(row: Mapping[str, Any], where: str) -> Span:
         total_tokens=as_int(tokens.get("total")),
         metadata=dict(meta) if isinstance(meta, Mapping) else {},
         error=str(row.get("status_message") or "") or None if status == "ERROR" else None,
+        session_id=None if _absent(session) or not str(session).strip() else str(session),
     )

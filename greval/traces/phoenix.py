@@ -36,7 +36,7 @@ __all__ = ["PhoenixAddress", "PhoenixRows", "export_spans", "is_phoenix_ref", "p
 SCHEMES = ("phoenix://", "phoenix+http://", "phoenix+https://")
 KEY_ENV = "PHOENIX_API_KEY"
 _TRACES_PER_REQUEST = 50
-_TIMEOUT_S = 60
+TIMEOUT_S = 60
 
 
 class PhoenixAddress(BaseModel):
@@ -137,14 +137,14 @@ def _fetch(addr: PhoenixAddress) -> list[list[Span]]:
             parent_id="null",
             name=addr.root,
             limit=addr.limit,
-            timeout=_TIMEOUT_S,
+            timeout=TIMEOUT_S,
         )
         trace_ids = list(dict.fromkeys(r["context"]["trace_id"] for r in roots))
         spans: list[Span] = []
         for i in range(0, len(trace_ids), _TRACES_PER_REQUEST):
             batch = trace_ids[i : i + _TRACES_PER_REQUEST]
             rows = client.spans.get_spans(
-                project_identifier=addr.project, trace_ids=batch, limit=1_000_000, timeout=_TIMEOUT_S
+                project_identifier=addr.project, trace_ids=batch, limit=1_000_000, timeout=TIMEOUT_S
             )
             spans += [span_from_row(dict(r), f"{addr.label}: span {r['context']['span_id']}") for r in rows]
     except httpx.HTTPError as exc:

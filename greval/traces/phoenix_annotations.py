@@ -1,12 +1,15 @@
 """Verdicts back to Phoenix, where the team looks: after ``greval run phoenix://…``, every record verdict of the
 run becomes a span annotation on its trace's root span, and every chunk verdict of a per-chunk metric a
-document annotation on the retriever span that returned the chunk.
+document annotation on the retriever span that returned the chunk. A conversation (a session's traces) gets its
+record verdict as a session annotation, and every turn verdict of a per-turn metric a span annotation on the root
+span of the turn's trace (the turn Phoenix's session view shows).
 
 A span annotation: name = the metric's name, annotator kind ``LLM``, label / score / explanation (the judge's
 reason; for a per-chunk metric, its label counts), metadata with the spec's version and the judge;
 ``identifier="greval"``, on which Phoenix upserts. Idempotent: the annotations already on the spans are read
 first and an unchanged verdict is not written again (a document annotation is rewritten only with its record's
-span annotation, whose metadata holds a digest of the chunk verdicts). Figures come from
+span annotation, whose metadata holds a digest of the chunk verdicts; session annotations are read back through
+Phoenix's REST route, which its client does not wrap). Figures come from
 :mod:`greval.store.results` (``record_rows``), the ones every command shows.
 """
 
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from greval.store.results import item_rows, record_rows
 
@@ -44,66 +49,82 @@ def _result(label: Any, score: Any, explanation: Any) -> dict[str, Any]:
     return out
 
 
-def _counts_text(counts: Mapping[str, Any] | None, items: int | None) -> str | None:
-    """A per-chunk metric's record explanation: its label counts (the store's ``counts``)."""
+_NOUNS = {"chunks": "chunks", "triples": "triples", "turns": "assistant turns"}
+
+
+def _counts_text(counts: Mapping[str, Any] | None, items: int | None, each: str | None) -> str | None:
+    """A per-item metric's record explanation: its label counts (the store's ``counts``)."""
     if not counts:
         return None
     labels = ", ".join(f"{name}: {n}" for name, n in counts.get("labels", {}).items())
-    return f"{counts.get('positive', 0)} of {counts.get('total', items or 0)} chunks positive ({labels})"
+    noun = _NOUNS.get(each or "", "items")
+    return f"{counts.get('positive', 0)} of {counts.get('total', items or 0)} {noun} positive ({labels})"
 
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+class Wanted:
+    """The annotations a run's verdicts make: on spans, on documents (by record annotation), on sessions."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.docs: dict[str, list[dict[str, Any]]] = {}  # "<root span id>\0<metric>" -> its documents'
+        self.sessions: list[dict[str, Any]] = []
+        self.errors = 0
+
+
+def _annotation(spec: BaseSpec, result: dict[str, Any], metadata: dict[str, Any], **where: str) -> dict[str, Any]:
+    return {"name": spec.name, "annotator_kind": "LLM", **where, "identifier": IDENTIFIER, "result": result,
+            "metadata": metadata}  # fmt: skip
+
+
 def _annotations(
-    rows: PhoenixRows, store: Store, run_id: str, metric: MetricSummary, spec: BaseSpec
-) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], int]:
-    """One metric's span annotations, the document annotations of each (by root span id), and error count."""
+    rows: PhoenixRows, store: Store, run_id: str, metric: MetricSummary, spec: BaseSpec, out: Wanted
+) -> None:
+    """One metric's annotations, added to ``out``."""
     items = item_rows(store, run_id=run_id, spec_key=metric.spec_key, judge_key=metric.judge_key)
     items = [r for r in items if r["record_id"] in rows.places]
-    spans: list[dict[str, Any]] = []
-    docs: dict[str, list[dict[str, Any]]] = {}
-    errors = 0
     meta = {"source": "greval", "spec_version": spec.hash, "judge": metric.judge}
     for rec in record_rows(items, {metric.spec_key: spec}):
-        root, chunk_places = rows.places[rec["record_id"]]
+        places = rows.places[rec["record_id"]]
         if rec["status"] != "ok" and rec["score"] is None and rec["label"] is None:
-            errors += 1
+            out.errors += 1
             continue
-        explanation = rec["reason"] if rec["items"] is None else _counts_text(rec["counts"], rec["items"])
+        explanation = rec["reason"] if rec["items"] is None else _counts_text(rec["counts"], rec["items"], spec.each)
         result = _result(rec["label"], rec["score"], explanation)
         if not result:
-            errors += 1
+            out.errors += 1
             continue
         mine = [r for r in items if r["record_hash"] == rec["record_hash"] and r["item_id"] and r["status"] == "ok"]
+        mine = [r for r in mine if r["label"] is not None or r["score"] is not None]
+        record_meta = {**meta, "record_hash": rec["record_hash"]}
+        if places.session is not None:  # a conversation: its verdict on the session, turn verdicts on their traces
+            out.sessions.append(_annotation(spec, result, record_meta, session_id=places.session))
+            out.spans += [
+                _annotation(spec, _result(r["label"], r["score"], r["reason"]),
+                            {**record_meta, "turn_id": r["item_id"]}, span_id=places.turns[r["item_id"]])
+                for r in mine
+                if r["item_id"] in places.turns
+            ]  # fmt: skip
+            continue
         doc_list = [
             {
                 "name": spec.name,
                 "annotator_kind": "LLM",
-                "span_id": chunk_places[r["item_id"]][0],
-                "document_position": chunk_places[r["item_id"]][1],
+                "span_id": places.chunks[r["item_id"]][0],
+                "document_position": places.chunks[r["item_id"]][1],
                 "result": _result(r["label"], r["score"], r["reason"]),
                 "metadata": {**meta, "chunk_id": r["item_id"]},
             }
             for r in mine
-            if r["item_id"] in chunk_places and (r["label"] is not None or r["score"] is not None)
+            if r["item_id"] in places.chunks
         ]
-        record_meta = {**meta, "record_hash": rec["record_hash"]}
         if doc_list:
             record_meta["chunks"] = _digest([(d["span_id"], d["document_position"], d["result"]) for d in doc_list])
-            docs[root] = doc_list
-        spans.append(
-            {
-                "name": spec.name,
-                "annotator_kind": "LLM",
-                "span_id": root,
-                "identifier": IDENTIFIER,
-                "result": result,
-                "metadata": record_meta,
-            }
-        )
-    return spans, docs, errors
+            out.docs.setdefault(f"{places.root}\0{spec.name}", []).extend(doc_list)
+        out.spans.append(_annotation(spec, result, record_meta, span_id=places.root))
 
 
 def _existing(
@@ -122,6 +143,39 @@ def _existing(
     return out
 
 
+def _existing_sessions(rows: PhoenixRows, session_ids: Sequence[str], names: Sequence[str]) -> dict[Any, Any]:
+    """(session id, name) -> (result, metadata) of greval's session annotations already there (Phoenix's REST
+    route: its client 3.5 writes session annotations but does not read them)."""
+    import httpx
+
+    from greval.traces.phoenix import KEY_ENV, TIMEOUT_S
+
+    key = os.environ.get(KEY_ENV)
+    out: dict[Any, Any] = {}
+    url = f"/v1/projects/{quote(rows.addr.project, safe='')}/session_annotations"
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(base_url=rows.addr.base_url, headers=headers, timeout=TIMEOUT_S) as http:
+        for i in range(0, len(session_ids), 1000):
+            params: dict[str, Any] = {"session_ids": list(session_ids[i : i + 1000]), "identifier": [IDENTIFIER],
+                                      "include_annotation_names": list(names), "limit": 1000}  # fmt: skip
+            while True:
+                got = http.get(url, params=params)
+                got.raise_for_status()
+                body = got.json()
+                for a in body.get("data") or []:
+                    found: Mapping[str, Any] = a.get("result") or {}
+                    result = _result(found.get("label"), found.get("score"), found.get("explanation"))
+                    out[a["session_id"], a["name"]] = (result, dict(a.get("metadata") or {}))
+                if not body.get("next_cursor"):
+                    break
+                params["cursor"] = body["next_cursor"]
+    return out
+
+
+def _changed(wanted: Sequence[dict[str, Any]], have: Mapping[Any, Any], where: str) -> list[dict[str, Any]]:
+    return [a for a in wanted if have.get((a[where], a["name"])) != (a["result"], a["metadata"])]
+
+
 def write_back(rows: PhoenixRows, store: Store, summary: RunSummary, specs: Sequence[BaseSpec]) -> list[str]:
     """Write the run's verdicts to Phoenix as annotations (only what changed); the line to print."""
     import httpx
@@ -129,22 +183,17 @@ def write_back(rows: PhoenixRows, store: Store, summary: RunSummary, specs: Sequ
     from greval.traces.phoenix import phoenix_client, phoenix_error
 
     by_name = {s.name: s for s in specs}
-    wanted: list[dict[str, Any]] = []
-    docs: dict[str, list[dict[str, Any]]] = {}
-    errors = 0
+    out = Wanted()
     for metric in summary.metrics:
-        if metric.spec not in by_name:
-            continue
-        spans, metric_docs, failed = _annotations(rows, store, summary.run_id, metric, by_name[metric.spec])
-        wanted += spans
-        errors += failed
-        for root, doc_list in metric_docs.items():
-            docs.setdefault(f"{root}\0{metric.spec}", []).extend(doc_list)
+        if metric.spec in by_name:
+            _annotations(rows, store, summary.run_id, metric, by_name[metric.spec], out)
     client = phoenix_client(rows.addr)
     try:
-        have = _existing(client, rows.addr.project, sorted({a["span_id"] for a in wanted}), list(by_name))
-        new = [a for a in wanted if have.get((a["span_id"], a["name"])) != (a["result"], a["metadata"])]
-        new_docs = [d for a in new for d in docs.get(f"{a['span_id']}\0{a['name']}", [])]
+        have = _existing(client, rows.addr.project, sorted({a["span_id"] for a in out.spans}), list(by_name))
+        new = _changed(out.spans, have, "span_id")
+        new_docs = [d for a in new for d in out.docs.get(f"{a['span_id']}\0{a['name']}", [])]
+        sessions = sorted({a["session_id"] for a in out.sessions})
+        new_sessions = _changed(out.sessions, _existing_sessions(rows, sessions, list(by_name)), "session_id")
         for i in range(0, len(new), _BATCH):
             client.spans.log_span_annotations(span_annotations=new[i : i + _BATCH], sync=True)  # type: ignore[arg-type]
         for i in range(0, len(new_docs), _BATCH):
@@ -152,13 +201,21 @@ def write_back(rows: PhoenixRows, store: Store, summary: RunSummary, specs: Sequ
                 document_annotations=new_docs[i : i + _BATCH],  # type: ignore[arg-type]
                 sync=True,
             )
+        for i in range(0, len(new_sessions), _BATCH):
+            client.sessions.log_session_annotations(
+                session_annotations=new_sessions[i : i + _BATCH],  # type: ignore[arg-type]
+                sync=True,
+            )
     except httpx.HTTPError as exc:
         raise phoenix_error(rows.addr, exc) from None
     line = (
         f"{rows.addr.label}: {len(new)} span annotation(s) written"
         + (f" with {len(new_docs)} document annotation(s)" if new_docs else "")
-        + f", {len(wanted) - len(new)} already there"
+        + f", {len(out.spans) - len(new)} already there"
     )
-    if errors:
-        line += f"; {errors} record verdict(s) were errors and were not written"
+    if out.sessions:
+        there = len(out.sessions) - len(new_sessions)
+        line += f"; {len(new_sessions)} session annotation(s) written, {there} already there"
+    if out.errors:
+        line += f"; {out.errors} record verdict(s) were errors and were not written"
     return [line]

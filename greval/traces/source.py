@@ -1,6 +1,7 @@
 """Traces as a run's rows: :class:`TraceRows` streams :class:`~greval.dataset.records.HashedRow` s (one per
-trace, id = trace id) as :class:`~greval.dataset.records.DataFile` does for a table, and says in one line per
-kind what could not be mapped (traces without a question, a retriever span, …).
+trace, id = trace id; one per conversation for traces sharing a session id, id = the session id) as
+:class:`~greval.dataset.records.DataFile` does for a table, and says in one line per kind what could not be
+mapped (traces without a question, a retriever span, …).
 
 A source that can take verdicts back (Phoenix) overrides :meth:`TraceRows.after_run`, which ``greval run``
 calls once the run has finished.
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from greval.dataset.records import HashedRow, hash_row
 from greval.errors import DataError
-from greval.traces.assemble import assemble
+from greval.traces.assemble import Assembled, assemble, assemble_conversation, session_of
 from greval.traces.spans import Span
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from greval.spec import BaseSpec
     from greval.store.store import Store
 
-__all__ = ["TraceRows", "group_traces"]
+__all__ = ["Places", "TraceRows", "group_sessions", "group_traces"]
 
 
 def group_traces(spans: Iterable[Span]) -> list[list[Span]]:
@@ -31,6 +32,27 @@ def group_traces(spans: Iterable[Span]) -> list[list[Span]]:
     for span in spans:
         traces.setdefault(span.trace_id, []).append(span)
     return list(traces.values())
+
+
+def group_sessions(traces: Iterable[Sequence[Span]]) -> list[tuple[str | None, list[Sequence[Span]]]]:
+    """Traces as the records they become, in order of first appearance: the traces sharing a session id
+    together (a conversation), every other trace alone (``None``), as is a session of one trace."""
+    units: dict[str, tuple[str | None, list[Sequence[Span]]]] = {}
+    for trace in traces:
+        session = session_of(trace)
+        key = f"session\0{session}" if session else f"trace\0{id(trace)}"
+        units.setdefault(key, (session, []))[1].append(trace)
+    return [(session if len(group) > 1 else None, group) for session, group in units.values()]
+
+
+class Places(NamedTuple):
+    """Where a record's verdicts go back to: its root span, each chunk's (retriever span, position), and for a
+    conversation its session and each turn's span (the root span of the turn's trace)."""
+
+    root: str
+    chunks: dict[str, tuple[str, int]]
+    session: str | None
+    turns: dict[str, str]
 
 
 class TraceRows:
@@ -42,39 +64,46 @@ class TraceRows:
         self.read = read
         self.limit = limit
         self.notes: list[str] = []
-        #: Record id -> the trace's root span id and, per chunk id, its (retriever span id, position).
-        self.places: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {}
+        #: Record id -> where its verdicts go back to.
+        self.places: dict[str, Places] = {}
 
     def __iter__(self) -> Iterator[HashedRow]:
         missing: Counter[str] = Counter()
         examples: dict[str, list[str]] = {}
         skipped: Counter[str] = Counter()
-        count = 0
-        for spans in self.read():
+        count = traces = 0
+        sessions: list[int] = []
+        for session, group in group_sessions(self.read()):
             if self.limit is not None and count >= self.limit:
                 break
-            done = assemble(spans)
+            done = assemble_conversation(session, group) if session else assemble(group[0])
             count += 1
+            traces += len(group)
+            if session:
+                sessions.append(len(group))
             for what in done.missing:
                 missing[what] += 1
                 examples.setdefault(what, []).append(done.trace_id)
             skipped.update(done.skipped_kinds)
-            chunks = done.row.get("chunks") or []
-            self.places[done.trace_id] = (
-                str(done.row["root_span_id"]),
-                {str(c["id"]): (str(c["span_id"]), int(c["position"])) for c in chunks if "id" in c},
-            )
-            yield hash_row(done.row, "id", where=f"{self.label}: trace {done.trace_id}")
+            self.places[done.trace_id] = _places(done, session)
+            yield hash_row(done.row, "id", where=f"{self.label}: {'session' if session else 'trace'} {done.trace_id}")
         if count == 0:
             raise DataError(f"{self.label}: no traces")
-        self.notes = self._notes(count, missing, examples, skipped)
+        self.notes = self._notes(traces, missing, examples, skipped)
+        if sessions:
+            self.notes.append(
+                f"{self.label}: {sum(sessions)} trace(s) of {len(sessions)} session(s) read as conversations, one "
+                "record each (id = the session id; each trace a user and an assistant turn: its question and "
+                "answer, not its retrieved chunks)"
+            )
 
     def _notes(
         self, count: int, missing: Counter[str], examples: dict[str, list[str]], skipped: Counter[str]
     ) -> list[str]:
         notes = []
         for what, n in missing.items():
-            shown = ", ".join(examples[what][:3]) + (" …" if n > 3 else "")
+            ids = list(dict.fromkeys(examples[what]))
+            shown = ", ".join(ids[:3]) + (" …" if len(ids) > 3 else "")
             notes.append(f"{self.label}: {n} of {count} trace(s) have no {what}: {shown}")
         if skipped:
             kinds = ", ".join(f"{name} ({n})" for name, n in skipped.most_common(5))
@@ -87,3 +116,16 @@ class TraceRows:
     def after_run(self, store: Store, summary: RunSummary, specs: Sequence[BaseSpec]) -> list[str]:
         """What to do once a run over these traces has finished (nothing, for an export file); lines to say."""
         return []
+
+
+def _places(done: Assembled, session: str | None) -> Places:
+    if session:
+        turns = done.row.get("conversation") or []
+        return Places(str(done.row["root_span_id"]), {}, session, {str(t["id"]): str(t["span_id"]) for t in turns})
+    chunks = done.row.get("chunks") or []
+    return Places(
+        str(done.row["root_span_id"]),
+        {str(c["id"]): (str(c["span_id"]), int(c["position"])) for c in chunks if "id" in c},
+        None,
+        {},
+    )

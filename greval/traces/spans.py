@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "SESSION_KEYS",
     "Document",
     "Span",
     "SpanKind",
@@ -22,6 +23,7 @@ __all__ = [
     "maybe_json",
     "nest",
     "parse_time",
+    "session_from",
     "snake_keys",
 ]
 
@@ -58,12 +60,28 @@ class Span(BaseModel):
     total_tokens: int | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    session_id: str | None = Field(
+        None, description="The conversation the trace belongs to (traces sharing one become one conversation)."
+    )
 
     @property
     def seconds(self) -> float | None:
         if self.start is None or self.end is None:
             return None
         return max(0.0, (self.end - self.start).total_seconds())
+
+
+#: Metadata keys that name a trace's conversation (LangSmith groups a thread's traces by any of them).
+SESSION_KEYS = ("session_id", "thread_id", "conversation_id")
+
+
+def session_from(meta: Mapping[str, Any]) -> str | None:
+    """The conversation a trace's metadata names (:data:`SESSION_KEYS`), or None."""
+    for key in SESSION_KEYS:
+        value = meta.get(key)
+        if value is not None and str(value).strip():
+            return str(value)
+    return None
 
 
 def maybe_json(value: Any) -> Any:

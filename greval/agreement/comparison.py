@@ -1,0 +1,127 @@
+"""compare_agreement: several judge versions side by side, and a paired bootstrap of each version minus the
+first on the items every version compares (the same resampled items feed every version)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from greval.agreement import bootstrap as bs
+from greval.agreement import resampling
+from greval.agreement.agreement import compute_agreement
+from greval.agreement.headline import Headline, headline
+from greval.agreement.models import AgreementOptions, AgreementScale, BootstrapInfo, ComparisonReport, Difference
+from greval.agreement.prepare import Prepared, prepare, resolve_scale
+from greval.agreement.resampling import Statistic, bootstrap_info, estimate
+from greval.agreement.stats import FloatArray, IntArray, Val
+from greval.errors import DataError
+
+
+def compare_agreement(
+    frames: Mapping[str, pd.DataFrame], scale: AgreementScale, options: AgreementOptions | None = None
+) -> ComparisonReport:
+    """Several judge versions side by side, and a paired bootstrap of each version minus the first.
+
+    Each version keeps its own invalid-answer handling; differences are on the items every version
+    compares (the same resampled items feed every version, so the CI is paired).
+    """
+    options = options or AgreementOptions()
+    if len(frames) < 2:
+        raise DataError("comparing needs at least two judge versions")
+    names = list(frames)
+    scale = resolve_scale(frames[names[0]], scale, options)
+    reports = {name: compute_agreement(frames[name], scale, options) for name in names}
+    preps = {name: prepare(frames[name], scale, options) for name in names}
+    common = set(preps[names[0]].items)
+    for p in preps.values():
+        common &= set(p.items)
+    order = [i for i in preps[names[0]].items if i in common]
+    notes: list[str] = []
+    if any(len(p.items) != len(order) for p in preps.values()):
+        notes.append(f"differences use the {len(order)} items every version compares")
+    aligned = {name: _aligned(p, order) for name, p in preps.items()}
+    heads = {name: headline(q, options) for name, q in aligned.items()}
+    base = preps[names[0]]
+    groups = aligned[names[0]].groups
+    differences = _differences(names, heads, len(order), groups, options)
+    info = None
+    if options.bootstrap > 0 and order:
+        info = _paired_info(base, len(order), groups, options)
+        notes.append(
+            f"paired differences: {options.bootstrap} resamples of {info.unit} ({info.n_units}), seed {options.seed}"
+        )
+    return ComparisonReport(
+        reports=reports, common_items=len(order), differences=differences, bootstrap=info, notes=notes
+    )
+
+
+def _aligned(p: Prepared, order: list[str]) -> Prepared:
+    """`p` on the items of `order` (each one of `p.items`), in that order."""
+    pos = {it: n for n, it in enumerate(p.items)}
+    sel = np.array([pos[i] for i in order], dtype=np.int64)
+    q = Prepared(
+        scale=p.scale,
+        items=order,
+        groups=None if p.groups is None else p.groups[sel],
+        counts=p.counts.model_copy(update={"items_compared": len(order)}),
+    )
+    if p.scale.kind == "categorical":
+        q.h, q.j_nom, q.j_ord, q.invalid = p.h[sel], p.j_nom[sel], p.j_ord[sel], p.invalid[sel]
+        q.score = None if p.score is None else p.score[sel]
+    else:
+        q.hv, q.jv, q.invalid = p.hv[sel], p.jv[sel], p.invalid[sel]
+    return q
+
+
+def _diff_statistics(names: list[str], heads: dict[str, Headline]) -> tuple[Statistic | None, bs.BatchStatistic | None]:
+    """Each version's headline minus the first's over one resample (`rest`) or a batch of them (`batched`),
+    keyed "version|metric"; None where the first version has no such statistic."""
+    base = names[0]
+
+    def diff_batch(b: bs.Batch) -> dict[str, FloatArray]:
+        vals = {name: fn(b) for name in names if (fn := heads[name].batched) is not None}
+        out: dict[str, FloatArray] = {}
+        for name in names[1:]:
+            for metric, vb in vals.get(name, {}).items():
+                va = vals[base].get(metric)
+                out[f"{name}|{metric}"] = np.full(b.size, np.nan) if va is None else vb - va
+        return out
+
+    def diff(idx: IntArray, inst: IntArray | None) -> dict[str, Val]:
+        out: dict[str, Val] = {}
+        vals = {name: rest(idx, inst) for name in names if (rest := heads[name].rest) is not None}
+        for name in names[1:]:
+            for metric, (vb, _) in vals.get(name, {}).items():
+                va = vals[base].get(metric, (None, None))[0]
+                out[f"{name}|{metric}"] = (None, None) if va is None or vb is None else (vb - va, None)
+        return out
+
+    return (diff if heads[base].rest is not None else None), (diff_batch if heads[base].batched is not None else None)
+
+
+def _differences(
+    names: list[str], heads: dict[str, Headline], n: int, groups: IntArray | None, options: AgreementOptions
+) -> list[Difference]:
+    """Every headline figure of each version minus the first's, with its paired CI."""
+    rest, batched = _diff_statistics(names, heads)
+    cis = resampling.cis(options, n, groups, rest, batched)
+    base = names[0]
+    points = {name: heads[name].point for name in names}
+    differences = []
+    for name in names[1:]:
+        for metric, (vb, nb) in points[name].items():
+            va, na = points[base].get(metric, (None, None))
+            val: Val = (None, na or nb or "undefined in a version") if va is None or vb is None else (vb - va, None)
+            e = estimate(val, n, cis.get(f"{name}|{metric}"))
+            beyond = None if e.ci_low is None or e.ci_high is None else bool(e.ci_low > 0 or e.ci_high < 0)
+            differences.append(Difference(metric=metric, a=base, b=name, estimate=e, beyond_ci=beyond))
+    return differences
+
+
+def _paired_info(base: Prepared, n: int, groups: IntArray | None, options: AgreementOptions) -> BootstrapInfo:
+    """What the paired bootstrap resampled: the first version's unit, counted on the common items."""
+    unit = resampling.resample_unit(base.groups is not None, options, base.multi_row_items)
+    n_units = len(np.unique(groups)) if groups is not None else n
+    return bootstrap_info(unit, n_units, options)

@@ -1,0 +1,120 @@
+"""The decision: the winner against the current spec, once, on the test part no search step read.
+
+The gain (the objective of the new version minus the old one's; for MAE the old minus the new) gets a paired
+bootstrap CI over whole records, or over units within the strata of a review design with 1/π weights. The
+winner is adopted only when the CI's lower bound exceeds ``min_gain`` (0 by default); otherwise the current
+spec stays. Beside it: the people's agreement with each other on the same units (the ceiling), as the
+agreement report computes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from greval.agreement.models import AgreementScale
+from greval.align.meter import Meter
+from greval.align.models import REPORT_NAME, AlignOptions, Answer, Ceiling, Decision, Difference, Unit
+from greval.align.objective import Scorer
+from greval.align.ports import JudgeFn
+from greval.align.view import LabelView, Tracer
+from greval.spec import Spec
+
+CEILING_METRIC = {"cohen_kappa": "kappa", "quadratic_kappa": "weighted_kappa"}
+"""The agreement report's ceiling metric, as an objective (the ceiling stops the search only when they match)."""
+
+
+def ceiling_of(
+    units: Sequence[Unit], answers: Mapping[str, Answer], scale: AgreementScale, resamples: int, seed: int
+) -> Ceiling | None:
+    """The people's mean pairwise agreement on units labelled by two or more of them (the agreement report's
+    ``ceiling.human_pairwise_mean``), or None when no unit has two answers."""
+    import pandas as pd
+
+    from greval.agreement import AgreementOptions, compute_agreement
+
+    rows = []
+    for u in units:
+        a = answers.get(u.key)
+        judged = None if a is None else (a.label if a.label is not None else a.value)
+        for ann in u.annotations:
+            rows.append(
+                {
+                    "item": u.key,
+                    "judge": judged,
+                    "human": ann.answer,
+                    "annotator": ann.annotator,
+                    "group": u.record_hash,
+                }
+            )
+    if not any(len(u.annotations) > 1 for u in units):
+        return None
+    report = compute_agreement(pd.DataFrame(rows), scale, AgreementOptions(bootstrap=resamples, seed=seed))
+    if report.ceiling is None:
+        return None
+    e = report.ceiling.human_pairwise_mean
+    return Ceiling(metric=report.ceiling.metric, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high, n=e.n, note=e.note)
+
+
+def fmt_gain(x: float | None) -> str:
+    """A gain, signed (the one way align writes one)."""
+    return "undefined" if x is None else f"{x:+.3f}"
+
+
+def fmt_gain_ci(d: Difference) -> str:
+    return "undefined" if d.ci_low is None or d.ci_high is None else f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]"
+
+
+def _message(d: Difference, adopted: bool, objective: str, min_gain: float) -> str:
+    name = REPORT_NAME[objective]
+    ci = fmt_gain_ci(d)
+    gain = fmt_gain(d.gain)
+    where = f"{d.n_units} test unit(s) of {d.n_records} record(s)"
+    if adopted:
+        return f"adopted: {name} gain {gain}, {d.confidence:.0%} CI {ci} on {where}, lower bound above {min_gain:g}"
+    return (
+        f"no improvement shown: {name} gain {gain}, {d.confidence:.0%} CI {ci} on {where} (the lower bound must "
+        f"exceed {min_gain:g}); the current spec stays"
+    )
+
+
+async def decide(
+    base: Spec,
+    final: Spec | None,
+    test: Sequence[Unit],
+    judge: JudgeFn,
+    scorer: Scorer,
+    options: AlignOptions,
+    meter: Meter,
+    tracer: Tracer | None = None,
+) -> Decision:
+    """Judge both versions on the test part (with the budget's reserve) and apply the decision rule."""
+    objective = scorer.objective
+    if final is None or final.hash == base.hash:
+        return Decision(
+            objective=objective,
+            adopted=False,
+            min_gain=options.min_gain,
+            message="no improvement shown: no candidate beat the current spec in cross-validation; the current "
+            "spec stays (the test part was not used)",
+        )
+    view = LabelView(test, "decide", tracer=tracer)
+    units = view.units
+    answers = []
+    for spec in (base, final):
+        meter.check(judge.estimate(spec, units), reserve=True)
+        judged = await judge(spec, units)
+        meter.charge(judged.cost)
+        answers.append(judged.answers)
+    diff = scorer.difference(units, answers[0], answers[1], options.bootstrap, options.seed, options.confidence)
+    adopted = diff.ci_low is not None and diff.gain is not None and diff.ci_low > options.min_gain
+    return Decision(
+        objective=objective,
+        adopted=adopted,
+        min_gain=options.min_gain,
+        difference=diff,
+        ceiling=ceiling_of(units, answers[1], scorer.scale, options.bootstrap, options.seed),
+        message=_message(diff, adopted, objective, options.min_gain),
+    )
+
+
+__all__ = ["CEILING_METRIC", "ceiling_of", "decide", "fmt_gain", "fmt_gain_ci"]

@@ -1,0 +1,370 @@
+"""The align stage's typed boundary: options, labelled units, the judge's answers, costs, candidates, the result.
+
+Everything ``greval align`` hands from one step to the next is one of these models, so that the pure core
+(split, search, scoring, decision) can be driven by simulated answers as well as by the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cached_property
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from greval.spec import Spec
+
+Objective = Literal["kappa", "weighted_kappa", "accuracy", "macro_f1", "spearman", "mae"]
+"""What the search maximises and the decision tests (as ``greval agreement`` defines each figure)."""
+
+CATEGORICAL_OBJECTIVES: tuple[Objective, ...] = ("kappa", "weighted_kappa", "accuracy", "macro_f1")
+VALUE_OBJECTIVES: tuple[Objective, ...] = ("mae", "spearman", "weighted_kappa")
+LOWER_IS_BETTER: frozenset[str] = frozenset({"mae"})
+
+#: The agreement report's name of each objective (``greval agreement`` / ``greval gate`` print these).
+REPORT_NAME: dict[str, str] = {
+    "kappa": "cohen_kappa",
+    "weighted_kappa": "quadratic_kappa",
+    "accuracy": "accuracy",
+    "macro_f1": "macro_f1",
+    "spearman": "spearman",
+    "mae": "mae",
+}
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AlignOptions(Frozen):
+    """How to search and decide (none of it is a flag name: ``greval.cli.align`` maps flags onto these)."""
+
+    objective: Objective | None = Field(None, description="None: kappa for labels, mae for value scales.")
+    folds: int = Field(5, ge=2, le=20, description="Cross-validation folds of the search part.")
+    test_share: float = Field(0.3, gt=0.0, lt=1.0, description="Share of labelled records held out for the decision.")
+    seed: int = Field(0, description="Seeds the split, the folds and every draw: the same seed, the same run.")
+    min_gain: float = Field(0.0, ge=0.0, description="Adopt only when the CI's lower bound of the gain exceeds this.")
+    rounds: int = Field(3, ge=1, le=10, description="Rounds of propose → evaluate → keep the best, at most.")
+    beam: int = Field(2, ge=1, le=10, description="Candidates kept after a round to propose from.")
+    rewrites: int = Field(2, ge=0, le=10, description="Rewrite proposals asked of the optimizer per parent and round.")
+    shots: tuple[int, ...] = Field((1, 2), description="Few-shot candidates: examples per label (one candidate each).")
+    example_tokens: int = Field(1500, ge=0, description="Prompt tokens the few-shot examples may take, at most.")
+    label_order: bool = Field(True, description="Try the labels in reverse order (unordered labels only).")
+    disagreements: int = Field(6, ge=1, le=50, description="Disagreements the optimizer sees per proposal.")
+    budget_calls: int | None = Field(None, ge=0, description="Model calls align may make, at most (None: no limit).")
+    budget_tokens: int | None = Field(None, ge=0, description="Tokens align may spend, at most (None: no limit).")
+    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the decision.")
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="The decision CI's confidence.")
+
+
+class Annotation(Frozen):
+    """One person's answer on a unit (as the store holds it)."""
+
+    annotator: str
+    answer: str | None = None
+    comment: str | None = None
+
+
+class Unit(Frozen):
+    """One labelled unit: a record (or a chunk / triple of it) with the people's consensus on it.
+
+    ``human`` is the consensus as the agreement stage reduces it: a label's code in the agreement scale's order
+    (``greval.agreement.from_store.agreement_scale``), or the mean value. ``record_hash`` is the unit's group:
+    units of one record content always fall on the same side of every split.
+    """
+
+    key: str = Field(description="The agreement stage's item key: record id, or record id/item id.")
+    record_id: str
+    record_hash: str
+    item_id: str = ""
+    human: float
+    annotations: tuple[Annotation, ...] = ()
+    probability: float | None = Field(None, description="Inclusion probability of a review design, if any.")
+    stratum: str | None = None
+
+
+class Answer(Frozen):
+    """The judge's answer on one unit: a label or a value, or neither (an error: counted as wrong)."""
+
+    label: str | None = None
+    value: float | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.label is not None or self.value is not None
+
+
+class Cost(Frozen):
+    """Model calls and tokens (in + out)."""
+
+    calls: int = 0
+    tokens: int = 0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(calls=self.calls + other.calls, tokens=self.tokens + other.tokens)
+
+
+class Judged(Frozen):
+    """What a judge function returns: an answer per unit key (units without one are missing), and its cost."""
+
+    answers: dict[str, Answer]
+    cost: Cost = Cost()
+
+
+# -------------------------------------------------------------------------------------------- recipes
+class FewShotStep(Frozen):
+    """Add few-shot examples drawn from the training units: the parent's mistakes first, balanced over labels."""
+
+    kind: Literal["few_shot"] = "few_shot"
+    per_label: int = Field(ge=1, le=10)
+
+
+class RewriteStep(Frozen):
+    """Ask the optimizer for edits (description, steps, label descriptions, instructions); ``proposal`` n of many."""
+
+    kind: Literal["rewrite"] = "rewrite"
+    proposal: int = Field(ge=0)
+
+
+class LabelOrderStep(Frozen):
+    """List the labels in reverse order (the judge's position bias)."""
+
+    kind: Literal["label_order"] = "label_order"
+
+
+Step = Annotated[FewShotStep | RewriteStep | LabelOrderStep, Field(discriminator="kind")]
+
+
+class Recipe(Frozen):
+    """A candidate: the steps that turn the current spec into it. Instantiated per fold from that fold's
+    training units only, and once more from the whole search part for the test."""
+
+    steps: tuple[Step, ...] = ()
+
+    @cached_property
+    def id(self) -> str:
+        blob = json.dumps([s.model_dump() for s in self.steps], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:10] if self.steps else "current"
+
+    @property
+    def parent(self) -> Recipe:
+        return Recipe(steps=self.steps[:-1])
+
+    def child(self, step: FewShotStep | RewriteStep | LabelOrderStep) -> Recipe:
+        return Recipe(steps=(*self.steps, step))
+
+    def has(self, kind: str) -> bool:
+        return any(s.kind == kind for s in self.steps)
+
+    def describe(self) -> str:
+        if not self.steps:
+            return "the current spec"
+        parts = []
+        for s in self.steps:
+            if isinstance(s, FewShotStep):
+                parts.append(f"few-shot ({s.per_label} per label)")
+            elif isinstance(s, RewriteStep):
+                parts.append(f"rewrite #{s.proposal + 1}")
+            else:
+                parts.append("labels reversed")
+        return " + ".join(parts)
+
+
+# -------------------------------------------------------------------------------------------- results
+class FoldResult(Frozen):
+    """One candidate on one fold: the spec version instantiated from the other folds, scored on this one."""
+
+    fold: int
+    spec_hash: str | None = None
+    units: int = 0
+    score: float | None = None
+    examples: tuple[str, ...] = Field((), description="Unit keys the instance holds as few-shot examples.")
+    note: str | None = None
+
+
+class CandidateResult(Frozen):
+    """A candidate's cross-validated score: its objective on the out-of-fold answers of every search unit."""
+
+    id: str
+    recipe: Recipe
+    description: str
+    round: int
+    parent: str | None = None
+    status: Literal["scored", "skipped", "not applicable"] = "scored"
+    folds: tuple[FoldResult, ...] = ()
+    cv: float | None = None
+    note: str | None = None
+    cost: Cost = Cost()
+
+
+class Difference(Frozen):
+    """The paired test-part comparison: the objective of both versions and the gain (positive = better)."""
+
+    old: float | None
+    new: float | None
+    gain: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float
+    resamples: int
+    unit: str = Field(description="What the bootstrap resamples: records, or units within design strata.")
+    n_units: int
+    n_records: int
+    weighted: bool = Field(False, description="Design-weighted (1/π) figures of a review design.")
+    note: str | None = None
+
+
+class Ceiling(Frozen):
+    """People's agreement with each other on the test part (the judge cannot be expected to beat it)."""
+
+    metric: str
+    value: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+    note: str | None = None
+
+
+class Decision(Frozen):
+    """Whether the winner replaces the current spec: only when the gain's CI lower bound exceeds ``min_gain``."""
+
+    objective: Objective
+    adopted: bool
+    min_gain: float
+    difference: Difference | None = None
+    ceiling: Ceiling | None = None
+    message: str
+
+
+class SplitSummary(Frozen):
+    """The once-only split by record and the search part's folds."""
+
+    seed: int
+    records_search: int
+    units_search: int
+    records_test: int
+    units_test: int
+    fold_units: tuple[int, ...]
+
+
+class Example(Frozen):
+    """A few-shot example of the final spec: which labelled unit, the label and the reason shown."""
+
+    unit: str
+    answer: str
+    reason: str
+    reason_from: Literal["comment", "optimizer", "label description"]
+
+
+# --------------------------------------------------------------------------------------------- events
+class RoundStarted(Frozen):
+    round: int
+    candidates: int
+
+
+class CandidateScored(Frozen):
+    candidate: CandidateResult
+
+
+class AlignNote(Frozen):
+    text: str
+
+
+class Judging(Frozen):
+    """Progress inside a round: judgements made of those planned."""
+
+    done: int
+    total: int
+
+
+AlignEvent = RoundStarted | CandidateScored | AlignNote | Judging
+
+
+# ---------------------------------------------------------------------------------------- the result
+class AlignPlan(Frozen):
+    """What ``--dry-run`` prints: the split, the search's shape and its estimated cost, before any call."""
+
+    spec: str
+    version: str
+    judge: str
+    optimizer: str
+    objective: Objective
+    split: SplitSummary
+    first_round: int = Field(description="Candidates of the first round.")
+    later_rounds: int = Field(description="Candidates of each later round, at most.")
+    rounds: int
+    per_candidate: Cost = Field(
+        description="One candidate: its judgements on every search unit (fresh) and optimizer calls."
+    )
+    current: Cost = Field(description="The current spec's verdicts still missing on the search and test parts.")
+    decision: Cost = Field(description="Held back for the decision: the winner on the test part, its final instance.")
+    estimate: Cost = Field(description="Everything, if every round runs in full (an upper estimate).")
+    budget_calls: int | None = None
+    budget_tokens: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+class AlignResult(Frozen):
+    """What ``greval align`` found, decided and wrote."""
+
+    spec: str
+    old_hash: str
+    new_hash: str | None = Field(None, description="The winner's version judged on the test part (None: none).")
+    adopted: bool
+    objective: Objective
+    decision: Decision
+    best: CandidateResult
+    candidates: tuple[CandidateResult, ...]
+    split: SplitSummary
+    stopped: str
+    spent: Cost
+    budget_calls: int | None = None
+    budget_tokens: int | None = None
+    judge: str
+    optimizer: str
+    datasets: tuple[str, ...] = ()
+    examples: tuple[Example, ...] = ()
+    notes: tuple[str, ...] = ()
+    new_spec: Spec | None = None
+    new_search_units: int = Field(
+        0, description="Search units the new version also judged, as a fold's instance (its instances were equal)."
+    )
+    diff: str = ""
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+__all__ = [
+    "CATEGORICAL_OBJECTIVES",
+    "LOWER_IS_BETTER",
+    "REPORT_NAME",
+    "VALUE_OBJECTIVES",
+    "AlignEvent",
+    "AlignNote",
+    "AlignOptions",
+    "AlignPlan",
+    "AlignResult",
+    "Annotation",
+    "Answer",
+    "CandidateResult",
+    "CandidateScored",
+    "Ceiling",
+    "Cost",
+    "Decision",
+    "Difference",
+    "Example",
+    "FewShotStep",
+    "FoldResult",
+    "Frozen",
+    "Judged",
+    "Judging",
+    "LabelOrderStep",
+    "Objective",
+    "Recipe",
+    "RewriteStep",
+    "RoundStarted",
+    "SplitSummary",
+    "Step",
+    "Unit",
+]
