@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from greval.api import Results, aevaluate, evaluate
     from greval.dataset.records import Record, load_records
+    from greval.errors import DataError, SpecError, UserError
     from greval.judge.evaluators import compile, compile_suite
     from greval.judge.judge import Judge
     from greval.llm.config import JudgeConfig, make_chat_model
-    from greval.runner import RunOptions, RunSummary, arun, run
+    from greval.runner.driver import arun, run
+    from greval.runner.options import RunOptions, RunSummary
     from greval.spec import BaseSpec, Spec, load_spec_file, parse_spec, resolve_specs
     from greval.store.results import export_results, load_results
     from greval.store.store import Store
@@ -25,7 +28,13 @@ if TYPE_CHECKING:
 # Names are imported on first use (PEP 562): `import greval` and the `greval` command stay light, and a
 # Ctrl-C while a command starts is handled instead of landing in the middle of an import.
 _WHERE = {
+    "Results": "greval.api",
+    "aevaluate": "greval.api",
+    "evaluate": "greval.api",
     "Record": "greval.dataset.records",
+    "DataError": "greval.errors",
+    "SpecError": "greval.errors",
+    "UserError": "greval.errors",
     "load_records": "greval.dataset.records",
     "compile": "greval.judge.evaluators",
     "compile_suite": "greval.judge.evaluators",
@@ -36,10 +45,11 @@ _WHERE = {
     "make_chat_model": "greval.llm.config",
     "export_results": "greval.store.results",
     "load_results": "greval.store.results",
-    "RunOptions": "greval.runner",
-    "RunSummary": "greval.runner",
-    "arun": "greval.runner",
-    "run": "greval.runner",
+    "RunOptions": "greval.runner.options",
+    "RunSummary": "greval.runner.options",
+    "arun": "greval.runner.driver",
+    "run": "greval.runner.driver",
+    "BaseSpec": "greval.spec",
     "Spec": "greval.spec",
     "load_spec_file": "greval.spec",
     "parse_spec": "greval.spec",
@@ -69,23 +79,31 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """What ``dir(greval)`` and completion show: the module's own names and the public ones loaded on use."""
-    return sorted({*globals(), *_WHERE, *__all__})
+    """What ``dir(greval)`` and completion show: the public names (most loaded on use), not the module's own
+    imports."""
+    return sorted({*__all__, "__version__"})
 
 
 __all__ = [
+    "BaseSpec",
+    "DataError",
     "ItemVerdict",
     "Judge",
     "JudgeConfig",
     "JudgeResult",
     "Record",
+    "Results",
     "RunOptions",
     "RunSummary",
     "Spec",
+    "SpecError",
     "Store",
+    "UserError",
+    "aevaluate",
     "arun",
     "compile",
     "compile_suite",
+    "evaluate",
     "export_results",
     "load_records",
     "load_results",

@@ -12,7 +12,7 @@ import atexit
 import contextlib
 import threading
 import warnings
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -40,15 +40,27 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from synchronous code (not from inside a running event loop)."""
+#: How often a waiting caller runs its ``poll`` callback (seconds).
+POLL_S = 0.1
+
+
+def run_sync(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = None) -> T:
+    """Run a coroutine to completion from synchronous code, on greval's loop, and wait for it here.
+
+    Also from inside a running event loop (Jupyter runs one in the thread that runs a cell): the coroutine
+    runs on greval's own loop all the same, and this thread waits for it as for any blocking call — nothing
+    is nested in the caller's loop. Only a call from greval's own loop is refused (it would wait for itself).
+    ``poll``: called in this thread every :data:`POLL_S` while waiting (a notebook's progress bar is drawn
+    from the thread that runs the cell)."""
     try:
-        asyncio.get_running_loop()
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
-        pass
-    else:
+        running = None
+    if running is not None and running is _loop:
         coro.close()
-        raise RuntimeError("greval: inside a running event loop, await the async API (ajudge / arun) instead")
+        raise RuntimeError(
+            "greval: a sync call from greval's own event loop would wait for itself; await the async API"
+        )
     finished = threading.Event()
 
     async def until_done() -> T:
@@ -59,6 +71,9 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
     future = asyncio.run_coroutine_threadsafe(until_done(), _background_loop())
     try:
+        while not finished.wait(POLL_S):
+            if poll is not None:
+                poll()
         return future.result()
     except BaseException:
         # Ctrl-C (or any error) in this thread: cancel the coroutine and wait for its own cleanup — a run
@@ -68,4 +83,24 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         with contextlib.suppress(KeyboardInterrupt):
             while not finished.wait(0.1):
                 pass
+        raise
+
+
+async def on_greval_loop(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = None) -> T:
+    """Await, from any event loop, a coroutine that runs on greval's loop (the async twin of :func:`run_sync`).
+
+    The caller's loop stays free meanwhile, and greval's model clients keep to the one loop their connection
+    pools belong to. ``poll``: called on the caller's loop every :data:`POLL_S` until the coroutine ends.
+    Cancelling the caller cancels the coroutine."""
+    loop = _background_loop()
+    if asyncio.get_running_loop() is loop:
+        return await coro
+    future = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+    try:
+        while poll is not None and not future.done():
+            await asyncio.wait([future], timeout=POLL_S)
+            poll()
+        return await future
+    except asyncio.CancelledError:
+        future.cancel()  # reaches the task on greval's loop
         raise

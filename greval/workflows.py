@@ -28,7 +28,9 @@ from greval.llm.config import (
     resolve_judge,
 )
 from greval.paths import examples_dir
-from greval.runner import ProgressHook, RunOptions, RunSummary, arun, plan_work
+from greval.runner.driver import arun
+from greval.runner.options import ProgressHook, RunOptions, RunSummary
+from greval.runner.plan import plan_work
 from greval.spec import BaseSpec
 from greval.store.backend import RECONNECT_WAIT_S
 from greval.store.store import Store
@@ -126,6 +128,17 @@ class DatasetRun(BaseModel):
     summary: RunSummary
 
 
+def choose_judge(specs: Sequence[BaseSpec], judge: JudgeChoice, notify: Notify) -> tuple[str, JudgeConfig]:
+    """(the judge reference used, its config): the choice's, else the first spec's that names one, else the
+    default judge (said through ``notify``); its parameters fill in from that spec's judge block. Computed
+    metrics alone need no judge: none is resolved or required. What ``greval run`` and
+    :func:`greval.evaluate` judge with."""
+    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
+    needs_judge = any(s.needs_model for s in specs)
+    ref = judge.ref or defaults.model or (default_judge(notify) if needs_judge else "computed:greval")
+    return ref, resolve_judge(ref, **judge.with_defaults(defaults).params())
+
+
 def run_dataset(
     specs: Sequence[BaseSpec],
     data: str | Path,
@@ -162,12 +175,10 @@ def run_dataset(
     # A table, a tracing tool's export or a phoenix:// project (greval.traces); a missing file or an unknown format
     # fails here, before the store is opened.
     records = open_data(data, mapping, id_column, limit, limits)
-    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     needs_judge = any(s.needs_model for s in specs)
-    ref = judge.ref or defaults.model or (default_judge(notify) if needs_judge else "computed:greval")
+    ref, cfg = choose_judge(specs, judge, notify)
     auto = local_concurrency() if is_local_ref(ref) else 8
     opts = (options or RunOptions()).model_copy(update={"concurrency": concurrency or auto})
-    cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
     with Store(store, wait_s=store_wait) as st:
         plan = plan_work(specs, records, st, cfg, opts.retry_errors, opts.sample)
         for note in records.notes:  # nothing the user gave disappears without a word

@@ -43,7 +43,8 @@ from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.llm.call import ModelCall
 from greval.llm.config import JudgeConfig
-from greval.runner import RunOptions, arun
+from greval.runner.driver import arun
+from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
@@ -133,7 +134,8 @@ import json, sys, time
 from pathlib import Path
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
 from greval.store.store import Store
 base_url, path, n, k = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -211,8 +213,8 @@ LAYERS: dict[str, list[tuple[str, str]]] = {
     ],
     "progress": [("scripts/bench_run.py", "progress")],
     "run start/end": [
-        ("greval/runner.py", "plan_work"),
-        ("greval/runner.py", "_summarise"),
+        ("greval/runner/plan.py", "plan_work"),
+        ("greval/runner/driver.py", "_summarise"),
         ("greval/store/store.py", "link_snapshot"),
         ("greval/store/store.py", "finish_run"),
         ("greval/store/store.py", "start_run"),

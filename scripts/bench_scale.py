@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
-from greval.runner import GROUP_MAX, RunOptions, run
+from greval.runner.driver import run
+from greval.runner.judging import GROUP_MAX
+from greval.runner.options import RunOptions
 from greval.scale.ray_engine import connect, ray_module
 from greval.spec import resolve_specs
 from greval.store.store import Store, spec_keys

@@ -37,7 +37,8 @@ import httpx
 
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
-from greval.runner import RunOptions, arun
+from greval.runner.driver import arun
+from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer

@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from greval.dataset.records import Record  # noqa: E402
 from greval.llm.config import JudgeConfig  # noqa: E402
 from greval.llm.retry import RetryPolicy  # noqa: E402
-from greval.runner import RunOptions, run  # noqa: E402
+from greval.runner.driver import run  # noqa: E402
+from greval.runner.options import RunOptions  # noqa: E402
 from greval.spec import resolve_specs  # noqa: E402
 from greval.store.store import Store  # noqa: E402
 from greval.testing.openai_server import OpenAIServer  # noqa: E402

@@ -32,7 +32,7 @@ from greval.annotation.selection import Unit, select
 from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.llm.config import JudgeConfig
-from greval.runner import run
+from greval.runner.driver import run
 from greval.spec import CategoricalScale, Spec, parse_spec, resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
@@ -809,7 +809,7 @@ def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
     design; with part of round 2 unlabelled, status says so and corrects for it."""
     spec = parse_spec(SUPPORTED_SPEC)
     assert isinstance(spec, Spec)
-    from greval.runner import RunOptions
+    from greval.runner.options import RunOptions
 
     path = env.tmp / "review.sqlite"
     openai_server.configure(logprobs="on")  # confidence from one call: the judge's token log-probabilities

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from greval.annotation import server
 from greval.llm.config import JudgeConfig
-from greval.runner import run
+from greval.runner.driver import run
 from greval.spec import Spec, resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer

@@ -59,7 +59,8 @@ from greval.llm.retry import (
     describe_error,
     redact,
 )
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.spec import parse_spec, resolve_specs
 from greval.store.schema import error_kind
 from greval.store.store import Store

@@ -348,7 +348,7 @@ def _labelled_store(llm: OpenAIServer, work: Path) -> Path:
     from greval.annotation.labels_import import import_labels
     from greval.dataset.records import load_records
     from greval.llm.config import JudgeConfig
-    from greval.runner import run
+    from greval.runner.driver import run
     from greval.spec import load_spec_file
     from greval.store.store import Store
     from greval.workflows import write_workspace

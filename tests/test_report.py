@@ -28,7 +28,8 @@ from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
 from greval.report.agreement import render_html, render_markdown
 from greval.report.store_report import build, mean_ci
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer

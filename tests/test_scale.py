@@ -26,7 +26,8 @@ from click.testing import CliRunner
 from greval import load_results
 from greval.cli import main
 from greval.llm.retry import RetryPolicy
-from greval.runner import RunOptions, RunSummary, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions, RunSummary
 from greval.spec import resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
@@ -140,7 +141,7 @@ def test_ray_run_equals_one_process_and_pays_each_judgement_once(
 
 
 def test_split_plan_deals_every_pending_record_once(llm: OpenAIServer, store_ref: str) -> None:
-    from greval.runner import plan_work
+    from greval.runner.plan import plan_work
 
     specs = resolve_specs(SPECS)
     with Store(store_ref) as st:
@@ -263,8 +264,8 @@ def test_a_retried_shard_takes_over_its_previous_attempts_claims_at_once(
 ) -> None:
     """A retry may run on another host, where the dead attempt's pid cannot be checked: the claims of the attempt
     before are its own (one owner per shard), not a live stranger's to wait 10 minutes for."""
-    from greval.runner import plan_work
-    from greval.scale.ray_engine import coordinator, run_shard
+    from greval.runner.plan import plan_work
+    from greval.scale.ray_engine import Shard, coordinator, run_shard
     from greval.store.store import spec_keys
 
     specs = resolve_specs(["answer_alignment"])
@@ -283,7 +284,7 @@ def test_a_retried_shard_takes_over_its_previous_attempts_claims_at_once(
     done: list[Any] = []
     worker = threading.Thread(
         target=lambda: done.append(
-            run_shard(specs, plan, store_ref, judge, run_id, RunOptions(concurrency=2), 0, coordinator(cluster))
+            run_shard(Shard(specs, plan, store_ref, judge, run_id, RunOptions(concurrency=2), 0), coordinator(cluster))
         ),
         daemon=True,
     )

@@ -27,7 +27,8 @@ import uvicorn
 
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.serve import ServeSettings, create_app
 from greval.spec import resolve_specs
 from greval.store.store import Store

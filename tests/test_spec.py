@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import subprocess
@@ -369,3 +370,28 @@ def test_cli_schema_and_list(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["spec", "list"])
     assert res.exit_code == 0
     assert "answer_completeness" in res.output
+
+
+def test_specs_only_declare_they_import_no_judge_and_no_llm() -> None:
+    """Issue 30: which evaluator runs a kind is greval.judge.evaluators' table; greval/spec/ imports nothing from
+    greval.judge or greval.llm, not even for type hints (the verdict schema is greval.spec.verdict)."""
+    root = Path(__file__).resolve().parents[1] / "greval" / "spec"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.name}: {n}" for n in names if n.startswith(("greval.judge", "greval.llm"))]
+    assert found == []
+
+
+def test_greval_exports_the_type_load_spec_returns(tmp_path: Path) -> None:
+    """Issue 30: ``greval.load_spec`` returns a ``BaseSpec``, which ``greval.BaseSpec`` names (it raised
+    AttributeError)."""
+    import greval
+    from greval.spec import BaseSpec
+
+    path = tmp_path / "m.yaml"
+    path.write_text("kind: computed\nname: m\ndescription: d\nmetric: bleu\n", encoding="utf-8")
+    assert greval.BaseSpec is BaseSpec and isinstance(greval.load_spec(path), greval.BaseSpec)
+    assert "BaseSpec" in greval.__all__ and "BaseSpec" in dir(greval)

@@ -25,7 +25,8 @@ import pytest
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
 from greval.store.results import MetricFigures, figures, item_rows
 from greval.store.schema import SCHEMA_VERSION, error_kind

@@ -50,18 +50,40 @@ class Condition(BaseModel):
         return f"{self.metric} {self.op} {self.threshold:g}"
 
 
+class Check(BaseModel):
+    """One condition checked: its name (a JUnit test case's), whether it held, and its one-line reason."""
+
+    name: str
+    passed: bool
+    text: str
+
+
 class GateResult(BaseModel):
     """Whether every condition held, and a one-line reason per condition (failed ones first)."""
 
     passed: bool
     reasons: list[str]
+    checks: list[Check] = []
 
     @property
     def line(self) -> str:
         return f"gate {'passed' if self.passed else 'failed'}: " + "; ".join(self.reasons)
 
+    @classmethod
+    def of(cls, checks: Sequence[Check]) -> GateResult:
+        failed = [c for c in checks if not c.passed]
+        held = [c for c in checks if c.passed]
+        return cls(passed=not failed, reasons=[c.text for c in failed + held], checks=list(checks))
 
-def _side(e: Estimate, side: Side, what: str = "") -> tuple[float | None, str]:
+    @property
+    def lines(self) -> list[str]:
+        """What a terminal shows: one line when every condition held, else one line per failed condition."""
+        if self.passed:
+            return [self.line]
+        return [f"gate failed: {c.text}" for c in self.checks if not c.passed]
+
+
+def side_of(e: Estimate, side: Side, what: str = "") -> tuple[float | None, str]:
     """The value tested and how it is described (``what``: which figure it is, when that needs saying)."""
     parts = [what] if what else []
     x = e.value
@@ -71,6 +93,19 @@ def _side(e: Estimate, side: Side, what: str = "") -> tuple[float | None, str]:
     return x, f" ({'; '.join(parts)})" if parts else ""
 
 
+def check(label: str, e: Estimate, op: str, threshold: float, side: Side = "value", what: str = "") -> Check:
+    """Whether ``label``'s figure (its point value, or an end of its CI) holds ``op threshold``; an undefined
+    figure fails, saying why. The one test of every gate condition (agreement metrics, dataset scores)."""
+    x, how = side_of(e, side, what)
+    name = f"{label} {op} {threshold:g}"
+    if x is None or math.isnan(x):
+        text = f"{label}{how} is undefined ({e.note or 'no value'}), needs {op} {threshold:g}"
+        return Check(name=name, passed=False, text=text)
+    if _OPS[op](x, threshold):
+        return Check(name=name, passed=True, text=f"{label}{how} {x:.3f} {op} {threshold:g}")
+    return Check(name=name, passed=False, text=f"{label}{how} {x:.3f}, needs {op} {threshold:g}")
+
+
 def evaluate(
     report: AgreementReport, conditions: Sequence[Condition], side: Side = "value", vs_ceiling: float | None = None
 ) -> GateResult:
@@ -78,8 +113,7 @@ def evaluate(
     design-weighted one when the labelled items were not a random sample and the figure has one — and with
     ``vs_ceiling`` F that the judge agrees with people at least F times as well as people agree with each
     other (mean pairwise figure of the human ceiling). An undefined figure fails, saying why."""
-    failed: list[str] = []
-    held: list[str] = []
+    checks: list[Check] = []
     weighted = {report_name(d.name): d for d in report.design.estimates} if report.design else {}
     for c in conditions:
         if c.metric not in report.metrics and c.metric not in weighted:
@@ -88,30 +122,27 @@ def evaluate(
         if c.metric in weighted:  # a non-random sample: the figure weighted back to every judged item
             d = weighted[c.metric]
             e = Estimate(value=d.weighted, n=0, ci_low=d.ci_low, ci_high=d.ci_high, note=d.note)
-            x, how = _side(e, side, "design-weighted")
+            checks.append(check(c.metric, e, c.op, c.threshold, side, "design-weighted"))
         else:
-            e = report.metrics[c.metric]
-            x, how = _side(e, side, "unweighted, on a non-random sample" if report.design is not None else "")
-        if x is None or math.isnan(x):
-            failed.append(f"{c.metric}{how} is undefined ({e.note or 'no value'}), needs {c.op} {c.threshold:g}")
-        elif _OPS[c.op](x, c.threshold):
-            held.append(f"{c.metric}{how} {x:.3f} {c.op} {c.threshold:g}")
-        else:
-            failed.append(f"{c.metric}{how} {x:.3f}, needs {c.op} {c.threshold:g}")
+            what = "unweighted, on a non-random sample" if report.design is not None else ""
+            checks.append(check(c.metric, report.metrics[c.metric], c.op, c.threshold, side, what))
     if vs_ceiling is not None:
-        ok, text = _vs_ceiling(report, side, vs_ceiling)
-        (held if ok else failed).append(text)
-    return GateResult(passed=not failed, reasons=failed + held)
+        checks.append(_ceiling_check(report, side, vs_ceiling))
+    return GateResult.of(checks)
 
 
-def _vs_ceiling(report: AgreementReport, side: Side, factor: float) -> tuple[bool, str]:
+def _ceiling_check(report: AgreementReport, side: Side, factor: float) -> Check:
     """Whether the judge agrees with people at least `factor` times as well as people agree with each other
     (mean pairwise figures of the human ceiling), and the reason."""
+    name = f"judge-human >= {factor:g} x human-human"
     ce = report.ceiling
     if ce is None:
-        return False, f"no human ceiling (needs items labelled by 2 or more people) for {option('vs_ceiling')}"
-    judge, human = _side(ce.judge_pairwise_mean, side)[0], ce.human_pairwise_mean.value
+        text = f"no human ceiling (needs items labelled by 2 or more people) for {option('vs_ceiling')}"
+        return Check(name=name, passed=False, text=text)
+    judge, human = side_of(ce.judge_pairwise_mean, side)[0], ce.human_pairwise_mean.value
     if judge is None or human is None or math.isnan(judge) or math.isnan(human):
-        return False, f"the ceiling's {ce.metric} is undefined, needed for {option('vs_ceiling')}"
+        text = f"the ceiling's {ce.metric} is undefined, needed for {option('vs_ceiling')}"
+        return Check(name=name, passed=False, text=text)
     ok = judge >= factor * human
-    return ok, f"judge–human {ce.metric} {judge:.3f} {'≥' if ok else '<'} {factor:g} × human–human {human:.3f}"
+    text = f"judge–human {ce.metric} {judge:.3f} {'≥' if ok else '<'} {factor:g} × human–human {human:.3f}"
+    return Check(name=name, passed=ok, text=text)

@@ -19,7 +19,7 @@ from greval.align.store_judge import StoreJudge, StoreOptimizer, StoreRuns
 from greval.errors import UserError
 from greval.llm.config import JudgeChoice, JudgeConfig, Notify, local_concurrency, resolve_judge
 from greval.llm.retry import RetryPolicy
-from greval.runner import RunOptions
+from greval.runner.options import RunOptions
 from greval.store.store import Store
 
 

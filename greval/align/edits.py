@@ -19,7 +19,7 @@ _ANSWERS: dict[str, type[BaseModel]] = {}
 def _answer_model(spec: Spec) -> type[BaseModel]:
     """The verdict schema of the spec's shape (name, scale, outputs, target), checked once per shape: most
     candidates change words and examples, not the answer a judge gives."""
-    from greval.judge.verdict import check_judge, verdict_models
+    from greval.spec.verdict import check_judge, verdict_models
 
     shape = json.dumps(spec.model_dump(mode="json", include={"name", "scale", "outputs", "target"}), sort_keys=True)
     if shape not in _ANSWERS:
@@ -33,7 +33,7 @@ def _answer_model(spec: Spec) -> type[BaseModel]:
 def validated(data: Mapping[str, Any], source: str) -> Spec:
     """A spec from its data, checked as ``greval spec validate`` checks a file (its verdict schema and its
     few-shot examples against it); raises SpecError."""
-    from greval.judge.verdict import check_examples
+    from greval.spec.verdict import check_examples
 
     spec = parse_spec(dict(data), source)
     if not isinstance(spec, Spec):  # pragma: no cover - align edits judge specs only

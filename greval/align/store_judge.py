@@ -21,7 +21,8 @@ from greval.align.ports import Proposal, ReasonRequest, Reasons, RewriteRequest
 from greval.align.text import RECORD_CHARS
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
-from greval.runner import RunOptions, arun
+from greval.runner.driver import arun
+from greval.runner.options import RunOptions
 from greval.spec import BaseSpec, Spec
 from greval.store.store import Store, spec_keys
 from greval.types import JudgeResult
@@ -59,7 +60,7 @@ class TokenBound:
 @lru_cache(maxsize=512)
 def _system_chars(spec_json: str) -> int:
     from greval.judge.prompt import example_messages, system_prompt
-    from greval.judge.verdict import verdict_models
+    from greval.spec.verdict import verdict_models
 
     spec = Spec.model_validate_json(spec_json)
     answer, _ = verdict_models(spec)
@@ -77,7 +78,7 @@ def prompt_chars(spec: Spec, record: Record) -> int:
 
 
 class StoreRuns:
-    """Runs of one spec version (with its dependencies) over some records, through ``greval.runner.arun``."""
+    """Runs of one spec version (with its dependencies) over some records, through ``greval.runner.driver.arun``."""
 
     def __init__(
         self,

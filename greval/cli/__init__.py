@@ -65,7 +65,7 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "gate": Lazy(
         "greval.cli.gate:gate_cmd",
-        "Exit 0 if the judge's agreement with people meets every condition, 1 if not (one line says why).",
+        "Exit 0 if every condition on a metric holds, 1 if not (one line per failed condition).",
     ),
     "local-judge": Lazy(
         "greval.cli.local_judge:local_judge",

@@ -19,6 +19,7 @@ from rich.markup import escape
 from greval.cli.flags import for_terminal
 from greval.dataset.limits import ReadLimits, parse_size, size_text
 from greval.errors import UserError
+from greval.progress import TerminalProgress
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -338,51 +339,11 @@ def judge_args(judge: JudgeChoice, ref: str | None = None) -> list[str]:
     return args
 
 
-class ProgressBar:
-    """A rich progress bar with rate, ETA and error count, fed by the runner's hook; shown from the runner's
-    first report on, so that what comes before (the plan, a judge server starting) prints above it."""
+class ProgressBar(TerminalProgress):
+    """The run's progress bar on the command line's stderr console (greval.progress draws it)."""
 
     def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet or (not console.is_terminal and os.environ.get("GREVAL_PROGRESS") != "1")
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("[bold]judging"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TextColumn("[red]{task.fields[errors]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        )
-        self.task: Any = None
-
-    def __enter__(self) -> Callable[[int, int, int], None]:
-        return self.update
-
-    def update(self, done: int, total: int, errors: int) -> None:
-        if self.quiet:
-            return
-        if self.task is None:  # the first report: judging starts (after any judge server is up)
-            self.bar.start()
-            self.task = self.bar.add_task("judging", total=total, rate="", errors="")
-        elapsed = self.bar.tasks[0].elapsed or 0.0
-        rate = f"{done / elapsed:.1f}/s" if elapsed > 0 and done else ""
-        self.bar.update(self.task, completed=done, rate=rate, errors=f"{errors} errors" if errors else "")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.task is not None:
-            self.bar.stop()
+        super().__init__(console, quiet)
 
 
 def print_table(table: Table, to: Console | None = None) -> None:

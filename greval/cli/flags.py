@@ -31,6 +31,14 @@ FLAGS: dict[str, str] = {
     "max_columns": "--max-columns",
     "max_line_bytes": "--max-line-size",
     "max_decompressed_bytes": "--max-decompressed",
+    # greval gate (greval.gate.GateRequest)
+    "baseline": "--baseline",
+    "max_drop": "--max-drop",
+    "systems": "--system",
+    # greval.runner (RunOptions and its Sample)
+    "engine": "--engine",
+    "Sample.records": "--sample",
+    "Sample.items": "--sample-items",
 }
 
 

@@ -23,6 +23,7 @@ from greval.cli.common import (
     say_judge_build,
     store_option,
 )
+from greval.cli.flags import for_terminal
 from greval.store.backend import RECONNECT_WAIT_S, display
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ def run_cmd(
     """
     from greval.dataset.sample import Sample
     from greval.llm.retry import RetryPolicy
-    from greval.runner import RunOptions
+    from greval.runner.options import RunOptions
     from greval.spec import resolve_specs
     from greval.store.store import Store
     from greval.workflows import DataNote, RunEvent, run_dataset
@@ -277,7 +278,7 @@ def run_cmd(
     summary = done.summary
     print_summary(summary)
     for note in summary.notes:  # said once per run, not per verdict
-        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(for_terminal(note))}", highlight=False)
     if summary.empty_metrics:
         names = ", ".join(m.spec for m in summary.empty_metrics)
         console.print(f"[bold red]no verdict at all[/] for {names} (see the notes above)", highlight=False)

@@ -125,7 +125,7 @@ def serve_cmd(
     from greval.llm.config import default_judge, resolve_judge
     from greval.llm.local import serve_judge
     from greval.llm.retry import RetryPolicy
-    from greval.runner import RunOptions
+    from greval.runner.options import RunOptions
     from greval.serve.app import ServeSettings, check_binding
     from greval.serve.connections import protocol
     from greval.spec import bundled_specs, resolve_specs
@@ -197,7 +197,7 @@ def _access_log() -> None:
 
 def _app(config: dict[str, Any]) -> FastAPI:
     from greval.llm.config import JudgeConfig
-    from greval.runner import RunOptions
+    from greval.runner.options import RunOptions
     from greval.serve.app import ServeSettings, create_app
     from greval.spec import resolve_specs
 

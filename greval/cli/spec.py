@@ -96,8 +96,8 @@ def spec_show(ref: str) -> None:
     import yaml
 
     from greval.judge.prompt import system_prompt
-    from greval.judge.verdict import verdict_models
     from greval.spec import Spec, resolve_specs
+    from greval.spec.verdict import verdict_models
 
     for s in resolve_specs([ref], with_dependencies=False):
         if not isinstance(s, Spec):
@@ -113,8 +113,8 @@ def spec_show(ref: str) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 def spec_validate(files: Sequence[str]) -> None:
     """Validate spec files; print each spec's name and hash, or the first error as FILE: FIELD: PROBLEM."""
-    from greval.judge.verdict import check_judge
     from greval.spec import Spec, load_spec_file
+    from greval.spec.verdict import check_judge
 
     failed = False
     for f in files:

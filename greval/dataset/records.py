@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -332,22 +332,35 @@ def hashed_rows(
     limits: ReadLimits | None = None,
 ) -> Iterator[HashedRow]:
     """A dataset file's records as :class:`HashedRow` s, streamed in file order (one row in memory at a time
-    for JSON Lines; see :func:`load_records` for ``mapping`` and the rest; ``limits``: what reading the file
-    may cost, :class:`ReadLimits`' defaults when None).
-
-    Every row is mapped, normalised and hashed (a broken row is a DataError however far into the file it
-    is); a row repeating an earlier one exactly is skipped, and ``notes`` gets the line saying so once the
-    file is read to its end."""
+    for JSON Lines; see :func:`load_records` for ``mapping`` and the rest, :func:`map_rows` for what is done
+    to each row; ``limits``: what reading the file may cost, :class:`ReadLimits`' defaults when None)."""
     p = Path(path)
     if not p.exists():
         raise DataError(f"{path}: no such file")
     if p.is_dir():
         raise DataError(f"{path}: is a directory, not a data file")
+    yield from map_rows(iter_rows(p, limits), str(path), mapping, id_column, limit, notes)
+
+
+def map_rows(
+    rows: Iterable[Mapping[str, Any]],
+    where: str,
+    mapping: Mapping[str, str] | None = None,
+    id_column: str | None = None,
+    limit: int | None = None,
+    notes: list[str] | None = None,
+) -> Iterator[HashedRow]:
+    """Rows (of a file, a DataFrame, a list …; ``where`` names them in messages) mapped, normalised and
+    hashed, in order: the one path every dataset takes to the runner.
+
+    Every row is mapped, normalised and hashed (a broken row is a DataError however far in it is); a row
+    repeating an earlier one exactly is skipped, and ``notes`` gets the line saying so once the rows are read
+    to their end."""
     mapping = dict(mapping or {})
     taken = set(mapping.values())
     by_id: dict[str, str] = {}
     repeated: list[int] = []
-    for n, row in enumerate(iter_rows(p, limits)):
+    for n, row in enumerate(rows):
         if limit is not None and len(by_id) >= limit:
             break
         mapped = {k: v for k, v in row.items() if k not in taken}
@@ -355,26 +368,26 @@ def hashed_rows(
             value = _get(row, column)
             if value is None and n == 0 and column not in row:
                 raise DataError(
-                    f"{path}: column {column!r} (mapped to {field!r}) not found; columns: {', '.join(map(str, row))}"
+                    f"{where}: column {column!r} (mapped to {field!r}) not found; columns: {', '.join(map(str, row))}"
                 )
             mapped[field] = value
         if id_column and n == 0 and id_column not in mapped:
-            raise DataError(f"{path}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
-        rec = hash_row(mapped, id_column, where=f"{path}: record {n + 1}")
+            raise DataError(f"{where}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
+        rec = hash_row(mapped, id_column, where=f"{where}: record {n + 1}")
         known = by_id.get(rec.id)
         if known is not None:
             if known != rec.hash:
-                raise DataError(f"{path}: two different records have the id {rec.id!r}")
+                raise DataError(f"{where}: two different records have the id {rec.id!r}")
             repeated.append(n + 1)  # the same record twice: judged and listed once
             continue
         by_id[rec.id] = rec.hash
         yield rec
     if not by_id:
-        raise DataError(f"{path}: no records")
+        raise DataError(f"{where}: no records")
     if repeated and notes is not None:
         shown = ", ".join(map(str, repeated[:5])) + (f" … ({len(repeated)} in all)" if len(repeated) > 5 else "")
         notes.append(
-            f"{path}: {len(repeated)} row(s) repeat an earlier row exactly (same id and content), "
+            f"{where}: {len(repeated)} row(s) repeat an earlier row exactly (same id and content), "
             f"read once: rows {shown}"
         )
 

@@ -1,16 +1,19 @@
-"""One interface for every kind of metric, so the runner, the store and the reports treat them alike.
+"""One interface for every kind of metric, and the one place a spec's kind becomes its evaluator.
 
-A judge spec becomes a :class:`greval.judge.judge.Judge`; other kinds (computed, pipeline) build their own
-evaluator through ``spec.evaluator(...)``. Every evaluator answers ``ajudge(record, deps, only_items)`` with a
-:class:`greval.types.JudgeResult`: record-level verdicts have ``item_id == RECORD_ITEM``; item verdicts
-(chunks, triples, extracted statements) carry their own ids. :func:`compile` and :func:`compile_suite` make
-LangChain runnables of any of them.
+Specs only declare. :data:`EVALUATORS` maps each kind to what builds its evaluator from a spec, a chat model
+and the run's :class:`~greval.judge.options.CallOptions`: a judge spec becomes a
+:class:`greval.judge.judge.Judge`, a pipeline a :class:`greval.judge.pipeline.PipelineEvaluator`, a computed
+metric a :class:`greval.judge.computed.ComputedEvaluator`; a kind registered elsewhere
+(:func:`greval.spec.register_kind`) adds its evaluator with :func:`register_evaluator`. Every evaluator answers
+``ajudge(record, deps, only_items)`` with a :class:`greval.types.JudgeResult`: record-level verdicts have
+``item_id == RECORD_ITEM``; item verdicts (chunks, triples, extracted statements) carry their own ids.
+:func:`compile` and :func:`compile_suite` make LangChain runnables of any of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, TypedDict, Unpack
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
@@ -18,12 +21,26 @@ from pydantic import BaseModel
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
+from greval.judge.computed import ComputedEvaluator
 from greval.judge.judge import Judge
-from greval.judge.logprobs import LogprobRequest
-from greval.llm.limiter import AdaptiveLimiter
-from greval.llm.retry import RetryPolicy
+from greval.judge.options import CallOptions, Options
+from greval.judge.pipeline import PipelineEvaluator
+from greval.judge.schemas import input_model
 from greval.spec import BaseSpec, Spec, dependency_levels
-from greval.types import JudgeResult, Method
+from greval.spec.computed import ComputedSpec
+from greval.spec.pipeline import PipelineSpec
+from greval.types import JudgeResult
+
+__all__ = [
+    "EVALUATORS",
+    "Build",
+    "Evaluator",
+    "as_runnable",
+    "compile",
+    "compile_suite",
+    "make_evaluator",
+    "register_evaluator",
+]
 
 
 class Evaluator(Protocol):
@@ -37,32 +54,49 @@ class Evaluator(Protocol):
     ) -> JudgeResult: ...
 
 
-class Options(TypedDict, total=False):
-    """How an evaluator calls its model; every key may be left out (the defaults of :class:`Judge`)."""
-
-    method: Method | Literal["auto"]  # the structured-output method, or "auto": each in turn, falling back
-    samples: int  # independent answers per judgement, combined by majority
-    policy: RetryPolicy | None  # transport retries, parse re-asks, item re-ask rounds
-    limiter: AdaptiveLimiter | None  # shared concurrency limit that backs off on rate limits
-    direct: bool  # False: every call through LangChain's ainvoke (see greval.llm.call)
-    # token log-probabilities for each verdict's token_confidence (judge specs only; see greval.judge.judge)
-    logprobs: LogprobRequest | int | None
+#: What builds one kind's evaluator: (spec, chat model or None, how calls are made) -> evaluator.
+Build = Callable[[BaseSpec, BaseChatModel | None, CallOptions], Evaluator]
 
 
-def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, **options: Unpack[Options]) -> Evaluator:
-    """The evaluator for any registered spec kind (``logprobs`` reaches judge specs only: a pipeline's steps
-    and computed metrics have no single verdict token to read)."""
-    if isinstance(spec, Spec):
-        if model is None:
-            raise ValueError("a judge spec needs a chat model")
-        judge: Evaluator = Judge(spec, model, **options)
-        return judge
-    build = getattr(spec, "evaluator", None)
+def _judge(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -> Evaluator:
+    if not isinstance(spec, Spec):
+        raise TypeError(f"{spec.name}: kind 'judge' is built from a Spec, not {type(spec).__name__}")
+    if model is None:
+        raise ValueError("a judge spec needs a chat model")
+    return Judge(spec, model, calls)
+
+
+def _pipeline(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -> Evaluator:
+    if not isinstance(spec, PipelineSpec):
+        raise TypeError(f"{spec.name}: kind 'pipeline' is built from a PipelineSpec, not {type(spec).__name__}")
+    if model is None:
+        raise ValueError("a pipeline metric needs a chat model")
+    return PipelineEvaluator(spec, model, calls)
+
+
+def _computed(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -> Evaluator:
+    """No model, method, samples, limiter or transport option applies: computation is local."""
+    if not isinstance(spec, ComputedSpec):
+        raise TypeError(f"{spec.name}: kind 'computed' is built from a ComputedSpec, not {type(spec).__name__}")
+    return ComputedEvaluator(spec)
+
+
+#: Spec kind -> what builds its evaluator: the one dispatch (a spec never builds its own judge).
+EVALUATORS: dict[str, Build] = {"judge": _judge, "pipeline": _pipeline, "computed": _computed}
+
+
+def register_evaluator(kind: str, build: Build) -> None:
+    """Add the evaluator of a spec kind registered with :func:`greval.spec.register_kind`."""
+    EVALUATORS[kind] = build
+
+
+def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions | None = None) -> Evaluator:
+    """The evaluator for a spec of any registered kind, calling ``model`` as ``calls`` says (default: the
+    defaults of :class:`CallOptions`)."""
+    build = EVALUATORS.get(spec.kind)
     if build is None:
-        raise TypeError(f"spec kind {spec.kind!r} has no evaluator")
-    rest = {k: v for k, v in options.items() if k != "logprobs"}
-    evaluator: Evaluator = build(model=model, **rest)
-    return evaluator
+        raise TypeError(f"spec kind {spec.kind!r} has no evaluator (greval.judge.evaluators.register_evaluator)")
+    return build(spec, model, calls or CallOptions())
 
 
 def _unpack(inp: Any) -> tuple[Record | Mapping[str, Any], Mapping[str, JudgeResult] | None]:
@@ -103,28 +137,31 @@ def as_runnable(
 
 
 def compile(
-    spec: BaseSpec, model: BaseChatModel | None = None, **options: Unpack[Options]
+    spec: BaseSpec, model: BaseChatModel | None = None, calls: CallOptions | None = None, **options: Unpack[Options]
 ) -> Runnable[Any, JudgeResult]:
     """Compile a spec of any kind into a LangChain runnable: record in, checked :class:`JudgeResult` out.
 
     The input is a :class:`Record`, a mapping of record fields, or ``{"record": ..., "depends_on": {name:
-    JudgeResult}}``. Judge and pipeline specs need ``model``; computed ones do not. ``options``: see
-    :class:`Options` (``direct=False`` sends every model call through ``ainvoke`` even when no callback,
-    tracer or cache is attached: the verdicts are the same, the client CPU is higher). Its input schema is the
+    JudgeResult}}``. Judge and pipeline specs need ``model``; computed ones do not. ``calls`` (how the model is
+    called, :class:`CallOptions`) and the keyword ``options`` over it: ``direct=False`` sends every model call
+    through ``ainvoke`` even when no callback, tracer or cache is attached (the verdicts are the same, the
+    client CPU is higher). Its input schema is the
     spec's record model (:func:`greval.judge.schemas.input_model`: its declared inputs, chunks / triples
     shapes), so ``langserve.add_routes(app, compile(spec, model))`` serves a typed ``/input_schema``.
     """
-    from greval.judge.schemas import input_model
-
-    return as_runnable(make_evaluator(spec, model, **options), spec.name, input_model(spec))
+    return as_runnable(make_evaluator(spec, model, CallOptions.of(calls, **options)), spec.name, input_model(spec))
 
 
 def compile_suite(
-    specs: Sequence[BaseSpec], model: BaseChatModel | None = None, **options: Unpack[Options]
+    specs: Sequence[BaseSpec],
+    model: BaseChatModel | None = None,
+    calls: CallOptions | None = None,
+    **options: Unpack[Options],
 ) -> Runnable[Any, dict[str, JudgeResult]]:
     """Several specs of any kind as one runnable: independent metrics run concurrently (RunnableParallel),
-    and ``depends_on`` metrics run after the ones they read, receiving their verdicts (``options``: see
-    :class:`Options`)."""
+    and ``depends_on`` metrics run after the ones they read, receiving their verdicts (``calls`` and
+    ``options``: see :func:`compile`; one bundle for every metric)."""
+    shared = CallOptions.of(calls, **options)
 
     def start(rec: Any) -> dict[str, Any]:
         return {"record": rec, "results": {}}
@@ -133,7 +170,7 @@ def compile_suite(
     for level in dependency_levels(specs):
         branches: dict[str, Runnable[Any, Any]] = {}
         for s in level:
-            judge = make_evaluator(s, model, **options)
+            judge = make_evaluator(s, model, shared)
 
             async def run(st: dict[str, Any], j: Evaluator = judge) -> JudgeResult:
                 return await j.ajudge(st["record"], st["results"])

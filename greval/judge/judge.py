@@ -1,7 +1,7 @@
 """The LLM judge: one spec bound to one chat model, called with retries, fallbacks and re-asks.
 
 The prompt comes from :mod:`greval.judge.prompt`, the answer is checked by :mod:`greval.judge.parse` against
-the verdict models of :mod:`greval.judge.verdict` (the reason before the verdict, so the model reasons first).
+the verdict models of :mod:`greval.spec.verdict` (the reason before the verdict, so the model reasons first).
 A "many" spec judges all chunks / triples of a record in one call and must return one verdict per item id:
 whatever is missing or invalid is asked again, never dropped. Structured output uses JSON schema, else tool
 calling, else JSON mode with the schema in the prompt, falling back automatically when a server rejects a
@@ -22,15 +22,17 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_openai.chat_models.base import BaseChatOpenAI
 
 from greval.dataset.records import Record
-from greval.judge.logprobs import LogprobRequest, token_confidences
+from greval.judge.logprobs import token_confidences
+from greval.judge.options import CallOptions, Options
 from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import (
     Answer,
@@ -42,17 +44,14 @@ from greval.judge.parse import (
     validate_record,
 )
 from greval.judge.prompt import example_messages, render_inputs, system_prompt
-from greval.judge.verdict import check_examples, outputs_model, verdict_models
 from greval.llm.call import ModelCall
 from greval.llm.config import register_model_secrets
-from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import (
     CUT_OFF_HINT,
     CallFailed,
     CutOff,
     Filtered,
     JudgeUnavailable,
-    RetryPolicy,
     UnsupportedMethod,
     call_with_retries,
     describe_error,
@@ -60,6 +59,7 @@ from greval.llm.retry import (
     redact,
 )
 from greval.spec import CategoricalScale, Spec
+from greval.spec.verdict import check_examples, outputs_model, verdict_models
 from greval.types import RECORD_ITEM, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
@@ -80,28 +80,22 @@ class Judge:
     """One spec bound to one chat model. Shared by every call of a run (one HTTP client, one limiter)."""
 
     def __init__(
-        self,
-        spec: Spec,
-        model: BaseChatModel,
-        *,
-        method: Method | Literal["auto"] = "auto",
-        samples: int = 1,
-        policy: RetryPolicy | None = None,
-        limiter: AdaptiveLimiter | None = None,
-        direct: bool = True,
-        logprobs: LogprobRequest | int | None = None,
+        self, spec: Spec, model: BaseChatModel, calls: CallOptions | None = None, **options: Unpack[Options]
     ) -> None:
+        """``calls``: how the model is called (a run's one bundle); ``options``: the same settings as keywords,
+        over ``calls`` (:meth:`CallOptions.of`)."""
+        self.calls = calls = CallOptions.of(calls, **options)
         self.spec = spec
         self.spec_hash = spec.hash  # the version the verdict models below are built from
-        self.direct = direct
+        self.direct = calls.direct
         self.model = model
-        self.samples = samples
-        self.policy = policy or RetryPolicy()
-        self.limiter = limiter
+        self.samples = calls.samples
+        self.policy = calls.policy
+        self.limiter = calls.limiter
         self.answer_model, self.item_model = verdict_models(spec)
         self.schema = self.answer_model.model_json_schema()
         self._outputs_model = outputs_model(spec, self.answer_model)
-        self.methods: list[Method] = list(METHODS) if method == "auto" else [method]
+        self.methods: list[Method] = list(METHODS) if calls.method == "auto" else [calls.method]
         self._method_index = 0
         self._bound: dict[str, Runnable[Any, Any]] = {}
         self._callers: dict[str, ModelCall] = {}
@@ -111,7 +105,7 @@ class Judge:
         # Not an asyncio.Lock: one judge serves any event loop (a sync call runs in greval's background loop,
         # an ``await`` in the caller's), and nothing is awaited while it is held.
         self._lock = threading.Lock()
-        self.logprobs = LogprobRequest(logprobs) if isinstance(logprobs, int) else logprobs
+        self.logprobs = calls.logprobs
         if self.logprobs is not None and not _openai_compatible(model):
             self.logprobs.refuse(f"{type(model).__name__} is not an OpenAI-compatible chat model")
         register_model_secrets(model)
@@ -371,16 +365,8 @@ class Judge:
 
 def _openai_compatible(model: BaseChatModel) -> bool:
     """Whether the model speaks OpenAI's chat completions (so takes ``logprobs`` / ``top_logprobs``)."""
-    try:
-        from langchain_openai.chat_models.base import BaseChatOpenAI
-    except ImportError:  # pragma: no cover - langchain-openai is a dependency
-        return False
     return isinstance(model, BaseChatOpenAI)
 
 
 def _is_openai(model: BaseChatModel) -> bool:
-    try:
-        from langchain_openai.chat_models.base import BaseChatOpenAI
-    except ImportError:  # pragma: no cover - langchain-openai is a dependency
-        return False
     return isinstance(model, BaseChatOpenAI) and not model.extra_body

@@ -14,9 +14,9 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from pydantic import BaseModel, ValidationError
 
-from greval.judge.verdict import first_error
 from greval.llm.retry import JudgeError
 from greval.spec import CategoricalScale, Spec
+from greval.spec.verdict import first_error
 from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict
 
 Answer = dict[str, Any]

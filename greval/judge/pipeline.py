@@ -26,6 +26,7 @@ behind a score.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -40,6 +41,7 @@ from pydantic import (
 
 from greval.dataset.records import CONVERSATION, Record
 from greval.judge.judge import Judge
+from greval.judge.options import CallOptions
 from greval.judge.outcome import Failed, begin, error_verdicts, failure_of
 from greval.judge.parse import Answer, validate_one
 from greval.judge.prompt import (
@@ -51,9 +53,6 @@ from greval.judge.prompt import (
     schema_note,
     title,
 )
-from greval.judge.verdict import verdict_fields
-from greval.llm.limiter import AdaptiveLimiter
-from greval.llm.retry import RetryPolicy
 from greval.spec import ITEM_FIELDS, CategoricalScale, EachTarget, InputSpec, Label, Spec
 from greval.spec.pipeline import (
     CountsAggregate,
@@ -64,6 +63,7 @@ from greval.spec.pipeline import (
     ScoreMeanAggregate,
     VerifyStep,
 )
+from greval.spec.verdict import verdict_fields
 from greval.types import RECORD_ITEM, UNITS, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method, not_applicable
 
 
@@ -123,8 +123,8 @@ def _step_spec(spec: PipelineSpec, name: str, each: Literal["chunks", "triples"]
 class _Extractor(Judge):
     """An extract step: Judge's calling machinery (retries, fallbacks, parse re-asks) with a list answer."""
 
-    def __init__(self, spec: PipelineSpec, step: ExtractStep, model: BaseChatModel, **kw: Any) -> None:
-        super().__init__(_step_spec(spec, step.name, "chunks", None), model, **kw)
+    def __init__(self, spec: PipelineSpec, step: ExtractStep, model: BaseChatModel, calls: CallOptions) -> None:
+        super().__init__(_step_spec(spec, step.name, "chunks", None), model, calls)
         self.pipeline = spec
         self.step = step
         model_name = "".join(w.capitalize() for w in f"{spec.name}_{step.name}".split("_"))
@@ -180,9 +180,9 @@ class _Extractor(Judge):
 class _Verifier(Judge):
     """A verify step: a generated many-judge over the items, with its own prompt wording."""
 
-    def __init__(self, spec: PipelineSpec, step: VerifyStep, model: BaseChatModel, **kw: Any) -> None:
+    def __init__(self, spec: PipelineSpec, step: VerifyStep, model: BaseChatModel, calls: CallOptions) -> None:
         self.item_field: Literal["chunks", "triples"] = "triples" if step.each == "triples" else "chunks"
-        super().__init__(_step_spec(spec, step.key, self.item_field, step), model, **kw)
+        super().__init__(_step_spec(spec, step.key, self.item_field, step), model, calls)
         self.pipeline = spec
         self.step = step
         if step.each in ITEM_FIELDS:
@@ -254,25 +254,16 @@ _Key = tuple[str, int | None]  # (step name, variant index or None when the step
 class PipelineEvaluator:
     """Runs a pipeline spec on a record: extract steps concurrently, then verify steps, then the formula."""
 
-    def __init__(
-        self,
-        spec: PipelineSpec,
-        model: BaseChatModel,
-        *,
-        method: Method | Literal["auto"] = "auto",
-        samples: int = 1,
-        policy: RetryPolicy | None = None,
-        limiter: AdaptiveLimiter | None = None,
-        direct: bool = True,
-    ) -> None:
+    def __init__(self, spec: PipelineSpec, model: BaseChatModel, calls: CallOptions | None = None) -> None:
+        """``calls``: how the steps call the model (no log-probabilities: a step's answer has no one verdict
+        token; an extraction is asked once, whatever ``samples`` says)."""
         self.spec = spec
-        common: dict[str, Any] = {"method": method, "policy": policy, "limiter": limiter, "direct": direct}
+        verify = (calls or CallOptions()).without_logprobs()
+        extract = dataclasses.replace(verify, samples=1)
         self.extractors = {
-            s.name: _Extractor(spec, s, model, **common) for s in spec.steps if isinstance(s, ExtractStep)
+            s.name: _Extractor(spec, s, model, extract) for s in spec.steps if isinstance(s, ExtractStep)
         }
-        self.verifiers = {
-            s.key: _Verifier(spec, s, model, samples=samples, **common) for s in spec.steps if isinstance(s, VerifyStep)
-        }
+        self.verifiers = {s.key: _Verifier(spec, s, model, verify) for s in spec.steps if isinstance(s, VerifyStep)}
 
     def _variants(self, data: Mapping[str, Any]) -> list[Any]:
         field = self.spec.aggregate.max_over

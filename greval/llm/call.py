@@ -30,6 +30,7 @@ loop down. A model given its own ``http_async_client`` (or a proxy) keeps using 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,21 +39,20 @@ from typing import Any, cast
 import openai
 import pydantic
 from langchain_core.callbacks import AsyncCallbackManager
+from langchain_core.globals import get_llm_cache
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableBinding
 from langchain_core.runnables.config import ensure_config
+from langchain_openai.chat_models import base as lc_openai
 from openai._models import construct_type
+from openai.resources.chat.completions import AsyncCompletions
 from openai.types.chat import ChatCompletion
 
 __all__ = ["ModelCall", "direct_reason"]
 
 
 def _openai_parts() -> tuple[type[Any], Callable[..., Any] | None, Callable[..., Any] | None] | None:
-    try:
-        from langchain_openai.chat_models import base as lc_openai
-    except ImportError:  # pragma: no cover - langchain-openai is a dependency
-        return None
     return (
         lc_openai.BaseChatOpenAI,
         getattr(lc_openai, "_handle_openai_bad_request", None),
@@ -81,11 +81,8 @@ def direct_reason(model: BaseChatModel) -> str | None:
         return f"output_version={model.output_version!r}"
     if model.cache not in (None, False):
         return "the model has a cache"
-    if model.cache is None:
-        from langchain_core.globals import get_llm_cache
-
-        if get_llm_cache() is not None:
-            return "a global LLM cache is set"
+    if model.cache is None and get_llm_cache() is not None:
+        return "a global LLM cache is set"
     return None
 
 
@@ -292,10 +289,6 @@ _REQUEST_OPTIONS = {
 
 
 def _create_params() -> frozenset[str]:
-    import inspect
-
-    from openai.resources.chat.completions import AsyncCompletions
-
     return frozenset(inspect.signature(AsyncCompletions.create).parameters) - {"self"}
 
 

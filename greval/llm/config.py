@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from greval.errors import UserError
+from greval.llm.gguf import LocalJudgeError, model_identity, resolve_local_model
 from greval.llm.retry import redact, register_secret
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ DEFAULT_TIMEOUT = 120.0
 #: ``list.append``; the command line passes its console's ``print``).
 Notify = Callable[[str], object]
 
-#: Providers of the embedded llama.cpp judge (greval.llm.local): served by greval itself.
+#: Providers of the embedded llama.cpp judge (greval.llm.local): served by greval itself, identified by the
+#: model file's content (greval.llm.gguf).
 LOCAL_PROVIDERS = ("gguf", "local")
 
 
@@ -77,8 +79,6 @@ class JudgeConfig(BaseModel):
 
     def with_local_identity(self) -> JudgeConfig:
         """A local judge identified by its model file's content (not its path or port)."""
-        from greval.llm.local import LocalJudgeError, model_identity, resolve_local_model
-
         try:
             path = resolve_local_model("local" if self.provider == "local" else f"gguf:{self.model}")
             return self.model_copy(update={"identity_override": model_identity(path)})

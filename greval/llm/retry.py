@@ -21,6 +21,7 @@ grows it back per round of successes (see its docstring).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import random
 import re
 import threading
@@ -179,9 +180,7 @@ def _retry_after(exc: BaseException) -> float | None:
             when = parsedate_to_datetime(raw)
         except (TypeError, ValueError):
             return None
-        import datetime as _dt
-
-        return max(0.0, (when - _dt.datetime.now(when.tzinfo)).total_seconds())
+        return max(0.0, (when - datetime.datetime.now(when.tzinfo)).total_seconds())
 
 
 # Structured error codes (OpenAI, Azure OpenAI, llama.cpp, LiteLLM …).

@@ -320,7 +320,8 @@ async def _judged(
     """Run (or reuse from the store) and read back the target spec's verdicts, by record id; ``notes``
     receives what the run summary says about failed judgements."""
     from greval.judge.outcome import config_for
-    from greval.runner import RunOptions, arun
+    from greval.runner.driver import arun
+    from greval.runner.options import RunOptions
     from greval.store.results import metric_notes
     from greval.store.store import spec_keys
 

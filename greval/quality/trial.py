@@ -150,7 +150,7 @@ def try_spec(
     from greval.agreement import AgreementOptions, compute_agreement
     from greval.dataset.records import load_records
     from greval.judge.outcome import config_for
-    from greval.runner import arun
+    from greval.runner.driver import arun
     from greval.store.store import Store, spec_keys
 
     loaded = load_records(data_file, mapping, id_column, limit, limits=limits)

@@ -272,7 +272,10 @@ def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamp
     """A metric's dataset score (:func:`greval.store.results.dataset_score`, the figure every command shows)
     with a percentile bootstrap CI over records. Micro: records are resampled with their units, and each
     resample's score is Σ score·units / Σ units (a ratio estimator; the record is the sampling unit, since a
-    record's items are judged together). Macro: :func:`mean_ci` of the record scores."""
+    record's items are judged together). Macro: :func:`mean_ci` of the record scores. The rows are taken in
+    record-id order, so the CI does not depend on the order the store returns them in (verdicts written
+    concurrently are stored in the order they finished)."""
+    rows = sorted(rows, key=lambda r: (str(r.get("record_id", "")), str(r.get("record_hash", ""))))
     score, _, n, units = dataset_score(rows, pooling)
     scored = _scored(rows)
     if pooling != "micro" or all(r["units"] == 1 for r in scored):

@@ -1,10 +1,11 @@
 """``greval run --engine ray``: the pending records of one run, split into shards judged by Ray tasks.
 
-The driver (:func:`greval.runner.arun`) plans the run and records it once (one run id, one snapshot, one
-summary). :func:`judge_on_ray` splits the plan's records into shards; each Ray task (:func:`run_shard`) opens
-the store by its reference (a SQLite path or a ``postgresql://`` URL, passed through as it is), builds its
-own chat model from the judge's config, and judges its shard with the runner's own code
-(:func:`greval.runner.judge_plan`) at the global concurrency divided by the shards. Nothing here judges.
+The driver (:func:`greval.runner.driver.arun`) plans the run and records it once (one run id, one snapshot,
+one summary), and hands the run's :class:`~greval.runner.job.RunJob` to :func:`judge_on_ray`, which splits the
+plan's records into shards; each Ray task (:func:`run_shard`) is sent its :class:`Shard` (the job's parts, the
+store by its reference: a SQLite path or a ``postgresql://`` URL, passed through as it is), opens the store,
+builds its own chat model from the judge's config, and judges its shard with the runner's own code
+(:func:`greval.runner.judging.judge_plan`) at the global concurrency divided by the shards. Nothing here judges.
 
 What holds a distributed run together is the store: verdicts are keyed by content and written idempotently,
 and each model judgement is claimed before its call (``Store.claim_many``). A worker killed mid-run loses only
@@ -26,30 +27,21 @@ import os
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
 from greval.errors import UserError, first_line
-from greval.judge.logprobs import LogprobRequest
-from greval.judge.outcome import config_for
+from greval.llm.config import JudgeConfig
 from greval.llm.limiter import AdaptiveLimiter
-from greval.runner import (
-    EngineTotals,
-    MetricSummary,
-    Plan,
-    ProgressHook,
-    RunOptions,
-    judge_plan,
-    new_summaries,
-    work_of,
-)
-from greval.spec import BaseSpec, order_specs
-from greval.store.store import Store, spec_keys
-
-if TYPE_CHECKING:
-    from greval.llm.config import JudgeConfig
+from greval.runner.job import RunJob
+from greval.runner.judging import judge_plan
+from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions
+from greval.runner.plan import Plan, work_of
+from greval.spec import BaseSpec
+from greval.store.store import Store
 
 #: Times Ray runs a shard's task again when its worker process died (killed, out of memory, node lost).
 MAX_RETRIES = 3
@@ -257,36 +249,30 @@ def split_plan(plan: Plan, specs: Sequence[BaseSpec], shards: int) -> list[Plan]
     return out
 
 
-def run_shard(
-    specs: Sequence[BaseSpec],
-    plan: Plan,
-    store_ref: str,
-    cfg: JudgeConfig,
-    run_id: str,
-    opts: RunOptions,
-    shard: int,
-    coord: Any,
-) -> ShardReport:
+@dataclass(frozen=True)
+class Shard:
+    """What one Ray task is sent: its part of the run's job, with the store by its reference (a connection does
+    not travel), and its place among the shards."""
+
+    specs: Sequence[BaseSpec]
+    plan: Plan
+    store_ref: str
+    cfg: JudgeConfig
+    run_id: str
+    options: RunOptions
+    index: int
+
+
+def run_shard(shard: Shard, coord: Any) -> ShardReport:
     """One Ray task: judge a shard of a run with the runner's own code, in this worker process."""
-    coord.started.remote(run_id, shard, os.getpid())
-    return run_sync(_judge_shard(specs, plan, store_ref, cfg, run_id, opts, shard, coord))
+    coord.started.remote(shard.run_id, shard.index, os.getpid())
+    return run_sync(_judge_shard(shard, coord))
 
 
-async def _judge_shard(
-    specs: Sequence[BaseSpec],
-    plan: Plan,
-    store_ref: str,
-    cfg: JudgeConfig,
-    run_id: str,
-    opts: RunOptions,
-    shard: int,
-    coord: Any,
-) -> ShardReport:
-    specs = order_specs(specs)
-    keys = spec_keys(specs)
-    summaries = new_summaries(specs, keys, {s.name: config_for(s, cfg) for s in specs})
-    limiter = SharedLimiter(opts.concurrency, adaptive=opts.adaptive, signal=coord, run=run_id, shard=shard)
-    logprobs = None if opts.logprobs is None else LogprobRequest(opts.logprobs)
+async def _judge_shard(shard: Shard, coord: Any) -> ShardReport:
+    run_id, opts = shard.run_id, shard.options
+    limiter = SharedLimiter(opts.concurrency, adaptive=opts.adaptive, signal=coord, run=run_id, shard=shard.index)
+    calls = opts.call_options(shard.cfg.samples, limiter)
     last = -float("inf")
 
     def report(done: int, total: int, errors: int) -> None:
@@ -294,56 +280,86 @@ async def _judge_shard(
         now = time.monotonic()
         if done >= total or now - last >= POLL_S:
             last = now
-            coord.report.remote(run_id, shard, done, errors)  # one caller's actor calls run in order
+            coord.report.remote(run_id, shard.index, done, errors)  # one caller's actor calls run in order
 
     watch = asyncio.ensure_future(limiter.watch())
     try:
-        with Store(store_ref) as store:
+        with Store(shard.store_ref) as store:
             # Every attempt at this shard holds its claims as one owner: a retry (its worker died, maybe on
             # another host, where the dead pid cannot be checked) takes over the claims of the attempt before
             # at once instead of waiting out their lease.
-            store.owner = f"{run_id}/{shard}"
-            await judge_plan(specs, plan, store, cfg, run_id, summaries, None, opts, limiter, report, logprobs)
+            store.owner = f"{run_id}/{shard.index}"
+            job = RunJob(shard.specs, shard.cfg, store, shard.plan, opts, run_id=run_id)
+            await judge_plan(job, calls, report)
     finally:
         watch.cancel()
+    totals = EngineTotals.of(calls)
     return ShardReport(
-        shard=shard,
+        shard=shard.index,
         pid=os.getpid(),
-        metrics=list(summaries.values()),
-        peak=limiter.peak,
-        rate_limited=limiter.rate_limited,
+        metrics=list(job.summaries.values()),
+        peak=totals.peak,
+        rate_limited=totals.rate_limited,
         followed_cuts=limiter.followed,
-        notes=logprobs.notes() if logprobs is not None else [],
+        notes=totals.notes,
     )
 
 
-async def judge_on_ray(
-    specs: Sequence[BaseSpec],
-    plan: Plan,
-    store_ref: str,
-    cfg: JudgeConfig,
-    run_id: str,
-    summaries: dict[str, MetricSummary],
-    opts: RunOptions,
-    progress: ProgressHook | None,
-) -> EngineTotals:
-    """The driver's side: shard the plan, run the shards as Ray tasks, show their progress as one, and add
-    their activity into ``summaries``. A shard that fails (after Ray's retries) cancels the others and raises
-    (the original error when the task raised one)."""
+async def judge_on_ray(job: RunJob, progress: ProgressHook | None) -> EngineTotals:
+    """The driver's side: shard the job's plan, run the shards as Ray tasks, show their progress as one, and add
+    their activity into ``job.summaries``. A shard that fails (after Ray's retries) cancels the others and
+    raises (the original error when the task raised one)."""
     ray = ray_module()
-    specs = order_specs(specs)
+    run_id = job.run_id
+    assert run_id is not None  # a run's job: recorded before it is judged
+    refs, total = _launch(ray, job, run_id)
+    if progress:
+        progress(0, total, 0)
+    reports, failure, errors = await _collect(ray, refs, run_id, total, progress)
+    for rep in reports:
+        for m in rep.metrics:
+            mine = job.summaries[m.spec]
+            mine.judged += m.judged
+            mine.reused += m.reused
+            mine.tokens_in += m.tokens_in
+            mine.tokens_out += m.tokens_out
+            mine.calls += m.calls
+    if failure is not None:
+        raise failure
+    if progress:
+        progress(total, total, errors)
+    notes = list(dict.fromkeys(n for rep in reports for n in rep.notes))
+    followed = sum(rep.followed_cuts for rep in reports)
+    if followed:
+        notes.append(f"{followed} concurrency cut(s) made because another worker was rate limited")
+    return EngineTotals(
+        peak=sum(rep.peak for rep in reports), rate_limited=sum(rep.rate_limited for rep in reports), notes=notes
+    )
+
+
+def _launch(ray: Any, job: RunJob, run_id: str) -> tuple[list[Any], int]:
+    """The shards started as Ray tasks, each at the global concurrency divided by the shards, and the judgements
+    they hold between them; the records with nothing pending are in no shard, and count as reused."""
+    specs, plan, opts = job.specs, job.plan, job.options
     cpus = int(ray.cluster_resources().get("CPU", 1))
     parts = split_plan(plan, specs, opts.shards or max(1, cpus))
     per = opts.model_copy(update={"concurrency": max(1, opts.concurrency // len(parts))})
     total = sum(1 for s in specs for p in plan.pending[s.name] if p is not None)
-    for s in specs:  # records with nothing pending are in no shard
-        summaries[s.name].reused += plan.records - len(plan.unique)
+    for s in specs:
+        job.summaries[s.name].reused += plan.records - len(plan.unique)
     coord = coordinator(ray)
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_shard)
-    refs = [task.remote(specs, part, store_ref, cfg, run_id, per, k, coord) for k, part in enumerate(parts)]
+    shards = [Shard(specs, part, job.store.ref, job.cfg, run_id, per, k) for k, part in enumerate(parts)]
+    return [task.remote(shard, coord) for shard in shards], total
+
+
+async def _collect(
+    ray: Any, refs: list[Any], run_id: str, total: int, progress: ProgressHook | None
+) -> tuple[list[ShardReport], BaseException | None, int]:
+    """Every shard's report as it ends, and the run's progress meanwhile: (the reports, the first failure — the
+    shards still running are cancelled then —, the errors last shown). An interrupt cancels them all."""
+    coord = coordinator(ray)
     shard_of = {ref: k for k, ref in enumerate(refs)}
-    if progress:
-        progress(0, total, 0)
     reports: list[ShardReport] = []
     failure: BaseException | None = None
     waiting = list(refs)
@@ -371,25 +387,7 @@ async def judge_on_ray(
     if failure is not None:
         for ref in waiting:
             ray.cancel(ref)
-    for rep in reports:
-        for m in rep.metrics:
-            mine = summaries[m.spec]
-            mine.judged += m.judged
-            mine.reused += m.reused
-            mine.tokens_in += m.tokens_in
-            mine.tokens_out += m.tokens_out
-            mine.calls += m.calls
-    if failure is not None:
-        raise failure
-    if progress:
-        progress(total, total, shown[1])
-    notes = list(dict.fromkeys(n for rep in reports for n in rep.notes))
-    followed = sum(rep.followed_cuts for rep in reports)
-    if followed:
-        notes.append(f"{followed} concurrency cut(s) made because another worker was rate limited")
-    return EngineTotals(
-        peak=sum(rep.peak for rep in reports), rate_limited=sum(rep.rate_limited for rep in reports), notes=notes
-    )
+    return reports, failure, shown[1]
 
 
 def _task_error(ray: Any, exc: Exception, shard: int) -> BaseException:

@@ -35,7 +35,7 @@ from greval.errors import DataError, UserError
 from greval.judge.schemas import input_model, record_fields
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, redact
-from greval.runner import RunOptions
+from greval.runner.options import RunOptions
 from greval.serve.metrics import Metrics
 from greval.serve.service import JudgeService, ServedVerdict
 from greval.spec import BaseSpec, Spec
@@ -537,7 +537,7 @@ def create_app(
         s = service.by_name[name]
         answer: dict[str, Any] | None = None
         if isinstance(s, Spec):
-            from greval.judge.verdict import verdict_models
+            from greval.spec.verdict import verdict_models
 
             answer = verdict_models(s)[0].model_json_schema()
         return {

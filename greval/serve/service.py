@@ -1,11 +1,12 @@
 """The judging behind every route of ``greval serve``: the store first, the model only for what it lacks, one
 call for a judgement however many requests ask for it at once.
 
-A request's records are asked of the store the way a run asks (:func:`greval.runner.plan_work`: one query per
+A request's records are asked of the store the way a run asks (:func:`greval.runner.plan.plan_work`: one query per
 spec for the whole request); what is stored is read back (:meth:`Store.result`) with no model call and no run
 recorded, so a warm request costs a few SQLite reads. What is missing is judged by the evaluator ``greval run``
-builds (:func:`greval.judge.evaluators.make_evaluator`, same options, one shared adaptive limiter) through the
-run's own sequence (:func:`greval.runner.settle`: the store's claim, a second look, the call, the write), and
+builds (:func:`greval.judge.evaluators.make_evaluator`, the same :class:`~greval.judge.options.CallOptions`, one
+shared adaptive limiter) through the run's own sequence (:func:`greval.runner.judging.settle`, with the
+request as its :class:`~greval.runner.job.RunJob`: the store's claim, a second look, the call, the write), and
 committed at once by :meth:`Store.put_result`: the rows are the rows a run writes (without a run id: a served
 verdict belongs to no run). Concurrent requests for the same (spec key, judge key, record content) share one
 in-flight future, so fifty identical requests make one call.
@@ -14,6 +15,7 @@ in-flight future, so fifty identical requests make one call.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,18 +23,21 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from greval.dataset.records import Record
+from greval.judge.evaluators import Evaluator, make_evaluator
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.llm.limiter import AdaptiveLimiter
-from greval.runner import RunOptions, plan_work, settle, unique_contents
+from greval.llm.retry import redact
+from greval.runner.job import RunJob
+from greval.runner.judging import settle
+from greval.runner.options import RunOptions
+from greval.runner.plan import plan_work, unique_contents
 from greval.spec import BaseSpec, dependency_levels, order_specs, with_dependencies
 from greval.store.store import Store, spec_keys
 from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
-
-    from greval.judge.evaluators import Evaluator
 
 
 class ServedVerdict(BaseModel):
@@ -96,6 +101,11 @@ class JudgeService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stray_claims = False
         self.limiter = AdaptiveLimiter(self.options.concurrency, adaptive=self.options.adaptive)
+        # The options a run would call the model with, without log-probabilities (a served verdict belongs to
+        # no run that could say its notes).
+        self.calls = dataclasses.replace(self.options.call_options(cfg.samples, self.limiter), logprobs=None)
+        # A served request judges what the store lacks; stored errors are answered as they are, nothing sampled.
+        self._job_options = self.options.model_copy(update={"retry_errors": False, "sample": None})
         self.stats = ServiceStats()
 
     # ------------------------------------------------------------------------------- lifecycle
@@ -110,8 +120,6 @@ class JudgeService:
         """Build the chat model and every evaluator now (importing the judge stack takes about a second), so
         the first request does not pay for it. Returns why it could not (e.g. no API key: requests needing the
         model then answer 503, cached ones still work), else None."""
-        from greval.llm.retry import redact
-
         try:
             for s in self.specs:
                 self._evaluator(s)
@@ -146,6 +154,7 @@ class JudgeService:
         levels = dependency_levels(specs)
         unique = unique_contents(list(records))
         plan = plan_work(specs, unique, store, self.cfg)
+        job = RunJob(specs, self.cfg, store, plan, self._job_options)
         pending: dict[str, dict[str, list[str] | None]] = {s.name: {} for s in specs}
         for i, rec in enumerate(plan.unique):
             for s in specs:
@@ -163,7 +172,7 @@ class JudgeService:
             results: dict[str, tuple[JudgeResult, bool, int]] = {}
             for level in levels:
                 done = await asyncio.gather(
-                    *(self._judge_one(s, rec, pending[s.name].get(rec.hash), results) for s in level)
+                    *(self._judge_one(job, s, rec, pending[s.name].get(rec.hash), results) for s in level)
                 )
                 results.update(zip((s.name for s in level), done, strict=True))
             return results
@@ -179,6 +188,7 @@ class JudgeService:
 
     async def _judge_one(
         self,
+        job: RunJob,
         spec: BaseSpec,
         rec: Record,
         pending: list[str] | None,
@@ -201,20 +211,21 @@ class JudgeService:
         fut = asyncio.get_running_loop().create_future()
         self._inflight[fkey] = fut
         deps = {d: results[d][0] for d in spec.depends_on if d in results}
-        task = asyncio.create_task(self._fresh(spec, rec, pending, deps, fut))
+        task = asyncio.create_task(self._fresh(job, spec, rec, pending, deps, fut))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(fut)
 
     async def _fresh(
         self,
+        job: RunJob,
         spec: BaseSpec,
         rec: Record,
         pending: list[str] | None,
         deps: dict[str, JudgeResult],
         fut: asyncio.Future[tuple[JudgeResult, bool, int]],
     ) -> None:
-        """Judge and store one judgement through the run's own sequence (:func:`greval.runner.settle`: claim,
+        """Judge and store one judgement through the run's own sequence (:func:`greval.runner.judging.settle`: claim,
         ask the store again, judge, write at once, read back merged), resolving ``fut`` with what the store now
         holds. Runs as its own task: a client that goes away does not cancel a judgement half stored."""
         store = self._open_store()
@@ -225,7 +236,7 @@ class JudgeService:
         try:
             try:
                 held, res = await settle(
-                    store, self._evaluator(spec), spec, key, scfg, rec, pending, deps, put=store.put_result
+                    job, spec, rec, pending, deps, evaluator=self._evaluator(spec), put=store.put_result
                 )
             except BaseException:
                 self._stray_claims = self._stray_claims or spec.needs_model
@@ -260,22 +271,9 @@ class JudgeService:
     def _evaluator(self, spec: BaseSpec) -> Evaluator:
         """The evaluator a run builds for this spec (same options), made on first use."""
         if spec.name not in self._evaluators:
-            from greval.judge.evaluators import make_evaluator
-
             if spec.needs_model and self._chat is None:
                 self._chat = make_chat_model(self.cfg)
-            opts = self.options
-            method: Any = opts.method
-            self._evaluators[spec.name] = make_evaluator(
-                spec,
-                self._chat,
-                method=method,
-                samples=self.cfg.samples,
-                policy=opts.retry,
-                limiter=self.limiter,
-                direct=opts.direct,
-                logprobs=None,
-            )
+            self._evaluators[spec.name] = make_evaluator(spec, self._chat, self.calls)
         return self._evaluators[spec.name]
 
     def _served(self, name: str, rec: Record, res: JudgeResult, cached: bool, calls: int) -> ServedVerdict:

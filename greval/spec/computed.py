@@ -2,7 +2,7 @@
 
 A computed spec names a ``metric`` and its ``params``; each metric has its own strict parameter model, so a
 typo or a wrong type is a one-line SpecError naming ``params.<field>``. The scoring itself lives in
-:mod:`greval.judge.computed` (imported when an evaluator is built, not when a spec is read).
+:mod:`greval.judge.computed` (greval.judge.evaluators maps the kind to it; reading a spec imports none of it).
 
 Verdicts are keyed by :meth:`ComputedSpec.computed_identity` (metric plus library versions, plus the table's
 content hash) instead of the judge model, so changing ``--judge`` never recomputes them, while upgrading a
@@ -19,16 +19,13 @@ from collections.abc import Mapping
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast, get_args
+from typing import Annotated, Any, Literal, Self, cast, get_args
 
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from greval.spec.kinds import register_kind
 from greval.spec.model import IDENT, BaseSpec, StrictModel
-
-if TYPE_CHECKING:
-    from greval.judge.computed import ComputedEvaluator
 
 MetricName = Literal[
     "rouge",
@@ -381,12 +378,6 @@ class ComputedSpec(BaseSpec):
     def computed_identity(self) -> str:
         """What verdicts are keyed by instead of a judge model."""
         return f"greval-computed/{self.metric}@{self.library_versions()}"
-
-    def evaluator(self, **_options: Any) -> ComputedEvaluator:
-        """No model, method, samples, limiter or transport option applies: computation is local."""
-        from greval.judge.computed import ComputedEvaluator  # the scoring code, only when a run needs it
-
-        return ComputedEvaluator(self)
 
 
 _BY_METRIC: dict[str, type[ComputedSpec]] = {}

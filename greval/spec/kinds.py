@@ -1,8 +1,8 @@
 """The kind table: which model validates ``kind: <kind>``, and which module declares each built-in kind.
 
 A kind's module is imported only when a spec of that kind is read, so a judge spec alone imports neither the
-computed nor the pipeline declarations. Every kind is declared in ``greval.spec``; a spec's ``evaluator()``
-imports its evaluator from ``greval.judge`` only when a run builds it, so ``greval spec validate`` imports no
+computed nor the pipeline declarations. Every kind is declared in ``greval.spec``, and only declared: which
+evaluator runs a kind is greval.judge.evaluators' table (``EVALUATORS``), so ``greval spec validate`` imports no
 LangChain whatever the kind.
 """
 

@@ -32,6 +32,7 @@ from greval.spec.model import (
     ValueScale,
 )
 from greval.spec.order import Cycle, field_at, order_specs, topological
+from greval.spec.verdict import verdict_models
 from greval.spec.yaml_reader import RefusedYAML, read_yaml, yaml_mark
 
 
@@ -151,8 +152,6 @@ def _check_examples(spec: Spec, source: str, where: str) -> None:
     """
     if not spec.examples:
         return
-    from greval.judge.verdict import verdict_models  # the verdict schema is built from specs: it imports this module
-
     answer, _ = verdict_models(spec)
     for i, ex in enumerate(spec.examples):
         here = field_at(where, f"examples[{i}]")

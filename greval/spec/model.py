@@ -272,7 +272,8 @@ class BaseSpec(StrictModel):
     """What every kind of metric shares: a name, a description, dependencies, judge defaults, a version hash.
 
     Kinds: ``judge`` (:class:`Spec`, one LLM call per record), ``computed`` (no model) and ``pipeline``
-    (declared multi-step LLM metrics). Other modules register theirs with :func:`register_kind`.
+    (declared multi-step LLM metrics). Other modules register theirs with :func:`register_kind` (and its
+    evaluator with :func:`greval.judge.evaluators.register_evaluator`). A spec declares; it builds nothing.
     """
 
     kind: str

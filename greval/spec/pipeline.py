@@ -1,8 +1,8 @@
 """``kind: pipeline`` declarations: extract lists, verify every item, aggregate the verdict counts.
 
 The YAML of a pipeline spec validated into typed models, with every cross-reference checked (a verify step's
-list, the aggregate's steps and labels, ``max_over``). The judge that runs it is
-:class:`greval.judge.pipeline.PipelineEvaluator`, imported only when an evaluator is built, so validating a
+list, the aggregate's steps and labels, ``max_over``). A declaration only: the judge that runs it is
+:class:`greval.judge.pipeline.PipelineEvaluator` (greval.judge.evaluators maps the kind to it), so validating a
 pipeline spec imports no LangChain.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_serializer, model_validator
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
@@ -26,14 +26,6 @@ from greval.spec.model import (
     labels_shorthand,
 )
 from greval.types import UNITS
-
-if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
-
-    from greval.judge.pipeline import PipelineEvaluator
-    from greval.llm.limiter import AdaptiveLimiter
-    from greval.llm.retry import RetryPolicy
-    from greval.types import Method
 
 Ident = Annotated[str, Field(pattern=IDENT)]
 
@@ -364,26 +356,6 @@ class PipelineSpec(BaseSpec):
         if isinstance(step, VerifyStep) and step.each not in ITEM_FIELDS:
             return self.varies(self.extract_step(step.each))
         return False
-
-    def evaluator(
-        self,
-        *,
-        model: BaseChatModel | None,
-        method: Method | Literal["auto"] = "auto",
-        samples: int = 1,
-        policy: RetryPolicy | None = None,
-        limiter: AdaptiveLimiter | None = None,
-        direct: bool = True,
-    ) -> PipelineEvaluator:
-        """The pipeline judge (greval.judge.pipeline), imported here: reading a pipeline spec must not
-        import LangChain."""
-        from greval.judge.pipeline import PipelineEvaluator
-
-        if model is None:
-            raise ValueError("a pipeline metric needs a chat model")
-        return PipelineEvaluator(
-            self, model, method=method, samples=samples, policy=policy, limiter=limiter, direct=direct
-        )
 
 
 def _reads(step: ExtractStep | VerifyStep) -> set[str]:

@@ -621,6 +621,15 @@ _RECORD_COLS = (
 )
 
 
+def verdict_frame(store: Store, items: Sequence[Mapping[str, Any]], level: Literal["item", "record"]) -> pd.DataFrame:
+    """Item rows (:func:`item_rows`) as the DataFrame :func:`load_results` returns: as they are, or grouped
+    into record rows (:func:`record_rows`; their specs read from ``store``)."""
+    if level == "item":
+        return _frame(items, [c for c in _ITEM_COLS if c not in ("spec_key", "judge_key", "error_kind")])
+    specs = {key: store.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
+    return _frame(record_rows(items, specs), _RECORD_COLS)
+
+
 def load_results(
     store: str | Path | Store,
     spec: str | None = None,
@@ -633,10 +642,7 @@ def load_results(
         items = item_rows(st, spec)
         if not items and spec:
             st.latest_spec(spec)  # raises a clear "no metric" error
-        if level == "item":
-            return _frame(items, [c for c in _ITEM_COLS if c not in ("spec_key", "judge_key", "error_kind")])
-        specs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
-        return _frame(record_rows(items, specs), _RECORD_COLS)
+        return verdict_frame(st, items, level)
     finally:
         if not isinstance(store, Store):
             st.close()

@@ -27,7 +27,7 @@ from greval.traces.spans import Span, parse_time
 if TYPE_CHECKING:
     from phoenix.client import Client
 
-    from greval.runner import RunSummary
+    from greval.runner.options import RunSummary
     from greval.spec import BaseSpec
     from greval.store.store import Store
 

@@ -27,7 +27,7 @@ from greval.store.results import item_rows, record_rows
 if TYPE_CHECKING:
     from phoenix.client import Client
 
-    from greval.runner import MetricSummary, RunSummary
+    from greval.runner.options import MetricSummary, RunSummary
     from greval.spec import BaseSpec
     from greval.store.store import Store
     from greval.traces.phoenix import PhoenixRows

@@ -19,7 +19,7 @@ from greval.traces.assemble import Assembled, assemble, assemble_conversation, s
 from greval.traces.spans import Span
 
 if TYPE_CHECKING:
-    from greval.runner import RunSummary
+    from greval.runner.options import RunSummary
     from greval.spec import BaseSpec
     from greval.store.store import Store
 

@@ -66,7 +66,8 @@ def judged_store(llm: Any, path: Path, versions: int = 1) -> list[dict[str, Any]
     from greval.dataset.records import Record
     from greval.llm.config import JudgeConfig
     from greval.llm.retry import RetryPolicy
-    from greval.runner import RunOptions, run
+    from greval.runner.driver import run
+    from greval.runner.options import RunOptions
     from greval.spec import resolve_specs
     from greval.store.store import Store
 

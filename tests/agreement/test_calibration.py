@@ -157,7 +157,8 @@ def test_agreement_from_a_store_judged_with_samples_has_a_calibration_section(ll
     from greval.dataset.records import Record
     from greval.llm.config import JudgeConfig
     from greval.llm.retry import RetryPolicy
-    from greval.runner import RunOptions, run
+    from greval.runner.driver import run
+    from greval.runner.options import RunOptions
     from greval.spec import resolve_specs
     from greval.store.store import Store
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
-from greval.runner import RunOptions, run
+from greval.runner.driver import run
+from greval.runner.options import RunOptions
 from greval.spec import Spec, parse_spec
 from greval.store.store import Store
 

@@ -200,7 +200,7 @@ def test_bad_input_gets_one_line(llm: Any, labelled: Path, tmp_path: Path) -> No
     # A spec without human labels.
     bare = tmp_path / "bare.sqlite"
     with Store(bare) as st:
-        from greval.runner import run
+        from greval.runner.driver import run
 
         run([sc.spec()], sc.records(5), st, sc.judge(llm.base_url))
     assert "no human labels for 'supported'" in one_line(str(bare), "--spec", "supported", *judge)

@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.judge.computed.citations import citations, orphan_claims, split_sentences
 from greval.judge.computed.common import ComputeError, word_tokens
@@ -125,8 +126,6 @@ class ComputedEvaluator:
 
     def judge(self, record: Record | Mapping[str, Any]) -> JudgeResult:
         """Synchronous convenience for scripts and tests."""
-        from greval._sync import run_sync
-
         return run_sync(self.ajudge(record))
 
 

@@ -1,9 +1,11 @@
 """The embedded local judge: build llama.cpp's ``llama-server`` once and run it, so greval works offline.
 
-``build`` finds or builds the binary, ``models`` resolves the GGUF model and its identity, ``server`` runs
-the child process, ``session`` serves the judge of a command; ``common`` holds their shared error.
+``build`` finds or builds the binary, ``server`` runs the child process, ``session`` serves the judge of a
+command (and resolves it: :func:`judge_session`); ``common`` holds what they share. The GGUF model file and its
+identity are :mod:`greval.llm.gguf`'s (re-exported here), read by the judge's config too.
 """
 
+from greval.llm.gguf import LocalJudgeError, bundled_model_path, model_identity, resolve_local_model
 from greval.llm.local.build import (
     BUILD_ESTIMATE,
     BUILD_FLAGS,
@@ -14,8 +16,6 @@ from greval.llm.local.build import (
     find_llama_server,
     llama_server_dir,
 )
-from greval.llm.local.common import LocalJudgeError
-from greval.llm.local.models import bundled_model_path, model_identity, resolve_local_model
 from greval.llm.local.server import DEFAULT_CTX_SIZE, LocalJudgeInfo, LocalJudgeServer, start_local_judge
 from greval.llm.local.session import judge_session, serve_judge
 

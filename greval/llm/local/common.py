@@ -1,4 +1,5 @@
-"""What the local judge's modules share: its user-facing error, environment numbers, and log tails."""
+"""What the local judge's modules share: its user-facing error (:mod:`greval.llm.gguf`'s), environment numbers,
+and log tails."""
 
 from __future__ import annotations
 
@@ -6,12 +7,9 @@ import os
 from collections import deque
 from pathlib import Path
 
+from greval.llm.gguf import LocalJudgeError
 
-class LocalJudgeError(RuntimeError):
-    """A user-facing problem with the local judge (missing model, failed build, server died).
-
-    The message is meant to be shown as is, without a traceback.
-    """
+__all__ = ["LocalJudgeError", "env_int", "log_tail"]
 
 
 def env_int(name: str, default: int, minimum: int = 1) -> int:

@@ -24,9 +24,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
+from greval.llm.gguf import model_identity, resolve_local_model
 from greval.llm.local.build import ensure_llama_server, find_llama_server
 from greval.llm.local.common import LocalJudgeError, env_int, log_tail
-from greval.llm.local.models import model_identity, resolve_local_model
 from greval.paths import data_dir, rewrite_private
 
 if TYPE_CHECKING:

@@ -1,4 +1,9 @@
-"""Serving the judge of a command: for a local model, llama-server runs while the command's block runs."""
+"""Serving the judge of a command: for a local model, llama-server runs while the command's block runs.
+
+:func:`serve_judge` serves a judge already resolved (:meth:`greval.llm.config.JudgeConfig.parse`),
+:func:`judge_session` resolves one by name and serves it. The only module of ``greval.llm.local`` that reads
+the judge's config: the model file and its identity, which the config reads too, are :mod:`greval.llm.gguf`'s.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from greval.llm.config import JudgeConfig, Notify, resolve_judge
 from greval.llm.local.common import LocalJudgeError
 from greval.llm.local.server import LocalJudgeServer
 
+__all__ = ["judge_session", "serve_judge"]
+
 
 @contextlib.contextmanager
 def serve_judge(cfg: JudgeConfig, notify: Notify, needed: bool = True) -> Iterator[JudgeConfig]:
@@ -19,17 +26,15 @@ def serve_judge(cfg: JudgeConfig, notify: Notify, needed: bool = True) -> Iterat
     if not cfg.is_local or not needed:
         yield cfg
         return
-    try:
-        server = LocalJudgeServer(model=None if cfg.provider == "local" else cfg.model)
-        notify("starting the embedded local judge (llama.cpp) …")
-        info = server.__enter__()
-    except LocalJudgeError as exc:
-        raise UserError(str(exc)) from None
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = LocalJudgeServer(model=None if cfg.provider == "local" else cfg.model)
+            notify("starting the embedded local judge (llama.cpp) …")
+            info = stack.enter_context(server)
+        except LocalJudgeError as exc:
+            raise UserError(str(exc)) from None
         notify(f"local judge {info.identity} at {info.base_url} ({info.threads} threads, {info.parallel} slots)")
         yield cfg.model_copy(update={"model": info.model, "base_url": info.base_url})
-    finally:
-        server.__exit__(None, None, None)
 
 
 @contextlib.contextmanager

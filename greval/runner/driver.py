@@ -1,0 +1,209 @@
+"""A run from start to end: :func:`arun` (and :func:`run`, its sync wrapper) plans, records the run, judges the
+plan here or on Ray, and always ends the run with a status and a summary.
+
+Before calling the model the store is asked what is still missing (:func:`greval.runner.plan.plan_work`), so a
+finished run costs nothing and a killed one resumes where it stopped. The embedded llama.cpp judge is served
+around a run that needs it. Two imports wait for a run that needs them, at this package's edge: the judge
+stack (:mod:`greval.runner.judging`, LangChain) when the plan has work, and :mod:`greval.scale` (Ray) when
+``RunOptions.engine`` is ``ray``; ``greval run`` on a finished job imports neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Collection, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from greval._sync import run_sync
+from greval.errors import UserError, option
+from greval.judge.options import CallOptions
+from greval.judge.outcome import config_for
+from greval.llm.config import JudgeConfig, Notify, local_concurrency
+from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.local.session import serve_judge
+from greval.runner.job import RunJob
+from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions, RunSummary
+from greval.runner.plan import Plan, Rows, plan_work, sample_notes, sample_summary
+from greval.spec import BaseSpec, order_specs
+from greval.store.results import figures
+from greval.store.store import Store
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+__all__ = ["arun", "run"]
+
+
+async def arun(
+    specs: Sequence[BaseSpec],
+    records: Rows,
+    store: Store,
+    cfg: JudgeConfig,
+    *,
+    model: BaseChatModel | None = None,
+    options: RunOptions | None = None,
+    dataset: str = "",
+    progress: ProgressHook | None = None,
+    plan: Plan | None = None,
+    asked: Collection[str] | None = None,
+    notify: Notify | None = None,
+) -> RunSummary:
+    """Judge every record with every spec; store each verdict as it arrives; return the summary.
+
+    ``records`` is read once, chunk by chunk, unless ``plan`` (:func:`plan_work` already made for these
+    records, store and judge) saves asking again; a plan made for another judge (a served local model's
+    config), spec set or retry choice is made again, reading ``records`` again (a list or a DataFile can be).
+
+    ``asked``: the names of the specs the caller asked for (None: every spec given); the others are dependencies
+    pulled in, whose lack of verdicts alone fails nothing (:attr:`RunSummary.empty_metrics`). A judge named
+    ``local`` or ``gguf:PATH`` (:meth:`JudgeConfig.parse`) without a ``base_url`` or ``model`` is served by the
+    embedded llama.cpp server while calls are to be made, as ``greval run`` does (what it starts is said through
+    ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency."""
+    _check_arguments(specs, records)
+    opts = options or RunOptions()
+    specs = order_specs(specs)
+    wanted = {s.name: config_for(s, cfg).key for s in specs}
+    if plan is None or not plan.made_for(wanted, opts.retry_errors, opts.sample):
+        # Before the run is recorded: a dataset that cannot be read is the user's error, not a failed run.
+        plan = plan_work(specs, records, store, cfg, opts.retry_errors, opts.sample)
+    serve = model is None and cfg.base_url is None and cfg.is_local and plan.judgements > 0
+    if serve and "concurrency" not in opts.model_fields_set:
+        opts = opts.model_copy(update={"concurrency": local_concurrency()})
+    job, on_ray = _record(RunJob(specs, cfg, store, plan, opts, model=model), dataset)
+    for name, m in job.summaries.items():
+        m.asked = asked is None or name in asked
+    started = time.perf_counter()
+    calls = opts.call_options(cfg.samples, AdaptiveLimiter(opts.concurrency, adaptive=opts.adaptive))
+    totals: EngineTotals | None = None
+    status = "failed"
+    try:
+        with _served(cfg, notify) if serve else contextlib.nullcontext(cfg) as live:
+            totals = await _judge(dataclasses.replace(job, cfg=live), calls, progress, on_ray)
+        status = "finished"
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "interrupted"
+        raise
+    finally:
+        # Every run ends with a status and a summary, however it ended (no run stays 'running').
+        if totals is None:  # the judging failed: what the limiter saw here, none of the shards' (on Ray)
+            totals = EngineTotals() if on_ray else EngineTotals.of(calls)
+        summary = _finish(job, status, time.perf_counter() - started, totals)
+    return summary
+
+
+def _check_arguments(specs: object, records: object) -> None:
+    """What a newcomer from Ragas / DeepEval types first (metric names, a DataFrame) gets one line pointing to
+    :func:`greval.evaluate`, which takes both, instead of an AttributeError deep in the plan."""
+    hint = "greval.evaluate(data, metrics) takes metric names and a DataFrame, a list of dicts or a file"
+    if isinstance(specs, str | BaseSpec) or not all(isinstance(s, BaseSpec) for s in specs):  # type: ignore[attr-defined]
+        raise UserError(f"greval.run takes loaded specs (greval.resolve_specs, greval.load_spec); {hint}")
+    if isinstance(records, str | bytes) or type(records).__name__ in {"DataFrame", "Dataset"}:
+        raise UserError(f"greval.run takes Records (greval.load_records) or hashed rows; {hint}")
+
+
+def run(
+    specs: Sequence[BaseSpec],
+    records: Rows,
+    store: Store,
+    cfg: JudgeConfig,
+    **kwargs: Any,
+) -> RunSummary:
+    """Synchronous wrapper around :func:`arun` for scripts and notebooks without an event loop."""
+    return run_sync(arun(specs, records, store, cfg, **kwargs))
+
+
+def _on_ray(job: RunJob) -> bool:
+    """Whether the job's judging goes to Ray: asked for, and something to judge (else no cluster is started or
+    joined). The cluster is joined now, before the run is recorded: a wrong address is the user's error."""
+    if job.options.engine != "ray" or not job.plan.unique:
+        return False
+    if job.model is not None:
+        raise UserError(
+            f"{option('engine')} ray: each worker builds its chat model from the judge's config; pass no model"
+        )
+    _ray_engine().connect(job.options.ray_address)
+    return True
+
+
+def _record(job: RunJob, dataset: str) -> tuple[RunJob, bool]:
+    """The specs and judges put in the store and the run started: (the job under its run id, whether it is
+    judged on Ray)."""
+    store = job.store
+    store.put_specs(job.specs, job.keys)
+    for c in {c.key: c for c in job.cfgs.values()}.values():
+        store.put_judge(c)
+    on_ray = _on_ray(job)
+    run_id = store.start_run(dataset, job.cfg.key, [s.name for s in job.specs], job.options.model_dump(mode="json"))
+    return dataclasses.replace(job, run_id=run_id), on_ray
+
+
+async def _judge(job: RunJob, calls: CallOptions, progress: ProgressHook | None, on_ray: bool) -> EngineTotals:
+    """The job judged on Ray, or here (the judge stack imported only when the plan has work)."""
+    if on_ray:
+        shards: EngineTotals = await _ray_engine().judge_on_ray(job, progress)
+        return shards
+    if job.plan.unique:
+        from greval.runner.judging import judge_plan  # LangChain: only for a plan with work
+
+        await judge_plan(job, calls, progress)
+    else:
+        job.start(progress)  # every judgement is in the store already
+    return EngineTotals.of(calls)
+
+
+def _ray_engine() -> ModuleType:
+    """greval.scale.ray_engine: imported only by a run asked to use Ray (it imports this package)."""
+    from greval.scale import ray_engine
+
+    return ray_engine
+
+
+def _served(cfg: JudgeConfig, notify: Notify | None) -> contextlib.AbstractContextManager[JudgeConfig]:
+    """The embedded llama.cpp judge, served for the block."""
+    return serve_judge(cfg, notify or logging.getLogger("greval.llm.local").info)
+
+
+def _finish(job: RunJob, status: str, seconds: float, totals: EngineTotals) -> RunSummary:
+    """The run's end, however it ended: claims dropped, the dataset's snapshot (every id) linked — records
+    judged were stored with their first verdict —, the summary computed and stored with the status."""
+    store, plan, run_id = job.store, job.plan, job.run_id
+    assert run_id is not None
+    store.release_claims()
+    store.link_snapshot(run_id, plan.members, plan.unstored)
+    metrics = _summarise(job)
+    drawn = sample_summary(plan)
+    notes = [lo.note(pulled_in=not job.summaries[lo.dependency].asked) for lo in plan.left_out]
+    summary = RunSummary(
+        run_id=run_id,
+        records=plan.records,
+        distinct_contents=plan.distinct_contents,
+        judge=job.cfg.label,
+        seconds=seconds,
+        calls=sum(m.calls for m in metrics),
+        metrics=metrics,
+        peak_concurrency=totals.peak,
+        rate_limited=totals.rate_limited,
+        notes=totals.notes + notes + (sample_notes(drawn, metrics) if drawn is not None else []),
+        sample=drawn,
+    )
+    store.finish_run(run_id, status, summary.model_dump(mode="json"))
+    return summary
+
+
+def _summarise(job: RunJob) -> list[MetricSummary]:
+    """This run's activity beside the figures of every record id it was given (the whole dataset's state,
+    not only what this run happened to call), computed where every other command computes them."""
+    out = []
+    for s in job.specs:
+        m = job.summaries[s.name]
+        found = figures(job.store, run_id=job.run_id, spec_key=job.keys[s.name], judge_key=job.cfgs[s.name].key)
+        if found:
+            activity = m.model_dump(include={"judged", "reused", "tokens_in", "tokens_out", "calls", "asked"})
+            m = MetricSummary(**{**found[0].model_dump(), **activity})
+        out.append(m)
+    return out

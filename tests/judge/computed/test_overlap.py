@@ -1,0 +1,87 @@
+"""ROUGE and BLEU (greval.judge.computed.overlap) against the reference libraries on fixed texts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from tests.judge.computed.conftest import PRED, REF, REF2, computed_judge, computed_score, spec
+
+
+def test_rouge_equals_rouge_score() -> None:
+    from rouge_score import rouge_scorer  # type: ignore[import-untyped]
+
+    types = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+    for stem in (False, True):
+        s = spec("rouge", {"types": types, "use_stemmer": stem})
+        res = computed_judge(s, {"answer": PRED, "expected_answer": REF})
+        want = rouge_scorer.RougeScorer(types, use_stemmer=stem).score(REF, PRED)
+        assert computed_score(res) == pytest.approx(want["rouge1"].fmeasure, abs=1e-12)
+        for t in types:
+            assert res.outputs[t] == pytest.approx(want[t].fmeasure, abs=1e-12)
+            assert res.outputs[f"{t}_precision"] == pytest.approx(want[t].precision, abs=1e-12)
+            assert res.outputs[f"{t}_recall"] == pytest.approx(want[t].recall, abs=1e-12)
+    stemmed = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True).score(REF, PRED)["rougeL"].fmeasure
+    plain = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False).score(REF, PRED)["rougeL"].fmeasure
+    assert stemmed > plain  # the parameter reaches the library
+
+
+def test_rouge_multiple_references_is_max_per_type() -> None:
+    from rouge_score import rouge_scorer
+
+    types = ["rouge1", "rouge2", "rougeL"]
+    s = spec("rouge", {"types": types, "main": "rougeL", "use_stemmer": True})
+    res = computed_judge(s, {"answer": PRED, "expected_answer": [REF, REF2]})
+    scorer = rouge_scorer.RougeScorer(types, use_stemmer=True)
+    per_ref = [scorer.score(r, PRED) for r in (REF, REF2)]
+    for t in types:
+        assert res.outputs[t] == pytest.approx(max(x[t].fmeasure for x in per_ref), abs=1e-12)
+    assert computed_score(res) == res.outputs["rougeL"]
+    assert "best of 2 references" in (res.verdicts[0].reason or "")
+
+
+def test_bleu_equals_nltk_sentence_bleu() -> None:
+    from nltk.tokenize import RegexpTokenizer  # type: ignore[import-untyped]
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # type: ignore[import-untyped]
+
+    tok = RegexpTokenizer(r"\w+|\$[\d]+|[^\s\.]+")
+    hyp, refs = tok.tokenize(PRED), [tok.tokenize(REF), tok.tokenize(REF2)]
+    cases: list[tuple[dict[str, Any], Any, tuple[float, ...]]] = [
+        ({}, None, (0.25, 0.25, 0.25, 0.25)),
+        ({"weights": [0.5, 0.5]}, None, (0.5, 0.5)),
+        ({"weights": [1.0]}, None, (1.0,)),
+        ({"smoothing": "method1"}, SmoothingFunction().method1, (0.25, 0.25, 0.25, 0.25)),
+    ]
+    for params, smooth, weights in cases:
+        res = computed_judge(spec("bleu", params), {"answer": PRED, "expected_answer": [REF, REF2]})
+        want = sentence_bleu(refs, hyp, weights=weights, smoothing_function=smooth)
+        assert computed_score(res) == pytest.approx(float(want), abs=1e-12), params
+        assert res.outputs["prediction_tokens"] == len(hyp)
+    # Unsmoothed BLEU-4 with no shared 4-gram is 0, and the reason says why.
+    # nltk itself returns ~1e-155 there (the smallest float stands in for the zero precision): greval says 0.
+    res = computed_judge(spec("bleu"), {"answer": "brown fox river", "expected_answer": REF})
+    assert computed_score(res) == 0.0 and res.outputs["bleu"] == 0.0
+    assert "no smoothing" in (res.verdicts[0].reason or "")
+    res = computed_judge(
+        spec("bleu"), {"answer": "the quick brown fox leaps", "expected_answer": "the quick brown dog"}
+    )
+    assert (
+        0 < float(sentence_bleu([["the", "quick", "brown", "dog"]], ["the", "quick", "brown", "fox", "leaps"])) < 1e-50
+    )
+    assert computed_score(res) == 0.0
+
+
+def test_documented_worked_examples_of_rouge_and_bleu() -> None:
+    """docs/computed.md: "the cat sat on the mat" against "the cat lay on the mat", by hand."""
+    data = {"answer": "the cat sat on the mat", "expected_answer": "the cat lay on the mat"}
+    r = computed_judge(spec("rouge"), data)
+    # unigrams: the x2, cat, on, mat shared = 5 of 6 each side; bigrams: "the cat", "on the", "the mat" = 3 of 5;
+    # longest common subsequence "the cat on the mat" = 5 of 6.
+    assert r.outputs["rouge1"] == pytest.approx(5 / 6) and r.outputs["rouge2"] == pytest.approx(3 / 5)
+    assert r.outputs["rougeL"] == pytest.approx(5 / 6) and r.outputs["units"] == 1
+    b2 = computed_judge(spec("bleu", {"weights": [0.5, 0.5]}), data)
+    assert computed_score(b2) == pytest.approx(math.sqrt(5 / 6 * 3 / 5))  # brevity penalty 1 (same length)
+    b4 = computed_judge(spec("bleu"), data)
+    assert computed_score(b4) == 0.0 and b4.outputs["units"] == 1  # no shared 4-gram, no smoothing
