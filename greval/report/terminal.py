@@ -41,6 +41,7 @@ from greval.report.agreement import (
     slice_design_names,
 )
 from greval.report.format import fmt_ci, fmt_number
+from greval.report.layout import print_table, say, wrap_plain
 from greval.report.models import StoreReport
 from greval.report.tables import (
     CORRECTED_HEAD,
@@ -74,18 +75,6 @@ Names = Mapping[str, str]
 def _text(text: str, names: Names | None) -> str:
     """A note for the terminal: its option fields as ``names`` writes them, escaped (never read as markup)."""
     return escape(render_options(text, names or {}))
-
-
-def print_table(table: Table, console: Console) -> None:
-    """A rich table: as wide as a terminal, or, into a file or a pipe (80 columns by default), as wide as the
-    table needs, so that no word is wrapped apart or cut."""
-    from rich.measure import Measurement
-
-    if console.is_terminal:
-        console.print(table)
-        return
-    need = Measurement.get(console, console.options.update(width=100_000), table).maximum
-    Console(file=console.file, width=max(need, console.width), soft_wrap=True, color_system=None).print(table)
 
 
 # ------------------------------------------------------------------------------------------------ agreement
@@ -134,22 +123,26 @@ def _headline(report: AgreementReport, d: int, title: str) -> Table:
 def _counts(console: Console, report: AgreementReport, prefix: str, names: Names | None) -> None:
     """What was compared, what was left out and why, and the threshold that made labels of scores."""
     c = report.counts
-    console.print(
+    say(
         f"[bold]{prefix}{c.items_compared} items compared[/] of {c.items} ({c.rows} rows; "
         f"{c.items_missing_human} without human, {c.items_invalid_judge} invalid judge "
         f"({escape(report.options.invalid)}), {c.items_dropped_invalid} dropped, "
-        f"{c.items_tied_majority} tied majority)"
+        f"{c.items_tied_majority} tied majority)",
+        console,
+        hang=2,
     )
     if c.rows_missing_judge or c.rows_missing_human:
         missing = _text(f"null, empty or {option('missing_values')}", names)
-        console.print(
-            f"  missing answers ({missing}): {c.rows_missing_judge} judge row(s), {c.rows_missing_human} human row(s)"
+        say(
+            f"  missing answers ({missing}): {c.rows_missing_judge} judge row(s), {c.rows_missing_human} human row(s)",
+            console,
+            hang=4,
         )
     th = report.threshold
     if th is not None:
         op = ">" if th.rule == "gt" else "≥"
         how = f", chosen by {th.chosen_by} on {th.select_on}" if th.chosen_by else ""
-        console.print(f"  threshold: {escape(th.pos_label)} when score {op} {th.threshold:g}{escape(how)}")
+        say(f"  threshold: {escape(th.pos_label)} when score {op} {th.threshold:g}{escape(how)}", console, hang=4)
 
 
 def _categorical(console: Console, report: AgreementReport, d: int) -> None:
@@ -162,14 +155,14 @@ def _categorical(console: Console, report: AgreementReport, d: int) -> None:
         t.add_column(col, justify="left" if col == "label" else "right")
     for r in cat.per_label:
         t.add_row(r.label, fmt_number(r.precision, d), fmt_number(r.recall, d), fmt_number(r.f1, d), str(r.support))
-    console.print(t)
+    print_table(t, console)
     cm = Table(title="confusion (rows human, columns judge)", title_justify="left")
     cm.add_column("human \\ judge")
     for lab in cat.confusion.judge_labels:
         cm.add_column(lab, justify="right")
     for lab, row in zip(cat.confusion.labels, cat.confusion.counts, strict=True):
         cm.add_row(lab, *[str(v) for v in row])
-    console.print(cm)
+    print_table(cm, console)
     if cat.prevalence is not None:
         _prevalence(console, cat.prevalence, d)
 
@@ -181,9 +174,9 @@ def _prevalence(console: Console, p: Prevalence, d: int) -> None:
     for i, lab in enumerate(p.labels):
         e = p.corrected[i]
         pt.add_row(lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), fmt_number(e.value, d), fmt_ci(e, d))
-    console.print(pt)
+    print_table(pt, console)
     for note in prevalence_notes(p):  # the same notes the HTML and Markdown pages show
-        console.print(f"  prevalence: {note}")
+        say(f"  prevalence: {note}", console, hang=4)
 
 
 def _value(console: Console, v: ValueReport, d: int) -> None:
@@ -193,7 +186,7 @@ def _value(console: Console, v: ValueReport, d: int) -> None:
     for side, s in (("judge", v.judge), ("human", v.human)):
         stats = (s.mean, s.median, s.std, s.min, s.max)
         t.add_row(side, str(s.count), *(fmt_number(x, d) for x in stats))
-    console.print(t)
+    print_table(t, console)
 
 
 def _ceiling(console: Console, ceil: Ceiling, d: int) -> None:
@@ -211,7 +204,7 @@ def _ceiling(console: Console, ceil: Ceiling, d: int) -> None:
         (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge),
     ):
         t.add_row(label, fmt_number(e.value, d), fmt_ci(e, d), str(e.n))
-    console.print(t)
+    print_table(t, console)
 
 
 def _design(console: Console, design: DesignReport, d: int, names: Names | None) -> None:
@@ -223,21 +216,21 @@ def _design(console: Console, design: DesignReport, d: int, names: Names | None)
         t.add_column(col, justify="left" if col in (DESIGN_HEADER[0], DESIGN_HEADER[-1]) else "right")
     for cells in design_rows(design, d):
         t.add_row(*[escape(cell) for cell in cells])
-    console.print(t)
+    print_table(t, console)
     for note in design.notes:
-        console.print(f"  design: {_text(note, names)}")
+        say(f"  design: {_text(note, names)}", console, hang=4)
 
 
 def _calibration(console: Console, cal: CalibrationReport, d: int, names: Names | None) -> None:
-    console.print(f"[bold]{CALIBRATION_TITLE}[/] {escape(calibration_figures(cal, d))}", highlight=False)
+    say(f"[bold]{CALIBRATION_TITLE}[/] {escape(calibration_figures(cal, d))}", console, hang=2)
     t = Table(title="reliability (confidence bins; human = truth)", title_justify="left")
     for col in CALIBRATION_HEADER:
         t.add_column(col, justify="left" if col in (CALIBRATION_HEADER[0], CALIBRATION_HEADER[-1]) else "right")
     for cells in calibration_rows(cal, d):
         t.add_row(*[escape(cell) for cell in cells])
-    console.print(t)
+    print_table(t, console)
     for note in calibration_notes(cal):
-        console.print(f"  calibration: {_text(note, names)}")
+        say(f"  calibration: {_text(note, names)}", console, hang=4)
 
 
 def _slices(console: Console, report: AgreementReport, d: int) -> None:
@@ -252,7 +245,7 @@ def _slices(console: Console, report: AgreementReport, d: int) -> None:
         for value, sub in parts.items():
             cells = [f"{fmt_number(sub.metrics[k].value, d)} {fmt_ci(sub.metrics[k], d)}".strip() for k in keys]
             t.add_row(value, str(sub.counts.items_compared), *cells, *slice_design_cells(sub, weighted, d))
-        console.print(t)
+        print_table(t, console)
 
 
 def print_report(
@@ -261,11 +254,11 @@ def print_report(
     """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`)."""
     prefix = f"{name}: " if name else ""
     _counts(console, report, prefix, names)
-    console.print(_headline(report, d, f"{prefix}judge vs human"))
+    print_table(_headline(report, d, f"{prefix}judge vs human"), console)
     if report.per_group:
         keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in report.metrics]
         title = f"per group ({len(report.per_group)}; the headline is their unweighted mean)"
-        console.print(_group_table(title, report.per_group, keys, d))
+        print_table(_group_table(title, report.per_group, keys, d), console)
     _categorical(console, report, d)
     if report.value is not None:
         _value(console, report.value, d)
@@ -277,7 +270,7 @@ def print_report(
         _calibration(console, report.calibration, d, names)
     _slices(console, report, d)
     for note in report.notes:
-        console.print(f"  note: {_text(note, names)}")
+        say(f"  note: {_text(note, names)}", console, hang=4)
 
 
 def print_consistency(console: Console, rep: ConsistencyReport, d: int, *, names: Names | None = None) -> None:
@@ -294,18 +287,18 @@ def print_consistency(console: Console, rep: ConsistencyReport, d: int, *, names
         t.add_column(col, justify="right" if col in ("value", "n") else "left")
     for metric, e in rep.metrics.items():
         t.add_row(metric, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
-    console.print(t)
+    print_table(t, console)
     if rep.per_group:
-        console.print(_group_table("per group", rep.per_group, list(rep.metrics), d))
+        print_table(_group_table("per group", rep.per_group, list(rep.metrics), d), console)
     cm = Table(title=f"confusion (rows {escape(a)}, columns {escape(b)})", title_justify="left")
     cm.add_column(f"{escape(a)} \\ {escape(b)}")
     for lab in rep.confusion.judge_labels:
         cm.add_column(escape(lab), justify="right")
     for lab, row in zip(rep.confusion.labels, rep.confusion.counts, strict=True):
         cm.add_row(escape(lab), *[str(v) for v in row])
-    console.print(cm)
+    print_table(cm, console)
     for note in rep.notes:
-        console.print(f"  note: {_text(note, names)}")
+        say(f"  note: {_text(note, names)}", console, hang=4)
 
 
 def print_comparison(console: Console, comp: ComparisonReport, d: int, *, names: Names | None = None) -> None:
@@ -319,9 +312,9 @@ def print_comparison(console: Console, comp: ComparisonReport, d: int, *, names:
         e = diff.estimate
         beyond = "" if diff.beyond_ci is None else ("yes" if diff.beyond_ci else "no")
         t.add_row(diff.metric, f"{diff.b} − {diff.a}", fmt_number(e.value, d), fmt_ci(e, d), beyond)
-    console.print(t)
+    print_table(t, console)
     for note in comp.notes:
-        console.print(f"  note: {_text(note, names)}")
+        say(f"  note: {_text(note, names)}", console, hang=4)
 
 
 # --------------------------------------------------------------------------------------------- store report
@@ -375,7 +368,8 @@ def print_stats(console: Console, rep: StoreReport) -> None:
 def print_labels(console: Console, rep: StoreReport) -> None:
     """The human-label count lines, as plain text."""
     for line in label_lines(rep):
-        console.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True)
+        for part in wrap_plain(line, console.width, hang="  "):
+            console.print(part, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def print_notes(console: Console, notes: Sequence[str], names: Names | None = None) -> None:
@@ -404,7 +398,7 @@ def _review_estimates(out: Console, err: Console, st: ReviewStatus) -> None:
             ci = f"[{fmt_number(e.ci_low)}, {fmt_number(e.ci_high)}]" if e.ci_low is not None else "—"
             own = fmt_number(st.judge_over_all[e.name]) if e.name in st.judge_over_all else ""
             table.add_row(e.name, fmt_number(e.weighted), ci, fmt_number(e.unweighted), own)
-        out.print(table)
+        print_table(table, out)
         legend = (
             "prevalence[X]: the estimated share of X over every judged item by people's labels"
             if any(e.name.startswith("prevalence[") for e in design.estimates)
@@ -446,7 +440,7 @@ def print_review_status(out: Console, err: Console, st: ReviewStatus, names: Nam
     strata = Table("selection", "selected", "labelled", "inclusion probability", title="Design")
     for name, c in st.strata.items():
         strata.add_row(name, str(c.selected), str(c.labelled), fmt_number(c.probability))
-    out.print(strata)
+    print_table(strata, out)
     _review_estimates(out, err, st)
     if st.advice is not None:
         out.print(render_options(st.advice.line, names or {}), highlight=False, soft_wrap=True)
