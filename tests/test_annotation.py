@@ -349,7 +349,7 @@ def test_selection_strategies_are_honest() -> None:
     assert sum(1 / p.probability for p in unc) == pytest.approx(100)
     assert not {p.unit for p in first} & {p.unit for p in control}
 
-    with pytest.raises(UserError, match="needs --n"):
+    with pytest.raises(UserError, match=r"needs `select\.n`"):
         select(units, "random")
 
 
@@ -376,7 +376,7 @@ def test_review_rounds_grow_one_design() -> None:
     panel = [Unit(u.record_hash, "", u.stratum, u.confidence, 1.0 if u.record_hash == "h090" else 0.0) for u in units]
     first = review_round(panel, {}, 10, 0.0, seed=3, round_no=1)
     assert first[0].unit.record_hash == "h090" and first[0].selection == "uncertain"
-    with pytest.raises(UserError, match="--batch"):
+    with pytest.raises(UserError, match="`batch`"):  # the option's field: the CLI writes it as --batch
         review_round(units, {}, 0, 0.2, seed=3, round_no=1)
 
 
@@ -392,7 +392,7 @@ def test_uncertain_first_says_when_verdicts_have_no_confidence() -> None:
     (some,) = uncertain_notes([verdict(0, 0.4), verdict(1, None), verdict(2, None)])
     assert some.startswith("2 of 3 verdicts have no confidence")
     (none,) = uncertain_notes([verdict(0, None)])
-    assert none.startswith("no verdict has confidence") and "--samples" in none and "--logprobs" in none
+    assert none.startswith("no verdict has confidence") and "`samples`" in none and "`logprobs`" in none
     # A token confidence (one call with --logprobs) counts, and the samples' agreement rate comes first.
     tokens = UnitVerdict("h3", "", "r3", "Correct", None, None, None, token_confidence=0.55)
     assert uncertain_notes([tokens]) == [] and tokens.best_confidence == 0.55

@@ -324,7 +324,7 @@ def test_an_answer_cut_off_or_filtered_is_named_so(llm: OpenAIServer, direct: bo
     j = Judge(SPEC, model(llm), direct=direct)
     cut, filtered = (run_sync(j.ajudge(r)) for r in records(2))
     assert (cut.verdicts[0].error or "").startswith("truncated: the answer was cut off at the token limit in 3 tries")
-    assert "--max-tokens" in (cut.verdicts[0].error or "")
+    assert "`max_tokens`" in (cut.verdicts[0].error or "")  # the option's field (the CLI shows --max-tokens)
     assert len(cut.calls) == 3
     assert (filtered.verdicts[0].error or "").startswith("content_filter: the provider's content filter withheld")
     assert len(filtered.calls) == 1

@@ -720,8 +720,12 @@ def test_an_older_postgresql_store_is_migrated_only_when_asked(pg_url: str) -> N
         st.put_human_labels([{"spec_name": "m", "record_id": "r", "record_hash": "h", "annotator": "a", "label": "x"}])
         st.db.execute("ALTER TABLE verdicts DROP COLUMN token_confidence")
         st.db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
-    with pytest.raises(UserError, match=r"schema 3, this greval needs 4; run `greval store migrate"):
+    with pytest.raises(UserError, match=r"schema 3, this greval needs 4$") as raised:
         Store(pg_url)
+    # The stage names the command as facts; the CLI writes it as the command line to type.
+    assert raised.value.remedy is not None and raised.value.remedy.command == "store migrate"
+    cli = _cli("results", "runs", "--store", pg_url)
+    assert cli.exit_code == 2 and "needs 4; run `greval store migrate --store URL` once" in cli.output, cli.output
     res = _cli("store", "migrate", "--store", pg_url)
     assert res.exit_code == 0 and "schema 3 → 4" in res.output, res.output
     with Store(pg_url) as st:

@@ -31,7 +31,7 @@ DEFAULT_TOKENS_PER_CHAR = 0.5
 """Prompt tokens per character before a judge's own are known (English runs near 0.25)."""
 
 DEFAULT_OUT_TOKENS = 1024
-"""An answer's tokens before any was seen, when the judge has no --max-tokens cap."""
+"""An answer's tokens before any was seen, when the judge has no ``max_tokens`` cap."""
 
 
 @dataclass

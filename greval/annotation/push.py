@@ -29,6 +29,7 @@ from greval.annotation.argilla import (
 )
 from greval.annotation.errors import AnnotationError
 from greval.annotation.selection import Pick, Strategy, Unit, select
+from greval.errors import option
 from greval.spec import Spec
 from greval.store.lookups import UnitVerdict
 from greval.store.store import Store
@@ -56,10 +57,11 @@ def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tu
     if judge is not None:
         rows = [r for r in rows if judge in (r["label"], r["judge_key"])]
         if not rows:
-            raise AnnotationError(f"--judge {judge!r}: no verdicts of {spec_name!r} by that judge")
+            raise AnnotationError(f"{option('judge')} {judge!r}: no verdicts of {spec_name!r} by that judge")
     if len(rows) > 1:
         names = ", ".join(f"{r['label']} ({r['judge_key']})" for r in rows[:5])
-        raise AnnotationError(f"several judges have verdicts of {spec_name!r}: {names}; choose one with --judge")
+        choose = f"choose one with {option('judge')}"
+        raise AnnotationError(f"several judges have verdicts of {spec_name!r}: {names}; {choose}")
     ident = json.loads(rows[0]["identity"] or "{}")
     return spec_key, spec, JudgeInfo(rows[0]["judge_key"], rows[0]["label"], str(ident.get("model", "")))
 
@@ -124,8 +126,8 @@ def uncertain_notes(cands: Sequence[UnitVerdict]) -> list[str]:
     what = "no verdict has" if blind == len(cands) else f"{blind} of {len(cands)} verdicts have no"
     return [
         f"{what} confidence: these count as confident and are ordered at random among themselves; judge with "
-        "`greval run --logprobs` (token log-probabilities, one call) or --samples 3 for 'uncertain first' to "
-        "mean it"
+        f"{option('logprobs')} (token log-probabilities, one call) or {option('samples')} 3 for 'uncertain first' "
+        "to mean it"
     ]
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from greval.errors import Remedy, option
 from greval.paths import annotation_dir, data_dir
 
 ARGILLA_SERVER_VERSION = "2.8.0"
@@ -43,7 +44,12 @@ SETUP_ESTIMATE = "1–10 min: about 1 with pip's cache warm, up to 10 with an em
 
 
 class AnnotationServerError(Exception):
-    """A problem the user can act on; the CLI prints the message as one line, without a traceback."""
+    """A problem the user can act on; the CLI prints the message as one line, without a traceback (and the
+    ``remedy``, a greval command that would fix it, as a command line)."""
+
+    def __init__(self, *args: object, remedy: Remedy | None = None) -> None:
+        super().__init__(*args)
+        self.remedy = remedy
 
 
 class PortInUseError(AnnotationServerError):
@@ -558,9 +564,8 @@ def _await_existing(d: Path, current: ServerStatus, timeout: float) -> ServerInf
         time.sleep(0.25)
     raise AnnotationServerError(
         f"an Argilla server (pid {current.pid}) runs for {d} but does not answer"
-        + (f" at {current.url}" if current.url else "")
-        + "; stop it with `greval annotate down`"
-        + (f" --data-dir {d}" if d != default_data_dir() else "")
+        + (f" at {current.url}" if current.url else ""),
+        remedy=Remedy("annotate down", {"data_dir": str(d)} if d != default_data_dir() else {}, "to stop it"),
     )
 
 
@@ -570,7 +575,7 @@ def _spawn(
     """Start serve.py and wait until it answers. The caller holds the data directory's lock."""
     if not port_free(host, port):
         raise PortInUseError(
-            f"port {port} on {host} is already in use; choose another with --port or stop what is using it"
+            f"port {port} on {host} is already in use; choose another with {option('port')} or stop what is using it"
         )
     python = ensure_venv(on_line)
     url = _url(host, port)

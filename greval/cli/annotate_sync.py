@@ -25,6 +25,7 @@ from greval.annotation.push import push, unusable_note
 from greval.annotation.selection import STRATEGIES, Strategy
 from greval.cli.common import read_limit_options
 from greval.cli.common import store_option as common_store_option
+from greval.cli.flags import for_terminal
 from greval.dataset.limits import ReadLimits
 from greval.store.backend import display
 from greval.store.backend import exists as store_exists
@@ -213,7 +214,7 @@ def push_cmd(
     )
     click.echo(f"Selection recorded as push {res.push_id} in {display(store_path)}.")
     for note in res.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {for_terminal(note)}", err=True)
     missing = unusable_note(res.unusable, res.unit)
     if missing:  # nothing the user gave disappears without a word
         retry = "; run the `greval run` that judged them again with --retry-errors, then push again"

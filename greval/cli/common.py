@@ -16,10 +16,12 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from greval.cli.flags import for_terminal
+from greval.cli.flags import error_text, for_terminal
 from greval.dataset.limits import ReadLimits, parse_size, size_text
 from greval.errors import UserError
 from greval.progress import TerminalProgress
+from greval.report import layout
+from greval.report.layout import wrap_plain as wrap_plain  # the CLI's modules import it from here
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -41,33 +43,13 @@ out = _console(stderr=False)
 
 
 def say(text: str | Text, to: Console | None = None, hang: int = 0) -> None:
-    """Print rich markup (or a Text) wrapped between words at the console's width, continuation lines
-    indented by ``hang``: a word longer than the width (a path, a URL) stays whole on a line of its own."""
-    from rich.text import Text
-
-    to = to or console
-    body = Text.from_markup(text) if isinstance(text, str) else text
-    for i, line in enumerate(body.divide(_breaks(body.plain, max(20, to.width - hang)))):
-        line.rstrip()
-        to.print(Text(" " * hang) + line if i and hang else line, soft_wrap=True, highlight=False)
+    """Rich markup wrapped between words at the console's width (stderr by default; greval.report.layout)."""
+    layout.say(text, to or console, hang)
 
 
-def _breaks(plain: str, width: int) -> list[int]:
-    """Where to break ``plain`` into lines of at most ``width`` cells: before a word that would not fit, never
-    inside one (rich's own wrapping folds a long word, or wraps nothing when told not to fold)."""
-    import re
-
-    from rich.cells import cell_len
-
-    offsets: list[int] = []
-    column = len(plain) - len(plain.lstrip(" "))
-    for word in re.finditer(r"\S+\s*", plain):
-        size = cell_len(word.group().rstrip())
-        if column and column + size > width and word.start() > (offsets[-1] if offsets else 0):
-            offsets.append(word.start())
-            column = 0
-        column += cell_len(word.group())
-    return offsets
+def print_table(table: Table, to: Console | None = None) -> None:
+    """A table with every word whole at the console's width (stdout by default; greval.report.layout)."""
+    layout.print_table(table, to or out)
 
 
 def say_judge_build() -> None:
@@ -82,15 +64,6 @@ def say_judge_build() -> None:
         console,
         hang=6,
     )
-
-
-def wrap_plain(text: str, width: int, indent: str = "", hang: str = "") -> list[str]:
-    """Plain text wrapped between words (never inside a word, nor at a hyphen) at ``width``."""
-    import textwrap
-
-    return textwrap.wrap(
-        text, width, initial_indent=indent, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False
-    ) or [indent.rstrip()]
 
 
 def command_lines(argv: Sequence[str], width: int, indent: str = "  ") -> list[str]:
@@ -130,13 +103,13 @@ def print_error(message: str) -> None:
 def notice(text: str) -> None:
     """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is, wrapped between
     words at the console's width."""
-    say(escape(text), console, hang=2)
+    say(escape(for_terminal(text)), console, hang=2)
 
 
-def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
+def fail(message: str | Exception, exit_code: int | None = None) -> NoReturn:
     """Print a user error and exit: a UserError's own code (2 unless it says otherwise), no traceback."""
     code = exit_code if exit_code is not None else (message.exit_code if isinstance(message, UserError) else 2)
-    print_error(str(message))
+    print_error(error_text(message))
     sys.exit(code)
 
 
@@ -346,77 +319,6 @@ class ProgressBar(TerminalProgress):
         super().__init__(console, quiet)
 
 
-def print_table(table: Table, to: Console | None = None) -> None:
-    """A table at the console's width (80 columns into a pipe) with every word whole: as wide as it needs when
-    that fits, else without its outer border, then with columns narrowed, the widest first, never below their
-    longest word, so cells wrap between words; a table whose longest words cannot stand side by side is
-    printed one row at a time, a "column: value" line per cell. A title wider than the table is printed above
-    it, wrapped."""
-    from rich.measure import Measurement
-
-    to = to or out
-    roomy = to.options.update(width=100_000)
-    natural = Measurement.get(to, roomy, table).maximum
-    if natural > to.width:  # first without the outer border and padding: 4 columns more for the cells
-        table.show_edge = table.pad_edge = False
-        natural = Measurement.get(to, roomy, table).maximum
-    if natural > to.width:
-        bounds = [_column_bounds(to, column) for column in table.columns]
-        chrome = natural - sum(hi for _, hi in bounds)
-        widths = _narrowed([lo for lo, _ in bounds], [hi for _, hi in bounds], to.width - chrome)
-        if widths is None:
-            _print_rows(table, to)
-            return
-        for column, w in zip(table.columns, widths, strict=True):
-            column.width = w
-        natural = sum(widths) + chrome
-    title = table.title
-    if isinstance(title, str) and Measurement.get(to, roomy, title).maximum > natural:
-        say(title, to)
-        table.title = None
-    to.print(table)
-
-
-def _column_bounds(to: Console, column: Any) -> tuple[int, int]:
-    """(longest word, longest line) of a column's header and cells; a no-wrap column cannot narrow."""
-    from rich.measure import Measurement
-
-    roomy = to.options.update(width=100_000)
-    sizes = [Measurement.get(to, roomy, cell) for cell in (column.header, *column.cells)]
-    lo, hi = max(m.minimum for m in sizes), max(m.maximum for m in sizes)
-    return (hi if column.no_wrap else lo), hi
-
-
-def _narrowed(lows: list[int], highs: list[int], room: int) -> list[int] | None:
-    """Column widths within ``room``: the widest column narrowed first, none below its low; None when the
-    lows alone do not fit."""
-    if sum(lows) > room:
-        return None
-    widths = list(highs)
-    while sum(widths) > room:
-        i = max((k for k in range(len(widths)) if widths[k] > lows[k]), key=lambda k: widths[k])
-        widths[i] -= 1
-    return widths
-
-
-def _print_rows(table: Table, to: Console) -> None:
-    """A table too wide for the console, one row at a time: the first cell, then "column: value" lines."""
-    from rich.text import Text
-
-    def plain(cell: Any) -> str:
-        return Text.from_markup(cell).plain if isinstance(cell, str) else getattr(cell, "plain", str(cell))
-
-    if table.title:
-        say(table.title if isinstance(table.title, str) else Text(plain(table.title)), to)
-    heads = [plain(c.header) for c in table.columns]
-    columns = [[plain(cell) for cell in c.cells] for c in table.columns]
-    for r in range(table.row_count):
-        cells = [col[r] if r < len(col) else "" for col in columns]
-        say(Text(cells[0], style="bold"), to)
-        for head, cell in zip(heads[1:], cells[1:], strict=True):
-            say(Text(f"  {head}: {cell}"), to, hang=4)
-
-
 def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
     ``greval report`` and ``greval results`` show), and a note for everything that was not scored.
@@ -452,7 +354,7 @@ def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
     for m in summary.metrics:
         failed = m.failed or m.partial
         for note in metric_notes(m, "this judges them again:") if retry and failed else metric_notes(m):
-            say(f"[yellow]note:[/] {escape(note)}", console, hang=6)
+            say(f"[yellow]note:[/] {escape(for_terminal(note))}", console, hang=6)
         if retry and failed:
             for line in command_lines(retry, console.width, indent="      "):
                 console.print(line, highlight=False, markup=False)

@@ -118,10 +118,10 @@ def _step(text: str) -> None:
 
 def _quickstart(opts: _Options) -> None:
     from greval.agreement.models import AgreementReport
-    from greval.cli.agreement import print_report
     from greval.cli.common import out
-    from greval.cli.report import print_labels
+    from greval.cli.flags import FLAGS
     from greval.report.store_report import build, write
+    from greval.report.terminal import print_labels, print_report
     from greval.workflows import SPEC, write_workspace
 
     t0 = time.perf_counter()
@@ -136,14 +136,14 @@ def _quickstart(opts: _Options) -> None:
 
     report_dir = work / "report"
     report_dir.mkdir(exist_ok=True)
-    rep = build(store_path, [SPEC], bootstrap_resamples=opts.bootstrap, out_dir=report_dir)
-    write(rep, report_dir)  # the same files `greval report -o report_dir` writes
+    rep = build(store_path, [SPEC], bootstrap_resamples=opts.bootstrap, out_dir=report_dir, names=FLAGS)
+    write(rep, report_dir, FLAGS)  # the same files `greval report -o report_dir` writes
     metric = rep.metrics[0]
     page = report_dir / (metric.agreement_page or f"{SPEC}.agreement.html")
     _step(f"[bold]5/5[/] agreement report written to {escape(str(report_dir))}/")
     agreement = AgreementReport.model_validate_json(page.with_suffix(".json").read_text(encoding="utf-8"))
-    print_report(out, agreement, 3, SPEC)
-    print_labels(rep)  # "attribution: 20 human labels — 20 imported from …"
+    print_report(out, agreement, 3, SPEC, names=FLAGS)
+    print_labels(out, rep)  # "attribution: 20 human labels — 20 imported from …"
 
     click.echo("")
     for line in _closing(opts, store_path, page, done, argilla):
@@ -287,7 +287,7 @@ def _start_argilla(port: int, data: Path | None) -> _Argilla:
         info = server.start(port, data, on_line=lambda line: _step(f"      {escape(line)}"))
     except server.AnnotationServerError as exc:
         # Its message may carry a build log's last lines: printed as they are, not as rich markup.
-        fail(str(exc))
+        fail(exc)
     return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir(), dataset=SPEC)
 
 

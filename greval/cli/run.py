@@ -214,7 +214,7 @@ def run_cmd(
 
     def said(event: RunEvent) -> None:
         if isinstance(event, DataNote):  # nothing the user gave disappears without a word
-            console.print(f"[yellow]note:[/] {escape(event.text)}", highlight=False)
+            console.print(f"[yellow]note:[/] {escape(for_terminal(event.text))}", highlight=False)
             return
         work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
         work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []

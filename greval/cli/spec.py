@@ -14,6 +14,7 @@ from rich.markup import escape
 from greval.cli.common import (
     console,
     judge_options,
+    notice,
     out,
     parse_map,
     print_error,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from greval.llm.config import JudgeChoice
     from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
+from greval.cli.flags import FLAGS
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.errors import UserError
 
@@ -268,7 +270,7 @@ def spec_new(
         raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
     from greval.llm.config import make_chat_model
 
-    ref = judge.ref or default_judge(console.print)
+    ref = judge.ref or default_judge(notice)
     # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
     # default cap, e.g. the local judge's, cut drafts off mid-JSON). One sample: a draft is not a vote.
     params = {**judge.params(), "max_tokens": judge.max_tokens or DRAFT_MAX_TOKENS, "samples": None}
@@ -346,9 +348,7 @@ def spec_try(
         target,
         data_file,
         human_column,
-        judge_ref=judge.ref
-        or next((s.judge.model for s in specs if s.judge.model), None)
-        or default_judge(console.print),
+        judge_ref=judge.ref or next((s.judge.model for s in specs if s.judge.model), None) or default_judge(notice),
         judge_params=judge.with_defaults(target.judge).params(),
         session=partial(judge_session, notify=console.print),
         mapping=parse_map(maps),
@@ -361,7 +361,7 @@ def spec_try(
         annotator_column=annotator_column,
         limits=limits,
     )
-    print_try(out, target, report, frame, summary)
+    print_try(out, target, report, frame, summary, FLAGS)
     if json_out:
         Path(json_out).write_text(report.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")

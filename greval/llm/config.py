@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.llm.gguf import LocalJudgeError, model_identity, resolve_local_model
 from greval.llm.retry import redact, register_secret
 
@@ -67,7 +67,7 @@ class JudgeConfig(BaseModel):
         else:
             provider, model = "openai", ref
         if not model:
-            raise UserError(f"--judge {ref!r}: give a model, e.g. openai:gpt-4o-mini")
+            raise UserError(f"{option('judge')} {ref!r}: give a model, e.g. openai:gpt-4o-mini")
         clean = {k: v for k, v in params.items() if v is not None}
         cfg = cls(provider=provider.lower(), model=model, **clean)
         return cfg.with_local_identity() if cfg.is_local else cfg
@@ -140,7 +140,9 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
             if base_url is None:
-                raise UserError("no API key: set OPENAI_API_KEY, or point --base-url at an OpenAI-compatible server")
+                raise UserError(
+                    f"no API key: set OPENAI_API_KEY, or point {option('base_url')} at an OpenAI-compatible server"
+                )
             key = "not-needed"
         register_secret(key)
         kwargs: dict[str, Any] = {
@@ -162,7 +164,7 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
     except ImportError:
         raise UserError(
             f"provider {cfg.provider!r} needs the 'langchain' package and langchain-{cfg.provider}; "
-            "install them, or use openai:MODEL with --base-url for OpenAI-compatible servers"
+            f"install them, or use openai:MODEL with {option('base_url')} for OpenAI-compatible servers"
         ) from None
     params: dict[str, Any] = {"temperature": cfg.temperature, "timeout": cfg.timeout, "max_retries": 0}
     if cfg.max_tokens is not None:
@@ -170,7 +172,7 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
     try:
         model: BaseChatModel = init_chat_model(cfg.model, model_provider=cfg.provider, **params)
     except (ImportError, ValueError) as exc:
-        raise UserError(f"--judge {cfg.provider}:{cfg.model}: {redact(str(exc))}") from None
+        raise UserError(f"{option('judge')} {cfg.provider}:{cfg.model}: {redact(str(exc))}") from None
     register_model_secrets(model)
     return model
 
@@ -248,7 +250,7 @@ def default_judge(notify: Notify) -> str:
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         return "openai:gpt-4o-mini"
     notify(
-        "no judge configured (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
+        f"no judge configured (no {option('judge')}, GREVAL_JUDGE or OPENAI_API_KEY): using the "
         "embedded local judge, a tiny model that is NOT a judge to trust — it only lets the loop run "
         "offline."
     )

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.llm.limiter import AdaptiveLimiter
 from greval.types import ErrorKind
 
@@ -92,7 +92,7 @@ class Filtered(JudgeError):
     kind = ErrorKind.CONTENT_FILTER
 
 
-CUT_OFF_HINT = "raise the judge's token budget (--max-tokens) or use a larger judge model"
+CUT_OFF_HINT = f"raise the judge's token budget ({option('max_tokens')}) or use a larger judge model"
 
 
 def finish_reason(message: Any) -> str | None:

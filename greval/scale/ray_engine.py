@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
-from greval.errors import UserError, first_line
+from greval.errors import UserError, first_line, option
 from greval.llm.config import JudgeConfig
 from greval.llm.limiter import AdaptiveLimiter
 from greval.runner.job import RunJob
@@ -58,7 +58,7 @@ SAME_EPISODE_S = 1.0
 #: The logger of Ray's token-authentication set-up (its warning that a local cluster has a token).
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
-INSTALL_HINT = "--engine ray needs Ray: pip install 'greval[ray]'"
+INSTALL_HINT = f"{option('engine')} ray needs Ray: pip install 'greval[ray]'"
 
 
 def ray_module() -> Any:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.llm.retry import CUT_OFF_HINT, ErrorKind
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale
 from greval.store.store import Store
@@ -405,7 +405,7 @@ def not_scored(counts: Mapping[str, Any]) -> str:
 
 
 #: How a failed judgement is judged again, in a note that names no command of its own.
-RETRY_HINT = "`greval run … --retry-errors` judges them again"
+RETRY_HINT = f"a run with {option('retry_errors')} judges them again"
 
 
 def metric_notes(fig: MetricFigures, retry: str = RETRY_HINT) -> list[str]:
@@ -456,7 +456,7 @@ def _map_hint(why: str) -> str:
     if not why.startswith(MISSING_INPUT):
         return ""
     names = [n.strip() for n in why.split(":", 1)[1].split(",") if n.strip().isidentifier()]
-    return " — map a column with " + " ".join(f"--map {n}=COLUMN" for n in names) if names else ""
+    return " — map a column with " + " ".join(f"{option('mapping')} {n}=COLUMN" for n in names) if names else ""
 
 
 class _Tally:

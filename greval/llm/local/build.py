@@ -379,7 +379,7 @@ def _build(version: str, work: Path, log_path: Path, reporter: _Reporter, starte
         smoke = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
         log.write(smoke.stdout + smoke.stderr)
         if smoke.returncode != 0:
-            raise LocalJudgeError("the built llama-server does not run (--version failed)")
+            raise LocalJudgeError("the built llama-server does not run (asked for its version, it failed)")
         info = {
             "llama_cpp_python_version": version,
             "llama_server_version": (smoke.stdout + smoke.stderr).strip().splitlines()[:2],
