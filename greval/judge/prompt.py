@@ -13,7 +13,13 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import BaseModel
 
-from greval.dataset.records import CONVERSATION, item_list, normalise_conversation
+from greval.dataset.records import (
+    CONVERSATION,
+    item_list,
+    normalise_chunks,
+    normalise_conversation,
+    normalise_triples,
+)
 from greval.spec import CategoricalScale, Spec, ValueScale
 from greval.types import JudgeResult, Method, not_applicable
 
@@ -213,9 +219,14 @@ def render_inputs(
 
 
 def example_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """A few-shot example's inputs with its conversation normalised as a record's is (turn ids t1, t2 …), so
-    the example reads like the records the judge sees (the spec loader has checked it normalises)."""
+    """A few-shot example's inputs normalised as a record's are (chunk ids c1, c2 …, triple ids t1 …, turn ids
+    t1, t2 …), so the example reads like the records the judge sees (a spec file's loader has checked them; a
+    spec built in Python may give chunks as plain strings, as a record may)."""
     out = dict(inputs)
+    if isinstance(out.get("chunks"), list):
+        out["chunks"] = normalise_chunks(out["chunks"], "example")
+    if isinstance(out.get("triples"), list):
+        out["triples"] = normalise_triples(out["triples"], "example")
     if isinstance(out.get(CONVERSATION), list):
         out[CONVERSATION] = normalise_conversation(out[CONVERSATION], "example")
     return out
