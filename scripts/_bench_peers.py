@@ -42,24 +42,59 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _schema_text(body: dict[str, Any]) -> str:
+    """The structured-output definition a request carries, as compact JSON ("" when it has none)."""
+    parts = []
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        parts.append(json.dumps(fmt.get("json_schema", {}), separators=(",", ":")))
+    if body.get("tools"):
+        parts.append(json.dumps(body["tools"], separators=(",", ":")))
+    return "\n".join(parts)
+
+
 def count_body(enc: Any, body: dict[str, Any]) -> dict[str, int]:
     """One request's prompt tokens: its messages, and its structured-output definition."""
     messages = sum(MESSAGE_FRAMING + len(enc.encode(_text(m.get("content")))) for m in body.get("messages", []))
-    schema = 0
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        schema += len(enc.encode(json.dumps(fmt.get("json_schema", {}), separators=(",", ":"))))
-    if body.get("tools"):
-        schema += len(enc.encode(json.dumps(body["tools"], separators=(",", ":"))))
-    return {"messages": messages + REPLY_PRIMING, "schema": schema}
+    schema = _schema_text(body)
+    return {"messages": messages + REPLY_PRIMING, "schema": len(enc.encode(schema)) if schema else 0}
+
+
+PREFIX_KEY = 32  # tokens: requests that begin with the same ones go to the same cache (OpenAI hashes a prefix)
+OPENAI_MIN, OPENAI_STEP = 1024, 128  # OpenAI caches nothing below 1,024 shared tokens, then in steps of 128
+
+
+def count_all(enc: Any, bodies: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """Every request counted, in arrival order; ``prefix``: the leading tokens it shares with the last request
+    that began with the same ``PREFIX_KEY`` tokens (what a prefix cache could reuse); ``openai_cached``: the
+    same under OpenAI's rule."""
+    last: dict[tuple[int, ...], list[int]] = {}
+    out = []
+    for body in bodies:
+        row = count_body(enc, body)
+        texts = [_schema_text(body)] + [f"{m.get('role')}: {_text(m.get('content'))}" for m in body["messages"]]
+        tokens = list(enc.encode("\n".join(texts)))
+        key = tuple(tokens[:PREFIX_KEY])
+        before = last.get(key, [])
+        shared = 0
+        for a, b in zip(before, tokens, strict=False):
+            if a != b:
+                break
+            shared += 1
+        last[key] = tokens
+        row["prefix"] = shared
+        row["openai_cached"] = (
+            0 if shared < OPENAI_MIN else OPENAI_MIN + (shared - OPENAI_MIN) // OPENAI_STEP * OPENAI_STEP
+        )
+        out.append(row)
+    return out
 
 
 def count_main() -> None:
     import bpe_openai
 
     enc = bpe_openai.get_encoding("o200k_base")
-    bodies = json.load(sys.stdin)
-    json.dump([count_body(enc, b) for b in bodies], sys.stdout)
+    json.dump(count_all(enc, json.load(sys.stdin)), sys.stdout)
 
 
 async def _gather(jobs: list[Any], concurrency: int) -> None:
