@@ -96,6 +96,9 @@ class CallLog(BaseModel):
     latency_ms: float
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = Field(
+        0, description="Of tokens_in, those the provider read from its prompt cache (OpenAI's cached_tokens)."
+    )
     attempts: int = 1
     raw: str = ""
     error: str | None = None
@@ -122,6 +125,10 @@ class JudgeResult(BaseModel):
     @property
     def tokens_out(self) -> int:
         return sum(c.tokens_out for c in self.calls)
+
+    @property
+    def tokens_cached(self) -> int:
+        return sum(c.tokens_cached for c in self.calls)
 
     @property
     def attempts(self) -> int:

@@ -246,6 +246,7 @@ class Judge:
                 latency_ms=(time.perf_counter() - start) * 1000,
                 tokens_in=int(usage.get("input_tokens", 0) or 0),
                 tokens_out=int(usage.get("output_tokens", 0) or 0),
+                tokens_cached=int((usage.get("input_token_details") or {}).get("cache_read", 0) or 0),
                 attempts=attempts,
             )
             log.append(entry)

@@ -16,12 +16,14 @@ from langchain_openai import ChatOpenAI
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
+from greval.judge.evaluators import make_evaluator
 from greval.judge.judge import Judge
+from greval.judge.options import CallOptions
 from greval.judge.prompt import wire_schema
-from greval.spec.verdict import verdict_models
 from greval.llm.retry import RetryPolicy
 from greval.spec import CategoricalScale, Spec, parse_spec, resolve_specs
 from greval.spec.pipeline import PipelineSpec, VerifyStep
+from greval.spec.verdict import verdict_models
 from greval.store.store import spec_keys
 from greval.testing.openai_server import OpenAIServer
 from greval.types import PROMPT_LAYOUT, ItemVerdict, JudgeResult, Method
@@ -185,7 +187,7 @@ def test_a_pipeline_step_gets_its_labels_steps_and_items(llm: OpenAIServer) -> N
     assert isinstance(spec, PipelineSpec)
     claims = {"reason": "two claims", "items": ["Paris is in France.", "Paris has a river."]}
     llm.script([{"match": "List the factual claims", "action": {"type": "respond", "content": claims}}])
-    ev = spec.evaluator(model=chat_model(llm), policy=FAST)
+    ev = make_evaluator(spec, chat_model(llm), CallOptions(policy=FAST))
     result = run_sync(ev.ajudge({"answer": "Paris is in France and has a river.", "chunks": ["Paris, France."]}))
     assert result.ok, result
     [verify] = [b for b in llm.requests() if "Item ids:" in b["messages"][-1]["content"]]
