@@ -482,7 +482,7 @@ def price_source(path: Any) -> str:
     """Where the prices of a cost come from, and where to put one's own."""
     if path.is_file():
         return f"prices from {path} over greval's list"
-    return f"greval's list prices; yours go in {path}"
+    return "greval's list prices; yours go in $GREVAL_PRICES or prices.yaml in greval's data directory"
 
 
 class StoreRef(click.ParamType):  # type: ignore[type-arg]

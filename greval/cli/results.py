@@ -73,7 +73,7 @@ def results_runs(store: str) -> None:
         prices = None
     with Store(store) as st:
         table = Table(title=f"runs in {display(store)}")
-        cols = ("run", "started", "status", "dataset", "records", "calls", "tokens in · cached · out, cost")
+        cols = ("run", "started", "status", "dataset", "records", "calls", "tokens, cost")
         for col in (*cols, "metric: not scored"):
             table.add_column(col)
         for r in st.runs():
@@ -97,9 +97,9 @@ def results_runs(store: str) -> None:
                 r["dataset"] or "",
                 recs,
                 str(summ.get("calls", "")),
-                f"{tokens_text(*tokens)}\n{cost}" if summ else "",
+                f"{tokens_text(*tokens)}, {cost}" if summ else "",
                 "\n".join(per_metric),
             )
         print_table(table)
     if prices is not None:
-        say(escape(f"cost: {price_source(prices_path())}"), console)
+        say(escape(f"tokens: prompt · of them cached · completion; cost: {price_source(prices_path())}"), console)
