@@ -334,7 +334,7 @@ def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
         + (f" ({dup} with the same content as another: judged once)" if dup > 0 else "")
         + f", judge {summary.judge}, {summary.calls} calls in {summary.seconds:.1f}s"
     )
-    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "score", "tokens in/out"):
+    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "score", "tokens in · cached · out"):
         table.add_column(col)
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
@@ -348,7 +348,7 @@ def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
             unscored or "—",
             dist,
             fmt_number(m.mean_score),
-            f"{m.tokens_in}/{m.tokens_out}",
+            tokens_text(m.tokens_in, m.tokens_cached, m.tokens_out),
         )
     print_table(table)
     for m in summary.metrics:
@@ -358,6 +358,33 @@ def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
         if retry and failed:
             for line in command_lines(retry, console.width, indent="      "):
                 console.print(line, highlight=False, markup=False)
+    if summary.calls:
+        print_cost(summary.cost)
+
+
+def tokens_text(tokens_in: int, tokens_cached: int, tokens_out: int) -> str:
+    """Prompt tokens, of them read from the provider's cache, and completion tokens, as the CLI shows them."""
+    return f"{tokens_in:,} · {tokens_cached:,} · {tokens_out:,}"
+
+
+def print_cost(cost: Any) -> None:
+    """The line under a run's summary: what its calls cost at the price table's prices (a price table that
+    cannot be read is a note: the run itself is done and stored)."""
+    from greval.llm.prices import cost_text, prices_path
+
+    try:
+        text = cost_text(cost())
+    except UserError as exc:
+        say(f"[yellow]note:[/] no cost shown: {escape(str(exc))}", console, hang=6)
+        return
+    say(escape(f"cost of this run's calls: {text} ({price_source(prices_path())})"), out)
+
+
+def price_source(path: Any) -> str:
+    """Where the prices of a cost come from, and where to put one's own."""
+    if path.is_file():
+        return f"prices from {path} over greval's list"
+    return "greval's list prices; yours go in $GREVAL_PRICES or prices.yaml in greval's data directory"
 
 
 class StoreRef(click.ParamType):  # type: ignore[type-arg]

@@ -27,7 +27,6 @@ from typing import Any, Unpack
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_openai.chat_models.base import BaseChatOpenAI
 
 from greval.dataset.records import Record
@@ -43,7 +42,7 @@ from greval.judge.parse import (
     validate_items,
     validate_record,
 )
-from greval.judge.prompt import example_messages, render_inputs, system_prompt
+from greval.judge.prompt import example_messages, render_inputs, system_prompt, wire_schema
 from greval.llm.call import ModelCall
 from greval.llm.config import register_model_secrets
 from greval.llm.retry import (
@@ -93,7 +92,7 @@ class Judge:
         self.policy = calls.policy
         self.limiter = calls.limiter
         self.answer_model, self.item_model = verdict_models(spec)
-        self.schema = self.answer_model.model_json_schema()
+        self.schema = wire_schema(self.answer_model)  # what the provider is sent (the prompt says the rest)
         self._outputs_model = outputs_model(spec, self.answer_model)
         self.methods: list[Method] = list(METHODS) if calls.method == "auto" else [calls.method]
         self._method_index = 0
@@ -128,8 +127,7 @@ class Judge:
             extra: dict[str, Any] = {}
             if self.logprobs is not None and self.asks_logprobs:
                 extra = {"logprobs": True} | ({"top_logprobs": self.logprobs.top} if self.logprobs.top else {})
-            tool = convert_to_openai_tool(self.answer_model)
-            tool["function"]["name"] = TOOL_NAME
+            tool = {"type": "function", "function": {"name": TOOL_NAME, "parameters": self.schema}}
             fmt: dict[str, Any] = {"type": "json_object"}
             if method == "json_schema":
                 fmt = {
@@ -248,6 +246,7 @@ class Judge:
                 latency_ms=(time.perf_counter() - start) * 1000,
                 tokens_in=int(usage.get("input_tokens", 0) or 0),
                 tokens_out=int(usage.get("output_tokens", 0) or 0),
+                tokens_cached=int((usage.get("input_token_details") or {}).get("cache_read", 0) or 0),
                 attempts=attempts,
             )
             log.append(entry)

@@ -48,10 +48,13 @@ from greval.judge.prompt import (
     PREAMBLE,
     absent_dependency,
     describe_scale,
+    each_answer,
     render_conversation,
     render_item,
     schema_note,
+    steps_text,
     title,
+    wire_schema,
 )
 from greval.spec import ITEM_FIELDS, CategoricalScale, EachTarget, InputSpec, Label, Spec
 from greval.spec.pipeline import (
@@ -135,21 +138,21 @@ class _Extractor(Judge):
             items=(list[str], Field(description=f"The {step.what}, one self-contained sentence each, in order")),
         )
         self.item_model = self.answer_model
-        self.schema = self.answer_model.model_json_schema()
+        self.schema = wire_schema(self.answer_model)
 
     def system_text(self, method: Method) -> str:
         s = self.step
         parts = [
             PREAMBLE,
-            f"# Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
-            f"# Task\nList the {s.what} made in the {title(s.from_).lower()}. Another step will check each "
+            f"Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
+            f"Task: List the {s.what} made in the {title(s.from_).lower()}. Another step will check each "
             "of them, so make every item a short, self-contained sentence (resolve pronouns), state each "
             "only once, and add nothing the text does not say.",
         ]
         if s.instructions:
-            parts.append(f"# Instructions\n{s.instructions.strip()}")
+            parts.append(f"Instructions: {s.instructions.strip()}")
         parts.append(
-            f"# Your answer\nWrite `reason` first, then `items`: the {s.what} in the order they appear; "
+            f"Answer with `reason` first, then `items`: the {s.what} in the order they appear; "
             "an empty list if there are none."
         )
         return "\n\n".join(parts + schema_note(method, self.schema))
@@ -205,7 +208,7 @@ class _Verifier(Judge):
             __config__=ConfigDict(extra="forbid"),
             verdicts=(list[item], Field(description="One verdict per listed item id, each id exactly once")),
         )
-        self.schema = self.answer_model.model_json_schema()
+        self.schema = wire_schema(self.answer_model)
 
     def system_text(self, method: Method) -> str:
         s = self.step
@@ -213,20 +216,15 @@ class _Verifier(Judge):
         against = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         parts = [
             PREAMBLE,
-            f"# Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
-            f"# Task\nJudge each of the {self.noun} listed below"
+            f"Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
+            f"Task: Judge each of the {self.noun} listed below"
             + (f" against {against}." if against else " on its own."),
         ]
         if s.instructions:
-            parts.append(f"# Instructions\n{s.instructions.strip()}")
+            parts.append(f"Instructions: {s.instructions.strip()}")
         if s.steps:
-            parts.append("# Evaluation steps\n" + "\n".join(f"{i}. {t.strip()}" for i, t in enumerate(s.steps, 1)))
-        parts.append("# Scale\n" + describe_scale(self.spec))
-        parts.append(
-            "# Your answer\nJudge each item separately. Return `verdicts`: one entry for every id listed under "
-            "'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your reasoning, "
-            "written first), then `label`."
-        )
+            parts.append(steps_text(s.steps))
+        parts += [describe_scale(self.spec), each_answer("item", "label", steps=bool(s.steps))]
         return "\n\n".join(parts + schema_note(method, self.schema))
 
     def messages(

@@ -203,7 +203,9 @@ def _summarise(job: RunJob) -> list[MetricSummary]:
         m = job.summaries[s.name]
         found = figures(job.store, run_id=job.run_id, spec_key=job.keys[s.name], judge_key=job.cfgs[s.name].key)
         if found:
-            activity = m.model_dump(include={"judged", "reused", "tokens_in", "tokens_out", "calls", "asked"})
+            activity = m.model_dump(
+                include={"judged", "reused", "tokens_in", "tokens_out", "tokens_cached", "calls", "asked"}
+            )
             m = MetricSummary(**{**found[0].model_dump(), **activity})
         out.append(m)
     return out

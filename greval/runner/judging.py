@@ -234,6 +234,7 @@ class _Judging:
                 m.judged += 1
             m.tokens_in += res.tokens_in
             m.tokens_out += res.tokens_out
+            m.tokens_cached += res.tokens_cached
             m.calls += len(res.calls)
             if not res.ok and not not_applicable(res):
                 self.errors += 1

@@ -323,6 +323,7 @@ async def judge_on_ray(job: RunJob, progress: ProgressHook | None) -> EngineTota
             mine.reused += m.reused
             mine.tokens_in += m.tokens_in
             mine.tokens_out += m.tokens_out
+            mine.tokens_cached += m.tokens_cached
             mine.calls += m.calls
     if failure is not None:
         raise failure
