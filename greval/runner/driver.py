@@ -25,7 +25,6 @@ from greval.judge.options import CallOptions
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, Notify, local_concurrency
 from greval.llm.limiter import AdaptiveLimiter
-from greval.llm.local.session import serve_judge
 from greval.runner.job import RunJob
 from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions, RunSummary
 from greval.runner.plan import Plan, Rows, plan_work, sample_notes, sample_summary
@@ -153,7 +152,11 @@ def _ray_engine() -> ModuleType:
 
 
 def _served(cfg: JudgeConfig, notify: Notify | None) -> contextlib.AbstractContextManager[JudgeConfig]:
-    """The embedded llama.cpp judge, served for the block."""
+    """The embedded llama.cpp judge, served for the block (its package imported only for a local judge)."""
+    if not cfg.is_local:
+        return contextlib.nullcontext(cfg)
+    from greval.llm.local.session import serve_judge
+
     return serve_judge(cfg, notify or logging.getLogger("greval.llm.local").info)
 
 
