@@ -1348,3 +1348,17 @@ def test_the_run_path_stays_readable() -> None:
         if complexity.cc_rank(block.complexity) in ("D", "E", "F")
     ]
     assert not worst, worst
+
+
+def test_run_with_metric_names_or_a_dataframe_points_to_evaluate(store_path: Path) -> None:
+    """Issue 33: `greval.run(["answer_alignment"], df)` (what a Ragas / DeepEval user types first) was an
+    AttributeError deep in the plan; it is one UserError naming greval.evaluate."""
+    import greval
+
+    df = pd.DataFrame([{"question": "q", "answer": "a"}])
+    cfg = greval.JudgeConfig.parse("openai:judge-test", base_url="http://127.0.0.1:9/v1")
+    with Store(store_path) as st:
+        with pytest.raises(greval.UserError, match=r"greval\.evaluate\(data, metrics\)"):
+            greval.run(["answer_alignment"], df, st, cfg)  # type: ignore[list-item]
+        with pytest.raises(greval.UserError, match="takes Records"):
+            greval.run(greval.resolve_specs(["answer_alignment"]), df, st, cfg)

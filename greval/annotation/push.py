@@ -94,6 +94,25 @@ class PushResult:
     distribution_change: DistributionChange | None = None
     notes: list[str] = field(default_factory=list)
     sent: int = 0  # upserted by this push (the rest of ``pushed`` was sent by an earlier push)
+    unusable: dict[str, int] = field(default_factory=dict)  # units whose verdict is not ok, by why: never pushed
+    unit: str = "record"  # what one unit is: a record, or an item (per-chunk / per-triple metrics)
+
+
+def unusable_note(unusable: Mapping[str, int], unit: str = "record") -> str | None:
+    """The units a push could not send, in words: "1 record not pushed: its verdict is an error (truncated)".
+    None when every verdict was usable."""
+    total = sum(unusable.values())
+    if not total:
+        return None
+    errors = {why: n for why, n in unusable.items() if why != "skipped"}
+    parts = []
+    if errors:
+        kinds = ", ".join(f"{why} ×{n}" if len(errors) > 1 else why for why, n in errors.items())
+        one = sum(errors.values()) == 1
+        parts.append(f"{'its verdict is an error' if one else 'their verdicts are errors'} ({kinds})")
+    if unusable.get("skipped"):
+        parts.append(f"{unusable['skipped']} skipped (the metric does not apply)")
+    return f"{total} {unit}{'' if total == 1 else 's'} not pushed: {'; '.join(parts)}"
 
 
 def uncertain_notes(cands: Sequence[UnitVerdict]) -> list[str]:
@@ -177,6 +196,8 @@ def push(
     )
     res.seconds = time.perf_counter() - t0
     res.notes = uncertain_notes(cands) if strategy == "uncertain" else []
+    res.unusable = store.unusable_units(spec_key, jinfo.key)
+    res.unit = "item" if spec.each else "record"
     return res
 
 

@@ -28,7 +28,7 @@ from greval.agreement.models import (
 )
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.tables import read_table, select, to_agreement_frame
-from greval.cli.common import fail, read_limit_options, store_option
+from greval.cli.common import fail, print_table, read_limit_options, say, store_option
 from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.report.agreement import (
@@ -102,27 +102,31 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
     """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`)."""
     c = report.counts
     prefix = f"{name}: " if name else ""
-    console.print(
+    say(
         f"[bold]{prefix}{c.items_compared} items compared[/] of {c.items} ({c.rows} rows; "
         f"{c.items_missing_human} without human, {c.items_invalid_judge} invalid judge "
         f"({escape(report.options.invalid)}), {c.items_dropped_invalid} dropped, "
-        f"{c.items_tied_majority} tied majority)"
+        f"{c.items_tied_majority} tied majority)",
+        console,
+        hang=2,
     )
     if c.rows_missing_judge or c.rows_missing_human:
-        console.print(
+        say(
             f"  missing answers (null, empty or --missing-values): {c.rows_missing_judge} judge row(s), "
-            f"{c.rows_missing_human} human row(s)"
+            f"{c.rows_missing_human} human row(s)",
+            console,
+            hang=4,
         )
     th = report.threshold
     if th is not None:
         op = ">" if th.rule == "gt" else "≥"
         how = f", chosen by {th.chosen_by} on {th.select_on}" if th.chosen_by else ""
-        console.print(f"  threshold: {escape(th.pos_label)} when score {op} {th.threshold:g}{escape(how)}")
-    console.print(_headline(report, d, f"{prefix}judge vs human"))
+        say(f"  threshold: {escape(th.pos_label)} when score {op} {th.threshold:g}{escape(how)}", console, hang=4)
+    print_table(_headline(report, d, f"{prefix}judge vs human"), console)
     if report.per_group:
         keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in report.metrics]
         title = f"per group ({len(report.per_group)}; the headline is their unweighted mean)"
-        console.print(_group_table(title, report.per_group, keys, d))
+        print_table(_group_table(title, report.per_group, keys, d), console)
     cat = report.categorical
     if cat is not None:
         t = Table(title="classification report (human = truth)", title_justify="left")
@@ -130,14 +134,14 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
             t.add_column(col, justify="left" if col == "label" else "right")
         for r in cat.per_label:
             t.add_row(r.label, fmt_number(r.precision, d), fmt_number(r.recall, d), fmt_number(r.f1, d), str(r.support))
-        console.print(t)
+        print_table(t, console)
         cm = Table(title="confusion (rows human, columns judge)", title_justify="left")
         cm.add_column("human \\ judge")
         for lab in cat.confusion.judge_labels:
             cm.add_column(lab, justify="right")
         for lab, row in zip(cat.confusion.labels, cat.confusion.counts, strict=True):
             cm.add_row(lab, *[str(v) for v in row])
-        console.print(cm)
+        print_table(cm, console)
         p = cat.prevalence
         if p is not None:
             pt = Table(
@@ -151,9 +155,9 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
                 pt.add_row(
                     lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), fmt_number(e.value, d), fmt_ci(e, d)
                 )
-            console.print(pt)
+            print_table(pt, console)
             for note in prevalence_notes(p):  # the same notes the HTML and Markdown pages show
-                console.print(f"  prevalence: {note}")
+                say(f"  prevalence: {note}", console, hang=4)
     if report.value is not None:
         v = report.value
         t = Table(title="scores", title_justify="left")
@@ -169,7 +173,7 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
                 fmt_number(s.min, d),
                 fmt_number(s.max, d),
             )
-        console.print(t)
+        print_table(t, console)
     ceil = report.ceiling
     if ceil is not None:
         t = Table(
@@ -186,7 +190,7 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
             (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge),
         ):
             t.add_row(label, fmt_number(e.value, d), fmt_ci(e, d), str(e.n))
-        console.print(t)
+        print_table(t, console)
     if report.design is not None:
         t = Table(
             title=f"design-weighted (1/π; {report.design.resamples} stratified resamples): over every judged item",
@@ -196,20 +200,20 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
             t.add_column(col, justify="left" if col in (DESIGN_HEADER[0], DESIGN_HEADER[-1]) else "right")
         for cells in design_rows(report.design, d):
             t.add_row(*[escape(cell) for cell in cells])
-        console.print(t)
+        print_table(t, console)
         for note in report.design.notes:
-            console.print(f"  design: {escape(note)}")
+            say(f"  design: {escape(note)}", console, hang=4)
     cal = report.calibration
     if cal is not None:
-        console.print(f"[bold]{CALIBRATION_TITLE}[/] {escape(calibration_figures(cal, d))}", highlight=False)
+        say(f"[bold]{CALIBRATION_TITLE}[/] {escape(calibration_figures(cal, d))}", console, hang=2)
         t = Table(title="reliability (confidence bins; human = truth)", title_justify="left")
         for col in CALIBRATION_HEADER:
             t.add_column(col, justify="left" if col in (CALIBRATION_HEADER[0], CALIBRATION_HEADER[-1]) else "right")
         for cells in calibration_rows(cal, d):
             t.add_row(*[escape(cell) for cell in cells])
-        console.print(t)
+        print_table(t, console)
         for note in calibration_notes(cal):
-            console.print(f"  calibration: {escape(note)}")
+            say(f"  calibration: {escape(note)}", console, hang=4)
     for col, parts in report.slices.items():
         keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]
         weighted = slice_design_names(report, parts)
@@ -221,9 +225,9 @@ def print_report(console: Console, report: AgreementReport, d: int, name: str = 
         for value, sub in parts.items():
             cells = [f"{fmt_number(sub.metrics[k].value, d)} {fmt_ci(sub.metrics[k], d)}".strip() for k in keys]
             t.add_row(value, str(sub.counts.items_compared), *cells, *slice_design_cells(sub, weighted, d))
-        console.print(t)
+        print_table(t, console)
     for note in report.notes:
-        console.print(f"  note: {escape(note)}")
+        say(f"  note: {escape(note)}", console, hang=4)
 
 
 def print_consistency(console: Console, rep: ConsistencyReport, d: int) -> None:
@@ -240,18 +244,18 @@ def print_consistency(console: Console, rep: ConsistencyReport, d: int) -> None:
         t.add_column(col, justify="right" if col in ("value", "n") else "left")
     for name, e in rep.metrics.items():
         t.add_row(name, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
-    console.print(t)
+    print_table(t, console)
     if rep.per_group:
-        console.print(_group_table("per group", rep.per_group, list(rep.metrics), d))
+        print_table(_group_table("per group", rep.per_group, list(rep.metrics), d), console)
     cm = Table(title=f"confusion (rows {escape(a)}, columns {escape(b)})", title_justify="left")
     cm.add_column(f"{escape(a)} \\ {escape(b)}")
     for lab in rep.confusion.judge_labels:
         cm.add_column(escape(lab), justify="right")
     for lab, row in zip(rep.confusion.labels, rep.confusion.counts, strict=True):
         cm.add_row(escape(lab), *[str(v) for v in row])
-    console.print(cm)
+    print_table(cm, console)
     for note in rep.notes:
-        console.print(f"  note: {escape(note)}")
+        say(f"  note: {escape(note)}", console, hang=4)
 
 
 def print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
@@ -265,9 +269,9 @@ def print_comparison(console: Console, comp: ComparisonReport, d: int) -> None:
         e = diff.estimate
         beyond = "" if diff.beyond_ci is None else ("yes" if diff.beyond_ci else "no")
         t.add_row(diff.metric, f"{diff.b} − {diff.a}", fmt_number(e.value, d), fmt_ci(e, d), beyond)
-    console.print(t)
+    print_table(t, console)
     for note in comp.notes:
-        console.print(f"  note: {escape(note)}")
+        say(f"  note: {escape(note)}", console, hang=4)
 
 
 def _parse_map(pairs: tuple[str, ...]) -> dict[str, str]:

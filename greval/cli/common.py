@@ -1,5 +1,6 @@
-"""What the commands share: the consoles, the judge options, ``--map`` parsing, the progress bar, the run
-summary, and the exit for Ctrl-C / SIGTERM."""
+"""What the commands share: the consoles and what fits them (tables with every word whole, prose wrapped
+between words, commands folded between arguments), the judge options, ``--map`` parsing, the progress bar, the
+run summary, and the exit for Ctrl-C / SIGTERM."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -20,17 +21,103 @@ from greval.dataset.limits import ReadLimits, parse_size, size_text
 from greval.errors import UserError
 from greval.progress import TerminalProgress
 
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
+
+    from greval.llm.config import JudgeChoice
+
 
 def _console(stderr: bool) -> Console:
-    """A terminal gets its own width; a file or pipe a wide one, so tables are not cut at 80 columns and
-    words are not wrapped apart (COLUMNS still wins)."""
-    stream = sys.stderr if stderr else sys.stdout
-    wide = stream.isatty() or "COLUMNS" in os.environ
-    return Console(stderr=stderr, soft_wrap=True, width=None if wide else 200)
+    """The width is looked up at each print: a terminal's own (stdin's when the output is piped into one, as
+    with ``| less``), else COLUMNS, else 80 (a file, CI). Nothing printed is cut or wrapped by rich itself
+    (soft wrap): tables fit with every word whole (:func:`print_table`), prose that must fit is wrapped between
+    words (:func:`say`)."""
+    return Console(stderr=stderr, soft_wrap=True)
 
 
 console = _console(stderr=True)
 out = _console(stderr=False)
+
+
+def say(text: str | Text, to: Console | None = None, hang: int = 0) -> None:
+    """Print rich markup (or a Text) wrapped between words at the console's width, continuation lines
+    indented by ``hang``: a word longer than the width (a path, a URL) stays whole on a line of its own."""
+    from rich.text import Text
+
+    to = to or console
+    body = Text.from_markup(text) if isinstance(text, str) else text
+    for i, line in enumerate(body.divide(_breaks(body.plain, max(20, to.width - hang)))):
+        line.rstrip()
+        to.print(Text(" " * hang) + line if i and hang else line, soft_wrap=True, highlight=False)
+
+
+def _breaks(plain: str, width: int) -> list[int]:
+    """Where to break ``plain`` into lines of at most ``width`` cells: before a word that would not fit, never
+    inside one (rich's own wrapping folds a long word, or wraps nothing when told not to fold)."""
+    import re
+
+    from rich.cells import cell_len
+
+    offsets: list[int] = []
+    column = len(plain) - len(plain.lstrip(" "))
+    for word in re.finditer(r"\S+\s*", plain):
+        size = cell_len(word.group().rstrip())
+        if column and column + size > width and word.start() > (offsets[-1] if offsets else 0):
+            offsets.append(word.start())
+            column = 0
+        column += cell_len(word.group())
+    return offsets
+
+
+def say_judge_build() -> None:
+    """Before the embedded judge's first build starts: how long it takes and how to avoid it."""
+    from greval.llm.local import BUILD_ESTIMATE
+
+    say(
+        "[yellow]note:[/] the embedded judge's llama-server is not built yet: it is built now, once (a C++ "
+        f"build, {BUILD_ESTIMATE}; Ctrl-C keeps the work done for the next time). To skip it, name a judge: "
+        "--judge openai:gpt-4o-mini with OPENAI_API_KEY set, or any OpenAI-compatible server with "
+        "--judge openai:MODEL --base-url URL.",
+        console,
+        hang=6,
+    )
+
+
+def wrap_plain(text: str, width: int, indent: str = "", hang: str = "") -> list[str]:
+    """Plain text wrapped between words (never inside a word, nor at a hyphen) at ``width``."""
+    import textwrap
+
+    return textwrap.wrap(
+        text, width, initial_indent=indent, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False
+    ) or [indent.rstrip()]
+
+
+def command_lines(argv: Sequence[str], width: int, indent: str = "  ") -> list[str]:
+    """A command to copy into a shell, as one line when it fits ``width``, else folded between its arguments
+    with ``\\`` continuations (an option stays beside its value; a path longer than the width stays whole)."""
+    import shlex
+
+    words = [shlex.quote(a) for a in argv]
+    groups: list[str] = []
+    for w in words:  # "--store PATH" stays together
+        if groups and groups[-1].startswith("-") and " " not in groups[-1] and not w.startswith("-"):
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    if len(indent) + len(" ".join(words)) <= width:
+        return [indent + " ".join(words)]
+    hang = indent + "    "
+    # An option and its value that do not fit one line together go on two (a long path then stands alone).
+    parts = [p for g in groups for p in (g.split(" ", 1) if len(hang) + len(g) + 2 > width else [g])]
+    lines, cur = [], indent + parts[0]
+    for g in parts[1:]:
+        if len(cur) + 1 + len(g) + 2 > width:
+            lines.append(cur + " \\")
+            cur = hang + g
+        else:
+            cur += " " + g
+    return [*lines, cur]
 
 
 def print_error(message: str) -> None:
@@ -41,8 +128,9 @@ def print_error(message: str) -> None:
 
 
 def notice(text: str) -> None:
-    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is."""
-    console.print(escape(text), highlight=False)
+    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is, wrapped between
+    words at the console's width."""
+    say(escape(text), console, hang=2)
 
 
 def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
@@ -231,6 +319,26 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def judge_args(judge: JudgeChoice, ref: str | None = None) -> list[str]:
+    """The flags of :func:`judge_options` that choose ``judge`` again, for a printed command (``ref``: the
+    judge reference that was used, when the flags left it to the spec or the default)."""
+    from greval.llm.config import DEFAULT_TIMEOUT
+
+    chosen = ref or judge.ref
+    args = ["--judge", chosen] if chosen else []
+    for flag, value in (
+        ("--base-url", judge.base_url),
+        ("--temperature", judge.temperature),
+        ("--max-tokens", judge.max_tokens),
+        ("--samples", judge.samples),
+        ("--seed", judge.seed),
+        ("--timeout", None if judge.timeout == DEFAULT_TIMEOUT else judge.timeout),
+    ):
+        if value is not None:
+            args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return args
+
+
 class ProgressBar(TerminalProgress):
     """The run's progress bar on the command line's stderr console (greval.progress draws it)."""
 
@@ -238,9 +346,81 @@ class ProgressBar(TerminalProgress):
         super().__init__(console, quiet)
 
 
-def print_summary(summary: Any) -> None:
+def print_table(table: Table, to: Console | None = None) -> None:
+    """A table at the console's width (80 columns into a pipe) with every word whole: as wide as it needs when
+    that fits, else without its outer border, then with columns narrowed, the widest first, never below their
+    longest word, so cells wrap between words; a table whose longest words cannot stand side by side is
+    printed one row at a time, a "column: value" line per cell. A title wider than the table is printed above
+    it, wrapped."""
+    from rich.measure import Measurement
+
+    to = to or out
+    roomy = to.options.update(width=100_000)
+    natural = Measurement.get(to, roomy, table).maximum
+    if natural > to.width:  # first without the outer border and padding: 4 columns more for the cells
+        table.show_edge = table.pad_edge = False
+        natural = Measurement.get(to, roomy, table).maximum
+    if natural > to.width:
+        bounds = [_column_bounds(to, column) for column in table.columns]
+        chrome = natural - sum(hi for _, hi in bounds)
+        widths = _narrowed([lo for lo, _ in bounds], [hi for _, hi in bounds], to.width - chrome)
+        if widths is None:
+            _print_rows(table, to)
+            return
+        for column, w in zip(table.columns, widths, strict=True):
+            column.width = w
+        natural = sum(widths) + chrome
+    title = table.title
+    if isinstance(title, str) and Measurement.get(to, roomy, title).maximum > natural:
+        say(title, to)
+        table.title = None
+    to.print(table)
+
+
+def _column_bounds(to: Console, column: Any) -> tuple[int, int]:
+    """(longest word, longest line) of a column's header and cells; a no-wrap column cannot narrow."""
+    from rich.measure import Measurement
+
+    roomy = to.options.update(width=100_000)
+    sizes = [Measurement.get(to, roomy, cell) for cell in (column.header, *column.cells)]
+    lo, hi = max(m.minimum for m in sizes), max(m.maximum for m in sizes)
+    return (hi if column.no_wrap else lo), hi
+
+
+def _narrowed(lows: list[int], highs: list[int], room: int) -> list[int] | None:
+    """Column widths within ``room``: the widest column narrowed first, none below its low; None when the
+    lows alone do not fit."""
+    if sum(lows) > room:
+        return None
+    widths = list(highs)
+    while sum(widths) > room:
+        i = max((k for k in range(len(widths)) if widths[k] > lows[k]), key=lambda k: widths[k])
+        widths[i] -= 1
+    return widths
+
+
+def _print_rows(table: Table, to: Console) -> None:
+    """A table too wide for the console, one row at a time: the first cell, then "column: value" lines."""
+    from rich.text import Text
+
+    def plain(cell: Any) -> str:
+        return Text.from_markup(cell).plain if isinstance(cell, str) else getattr(cell, "plain", str(cell))
+
+    if table.title:
+        say(table.title if isinstance(table.title, str) else Text(plain(table.title)), to)
+    heads = [plain(c.header) for c in table.columns]
+    columns = [[plain(cell) for cell in c.cells] for c in table.columns]
+    for r in range(table.row_count):
+        cells = [col[r] if r < len(col) else "" for col in columns]
+        say(Text(cells[0], style="bold"), to)
+        for head, cell in zip(heads[1:], cells[1:], strict=True):
+            say(Text(f"  {head}: {cell}"), to, hang=4)
+
+
+def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
-    ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
+    ``greval report`` and ``greval results`` show), and a note for everything that was not scored.
+    ``retry``: the command that judges failed records again, printed under their note as it is to be typed."""
     from greval.report.format import fmt_number
     from greval.store.results import metric_notes, not_scored
 
@@ -253,7 +433,7 @@ def print_summary(summary: Any) -> None:
         + f", judge {summary.judge}, {summary.calls} calls in {summary.seconds:.1f}s"
     )
     for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "score", "tokens in/out"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
         unscored = not_scored(m.model_dump())
@@ -268,10 +448,14 @@ def print_summary(summary: Any) -> None:
             fmt_number(m.mean_score),
             f"{m.tokens_in}/{m.tokens_out}",
         )
-    out.print(table)
+    print_table(table)
     for m in summary.metrics:
-        for note in metric_notes(m):
-            console.print(f"[yellow]note:[/] {note}", highlight=False)
+        failed = m.failed or m.partial
+        for note in metric_notes(m, "this judges them again:") if retry and failed else metric_notes(m):
+            say(f"[yellow]note:[/] {escape(note)}", console, hang=6)
+        if retry and failed:
+            for line in command_lines(retry, console.width, indent="      "):
+                console.print(line, highlight=False, markup=False)
 
 
 class StoreRef(click.ParamType):  # type: ignore[type-arg]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from greval.cli.common import console, out, store_option
+from greval.cli.common import console, out, print_table, store_option, wrap_plain
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.store_report import (
     CORRECTED_HEAD,
@@ -29,27 +28,12 @@ from greval.report.store_report import (
 from greval.store.backend import display
 from greval.store.results import not_scored
 
-if TYPE_CHECKING:
-    from rich.table import Table
-
-
-def print_table(table: Table) -> None:
-    """A rich table on stdout: as wide as the terminal, or, into a file or a pipe (80 columns by default),
-    as wide as the table needs, so that no word is wrapped apart or cut."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    if out.is_terminal:
-        out.print(table)
-        return
-    need = Measurement.get(out, out.options.update(width=100_000), table).maximum
-    Console(file=out.file, width=max(need, out.width), soft_wrap=True, color_system=None).print(table)
-
 
 def print_labels(rep: StoreReport) -> None:
-    """The human-label count lines, as plain text on stdout."""
+    """The human-label count lines, as plain text on stdout (wrapped between words at its width)."""
     for line in label_lines(rep):
-        click.echo(line)
+        for part in wrap_plain(line, out.width, hang="  "):
+            click.echo(part)
 
 
 def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

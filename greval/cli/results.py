@@ -6,7 +6,7 @@ import json
 
 import click
 
-from greval.cli.common import console, out, store_option
+from greval.cli.common import console, print_table, store_option
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.store.backend import display
 
@@ -86,4 +86,4 @@ def results_runs(store: str) -> None:
                 str(summ.get("calls", "")),
                 "\n".join(per_metric),
             )
-        out.print(table)
+        print_table(table)

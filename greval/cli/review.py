@@ -11,7 +11,7 @@ from rich.table import Table
 
 from greval.annotation.argilla import DEFAULT_BATCH
 from greval.cli.annotate_sync import PushBar, connection_options_for, opened, store_option
-from greval.cli.common import console, out
+from greval.cli.common import console, out, print_table
 from greval.cli.common import store_option as common_store_option
 from greval.errors import UserError
 from greval.report.format import fmt_number
@@ -162,7 +162,7 @@ def status_cmd(
     strata = Table("selection", "selected", "labelled", "inclusion probability", title="Design")
     for name, c in st.strata.items():
         strata.add_row(name, str(c.selected), str(c.labelled), fmt_number(c.probability))
-    out.print(strata)
+    print_table(strata)
     design = st.report.design if st.report is not None else None
     if design is not None:
         table = Table("figure", "weighted", "95% CI", "unweighted", "judge over all items", title="Estimates")
@@ -172,7 +172,7 @@ def status_cmd(
             ci = f"[{fmt_number(e.ci_low)}, {fmt_number(e.ci_high)}]" if e.ci_low is not None else "—"
             own = fmt_number(st.judge_over_all[e.name]) if e.name in st.judge_over_all else ""
             table.add_row(e.name, fmt_number(e.weighted), ci, fmt_number(e.unweighted), own)
-        out.print(table)
+        print_table(table)
         legend = (
             "prevalence[X]: the estimated share of X over every judged item by people's labels"
             if any(e.name.startswith("prevalence[") for e in design.estimates)

@@ -20,6 +20,7 @@ from greval.cli.common import (
     parse_map,
     print_summary,
     read_limit_options,
+    say_judge_build,
     store_option,
 )
 from greval.cli.flags import for_terminal
@@ -228,6 +229,8 @@ def run_cmd(
             + f"store {escape(display(store))}, {', '.join(work)}",
             highlight=False,
         )
+        if event.builds_judge:
+            say_judge_build()
 
     opts = RunOptions(
         adaptive=not no_adaptive,

@@ -17,6 +17,7 @@ from greval.cli.common import (
     out,
     parse_map,
     print_error,
+    print_table,
     read_limit_options,
     store_option,
 )
@@ -85,7 +86,7 @@ def spec_list() -> None:
         else:
             inputs = ", ".join(s.required_inputs())
         table.add_row(name, s.kind, s.each or "record", scale, inputs, s.hash)
-    out.print(table)
+    print_table(table)
 
 
 @click.command("show")

@@ -63,6 +63,7 @@ async def arun(
     ``local`` or ``gguf:PATH`` (:meth:`JudgeConfig.parse`) without a ``base_url`` or ``model`` is served by the
     embedded llama.cpp server while calls are to be made, as ``greval run`` does (what it starts is said through
     ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency."""
+    _check_arguments(specs, records)
     opts = options or RunOptions()
     specs = order_specs(specs)
     wanted = {s.name: config_for(s, cfg).key for s in specs}
@@ -92,6 +93,16 @@ async def arun(
             totals = EngineTotals() if on_ray else EngineTotals.of(calls)
         summary = _finish(job, status, time.perf_counter() - started, totals)
     return summary
+
+
+def _check_arguments(specs: object, records: object) -> None:
+    """What a newcomer from Ragas / DeepEval types first (metric names, a DataFrame) gets one line pointing to
+    :func:`greval.evaluate`, which takes both, instead of an AttributeError deep in the plan."""
+    hint = "greval.evaluate(data, metrics) takes metric names and a DataFrame, a list of dicts or a file"
+    if isinstance(specs, str | BaseSpec) or not all(isinstance(s, BaseSpec) for s in specs):  # type: ignore[attr-defined]
+        raise UserError(f"greval.run takes loaded specs (greval.resolve_specs, greval.load_spec); {hint}")
+    if isinstance(records, str | bytes) or type(records).__name__ in {"DataFrame", "Dataset"}:
+        raise UserError(f"greval.run takes Records (greval.load_records) or hashed rows; {hint}")
 
 
 def run(
