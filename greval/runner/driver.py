@@ -3,8 +3,9 @@ plan here or on Ray, and always ends the run with a status and a summary.
 
 Before calling the model the store is asked what is still missing (:func:`greval.runner.plan.plan_work`), so a
 finished run costs nothing and a killed one resumes where it stopped. The embedded llama.cpp judge is served
-around a run that needs it. Two imports wait for a run that needs them, at this package's edge: the judge
-stack (:mod:`greval.runner.judging`, LangChain) when the plan has work, and :mod:`greval.scale` (Ray) when
+around a run that needs it (its package imported only then). Two imports wait for a run that needs them, at
+this package's edge: the judge stack (:mod:`greval.runner.judging`; the openai SDK with the first call, LangChain
+only when a call needs it: greval.llm.openai_chat) when the plan has work, and :mod:`greval.scale` (Ray) when
 ``RunOptions.engine`` is ``ray``; ``greval run`` on a finished job imports neither.
 """
 
@@ -147,7 +148,7 @@ async def _judge(job: RunJob, calls: CallOptions, progress: ProgressHook | None,
         shards: EngineTotals = await _ray_engine().judge_on_ray(job, progress)
         return shards
     if job.plan.unique:
-        from greval.runner.judging import judge_plan  # LangChain: only for a plan with work
+        from greval.runner.judging import judge_plan  # the judge stack: only for a plan with work
 
         await judge_plan(job, calls, progress)
     else:
