@@ -30,7 +30,16 @@ from greval.report.models import (
     StoreReport,
     SystemRow,
 )
-from greval.report.stats import corrected_systems, efficiency, histogram, record_scores, rows_stats, score_ci
+from greval.report.stats import (
+    corrected_systems,
+    efficiency,
+    histogram,
+    label_shares,
+    record_scores,
+    rows_stats,
+    score_ci,
+    score_range,
+)
 from greval.report.stats import score_stats as score_stats  # named here by docs before issue 30
 from greval.spec import BaseSpec, CategoricalScale, Spec
 from greval.store.results import MetricFigures, figures_from_rows, item_rows, record_rows
@@ -65,17 +74,27 @@ def build(
             spec = spec_objs[fig.spec_key]
             grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
             metrics.append(_metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
+            labels = share_labels(spec)
             if group_column:
-                groups.append(group_table(fig, grp, group_column, data))
-            systems += system_rows(fig, grp, data)
+                groups.append(group_table(fig, grp, group_column, data, labels))
+            systems += system_rows(fig, grp, data, labels)
     return StoreReport(
         store=str(store_path),
         metrics=metrics,
         systems=systems,
         system_column=system_column if systems else None,
         group_column=group_column,
+        system_field=system_column,
         groups=groups,
     )
+
+
+def share_labels(spec: BaseSpec) -> list[str] | None:
+    """The labels a metric's shares are counted over (a categorical judge metric's, in the spec's order), or
+    None for a metric without labels."""
+    if isinstance(spec, Spec) and isinstance(spec.scale, CategoricalScale):
+        return spec.scale.names
+    return None
 
 
 def _items(st: Store, store_path: str | Path, specs: Sequence[str]) -> list[dict[str, Any]]:
@@ -123,6 +142,10 @@ def _metric_row(
         score=score_ci(grp, fig.aggregate),
     )
     row.stats = rows_stats(grp)
+    row.scale_range = score_range(spec, row.stats)
+    labels = share_labels(spec)
+    if labels is not None:
+        row.shares = label_shares(grp, labels)
     if not fig.distribution:
         row.histogram = histogram(record_scores(grp))
     if isinstance(spec, Spec):
@@ -133,8 +156,11 @@ def _metric_row(
     return row
 
 
-def system_rows(fig: MetricFigures, rows: Sequence[dict[str, Any]], data: RecordData) -> list[SystemRow]:
-    """One row per system of a metric's record rows (rows with no system are in none)."""
+def system_rows(
+    fig: MetricFigures, rows: Sequence[dict[str, Any]], data: RecordData, labels: Sequence[str] | None = None
+) -> list[SystemRow]:
+    """One row per system of a metric's record rows (rows with no system are in none); ``labels``: a categorical
+    metric's, for each system's label shares."""
     by_system: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["system"] is not None:
@@ -153,12 +179,19 @@ def system_rows(fig: MetricFigures, rows: Sequence[dict[str, Any]], data: Record
                 failure_rate=failed / len(sg),
                 efficiency=efficiency(sg, data),
                 stats=rows_stats(sg),
+                shares=None if labels is None else label_shares(sg, labels),
             )
         )
     return out
 
 
-def group_table(fig: MetricFigures, rows: Sequence[dict[str, Any]], column: str, data: RecordData) -> GroupTable:
+def group_table(
+    fig: MetricFigures,
+    rows: Sequence[dict[str, Any]],
+    column: str,
+    data: RecordData,
+    labels: Sequence[str] | None = None,
+) -> GroupTable:
     """One metric's record rows by (system, group value): stats and mean efficiency per cell. Rows with no
     group value (or, when systems are known, no system value) are counted, not dropped silently. Without any
     system value at all, every row is system 'all'."""
@@ -188,6 +221,7 @@ def group_table(fig: MetricFigures, rows: Sequence[dict[str, Any]], column: str,
                 score=score_ci(cells[s, g], fig.aggregate),
                 stats=rows_stats(cells[s, g]),
                 efficiency=efficiency(cells[s, g], data),
+                shares=None if labels is None else label_shares(cells[s, g], labels),
             )
             for s, g in keys
         ],
