@@ -230,17 +230,26 @@ def efficiency(rows: Sequence[dict[str, Any]], data: dict[str, dict[str, Any]]) 
     return eff
 
 
-def histogram(scores: Sequence[float], bins: int = 10) -> dict[str, int]:
-    """Record scores in ``bins`` equal bins over [0, 1] when every score is in it, else over [min, max]
-    (numpy.histogram: each bin holds its lower edge, the last also its upper edge); keys "low–high"."""
+def score_bins(scores: Sequence[float], bins: int = 10) -> tuple[list[str], list[int]]:
+    """The bins of :func:`histogram` ("low–high" keys) and each score's bin: ``bins`` equal bins over [0, 1]
+    when every score is in it, else over [min, max]; each bin holds its lower edge, the last also its upper
+    edge (numpy.histogram's rule). The record explorer files each record under its score's bin."""
     x = np.asarray(scores, dtype=float)
     if not len(x):
-        return {}
+        return [], []
     lo, hi = (0.0, 1.0) if x.min() >= 0 and x.max() <= 1 else (float(x.min()), float(x.max()))
     if hi == lo:
         hi = lo + 1.0
-    counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
-    return {f"{edges[i]:.3g}–{edges[i + 1]:.3g}": int(c) for i, c in enumerate(counts)}
+    edges = np.linspace(lo, hi, bins + 1)
+    where = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    return [f"{edges[i]:.3g}–{edges[i + 1]:.3g}" for i in range(bins)], [int(i) for i in where]
+
+
+def histogram(scores: Sequence[float], bins: int = 10) -> dict[str, int]:
+    """Record scores counted in :func:`score_bins`' bins; keys "low–high"."""
+    keys, where = score_bins(scores, bins)
+    counts = np.bincount(np.asarray(where, dtype=np.int64), minlength=len(keys))
+    return {k: int(c) for k, c in zip(keys, counts, strict=True)}
 
 
 def corrected_systems(

@@ -62,17 +62,12 @@ def build(
     record field to cross with the systems (one system × group table per metric); ``names``: how the agreement
     pages write option fields named in notes (greval.report.format.with_names; the CLI passes its flags)."""
     with Store(store_path) as st:
-        items = _items(st, store_path, specs)
-        spec_objs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
-        data: RecordData = {r.hash: r.data for r in st.records()}
-        recs = _tagged(record_rows(items, spec_objs), data, system_column, group_column)
+        items, data, found = metric_groups(st, store_path, specs, system_column, group_column)
         metrics: list[MetricRow] = []
         systems: list[SystemRow] = []
         groups: list[GroupTable] = []
         pages = None if out_dir is None else Pages(out_dir, names or {})
-        for fig in figures_from_rows(items, spec_objs):
-            spec = spec_objs[fig.spec_key]
-            grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
+        for fig, spec, grp in found:
             metrics.append(_metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
             labels = share_labels(spec)
             if group_column:
@@ -87,6 +82,25 @@ def build(
         system_field=system_column,
         groups=groups,
     )
+
+
+MetricGroup = tuple[MetricFigures, BaseSpec, list[dict[str, Any]]]
+
+
+def metric_groups(
+    st: Store, store_path: str | Path, specs: Sequence[str], system_column: str | None, group_column: str | None
+) -> tuple[list[dict[str, Any]], RecordData, list[MetricGroup]]:
+    """The store's item rows, its records' data, and each metric's (figures, spec, record rows tagged with their
+    system and group) in report order: what the report and the record explorer both read."""
+    items = _items(st, store_path, specs)
+    spec_objs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
+    data: RecordData = {r.hash: r.data for r in st.records()}
+    recs = _tagged(record_rows(items, spec_objs), data, system_column, group_column)
+    found: list[MetricGroup] = []
+    for fig in figures_from_rows(items, spec_objs):
+        grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
+        found.append((fig, spec_objs[fig.spec_key], grp))
+    return items, data, found
 
 
 def share_labels(spec: BaseSpec) -> list[str] | None:
@@ -273,13 +287,18 @@ def label_sources(st: Store, spec_name: str) -> list[LabelSource]:
     return sorted(found, key=lambda s: (not s.source.startswith("import"), s.source != "argilla", s.dataset, s.source))
 
 
-def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = None) -> None:
+def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = None, explorer: bool = True) -> None:
     """The report's files (``build`` with the same ``out_dir`` wrote the agreement pages); ``names``: how the
-    notes write option fields (greval.report.html.Page)."""
+    notes write option fields (greval.report.html.Page); ``explorer``: the record explorer beside index.html
+    (explorer/, greval.report.explorer)."""
     from greval.report.html import render_index, render_markdown
     from greval.report.plots import overview_png
 
-    (out_dir / "index.html").write_text(render_index(rep, names), encoding="utf-8")
+    (out_dir / "index.html").write_text(render_index(rep, names, explorer), encoding="utf-8")
     (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
     (out_dir / "overview.png").write_bytes(overview_png(rep))
     (out_dir / "report.md").write_text(render_markdown(rep, "overview.png", names), encoding="utf-8")
+    if explorer:
+        from greval.report.explorer.write import write_explorer
+
+        write_explorer(rep, out_dir)

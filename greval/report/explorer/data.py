@@ -1,0 +1,216 @@
+"""The record explorer's data: every record row of every metric, and what each record holds, as the JavaScript
+files the explorer loads on demand (``<script>`` files, so the folder opens from disk: a browser refuses
+``fetch`` of ``file://``). Python decides every figure and every verdict shown (the report's models and the
+store's rows); the JavaScript filters, sorts and shows them as text.
+
+Layout under ``explorer/data/``: ``meta.js`` (the metrics, their columns, figures and filters; loaded first),
+``m{metric}-{chunk}.js`` (ROWS_PER_CHUNK record rows of one metric), ``r{chunk}.js`` (RECORDS_PER_CHUNK
+records' fields: question, answer, chunks …, read when a record page or a text search needs them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from greval.report.models import MetricRow, StoreReport
+from greval.report.stats import score_bins
+from greval.report.tables import agreement_cell, summary_cell
+from greval.spec import BaseSpec, CategoricalScale, Spec
+from greval.store.labels import HumanLabel
+
+ROWS_PER_CHUNK = 2000
+RECORDS_PER_CHUNK = 500
+#: A record row's fields, in the order each row array holds them (meta.js names them for the JavaScript).
+COLUMNS = (
+    "rec",  # the record's number (its chunk: rec // RECORDS_PER_CHUNK)
+    "id",
+    "system",
+    "group",
+    "status",
+    "verdict",  # the label, the value, or a many-metric's item labels counted
+    "score",
+    "human",  # the human labels, "; "-joined
+    "agree",  # "agree" / "disagree" / "" (no human label)
+    "confidence",
+    "latency_ms",
+    "tokens",
+    "reason",
+    "bin",  # the record score's histogram bin (report.histogram's keys)
+    "humans",  # [[item, annotator, label, comment], …]
+    "items",  # a many-metric's [[item id, verdict, reason, status], …]
+    "labels",  # the labels the row's verdicts hold (a many-metric: every item's), for the label filter
+)
+
+
+def _js(call: str, *args: Any) -> str:
+    """A data file's text: one call with JSON arguments (``</`` escaped, so no string closes a script)."""
+    body = ",".join(json.dumps(a, ensure_ascii=False, separators=(",", ":")) for a in args)
+    safe = body.replace("</", "<\\/")
+    return f"{call}({safe});\n"
+
+
+@dataclass(frozen=True)
+class MetricData:
+    """What the explorer reads of one metric: the report's row, the spec and the record rows."""
+
+    row: MetricRow
+    spec: BaseSpec
+    records: Sequence[dict[str, Any]]
+    items: Mapping[tuple[str, str], list[dict[str, Any]]]
+    humans: Mapping[tuple[str, str], list[HumanLabel]]
+
+
+def _text(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def _verdict(r: Mapping[str, Any]) -> str:
+    """An item row's verdict as the report's distribution names it (a label, or a value as an integer)."""
+    if r.get("label") is not None:
+        return str(r["label"])
+    if r.get("value") is not None:
+        v = float(r["value"])
+        return str(int(v)) if v.is_integer() else f"{v:g}"
+    return ""
+
+
+def _said(h: HumanLabel) -> str:
+    """A human answer as the judge's verdict is written (a label, or a value like the distribution's keys)."""
+    return h["label"] if h["label"] is not None else _verdict({"value": h["value"]})
+
+
+def _agree(judge: Mapping[tuple[str, str], str], humans: Sequence[HumanLabel]) -> str:
+    """'disagree' when some human answer differs from the judge's verdict on its item, else 'agree' ('' without
+    human answers)."""
+    if not humans:
+        return ""
+    for h in humans:
+        if judge.get((h["record_hash"], h["item_id"])) != _said(h):
+            return "disagree"
+    return "agree"
+
+
+def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str) -> list[Any]:
+    """One record row of the explorer's table (COLUMNS' order)."""
+    key = (rec["record_id"], rec["record_hash"])
+    mine = m.items.get(key, [])
+    whole = next((r for r in mine if r["item_id"] == ""), mine[0] if mine else {})
+    parts = [r for r in mine if r["item_id"] != ""]
+    judge = {(r["record_hash"], r["item_id"]): _verdict(r) for r in mine if r["status"] == "ok"}
+    humans = m.humans.get(key, [])
+    many = isinstance(m.spec, Spec) and m.spec.each is not None
+    labels = sorted({v for r in (parts if many else [whole]) if r and (v := _verdict(r)) and r["status"] == "ok"})
+    counted = [_verdict(r) for r in parts if r["status"] == "ok"]
+    verdict = ", ".join(f"{k} ×{counted.count(k)}" for k in dict.fromkeys(counted)) if many else _verdict(whole)
+    tokens = sum(int(r.get("tokens_in") or 0) + int(r.get("tokens_out") or 0) for r in mine)
+    latency = sum(float(r.get("latency_ms") or 0) for r in mine)
+    return [
+        number,
+        rec["record_id"],
+        _text(rec.get("system")),
+        _text(rec.get("group")),
+        {"error": "failed"}.get(rec["status"], rec["status"]),
+        verdict,
+        rec.get("score"),
+        "; ".join(_said(h) for h in humans),
+        _agree(judge, humans),
+        whole.get("confidence"),
+        round(latency) if latency else None,
+        tokens or None,
+        _text(whole.get("reason") or whole.get("error")),
+        bin_key,
+        [
+            [h["item_id"], h["annotator"], h["label"] if h["label"] is not None else h["value"], h["comment"] or ""]
+            for h in humans
+        ],
+        [[r["item_id"], _verdict(r), _text(r.get("reason") or r.get("error")), r["status"]] for r in parts],
+        labels,
+    ]
+
+
+def metric_meta(m: MetricData, index: int, rows: Sequence[list[Any]], rep: StoreReport) -> dict[str, Any]:
+    """A metric's entry in meta.js: the figures the report shows for it (the same cells) and its filters."""
+    spec = m.spec
+    labels = spec.scale.names if isinstance(spec, Spec) and isinstance(spec.scale, CategoricalScale) else []
+    col = COLUMNS.index
+    return {
+        "index": index,
+        "name": m.row.metric,
+        "judge": m.row.judge,
+        "kind": m.row.kind,
+        "spec_hash": m.row.spec_hash,
+        "labels": labels,
+        "many": isinstance(spec, Spec) and spec.each is not None,
+        "chunks": -(-len(rows) // ROWS_PER_CHUNK),
+        "rows": len(rows),
+        "figures": {
+            "records": m.row.figures.records,
+            "ok": m.row.figures.ok,
+            "failed": m.row.figures.failed,
+            "skipped": m.row.figures.skipped,
+            "distribution": m.row.distribution or m.row.histogram,
+            "summary": summary_cell(m.row),
+            "by_shares": m.row.by_shares,
+            "agreement": agreement_cell(m.row),
+            "agreement_page": m.row.agreement_page or "",
+        },
+        "values": {
+            key: sorted({str(r[col(key)]) for r in rows if r[col(key)] not in (None, "")})
+            for key in ("system", "group", "status", "agree")
+        },
+        "system_column": rep.system_column or "",
+        "group_column": rep.group_column or "",
+    }
+
+
+def record_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a record page shows of a record: its fields as stored (chunks and triples with their ids)."""
+    return dict(data)
+
+
+def write_data(out: Path, rep: StoreReport, metrics: Sequence[MetricData], data: Mapping[str, dict[str, Any]]) -> int:
+    """Write meta.js, the row chunks and the record chunks under ``out`` (explorer/data); returns the files
+    written."""
+    out.mkdir(parents=True, exist_ok=True)
+    numbers: dict[tuple[str, str], int] = {}
+    for m in metrics:
+        for rec in m.records:
+            numbers.setdefault((rec["record_id"], rec["record_hash"]), len(numbers))
+    metas, files = [], 0
+    for i, m in enumerate(metrics):
+        scored = [r for r in m.records if r.get("score") is not None]
+        keys, where = score_bins([float(r["score"]) for r in scored])
+        bins = {id(r): keys[w] for r, w in zip(scored, where, strict=True)}
+        rows = [
+            record_row(m, rec, numbers[rec["record_id"], rec["record_hash"]], bins.get(id(rec), ""))
+            for rec in m.records
+        ]
+        metas.append(metric_meta(m, i, rows, rep))
+        for k in range(0, len(rows), ROWS_PER_CHUNK):
+            (out / f"m{i}-{k // ROWS_PER_CHUNK}.js").write_text(
+                _js("GREVAL.rows", i, k // ROWS_PER_CHUNK, rows[k : k + ROWS_PER_CHUNK]), encoding="utf-8"
+            )
+            files += 1
+    ordered = sorted(numbers.items(), key=lambda kv: kv[1])
+    for k in range(0, len(ordered), RECORDS_PER_CHUNK):
+        part = {
+            n: {"id": rid, "fields": record_fields(data.get(h, {}))}
+            for (rid, h), n in ordered[k : k + RECORDS_PER_CHUNK]
+        }
+        (out / f"r{k // RECORDS_PER_CHUNK}.js").write_text(
+            _js("GREVAL.records", k // RECORDS_PER_CHUNK, part), encoding="utf-8"
+        )
+        files += 1
+    meta = {
+        "store": rep.store,
+        "columns": list(COLUMNS),
+        "records_per_chunk": RECORDS_PER_CHUNK,
+        "records": len(numbers),
+        "metrics": metas,
+    }
+    (out / "meta.js").write_text(_js("GREVAL.meta", meta), encoding="utf-8")
+    return files + 1
