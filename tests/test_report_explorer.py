@@ -172,3 +172,69 @@ def test_explorer_figures_equal_results_and_agreement(quickstart: Path, tmp_path
     assert sum(r[col["agree"]] == "disagree" for r in rows) == off_diagonal
     assert sum(r[col["agree"]] == "agree" for r in rows) == sum(confusion["counts"][i][i] for i in range(2))
     assert re.fullmatch(r"Fully attributable 0\.\d{3} \[.*\]; Not fully attributable .*", m["figures"]["summary"])
+
+
+def _two_versions(quickstart: Path, server: OpenAIServer, tmp_path: Path) -> tuple[Path, str, str]:
+    """A copy of the quick start's store with a second version of its metric (one word more in the
+    instructions) judged on the same records: (store, A = NAME@HASH of the first, B = of the second)."""
+    import shutil
+    import sqlite3
+
+    store = tmp_path / "two.sqlite"
+    shutil.copyfile(quickstart / "greval.sqlite", store)
+    spec = tmp_path / "attribution.yaml"
+    text = (quickstart / "attribution.yaml").read_text()
+    spec.write_text(text.replace("Judge the response against", "Judge the response strictly against"))
+    args = ["run", str(quickstart / "records.jsonl"), "-s", str(spec), "--store", str(store)]
+    args += ["--judge", "openai:judge-test", "--base-url", server.base_url]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    db = sqlite3.connect(store)
+    hashes = [h for (h,) in db.execute("SELECT spec_hash FROM verdicts GROUP BY spec_hash ORDER BY MIN(rowid)")]
+    db.close()
+    assert len(hashes) == 2
+    return store, f"attribution@{hashes[0]}", f"attribution@{hashes[1]}"
+
+
+@pytest.mark.browser
+def test_comparison_of_two_spec_versions_shows_changed_verdicts_first(
+    quickstart: Path, openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store, a, b = _two_versions(quickstart, openai_server, tmp_path)
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(
+        main, ["report", "--store", str(store), "--compare", a, b, "-o", str(out), "--bootstrap", "50"]
+    )
+    assert res.exit_code == 0, res.output
+    comp = json.loads((out / "comparison.json").read_text())
+    [m] = comp["metrics"]
+    rows = {r[1]: r for r in _rows(out, 0)}
+    assert m["changed"] == sum(r[-1] == "changed" for r in rows.values()) > 0 and m["compared"] == 30
+    # the agreement difference is greval agreement's paired comparison of the same two versions
+    ag = tmp_path / "ag.json"
+    args = ["agreement", "--store", str(store), "--spec", a, "--spec", b, "--json", str(ag), "--bootstrap", "50"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    kappa = next(d for d in json.loads(ag.read_text())["differences"] if d["metric"] == "cohen_kappa")
+    assert m["agreement"]["cohen_kappa"]["difference"] == pytest.approx(kappa["estimate"]["value"])
+    assert m["agreement"]["cohen_kappa"]["ci"] == pytest.approx(
+        [kappa["estimate"]["ci_low"], kappa["estimate"]["ci_high"]]
+    )
+    page = _page(browser)
+    page.goto((out / "index.html").as_uri())
+    assert emptiness(page.content()) == []
+    page.click("text=changed verdict(s) of 30")
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{m['changed']} of 30 records"
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('changed')")
+    first = page.locator("#table tbody tr").first
+    assert "changed" in (first.get_attribute("class") or "")
+    cells = first.locator("td").all_inner_texts()
+    assert cells[1] == "changed" and cells[2] != cells[3]  # A's verdict and B's, side by side
+    first.locator("a").click()
+    page.wait_for_selector("body[data-ready=record]")
+    assert (
+        f"B: {b}" in page.locator("#record").inner_text() and "changed from A" in page.locator("#record").inner_text()
+    )
+    assert page.errors == []

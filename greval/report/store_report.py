@@ -68,7 +68,7 @@ def build(
         groups: list[GroupTable] = []
         pages = None if out_dir is None else Pages(out_dir, names or {})
         for fig, spec, grp in found:
-            metrics.append(_metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
+            metrics.append(metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
             labels = share_labels(spec)
             if group_column:
                 groups.append(group_table(fig, grp, group_column, data, labels))
@@ -95,7 +95,7 @@ def metric_groups(
     items = _items(st, store_path, specs)
     spec_objs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
     data: RecordData = {r.hash: r.data for r in st.records()}
-    recs = _tagged(record_rows(items, spec_objs), data, system_column, group_column)
+    recs = tag_rows(record_rows(items, spec_objs), data, system_column, group_column)
     found: list[MetricGroup] = []
     for fig in figures_from_rows(items, spec_objs):
         grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
@@ -124,7 +124,7 @@ def _items(st: Store, store_path: str | Path, specs: Sequence[str]) -> list[dict
     return items
 
 
-def _tagged(
+def tag_rows(
     recs: list[dict[str, Any]], data: RecordData, system_column: str | None, group_column: str | None
 ) -> list[dict[str, Any]]:
     """Record rows with their ``system`` and ``group`` (the records' values of those fields as text, or None)."""
@@ -136,7 +136,7 @@ def _tagged(
     return recs
 
 
-def _metric_row(
+def metric_row(
     st: Store,
     fig: MetricFigures,
     spec: BaseSpec,
@@ -264,7 +264,7 @@ def _agreement(
 
     if not st.submitted_label_count(spec.name):
         return None, None
-    frame, scale, sel = store_frame(st, spec.name, judge)
+    frame, scale, sel = store_frame(st, spec.name, judge, version=spec.hash)
     slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
     rep = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=0, slices=slices))
     head = {k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n} for k, e in rep.metrics.items()}

@@ -63,6 +63,7 @@ from greval.report.tables import (
 )
 
 if TYPE_CHECKING:
+    from greval.report.compare import Comparison
     from greval.review import ReviewStatus
 
 HEADLINE_SLICE = {
@@ -458,3 +459,14 @@ def print_review_status(out: Console, err: Console, st: ReviewStatus, names: Nam
         out.print(render_options(st.advice.line, names or {}), highlight=False, soft_wrap=True)
     for note in st.notes:
         err.print(f"note: {render_options(note, names or {})}", highlight=False, soft_wrap=True)
+
+
+def print_store_comparison(console: Console, comp: Comparison) -> None:
+    """``greval report --compare``'s tables (greval.report.compare.Comparison): paired differences of the
+    dataset scores with the changed verdicts, and agreement's where people labelled."""
+    from greval.report.compare import AGREE_HEAD, CHANGE_HEAD, agreement_rows, change_rows
+
+    _table(console, f"A = {comp.a}  ·  B = {comp.b} ({comp.kind})", CHANGE_HEAD, change_rows(comp))
+    agree = agreement_rows(comp)
+    if agree:
+        _table(console, "agreement with people (paired)", AGREE_HEAD, agree)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from greval.report.models import MetricRow, StoreReport
+from greval.report.models import MetricRow
 from greval.report.stats import score_bins
 from greval.report.tables import agreement_cell, summary_cell
 from greval.spec import BaseSpec, CategoricalScale, Spec
@@ -132,7 +132,7 @@ def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str)
     ]
 
 
-def metric_meta(m: MetricData, index: int, rows: Sequence[list[Any]], rep: StoreReport) -> dict[str, Any]:
+def metric_meta(m: MetricData, index: int, rows: Sequence[list[Any]], where: Where) -> dict[str, Any]:
     """A metric's entry in meta.js: the figures the report shows for it (the same cells) and its filters."""
     spec = m.spec
     labels = spec.scale.names if isinstance(spec, Spec) and isinstance(spec.scale, CategoricalScale) else []
@@ -162,8 +162,8 @@ def metric_meta(m: MetricData, index: int, rows: Sequence[list[Any]], rep: Store
             key: sorted({str(r[col(key)]) for r in rows if r[col(key)] not in (None, "")})
             for key in ("system", "group", "status", "agree")
         },
-        "system_column": rep.system_column or "",
-        "group_column": rep.group_column or "",
+        "system_column": where.system_column,
+        "group_column": where.group_column,
     }
 
 
@@ -172,42 +172,104 @@ def record_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     return dict(data)
 
 
-def write_data(out: Path, rep: StoreReport, metrics: Sequence[MetricData], data: Mapping[str, dict[str, Any]]) -> int:
-    """Write meta.js, the row chunks and the record chunks under ``out`` (explorer/data); returns the files
-    written."""
-    out.mkdir(parents=True, exist_ok=True)
+#: The columns a comparison adds to each row (side B's verdict beside side A's).
+COMPARE_COLUMNS = ("verdict_b", "score_b", "reason_b", "status_b", "changed")
+
+
+@dataclass(frozen=True)
+class Where:
+    """What the explorer says about the store and its columns (the report's, or a comparison's)."""
+
+    store: str
+    system_column: str = ""
+    group_column: str = ""
+    compare: tuple[str, str] | None = None
+
+
+def metric_rows(m: MetricData, numbers: Mapping[tuple[str, str], int]) -> list[list[Any]]:
+    """Every record row of a metric (COLUMNS' order), each with its record's number and score bin."""
+    scored = [r for r in m.records if r.get("score") is not None]
+    keys, where = score_bins([float(r["score"]) for r in scored])
+    bins = {id(r): keys[w] for r, w in zip(scored, where, strict=True)}
+    return [
+        record_row(m, rec, numbers[rec["record_id"], rec["record_hash"]], bins.get(id(rec), "")) for rec in m.records
+    ]
+
+
+def changed(a: Sequence[Any], b: Sequence[Any] | None) -> str:
+    """Whether a record's verdict differs between the two sides of a comparison ('changed' / 'same'; '' when
+    side B has no verdict for it). The one definition the comparison page counts too."""
+    if b is None:
+        return ""
+    col = COLUMNS.index
+    same = a[col("verdict")] == b[col("verdict")] and a[col("status")] == b[col("status")]
+    return "same" if same else "changed"
+
+
+def side_by_side(a: list[list[Any]], b: Mapping[str, list[Any]], keys: Sequence[str]) -> list[list[Any]]:
+    """Side A's rows with side B's verdict, score, reason and status of the paired record, and whether it
+    changed; changed records first (then A's order)."""
+    col = COLUMNS.index
+    out = []
+    for row, key in zip(a, keys, strict=True):
+        other = b.get(key)
+        extra = [None, None, None, None] if other is None else [other[col(c)] for c in ("verdict", "score", "reason")]
+        if other is not None:
+            extra.append(other[col("status")])
+        out.append([*row, *extra, changed(row, other)])
+    return sorted(out, key=lambda r: r[-1] != "changed")
+
+
+def _numbers(metrics: Sequence[MetricData]) -> dict[tuple[str, str], int]:
     numbers: dict[tuple[str, str], int] = {}
     for m in metrics:
         for rec in m.records:
             numbers.setdefault((rec["record_id"], rec["record_hash"]), len(numbers))
-    metas, files = [], 0
-    for i, m in enumerate(metrics):
-        scored = [r for r in m.records if r.get("score") is not None]
-        keys, where = score_bins([float(r["score"]) for r in scored])
-        bins = {id(r): keys[w] for r, w in zip(scored, where, strict=True)}
-        rows = [
-            record_row(m, rec, numbers[rec["record_id"], rec["record_hash"]], bins.get(id(rec), ""))
-            for rec in m.records
-        ]
-        metas.append(metric_meta(m, i, rows, rep))
-        for k in range(0, len(rows), ROWS_PER_CHUNK):
-            (out / f"m{i}-{k // ROWS_PER_CHUNK}.js").write_text(
-                _js("GREVAL.rows", i, k // ROWS_PER_CHUNK, rows[k : k + ROWS_PER_CHUNK]), encoding="utf-8"
-            )
-            files += 1
+    return numbers
+
+
+def _write_rows(out: Path, i: int, rows: Sequence[list[Any]]) -> int:
+    for k in range(0, len(rows), ROWS_PER_CHUNK):
+        text = _js("GREVAL.rows", i, k // ROWS_PER_CHUNK, rows[k : k + ROWS_PER_CHUNK])
+        (out / f"m{i}-{k // ROWS_PER_CHUNK}.js").write_text(text, encoding="utf-8")
+    return -(-len(rows) // ROWS_PER_CHUNK)
+
+
+def _write_records(out: Path, numbers: Mapping[tuple[str, str], int], data: Mapping[str, dict[str, Any]]) -> int:
     ordered = sorted(numbers.items(), key=lambda kv: kv[1])
     for k in range(0, len(ordered), RECORDS_PER_CHUNK):
-        part = {
-            n: {"id": rid, "fields": record_fields(data.get(h, {}))}
-            for (rid, h), n in ordered[k : k + RECORDS_PER_CHUNK]
-        }
+        chunk = ordered[k : k + RECORDS_PER_CHUNK]
+        part = {n: {"id": rid, "fields": record_fields(data.get(h, {}))} for (rid, h), n in chunk}
         (out / f"r{k // RECORDS_PER_CHUNK}.js").write_text(
             _js("GREVAL.records", k // RECORDS_PER_CHUNK, part), encoding="utf-8"
         )
-        files += 1
+    return -(-len(ordered) // RECORDS_PER_CHUNK)
+
+
+def write_data(
+    out: Path,
+    where: Where,
+    metrics: Sequence[MetricData],
+    data: Mapping[str, dict[str, Any]],
+    paired: Sequence[tuple[list[str], Mapping[str, list[Any]]]] = (),
+) -> int:
+    """Write meta.js, the row chunks and the record chunks under ``out`` (explorer/data); ``paired``: a
+    comparison's (pair key of each of side A's rows, side B's rows by pair key) per metric. Returns the files
+    written."""
+    out.mkdir(parents=True, exist_ok=True)
+    numbers = _numbers(metrics)
+    metas, files = [], 0
+    for i, m in enumerate(metrics):
+        rows = metric_rows(m, numbers)
+        if paired:
+            rows = side_by_side(rows, paired[i][1], paired[i][0])
+        metas.append(metric_meta(m, i, rows, where))
+        files += _write_rows(out, i, rows)
+    files += _write_records(out, numbers, data)
     meta = {
-        "store": rep.store,
-        "columns": list(COLUMNS),
+        "store": where.store,
+        "columns": list(COLUMNS) + (list(COMPARE_COLUMNS) if paired else []),
+        "compare": list(where.compare) if where.compare else None,
         "records_per_chunk": RECORDS_PER_CHUNK,
         "records": len(numbers),
         "metrics": metas,

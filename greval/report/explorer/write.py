@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from greval.report.explorer.data import MetricData, write_data
+from greval.report.explorer.data import MetricData, Where, write_data
 from greval.report.explorer.links import FOLDER
-from greval.report.models import StoreReport
+from greval.report.models import MetricRow, StoreReport
 from greval.report.store_report import metric_groups
+from greval.spec import BaseSpec
 from greval.store.labels import HumanLabel
 from greval.store.store import Store
 
@@ -39,6 +40,14 @@ def _humans(labels: Sequence[HumanLabel]) -> dict[tuple[str, str], list[HumanLab
     return out
 
 
+def metric_data(
+    st: Store, row: MetricRow, spec: BaseSpec, records: Sequence[dict[str, Any]], items: Sequence[dict[str, Any]]
+) -> MetricData:
+    """What the explorer reads of one metric: its report row, spec, record rows, item and human rows."""
+    mine = [r for r in items if r["spec_key"] == row.figures.spec_key and r["judge_key"] == row.figures.judge_key]
+    return MetricData(row, spec, records, _by_record(mine), _humans(st.human_labels(spec.name, submitted=True)))
+
+
 def write_explorer(rep: StoreReport, out_dir: Path) -> Path:
     """The explorer folder of ``rep`` (built from the same store, metrics and columns) under ``out_dir``;
     returns its index.html."""
@@ -49,10 +58,21 @@ def write_explorer(rep: StoreReport, out_dir: Path) -> Path:
     copy_static(folder)
     with Store(rep.store) as st:
         items, data, found = metric_groups(st, rep.store, specs, rep.system_field, rep.group_column)
-        metrics = []
-        for row, (fig, spec, grp) in zip(rep.metrics, found, strict=True):
-            mine = [r for r in items if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
-            humans = _humans(st.human_labels(spec.name, submitted=True))
-            metrics.append(MetricData(row, spec, grp, _by_record(mine), humans))
-    write_data(folder / "data", rep, metrics, data)
+        metrics = [
+            metric_data(st, row, spec, grp, items) for row, (_, spec, grp) in zip(rep.metrics, found, strict=True)
+        ]
+    where = Where(rep.store, rep.system_column or "", rep.group_column or "")
+    write_data(folder / "data", where, metrics, data)
+    return folder / "index.html"
+
+
+def write_comparison_explorer(built: Any, out_dir: Path) -> Path:
+    """The explorer of a comparison (greval.report.compare.Built): side A's rows with side B's verdicts."""
+    folder = out_dir / FOLDER
+    if (folder / "data").exists():
+        shutil.rmtree(folder / "data")
+    copy_static(folder)
+    comp = built.comparison
+    where = Where(comp.store, "system", "", (comp.a, comp.b))
+    write_data(folder / "data", where, built.metrics, built.data, built.paired)
     return folder / "index.html"

@@ -114,6 +114,16 @@
     ["confidence", "confidence", "opt"], ["system", "system"], ["group", "group", "opt"], ["status", "status", "opt"],
     ["tokens", "judge tokens", "opt"], ["latency_ms", "judge ms", "opt"], ["reason", "reason"],
   ];
+  function columns() {
+    // the metric's columns that hold something in some row (no column of blanks)
+    const used = (c) => c === "id" || (S.all || []).some((r) => { const v = cell(r, c); return v !== null && v !== undefined && v !== ""; });
+    if (!S.meta.compare) return COLS.filter(([c]) => used(c));
+    const [a, b] = S.meta.compare;
+    const out = COLS.slice();
+    out.splice(1, 1, ["changed", "changed?"], ["verdict", "A: " + a], ["verdict_b", "B: " + b]);
+    out.splice(4, 1, ["score", "A score"], ["score_b", "B score"]);
+    return out.filter(([c]) => used(c));
+  }
   function fmt(v, c) {
     if (v === null || v === undefined) return "";
     if (typeof v === "number") return c === "score" || c === "confidence" ? v.toFixed(3) : String(v);
@@ -160,12 +170,12 @@
     box.append(options("status", vals.status, st.status));
     if (m.labels.length) box.append(options("label", m.labels, st.label));
     if (vals.agree.length) box.append(options("agree", vals.agree, st.agree));
-    if (m.compare) box.append(options("changed", ["changed", "same"], st.changed));
+    if (S.meta.compare) box.append(options("changed", ["changed", "same"], st.changed));
     const q = $("#q"); if (document.activeElement !== q) q.value = st.q || "";
   }
   function renderHead(st) {
     const tr = el("tr");
-    for (const [c, name, opt] of COLS) {
+    for (const [c, name, opt] of columns()) {
       const dir = st.sort === c ? (st.dir === "desc" ? " ↓" : " ↑") : null;
       const b = el("button", { type: "button", "data-sort": c, "data-dir": dir, "aria-label": "sort by " + name, text: name });
       b.addEventListener("click", () => go({ sort: c, dir: st.sort === c && st.dir !== "desc" ? "desc" : "asc" }));
@@ -176,8 +186,8 @@
   function renderRows(st) {
     const body = $("#table tbody"), frag = document.createDocumentFragment();
     for (const r of S.view.slice(0, S.shown)) {
-      const tr = el("tr", { class: cell(r, "agree") || null, "data-rec": cell(r, "rec") });
-      for (const [c, , opt] of COLS) {
+      const tr = el("tr", { class: [cell(r, "agree"), S.meta.compare ? cell(r, "changed") : ""].join(" ").trim() || null, "data-rec": cell(r, "rec") });
+      for (const [c, , opt] of columns()) {
         const v = cell(r, c), num = typeof v === "number";
         const td = el("td", { class: [opt, num ? "num" : "", c === "reason" ? "reason" : "", c === "agree" ? "agree" : ""].join(" ").trim() || null });
         if (c === "id") td.append(el("a", { href: hashOf(Object.assign({}, st, { record: cell(r, "rec") })), text: String(v) }));
@@ -232,7 +242,7 @@
   }
   function verdictBlock(st, row) {
     const m = S.meta.metrics[st.m];
-    const box = el("section", { class: "judge", "aria-label": "the judge's verdict" }, el("h2", { text: "Verdict — " + m.name }));
+    const box = el("section", { class: "judge", "aria-label": "the judge's verdict" }, el("h2", { text: S.meta.compare ? "A: " + S.meta.compare[0] : "Verdict — " + m.name }));
     const agree = cell(row, "agree");
     box.append(el("p", {}, el("span", { class: "verdict", text: cell(row, "verdict") || "(no verdict)" }),
       cell(row, "score") !== null ? " · score " + fmt(cell(row, "score"), "score") : "",
@@ -253,6 +263,15 @@
     box.append(counts);
     return box;
   }
+  function otherBlock(row) {
+    const [a, b] = S.meta.compare, ch = cell(row, "changed");
+    const box = el("section", { class: "judge other", "aria-label": "side B's verdict" }, el("h2", { text: "B: " + b }));
+    box.append(el("p", {}, el("span", { class: "verdict", text: cell(row, "verdict_b") || "(no verdict)" }),
+      cell(row, "score_b") !== null && cell(row, "score_b") !== undefined ? " · score " + fmt(cell(row, "score_b"), "score") : "",
+      " · " + (cell(row, "status_b") || "not judged"), " ", el("span", { class: "badge " + (ch === "changed" ? "disagree" : "agree"), text: ch ? ch + " from A (" + a + ")" : "not on side B" })));
+    box.append(el("div", { class: "field", "data-field": "reason_b" }, el("h3", { text: "reason" }), el("div", { text: cell(row, "reason_b") || "—" })));
+    return box;
+  }
   async function showRecord(st) {
     const rows = await metricRows(st.m);
     const key = parseInt(st.record, 10);
@@ -271,7 +290,9 @@
       if (Array.isArray(v) && v.length && typeof v[0] === "object" && v[0] !== null && "id" in v[0]) fields.append(itemsBlock(n, v, row));
       else fields.append(fieldBlock(n, v));
     }
-    box.replaceChildren(back, el("h2", { text: "Record " + rec.id }), el("div", { class: "pair" }, fields, verdictBlock(st, row)));
+    const judged = [verdictBlock(st, row)];
+    if (S.meta.compare) judged.push(otherBlock(row));
+    box.replaceChildren(back, el("h2", { text: "Record " + rec.id }), el("div", { class: "pair" }, fields, ...judged));
     document.title = "greval — " + rec.id;
     back.focus();
     document.body.dataset.ready = "record";
