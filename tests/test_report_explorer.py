@@ -238,3 +238,33 @@ def test_comparison_of_two_spec_versions_shows_changed_verdicts_first(
         f"B: {b}" in page.locator("#record").inner_text() and "changed from A" in page.locator("#record").inner_text()
     )
     assert page.errors == []
+
+
+@pytest.mark.browser
+def test_serve_shows_the_report_and_explorer_under_ui(
+    llm: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`greval serve`'s /ui: the store's report and explorer, rebuilt when new verdicts arrive; no file outside
+    the report folder is reachable."""
+    import httpx
+
+    from greval.report.explorer import served
+    from tests.test_serve import rows, serving
+
+    monkeypatch.setattr(served, "CHECK_EVERY", 0.0)
+    store = tmp_path / "served.sqlite"
+    with serving(llm, store) as url, httpx.Client(base_url=url, timeout=60) as http:
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(3)}).status_code == 200
+        r = http.get("/ui", follow_redirects=True)
+        assert r.status_code == 200 and "greval report" in r.text and "explorer/index.html" in r.text
+        meta = http.get("/ui/explorer/data/meta.js")
+        assert meta.headers["content-type"].startswith("text/javascript") and '"records":3' in meta.text
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2, 3)}).status_code == 200
+        assert '"records":5' in http.get("/ui/explorer/data/meta.js").text  # rebuilt: the store changed
+        for bad in ("/ui/../../etc/passwd", "/ui/%2e%2e/%2e%2e/etc/passwd", "/ui/nothing.js"):
+            assert http.get(bad).status_code == 404, bad
+        page = browser.new_page()
+        page.goto(url + "/ui/explorer/index.html#m=0")
+        page.wait_for_selector("body[data-ready=list]")
+        assert page.locator("#count").inner_text() == "5 of 5 records"
+        page.close()
