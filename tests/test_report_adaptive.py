@@ -71,6 +71,9 @@ def test_quickstart_report_has_no_empty_panel_or_all_dash_table(llm: OpenAIServe
     assert shares.count("<tr>") == 1 + 1 + 4  # head, all records, four systems
     assert 'data-panel="system-shares-attribution"' in page and 'data-panel="shares"' in page
     assert "no metric has a score" not in page and ">no scores<" not in page
+    # a store's agreement resamples records (no group was given): its notes say so
+    agreement = (tmp_path / "report" / "attribution.agreement.html").read_text()
+    assert "50 resamples of records (30)" in agreement and "resamples of groups" not in agreement
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from greval.agreement.models import AgreementOptions, AgreementScale
+from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementOptions, AgreementScale
 from greval.agreement.prepare.answers import few, label_text
 from greval.agreement.prepare.build import Prepared, build
 from greval.agreement.prepare.reduce import MISSING, Reduced, reduce_items
@@ -57,4 +57,6 @@ __all__ = [
 def prepare(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> Prepared:
     """Validate and reduce the frame; raises DataError for user mistakes."""
     rows = validate(frame, scale, options)
-    return build(rows, reduce_items(rows))
+    prep = build(rows, reduce_items(rows))
+    prep.groups_are_records = bool(frame.attrs.get(GROUPS_ARE_RECORDS))
+    return prep
