@@ -2,7 +2,7 @@
 // data is shown with textContent (never as markup). Data files are <script>s: the folder opens from disk.
 "use strict";
 (function () {
-  const S = { meta: null, rows: {}, pending: {}, records: {}, text: {}, shown: 200, view: [], state: {} };
+  const S = { meta: null, rows: {}, joined: {}, pending: {}, records: {}, shown: 200, view: [], state: {} };
   const $ = (sel) => document.querySelector(sel);
   const FILTERS = ["system", "group", "status", "label", "value", "bin", "human", "agree", "changed"];
   const PAGE = 200;
@@ -39,7 +39,8 @@
     const jobs = [];
     for (let k = 0; k < meta.chunks; k++) jobs.push(load("data/m" + m + "-" + k + ".js", "m" + m + "-" + k));
     await Promise.all(jobs);
-    return [].concat(...(S.rows[m] || []));
+    if (!S.joined[m]) S.joined[m] = [].concat(...(S.rows[m] || []));
+    return S.joined[m];
   }
   function recordChunk(rec) { const k = Math.floor(rec / S.meta.records_per_chunk); return load("data/r" + k + ".js", "r" + k); }
   async function allRecords() {
@@ -71,30 +72,31 @@
 
   // ------------------------------------------------------------------------------------------------ filtering
   function cell(r, c) { return r[S.col[c]]; }
+  const TEXT = new WeakMap();
   function textOf(r) {
-    const key = r[S.col.rec];
-    let t = S.text[key];
+    // a row's searchable text, lower-cased once: its id, verdict, reason, human labels and its record's fields
+    let t = TEXT.get(r);
     if (t === undefined) {
-      const rec = S.records[key];
-      t = S.text[key] = rec ? JSON.stringify(rec.fields).toLowerCase() : "";
+      const rec = S.records[r[S.col.rec]];
+      t = [cell(r, "id"), cell(r, "verdict"), cell(r, "reason"), cell(r, "human"), rec ? JSON.stringify(rec.fields) : ""]
+        .join("\n").toLowerCase();
+      if (rec) TEXT.set(r, t);
     }
-    return [cell(r, "id"), cell(r, "verdict"), cell(r, "reason"), cell(r, "human"), t].join("\n").toLowerCase();
+    return t;
   }
-  function matches(r, st) {
+  function predicate(st) {
+    // one test per filter set, each reading its column by index
+    const tests = [];
     for (const f of FILTERS) {
       const want = st[f];
       if (want === undefined || want === "") continue;
-      if (f === "label") { if (!cell(r, "labels").includes(want)) return false; continue; }
-      if (f === "value") { if (!(cell(r, "labels").includes(want) || String(cell(r, "verdict")) === want)) return false; continue; }
-      if (f === "human") { if (!String(cell(r, "human")).split("; ").includes(want)) return false; continue; }
-      if (!(f in S.col)) continue;
-      if (String(cell(r, f) ?? "") !== want) return false;
+      if (f === "label") { const i = S.col.labels; tests.push((r) => r[i].includes(want)); }
+      else if (f === "value") { const i = S.col.labels, v = S.col.verdict; tests.push((r) => r[i].includes(want) || String(r[v]) === want); }
+      else if (f === "human") { const i = S.col.human; tests.push((r) => String(r[i] || "").split("; ").includes(want)); }
+      else if (f in S.col) { const i = S.col[f]; tests.push((r) => (r[i] === null || r[i] === undefined ? "" : String(r[i])) === want); }
     }
-    if (st.q) {
-      const q = st.q.toLowerCase();
-      if (!textOf(r).includes(q)) return false;
-    }
-    return true;
+    if (st.q) { const q = st.q.toLowerCase(); tests.push((r) => textOf(r).includes(q)); }
+    return (r) => { for (const t of tests) if (!t(r)) return false; return true; };
   }
   function sortRows(rows, key, dir) {
     if (!key || !(key in S.col)) return rows;
@@ -114,15 +116,21 @@
     ["confidence", "confidence", "opt"], ["system", "system"], ["group", "group", "opt"], ["status", "status", "opt"],
     ["tokens", "judge tokens", "opt"], ["latency_ms", "judge ms", "opt"], ["reason", "reason"],
   ];
+  const USED = new WeakMap();
   function columns() {
-    // the metric's columns that hold something in some row (no column of blanks)
-    const used = (c) => c === "id" || (S.all || []).some((r) => { const v = cell(r, c); return v !== null && v !== undefined && v !== ""; });
-    if (!S.meta.compare) return COLS.filter(([c]) => used(c));
-    const [a, b] = S.meta.compare;
-    const out = COLS.slice();
-    out.splice(1, 1, ["changed", "changed?"], ["verdict", "A: " + a], ["verdict_b", "B: " + b]);
-    out.splice(4, 1, ["score", "A score"], ["score_b", "B score"]);
-    return out.filter(([c]) => used(c));
+    // the metric's columns that hold something in some row (no column of blanks), worked out once per metric
+    const rows = S.all || [];
+    if (USED.has(rows)) return USED.get(rows);
+    const used = (c) => c === "id" || rows.some((r) => { const v = cell(r, c); return v !== null && v !== undefined && v !== ""; });
+    let out = COLS.slice();
+    if (S.meta.compare) {
+      const [a, b] = S.meta.compare;
+      out.splice(1, 1, ["changed", "changed?"], ["verdict", "A: " + a], ["verdict_b", "B: " + b]);
+      out.splice(4, 1, ["score", "A score"], ["score_b", "B score"]);
+    }
+    out = out.filter(([c]) => used(c));
+    USED.set(rows, out);
+    return out;
   }
   function fmt(v, c) {
     if (v === null || v === undefined) return "";
@@ -132,7 +140,9 @@
   function renderNav(st) {
     const nav = $("#metrics"); nav.replaceChildren();
     S.meta.metrics.forEach((m, i) => {
-      nav.append(el("a", { href: hashOf({ m: i }), "aria-current": i === st.m ? "page" : null, text: m.name + " · " + m.judge }));
+      const twin = S.meta.metrics.some((o) => o !== m && o.name === m.name);
+      const name = m.name + (twin ? "@" + m.spec_hash : "") + " · " + m.judge;
+      nav.append(el("a", { href: hashOf({ m: i }), "aria-current": i === st.m ? "page" : null, text: name }));
     });
   }
   function renderFigures(st) {
@@ -205,7 +215,7 @@
     S.all = await metricRows(st.m);
     if (st.q) { $("#count").textContent = "searching the records' text …"; await allRecords(); }
     const t0 = performance.now();
-    S.view = sortRows(S.all.filter((r) => matches(r, st)), st.sort, st.dir);
+    S.view = sortRows(S.all.filter(predicate(st)), st.sort, st.dir);
     S.shown = PAGE;
     renderFilters(st, S.all); renderHead(st); renderRows(st);
     window.GREVAL_LAST = { filter_ms: performance.now() - t0, shown: S.view.length };
