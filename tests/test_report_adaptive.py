@@ -113,3 +113,35 @@ def test_palette_stays_apart_for_colour_blind_readers() -> None:
     assert closest(CATEGORICAL) > 10 and closest(tuple(OUTCOME.values())) > 10
     assert closest(("#777777", "#7a7a7a")) < 10
     assert delta_e(rgb("#000000"), rgb("#ffffff")) > 99
+
+
+def test_ordered_labels_are_listed_best_first_on_agreement_pages_and_the_terminal(kinds: Path, tmp_path: Path) -> None:
+    """chunk_evaluation's ordered labels (Relevant, Indirectly relevant, Irrelevant in its spec) keep that order
+    in the agreement page's tables and the terminal's, while the JSON keeps the stage's low → high coding."""
+    out = tmp_path / "r"
+    res = CliRunner().invoke(
+        main,
+        [
+            "agreement",
+            "--store",
+            str(kinds),
+            "--spec",
+            KINDS["items"],
+            "--html",
+            str(out),
+            "--json",
+            str(out) + ".json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    best_first = ["Relevant", "Indirectly relevant", "Irrelevant"]
+    confusion = res.output.split("confusion (rows human, columns judge)", 1)[1]
+    assert [confusion.index(f"│ {lab} ") for lab in best_first] == sorted(
+        confusion.index(f"│ {lab} ") for lab in best_first
+    )
+    page = out.read_text()
+    table = page.split("<table", 1)[1]
+    rows = [re.sub(r"<[^>]+>", "", r).strip() for r in re.findall(r"<tr><td>([^<]*)</td>", page)]
+    shown = [r for r in rows if r in best_first]
+    assert shown[:3] == best_first, shown
+    assert table and "Relevant" in page

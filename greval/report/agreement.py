@@ -32,7 +32,7 @@ from greval.agreement.models import (
     Prevalence,
 )
 from greval.agreement.prepare import Prepared, prepare
-from greval.report.format import fmt_ci, fmt_number, fmt_value_ci
+from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
 
 GALLERY_LIMIT = 500
 # Headline rows that only mean something when the labels have an order (judge above/below, signed distance).
@@ -534,7 +534,9 @@ def render_html(
     title: str = "Judge–human agreement",
     extra: Sequence[str] = ("reason", "comment"),
 ) -> str:
-    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery."""
+    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery; ordered
+    labels best first."""
+    report = best_first(report)
     c = report.counts
     parts = [f"<h1>{html.escape(title)}</h1>"]
     parts.append(
@@ -569,6 +571,7 @@ def render_html(
 def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
     """A short Markdown summary: counts, headline table, ceiling, then every note (prevalence, ceiling,
     slices, report)."""
+    report = best_first(report)
     d = decimals
     c = report.counts
     lines = [

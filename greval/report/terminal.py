@@ -40,7 +40,7 @@ from greval.report.agreement import (
     slice_design_cells,
     slice_design_names,
 )
-from greval.report.format import fmt_ci, fmt_number
+from greval.report.format import best_first, fmt_ci, fmt_number
 from greval.report.layout import print_table, say, wrap_plain
 from greval.report.models import StoreReport
 from greval.report.tables import (
@@ -256,7 +256,9 @@ def _slices(console: Console, report: AgreementReport, d: int) -> None:
 def print_report(
     console: Console, report: AgreementReport, d: int, name: str = "", *, names: Names | None = None
 ) -> None:
-    """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`)."""
+    """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`); ordered labels
+    best first."""
+    report = best_first(report)
     prefix = f"{name}: " if name else ""
     _counts(console, report, prefix, names)
     print_table(_headline(report, d, f"{prefix}judge vs human"), console)
