@@ -102,6 +102,17 @@ def test_quickstart_report_and_explorer_in_chromium(quickstart: Path, browser: A
     page.keyboard.press("Escape")
     page.wait_for_selector("body[data-ready=list]")
     assert "agree=disagree" in page.url
+    # the keyboard: "/" to the search box, j to the next record of the filtered table, Tab through the links
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "q"
+    page.locator("#table th button").first.focus()
+    page.keyboard.press("j")
+    page.wait_for_selector("body[data-ready=record]")
+    assert "agree=disagree" in page.url and "record=" in page.url
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.tagName") in ("A", "BUTTON", "INPUT", "SELECT")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("body[data-ready=list]")
     page.set_viewport_size({"width": 390, "height": 844})  # a phone: no sideways scrolling of the page
     assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
     assert page.errors == []
