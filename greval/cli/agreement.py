@@ -24,7 +24,7 @@ from rich.console import Console
 from greval.agreement.models import AgreementOptions, AgreementScale
 from greval.agreement.tables import read_table, to_agreement_frame
 from greval.cli.bundle import bundle
-from greval.cli.common import fail, read_limit_options, store_option
+from greval.cli.common import INVALID_OPTION, fail, read_limit_options, store_option
 from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 
@@ -265,14 +265,7 @@ COMPUTE = bundle(
         "Default: only an empty cell or a JSON/Parquet null; 'NA', 'None', 'null', 'N/A', 'nan' are labels "
         "otherwise",
     ),
-    click.option(
-        "--invalid",
-        default="as-wrong",
-        show_default=True,
-        help="a missing / unparseable judge answer: as-wrong (never matches; an <invalid> confusion column), drop "
-        "(the item leaves both sides), opposite (two labels: the label people did not choose, counted as that "
-        "label), or label:X (counts as X). See docs/agreement.md for how each moves accuracy and macro F1",
-    ),
+    INVALID_OPTION,
     click.option(
         "--pos-label",
         default=None,

@@ -436,3 +436,14 @@ def store_option(
         envvar="GREVAL_STORE" if env else None,
         help=(help + " " if help else "") + (STORE_HELP if env else STORE_HELP.removesuffix(" Env: GREVAL_STORE.")),
     )
+
+
+#: greval agreement's and greval gate's (whose agreement conditions are the same report's).
+INVALID_OPTION = click.option(
+    "--invalid",
+    default="as-wrong",
+    show_default=True,
+    help="a missing / unparseable judge answer: as-wrong (never matches; an <invalid> confusion column), drop "
+    "(the item leaves both sides), opposite (two labels: the label people did not choose, counted as that "
+    "label), or label:X (counts as X). See docs/agreement.md for how each moves accuracy and macro F1",
+)
