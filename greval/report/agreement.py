@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from greval.agreement.design import report_name
 from greval.agreement.models import (
@@ -32,6 +31,7 @@ from greval.agreement.models import (
     Prevalence,
 )
 from greval.agreement.prepare import Prepared, prepare
+from greval.agreement.stats import rankdata
 from greval.report.format import fmt_ci, fmt_number, fmt_value_ci
 
 GALLERY_LIMIT = 500
