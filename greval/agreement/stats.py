@@ -660,6 +660,18 @@ def _inversions(v: IntArray) -> int:
     return count
 
 
+def _discordant(xd: IntArray, yd: IntArray) -> int:
+    """Pairs with x_i < x_j and y_i > y_j, of dense ranks 1..m in ascending x (y ascending within a tied x).
+    Few distinct values (a rating scale): from their contingency table — each cell times the cells above-left
+    of it, by cumulative sums; else by merge sort (:func:`_inversions`). Both count exactly."""
+    mx, my = int(xd[-1]), int(yd.max(initial=0))
+    if mx * my > 16 * len(xd):
+        return _inversions(yd)
+    table = np.bincount((xd - 1) * my + (yd - 1), minlength=mx * my).reshape(mx, my).astype(np.int64)
+    higher_x_lower_y = np.cumsum(np.cumsum(table[::-1], axis=0)[::-1], axis=1)  # [a, b]: x ≥ a and y ≤ b
+    return int((table[:-1, 1:] * higher_x_lower_y[1:, :-1]).sum())
+
+
 def _tied_pairs(dense: IntArray) -> int:
     cnt = np.bincount(dense).astype(np.int64)
     return int((cnt * (cnt - 1) // 2).sum())
@@ -675,7 +687,7 @@ def kendall_tau_b(x: FloatArray, y: FloatArray) -> float:
     perm = np.argsort(x, kind="mergesort")  # stable: y stays ascending within tied x
     x, yd = x[perm], yd[perm]
     xd = np.concatenate([[True], x[1:] != x[:-1]]).cumsum(dtype=np.intp)
-    dis = _inversions(yd)
+    dis = _discordant(xd, yd)
     joint = np.concatenate([[True], (xd[1:] != xd[:-1]) | (yd[1:] != yd[:-1]), [True]])
     cnt = np.diff(np.flatnonzero(joint)).astype(np.int64)
     ntie = int((cnt * (cnt - 1) // 2).sum())
@@ -733,12 +745,19 @@ def value_kappa_codes(h: FloatArray, j: FloatArray, domain: list[float] | None) 
     """Both sides as category codes for weighted κ (the domain's, else the values seen), or why not."""
     if not (integer_codes(h) and integer_codes(j)):
         return "weighted κ needs whole-number scores on both sides"
-    cats = domain if domain is not None else sorted(set(h.tolist()) | set(j.tolist()))
-    index = {c: i for i, c in enumerate(cats)}
-    if not all(v in index for v in h.tolist() + j.tolist()):
+    cats = np.asarray(domain, dtype=np.float64) if domain is not None else np.union1d(h, j)
+    order = np.argsort(cats, kind="stable")
+    ranked = cats[order]
+
+    def codes(x: FloatArray) -> IntArray | None:  # each value's position in `cats`; None if one is not there
+        at = np.minimum(np.searchsorted(ranked, x), max(len(ranked) - 1, 0))
+        if len(x) and (not len(ranked) or not np.array_equal(ranked[at], x)):
+            return None
+        return np.asarray(order[at], dtype=np.int64)
+
+    hc, jc = codes(h), codes(j)
+    if hc is None or jc is None:
         return "values outside the scale's min..max"
-    hc = np.array([index[v] for v in h.tolist()], dtype=np.int64)
-    jc = np.array([index[v] for v in j.tolist()], dtype=np.int64)
     return hc, jc, len(cats)
 
 
