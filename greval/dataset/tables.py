@@ -464,12 +464,22 @@ def _header_names(cells: list[str]) -> list[str]:
     return names
 
 
+def _no_cell_limit() -> None:
+    """The csv module refuses a cell over 128 KiB by default; pandas has no such limit, and what a file may cost
+    is bounded by ReadLimits already (lines, decompressed size), so cells may be as long as those allow."""
+    try:
+        csv.field_size_limit(sys.maxsize)
+    except OverflowError:  # a C long narrower than Python's size (Windows)
+        csv.field_size_limit(2**31 - 1)
+
+
 def _csv_columns(path: Path, kind: str, limits: ReadLimits) -> Frame:
     """A CSV / TSV file as text columns (the standard library's reader, strict about quotes): the empty cell
     and the cells a short row lacks are None, a blank line is skipped, a row with more cells than the header
     is an error naming its line (what pandas reads with ``dtype=str, keep_default_na=False, na_values=[""]``,
     without pandas' quirks: a row one cell longer is an error, not a silent index column)."""
     label = kind.upper()
+    _no_cell_limit()
     with _open(path, limits, lines=True, utf8=True) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
         reader = csv.reader(text, delimiter="\t" if kind == "tsv" else ",", strict=True)

@@ -77,11 +77,12 @@ def _plain(values: list[object]) -> list[object]:
 def test_read_columns_reads_the_cells_read_table_reads_without_pandas(tmp_path: Path) -> None:
     """The Frame reader (the CSV module, json) gives every column read_table gives, cell for cell: text cells
     with only the empty one missing, quoted separators and line breaks, a repeated or empty header name
-    (pandas' ``a.1`` / ``Unnamed: 1``), a short row, a byte-order mark, TSV, nested JSON as dotted columns."""
+    (pandas' ``a.1`` / ``Unnamed: 1``), a short row, a byte-order mark, a cell over the csv module's default
+    128 KiB, TSV, nested JSON as dotted columns."""
     from greval.agreement.tables import read_columns
 
     csv_text = '\ufeffid,label,label,,note\n1,NA,None,x,"a, b"\n2,,nan,y,"two\nlines"\n\n3,null\n'
-    files = {"a.csv": csv_text, "a.tsv": "id\tlabel\n1\tN/A\n2\t\n"}
+    files = {"a.csv": csv_text, "a.tsv": "id\tlabel\n1\tN/A\n2\t\n", "long.csv": "id,text\n1," + "x" * 300_000 + "\n"}
     rows = [{"id": 1, "s": {"q": 2, "r": {"x": "a"}}}, {"id": 2, "s": {"q": None}, "t": "NA"}, {"id": 3, "s": 5}]
     files["a.jsonl"] = "\n".join(json.dumps(r) for r in rows)
     files["a.json"] = json.dumps(rows)
