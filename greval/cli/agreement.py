@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 from pydantic import ValidationError
 from rich.console import Console
 
@@ -27,6 +27,9 @@ from greval.cli.bundle import bundle
 from greval.cli.common import fail, read_limit_options, store_option
 from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

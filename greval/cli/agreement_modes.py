@@ -17,18 +17,18 @@ from pathlib import Path
 from typing import Literal
 
 import click
-import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 
-from greval.agreement.agreement import compute_agreement
+from greval.agreement.agreement import MISSING_SLICE, compute_agreement
 from greval.agreement.comparison import compare_agreement
 from greval.agreement.consistency import compute_consistency
 from greval.agreement.models import AgreementOptions, AgreementReport, AgreementScale, ComparisonReport
-from greval.agreement.prepare import CONFIDENCE_COLUMN
-from greval.agreement.tables import read_table, select, to_agreement_frame
+from greval.agreement.prepare import CONFIDENCE_COLUMN, is_null
+from greval.agreement.tables import read_columns, select, to_agreement_frame
 from greval.cli.agreement import Columns, ComputeFlags, Outputs, ScaleFlags, Source
 from greval.cli.flags import FLAGS
+from greval.dataset.frame import Frame
 from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.report.agreement import render_consistency_markdown, render_html, render_markdown
@@ -42,7 +42,7 @@ class Job:
     options; how the HTML page of a single frame is titled, whether its name heads the printed report, and the
     error when --html/--markdown meet several frames."""
 
-    frames: dict[str, pd.DataFrame]
+    frames: dict[str, Frame]
     scale: AgreementScale
     options: AgreementOptions
     page_title: Callable[[str], str]
@@ -69,7 +69,7 @@ def run(
     if source.file is None or not (columns.judges or columns.score) or (columns.human is None and not columns.pair_by):
         raise UserError("give FILE with --judge COL (or --score COL) and --human COL, or --store S --spec NAME")
     agreement_scale, options = scale.scale(), compute.options(list(columns.slices))
-    raw = read_table(source.file, as_text=True, limits=limits)
+    raw = read_columns(source.file, limits=limits)
     if columns.pair_by is not None:
         pairs(console, raw, columns, agreement_scale, options, outputs)
         return
@@ -88,7 +88,7 @@ def store_job(console: Console, source: Source, columns: Columns, compute: Compu
     if not source.spec_refs:
         raise UserError("--store needs --spec NAME (the metric whose verdicts people labelled)")
     assert source.store is not None
-    frames: dict[str, pd.DataFrame] = {}
+    frames: dict[str, Frame] = {}
     scale: AgreementScale | None = None
     level: Literal["item", "record"] = "record" if source.level == "record" else "item"
     with Store(source.store) as st:
@@ -99,14 +99,14 @@ def store_job(console: Console, source: Source, columns: Columns, compute: Compu
             if scale is not None and sc != scale:
                 raise UserError(f"{ref}: a different scale than {source.spec_refs[0]}; compare versions of one scale")
             scale = sc
-            frames[f"{sel.spec}@{sel.spec_hash}"] = frame
+            frames[f"{sel.spec}@{sel.spec_hash}"] = Frame.of(frame)
             console.print(
                 f"{escape(sel.spec)}@{sel.spec_hash}: human labels from dataset(s) "
                 f"{escape(', '.join(sel.datasets))}" + ("" if source.datasets else " (all; choose with --dataset)"),
                 highlight=False,
             )
     assert scale is not None
-    auto = [c for c in ("system",) if all(c in f.columns and f[c].notna().any() for f in frames.values())]
+    auto = [c for c in ("system",) if all(c in f.columns and not all(map(is_null, f[c])) for f in frames.values())]
     options = compute.store_options(list(columns.slices) or auto)
     several = "--html/--markdown work with one --spec"
     return Job(frames, scale, options, lambda title: f"{title}: judge vs people", True, several)
@@ -114,7 +114,7 @@ def store_job(console: Console, source: Source, columns: Columns, compute: Compu
 
 def pairs(
     console: Console,
-    raw: pd.DataFrame,
+    raw: Frame,
     columns: Columns,
     scale: AgreementScale,
     options: AgreementOptions,
@@ -135,7 +135,7 @@ def pairs(
     if outputs.html_out is not None:
         raise UserError("--pair-by writes --json and --markdown, not --html")
     frame = to_agreement_frame(raw, columns.judges[0], None, item=columns.item, group=columns.group)
-    frame["run"] = select(raw, pair_by).to_numpy()
+    frame["run"] = select(raw, pair_by)
     result = compute_consistency(frame, scale, options, column=pair_by)
     shown = with_names(result, FLAGS)  # its notes name flags; the JSON keeps the option fields
     print_consistency(console, shown, outputs.decimals, names=FLAGS)
@@ -145,7 +145,7 @@ def pairs(
         _write(console, outputs.json_out, result.model_dump_json(indent=2))
 
 
-def file_frames(raw: pd.DataFrame, columns: Columns, options: AgreementOptions) -> dict[str, pd.DataFrame]:
+def file_frames(raw: Frame, columns: Columns, options: AgreementOptions) -> dict[str, Frame]:
     """File mode: one agreement frame per ``--judge`` column (or the ``--score`` column), or per value of the
     ``--version`` column; with the reason, comment and confidence columns the report shows."""
     if columns.annotator and not columns.item:
@@ -157,7 +157,7 @@ def file_frames(raw: pd.DataFrame, columns: Columns, options: AgreementOptions) 
         raise UserError("--version splits one --judge column; give --judge once")
     extra = [options.select_on.partition("=")[0]] if options.select_on else []
     confidence = columns.confidence or (CONFIDENCE_COLUMN if CONFIDENCE_COLUMN in raw.columns else None)
-    frames: dict[str, pd.DataFrame] = {}
+    frames: dict[str, Frame] = {}
     for j in judges or (None,):
         f = to_agreement_frame(
             raw,
@@ -172,15 +172,15 @@ def file_frames(raw: pd.DataFrame, columns: Columns, options: AgreementOptions) 
         )
         for name, col in (("reason", columns.reason), ("comment", columns.comment), (CONFIDENCE_COLUMN, confidence)):
             if col:
-                f[name] = select(raw, col).to_numpy()
+                f[name] = select(raw, col)
         frames[j or columns.score or "score"] = f
     if columns.version is None:
         return frames
     (f,) = frames.values()
-    versions = select(raw, columns.version).astype(str).to_numpy()
+    versions = [MISSING_SLICE if is_null(v) else str(v) for v in select(raw, columns.version)]
     if len(set(versions)) == 1:
         raise UserError(f"--version {columns.version}: only one version in the file")
-    return {v: f[versions == v].reset_index(drop=True) for v in sorted(set(versions))}
+    return {v: f.where(x == v for x in versions) for v in sorted(set(versions))}
 
 
 def report(console: Console, job: Job, outputs: Outputs) -> None:
