@@ -1158,7 +1158,7 @@ def test_the_direct_calls_response_model_is_the_sdks(variant: str) -> None:
     from openai._models import construct_type
     from openai.types.chat import ChatCompletion
 
-    from greval.llm.call import _FastChatCompletion
+    from greval.llm.sdk import _FastChatCompletion
 
     data = copy.deepcopy(_COMPLETION)
     msg = data["choices"][0]["message"]

@@ -10,7 +10,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import BaseModel
 
 from greval.dataset.records import (
@@ -20,6 +19,7 @@ from greval.dataset.records import (
     normalise_conversation,
     normalise_triples,
 )
+from greval.llm.openai_chat import Message
 from greval.spec import CategoricalScale, Spec, ValueScale
 from greval.types import JudgeResult, Method, not_applicable
 
@@ -232,12 +232,12 @@ def example_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def example_messages(spec: Spec) -> list[BaseMessage]:
+def example_messages(spec: Spec) -> list[Message]:
     """The spec's few-shot examples as a user turn (the inputs) and an assistant turn (the answer)."""
-    msgs: list[BaseMessage] = []
+    msgs: list[Message] = []
     for ex in spec.examples:
         inputs = example_inputs(ex.inputs)
         ids = [it["id"] for it in item_list(inputs, spec.each)] if spec.each else None
-        msgs.append(HumanMessage(render_inputs(spec, inputs, None, ids)))
-        msgs.append(AIMessage(json.dumps(ex.output, ensure_ascii=False)))
+        msgs.append({"role": "user", "content": render_inputs(spec, inputs, None, ids)})
+        msgs.append({"role": "assistant", "content": json.dumps(ex.output, ensure_ascii=False)})
     return msgs

@@ -17,10 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from greval.errors import UserError, option
 from greval.llm.gguf import LocalJudgeError, model_identity, resolve_local_model
+from greval.llm.openai_chat import OpenAIChat
 from greval.llm.retry import redact, register_secret
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+    from greval.llm.openai_chat import ChatModel
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -126,39 +129,45 @@ def register_model_secrets(model: Any) -> None:
             register_secret(value.get_secret_value())
 
 
+def openai_chat(cfg: JudgeConfig, api_key: str | None = None) -> OpenAIChat:
+    """The judge of an OpenAI-compatible provider (``openai``, the embedded local judge) as greval builds it:
+    its settings, with no LangChain until a call needs it (greval.llm.openai_chat)."""
+    if cfg.is_local and cfg.base_url is None:
+        raise UserError(
+            f"the local judge {cfg.label} is not running: greval.run serves it for a run; elsewhere serve it "
+            "with greval.llm.local.judge_session, or give base_url of a running one (greval local-judge serve)"
+        )
+    base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    if not key:
+        if base_url is None:
+            raise UserError(
+                f"no API key: set OPENAI_API_KEY, or point {option('base_url')} at an OpenAI-compatible server"
+            )
+        key = "not-needed"
+    return OpenAIChat(
+        model=cfg.model,
+        api_key=SecretStr(key),
+        base_url=base_url,
+        timeout=cfg.timeout,
+        temperature=cfg.temperature,
+        max_completion_tokens=cfg.max_tokens,
+        seed=cfg.seed,
+    )
+
+
+def judge_model(cfg: JudgeConfig, api_key: str | None = None) -> ChatModel:
+    """What a run, a served metric or a Ray shard judges with: :func:`openai_chat` for an OpenAI-compatible
+    provider (LangChain imported only when a call needs it), else :func:`make_chat_model`'s LangChain model."""
+    if cfg.provider in ("openai", *LOCAL_PROVIDERS):
+        return openai_chat(cfg, api_key)
+    return make_chat_model(cfg, api_key)
+
+
 def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatModel:
     """Build the LangChain chat model. One instance serves a whole run: it owns one shared HTTP client."""
     if cfg.provider in ("openai", *LOCAL_PROVIDERS):
-        from langchain_openai import ChatOpenAI
-
-        if cfg.is_local and cfg.base_url is None:
-            raise UserError(
-                f"the local judge {cfg.label} is not running: greval.run serves it for a run; elsewhere serve it "
-                "with greval.llm.local.judge_session, or give base_url of a running one (greval local-judge serve)"
-            )
-        base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if base_url is None:
-                raise UserError(
-                    f"no API key: set OPENAI_API_KEY, or point {option('base_url')} at an OpenAI-compatible server"
-                )
-            key = "not-needed"
-        register_secret(key)
-        kwargs: dict[str, Any] = {
-            "model": cfg.model,
-            "api_key": SecretStr(key),
-            "base_url": base_url,
-            "timeout": cfg.timeout,
-            "max_retries": 0,  # greval retries itself, with backoff that honours Retry-After
-        }
-        if cfg.temperature is not None:
-            kwargs["temperature"] = cfg.temperature
-        if cfg.max_tokens is not None:
-            kwargs["max_completion_tokens"] = cfg.max_tokens
-        if cfg.seed is not None:
-            kwargs["seed"] = cfg.seed
-        return ChatOpenAI(**kwargs)
+        return openai_chat(cfg, api_key).langchain()
     try:
         from langchain.chat_models import init_chat_model  # type: ignore[import-not-found,unused-ignore]
     except ImportError:

@@ -258,6 +258,7 @@ async def alogprob_scores(
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
     """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
     from greval.judge.parse import json_payload
+    from greval.llm.call import to_langchain
 
     judge = Judge(spec, model, method="json_schema")
     scale = spec.scale
@@ -269,7 +270,7 @@ async def alogprob_scores(
             continue
         method: Any = "json_schema"
         try:
-            msg = await judge.bound(method).ainvoke(judge.messages(method, rec.data, None, None))
+            msg = await judge.bound(method).ainvoke(to_langchain(judge.messages(method, rec.data, None, None)))
         except Exception as exc:
             problems.append(f"{rec.id}: {type(exc).__name__}: {str(exc)[:120]}")
             continue

@@ -3,8 +3,9 @@ plan here or on Ray, and always ends the run with a status and a summary.
 
 Before calling the model the store is asked what is still missing (:func:`greval.runner.plan.plan_work`), so a
 finished run costs nothing and a killed one resumes where it stopped. The embedded llama.cpp judge is served
-around a run that needs it. Two imports wait for a run that needs them, at this package's edge: the judge
-stack (:mod:`greval.runner.judging`, LangChain) when the plan has work, and :mod:`greval.scale` (Ray) when
+around a run that needs it (its package imported only then). Two imports wait for a run that needs them, at
+this package's edge: the judge stack (:mod:`greval.runner.judging`; the openai SDK with the first call, LangChain
+only when a call needs it: greval.llm.openai_chat) when the plan has work, and :mod:`greval.scale` (Ray) when
 ``RunOptions.engine`` is ``ray``; ``greval run`` on a finished job imports neither.
 """
 
@@ -25,7 +26,6 @@ from greval.judge.options import CallOptions
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, Notify, local_concurrency
 from greval.llm.limiter import AdaptiveLimiter
-from greval.llm.local.session import serve_judge
 from greval.runner.job import RunJob
 from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions, RunSummary
 from greval.runner.plan import Plan, Rows, plan_work, sample_notes, sample_summary
@@ -148,7 +148,7 @@ async def _judge(job: RunJob, calls: CallOptions, progress: ProgressHook | None,
         shards: EngineTotals = await _ray_engine().judge_on_ray(job, progress)
         return shards
     if job.plan.unique:
-        from greval.runner.judging import judge_plan  # LangChain: only for a plan with work
+        from greval.runner.judging import judge_plan  # the judge stack: only for a plan with work
 
         await judge_plan(job, calls, progress)
     else:
@@ -164,7 +164,11 @@ def _ray_engine() -> ModuleType:
 
 
 def _served(cfg: JudgeConfig, notify: Notify | None) -> contextlib.AbstractContextManager[JudgeConfig]:
-    """The embedded llama.cpp judge, served for the block."""
+    """The embedded llama.cpp judge, served for the block (its package imported only for a local judge)."""
+    if not cfg.is_local:
+        return contextlib.nullcontext(cfg)
+    from greval.llm.local.session import serve_judge
+
     return serve_judge(cfg, notify or logging.getLogger("greval.llm.local").info)
 
 

@@ -23,7 +23,7 @@ from greval.dataset.records import Record
 from greval.judge.evaluators import Evaluator, make_evaluator
 from greval.judge.options import CallOptions
 from greval.judge.outcome import NoCall
-from greval.llm.config import JudgeConfig, make_chat_model
+from greval.llm.config import JudgeConfig, judge_model
 from greval.runner.job import RunJob
 from greval.runner.options import ProgressHook
 from greval.runner.plan import drawn_items, work_of
@@ -174,7 +174,7 @@ class _Judging:
         with only computed or skipped work left needs no key, no server and no network."""
         job = self.job
         needed = any(p[s.name] is not None and work_of(s, rec) == "judgement" for rec, p in todo for s in job.specs)
-        chat = job.model or (make_chat_model(job.cfg) if needed else None)
+        chat = job.model or (judge_model(job.cfg) if needed else None)
         return {
             s.name: NoCall(s) if chat is None and s.needs_model else make_evaluator(s, chat, self.calls)
             for s in job.specs
