@@ -3,16 +3,18 @@
 - **store**: stored verdicts against stored human labels, per metric (``--spec`` repeated: versions compared);
 - **pair-by**: the judge against itself, two runs per item named by a column (no people);
 - **file**: a judge column against a human column (several ``--judge`` columns, or ``--version`` values,
-  compared side by side).
+  compared side by side);
+- **batch**: several FILEs, or ``--judge`` / ``--human`` given in pairs — one :class:`Table` per file and pair,
+  each reported as a single call would (pair-by or file), in one process, and one JSON (:class:`AgreementBatch`).
 
 Each mode builds a :class:`Job` (its agreement frames); :func:`report` computes one report, or a comparison of
-several, prints it and writes the files asked for.
+several, and prints it; the caller writes the JSON.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +25,15 @@ from rich.markup import escape
 from greval.agreement.agreement import MISSING_SLICE, compute_agreement
 from greval.agreement.comparison import compare_agreement
 from greval.agreement.consistency import compute_consistency
-from greval.agreement.models import AgreementOptions, AgreementReport, AgreementScale, ComparisonReport
+from greval.agreement.models import (
+    AgreementBatch,
+    AgreementOptions,
+    AgreementReport,
+    AgreementScale,
+    BatchTable,
+    ComparisonReport,
+    ConsistencyReport,
+)
 from greval.agreement.prepare import CONFIDENCE_COLUMN, is_null
 from greval.agreement.tables import read_columns, select, to_agreement_frame
 from greval.cli.agreement import Columns, ComputeFlags, Outputs, ScaleFlags, Source
@@ -50,6 +60,22 @@ class Job:
     several: str
 
 
+Result = AgreementReport | ComparisonReport | ConsistencyReport
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of FILE mode: a file and the columns compared in it (a batch has several)."""
+
+    file: Path
+    columns: Columns
+
+    def title(self) -> str:
+        c = self.columns
+        judge = ", ".join(c.judges) or c.score or ""
+        return f"{self.file}: {judge} by {c.pair_by}" if c.pair_by else f"{self.file}: {judge} vs {c.human}"
+
+
 def run(
     console: Console,
     source: Source,
@@ -59,25 +85,85 @@ def run(
     outputs: Outputs,
     limits: ReadLimits,
 ) -> None:
-    """Pick the mode from the flags and run it (``limits``: how much of FILE may be read)."""
+    """Pick the mode from the flags and run it (``limits``: how much of each FILE may be read)."""
     if source.store is not None:
+        if source.files:
+            raise UserError("give FILE or --store, not both")
         compute.mapping()  # a bad --relabel (or the retired --map) is refused first
-        report(console, store_job(console, source, columns, compute), outputs)
+        _write_json(console, outputs, report(console, store_job(console, source, columns, compute), outputs))
         return
     if source.datasets:
         raise UserError("--dataset selects human labels in a store: use it with --store")
-    if source.file is None or not (columns.judges or columns.score) or (columns.human is None and not columns.pair_by):
+    if not source.files or not (columns.judges or columns.score) or (not columns.humans and not columns.pair_by):
         raise UserError("give FILE with --judge COL (or --score COL) and --human COL, or --store S --spec NAME")
+    todo = tables(source.files, columns)
     agreement_scale, options = scale.scale(), compute.options(list(columns.slices))
-    raw = read_columns(source.file, limits=limits)
-    if columns.pair_by is not None:
-        pairs(console, raw, columns, agreement_scale, options, outputs)
+    if len(todo) == 1:
+        raw = read_columns(todo[0].file, limits=limits)
+        _write_json(console, outputs, table_report(console, todo[0], raw, agreement_scale, options, outputs))
         return
+    if outputs.html_out is not None or outputs.md_out is not None:
+        raise UserError("--html/--markdown write one table's report; a batch (several FILEs or --human) writes --json")
+    batch(console, todo, (agreement_scale, options, limits), outputs)
+
+
+def tables(files: tuple[Path, ...], columns: Columns) -> list[Table]:
+    """Each FILE with each --judge / --human pair (one --human: all the --judge columns against it, compared)."""
+    pairs_of = [columns]
+    if len(columns.humans) > 1:
+        if len(columns.judges) != len(columns.humans):
+            raise UserError(
+                f"--human given {len(columns.humans)} times and --judge {len(columns.judges)}: a batch pairs the "
+                "i-th --judge with the i-th --human (give --human once to compare --judge columns side by side)"
+            )
+        if columns.score:
+            raise UserError("--score goes with one --judge and one --human, not a batch of --judge / --human pairs")
+        given = zip(columns.judges, columns.humans, strict=True)
+        pairs_of = [replace(columns, judges=(j,), humans=(h,)) for j, h in given]
+    return [Table(f, c) for f in files for c in pairs_of]
+
+
+def table_report(
+    console: Console, table: Table, raw: Frame, scale: AgreementScale, options: AgreementOptions, outputs: Outputs
+) -> Result:
+    """One table read from its file (``raw``): printed, its HTML / Markdown written; the result for the JSON."""
+    columns = table.columns
+    if columns.pair_by is not None:
+        return pairs(console, raw, columns, scale, options, outputs)
     who = columns.judges[0] if columns.judges else columns.score
-    title = f"{source.file.name}: {who} vs {columns.human}"
+    title = f"{table.file.name}: {who} vs {columns.human}"
     frames = file_frames(raw, columns, options)
-    job = Job(frames, agreement_scale, options, lambda _: title, False, "--html/--markdown work with one judge version")
-    report(console, job, outputs)
+    job = Job(frames, scale, options, lambda _: title, False, "--html/--markdown work with one judge version")
+    return report(console, job, outputs)
+
+
+def batch(
+    console: Console,
+    todo: list[Table],
+    how: tuple[AgreementScale, AgreementOptions, ReadLimits],
+    outputs: Outputs,
+) -> None:
+    """Every table in order, each file read once for its pairs. The reports are printed once all are computed:
+    a mistake in any table is the one line printed (naming its file), and nothing is written."""
+    scale, options, limits = how
+    done: list[BatchTable] = []
+    raw: tuple[Path, Frame] | None = None
+    with console.capture() as printed:
+        for table in todo:
+            console.rule(escape(table.title()))
+            try:
+                if raw is None or raw[0] != table.file:
+                    raw = (table.file, read_columns(table.file, limits=limits))
+                result = table_report(console, table, raw[1], scale, options, outputs)
+            except UserError as exc:
+                text = str(exc)
+                raise UserError(text if text.startswith(f"{table.file}:") else f"{table.file}: {text}") from exc
+            c = table.columns
+            done.append(
+                BatchTable(file=str(table.file), judge=list(c.judges), human=c.human, score=c.score, report=result)
+            )
+    click.echo(printed.get(), nl=False)
+    _write_json(console, outputs, AgreementBatch(tables=done))
 
 
 def store_job(console: Console, source: Source, columns: Columns, compute: ComputeFlags) -> Job:
@@ -119,7 +205,7 @@ def pairs(
     scale: AgreementScale,
     options: AgreementOptions,
     outputs: Outputs,
-) -> None:
+) -> ConsistencyReport:
     """Pair-by mode: one judge column, two runs per item, compared with each other (no humans)."""
     pair_by = columns.pair_by
     assert pair_by is not None
@@ -141,8 +227,7 @@ def pairs(
     print_consistency(console, shown, outputs.decimals, names=FLAGS)
     if outputs.md_out is not None:
         _write(console, outputs.md_out, render_consistency_markdown(shown, outputs.decimals))
-    if outputs.json_out is not None:
-        _write(console, outputs.json_out, result.model_dump_json(indent=2))
+    return result
 
 
 def file_frames(raw: Frame, columns: Columns, options: AgreementOptions) -> dict[str, Frame]:
@@ -183,8 +268,8 @@ def file_frames(raw: Frame, columns: Columns, options: AgreementOptions) -> dict
     return {v: f.where(x == v for x in versions) for v in sorted(set(versions))}
 
 
-def report(console: Console, job: Job, outputs: Outputs) -> None:
-    """One frame: its report, printed and written as asked. Several: their comparison (printed, and JSON)."""
+def report(console: Console, job: Job, outputs: Outputs) -> AgreementReport | ComparisonReport:
+    """One frame: its report, printed and its HTML / Markdown written as asked. Several: their comparison, printed."""
     result: AgreementReport | ComparisonReport
     if len(job.frames) > 1:
         if outputs.html_out or outputs.md_out:
@@ -200,6 +285,10 @@ def report(console: Console, job: Job, outputs: Outputs) -> None:
             _write(console, outputs.html_out, render_html(shown, frame, title=job.page_title(name)))
         if outputs.md_out is not None:
             _write(console, outputs.md_out, render_markdown(shown, outputs.decimals))
+    return result
+
+
+def _write_json(console: Console, outputs: Outputs, result: Result | AgreementBatch) -> None:
     if outputs.json_out is not None:
         _write(console, outputs.json_out, result.model_dump_json(indent=2))
 
