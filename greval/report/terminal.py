@@ -2,7 +2,8 @@
 against itself (:func:`print_consistency`), versions side by side (:func:`print_comparison`), the store
 report (:func:`print_store_report`) and a review's status (:func:`print_review_status`). The cells are the
 ones the files show (greval.report.tables, greval.report.agreement's row functions, greval.report.format's
-numbers).
+numbers). The store report's tables (and the store's figures behind them) are imported where that report is
+printed, so printing an agreement report does not load the store.
 
 Every function prints to the console it is given. Notes may name option fields (greval.errors.option);
 ``names`` says how to write them (the CLI passes its flag table; by default they stay as fields)."""
@@ -42,23 +43,9 @@ from greval.report.agreement import (
 )
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.layout import print_table, say, wrap_plain
-from greval.report.models import StoreReport
-from greval.report.tables import (
-    CORRECTED_HEAD,
-    FACT_HEAD,
-    STATS_HEAD,
-    corrected_rows,
-    fact_rows,
-    group_cells,
-    group_head,
-    label_lines,
-    pooling_text,
-    stats_rows,
-    system_stats_rows,
-)
-from greval.store.results import not_scored
 
 if TYPE_CHECKING:
+    from greval.report.models import StoreReport
     from greval.review import ReviewStatus
 
 HEADLINE_SLICE = {
@@ -330,6 +317,9 @@ def _table(console: Console, title: str, head: Sequence[str], rows: Sequence[Seq
 def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
     """The metrics table: each metric's records, what was not scored, dataset score with CI, pooling and the
     judge–human κ (or ρ)."""
+    from greval.report.tables import pooling_text
+    from greval.store.results import not_scored
+
     table = Table(title=f"greval report — {store}")
     for col in ("metric", "judge", "records", "not scored", "score", "95% CI", "pooling", "judge–human"):
         table.add_column(col)
@@ -350,6 +340,18 @@ def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
 
 def print_stats(console: Console, rep: StoreReport) -> None:
     """The record-score statistics, the prevalence-corrected shares and the system × group tables."""
+    from greval.report.tables import (
+        CORRECTED_HEAD,
+        FACT_HEAD,
+        STATS_HEAD,
+        corrected_rows,
+        fact_rows,
+        group_cells,
+        group_head,
+        stats_rows,
+        system_stats_rows,
+    )
+
     _table(console, "record scores", ("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)])
     if rep.systems:
         head = ("metric", "system", *STATS_HEAD)
@@ -367,6 +369,8 @@ def print_stats(console: Console, rep: StoreReport) -> None:
 
 def print_labels(console: Console, rep: StoreReport) -> None:
     """The human-label count lines, as plain text."""
+    from greval.report.tables import label_lines
+
     for line in label_lines(rep):
         for part in wrap_plain(line, console.width, hang="  "):
             console.print(part, markup=False, highlight=False, emoji=False, soft_wrap=True)
