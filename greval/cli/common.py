@@ -447,3 +447,19 @@ INVALID_OPTION = click.option(
     "(the item leaves both sides), opposite (two labels: the label people did not choose, counted as that "
     "label), or label:X (counts as X). See docs/agreement.md for how each moves accuracy and macro F1",
 )
+
+
+def store_wait_option(then: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--store-wait SECONDS`` (``GREVAL_STORE_WAIT``): ``then`` says what happens when the wait is over."""
+    from greval.store.backend import RECONNECT_WAIT_S
+
+    return click.option(
+        "--store-wait",
+        type=click.FloatRange(min=0),
+        default=RECONNECT_WAIT_S,
+        show_default=True,
+        envvar="GREVAL_STORE_WAIT",
+        show_envvar=True,
+        metavar="SECONDS",
+        help=f"How long to wait for a PostgreSQL store that stops answering (a restart, a failover), {then}",
+    )

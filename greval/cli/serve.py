@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from greval.cli.common import call_options, console, judge_options, notice, store_option
-from greval.store.backend import RECONNECT_WAIT_S, display
+from greval.cli.common import call_options, console, judge_options, notice, store_option, store_wait_option
+from greval.store.backend import display
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -68,17 +68,7 @@ SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
     show_default=True,
     help="Open connections per worker process (a request on one more: 503, closed).",
 )
-@click.option(
-    "--store-wait",
-    type=click.FloatRange(min=0),
-    default=RECONNECT_WAIT_S,
-    show_default=True,
-    envvar="GREVAL_STORE_WAIT",
-    show_envvar=True,
-    metavar="SECONDS",
-    help="How long a request waits for a PostgreSQL store that stops answering (a restart, a failover) before "
-    "answering 503 store_unavailable; the next request opens it again, no restart needed.",
-)
+@store_wait_option("before a request is answered 503 store_unavailable; the next request opens it again.")
 @click.option("-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most.")
 @call_options
 @click.option(
