@@ -432,3 +432,20 @@ class ConsistencyReport(BaseModel):
     per_group: list[GroupFigures] = Field(default_factory=list)
     bootstrap: BootstrapInfo | None = None
     notes: list[str] = Field(default_factory=list)
+
+
+class BatchTable(BaseModel):
+    """One table of a batch: which file and columns were compared, and the report a single call on them gives
+    (the same JSON, field for field)."""
+
+    file: str
+    judge: list[str] = Field(description="the judge column(s); several: a comparison report")
+    human: str | None = Field(None, description="the human label column (none when the judge is paired by runs)")
+    score: str | None = None
+    report: AgreementReport | ComparisonReport | ConsistencyReport
+
+
+class AgreementBatch(BaseModel):
+    """Several tables' reports from one process (scripted comparisons: many files or column pairs), in order."""
+
+    tables: list[BatchTable]

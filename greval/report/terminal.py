@@ -2,7 +2,8 @@
 against itself (:func:`print_consistency`), versions side by side (:func:`print_comparison`), the store
 report (:func:`print_store_report`) and a review's status (:func:`print_review_status`). The cells are the
 ones the files show (greval.report.tables, greval.report.agreement's row functions, greval.report.format's
-numbers).
+numbers). The store report's tables (and the store's figures behind them) are imported where that report is
+printed, so printing an agreement report does not load the store.
 
 Every function prints to the console it is given. Notes may name option fields (greval.errors.option);
 ``names`` says how to write them (the CLI passes its flag table; by default they stay as fields)."""
@@ -42,28 +43,10 @@ from greval.report.agreement import (
 )
 from greval.report.format import best_first, fmt_ci, fmt_number
 from greval.report.layout import print_table, say, wrap_plain
-from greval.report.models import StoreReport
-from greval.report.tables import (
-    CORRECTED_HEAD,
-    FACT_HEAD,
-    METRICS_HEAD,
-    STATS_HEAD,
-    corrected_rows,
-    drop_empty,
-    fact_rows,
-    group_cells,
-    group_head,
-    label_lines,
-    metrics_cells,
-    shares_head,
-    shares_rows,
-    stats_rows,
-    system_stats_rows,
-    unscored_lines,
-)
 
 if TYPE_CHECKING:
     from greval.report.compare import Comparison
+    from greval.report.models import StoreReport
     from greval.review import ReviewStatus
 
 HEADLINE_SLICE = {
@@ -334,13 +317,23 @@ def _table(console: Console, title: str, head: Sequence[str], rows: Sequence[Seq
     print_table(table, console)
 
 
-#: The Metrics table's columns on a terminal (the page's, without kind and distribution).
-TERMINAL_METRICS = ("metric", "judge", "records", "not scored", METRICS_HEAD[5], "pooling", METRICS_HEAD[-1])
+#: The Metrics table's columns on a terminal (tables.METRICS_HEAD without kind and distribution).
+TERMINAL_METRICS = (
+    "metric",
+    "judge",
+    "records",
+    "not scored",
+    "dataset score or label shares (95% CI)",
+    "pooling",
+    "judge–human agreement",
+)
 
 
 def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
     """The metrics table: each metric's records, what was not scored, its dataset score with CI (or its label
     shares with CIs), pooling and the judge–human agreement with its statistic named."""
+    from greval.report.tables import METRICS_HEAD, drop_empty, metrics_cells
+
     wanted = [METRICS_HEAD.index(c) for c in TERMINAL_METRICS]
     rows = [[metrics_cells(m)[i] for i in wanted] for m in rep.metrics]
     head, rows = drop_empty(TERMINAL_METRICS, rows, keys=3)
@@ -355,6 +348,22 @@ def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
 def print_stats(console: Console, rep: StoreReport) -> None:
     """The record-score statistics, the label shares, the prevalence-corrected shares and the system × group
     tables (each only with something to show; a metric without record scores is said in one line)."""
+    from greval.report.tables import (
+        CORRECTED_HEAD,
+        FACT_HEAD,
+        STATS_HEAD,
+        corrected_rows,
+        drop_empty,
+        fact_rows,
+        group_cells,
+        group_head,
+        shares_head,
+        shares_rows,
+        stats_rows,
+        system_stats_rows,
+        unscored_lines,
+    )
+
     rows = [[r[0], *r[2:]] for r in stats_rows(rep)]
     if rows:
         _table(console, "record scores", ("metric", *STATS_HEAD), rows)
@@ -382,6 +391,8 @@ def print_stats(console: Console, rep: StoreReport) -> None:
 
 def print_labels(console: Console, rep: StoreReport) -> None:
     """The human-label count lines, as plain text."""
+    from greval.report.tables import label_lines
+
     for line in label_lines(rep):
         for part in wrap_plain(line, console.width, hang="  "):
             console.print(part, markup=False, highlight=False, emoji=False, soft_wrap=True)

@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from greval.dataset.records import Record
-from greval.errors import DataError, UserError, option
+from greval.errors import DataError, StoreUnavailable, UserError, option
 from greval.judge.schemas import input_model, record_fields
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, redact
@@ -41,6 +41,7 @@ from greval.runner.options import RunOptions
 from greval.serve.metrics import Metrics
 from greval.serve.service import JudgeService, ServedVerdict
 from greval.spec import BaseSpec, Spec
+from greval.store.backend import RECONNECT_WAIT_S
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -72,6 +73,12 @@ class ServeSettings(BaseModel):
     )
     max_connections: int = Field(
         256, ge=1, description="Open connections per server process (a request on one more: 503, closed)."
+    )
+    store_wait: float = Field(
+        RECONNECT_WAIT_S,
+        ge=0,
+        description="Seconds a request waits for a PostgreSQL store that stopped answering (then 503; the next "
+        "request tries it again).",
     )
     drain_timeout: float | None = Field(
         None, description="Seconds shutdown waits for judgements in flight to be stored (None: as long as it takes)."
@@ -417,6 +424,8 @@ def invalid_response(exc: RequestValidationError) -> JSONResponse:
 
 
 def _judge_failure(exc: Exception) -> ServeError:
+    if isinstance(exc, StoreUnavailable):  # asked again, the service opens the store again (JudgeService)
+        return ServeError(503, "store_unavailable", redact(str(exc)))
     if isinstance(exc, JudgeUnavailable):
         return ServeError(503, f"judge_{exc.kind.value}", redact(str(exc)))
     if isinstance(exc, UserError):
@@ -439,7 +448,7 @@ def create_app(
     ``store_path``. ``options``: as ``greval run``'s (concurrency, method, retries). ``model``: a chat model
     to use instead of building one from the config (tests)."""
     settings = settings or ServeSettings()
-    service = JudgeService(specs, store_path, judge_config, options, model=model)
+    service = JudgeService(specs, store_path, judge_config, options, model=model, store_wait=settings.store_wait)
     metrics = Metrics()
     models = {s.name: input_model(s, service.closure([s.name])[:-1], closed=True) for s in service.specs}
 
@@ -582,10 +591,11 @@ def create_app(
     async def results(record_id: str, spec: str | None = None) -> dict[str, Any]:
         names = [spec] if spec else [s.name for s in service.specs]
         known(names)
-        return {
-            "record_id": record_id,
-            "verdicts": [v.model_dump(mode="json") for v in service.stored(names, record_id)],
-        }
+        try:
+            stored = service.stored(names, record_id)
+        except StoreUnavailable as exc:
+            raise _judge_failure(exc) from None
+        return {"record_id": record_id, "verdicts": [v.model_dump(mode="json") for v in stored]}
 
     if langserve:
         add_judge_routes(app, service, models, settings)

@@ -150,6 +150,12 @@ class StoreFile:
                 schema.migrate(db, self.dialect)
 
     @property
+    def unavailable(self) -> StoreUnavailable | None:
+        """Why this connection gave the store up (every later transaction raises it), else None: a long-lived
+        caller (``greval serve``) opens the store again instead of failing until restarted."""
+        return self._down
+
+    @property
     def version(self) -> int | None:
         """The schema version this store holds now."""
         with self._lock:

@@ -94,20 +94,38 @@ def _agree(judge: Mapping[tuple[str, str], str], humans: Sequence[HumanLabel]) -
     return "agree"
 
 
+def _judged(m: MetricData, mine: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """A record's verdict as the table shows it (a many-metric's item labels counted) and the labels its ok
+    verdicts hold (what the label filter matches)."""
+    many = isinstance(m.spec, Spec) and m.spec.each is not None
+    whole = [r for r in mine if r["item_id"] == ""] or list(mine[:1])
+    counted = [_verdict(r) for r in (mine if many else whole) if r["status"] == "ok" and (r["item_id"] != "") == many]
+    labels = sorted({v for v in counted if v})
+    if not many:
+        return (_verdict(whole[0]) if whole else ""), labels
+    return ", ".join(f"{k} ×{counted.count(k)}" for k in dict.fromkeys(counted)), labels
+
+
+def _cost(mine: Sequence[Mapping[str, Any]]) -> tuple[float | None, int | None]:
+    """The judge's milliseconds and tokens (in + out) for a record, over its verdicts; None when none."""
+    tokens = sum(int(r.get("tokens_in") or 0) + int(r.get("tokens_out") or 0) for r in mine)
+    latency = sum(float(r.get("latency_ms") or 0) for r in mine)
+    return (round(latency) if latency else None), (tokens or None)
+
+
+def _reason(r: Mapping[str, Any]) -> str:
+    return _text(r.get("reason") or r.get("error"))
+
+
 def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str) -> list[Any]:
     """One record row of the explorer's table (COLUMNS' order)."""
     key = (rec["record_id"], rec["record_hash"])
     mine = m.items.get(key, [])
     whole = next((r for r in mine if r["item_id"] == ""), mine[0] if mine else {})
-    parts = [r for r in mine if r["item_id"] != ""]
     judge = {(r["record_hash"], r["item_id"]): _verdict(r) for r in mine if r["status"] == "ok"}
     humans = m.humans.get(key, [])
-    many = isinstance(m.spec, Spec) and m.spec.each is not None
-    labels = sorted({v for r in (parts if many else [whole]) if r and (v := _verdict(r)) and r["status"] == "ok"})
-    counted = [_verdict(r) for r in parts if r["status"] == "ok"]
-    verdict = ", ".join(f"{k} ×{counted.count(k)}" for k in dict.fromkeys(counted)) if many else _verdict(whole)
-    tokens = sum(int(r.get("tokens_in") or 0) + int(r.get("tokens_out") or 0) for r in mine)
-    latency = sum(float(r.get("latency_ms") or 0) for r in mine)
+    verdict, labels = _judged(m, mine)
+    latency, tokens = _cost(mine)
     return [
         number,
         rec["record_id"],
@@ -119,15 +137,12 @@ def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str)
         "; ".join(_said(h) for h in humans),
         _agree(judge, humans),
         whole.get("confidence"),
-        round(latency) if latency else None,
-        tokens or None,
-        _text(whole.get("reason") or whole.get("error")),
+        latency,
+        tokens,
+        _reason(whole),
         bin_key,
-        [
-            [h["item_id"], h["annotator"], h["label"] if h["label"] is not None else h["value"], h["comment"] or ""]
-            for h in humans
-        ],
-        [[r["item_id"], _verdict(r), _text(r.get("reason") or r.get("error")), r["status"]] for r in parts],
+        [[h["item_id"], h["annotator"], _said(h), h["comment"] or ""] for h in humans],
+        [[r["item_id"], _verdict(r), _reason(r), r["status"]] for r in mine if r["item_id"] != ""],
         labels,
     ]
 
