@@ -113,6 +113,14 @@ def test_quickstart_report_and_explorer_in_chromium(quickstart: Path, browser: A
     assert page.evaluate("document.activeElement.tagName") in ("A", "BUTTON", "INPUT", "SELECT")
     page.keyboard.press("Escape")
     page.wait_for_selector("body[data-ready=list]")
+    # a confusion-matrix cell of the agreement page opens the records it counts
+    page.goto((out / "attribution.agreement.html").as_uri())
+    cell = page.locator("#confusion-records ~ table a").nth(1)
+    n = int(cell.inner_text())
+    cell.click()
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{n} of 30 records"
+    assert all(c == "disagree" for c in page.locator("#table tbody td.agree").all_inner_texts())
     page.set_viewport_size({"width": 390, "height": 844})  # a phone: no sideways scrolling of the page
     assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
     assert page.errors == []

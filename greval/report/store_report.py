@@ -302,3 +302,26 @@ def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = Non
         from greval.report.explorer.write import write_explorer
 
         write_explorer(rep, out_dir)
+        link_confusions(rep, out_dir)
+
+
+def link_confusions(rep: StoreReport, out_dir: Path) -> None:
+    """Each categorical agreement page gets its confusion matrix as links to the explorer's records (the
+    matrix from the page's own JSON, so the counts are the page's)."""
+    from greval.agreement.models import AgreementReport
+    from greval.report.explorer.links import confusion_section
+    from greval.report.format import best_first
+
+    # a page per metric name: the last version of a name wrote it (build writes them in this order)
+    last = {m.agreement_page: i for i, m in enumerate(rep.metrics) if m.agreement_page}
+    for name, i in last.items():
+        page = out_dir / name
+        if not page.with_suffix(".json").exists():
+            continue
+        report = best_first(AgreementReport.model_validate_json(page.with_suffix(".json").read_text()))
+        if report.categorical is None:
+            continue
+        cm = report.categorical.confusion
+        section = confusion_section(i, cm.labels, cm.judge_labels, cm.counts)
+        text = page.read_text(encoding="utf-8")
+        page.write_text(text.replace("<script>", section + "<script>", 1), encoding="utf-8")
