@@ -59,7 +59,8 @@ def _page(browser: Any, width: int = 1280) -> Any:
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))
     page.errors = errors
-    # nothing may leave the machine: every request must be a file
+    # nothing may leave the machine: every request must be a file (any other is refused and counted an error)
+    page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else errors.append(f"network: {r.url}"))
     page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
     return page
 
