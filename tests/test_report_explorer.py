@@ -288,3 +288,30 @@ def test_serve_shows_the_report_and_explorer_under_ui(
         page.wait_for_selector("body[data-ready=list]")
         assert page.locator("#count").inner_text() == "5 of 5 records"
         page.close()
+
+
+@pytest.mark.browser
+def test_a_record_page_shows_the_judges_samples(
+    quickstart: Path, openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A judge asked three times per record (--samples 3): the record page lists the three answers."""
+    import shutil
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store = tmp_path / "samples.sqlite"
+    shutil.copyfile(quickstart / "greval.sqlite", store)
+    args = ["run", str(quickstart / "records.jsonl"), "-s", str(quickstart / "attribution.yaml"), "--store", str(store)]
+    args += ["--judge", "openai:judge-test", "--base-url", openai_server.base_url, "--samples", "3"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    out = _report(store, tmp_path / "report")
+    col = _meta(out)["columns"].index("samples")
+    found = [(i, r) for i in range(len(_meta(out)["metrics"])) for r in _rows(out, i) if r[col]]
+    assert found and all(len(r[col]) == 3 for _, r in found)
+    metric, row = found[0]
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri() + f"#m={metric}&record={row[0]}")
+    page.wait_for_selector("body[data-ready=record]")
+    shown = page.locator("[data-field=samples]").inner_text()
+    assert "the judge's 3 samples" in shown and row[col][0]["label"] in shown
+    assert page.errors == []

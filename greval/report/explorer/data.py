@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ COLUMNS = (
     "humans",  # [[item, annotator, label, comment], …]
     "items",  # a many-metric's [[item id, verdict, reason, status], …]
     "labels",  # the labels the row's verdicts hold (a many-metric: every item's), for the label filter
+    "samples",  # the judge's answers when it was asked several times (--samples), else None
 )
 
 
@@ -62,6 +63,7 @@ class MetricData:
     records: Sequence[dict[str, Any]]
     items: Mapping[tuple[str, str], list[dict[str, Any]]]
     humans: Mapping[tuple[str, str], list[HumanLabel]]
+    samples: Mapping[tuple[str, str], list[Any]] = field(default_factory=dict)
 
 
 def _text(v: Any) -> str:
@@ -142,8 +144,13 @@ def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str)
         _reason(whole),
         bin_key,
         [[h["item_id"], h["annotator"], _said(h), h["comment"] or ""] for h in humans],
-        [[r["item_id"], _verdict(r), _reason(r), r["status"]] for r in mine if r["item_id"] != ""],
+        [
+            [r["item_id"], _verdict(r), _reason(r), r["status"], m.samples.get((r["record_hash"], r["item_id"]))]
+            for r in mine
+            if r["item_id"] != ""
+        ],
         labels,
+        m.samples.get((rec["record_hash"], "")),
     ]
 
 

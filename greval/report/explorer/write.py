@@ -45,7 +45,9 @@ def metric_data(
 ) -> MetricData:
     """What the explorer reads of one metric: its report row, spec, record rows, item and human rows."""
     mine = [r for r in items if r["spec_key"] == row.figures.spec_key and r["judge_key"] == row.figures.judge_key]
-    return MetricData(row, spec, records, _by_record(mine), _humans(st.human_labels(spec.name, submitted=True)))
+    humans = _humans(st.human_labels(spec.name, submitted=True))
+    samples = st.unit_samples(row.figures.spec_key, row.figures.judge_key)
+    return MetricData(row, spec, records, _by_record(mine), humans, samples)
 
 
 def write_explorer(rep: StoreReport, out_dir: Path) -> Path:

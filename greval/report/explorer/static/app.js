@@ -245,10 +245,17 @@
       const said = humans.filter((h) => String(h[0]) === id).map((h) => h[1] + ": " + h[2]);
       const side = el("div", {}, v ? el("div", { class: "verdict", text: "judge: " + v[1] + (v[3] !== "ok" ? " (" + v[3] + ")" : "") }) : null,
         v && v[2] ? el("div", { class: "note", text: v[2] }) : null,
+        v && v[4] && v[4].length ? el("div", { class: "note samples", text: "samples: " + v[4].map(sampleText).join("; ") }) : null,
         said.length ? el("div", { text: "human — " + said.join("; ") }) : null);
       ol.append(el("li", { "data-item": id }, el("div", {}, el("span", { class: "id", text: id }), " ", el("span", { text: itemText(it) })), side));
     }
     return el("div", { class: "field", "data-field": name }, el("h3", { text: name + " (" + list.length + ")" }), ol);
+  }
+  function sampleText(s) {
+    if (s === null || s === undefined) return "";
+    if (typeof s !== "object") return String(s);
+    const said = s.label ?? s.value ?? "";
+    return String(said) + (s.reason ? " — " + s.reason : "");
   }
   function verdictBlock(st, row) {
     const m = S.meta.metrics[st.m];
@@ -258,6 +265,8 @@
       cell(row, "score") !== null ? " · score " + fmt(cell(row, "score"), "score") : "",
       " · " + cell(row, "status"), agree ? " " : "", agree ? el("span", { class: "badge " + agree, text: agree + " with people" }) : null));
     box.append(el("div", { class: "field", "data-field": "reason" }, el("h3", { text: "reason" }), el("div", { text: cell(row, "reason") || "—" })));
+    const samples = cell(row, "samples");
+    if (samples && samples.length) box.append(el("div", { class: "field", "data-field": "samples" }, el("h3", { text: "the judge's " + samples.length + " samples" }), el("div", { text: samples.map(sampleText).join("\n") })));
     const humans = cell(row, "humans") || [];
     if (humans.length) {
       const t = el("table", { class: "humans" }, el("tr", {}, el("th", { text: "item" }), el("th", { text: "annotator" }), el("th", { text: "human label" }), el("th", { text: "comment" })));
