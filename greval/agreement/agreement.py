@@ -129,7 +129,7 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
     report.ceiling = ceiling(prep, options) if prep.has_judge else None
     if options.bootstrap > 0:
         grouped = prep.groups is not None
-        unit = resampling.resample_unit(grouped, options, prep.multi_row_items)
+        unit = resampling.resample_unit(grouped, options, prep.multi_row_items, prep.groups_are_records)
         report.bootstrap = bootstrap_info(unit, len(prep.group_names) if grouped else n, options)
         report.notes.append(bootstrap_note(report.bootstrap))
     return report

@@ -39,7 +39,13 @@ import numpy as np
 import numpy.typing as npt
 
 from greval.agreement import bootstrap as bs
-from greval.agreement.models import AgreementOptions, CalibrationBin, CalibrationReport, Estimate
+from greval.agreement.models import (
+    GROUPS_ARE_RECORDS,
+    AgreementOptions,
+    CalibrationBin,
+    CalibrationReport,
+    Estimate,
+)
 from greval.agreement.prepare import CONFIDENCE_COLUMN, is_null, label_text, numbers
 from greval.agreement.resampling import estimate
 from greval.dataset.frame import Frame
@@ -272,7 +278,7 @@ def calibration_from_frame(frame: Frame, options: AgreementOptions) -> Calibrati
     codes: IntArray | None = None
     if "group" in frame.columns:
         key = [label_text(v, {}) for v in frame["group"]]
-        unit = "groups"
+        unit = "records" if frame.attrs.get(GROUPS_ARE_RECORDS) else "groups"
     else:
         key = items
         unit = "items" if len(set(items)) < len(items) else "rows"

@@ -129,6 +129,6 @@ def _differences(
 
 def _paired_info(base: Prepared, n: int, groups: IntArray | None, options: AgreementOptions) -> BootstrapInfo:
     """What the paired bootstrap resampled: the first version's unit, counted on the common items."""
-    unit = resampling.resample_unit(base.groups is not None, options, base.multi_row_items)
+    unit = resampling.resample_unit(base.groups is not None, options, base.multi_row_items, base.groups_are_records)
     n_units = len(np.unique(groups)) if groups is not None else n
     return bootstrap_info(unit, n_units, options)

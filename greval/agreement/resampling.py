@@ -129,11 +129,15 @@ def per_group(base: Statistic, point_groups: IntArray | None) -> Statistic:
     return fn
 
 
-def resample_unit(grouped: bool, options: AgreementOptions, multi_row_items: bool = True) -> ResampleUnit:
-    """What the bootstrap resamples: groups, items within groups (per-group protocol), items, or rows (when
-    every item is one row)."""
+def resample_unit(
+    grouped: bool, options: AgreementOptions, multi_row_items: bool = True, records: bool = False
+) -> ResampleUnit:
+    """What the bootstrap resamples: groups (``records`` when the groups are a store's records), items within
+    groups (per-group protocol), items, or rows (when every item is one row)."""
     if grouped:
-        return "items within groups" if options.protocol == "per-group" else "groups"
+        if options.protocol == "per-group":
+            return "items within groups"
+        return "records" if records else "groups"
     return "items" if multi_row_items else "rows"
 
 

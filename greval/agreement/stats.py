@@ -515,10 +515,13 @@ def confusion(h: IntArray, j: IntArray, n_codes: int) -> IntArray:
     return np.asarray(_confusion_of(h, j, n_codes, n_codes)[0], dtype=np.int64)
 
 
-def corrected_prevalence(q: FloatArray, cm: IntArray) -> tuple[FloatArray | None, str | None]:
+def corrected_prevalence(
+    q: FloatArray, cm: IntArray, labels: Sequence[str] | None = None
+) -> tuple[FloatArray | None, str | None]:
     """Label prevalence corrected for the judge's error rates.
 
-    q: the judge's observed label shares; cm: confusion counts (human rows × judge cols, valid pairs).
+    q: the judge's observed label shares; cm: confusion counts (human rows × judge cols, valid pairs); labels:
+    the labels' names, for the note (people read names, not codes).
     Two labels: Rogan–Gladen π₁ = (q₁ + spec − 1)/(sens + spec − 1), clipped to [0, 1].
     More labels: least-squares solution of Mᵀπ = q with M = P(judge | human), negatives clipped to 0 and
     renormalised to sum 1. None when some label has no human support or the judge is no better than chance.
@@ -526,8 +529,8 @@ def corrected_prevalence(q: FloatArray, cm: IntArray) -> tuple[FloatArray | None
     k = len(q)
     support = cm.sum(axis=1)
     if np.any(support == 0):
-        missing = [i for i in range(k) if support[i] == 0]
-        return None, f"no human-labelled items for label code(s) {missing}: error rates unknown"
+        missing = [repr(labels[i]) if labels is not None else str(i) for i in range(k) if support[i] == 0]
+        return None, f"no human-labelled items for {', '.join(missing)}: error rates unknown"
     m = cm / support[:, None]
     notes: list[str] = []
     if k == 2:

@@ -32,7 +32,7 @@ from greval.agreement.models import (
 from greval.agreement.prepare import Prepared, is_null, prepare
 from greval.agreement.stats import rankdata
 from greval.dataset.frame import Frame
-from greval.report.format import fmt_ci, fmt_number, fmt_value_ci
+from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -543,7 +543,9 @@ def render_html(
     title: str = "Judge–human agreement",
     extra: Sequence[str] = ("reason", "comment"),
 ) -> str:
-    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery."""
+    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery; ordered
+    labels best first."""
+    report = best_first(report)
     c = report.counts
     parts = [f"<h1>{html.escape(title)}</h1>"]
     parts.append(
@@ -578,6 +580,7 @@ def render_html(
 def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
     """A short Markdown summary: counts, headline table, ceiling, then every note (prevalence, ceiling,
     slices, report)."""
+    report = best_first(report)
     d = decimals
     c = report.counts
     lines = [

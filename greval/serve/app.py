@@ -26,8 +26,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from greval.dataset.records import Record
@@ -35,6 +36,7 @@ from greval.errors import DataError, StoreUnavailable, UserError, option
 from greval.judge.schemas import input_model, record_fields
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, redact
+from greval.report.explorer.served import ServedReport
 from greval.runner.options import RunOptions
 from greval.serve.metrics import Metrics
 from greval.serve.service import JudgeService, ServedVerdict
@@ -462,6 +464,7 @@ def create_app(
             # uvicorn has let the requests in flight finish; judgements whose client went away are stored too.
             await service.drain(settings.drain_timeout)
             service.close()
+            ui.close()
 
     app = FastAPI(
         title="greval serve",
@@ -494,6 +497,22 @@ def create_app(
                 raise ServeError(
                     404, "unknown_spec", f"no served spec {name!r} (served: {', '.join(service.by_name)})", "spec"
                 )
+
+    ui = ServedReport(store_path)
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui_root() -> RedirectResponse:
+        return RedirectResponse("/ui/")
+
+    @app.get("/ui/{path:path}", include_in_schema=False)
+    async def ui_file(path: str) -> Response:
+        """The store's report and record explorer (greval.report.explorer.served), as `greval report` writes
+        them, rebuilt when the store changes."""
+        found = await run_in_threadpool(ui.file, path)
+        if found is None:
+            raise ServeError(404, "not_found", f"no file {path!r} in the report", "path")
+        body, kind = found
+        return Response(body, media_type=kind, headers={"Cache-Control": "no-cache"})
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, Any]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from greval.agreement.models import AgreementOptions, AgreementScale
+from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementOptions, AgreementScale
 from greval.agreement.prepare.answers import few, is_null, label_text, numbers
 from greval.agreement.prepare.build import Prepared, build
 from greval.agreement.prepare.reduce import MISSING, Reduced, reduce_items
@@ -62,5 +62,8 @@ __all__ = [
 
 def prepare(frame: Frame | pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> Prepared:
     """Validate and reduce the frame (a Frame or a pandas DataFrame); raises DataError for user mistakes."""
-    rows = validate(Frame.of(frame), scale, options)
-    return build(rows, reduce_items(rows))
+    table = Frame.of(frame)
+    rows = validate(table, scale, options)
+    prep = build(rows, reduce_items(rows))
+    prep.groups_are_records = bool(table.attrs.get(GROUPS_ARE_RECORDS))
+    return prep
