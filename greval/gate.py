@@ -45,6 +45,7 @@ class GateRequest(BaseModel):
     systems: list[SystemFilter] = Field(default_factory=list, description="Score each of these systems apart.")
     baseline: str | None = Field(None, description="A run id, or NAME@HASH: the score's change is tested.")
     max_drop: float | None = Field(None, ge=0, description="The largest drop of the score allowed vs the baseline.")
+    invalid: str = Field("as-wrong", description="How agreement counts a judge answer that is an error.")
     resamples: int = 1000
     seed: int = 0
 
@@ -100,7 +101,8 @@ def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition]
             f"and people's labels; gate its dataset score with '{SCORE}>=X'"
         )
     frame, scale, _ = store_frame(store, name, req.judge, "item", version or None, datasets=req.datasets)
-    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=req.resamples, seed=req.seed))
+    options = AgreementOptions(invalid=req.invalid, bootstrap=req.resamples, seed=req.seed)
+    report = compute_agreement(frame, scale, options)
     notes.append(f"agreement from {report.counts.items_compared} items compared (see `greval agreement`)")
     return evaluate(report, conds, req.side, req.vs_ceiling).checks
 

@@ -139,6 +139,13 @@ def choose_judge(specs: Sequence[BaseSpec], judge: JudgeChoice, notify: Notify) 
     return ref, resolve_judge(ref, **judge.with_defaults(defaults).params())
 
 
+def run_options(options: RunOptions | None, ref: str, concurrency: int | None) -> RunOptions:
+    """The run's options with its calls in flight: ``concurrency``, else the local judge's parallel slots (more
+    would queue inside llama-server), else 8. ``greval run``, the quick start and :func:`greval.evaluate`."""
+    auto = local_concurrency() if is_local_ref(ref) else 8
+    return (options or RunOptions()).model_copy(update={"concurrency": concurrency or auto})
+
+
 def run_dataset(
     specs: Sequence[BaseSpec],
     data: str | Path,
@@ -177,8 +184,7 @@ def run_dataset(
     records = open_data(data, mapping, id_column, limit, limits)
     needs_judge = any(s.needs_model for s in specs)
     ref, cfg = choose_judge(specs, judge, notify)
-    auto = local_concurrency() if is_local_ref(ref) else 8
-    opts = (options or RunOptions()).model_copy(update={"concurrency": concurrency or auto})
+    opts = run_options(options, ref, concurrency)
     with Store(store, wait_s=store_wait) as st:
         plan = plan_work(specs, records, st, cfg, opts.retry_errors, opts.sample)
         for note in records.notes:  # nothing the user gave disappears without a word

@@ -1,8 +1,9 @@
 """Simulate bootstrap CI coverage for Cohen's κ and Spearman ρ with a known truth.
 
 Each repetition draws n pairs from a known population, computes greval's percentile bootstrap CI
-(greval.agreement.bootstrap: κ from batched confusion tallies, Spearman from scipy, as in reports) and checks whether it
-contains the population value. Coverage near the nominal level means the CIs in reports can be trusted.
+(greval.agreement.bootstrap: κ from batched confusion tallies, Spearman from average ranks, as in reports) and
+checks whether it contains the population value. Coverage near the nominal level means the CIs in reports can be
+trusted.
 
   κ:        pairs from a fixed k×k joint distribution P; κ = (Σ diag P − Σ p_h p_j) / (1 − Σ p_h p_j)
   Spearman: bivariate normal with correlation r; ρ_s = (6/π)·arcsin(r/2)

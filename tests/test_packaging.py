@@ -52,7 +52,9 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
         "import greval, greval.paths as p; from greval.spec import bundled_specs;"
         "print(greval.__file__); print(sorted(bundled_specs())[:3]);"
         "print((p.examples_dir() / 'begin' / 'records.jsonl').exists(), (p.annotation_dir() / 'serve.py').exists());"
-        "import pathlib; print((pathlib.Path(greval.__file__).parent / 'py.typed').exists())"
+        "import pathlib; print((pathlib.Path(greval.__file__).parent / 'py.typed').exists());"
+        "from greval.report.explorer.write import STATIC;"
+        "print(all((STATIC / f).exists() for f in ('index.html', 'app.js', 'app.css')))"
     )
     out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -61,6 +63,7 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     assert "answer_alignment" in lines[1]
     assert lines[2] == "True True"
     assert lines[3] == "True"  # PEP 561: a user's mypy checks calls into the installed greval
+    assert lines[4] == "True"  # the record explorer's page, script and style (greval report copies them)
     cli = subprocess.run(
         [str(py), "-m", "greval", "spec", "list"], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )

@@ -507,3 +507,27 @@ def test_serve_flags_default_to_the_settings_defaults() -> None:
     flags = {p.name: p.default for p in serve_cmd.params}
     names = ["max_body", "max_records", "requests_per_key", "header_timeout", "body_timeout", "max_connections"]
     assert {n: flags[n] for n in names} == {n: ServeSettings.model_fields[n].default for n in names}
+
+
+@pytest.mark.slow
+def test_a_postgresql_store_gone_answers_503_and_the_server_works_again_once_it_is_back(
+    llm: OpenAIServer, postgres: Any, pg_url: str
+) -> None:
+    """A long-lived server outlives a store outage: while PostgreSQL is down (past --store-wait) requests answer
+    503 store_unavailable in one line, no traceback; once it is back the next request is judged and stored,
+    with no restart (the connection given up is opened again)."""
+    with serving(llm, pg_url, store_wait=1.0) as url, httpx.Client(base_url=url, timeout=60) as http:  # type: ignore[arg-type]
+        assert http.post("/v1/judge", json={"spec": "answer_alignment", "records": rows(1)}).status_code == 200
+        postgres.down()
+        try:
+            gone = http.post("/v1/judge", json={"spec": "answer_alignment", "records": rows(1, start=1)})
+            assert gone.status_code == 503, gone.text
+            assert gone.json()["error"]["kind"] == "store_unavailable" and "unavailable" in gone.text
+            no_traceback(gone)
+            still = http.get("/v1/results", params={"record_id": "r0"})
+            assert still.status_code == 503 and still.json()["error"]["kind"] == "store_unavailable", still.text
+        finally:
+            postgres.up()
+        back = http.post("/v1/judge", json={"spec": "answer_alignment", "records": rows(1, start=1)})
+        assert back.status_code == 200, back.text
+        assert http.get("/v1/results", params={"record_id": "r1"}).json()["verdicts"]

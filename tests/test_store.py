@@ -980,3 +980,25 @@ def test_a_read_waits_for_the_postgresql_server_and_a_retried_partial_write_is_m
         for _ in range(2):
             st.put_result(None, spec.hash, cfg, rec, result, partial=True)
         assert st.query("SELECT tokens_in FROM judgements") == [{"tokens_in": 7}]
+
+
+_OPEN_MANY = """
+import sys, time
+from greval.store.connection import StoreFile
+start = float(sys.argv[2])
+for i in range(int(sys.argv[3])):
+    while time.time() < start + i * 0.1:  # every process opens file i at the same moment
+        pass
+    StoreFile(f"{sys.argv[1]}-{i}.sqlite").close()
+print("ok")
+"""
+
+
+def test_processes_opening_one_new_store_at_once_wait_for_each_other(tmp_path: Path) -> None:
+    """Two pytest-xdist workers sharing a new store met SQLite's 'database is locked' while creating it (the
+    journal-mode switch is not covered by the busy timeout): opening waits instead of calling it broken."""
+    start = str(time.time() + 1.5)  # both processes past their imports, then racing on the same 40 new files
+    cmd = [sys.executable, "-c", _OPEN_MANY, str(tmp_path / "s"), start, "40"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 and out.strip() == "ok" for p, (out, _) in zip(procs, outs, strict=True)), outs

@@ -3,13 +3,15 @@
 Public API: `compute_agreement(frame, scale, options) -> AgreementReport` and
 `compare_agreement({version: frame}, scale, options) -> ComparisonReport`;
 `compute_consistency(frame, scale, options)` compares two runs of the judge with each other; `read_table` and
-`to_agreement_frame` read files; `greval.report.agreement` renders HTML/Markdown.
+`to_agreement_frame` read files; `AgreementBatch` holds several tables' reports (`greval agreement`'s batch
+JSON); `greval.report.agreement` renders HTML/Markdown.
 """
 
 from greval.agreement.agreement import compute_agreement
 from greval.agreement.comparison import compare_agreement
 from greval.agreement.consistency import compute_consistency
 from greval.agreement.models import (
+    AgreementBatch,
     AgreementOptions,
     AgreementReport,
     AgreementScale,
@@ -20,6 +22,7 @@ from greval.agreement.models import (
 from greval.agreement.tables import read_table, to_agreement_frame
 
 __all__ = [
+    "AgreementBatch",
     "AgreementOptions",
     "AgreementReport",
     "AgreementScale",

@@ -4,12 +4,10 @@ the categorical or value sections, the human ceiling, design weights, calibratio
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from greval.agreement import resampling
 from greval.agreement import stats as st
@@ -28,24 +26,30 @@ from greval.agreement.models import (
     GroupFigures,
     ValueReport,
 )
-from greval.agreement.prepare import Prepared, label_text, prepare, resolve_scale
+from greval.agreement.prepare import Prepared, is_null, label_text, prepare, resolve_scale
 from greval.agreement.resampling import bootstrap_info, bootstrap_note, check_protocol, estimate
 from greval.agreement.stats import FloatArray
 from greval.agreement.threshold import threshold_frame, threshold_note, wants_threshold
+from greval.dataset.frame import Frame
 from greval.errors import DataError, option
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MISSING_SLICE = "(missing)"
 """The slice of rows whose slice column is empty."""
 
 
 def compute_agreement(
-    frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None
+    frame: Frame | pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None
 ) -> AgreementReport:
-    """Judge-vs-human agreement for a long (item, annotator) frame; see docs/agreement.md.
+    """Judge-vs-human agreement for a long (item, annotator) frame (a Frame or a pandas DataFrame); see
+    docs/agreement.md.
 
     Raises greval.errors.DataError for user mistakes (missing columns, unknown human labels ...).
     """
     options = options or AgreementOptions()
+    frame = Frame.of(frame)
     scale = resolve_scale(frame, scale, options)
     check_options(frame, scale, options)
     threshold = None
@@ -65,7 +69,7 @@ def compute_agreement(
     return report
 
 
-def check_options(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> None:
+def check_options(frame: Frame, scale: AgreementScale, options: AgreementOptions) -> None:
     """Flag combinations that cannot work, as one-line user errors."""
     check_protocol(frame, options)
     categorical = scale.kind == "categorical"
@@ -125,7 +129,7 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
     report.ceiling = ceiling(prep, options) if prep.has_judge else None
     if options.bootstrap > 0:
         grouped = prep.groups is not None
-        unit = resampling.resample_unit(grouped, options, prep.multi_row_items)
+        unit = resampling.resample_unit(grouped, options, prep.multi_row_items, prep.groups_are_records)
         report.bootstrap = bootstrap_info(unit, len(prep.group_names) if grouped else n, options)
         report.notes.append(bootstrap_note(report.bootstrap))
     return report
@@ -168,7 +172,7 @@ def _describe(x: FloatArray) -> Describe:
 
 
 def _design(
-    frame: pd.DataFrame,
+    frame: Frame,
     prep: Prepared,
     scale: AgreementScale,
     options: AgreementOptions,
@@ -208,8 +212,22 @@ def _design_notes(report: AgreementReport, assumed: list[str]) -> None:
         prevalence.note = f"{prevalence.note}; {unweighted}" if prevalence.note else unweighted
 
 
+def slice_rows(values: Sequence[Any]) -> list[tuple[Any, list[int]]]:
+    """The rows of each value of a slice column, values sorted (as pandas' groupby sorts them; by their text
+    when they cannot be compared), rows without a value last under None."""
+    rows: dict[Any, list[int]] = {}
+    absent: list[int] = []
+    for r, value in enumerate(values):
+        (absent if is_null(value) else rows.setdefault(value, [])).append(r)
+    try:
+        keys = sorted(rows)
+    except TypeError:
+        keys = sorted(rows, key=str)
+    return [(k, rows[k]) for k in keys] + ([(None, absent)] if absent else [])
+
+
 def _slices(
-    frame: pd.DataFrame, prep: Prepared, scale: AgreementScale, options: AgreementOptions, report: AgreementReport
+    frame: Frame, prep: Prepared, scale: AgreementScale, options: AgreementOptions, report: AgreementReport
 ) -> None:
     """A report per value of each slice column (rows without a value are a slice of their own)."""
     plain: dict[str, Any] = {"slices": [], "threshold": None, "choose_threshold": None, "select_on": None}
@@ -218,9 +236,9 @@ def _slices(
         if col not in frame.columns:
             raise DataError(f"slice column {col!r} not in the frame; columns are {list(frame.columns)}")
         parts: dict[str, AgreementReport] = {}
-        for value, sub in frame.groupby(col, sort=True, dropna=False):
-            key = value[0] if isinstance(value, tuple) else value
-            absent = key is None or (isinstance(key, float) and math.isnan(key))
+        for key, rows in slice_rows(frame[col]):
+            sub = frame.take(rows)
+            absent = key is None
             if absent:  # rows without a value are a slice of their own, named so (not "nan")
                 report.notes.append(f"slice {col}: {len(sub)} row(s) have no value, listed as {MISSING_SLICE!r}")
             part = parts[MISSING_SLICE if absent else str(key)] = _report(prepare(sub, scale, sub_options), sub_options)

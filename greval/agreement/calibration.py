@@ -37,12 +37,18 @@ from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from greval.agreement import bootstrap as bs
-from greval.agreement.models import AgreementOptions, CalibrationBin, CalibrationReport, Estimate
-from greval.agreement.prepare import CONFIDENCE_COLUMN, label_text
+from greval.agreement.models import (
+    GROUPS_ARE_RECORDS,
+    AgreementOptions,
+    CalibrationBin,
+    CalibrationReport,
+    Estimate,
+)
+from greval.agreement.prepare import CONFIDENCE_COLUMN, is_null, label_text, numbers
 from greval.agreement.resampling import estimate
+from greval.dataset.frame import Frame
 from greval.errors import DataError, option
 
 FloatArray = npt.NDArray[np.float64]
@@ -236,23 +242,23 @@ def _bins(
     return out, gaps
 
 
-def has_confidence(frame: pd.DataFrame) -> bool:
+def has_confidence(frame: Frame) -> bool:
     """Whether the frame carries a judge confidence on at least one row."""
-    return CONFIDENCE_COLUMN in frame.columns and bool(frame[CONFIDENCE_COLUMN].notna().any())
+    return CONFIDENCE_COLUMN in frame.columns and not all(is_null(v) for v in frame[CONFIDENCE_COLUMN])
 
 
-def calibration_from_frame(frame: pd.DataFrame, options: AgreementOptions) -> CalibrationReport:
+def calibration_from_frame(frame: Frame, options: AgreementOptions) -> CalibrationReport:
     """The calibration report of a long (item, annotator) agreement frame with a ``judge_confidence`` column
     (and optionally ``probability``, ``group``); raises DataError for confidences that are not numbers in [0, 1]."""
     missing = frozenset(options.missing_values)
     judge = [label_text(v, options.mapping, missing) for v in frame["judge"]]
     human = [label_text(v, options.mapping, missing) for v in frame["human"]]
     raw = frame[CONFIDENCE_COLUMN]
-    conf = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-    present = raw.map(lambda v: label_text(v, {}, missing) is not None).to_numpy(dtype=bool)
+    conf = numbers(raw)
+    present = np.array([label_text(v, {}, missing) is not None for v in raw], dtype=bool)
     bad = present & ~np.isfinite(conf)
     if bad.any():
-        examples = sorted({str(v) for v in raw[bad]})[:5]
+        examples = sorted({str(v) for v, b in zip(raw, bad, strict=True) if b})[:5]
         raise DataError(f"{int(bad.sum())} judge_confidence value(s) are not numbers, e.g. {examples}")
     out_of_range = present & np.isfinite(conf) & ((conf < 0) | (conf > 1))
     if out_of_range.any():
@@ -262,7 +268,7 @@ def calibration_from_frame(frame: pd.DataFrame, options: AgreementOptions) -> Ca
     use = answered & present
     weight: FloatArray | None = None
     if "probability" in frame.columns:
-        p = pd.to_numeric(frame["probability"], errors="coerce").to_numpy(dtype=np.float64)
+        p = numbers(frame["probability"])
         known = np.isfinite(p)
         if (known & ((p <= 0) | (p > 1))).any():
             raise DataError("inclusion probabilities must lie in (0, 1]")
@@ -272,7 +278,7 @@ def calibration_from_frame(frame: pd.DataFrame, options: AgreementOptions) -> Ca
     codes: IntArray | None = None
     if "group" in frame.columns:
         key = [label_text(v, {}) for v in frame["group"]]
-        unit = "groups"
+        unit = "records" if frame.attrs.get(GROUPS_ARE_RECORDS) else "groups"
     else:
         key = items
         unit = "items" if len(set(items)) < len(items) else "rows"

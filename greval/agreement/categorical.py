@@ -5,6 +5,7 @@ the judge's errors (Rogan–Gladen for two labels, confusion-matrix inversion fo
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -118,7 +119,7 @@ Shares = tuple[FloatArray | None, str | None, FloatArray, FloatArray, int, int]
 """(corrected shares or None, note, the judge's observed shares, people's shares, n judged, n labelled)."""
 
 
-def _shares(t: IntArray, k: int) -> Shares:
+def _shares(t: IntArray, k: int, labels: Sequence[str] | None = None) -> Shares:
     """From one (judge + missing) × (human + missing) tally of rows."""
     t = t.reshape(k + 1, k + 1)
     judged = t[:k, :].sum(axis=1)
@@ -129,7 +130,7 @@ def _shares(t: IntArray, k: int) -> Shares:
     hs = lab.astype(float) / max(int(lab.sum()), 1)
     if n_judged == 0:
         return None, "no valid judge answers", q, hs, 0, int(cm.sum())
-    pi, note = st.corrected_prevalence(q, cm)
+    pi, note = st.corrected_prevalence(q, cm, labels)
     return pi, note, q, hs, n_judged, int(cm.sum())
 
 
@@ -142,7 +143,7 @@ def prevalence(prep: Prepared, options: AgreementOptions) -> Prevalence:
     # One tally cell per row: judge code × human code, code k where missing.
     cells = np.where(prep.all_j == MISSING, k, prep.all_j) * (k + 1) + np.where(prep.all_h == MISSING, k, prep.all_h)
     n_cells = (k + 1) * (k + 1)
-    pi, note, q, hs, n_j, n_l = _shares(st.tally(cells, n_cells)[0], k)
+    pi, note, q, hs, n_j, n_l = _shares(st.tally(cells, n_cells)[0], k, labels)
 
     def stat(b: bs.Batch) -> dict[str, FloatArray]:
         out = np.full((b.size, k), np.nan)

@@ -4,9 +4,9 @@ first on the items every version compares (the same resampled items feed every v
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from greval.agreement import bootstrap as bs
 from greval.agreement import resampling
@@ -16,11 +16,17 @@ from greval.agreement.models import AgreementOptions, AgreementScale, BootstrapI
 from greval.agreement.prepare import Prepared, prepare, resolve_scale
 from greval.agreement.resampling import Statistic, bootstrap_info, estimate
 from greval.agreement.stats import FloatArray, IntArray, Val
+from greval.dataset.frame import Frame
 from greval.errors import DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def compare_agreement(
-    frames: Mapping[str, pd.DataFrame], scale: AgreementScale, options: AgreementOptions | None = None
+    frames: Mapping[str, Frame] | Mapping[str, pd.DataFrame],
+    scale: AgreementScale,
+    options: AgreementOptions | None = None,
 ) -> ComparisonReport:
     """Several judge versions side by side, and a paired bootstrap of each version minus the first.
 
@@ -30,10 +36,11 @@ def compare_agreement(
     options = options or AgreementOptions()
     if len(frames) < 2:
         raise DataError("comparing needs at least two judge versions")
-    names = list(frames)
-    scale = resolve_scale(frames[names[0]], scale, options)
-    reports = {name: compute_agreement(frames[name], scale, options) for name in names}
-    preps = {name: prepare(frames[name], scale, options) for name in names}
+    tables = {name: Frame.of(frame) for name, frame in frames.items()}
+    names = list(tables)
+    scale = resolve_scale(tables[names[0]], scale, options)
+    reports = {name: compute_agreement(tables[name], scale, options) for name in names}
+    preps = {name: prepare(tables[name], scale, options) for name in names}
     common = set(preps[names[0]].items)
     for p in preps.values():
         common &= set(p.items)
@@ -122,6 +129,6 @@ def _differences(
 
 def _paired_info(base: Prepared, n: int, groups: IntArray | None, options: AgreementOptions) -> BootstrapInfo:
     """What the paired bootstrap resampled: the first version's unit, counted on the common items."""
-    unit = resampling.resample_unit(base.groups is not None, options, base.multi_row_items)
+    unit = resampling.resample_unit(base.groups is not None, options, base.multi_row_items, base.groups_are_records)
     n_units = len(np.unique(groups)) if groups is not None else n
     return bootstrap_info(unit, n_units, options)

@@ -5,9 +5,9 @@ answers per item, code the answers, compute the figures."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from greval.agreement import resampling
 from greval.agreement import stats as st
@@ -24,7 +24,11 @@ from greval.agreement.models import (
 from greval.agreement.prepare import few, label_text
 from greval.agreement.resampling import Statistic, bootstrap_info, bootstrap_note, check_protocol, estimate
 from greval.agreement.stats import IntArray, Val
+from greval.dataset.frame import Frame
 from greval.errors import DataError, option
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -54,7 +58,7 @@ class Pairs:
     one_invalid: int
 
 
-def _check(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> None:
+def _check(frame: Frame, scale: AgreementScale, options: AgreementOptions) -> None:
     """A categorical scale, the columns pairing needs, groups for the per-group protocol."""
     if scale.kind != "categorical":
         raise DataError(
@@ -67,7 +71,7 @@ def _check(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions
     check_protocol(frame, options)
 
 
-def _runs(frame: pd.DataFrame, column: str) -> tuple[list[str], list[str]]:
+def _runs(frame: Frame, column: str) -> tuple[list[str], list[str]]:
     """(the two runs in order of appearance, each row's run)."""
     runs_raw = [label_text(v, {}) for v in frame["run"]]
     runs = list(dict.fromkeys(r for r in runs_raw if r is not None))
@@ -79,7 +83,7 @@ def _runs(frame: pd.DataFrame, column: str) -> tuple[list[str], list[str]]:
     return runs, [str(r) for r in runs_raw]
 
 
-def _read(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions, column: str) -> RunRows:
+def _read(frame: Frame, scale: AgreementScale, options: AgreementOptions, column: str) -> RunRows:
     """The rows, or a DataError naming what is wrong with them."""
     _check(frame, scale, options)
     missing = frozenset(options.missing_values)
@@ -207,7 +211,7 @@ def _notes(pairs: Pairs, options: AgreementOptions) -> list[str]:
 
 
 def compute_consistency(
-    frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None, column: str = "run"
+    frame: Frame | pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None, column: str = "run"
 ) -> ConsistencyReport:
     """Agreement of the judge with itself: the frame's `run` column names two runs per item (e.g. the
     original and the swapped order, or two seeds); pivoted to one row per item, the runs are compared
@@ -217,6 +221,7 @@ def compute_consistency(
     count as agreement or not by `options.invalid_pairs`. Items seen in only one run are counted, left out.
     """
     options = options or AgreementOptions()
+    frame = Frame.of(frame)
     rows = _read(frame, scale, options, column)
     pairs = _pairs(rows, options)
     k = len(rows.scale.labels or [])

@@ -20,17 +20,20 @@ sample is a large share of it. ``tests/test_agreement.py`` checks bias and cover
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 from pydantic import BaseModel, Field
 
 from greval.agreement import stats as st
 from greval.agreement.bootstrap import percentile_ci
 from greval.agreement.models import DesignEstimate, DesignReport
-from greval.agreement.prepare import label_text
+from greval.agreement.prepare import label_text, numbers
+from greval.dataset.frame import Frame
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -191,7 +194,7 @@ DESIGN_COLUMNS = ("probability", "stratum")
 
 
 def design_report(
-    frame: pd.DataFrame,
+    frame: Frame,
     items: Sequence[str],
     human: IntArray | FloatArray,
     judge: IntArray | FloatArray,
@@ -207,15 +210,16 @@ def design_report(
     value scale); None when every item was taken with certainty (the plain figures are then the design's own),
     every item had the same probability (equal weights change nothing), or no item says how it was selected.
     ``notes``: what was assumed before (:func:`respondents`), shown with the figures. ``domain``: the items
-    of a slice, estimated as a subpopulation of the whole sample (see :func:`design_estimates`)."""
+    of a slice, estimated as a subpopulation of the whole sample (see :func:`design_estimates`). Only a frame
+    that says how its items were selected gets here, so pandas is imported here, not for every frame."""
     if "probability" not in frame.columns or not len(items):
         return None
+    import pandas as pd
+
     notes = list(notes)
-    keys = frame["item"].map(lambda v: label_text(v, {}))
-    strata_col = frame["stratum"] if "stratum" in frame.columns else pd.Series("sample", index=frame.index)
-    per_row = pd.DataFrame(
-        {"item": keys, "probability": pd.to_numeric(frame["probability"], errors="coerce"), "stratum": strata_col}
-    )
+    keys = [label_text(v, {}) for v in frame["item"]]
+    strata_col = frame["stratum"] if "stratum" in frame.columns else ["sample"] * len(frame)
+    per_row = pd.DataFrame({"item": keys, "probability": numbers(frame["probability"]), "stratum": strata_col})
     conflicting = per_row.dropna(subset=["probability"]).groupby("item")["probability"].nunique()
     if (conflicting > 1).any():
         notes.append(
@@ -324,21 +328,22 @@ def design_value_estimates(
     return out
 
 
-def respondents(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def respondents(frame: Frame) -> tuple[Frame, list[str]]:
     """A frame whose ``selected`` column says how many units each row's stratum selected (labelled or not),
     with probabilities for the labelled units (:func:`for_respondents`) and without that column; the notes
     say what was assumed. Applied once to the whole frame, so slices weigh their items the same way."""
     if "selected" not in frame.columns:
         return frame, []
-    known = frame.dropna(subset=["stratum", "selected"]).drop_duplicates("stratum")
+    table = frame.to_pandas()
+    known = table.dropna(subset=["stratum", "selected"]).drop_duplicates("stratum")
     selected = {str(s): int(n) for s, n in zip(known["stratum"], known["selected"], strict=True)}
     probability = {str(s): float(p) for s, p in zip(known["stratum"], known["probability"], strict=True)}
     # Strata nobody has labelled yet have no row to carry their count: the store's frame lists them here.
     for stratum, (n, p) in frame.attrs.get(SELECTION_ATTR, {}).items():
         selected.setdefault(str(stratum), int(n))
         probability.setdefault(str(stratum), float(p))
-    out, notes = for_respondents(frame, selected, probability)
-    return out.drop(columns=["selected"]), notes
+    out, notes = for_respondents(table, selected, probability)
+    return Frame.of(out).without("selected"), notes
 
 
 SELECTION_ATTR = "selection"

@@ -21,7 +21,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from greval.agreement.design import SELECTION_ATTR
-from greval.agreement.models import AgreementScale
+from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementScale
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.errors import UserError, option
 from greval.spec import CategoricalScale, Spec
@@ -97,6 +97,7 @@ def store_frame(
     if selected is not None:
         cols += ["stratum", "probability", "selected"]
     frame = merged[cols].reset_index(drop=True)
+    frame.attrs[GROUPS_ARE_RECORDS] = True  # the bootstrap resamples records: its notes say so
     if selected is not None:
         frame.attrs[SELECTION_ATTR] = selected
     scale = agreement_scale(spec)

@@ -16,7 +16,10 @@ Protocol = Literal["pooled", "per-group"]
 ThresholdRule = Literal["gt", "ge"]
 ThresholdChoice = Literal["max-f1", "max-balanced-accuracy", "youden"]
 InvalidPairs = Literal["agree", "disagree"]
-ResampleUnit = Literal["rows", "items", "groups", "items within groups"]
+ResampleUnit = Literal["rows", "items", "records", "groups", "items within groups"]
+
+GROUPS_ARE_RECORDS = "groups_are_records"
+"""``frame.attrs`` key: the frame's groups are a store's records (the bootstrap notes say "records")."""
 
 INVALID_LABEL = "<invalid>"
 """The judge's column of invalid answers in a confusion matrix (invalid answers kept as wrong)."""
@@ -278,7 +281,8 @@ class BootstrapInfo(BaseModel):
     """What one bootstrap resample draws, so a reader knows which dependence the CIs respect."""
 
     unit: ResampleUnit = Field(
-        description="rows (one item per row), items (several rows per item), groups (whole clusters), or "
+        description="rows (one item per row), items (several rows per item), records (a store's records, each "
+        "with its items), groups (whole clusters), or "
         "items within groups (stratified, per-group protocol)"
     )
     n_units: int
@@ -357,7 +361,9 @@ class CalibrationReport(BaseModel):
         description="95th percentile of the ECE a perfectly calibrated judge with the same confidences and "
         "weights would show (simulated): the ECE's own noise floor",
     )
-    resample_unit: str | None = Field(None, description="What the ECE / Brier bootstrap drew: rows, items or groups.")
+    resample_unit: str | None = Field(
+        None, description="What the ECE / Brier bootstrap drew: rows, items, records or groups."
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -426,3 +432,20 @@ class ConsistencyReport(BaseModel):
     per_group: list[GroupFigures] = Field(default_factory=list)
     bootstrap: BootstrapInfo | None = None
     notes: list[str] = Field(default_factory=list)
+
+
+class BatchTable(BaseModel):
+    """One table of a batch: which file and columns were compared, and the report a single call on them gives
+    (the same JSON, field for field)."""
+
+    file: str
+    judge: list[str] = Field(description="the judge column(s); several: a comparison report")
+    human: str | None = Field(None, description="the human label column (none when the judge is paired by runs)")
+    score: str | None = None
+    report: AgreementReport | ComparisonReport | ConsistencyReport
+
+
+class AgreementBatch(BaseModel):
+    """Several tables' reports from one process (scripted comparisons: many files or column pairs), in order."""
+
+    tables: list[BatchTable]

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 import numpy as np
-import pandas as pd
 
 from greval.agreement import bootstrap as bs
 from greval.agreement.models import AgreementOptions, BootstrapInfo, Estimate, ResampleUnit
 from greval.agreement.stats import IntArray, Val
+from greval.dataset.frame import Frame
 from greval.errors import DataError, option
 
 Statistic = Callable[[IntArray, IntArray | None], dict[str, Val]]
@@ -52,7 +52,7 @@ class _StratifiedDraws(bs.Batch):
             yield idx, s.groups[idx]
 
 
-def check_protocol(frame: pd.DataFrame, options: AgreementOptions) -> None:
+def check_protocol(frame: Frame, options: AgreementOptions) -> None:
     """The per-group protocol needs groups."""
     if options.protocol == "per-group" and "group" not in frame.columns:
         raise DataError(f"{option('AgreementOptions.protocol')} per-group needs a group column ({option('group')})")
@@ -129,11 +129,15 @@ def per_group(base: Statistic, point_groups: IntArray | None) -> Statistic:
     return fn
 
 
-def resample_unit(grouped: bool, options: AgreementOptions, multi_row_items: bool = True) -> ResampleUnit:
-    """What the bootstrap resamples: groups, items within groups (per-group protocol), items, or rows (when
-    every item is one row)."""
+def resample_unit(
+    grouped: bool, options: AgreementOptions, multi_row_items: bool = True, records: bool = False
+) -> ResampleUnit:
+    """What the bootstrap resamples: groups (``records`` when the groups are a store's records), items within
+    groups (per-group protocol), items, or rows (when every item is one row)."""
     if grouped:
-        return "items within groups" if options.protocol == "per-group" else "groups"
+        if options.protocol == "per-group":
+            return "items within groups"
+        return "records" if records else "groups"
     return "items" if multi_row_items else "rows"
 
 

@@ -4,7 +4,10 @@ Every function returns `Val = (value, note)`: a finite float, or None with a not
 undefined. Confusion-based statistics (accuracy, balanced accuracy, macro-F1, Cohen's κ, Krippendorff's α)
 and the moment-based ones (MAE, RMSE, Pearson ...) are computed here from tallies / sums, for many bootstrap
 resamples at once (`BatchVal`) or for one (the point estimate), by the same function; the tests check them
-against scikit-learn, scipy and krippendorff to 1e-12. Spearman and Kendall come from scipy.
+against scikit-learn, scipy and krippendorff to 1e-12. The rest (Spearman, Kendall's τ-b, the positive label's
+precision / recall / F1, ROC-AUC, average precision, the classification report) follow scikit-learn's and
+scipy's algorithms step by step, in numpy, so they give the same numbers without importing either library
+(importing them took most of a `greval agreement` call's CPU time); the tests keep those libraries as references.
 
 Categorical arrays are integer codes into the spec's label list (0..k-1). A judge answer kept "as wrong"
 is code k in nominal statistics (a category nobody else uses, so it never matches), and is replaced by the
@@ -14,15 +17,11 @@ label farthest from the human's (lowest on ties) where a position is needed (wei
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable, Collection, Sequence
-from functools import partial
+from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
-from sklearn import metrics as skm
 
 Val = tuple[float | None, str | None]
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
@@ -32,18 +31,11 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 def _finite(value: Any, why: str) -> Val:
-    """A library result as a float, or None with `why` when it is NaN/inf."""
+    """A result as a float, or None with `why` when it is NaN/inf."""
     v = float(value)
     if math.isfinite(v):
         return v, None
     return None, why
-
-
-def _quiet(fn: Callable[[], Any]) -> Any:
-    """Run a library call with its degenerate-input warnings silenced: we report those via notes."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn()
 
 
 def need(n: int, minimum: int, what: str) -> str | None:
@@ -131,16 +123,28 @@ def balanced_accuracy_from(cm: IntArray) -> BatchVal:
     return batch_val(value, [_need_rule(n, 1, "balanced accuracy")], "undefined")
 
 
+def _ratio(num: FloatArray, den: IntArray, zero: float) -> FloatArray:
+    """num / den, and `zero` where den is 0 (scikit-learn's zero_division)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(den > 0, num / np.where(den > 0, den, 1), zero), dtype=np.float64)
+
+
+def per_label_from(cm: IntArray, k: int, zero: float) -> tuple[FloatArray, FloatArray, FloatArray, IntArray]:
+    """(precision, recall, F1, support) of labels 0..k-1, each (R, k), from (R, human, judge) confusion
+    matrices, people being the truth (scikit-learn's precision_recall_fscore_support: F1 = 2·tp / (support +
+    predicted)); judge codes ≥ k (an invalid answer) predict no label. A ratio with nothing to divide is
+    `zero` (0 in the classification report, NaN for the positive label)."""
+    tp = _diagonal(cm)[:, :k].astype(np.float64)
+    true = cm[:, :k, :].sum(axis=2)
+    pred = cm[:, :, :k].sum(axis=1)
+    return _ratio(tp, pred, zero), _ratio(tp, true, zero), _ratio(2.0 * tp, true + pred, zero), true
+
+
 def macro_f1_from(cm: IntArray, k: int) -> BatchVal:
     """Macro F1 over labels 0..k-1 (a label with no support and no prediction scores 0); judge codes ≥ k
     (an invalid answer) are predictions of no label."""
     n = cm.sum(axis=(1, 2))
-    tp = _diagonal(cm)[:, :k].astype(np.float64)
-    true = cm[:, :k, :].sum(axis=2)
-    pred = cm[:, :, :k].sum(axis=1)
-    denom = (true + pred).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f1 = np.where(denom > 0, 2.0 * tp / np.where(denom > 0, denom, 1.0), 0.0)
+    f1 = per_label_from(cm, k, 0.0)[2]
     return batch_val(f1.mean(axis=1), [_need_rule(n, 1, "macro F1")], "undefined")
 
 
@@ -389,12 +393,45 @@ def positive_label_metrics(h: IntArray, j: IntArray, pos: int) -> dict[str, Val]
     """
     if (note := need(len(h), 1, "precision/recall")) is not None:
         return {"precision": (None, note), "recall": (None, note), "f1": (None, note)}
-    p, r, f, _ = _quiet(lambda: skm.precision_recall_fscore_support(h, j, labels=[pos], zero_division=np.nan))
+    one_vs_rest = _confusion_of((h == pos).astype(np.int64), (j == pos).astype(np.int64), 2, 2)
+    p, r, f, _ = per_label_from(one_vs_rest, 2, math.nan)
     return {
-        "precision": _finite(p[0], "the judge never gives the positive label: precision undefined"),
-        "recall": _finite(r[0], "people never give the positive label: recall undefined"),
-        "f1": _finite(f[0], "neither side gives the positive label: F1 undefined"),
+        "precision": _finite(p[0, 1], "the judge never gives the positive label: precision undefined"),
+        "recall": _finite(r[0, 1], "people never give the positive label: recall undefined"),
+        "f1": _finite(f[0, 1], "neither side gives the positive label: F1 undefined"),
     }
+
+
+def _score_curve(y: BoolArray, s: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(true positives, false positives) when the items scoring at least each distinct score are called
+    positive, highest score first (scikit-learn's confusion_matrix_at_thresholds)."""
+    order = np.argsort(-s, kind="stable")
+    s, truth = s[order], y[order].astype(np.float64)
+    ends = np.concatenate([np.flatnonzero(np.diff(s)), [len(s) - 1]])
+    tps = np.cumsum(truth)[ends]
+    return tps, 1 + ends.astype(np.float64) - tps
+
+
+def roc_auc(y: BoolArray, s: FloatArray) -> float:
+    """Area under the ROC curve (trapezoids over its corners, as scikit-learn's roc_auc_score); both classes
+    must be present."""
+    tps, fps = _score_curve(y, s)
+    if len(fps) > 2:  # collinear points dropped, as roc_curve(drop_intermediate=True)
+        keep = np.concatenate([[True], np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), [True]])
+        tps, fps = tps[keep], fps[keep]
+    fpr = np.concatenate([[0.0], fps]) / fps[-1]
+    tpr = np.concatenate([[0.0], tps]) / tps[-1]
+    return float(np.add.reduce(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0))
+
+
+def average_precision(y: BoolArray, s: FloatArray) -> float:
+    """Average precision: precision at each distinct score weighted by the recall it adds (scikit-learn's
+    average_precision_score); some item must be positive."""
+    tps, fps = _score_curve(y, s)
+    called = tps + fps
+    precision = np.concatenate([np.where(called != 0, tps / np.where(called != 0, called, 1.0), 0.0)[::-1], [1.0]])
+    recall = np.concatenate([(tps / tps[-1])[::-1], [0.0]])
+    return float(max(0.0, -np.sum(np.diff(recall) * precision[:-1])))
 
 
 def score_metrics(positive: BoolArray, score: FloatArray) -> dict[str, Val]:
@@ -412,8 +449,8 @@ def score_metrics(positive: BoolArray, score: FloatArray) -> dict[str, Val]:
         out["pr_auc"] = (None, "no positive item: average precision undefined") if not y.any() else (1.0, None)
         return out
     return {
-        "roc_auc": _finite(_quiet(lambda: skm.roc_auc_score(y, s)), "ROC-AUC undefined"),
-        "pr_auc": _finite(_quiet(lambda: skm.average_precision_score(y, s)), "average precision undefined"),
+        "roc_auc": _finite(roc_auc(y, s), "ROC-AUC undefined"),
+        "pr_auc": _finite(average_precision(y, s), "average precision undefined"),
     }
 
 
@@ -422,51 +459,69 @@ def binarise(score: FloatArray, threshold: float, rule: str) -> BoolArray:
     return np.asarray(score > threshold if rule == "gt" else score >= threshold, dtype=np.bool_)
 
 
+def _confusions_at(positive: BoolArray, score: FloatArray, grid: FloatArray, rule: str) -> IntArray:
+    """(thresholds, truth, call) confusion matrices of `binarise` at each threshold of `grid` (code 1: positive)."""
+    side: Literal["left", "right"] = "right" if rule == "gt" else "left"
+
+    def called(scores: FloatArray) -> IntArray:  # how many of `scores` pass each threshold
+        return np.asarray(len(scores) - np.searchsorted(np.sort(scores), grid, side=side), dtype=np.int64)
+
+    tp, fp = called(score[positive]), called(score[~positive])
+    fn, tn = int(positive.sum()) - tp, int((~positive).sum()) - fp
+    return np.stack([np.stack([tn, fp], axis=1), np.stack([fn, tp], axis=1)], axis=1)
+
+
 def choose_threshold(positive: BoolArray, score: FloatArray, rule: str, criterion: str) -> tuple[float, float, int]:
     """The threshold maximising `criterion` on these items: (threshold, criterion value, grid size).
 
     The grid is the distinct observed scores in ascending order; ties go to the first maximum, i.e. the
     lowest threshold. Youden's J (sensitivity + specificity − 1) equals 2 × balanced accuracy − 1 on two
     classes, so both criteria choose the same threshold; both are offered because papers name either.
+    People must use both labels on these items (the caller checks).
     """
     grid = np.unique(score[np.isfinite(score)])
-    values = []
-    for t in grid:
-        pred = binarise(score, float(t), rule)
-        if criterion == "max-f1":
-            v = skm.f1_score(positive, pred, zero_division=0)
-        elif criterion == "max-balanced-accuracy":
-            v = _quiet(partial(skm.balanced_accuracy_score, positive, pred))
-        else:
-            sens = skm.recall_score(positive, pred, zero_division=0)
-            spec = skm.recall_score(~positive, ~pred, zero_division=0)
-            v = sens + spec - 1.0
-        values.append(float(v))
+    cm = _confusions_at(positive, score, grid, rule)
+    _, recall, f1, _ = per_label_from(cm, 2, 0.0)
+    if criterion == "max-f1":
+        values = f1[:, 1]
+    elif criterion == "max-balanced-accuracy":
+        values = balanced_accuracy_from(cm)[0]
+    else:
+        values = recall[:, 1] + recall[:, 0] - 1.0
     best = int(np.argmax(values))  # first maximum = lowest threshold
-    return float(grid[best]), values[best], len(grid)
+    return float(grid[best]), float(values[best]), len(grid)
 
 
 def classification_report(h: IntArray, j: IntArray, labels: list[str]) -> dict[str, Any]:
-    """sklearn's classification report as a dict, over the spec's labels in order."""
-    return dict(
-        _quiet(
-            lambda: skm.classification_report(
-                h, j, labels=list(range(len(labels))), target_names=labels, output_dict=True, zero_division=0
-            )
-        )
-    )
+    """scikit-learn's classification report as a dict (output_dict=True, zero_division=0), over the spec's
+    labels in order: each label's precision, recall, f1-score and support, then their "macro avg" (mean) and
+    "weighted avg" (weighted by support)."""
+    k = len(labels)
+    p, r, f, support = (a[0] for a in per_label_from(_confusion_of(h, j, k, max(k, _codes(j))), k, 0.0))
+    names = ("precision", "recall", "f1-score")
+    report: dict[str, Any] = {
+        lab: {**{name: float(a[i]) for name, a in zip(names, (p, r, f), strict=True)}, "support": float(support[i])}
+        for i, lab in enumerate(labels)
+    }
+    total = float(np.sum(support))
+    for avg, weights in (("macro avg", None), ("weighted avg", support)):
+        figures = {name: float(np.average(a, weights=weights)) for name, a in zip(names, (p, r, f), strict=True)}
+        report[avg] = {**figures, "support": total}
+    return report
 
 
 def confusion(h: IntArray, j: IntArray, n_codes: int) -> IntArray:
-    """Confusion counts, rows human codes 0..k-1, columns judge codes 0..n_codes-1."""
-    cm = skm.confusion_matrix(h, j, labels=list(range(n_codes)))
-    return np.asarray(cm, dtype=np.int64)
+    """Confusion counts, rows human codes 0..n_codes-1, columns judge codes 0..n_codes-1."""
+    return np.asarray(_confusion_of(h, j, n_codes, n_codes)[0], dtype=np.int64)
 
 
-def corrected_prevalence(q: FloatArray, cm: IntArray) -> tuple[FloatArray | None, str | None]:
+def corrected_prevalence(
+    q: FloatArray, cm: IntArray, labels: Sequence[str] | None = None
+) -> tuple[FloatArray | None, str | None]:
     """Label prevalence corrected for the judge's error rates.
 
-    q: the judge's observed label shares; cm: confusion counts (human rows × judge cols, valid pairs).
+    q: the judge's observed label shares; cm: confusion counts (human rows × judge cols, valid pairs); labels:
+    the labels' names, for the note (people read names, not codes).
     Two labels: Rogan–Gladen π₁ = (q₁ + spec − 1)/(sens + spec − 1), clipped to [0, 1].
     More labels: least-squares solution of Mᵀπ = q with M = P(judge | human), negatives clipped to 0 and
     renormalised to sum 1. None when some label has no human support or the judge is no better than chance.
@@ -474,8 +529,8 @@ def corrected_prevalence(q: FloatArray, cm: IntArray) -> tuple[FloatArray | None
     k = len(q)
     support = cm.sum(axis=1)
     if np.any(support == 0):
-        missing = [i for i in range(k) if support[i] == 0]
-        return None, f"no human-labelled items for label code(s) {missing}: error rates unknown"
+        missing = [repr(labels[i]) if labels is not None else str(i) for i in range(k) if support[i] == 0]
+        return None, f"no human-labelled items for {', '.join(missing)}: error rates unknown"
     m = cm / support[:, None]
     notes: list[str] = []
     if k == 2:
@@ -569,9 +624,88 @@ def _moments_of(h: FloatArray, j: FloatArray) -> dict[str, BatchVal]:
     return moment_metrics(value_features(h, j).sum(axis=0)[None], *const)
 
 
+def rankdata(x: FloatArray) -> FloatArray:
+    """Ranks 1..n, tied values sharing the mean of their ranks (scipy.stats.rankdata's "average")."""
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.flatnonzero(np.concatenate([[True], xs[1:] != xs[:-1]]))
+    counts = np.diff(np.concatenate([starts, [len(x)]]))
+    out = np.empty(len(x), dtype=np.float64)
+    out[order] = np.repeat(starts + 1 + (counts - 1) / 2.0, counts)
+    return out
+
+
+def spearman(x: FloatArray, y: FloatArray) -> float:
+    """Spearman's ρ: Pearson's correlation of the average ranks (as scipy.stats.spearmanr computes it)."""
+    ranked = np.column_stack([rankdata(x), rankdata(y)])
+    matrix: FloatArray = np.asarray(np.corrcoef(ranked, rowvar=False), dtype=np.float64)
+    return float(matrix[1, 0])
+
+
+def _inversions(v: IntArray) -> int:
+    """Pairs i < j with v[i] > v[j]: a bottom-up merge sort whose merges count, for each element of a right
+    run, the larger elements of its left run (searchsorted on keys offset by block)."""
+    n = len(v)
+    vals = v.astype(np.int64)
+    big = int(vals.max(initial=0)) + 1
+    pos = np.arange(n, dtype=np.int64)
+    count, width = 0, 1
+    while width < n:
+        block = pos // (2 * width)
+        right = (pos // width) % 2 == 1
+        left_keys = block[~right] * big + vals[~right]  # sorted: each run is, and blocks ascend
+        base = block[right] * big
+        ends = np.searchsorted(left_keys, base + big, side="left")
+        larger = np.searchsorted(left_keys, base + vals[right], side="right")
+        count += int((ends - larger).sum())
+        vals = np.sort(block * big + vals) - block * big  # runs of 2 × width, merged
+        width *= 2
+    return count
+
+
+def _discordant(xd: IntArray, yd: IntArray) -> int:
+    """Pairs with x_i < x_j and y_i > y_j, of dense ranks 1..m in ascending x (y ascending within a tied x).
+    Few distinct values (a rating scale): from their contingency table — each cell times the cells above-left
+    of it, by cumulative sums; else by merge sort (:func:`_inversions`). Both count exactly."""
+    mx, my = int(xd[-1]), int(yd.max(initial=0))
+    if mx * my > 16 * len(xd):
+        return _inversions(yd)
+    table = np.bincount((xd - 1) * my + (yd - 1), minlength=mx * my).reshape(mx, my).astype(np.int64)
+    higher_x_lower_y = np.cumsum(np.cumsum(table[::-1], axis=0)[::-1], axis=1)  # [a, b]: x ≥ a and y ≤ b
+    return int((table[:-1, 1:] * higher_x_lower_y[1:, :-1]).sum())
+
+
+def _tied_pairs(dense: IntArray) -> int:
+    cnt = np.bincount(dense).astype(np.int64)
+    return int((cnt * (cnt - 1) // 2).sum())
+
+
+def kendall_tau_b(x: FloatArray, y: FloatArray) -> float:
+    """Kendall's τ-b, as scipy.stats.kendalltau computes it (NaN when a side is constant): both sides as
+    dense ranks, the discordant pairs counted exactly, ties on either side and on both subtracted."""
+    size = len(x)
+    perm = np.argsort(y)
+    x, y = x[perm], y[perm]
+    yd = np.concatenate([[True], y[1:] != y[:-1]]).cumsum(dtype=np.intp)
+    perm = np.argsort(x, kind="mergesort")  # stable: y stays ascending within tied x
+    x, yd = x[perm], yd[perm]
+    xd = np.concatenate([[True], x[1:] != x[:-1]]).cumsum(dtype=np.intp)
+    dis = _discordant(xd, yd)
+    joint = np.concatenate([[True], (xd[1:] != xd[:-1]) | (yd[1:] != yd[:-1]), [True]])
+    cnt = np.diff(np.flatnonzero(joint)).astype(np.int64)
+    ntie = int((cnt * (cnt - 1) // 2).sum())
+    xtie, ytie = _tied_pairs(xd), _tied_pairs(yd)
+    tot = (size * (size - 1)) // 2
+    if xtie == tot or ytie == tot:
+        return math.nan
+    con_minus_dis = tot - xtie - ytie + ntie - 2 * dis
+    tau = con_minus_dis / np.sqrt(tot - xtie) / np.sqrt(tot - ytie)
+    return float(np.minimum(1.0, max(-1.0, tau)))
+
+
 def correlation(kind: str, x: FloatArray, y: FloatArray) -> Val:
-    """Pearson (from moments, as in the bootstrap) / Spearman / Kendall τ-b (scipy); None for n < 2 or a
-    constant side."""
+    """Pearson (from moments, as in the bootstrap) / Spearman / Kendall τ-b; None for n < 2 or a constant
+    side."""
     if kind == "pearson":
         return at(_moments_of(y, x)["pearson"])
     n = np.array([len(x)], dtype=np.int64)
@@ -580,8 +714,10 @@ def correlation(kind: str, x: FloatArray, y: FloatArray) -> Val:
     first = at(batch_val(np.zeros(1), _correlation_rules(n, x_const, y_const, kind), ""))
     if first[0] is None:
         return first
-    fn = {"spearman": sps.spearmanr, "kendall": sps.kendalltau}[kind]
-    return _finite(_quiet(lambda: fn(x, y)[0]), f"{kind} undefined")
+    if np.isnan(x).any() or np.isnan(y).any():
+        return None, f"{kind} undefined"
+    fn = {"spearman": spearman, "kendall": kendall_tau_b}[kind]
+    return _finite(fn(x, y), f"{kind} undefined")
 
 
 def grouped_correlation(kind: str, x: FloatArray, y: FloatArray, groups: IntArray) -> tuple[Val, int, int]:
@@ -612,12 +748,19 @@ def value_kappa_codes(h: FloatArray, j: FloatArray, domain: list[float] | None) 
     """Both sides as category codes for weighted κ (the domain's, else the values seen), or why not."""
     if not (integer_codes(h) and integer_codes(j)):
         return "weighted κ needs whole-number scores on both sides"
-    cats = domain if domain is not None else sorted(set(h.tolist()) | set(j.tolist()))
-    index = {c: i for i, c in enumerate(cats)}
-    if not all(v in index for v in h.tolist() + j.tolist()):
+    cats = np.asarray(domain, dtype=np.float64) if domain is not None else np.union1d(h, j)
+    order = np.argsort(cats, kind="stable")
+    ranked = cats[order]
+
+    def codes(x: FloatArray) -> IntArray | None:  # each value's position in `cats`; None if one is not there
+        at = np.minimum(np.searchsorted(ranked, x), max(len(ranked) - 1, 0))
+        if len(x) and (not len(ranked) or not np.array_equal(ranked[at], x)):
+            return None
+        return np.asarray(order[at], dtype=np.int64)
+
+    hc, jc = codes(h), codes(j)
+    if hc is None or jc is None:
         return "values outside the scale's min..max"
-    hc = np.array([index[v] for v in h.tolist()], dtype=np.int64)
-    jc = np.array([index[v] for v in j.tolist()], dtype=np.int64)
     return hc, jc, len(cats)
 
 

@@ -1,27 +1,34 @@
 """Map judge/human tables onto the agreement frame's contract (files are read by greval.dataset.tables).
 
 Formats: .csv, .tsv, .jsonl/.ndjson, .json (an array of objects), .parquet, each optionally .gz.
-Nested fields are selected with dots (`scores.consistency`): JSON is flattened with pandas.json_normalize,
-and dict-valued cells (e.g. Parquet structs) are walked key by key.
+Nested fields are selected with dots (`scores.consistency`): JSON is flattened (as pandas.json_normalize
+does), and dict-valued cells (e.g. Parquet structs) are walked key by key.
 
-CSV/TSV cells are read as text with no "NA" list: only an empty cell is missing, so labels such as `NA`,
-`None`, `null`, `N/A` or `nan` survive (the agreement stage treats as missing only what the user lists in
-`missing_values`). JSON `null` and Parquet nulls stay missing.
+:func:`read_columns` reads a file as a :class:`~greval.dataset.frame.Frame` without pandas (what
+``greval agreement`` reads); :func:`read_table` as a pandas DataFrame, for Python callers. CSV/TSV cells are
+read as text with no "NA" list: only an empty cell is missing, so labels such as `NA`, `None`, `null`, `N/A`
+or `nan` survive (the agreement stage treats as missing only what the user lists in `missing_values`). JSON
+`null` and Parquet nulls stay missing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-import pandas as pd
-
+from greval.agreement.prepare.answers import is_null
+from greval.dataset import tables as dataset_tables
+from greval.dataset.frame import Frame
 from greval.dataset.limits import ReadLimits
-from greval.dataset.tables import read_frame
 from greval.errors import DataError, option
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 CONTRACT = ("item", "judge", "human", "annotator", "group")
+
+AnyFrame = TypeVar("AnyFrame", "Frame", "pd.DataFrame")
 
 
 def read_table(path: str | Path, as_text: bool = False, limits: ReadLimits | None = None) -> pd.DataFrame:
@@ -32,7 +39,13 @@ def read_table(path: str | Path, as_text: bool = False, limits: ReadLimits | Non
     "None" would otherwise become NaN); the default keeps pandas' number parsing for other callers.
     ``limits``: what reading the file may cost (:class:`ReadLimits`' defaults when None).
     """
-    return read_frame(path, as_text=as_text, flatten=True, limits=limits)
+    return dataset_tables.read_frame(path, as_text=as_text, flatten=True, limits=limits)
+
+
+def read_columns(path: str | Path, limits: ReadLimits | None = None) -> Frame:
+    """A judge/human table as a :class:`Frame` (CSV/TSV cells as text, nested JSON flattened into dotted
+    columns), read without pandas unless the file is Parquet."""
+    return dataset_tables.read_columns(path, flatten=True, limits=limits)
 
 
 def _walk(value: Any, keys: list[str]) -> Any:
@@ -43,8 +56,13 @@ def _walk(value: Any, keys: list[str]) -> Any:
     return value
 
 
-def select(frame: pd.DataFrame, column: str) -> pd.Series:
-    """A column by name, or a dotted path into dict-valued cells; DataError when absent."""
+@overload
+def select(frame: Frame, column: str) -> list[Any]: ...
+@overload
+def select(frame: pd.DataFrame, column: str) -> pd.Series: ...
+def select(frame: Frame | pd.DataFrame, column: str) -> list[Any] | pd.Series:
+    """A column by name, or a dotted path into dict-valued cells; DataError when absent. A Frame's column is
+    a list, a DataFrame's a Series."""
     if column in frame.columns:
         return frame[column]
     parts = column.split(".")
@@ -55,19 +73,23 @@ def select(frame: pd.DataFrame, column: str) -> pd.Series:
             values = [_walk(v, rest) for v in frame[head]]
             if all(v is None for v in values):
                 break
+            if isinstance(frame, Frame):
+                return values
+            import pandas as pd
+
             return pd.Series(values, index=frame.index, name=column)
     shown = list(frame.columns)[:20]
     more = f" (+{len(frame.columns) - 20} more)" if len(frame.columns) > 20 else ""
     raise DataError(f"no column {column!r}; columns are {shown}{more}")
 
 
-def _ids(col: pd.Series) -> list[str | None]:
+def _ids(col: Sequence[Any]) -> list[str | None]:
     """Item ids as text; a missing id stays missing (not the text "nan") so the stage can refuse it."""
-    return [None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v) for v in col]
+    return [None if is_null(v) else str(v) for v in col]
 
 
 def to_agreement_frame(
-    raw: pd.DataFrame,
+    raw: AnyFrame,
     judge: str | None,
     human: str | None,
     item: str | None = None,
@@ -76,29 +98,31 @@ def to_agreement_frame(
     slices: Sequence[str] = (),
     extra: Sequence[str] = (),
     score: str | None = None,
-) -> pd.DataFrame:
-    """The contract frame: item, judge, human[, annotator][, group][, score] plus slice/extra columns.
+) -> AnyFrame:
+    """The contract frame: item, judge, human[, annotator][, group][, score] plus slice/extra columns; a Frame
+    from a Frame, a DataFrame from a DataFrame.
 
     Without `item`, each row is its own item (row number), which is right for one human per row.
     `judge` may be None when `score` gives the judge's answer (labels come from a threshold, or only the
     AUCs are wanted); `human` may be None when only the judge's runs are compared (compute_consistency).
     """
-    out = pd.DataFrame(index=raw.index)
-    out["item"] = _ids(select(raw, item)) if item else [str(i) for i in range(len(raw))]
+    source = Frame.of(raw)
+    out = Frame(rows=len(source))
+    out["item"] = _ids(select(source, item)) if item else [str(i) for i in range(len(source))]
     if judge is not None:
-        out["judge"] = select(raw, judge)
+        out["judge"] = select(source, judge)
     if human is not None:
-        out["human"] = select(raw, human)
+        out["human"] = select(source, human)
     if annotator:
-        out["annotator"] = select(raw, annotator).astype(str)
+        out["annotator"] = [str(v) for v in select(source, annotator)]
     if group:
-        out["group"] = select(raw, group)
+        out["group"] = select(source, group)
     if score:
-        out["score"] = select(raw, score)
+        out["score"] = select(source, score)
     for col in [*slices, *extra]:
         if col in out.columns:
             continue  # e.g. a slice by group: slice on the mapped contract column
         if col in CONTRACT:
             raise DataError(f"column {col!r} is a reserved name here; map it with {option(col)} instead")
-        out[col] = select(raw, col)
-    return out.reset_index(drop=True)
+        out[col] = select(source, col)
+    return out if isinstance(raw, Frame) else out.to_pandas()

@@ -4,15 +4,19 @@ and evaluated on the others. The choice itself is stats.choose_threshold's."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from greval.agreement import stats as st
 from greval.agreement.models import AgreementOptions, AgreementScale, ThresholdInfo
 from greval.agreement.prepare import label_text, prepare
+from greval.dataset.frame import Frame
 from greval.errors import DataError, option
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def wants_threshold(options: AgreementOptions) -> bool:
@@ -28,7 +32,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def selection_mask(frame: pd.DataFrame, select_on: str) -> npt.NDArray[np.bool_]:
+def selection_mask(frame: Frame, select_on: str) -> npt.NDArray[np.bool_]:
     """Rows where COL equals VALUE (compared as canonical text: 1, 1.0 and "1" match)."""
     col, _, want = select_on.partition("=")
     if col not in frame.columns:
@@ -37,12 +41,10 @@ def selection_mask(frame: pd.DataFrame, select_on: str) -> npt.NDArray[np.bool_]
     return np.array([label_text(v, {}) == target for v in frame[col]], dtype=np.bool_)
 
 
-def judge_from_score(frame: pd.DataFrame, info: ThresholdInfo, options: AgreementOptions) -> pd.DataFrame:
+def judge_from_score(frame: Frame | pd.DataFrame, info: ThresholdInfo, options: AgreementOptions) -> Frame:
     """The evaluated rows of `frame` with the judge's labels made from its score (renderers reuse this)."""
-    out = frame
-    if info.select_on is not None:
-        out = frame[~selection_mask(frame, info.select_on)].reset_index(drop=True)
-    out = out.copy()
+    frame = Frame.of(frame)
+    out = frame.copy() if info.select_on is None else frame.where(~selection_mask(frame, info.select_on))
     missing = frozenset(options.missing_values)
     judged: list[str | None] = []
     for v in out["score"]:
@@ -58,9 +60,7 @@ def judge_from_score(frame: pd.DataFrame, info: ThresholdInfo, options: Agreemen
     return out
 
 
-def threshold_frame(
-    frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions
-) -> tuple[pd.DataFrame, ThresholdInfo]:
+def threshold_frame(frame: Frame, scale: AgreementScale, options: AgreementOptions) -> tuple[Frame, ThresholdInfo]:
     """The judge's labels from its score: a given threshold, or one chosen on the selection rows.
 
     With `select_on`, the threshold is chosen on those rows and the others are returned for evaluation.
@@ -82,7 +82,7 @@ def threshold_frame(
             f"{option('AgreementOptions.select_on')} {options.select_on}: {what} matches; "
             "need rows to choose on and to evaluate"
         )
-    sel = prepare(frame[chosen].reset_index(drop=True), scale, options)
+    sel = prepare(frame.where(chosen), scale, options)
     assert sel.score is not None
     y = sel.h == labels.index(pos)
     has = np.isfinite(sel.score)

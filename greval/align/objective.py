@@ -1,7 +1,7 @@
 """The objective, as ``greval agreement`` defines it, for one set of answers or many resamples of them.
 
 Every figure comes from ``greval.agreement.stats`` (κ, weighted κ, accuracy and macro F1 from confusion
-tallies; MAE from moment sums; Spearman from scipy), fed the same arrays the agreement stage builds: the
+tallies; MAE from moment sums; Spearman from average ranks), fed the same arrays the agreement stage builds: the
 people's consensus code (or mean value) per unit, the judge's code with an invalid answer counted as wrong
 (nominal: a code of its own; ordered: the label farthest from the people's; values: the scale end farthest
 from them). A point estimate is the statistic of one "resample" that holds every unit once; design weights

@@ -110,16 +110,14 @@ def _judge(specs: Sequence[BaseSpec], judge: str | JudgeConfig | JudgeChoice | N
 
 async def _evaluate(ev: Evaluation, progress: Progress) -> Results:
     """The whole call, on greval's loop: metrics, data, judge, the run, the results."""
-    from greval.llm.config import is_local_ref, local_concurrency
     from greval.runner import arun, plan_work
+    from greval.workflows import run_options
 
     specs, asked = resolve_metrics(ev.metrics)
     rows = read_data(ev.data, ev.map, ev.id_column)
     check_inputs([s for s in specs if s.name in asked], rows, ev.map)
     ref, cfg = _judge(specs, ev.judge)
-    opts = ev.options or RunOptions()
-    auto = local_concurrency() if is_local_ref(ref) else 8
-    opts = opts.model_copy(update={"concurrency": ev.concurrency or auto})
+    opts = run_options(ev.options, ref, ev.concurrency)
     path = ev.store if ev.store is not None else default_store()
     st = path if isinstance(path, Store) else Store(path)
     try:

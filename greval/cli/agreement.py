@@ -5,7 +5,8 @@ The flags arrive as five bundles, each built from its flags here and nowhere els
 (:class:`Source`), which columns hold what (:class:`Columns`), the scale (:class:`ScaleFlags`), how to compute
 (:class:`ComputeFlags`) and what to write (:class:`Outputs`); and the read limits every command that reads a
 file shares (greval.cli.common.read_limit_options). greval.cli.agreement_modes picks the mode (a
-file, a store, two runs of the judge paired by a column; several judges or versions compared) and runs it.
+file, a store, two runs of the judge paired by a column; several judges or versions compared; a batch of
+files and column pairs in one process, one JSON) and runs it.
 
 User mistakes (missing column, unknown label, bad flag) exit 2 with one line on stderr, no traceback.
 """
@@ -15,25 +16,29 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 from pydantic import ValidationError
 from rich.console import Console
 
 from greval.agreement.models import AgreementOptions, AgreementScale
 from greval.agreement.tables import read_table, to_agreement_frame
 from greval.cli.bundle import bundle
-from greval.cli.common import fail, read_limit_options, store_option
+from greval.cli.common import INVALID_OPTION, fail, read_limit_options, store_option
 from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where the judge's answers and the human labels come from: FILE, or a store's metric (versions)."""
+    """Where the judge's answers and the human labels come from: FILE (several: a batch, one report each), or a
+    store's metric (versions)."""
 
-    file: Path | None
+    files: tuple[Path, ...]
     store: str | None
     spec_refs: tuple[str, ...]
     datasets: tuple[str, ...]
@@ -43,11 +48,12 @@ class Source:
 @dataclass(frozen=True)
 class Columns:
     """Which columns of FILE hold what (dots select nested fields); ``judges`` and ``slices`` also apply to a
-    store (which judge's verdicts, which record fields to slice by)."""
+    store (which judge's verdicts, which record fields to slice by). Several ``humans``: a batch, the i-th judge
+    column against the i-th human column."""
 
     judges: tuple[str, ...]
     version: str | None
-    human: str | None
+    humans: tuple[str, ...]
     annotator: str | None
     item: str | None
     group: str | None
@@ -57,6 +63,11 @@ class Columns:
     reason: str | None
     comment: str | None
     pair_by: str | None
+
+    @property
+    def human(self) -> str | None:
+        """The human column of one table (the first of a batch's)."""
+        return self.humans[0] if self.humans else None
 
 
 @dataclass(frozen=True)
@@ -153,7 +164,7 @@ class Outputs:
 SOURCE = bundle(
     "source",
     Source,
-    click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path)),
+    click.argument("files", nargs=-1, metavar="[FILE]...", type=click.Path(dir_okay=False, path_type=Path)),
     store_option(
         default=None,
         must_exist=True,
@@ -198,7 +209,13 @@ COLUMNS = bundle(
         default=None,
         help="column naming the judge version of each row (rows per item and version): compare the versions",
     ),
-    click.option("--human", default=None, help="human label column (FILE mode)"),
+    click.option(
+        "--human",
+        "humans",
+        multiple=True,
+        help="human label column (FILE mode). Repeat, with --judge as often, for a batch: the i-th --judge against "
+        "the i-th --human, one report each (one --human: the --judge columns compared side by side)",
+    ),
     click.option(
         "--annotator",
         default=None,
@@ -265,14 +282,7 @@ COMPUTE = bundle(
         "Default: only an empty cell or a JSON/Parquet null; 'NA', 'None', 'null', 'N/A', 'nan' are labels "
         "otherwise",
     ),
-    click.option(
-        "--invalid",
-        default="as-wrong",
-        show_default=True,
-        help="a missing / unparseable judge answer: as-wrong (never matches; an <invalid> confusion column), drop "
-        "(the item leaves both sides), opposite (two labels: the label people did not choose, counted as that "
-        "label), or label:X (counts as X). See docs/agreement.md for how each moves accuracy and macro F1",
-    ),
+    INVALID_OPTION,
     click.option(
         "--pos-label",
         default=None,
@@ -348,7 +358,7 @@ OUTPUTS = bundle(
         "json_out",
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
-        help="write the full report as JSON (full precision)",
+        help="write the full report as JSON (full precision); a batch writes one JSON, its tables in order",
     ),
     click.option(
         "--html",
@@ -385,7 +395,8 @@ def agreement(
     source: Source, columns: Columns, scale: ScaleFlags, compute: ComputeFlags, outputs: Outputs, limits: ReadLimits
 ) -> None:
     """Agreement between an LLM judge and human labels in FILE (csv/tsv/jsonl/json/parquet, .gz ok),
-    or in a greval store (--store S --spec NAME).
+    or in a greval store (--store S --spec NAME). Several FILEs, or --judge / --human given in pairs, make a
+    batch: one report per file and pair, in one process, one --json.
 
     \b
       greval agreement --store greval.sqlite --spec answer_alignment --html agreement.html
@@ -393,6 +404,7 @@ def agreement(
       greval agreement --store s.sqlite --spec answer_alignment --dataset answer_alignment-blind
       greval agreement data.csv --judge judge_label --human human_label --annotator annotator --item id
       greval agreement data.csv --judge j --human h --relabel "2=0" --relabel "3=1"
+      greval agreement a.csv b.csv --judge j1 --human h1 --judge j2 --human h2 --json all.json   # a batch
     """
     from greval.cli.agreement_modes import run
 

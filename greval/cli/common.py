@@ -436,3 +436,30 @@ def store_option(
         envvar="GREVAL_STORE" if env else None,
         help=(help + " " if help else "") + (STORE_HELP if env else STORE_HELP.removesuffix(" Env: GREVAL_STORE.")),
     )
+
+
+#: greval agreement's and greval gate's (whose agreement conditions are the same report's).
+INVALID_OPTION = click.option(
+    "--invalid",
+    default="as-wrong",
+    show_default=True,
+    help="a missing / unparseable judge answer: as-wrong (never matches; an <invalid> confusion column), drop "
+    "(the item leaves both sides), opposite (two labels: the label people did not choose, counted as that "
+    "label), or label:X (counts as X). See docs/agreement.md for how each moves accuracy and macro F1",
+)
+
+
+def store_wait_option(then: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--store-wait SECONDS`` (``GREVAL_STORE_WAIT``): ``then`` says what happens when the wait is over."""
+    from greval.store.backend import RECONNECT_WAIT_S
+
+    return click.option(
+        "--store-wait",
+        type=click.FloatRange(min=0),
+        default=RECONNECT_WAIT_S,
+        show_default=True,
+        envvar="GREVAL_STORE_WAIT",
+        show_envvar=True,
+        metavar="SECONDS",
+        help=f"How long to wait for a PostgreSQL store that stops answering (a restart, a failover), {then}",
+    )

@@ -8,7 +8,7 @@ from typing import cast
 
 import click
 
-from greval.cli.common import console, fail, out, store_option
+from greval.cli.common import INVALID_OPTION, console, fail, out, store_option
 from greval.cli.flags import for_terminal
 from greval.errors import UserError
 
@@ -71,6 +71,7 @@ from greval.errors import UserError
 )
 @click.option("--judge", default=None, help="Whose verdicts, when several judges answered this metric.")
 @click.option("--dataset", "datasets", multiple=True, help="Which human-label datasets (repeatable; default all).")
+@INVALID_OPTION
 @click.option("--bootstrap", "resamples", type=int, default=1000, show_default=True, help="Resamples for CIs.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def gate_cmd(
@@ -86,6 +87,7 @@ def gate_cmd(
     junit_path: str | None,
     judge: str | None,
     datasets: tuple[str, ...],
+    invalid: str,
     resamples: int,
     seed: int,
 ) -> None:
@@ -123,6 +125,7 @@ def gate_cmd(
             systems=[SystemFilter.parse(s) for s in systems],
             baseline=baseline,
             max_drop=max_drop,
+            invalid=invalid,
             resamples=resamples,
             seed=seed,
         )

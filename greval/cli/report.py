@@ -45,8 +45,22 @@ from greval.store.backend import display
     show_default=True,
     help="Bootstrap resamples for agreement CIs.",
 )
+@click.option(
+    "--compare",
+    nargs=2,
+    default=None,
+    metavar="A B",
+    help="Compare two runs, spec versions (NAME@HASH), judges or systems (COLUMN=VALUE) record by record: "
+    "changed verdicts first, paired differences with CIs, both verdicts side by side in the explorer.",
+)
 def report_cmd(
-    store: str, specs: Sequence[str], output: str, system_column: str, group_column: str | None, resamples: int
+    store: str,
+    specs: Sequence[str],
+    output: str,
+    system_column: str,
+    group_column: str | None,
+    resamples: int,
+    compare: tuple[str, str] | None,
 ) -> None:
     """Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.
 
@@ -57,6 +71,9 @@ def report_cmd(
     """
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if compare:
+        _compare(store, compare, out_dir, resamples, system_column)
+        return
     rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column, names=FLAGS)
     write(rep, out_dir, FLAGS)
     print_store_report(out, rep, display(store))
@@ -66,3 +83,14 @@ def report_cmd(
         + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")
         + ")"
     )
+
+
+def _compare(store: str, sides: tuple[str, str], out_dir: Path, resamples: int, system_column: str) -> None:
+    """``--compare A B``: the comparison page, its JSON and explorer, and its tables on the terminal."""
+    from greval.report.compare import build_comparison, write
+    from greval.report.terminal import print_store_comparison
+
+    built = build_comparison(store, sides[0], sides[1], resamples, system_column)
+    write(built, out_dir)
+    print_store_comparison(out, built.comparison)
+    console.print(f"wrote {out_dir / 'index.html'} (+ comparison.json, explorer/)")

@@ -22,9 +22,10 @@ from greval.cli.common import (
     read_limit_options,
     say_judge_build,
     store_option,
+    store_wait_option,
 )
 from greval.cli.flags import for_terminal
-from greval.store.backend import RECONNECT_WAIT_S, display
+from greval.store.backend import display
 
 if TYPE_CHECKING:
     from greval.dataset.limits import ReadLimits
@@ -42,17 +43,7 @@ if TYPE_CHECKING:
     help="Spec file or predefined metric name; repeat for several. Dependencies are added.",
 )
 @store_option(help="Where verdicts are kept (created if missing; reused to resume).")
-@click.option(
-    "--store-wait",
-    type=click.FloatRange(min=0),
-    default=RECONNECT_WAIT_S,
-    show_default=True,
-    envvar="GREVAL_STORE_WAIT",
-    show_envvar=True,
-    metavar="SECONDS",
-    help="How long to wait for a PostgreSQL store that stops answering (a restart, a failover) before stopping "
-    "with the command that resumes; each write is made again once it is back.",
-)
+@store_wait_option("before stopping with the command that resumes; each write is made again once it is back.")
 @judge_options
 @click.option(
     "-c",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from greval.cli.common import call_options, console, judge_options, notice, store_option
+from greval.cli.common import call_options, console, judge_options, notice, store_option, store_wait_option
 from greval.store.backend import display
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
     show_default=True,
     help="Open connections per worker process (a request on one more: 503, closed).",
 )
+@store_wait_option("before a request is answered 503 store_unavailable; the next request opens it again.")
 @click.option("-c", "--concurrency", type=int, default=8, show_default=True, help="Model calls in flight at most.")
 @call_options
 @click.option(
@@ -92,6 +93,7 @@ def serve_cmd(
     header_timeout: float,
     body_timeout: float,
     max_connections: int,
+    store_wait: float,
     concurrency: int,
     method: str,
     max_attempts: int,
@@ -122,7 +124,6 @@ def serve_cmd(
         )
     import uvicorn
 
-    from greval.llm.config import default_judge, resolve_judge
     from greval.llm.local import serve_judge
     from greval.llm.retry import RetryPolicy
     from greval.runner.options import RunOptions
@@ -130,6 +131,7 @@ def serve_cmd(
     from greval.serve.connections import protocol
     from greval.spec import bundled_specs, resolve_specs
     from greval.spec.model import Spec
+    from greval.workflows import choose_judge
 
     keys = [*api_keys, *(k.strip() for k in os.environ.get("GREVAL_SERVE_KEYS", "").split(",") if k.strip())]
     check_binding(host, keys)
@@ -138,10 +140,8 @@ def serve_cmd(
     else:
         every = resolve_specs(list(bundled_specs()), with_dependencies=False)
         specs = resolve_specs([s.name for s in every if isinstance(s, Spec)])
-    defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     needs_judge = any(s.needs_model for s in specs)
-    ref = judge.ref or defaults.model or (default_judge(notice) if needs_judge else "computed:greval")
-    cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
+    _, cfg = choose_judge(specs, judge, notice)
     options = RunOptions(concurrency=concurrency, method=method, retry=RetryPolicy(max_attempts=max_attempts))
     settings = ServeSettings(
         api_keys=tuple(keys),
@@ -151,6 +151,7 @@ def serve_cmd(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
         max_connections=max_connections,
+        store_wait=store_wait,
     )
     _access_log()
     with serve_judge(cfg, console.print, needed=needs_judge) as live:

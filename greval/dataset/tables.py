@@ -5,7 +5,8 @@ optionally ``.gz``. Whatever the file itself gets wrong (not UTF-8, a broken gzi
 unparsable CSV, a directory, an unknown suffix) is one :class:`DataError` naming the file.
 
 JSON Lines and JSON are read with the standard library, row by row for JSON Lines, so reading a dataset
-does not import pandas; CSV, TSV and Parquet go through pandas (imported when such a file is read).
+does not import pandas; CSV, TSV and Parquet go through pandas (imported when such a file is read), except in
+:func:`read_columns`, which reads CSV and TSV with the standard library too (only Parquet imports pandas).
 
 What a file may cost is bounded (:class:`~greval.dataset.limits.ReadLimits`): every byte goes through one
 counting stream (:class:`_Counted`) that stops at a line longer than ``max_line_bytes`` (JSON Lines, CSV, TSV)
@@ -13,9 +14,11 @@ or a ``.gz`` file expanding past ``max_decompressed_bytes``, before the line or 
 columns of a header, a Parquet file or a JSON object are counted before a table of them is built. Each is a
 :class:`~greval.errors.LimitExceeded` naming the file and the line.
 
-Two shapes: :func:`iter_rows` / :func:`read_rows` hand over plain dicts (a JSON object as written, CSV cells
+Three shapes: :func:`iter_rows` / :func:`read_rows` hand over plain dicts (a JSON object as written, CSV cells
 as text, the empty cell as ``""``); :func:`read_frame` a DataFrame (CSV numbers parsed unless ``as_text``,
-where only the empty cell is missing so labels such as ``NA`` or ``None`` survive; JSON flattened on request).
+where only the empty cell is missing so labels such as ``NA`` or ``None`` survive; JSON flattened on request);
+:func:`read_columns` a :class:`~greval.dataset.frame.Frame` (CSV cells as text, the empty cell None; JSON
+values as written, flattened on request), what the agreement stage reads.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greval.dataset.frame import Frame
 from greval.dataset.limits import ReadLimits, size_text
 from greval.errors import DataError, LimitExceeded
 
@@ -441,4 +445,98 @@ def read_frame(
             yield {"frame": _pandas_frame(p, kind, as_text=as_text, empty_missing=True, limits=limits)}
 
     frame: pd.DataFrame = next(_guarded(p, read()))["frame"]
+    return frame
+
+
+def _header_names(cells: list[str]) -> list[str]:
+    """Column names as pandas makes them of a header: an empty one is ``Unnamed: i``, a repeated one gets
+    ``.1``, ``.2`` … (so no column is lost)."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for i, cell in enumerate(cells):
+        name = cell or f"Unnamed: {i}"
+        base, n = name, 0
+        while name in seen:
+            n += 1
+            name = f"{base}.{n}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def _no_cell_limit() -> None:
+    """The csv module refuses a cell over 128 KiB by default; pandas has no such limit, and what a file may cost
+    is bounded by ReadLimits already (lines, decompressed size), so cells may be as long as those allow."""
+    try:
+        csv.field_size_limit(sys.maxsize)
+    except OverflowError:  # a C long narrower than Python's size (Windows)
+        csv.field_size_limit(2**31 - 1)
+
+
+def _csv_columns(path: Path, kind: str, limits: ReadLimits) -> Frame:
+    """A CSV / TSV file as text columns (the standard library's reader, strict about quotes): the empty cell
+    and the cells a short row lacks are None, a blank line is skipped, a row with more cells than the header
+    is an error naming its line (what pandas reads with ``dtype=str, keep_default_na=False, na_values=[""]``,
+    without pandas' quirks: a row one cell longer is an error, not a silent index column)."""
+    label = kind.upper()
+    _no_cell_limit()
+    with _open(path, limits, lines=True, utf8=True) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+        reader = csv.reader(text, delimiter="\t" if kind == "tsv" else ",", strict=True)
+        try:
+            header = next((row for row in reader if row), None)
+            if header is None:
+                raise DataError(f"{path}: empty {label} file (no header row)")
+            if len(header) > limits.max_columns:
+                raise _too_wide(path, reader.line_num, len(header), f"columns in the {label} header", limits)
+            names = _header_names(header)
+            width = len(names)
+            rows: list[list[str | None]] = []
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) > width:
+                    line = reader.line_num
+                    raise DataError(
+                        f"{path}: cannot parse {label}: line {line}: {len(row)} cells, the header has {width}"
+                    )
+                rows.append([cell if cell != "" else None for cell in row] + [None] * (width - len(row)))
+        except csv.Error as exc:
+            raise DataError(f"{path}: cannot parse {label}: line {reader.line_num}: {_one_line(exc)}") from None
+    return Frame({name: [row[c] for row in rows] for c, name in enumerate(names)}, rows=len(rows))
+
+
+def _flat(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """One object with its nested objects' keys as dotted paths, as pandas.json_normalize flattens it (an
+    empty nested object gives no column)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def read_columns(path: str | Path, *, flatten: bool = False, limits: ReadLimits | None = None) -> Frame:
+    """The file as a :class:`Frame`: CSV / TSV cells as text (only the empty cell missing, so labels such as
+    ``NA`` or ``None`` survive), JSON values as written (``None`` where an object lacks a key; nested objects
+    as dotted columns with ``flatten``), Parquet as pandas reads it. Only Parquet imports pandas."""
+    limits = limits or ReadLimits()
+    p, kind = check_file(path)
+
+    def read() -> Iterator[dict[str, Any]]:
+        if kind in ("jsonl", "json"):
+            rows = list(_jsonl_rows(p, limits) if kind == "jsonl" else _json_rows(p, limits))
+            columns = _columns(p, rows, limits, flat=flatten)
+            if flatten:
+                rows = [_flat(r) for r in rows]
+                columns = list(dict.fromkeys(c for r in rows for c in r))
+            yield {"frame": Frame({c: [r.get(c) for r in rows] for c in columns}, rows=len(rows))}
+        elif kind == "parquet":
+            yield {"frame": Frame.of(_parquet_frame(p, limits))}
+        else:
+            yield {"frame": _csv_columns(p, kind, limits)}
+
+    frame: Frame = next(_guarded(p, read()))["frame"]
     return frame

@@ -14,11 +14,9 @@ import base64
 import html
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-from scipy.stats import rankdata
 
 from greval.agreement.design import report_name
 from greval.agreement.models import (
@@ -31,8 +29,13 @@ from greval.agreement.models import (
     GroupFigures,
     Prevalence,
 )
-from greval.agreement.prepare import Prepared, prepare
-from greval.report.format import fmt_ci, fmt_number, fmt_value_ci
+from greval.agreement.prepare import Prepared, is_null, prepare
+from greval.agreement.stats import rankdata
+from greval.dataset.frame import Frame
+from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GALLERY_LIMIT = 500
 # Headline rows that only mean something when the labels have an order (judge above/below, signed distance).
@@ -41,7 +44,7 @@ ORDERED_ONLY = ("judge_above_rate", "judge_below_rate", "mean_signed_steps", "me
 
 def _missing(x: object) -> bool:
     """None, NaN, pandas NA / NaT, numpy NaT: a value that is not there."""
-    if x is None or x is pd.NA or x is pd.NaT:
+    if is_null(x):
         return True
     if isinstance(x, float | np.floating):
         return bool(np.isnan(x))
@@ -162,7 +165,7 @@ def calibration_notes(cal: CalibrationReport) -> list[str]:
 CALIBRATION_TITLE = "Is the judge's confidence calibrated?"
 
 
-def _charts(report: AgreementReport, frame: pd.DataFrame) -> list[str]:
+def _charts(report: AgreementReport, frame: Frame | pd.DataFrame) -> list[str]:
     """Confusion heatmap, judge-vs-human distributions, per-label reliability (or a scatter for values)."""
     import matplotlib
 
@@ -353,14 +356,15 @@ def slice_design_cells(r: AgreementReport, names: list[str], d: int = 3) -> list
     return cells
 
 
-def _prepared(report: AgreementReport, frame: pd.DataFrame) -> tuple[Prepared, pd.DataFrame]:
+def _prepared(report: AgreementReport, frame: Frame | pd.DataFrame) -> tuple[Prepared, Frame]:
     """The compared items as the report saw them: with the judge's labels from its score when a threshold
     made them (and only the evaluated rows)."""
     if report.threshold is not None:
         from greval.agreement.threshold import judge_from_score
 
         frame = judge_from_score(frame, report.threshold, report.options)
-    return prepare(frame, report.scale, report.options), frame
+    table = Frame.of(frame)
+    return prepare(table, report.scale, report.options), table
 
 
 def _group_rows(groups: Sequence[GroupFigures], d: int = 3) -> tuple[list[str], list[list[str]]]:
@@ -388,13 +392,18 @@ def _method_lines(report: AgreementReport) -> list[str]:
     return out
 
 
-def gallery(report: AgreementReport, frame: pd.DataFrame, extra: Sequence[str] = ("reason", "comment")) -> pd.DataFrame:
+def gallery(
+    report: AgreementReport, frame: Frame | pd.DataFrame, extra: Sequence[str] = ("reason", "comment")
+) -> pd.DataFrame:
     """Items where the judge departs from people.
 
     Categorical: every disagreement. Values: by |judge − human| when the scale has bounds (both sides on
     one scale), else by the gap between percentile ranks (judge and people may use different scales).
     """
-    prep, frame = _prepared(report, frame)
+    import pandas as pd
+
+    prep, table = _prepared(report, frame)
+    frame = table.to_pandas()
     cols = [c for c in extra if c in frame.columns]
     if not prep.has_judge:
         return pd.DataFrame({"item": [], "human": [], "judge": []})
@@ -530,11 +539,13 @@ def _html_sections(report: AgreementReport) -> list[str]:
 
 def render_html(
     report: AgreementReport,
-    frame: pd.DataFrame,
+    frame: Frame | pd.DataFrame,
     title: str = "Judge–human agreement",
     extra: Sequence[str] = ("reason", "comment"),
 ) -> str:
-    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery."""
+    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery; ordered
+    labels best first."""
+    report = best_first(report)
     c = report.counts
     parts = [f"<h1>{html.escape(title)}</h1>"]
     parts.append(
@@ -569,6 +580,7 @@ def render_html(
 def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
     """A short Markdown summary: counts, headline table, ceiling, then every note (prevalence, ceiling,
     slices, report)."""
+    report = best_first(report)
     d = decimals
     c = report.counts
     lines = [

@@ -66,3 +66,43 @@ def _named(value: Any, names: Mapping[str, str], key: str) -> Any:
     if isinstance(value, dict):
         return {k: _named(v, names, key) for k, v in value.items()}
     return value
+
+
+def best_first(report: Any) -> Any:
+    """An agreement report (greval.agreement.AgreementReport) with an ordered scale's labels listed best first,
+    as the spec lists them, in its tables and charts (the agreement stage codes them low → high; its scale keeps
+    that order, so signed steps keep their sign); other reports unchanged. A display copy: the model and its
+    JSON keep the stage's order."""
+    cat = report.categorical
+    if report.scale.kind != "categorical" or not report.scale.ordered or cat is None:
+        return report
+    order = list(reversed(cat.labels))
+
+    def by_label(rows: list[Any]) -> list[Any]:
+        known = {r.label: r for r in rows}
+        return [known[lab] for lab in order if lab in known] + [r for r in rows if r.label not in order]
+
+    def flip(row: list[Any]) -> list[Any]:
+        k = len(order)
+        return list(reversed(row[:k])) + list(row[k:])  # an invalid-answer column stays last
+
+    cm = cat.confusion
+    confusion = cm.model_copy(
+        update={
+            "labels": order,
+            "judge_labels": flip(cm.judge_labels),
+            "counts": [flip(r) for r in reversed(cm.counts)],
+        }
+    )
+    update: dict[str, Any] = {
+        "labels": order,
+        "per_label": by_label(cat.per_label),
+        "confusion": confusion,
+        "bias": cat.bias.model_copy(update={"per_label": by_label(cat.bias.per_label)}),
+    }
+    p = cat.prevalence
+    if p is not None and list(p.labels) == list(reversed(order)):
+        update["prevalence"] = p.model_copy(
+            update={k: list(reversed(getattr(p, k))) for k in ("labels", "observed", "human", "corrected")}
+        )
+    return report.model_copy(update={"categorical": cat.model_copy(update=update)})

@@ -8,7 +8,7 @@ greval.report.stats or greval.report.store_report.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +24,28 @@ class MeanCI(BaseModel):
     std: float | None
     ci_low: float | None = None
     ci_high: float | None = None
+    note: str | None = None
+
+
+class LabelShare(BaseModel):
+    """One label's share of a categorical metric's ok verdicts (records, or items of a per-item metric), with
+    its 95% percentile bootstrap CI over records (greval.report.stats.label_shares)."""
+
+    label: str
+    count: int
+    share: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class Shares(BaseModel):
+    """A categorical metric summarised by its labels: how a metric whose labels have no scores is described
+    (it has no mean), and beside the dataset score of one whose labels do."""
+
+    unit: Literal["records", "items"] = Field(description="What a share counts: records, or a per-item metric's items.")
+    n: int = Field(description="Verdicts counted (ok records, or ok items).")
+    records: int = Field(description="Records the shares are over (the bootstrap resamples them).")
+    shares: list[LabelShare]
     note: str | None = None
 
 
@@ -60,6 +82,7 @@ class SystemRow(BaseModel):
     skipped: int = 0
     failure_rate: float
     efficiency: dict[str, float] = Field(default_factory=dict)
+    shares: Shares | None = None
 
 
 class LabelSource(BaseModel):
@@ -81,6 +104,7 @@ class GroupCell(BaseModel):
     score: MeanCI = Field(description="The cell's dataset score (the metric's aggregate) with its CI.")
     stats: ScoreStats
     efficiency: dict[str, float] = Field(default_factory=dict)
+    shares: Shares | None = None
 
 
 class GroupTable(BaseModel):
@@ -144,6 +168,10 @@ class MetricRow(BaseModel):
     figures: MetricFigures
     score: MeanCI
     stats: ScoreStats | None = None
+    shares: Shares | None = Field(None, description="Categorical judge metrics: each label's share with its CI.")
+    scale_range: tuple[float, float] | None = Field(
+        None, description="The range a record score lies in (the spec's scale, else the scores'): one axis per range."
+    )
     histogram: dict[str, int] = Field(
         default_factory=dict, description="Record scores in 10 equal bins (metrics without a distribution)."
     )
@@ -155,6 +183,12 @@ class MetricRow(BaseModel):
     @property
     def records(self) -> int:
         return self.figures.records
+
+    @property
+    def by_shares(self) -> bool:
+        """Whether the metric is described by its label shares: a categorical metric whose labels have no
+        scores has no dataset score (no mean to take)."""
+        return self.score.mean is None and self.shares is not None and self.shares.n > 0
 
     @property
     def failed(self) -> int:
@@ -171,6 +205,7 @@ class StoreReport(BaseModel):
     systems: list[SystemRow]
     system_column: str | None
     group_column: str | None = None
+    system_field: str | None = Field(None, description="The record field asked for as the system (found or not).")
     groups: list[GroupTable] = Field(default_factory=list)
 
     def notes(self) -> list[str]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from greval.agreement import bootstrap
-from greval.report.models import CorrectedShare, CorrectedSystem, MeanCI, ScoreStats
-from greval.spec import CategoricalScale, Spec
+from greval.report.models import CorrectedShare, CorrectedSystem, LabelShare, MeanCI, ScoreStats, Shares
+from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 from greval.store.results import MetricFigures, dataset_score
 
 if TYPE_CHECKING:
@@ -107,6 +107,81 @@ def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamp
     return MeanCI(n=n, mean=score, std=std, ci_low=low, ci_high=high, note=pooled)
 
 
+def label_counts_of(row: dict[str, Any], labels: Sequence[str]) -> list[int] | None:
+    """A record row's verdicts per label, in ``labels``' order: its label (a record-level metric) or its items'
+    label counts (a per-item one); None when the record has no ok verdict to count."""
+    if row["status"] not in ("ok", "partial"):
+        return None
+    if row.get("counts") is not None:
+        counted = row["counts"].get("labels", {})
+        return [int(counted.get(lab, 0)) for lab in labels]
+    if row.get("label") in labels and row["status"] == "ok":
+        return [int(row["label"] == lab) for lab in labels]
+    return None
+
+
+def label_shares(
+    rows: Sequence[dict[str, Any]], labels: Sequence[str], seed: int = 0, resamples: int = MEAN_RESAMPLES
+) -> Shares:
+    """Each label's share of a categorical metric's ok verdicts over record rows, with a percentile bootstrap CI
+    that resamples records (a per-item metric's records with their items: Σ count / Σ items, a ratio estimator,
+    as :func:`score_ci` pools). The counts are the ones MetricFigures.distribution holds (ok verdicts)."""
+    rows = sorted(rows, key=lambda r: (str(r.get("record_id", "")), str(r.get("record_hash", ""))))
+    counted = [c for r in rows if (c := label_counts_of(r, labels)) is not None and any(c)]
+    unit: Literal["records", "items"] = "items" if any(r.get("counts") is not None for r in rows) else "records"
+    x = np.asarray(counted, dtype=np.float64).reshape(len(counted), len(labels))
+    totals = x.sum(axis=0)
+    n = int(totals.sum())
+    out = Shares(unit=unit, n=n, records=len(counted), shares=[])
+    if not n:
+        out.note = "no verdict to count"
+        out.shares = [LabelShare(label=lab, count=0, share=None) for lab in labels]
+        return out
+    cis: dict[str, tuple[float | None, float | None]] = {}
+    if len(counted) > 1:
+        pairs = np.column_stack([x, x.sum(axis=1)])
+
+        def shares(batch: bootstrap.Batch) -> dict[str, bootstrap.FloatArray]:
+            sums = batch.sums(pairs)
+            return {lab: np.asarray(sums[:, i] / sums[:, -1], dtype=np.float64) for i, lab in enumerate(labels)}
+
+        found = bootstrap.run(bootstrap.Resampler(len(counted), None, resamples, seed), None, CONFIDENCE, shares)
+        cis = {lab: (ci.low, ci.high) for lab, ci in found.items()}
+    else:
+        out.note = "one record: no CI"
+    out.shares = [
+        LabelShare(
+            label=lab,
+            count=int(c),
+            share=float(c) / n,
+            ci_low=cis.get(lab, (None, None))[0],
+            ci_high=cis.get(lab, (None, None))[1],
+        )
+        for lab, c in zip(labels, totals, strict=True)
+    ]
+    return out
+
+
+def score_range(spec: BaseSpec, stats: ScoreStats | None) -> tuple[float, float] | None:
+    """The range a metric's record scores lie in, so that a plot never puts scores of different ranges on one
+    axis (a 1–5 value and a 0–1 share): a value scale's (or a mean of values) min–max, a categorical scale's
+    label scores, a share 0–1; a computed or pipeline metric's 0–1 when its scores are in it, else their own
+    min–max. None without any score."""
+    if isinstance(spec, Spec):
+        scale = spec.scale
+        if isinstance(scale, ValueScale) and spec.aggregate in (None, "mean"):
+            return float(scale.min), float(scale.max)
+        if spec.aggregate == "share":
+            return 0.0, 1.0
+        scores = scale.scores() if isinstance(scale, CategoricalScale) else None
+        return (min(scores.values()), max(scores.values())) if scores else None
+    if stats is None or stats.min is None or stats.max is None:
+        return None
+    if stats.min >= 0 and stats.max <= 1:
+        return 0.0, 1.0
+    return float(math.floor(stats.min)), float(math.ceil(stats.max))
+
+
 def score_stats(
     scores: Sequence[float], records: int | None = None, failed: int = 0, skipped: int = 0, seed: int = 0
 ) -> ScoreStats:
@@ -155,17 +230,26 @@ def efficiency(rows: Sequence[dict[str, Any]], data: dict[str, dict[str, Any]]) 
     return eff
 
 
-def histogram(scores: Sequence[float], bins: int = 10) -> dict[str, int]:
-    """Record scores in ``bins`` equal bins over [0, 1] when every score is in it, else over [min, max]
-    (numpy.histogram: each bin holds its lower edge, the last also its upper edge); keys "low–high"."""
+def score_bins(scores: Sequence[float], bins: int = 10) -> tuple[list[str], list[int]]:
+    """The bins of :func:`histogram` ("low–high" keys) and each score's bin: ``bins`` equal bins over [0, 1]
+    when every score is in it, else over [min, max]; each bin holds its lower edge, the last also its upper
+    edge (numpy.histogram's rule). The record explorer files each record under its score's bin."""
     x = np.asarray(scores, dtype=float)
     if not len(x):
-        return {}
+        return [], []
     lo, hi = (0.0, 1.0) if x.min() >= 0 and x.max() <= 1 else (float(x.min()), float(x.max()))
     if hi == lo:
         hi = lo + 1.0
-    counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
-    return {f"{edges[i]:.3g}–{edges[i + 1]:.3g}": int(c) for i, c in enumerate(counts)}
+    edges = np.linspace(lo, hi, bins + 1)
+    where = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, bins - 1)
+    return [f"{edges[i]:.3g}–{edges[i + 1]:.3g}" for i in range(bins)], [int(i) for i in where]
+
+
+def histogram(scores: Sequence[float], bins: int = 10) -> dict[str, int]:
+    """Record scores counted in :func:`score_bins`' bins; keys "low–high"."""
+    keys, where = score_bins(scores, bins)
+    counts = np.bincount(np.asarray(where, dtype=np.int64), minlength=len(keys))
+    return {k: int(c) for k, c in zip(keys, counts, strict=True)}
 
 
 def corrected_systems(

@@ -30,7 +30,16 @@ from greval.report.models import (
     StoreReport,
     SystemRow,
 )
-from greval.report.stats import corrected_systems, efficiency, histogram, record_scores, rows_stats, score_ci
+from greval.report.stats import (
+    corrected_systems,
+    efficiency,
+    histogram,
+    label_shares,
+    record_scores,
+    rows_stats,
+    score_ci,
+    score_range,
+)
 from greval.report.stats import score_stats as score_stats  # named here by docs before issue 30
 from greval.spec import BaseSpec, CategoricalScale, Spec
 from greval.store.results import MetricFigures, figures_from_rows, item_rows, record_rows
@@ -53,29 +62,53 @@ def build(
     record field to cross with the systems (one system × group table per metric); ``names``: how the agreement
     pages write option fields named in notes (greval.report.format.with_names; the CLI passes its flags)."""
     with Store(store_path) as st:
-        items = _items(st, store_path, specs)
-        spec_objs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
-        data: RecordData = {r.hash: r.data for r in st.records()}
-        recs = _tagged(record_rows(items, spec_objs), data, system_column, group_column)
+        items, data, found = metric_groups(st, store_path, specs, system_column, group_column)
         metrics: list[MetricRow] = []
         systems: list[SystemRow] = []
         groups: list[GroupTable] = []
         pages = None if out_dir is None else Pages(out_dir, names or {})
-        for fig in figures_from_rows(items, spec_objs):
-            spec = spec_objs[fig.spec_key]
-            grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
-            metrics.append(_metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
+        for fig, spec, grp in found:
+            metrics.append(metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
+            labels = share_labels(spec)
             if group_column:
-                groups.append(group_table(fig, grp, group_column, data))
-            systems += system_rows(fig, grp, data)
+                groups.append(group_table(fig, grp, group_column, data, labels))
+            systems += system_rows(fig, grp, data, labels)
     return StoreReport(
         store=str(store_path),
         metrics=metrics,
         systems=systems,
         system_column=system_column if systems else None,
         group_column=group_column,
+        system_field=system_column,
         groups=groups,
     )
+
+
+MetricGroup = tuple[MetricFigures, BaseSpec, list[dict[str, Any]]]
+
+
+def metric_groups(
+    st: Store, store_path: str | Path, specs: Sequence[str], system_column: str | None, group_column: str | None
+) -> tuple[list[dict[str, Any]], RecordData, list[MetricGroup]]:
+    """The store's item rows, its records' data, and each metric's (figures, spec, record rows tagged with their
+    system and group) in report order: what the report and the record explorer both read."""
+    items = _items(st, store_path, specs)
+    spec_objs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
+    data: RecordData = {r.hash: r.data for r in st.records()}
+    recs = tag_rows(record_rows(items, spec_objs), data, system_column, group_column)
+    found: list[MetricGroup] = []
+    for fig in figures_from_rows(items, spec_objs):
+        grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
+        found.append((fig, spec_objs[fig.spec_key], grp))
+    return items, data, found
+
+
+def share_labels(spec: BaseSpec) -> list[str] | None:
+    """The labels a metric's shares are counted over (a categorical judge metric's, in the spec's order), or
+    None for a metric without labels."""
+    if isinstance(spec, Spec) and isinstance(spec.scale, CategoricalScale):
+        return spec.scale.names
+    return None
 
 
 def _items(st: Store, store_path: str | Path, specs: Sequence[str]) -> list[dict[str, Any]]:
@@ -91,7 +124,7 @@ def _items(st: Store, store_path: str | Path, specs: Sequence[str]) -> list[dict
     return items
 
 
-def _tagged(
+def tag_rows(
     recs: list[dict[str, Any]], data: RecordData, system_column: str | None, group_column: str | None
 ) -> list[dict[str, Any]]:
     """Record rows with their ``system`` and ``group`` (the records' values of those fields as text, or None)."""
@@ -103,7 +136,7 @@ def _tagged(
     return recs
 
 
-def _metric_row(
+def metric_row(
     st: Store,
     fig: MetricFigures,
     spec: BaseSpec,
@@ -123,6 +156,10 @@ def _metric_row(
         score=score_ci(grp, fig.aggregate),
     )
     row.stats = rows_stats(grp)
+    row.scale_range = score_range(spec, row.stats)
+    labels = share_labels(spec)
+    if labels is not None:
+        row.shares = label_shares(grp, labels)
     if not fig.distribution:
         row.histogram = histogram(record_scores(grp))
     if isinstance(spec, Spec):
@@ -133,8 +170,11 @@ def _metric_row(
     return row
 
 
-def system_rows(fig: MetricFigures, rows: Sequence[dict[str, Any]], data: RecordData) -> list[SystemRow]:
-    """One row per system of a metric's record rows (rows with no system are in none)."""
+def system_rows(
+    fig: MetricFigures, rows: Sequence[dict[str, Any]], data: RecordData, labels: Sequence[str] | None = None
+) -> list[SystemRow]:
+    """One row per system of a metric's record rows (rows with no system are in none); ``labels``: a categorical
+    metric's, for each system's label shares."""
     by_system: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["system"] is not None:
@@ -153,12 +193,19 @@ def system_rows(fig: MetricFigures, rows: Sequence[dict[str, Any]], data: Record
                 failure_rate=failed / len(sg),
                 efficiency=efficiency(sg, data),
                 stats=rows_stats(sg),
+                shares=None if labels is None else label_shares(sg, labels),
             )
         )
     return out
 
 
-def group_table(fig: MetricFigures, rows: Sequence[dict[str, Any]], column: str, data: RecordData) -> GroupTable:
+def group_table(
+    fig: MetricFigures,
+    rows: Sequence[dict[str, Any]],
+    column: str,
+    data: RecordData,
+    labels: Sequence[str] | None = None,
+) -> GroupTable:
     """One metric's record rows by (system, group value): stats and mean efficiency per cell. Rows with no
     group value (or, when systems are known, no system value) are counted, not dropped silently. Without any
     system value at all, every row is system 'all'."""
@@ -188,6 +235,7 @@ def group_table(fig: MetricFigures, rows: Sequence[dict[str, Any]], column: str,
                 score=score_ci(cells[s, g], fig.aggregate),
                 stats=rows_stats(cells[s, g]),
                 efficiency=efficiency(cells[s, g], data),
+                shares=None if labels is None else label_shares(cells[s, g], labels),
             )
             for s, g in keys
         ],
@@ -216,7 +264,7 @@ def _agreement(
 
     if not st.submitted_label_count(spec.name):
         return None, None
-    frame, scale, sel = store_frame(st, spec.name, judge)
+    frame, scale, sel = store_frame(st, spec.name, judge, version=spec.hash)
     slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
     rep = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=0, slices=slices))
     head = {k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n} for k, e in rep.metrics.items()}
@@ -239,13 +287,41 @@ def label_sources(st: Store, spec_name: str) -> list[LabelSource]:
     return sorted(found, key=lambda s: (not s.source.startswith("import"), s.source != "argilla", s.dataset, s.source))
 
 
-def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = None) -> None:
+def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = None, explorer: bool = True) -> None:
     """The report's files (``build`` with the same ``out_dir`` wrote the agreement pages); ``names``: how the
-    notes write option fields (greval.report.html.Page)."""
+    notes write option fields (greval.report.html.Page); ``explorer``: the record explorer beside index.html
+    (explorer/, greval.report.explorer)."""
     from greval.report.html import render_index, render_markdown
     from greval.report.plots import overview_png
 
-    (out_dir / "index.html").write_text(render_index(rep, names), encoding="utf-8")
+    (out_dir / "index.html").write_text(render_index(rep, names, explorer), encoding="utf-8")
     (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
     (out_dir / "overview.png").write_bytes(overview_png(rep))
     (out_dir / "report.md").write_text(render_markdown(rep, "overview.png", names), encoding="utf-8")
+    if explorer:
+        from greval.report.explorer.write import write_explorer
+
+        write_explorer(rep, out_dir)
+        link_confusions(rep, out_dir)
+
+
+def link_confusions(rep: StoreReport, out_dir: Path) -> None:
+    """Each categorical agreement page gets its confusion matrix as links to the explorer's records (the
+    matrix from the page's own JSON, so the counts are the page's)."""
+    from greval.agreement.models import AgreementReport
+    from greval.report.explorer.links import confusion_section
+    from greval.report.format import best_first
+
+    # a page per metric name: the last version of a name wrote it (build writes them in this order)
+    last = {m.agreement_page: i for i, m in enumerate(rep.metrics) if m.agreement_page}
+    for name, i in last.items():
+        page = out_dir / name
+        if not page.with_suffix(".json").exists():
+            continue
+        report = best_first(AgreementReport.model_validate_json(page.with_suffix(".json").read_text()))
+        if report.categorical is None:
+            continue
+        cm = report.categorical.confusion
+        section = confusion_section(i, cm.labels, cm.judge_labels, cm.counts)
+        text = page.read_text(encoding="utf-8")
+        page.write_text(text.replace("<script>", section + "<script>", 1), encoding="utf-8")

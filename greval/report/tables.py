@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from greval.report.format import fmt_ci, fmt_number
-from greval.report.models import GroupTable, LabelSource, ScoreStats, StoreReport
-from greval.store.results import MetricFigures
+from greval.report.models import GroupTable, LabelShare, LabelSource, MetricRow, ScoreStats, Shares, StoreReport
+from greval.store.results import MetricFigures, not_scored
 
 
 def describe_labels(sources: Sequence[LabelSource]) -> str:
@@ -173,9 +173,126 @@ def fact_rows(rep: StoreReport) -> list[list[str]]:
 
 def stats_rows(rep: StoreReport) -> list[list[str]]:
     """metric, judge and the stats cells of every metric."""
-    return [[m.metric, m.judge, *stats_cells(m.stats)] for m in rep.metrics if m.stats is not None]
+    return [[m.metric, m.judge, *stats_cells(m.stats)] for m in rep.metrics if m.stats is not None and m.stats.n]
 
 
 def system_stats_rows(rep: StoreReport) -> list[list[str]]:
     """metric, system and the stats cells of every system row."""
-    return [[s.metric, s.system, *stats_cells(s.stats)] for s in rep.systems if s.stats is not None]
+    return [[s.metric, s.system, *stats_cells(s.stats)] for s in rep.systems if s.stats is not None and s.stats.n]
+
+
+def unscored_lines(rep: StoreReport) -> list[str]:
+    """One line per metric left out of the record-score tables, saying why."""
+    out = []
+    for m in rep.metrics:
+        if m.stats is not None and m.stats.n:
+            continue
+        why = "its labels have no scores: see its label shares" if m.by_shares else "no record has a score"
+        out.append(f"{m.metric}: no record scores — {why}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ adaptive cells
+#: Cells that say nothing: a table or column of only these is left out (a row of only these too).
+EMPTY = ("—", "")
+
+#: How the report names each headline agreement statistic (every agreement cell names its statistic).
+STATISTIC_NAMES = {"cohen_kappa": "Cohen's κ", "spearman": "Spearman ρ"}
+
+
+def fmt_share(s: LabelShare) -> str:
+    """A label's share and its CI: "0.500 [0.300, 0.667]" ("—" when undefined)."""
+    return f"{fmt_number(s.share)} {fmt_ci(s)}".strip()
+
+
+def shares_text(shares: Shares | None) -> str:
+    """Every label's share in one cell: "yes 0.500 [0.300, 0.667]; no 0.500 […]" ('' without shares)."""
+    if shares is None or not shares.n:
+        return ""
+    return "; ".join(f"{s.label} {fmt_share(s)}" for s in shares.shares)
+
+
+def summary_cell(m: MetricRow) -> str:
+    """A metric's headline in one cell: its dataset score with the CI, or — a metric described by its labels —
+    each label's share with its CI."""
+    if m.by_shares:
+        return shares_text(m.shares)
+    return f"{fmt_number(m.score.mean)} {fmt_ci(m.score)}".strip()
+
+
+def agreement_cell(m: MetricRow) -> str:
+    """The judge–human headline with the statistic named: "Cohen's κ 0.412 [0.2, 0.6] (n=30)" ('' without
+    labels)."""
+    for key, name in STATISTIC_NAMES.items():
+        e = (m.agreement or {}).get(key)
+        if e:
+            lo, hi = e["ci"]
+            ci = "" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]"
+            return f"{name} {fmt_number(e['value'])}{ci} (n={e['n']})"
+    return ""
+
+
+def drop_empty(head: Sequence[str], rows: Sequence[Sequence[str]], keys: int = 1) -> tuple[list[str], list[list[str]]]:
+    """A table without what says nothing: rows whose cells after the first ``keys`` are all empty ("—" or ''),
+    then columns (after the first ``keys``) empty in every row left."""
+    kept = [list(r) for r in rows if any(c not in EMPTY for c in r[keys:])]
+    cols = [i for i in range(len(head)) if i < keys or any(r[i] not in EMPTY for r in kept)]
+    return [head[i] for i in cols], [[r[i] for i in cols] for r in kept]
+
+
+def shares_head(m: MetricRow) -> list[str]:
+    """The columns of a metric's label-share table: where, n, each label's share [95% CI], failed."""
+    labels = [s.label for s in m.shares.shares] if m.shares is not None else []
+    unit = m.shares.unit if m.shares is not None else "records"
+    return ["records", unit if unit == "items" else "verdicts", *(f"{lab} [95% CI]" for lab in labels), "failed"]
+
+
+def shares_rows(m: MetricRow, rep: StoreReport) -> list[tuple[dict[str, str], list[str]]]:
+    """A categorical metric's label shares with CIs for all its records, each system and each system × group
+    cell: (the explorer filter of the row, its cells; the first cell names the records)."""
+
+    def cells(shares: Shares | None, failed: int) -> list[str]:
+        per = [fmt_share(s) for s in shares.shares] if shares is not None else []
+        return [str(shares.n if shares is not None else 0), *per, str(failed)]
+
+    out: list[tuple[dict[str, str], list[str]]] = [({}, ["all", *cells(m.shares, m.figures.failed)])]
+    for s in rep.systems:
+        if s.metric == m.metric:
+            out.append(({"system": s.system}, [f"{rep.system_column} {s.system}", *cells(s.shares, s.failed)]))
+    for g in rep.groups:
+        if g.metric != m.metric:
+            continue
+        for c in g.cells:
+            where = {"system": c.system, "group": c.group} if rep.systems else {"group": c.group}
+            name = f"{c.system} × {g.column} {c.group}" if rep.systems else f"{g.column} {c.group}"
+            out.append((where, [name, *cells(c.shares, c.stats.failed)]))
+    return out
+
+
+METRICS_HEAD = (
+    "metric",
+    "kind",
+    "judge",
+    "records",
+    "not scored",
+    "dataset score or label shares (95% CI)",
+    "pooling",
+    "distribution",
+    "judge–human agreement",
+)
+
+
+def metrics_cells(m: MetricRow) -> list[str]:
+    """A metric's row of the Metrics table (the terminal's and report.md's too)."""
+    dist = ", ".join(f"{k}: {v}" for k, v in m.distribution.items())
+    return [
+        m.metric,
+        m.kind,
+        m.judge,
+        str(m.records),
+        not_scored(m.figures.model_dump()),
+        summary_cell(m),
+        pooling_text(m.figures),
+        dist,
+        agreement_cell(m),
+    ]

@@ -2,7 +2,8 @@
 against itself (:func:`print_consistency`), versions side by side (:func:`print_comparison`), the store
 report (:func:`print_store_report`) and a review's status (:func:`print_review_status`). The cells are the
 ones the files show (greval.report.tables, greval.report.agreement's row functions, greval.report.format's
-numbers).
+numbers). The store report's tables (and the store's figures behind them) are imported where that report is
+printed, so printing an agreement report does not load the store.
 
 Every function prints to the console it is given. Notes may name option fields (greval.errors.option);
 ``names`` says how to write them (the CLI passes its flag table; by default they stay as fields)."""
@@ -40,25 +41,12 @@ from greval.report.agreement import (
     slice_design_cells,
     slice_design_names,
 )
-from greval.report.format import fmt_ci, fmt_number
+from greval.report.format import best_first, fmt_ci, fmt_number
 from greval.report.layout import print_table, say, wrap_plain
-from greval.report.models import StoreReport
-from greval.report.tables import (
-    CORRECTED_HEAD,
-    FACT_HEAD,
-    STATS_HEAD,
-    corrected_rows,
-    fact_rows,
-    group_cells,
-    group_head,
-    label_lines,
-    pooling_text,
-    stats_rows,
-    system_stats_rows,
-)
-from greval.store.results import not_scored
 
 if TYPE_CHECKING:
+    from greval.report.compare import Comparison
+    from greval.report.models import StoreReport
     from greval.review import ReviewStatus
 
 HEADLINE_SLICE = {
@@ -251,7 +239,9 @@ def _slices(console: Console, report: AgreementReport, d: int) -> None:
 def print_report(
     console: Console, report: AgreementReport, d: int, name: str = "", *, names: Names | None = None
 ) -> None:
-    """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`)."""
+    """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`); ordered labels
+    best first."""
+    report = best_first(report)
     prefix = f"{name}: " if name else ""
     _counts(console, report, prefix, names)
     print_table(_headline(report, d, f"{prefix}judge vs human"), console)
@@ -319,54 +309,90 @@ def print_comparison(console: Console, comp: ComparisonReport, d: int, *, names:
 
 # --------------------------------------------------------------------------------------------- store report
 def _table(console: Console, title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for col in head:
-        table.add_column(col)
+        table.add_column(escape(col))
     for r in rows:
-        table.add_row(*r)
+        table.add_row(*(escape(c) for c in r))
     print_table(table, console)
 
 
+#: The Metrics table's columns on a terminal (tables.METRICS_HEAD without kind and distribution).
+TERMINAL_METRICS = (
+    "metric",
+    "judge",
+    "records",
+    "not scored",
+    "dataset score or label shares (95% CI)",
+    "pooling",
+    "judge–human agreement",
+)
+
+
 def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
-    """The metrics table: each metric's records, what was not scored, dataset score with CI, pooling and the
-    judge–human κ (or ρ)."""
+    """The metrics table: each metric's records, what was not scored, its dataset score with CI (or its label
+    shares with CIs), pooling and the judge–human agreement with its statistic named."""
+    from greval.report.tables import METRICS_HEAD, drop_empty, metrics_cells
+
+    wanted = [METRICS_HEAD.index(c) for c in TERMINAL_METRICS]
+    rows = [[metrics_cells(m)[i] for i in wanted] for m in rep.metrics]
+    head, rows = drop_empty(TERMINAL_METRICS, rows, keys=3)
     table = Table(title=f"greval report — {store}")
-    for col in ("metric", "judge", "records", "not scored", "score", "95% CI", "pooling", "judge–human"):
+    for col in head:
         table.add_column(col)
-    for m in rep.metrics:
-        k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
-        table.add_row(
-            m.metric,
-            m.judge,
-            str(m.records),
-            not_scored(m.figures.model_dump()) or "—",
-            fmt_number(m.score.mean),
-            fmt_ci(m.score),
-            pooling_text(m.figures),
-            "—" if not k else f"{fmt_number(k['value'])} (n={k['n']})",
-        )
+    for r in rows:
+        table.add_row(*(escape(c) for c in r))
     print_table(table, console)
 
 
 def print_stats(console: Console, rep: StoreReport) -> None:
-    """The record-score statistics, the prevalence-corrected shares and the system × group tables."""
-    _table(console, "record scores", ("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)])
-    if rep.systems:
-        head = ("metric", "system", *STATS_HEAD)
-        _table(console, f"record scores by {rep.system_column}", head, system_stats_rows(rep))
+    """The record-score statistics, the label shares, the prevalence-corrected shares and the system × group
+    tables (each only with something to show; a metric without record scores is said in one line)."""
+    from greval.report.tables import (
+        CORRECTED_HEAD,
+        FACT_HEAD,
+        STATS_HEAD,
+        corrected_rows,
+        drop_empty,
+        fact_rows,
+        group_cells,
+        group_head,
+        shares_head,
+        shares_rows,
+        stats_rows,
+        system_stats_rows,
+        unscored_lines,
+    )
+
+    rows = [[r[0], *r[2:]] for r in stats_rows(rep)]
+    if rows:
+        _table(console, "record scores", ("metric", *STATS_HEAD), rows)
+    for line in unscored_lines(rep):
+        say(escape(line), console, hang=2)
+    by_system = system_stats_rows(rep)
+    if by_system:
+        _table(console, f"record scores by {rep.system_column}", ("metric", "system", *STATS_HEAD), by_system)
+    for m in rep.metrics:
+        if m.shares is not None and m.shares.n:
+            shares = [cells for _, cells in shares_rows(m, rep)]
+            _table(console, f"{m.metric}: label shares (95% CI)", shares_head(m), shares)
     facts = fact_rows(rep)
     if facts:
         what = "item counts (FActScore*: precision = positive / all, recall = positive / (positive + unsupported))"
         _table(console, what, FACT_HEAD, facts)
-    corrected = corrected_rows(rep)
+    head, corrected = drop_empty(CORRECTED_HEAD, corrected_rows(rep), keys=2)
     if corrected:
-        _table(console, "prevalence-corrected system scores (judge → corrected)", CORRECTED_HEAD, corrected)
+        _table(console, "prevalence-corrected system scores (judge → corrected)", head, corrected)
     for g in rep.groups:
-        _table(console, f"{g.metric}: system × {g.column}", group_head(g), group_cells(g))
+        ghead, cells = drop_empty(group_head(g), group_cells(g), keys=3)
+        if cells:
+            _table(console, f"{g.metric}: system × {g.column}", ghead, cells)
 
 
 def print_labels(console: Console, rep: StoreReport) -> None:
     """The human-label count lines, as plain text."""
+    from greval.report.tables import label_lines
+
     for line in label_lines(rep):
         for part in wrap_plain(line, console.width, hang="  "):
             console.print(part, markup=False, highlight=False, emoji=False, soft_wrap=True)
@@ -446,3 +472,14 @@ def print_review_status(out: Console, err: Console, st: ReviewStatus, names: Nam
         out.print(render_options(st.advice.line, names or {}), highlight=False, soft_wrap=True)
     for note in st.notes:
         err.print(f"note: {render_options(note, names or {})}", highlight=False, soft_wrap=True)
+
+
+def print_store_comparison(console: Console, comp: Comparison) -> None:
+    """``greval report --compare``'s tables (greval.report.compare.Comparison): paired differences of the
+    dataset scores with the changed verdicts, and agreement's where people labelled."""
+    from greval.report.compare import AGREE_HEAD, CHANGE_HEAD, agreement_rows, change_rows
+
+    _table(console, f"A = {comp.a}  ·  B = {comp.b} ({comp.kind})", CHANGE_HEAD, change_rows(comp))
+    agree = agreement_rows(comp)
+    if agree:
+        _table(console, "agreement with people (paired)", AGREE_HEAD, agree)

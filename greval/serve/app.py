@@ -26,19 +26,22 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from greval.dataset.records import Record
-from greval.errors import DataError, UserError, option
+from greval.errors import DataError, StoreUnavailable, UserError, option
 from greval.judge.schemas import input_model, record_fields
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, redact
+from greval.report.explorer.served import ServedReport
 from greval.runner.options import RunOptions
 from greval.serve.metrics import Metrics
 from greval.serve.service import JudgeService, ServedVerdict
 from greval.spec import BaseSpec, Spec
+from greval.store.backend import RECONNECT_WAIT_S
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -70,6 +73,12 @@ class ServeSettings(BaseModel):
     )
     max_connections: int = Field(
         256, ge=1, description="Open connections per server process (a request on one more: 503, closed)."
+    )
+    store_wait: float = Field(
+        RECONNECT_WAIT_S,
+        ge=0,
+        description="Seconds a request waits for a PostgreSQL store that stopped answering (then 503; the next "
+        "request tries it again).",
     )
     drain_timeout: float | None = Field(
         None, description="Seconds shutdown waits for judgements in flight to be stored (None: as long as it takes)."
@@ -415,6 +424,8 @@ def invalid_response(exc: RequestValidationError) -> JSONResponse:
 
 
 def _judge_failure(exc: Exception) -> ServeError:
+    if isinstance(exc, StoreUnavailable):  # asked again, the service opens the store again (JudgeService)
+        return ServeError(503, "store_unavailable", redact(str(exc)))
     if isinstance(exc, JudgeUnavailable):
         return ServeError(503, f"judge_{exc.kind.value}", redact(str(exc)))
     if isinstance(exc, UserError):
@@ -437,7 +448,7 @@ def create_app(
     ``store_path``. ``options``: as ``greval run``'s (concurrency, method, retries). ``model``: a chat model
     to use instead of building one from the config (tests)."""
     settings = settings or ServeSettings()
-    service = JudgeService(specs, store_path, judge_config, options, model=model)
+    service = JudgeService(specs, store_path, judge_config, options, model=model, store_wait=settings.store_wait)
     metrics = Metrics()
     models = {s.name: input_model(s, service.closure([s.name])[:-1], closed=True) for s in service.specs}
 
@@ -453,6 +464,7 @@ def create_app(
             # uvicorn has let the requests in flight finish; judgements whose client went away are stored too.
             await service.drain(settings.drain_timeout)
             service.close()
+            ui.close()
 
     app = FastAPI(
         title="greval serve",
@@ -485,6 +497,22 @@ def create_app(
                 raise ServeError(
                     404, "unknown_spec", f"no served spec {name!r} (served: {', '.join(service.by_name)})", "spec"
                 )
+
+    ui = ServedReport(store_path)
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui_root() -> RedirectResponse:
+        return RedirectResponse("/ui/")
+
+    @app.get("/ui/{path:path}", include_in_schema=False)
+    async def ui_file(path: str) -> Response:
+        """The store's report and record explorer (greval.report.explorer.served), as `greval report` writes
+        them, rebuilt when the store changes."""
+        found = await run_in_threadpool(ui.file, path)
+        if found is None:
+            raise ServeError(404, "not_found", f"no file {path!r} in the report", "path")
+        body, kind = found
+        return Response(body, media_type=kind, headers={"Cache-Control": "no-cache"})
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, Any]:
@@ -563,10 +591,11 @@ def create_app(
     async def results(record_id: str, spec: str | None = None) -> dict[str, Any]:
         names = [spec] if spec else [s.name for s in service.specs]
         known(names)
-        return {
-            "record_id": record_id,
-            "verdicts": [v.model_dump(mode="json") for v in service.stored(names, record_id)],
-        }
+        try:
+            stored = service.stored(names, record_id)
+        except StoreUnavailable as exc:
+            raise _judge_failure(exc) from None
+        return {"record_id": record_id, "verdicts": [v.model_dump(mode="json") for v in stored]}
 
     if langserve:
         add_judge_routes(app, service, models, settings)

@@ -53,7 +53,7 @@ def too_many_connections(limit: int) -> Any:
     return refuse
 
 
-class GuardedH11Protocol(H11Protocol):
+class GuardedH11Protocol(H11Protocol):  # type: ignore[misc, unused-ignore]  # Any without the serve extra
     """uvicorn's h11 protocol with a header deadline and a connection cap (see the module's docstring)."""
 
     def __init__(
@@ -71,7 +71,7 @@ class GuardedH11Protocol(H11Protocol):
         self.max_connections = max_connections
         self.header_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override, unused-ignore]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             self.app = too_many_connections(self.max_connections)

@@ -15,6 +15,7 @@ in-flight future, so fifty identical requests make one call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from greval.dataset.records import Record
+from greval.errors import StoreUnavailable, first_line
 from greval.judge.evaluators import Evaluator, make_evaluator
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, judge_model
@@ -33,6 +35,7 @@ from greval.runner.judging import settle
 from greval.runner.options import RunOptions
 from greval.runner.plan import plan_work, unique_contents
 from greval.spec import BaseSpec, dependency_levels, order_specs, with_dependencies
+from greval.store.backend import RECONNECT_WAIT_S, display
 from greval.store.store import Store, spec_keys
 from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
@@ -87,6 +90,7 @@ class JudgeService:
         cfg: JudgeConfig,
         options: RunOptions | None = None,
         model: BaseChatModel | None = None,
+        store_wait: float = RECONNECT_WAIT_S,
     ) -> None:
         self.specs = order_specs(specs)
         self.by_name = {s.name: s for s in self.specs}
@@ -95,6 +99,7 @@ class JudgeService:
         self.cfgs = {s.name: config_for(s, cfg) for s in self.specs}
         self.options = options or RunOptions()
         self.store_path = store_path
+        self.store_wait = store_wait
         self.store: Store | None = None
         self._model = model
         self._chat: ChatModel | None = model
@@ -113,7 +118,7 @@ class JudgeService:
     # ------------------------------------------------------------------------------- lifecycle
     def open(self) -> None:
         """Open the store and record the served specs and judges in it (as a run does before judging)."""
-        self.store = Store(self.store_path)
+        self.store = Store(self.store_path, wait_s=self.store_wait)
         self.store.put_specs(self.specs, self.keys)
         for c in {c.key: c for c in self.cfgs.values()}.values():
             self.store.put_judge(c)
@@ -136,7 +141,8 @@ class JudgeService:
 
     def close(self) -> None:
         if self.store is not None:
-            self.store.release_claims()
+            if self.store.unavailable is None:
+                self.store.release_claims()
             self.store.close()
             self.store = None
 
@@ -309,8 +315,21 @@ class JudgeService:
         return out
 
     def _open_store(self) -> Store:
+        """The store, opened again when the last connection gave it up (a PostgreSQL server that went away for
+        longer than ``store_wait``): requests answer 503 while it is gone and work again once it is back,
+        without restarting the server."""
+        if self.store is not None and self.store.unavailable is not None:
+            gone, self.store = self.store, None
+            with contextlib.suppress(Exception):  # the old connection is dead; closing it may fail too
+                gone.close()
         if self.store is None:
-            self.open()
+            try:
+                self.open()
+            except StoreUnavailable:
+                raise
+            except Exception as exc:  # e.g. "cannot connect to PostgreSQL": the server is still down
+                where = display(str(self.store_path))
+                raise StoreUnavailable(f"{where}: the store is unavailable ({first_line(exc)})") from None
         assert self.store is not None
         return self.store
 

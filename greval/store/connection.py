@@ -27,6 +27,9 @@ T = TypeVar("T")
 # workers opening a new database at once would otherwise race on CREATE TABLE IF NOT EXISTS).
 _SCHEMA_LOCK = 0x67726576
 
+#: How long opening a SQLite store waits for another process that holds it (SQLite's busy timeout too).
+SQLITE_BUSY_S = 30.0
+
 
 #: SQLite's primary result codes of a file that cannot be used (not of a statement's error, such as a missing
 #: column): BUSY and LOCKED (past the busy timeout), READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB.
@@ -40,6 +43,38 @@ def _file_id(path: Path | None) -> tuple[int, int] | None:
     except OSError:
         return None
     return None if st is None else (st.st_dev, st.st_ino)
+
+
+def _open_sqlite(path: Path) -> sqlite3.Connection:
+    """Connect, switch to WAL and create the tables, waiting while another process does the same.
+
+    Two processes opening one new file at once (pytest-xdist workers sharing a store) can meet SQLite's
+    ``database is locked`` without its busy handler being called (the journal-mode switch, a lock upgrade
+    that would deadlock); that is a wait, not a broken file, so the whole opening is tried again."""
+    deadline = time.monotonic() + SQLITE_BUSY_S
+    while True:
+        db: sqlite3.Connection | None = None
+        try:
+            # The async runner works in greval's background loop thread (see greval._sync); access is
+            # serialised by StoreFile._lock, so the connection may cross threads.
+            db = sqlite3.connect(str(path), timeout=SQLITE_BUSY_S, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(schema.ddl("sqlite"))
+            return db
+        except sqlite3.OperationalError as exc:
+            if db is not None:
+                db.close()
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise UserError(f"{path}: not a greval store ({exc})") from None
+            if time.monotonic() > deadline:
+                raise UserError(f"{path}: held by another process for {SQLITE_BUSY_S:.0f} s ({exc})") from None
+            time.sleep(0.05)
+        except sqlite3.DatabaseError as exc:
+            if db is not None:
+                db.close()
+            raise UserError(f"{path}: not a greval store ({exc})") from None
 
 
 class StoreFile:
@@ -79,17 +114,7 @@ class StoreFile:
                 private_file(self.path)
             except OSError as exc:
                 raise UserError(f"{self.path}: cannot create the store ({exc.strerror or exc})") from None
-        try:
-            # The async runner works in greval's background loop thread (see greval._sync); access is
-            # serialised by self._lock, so the connection may cross threads.
-            db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
-            self.db = db
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            db.executescript(schema.ddl("sqlite"))
-        except sqlite3.DatabaseError as exc:
-            raise UserError(f"{self.path}: not a greval store ({exc})") from None
+        self.db = _open_sqlite(self.path)
         self._file = _file_id(self.path)
         version = schema.stored_version(self.db)
         if version is None:
@@ -123,6 +148,12 @@ class StoreFile:
                         ),
                     )
                 schema.migrate(db, self.dialect)
+
+    @property
+    def unavailable(self) -> StoreUnavailable | None:
+        """Why this connection gave the store up (every later transaction raises it), else None: a long-lived
+        caller (``greval serve``) opens the store again instead of failing until restarted."""
+        return self._down
 
     @property
     def version(self) -> int | None:

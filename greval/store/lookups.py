@@ -4,8 +4,9 @@ scores are not here: :mod:`greval.store.results` defines every figure once."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from greval.store.connection import StoreFile
 
@@ -96,6 +97,21 @@ class VerdictLookups(StoreFile):
             )
             for h, i, r, lab, v, c, why, t in rows
         ]
+
+    def unit_samples(self, spec_key: str, judge_key: str) -> dict[tuple[str, str], list[Any]]:
+        """The answers of a judge asked several times per unit (``--samples``), by (record hash, item id); units
+        asked once are absent."""
+        rows = self._rows(
+            "SELECT record_hash, item_id, samples FROM verdicts"
+            " WHERE spec_key=? AND judge_key=? AND samples IS NOT NULL",
+            (spec_key, judge_key),
+        )
+        out: dict[tuple[str, str], list[Any]] = {}
+        for h, i, samples in rows:
+            found = json.loads(samples) if isinstance(samples, str) else samples
+            if isinstance(found, list) and found:
+                out[str(h), str(i)] = found
+        return out
 
     def unusable_units(self, spec_key: str, judge_key: str) -> dict[str, int]:
         """One judge's verdicts of a metric version that are not ok (nothing to push, nothing to compare), by

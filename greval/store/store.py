@@ -296,6 +296,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             )
         )
 
+    def activity(self) -> tuple[Any, ...]:
+        """How many verdicts and human labels the store holds and when each last changed: equal tuples mean
+        nothing a report shows has changed (greval serve's /ui rebuilds its report when it differs)."""
+        out: tuple[Any, ...] = ()
+        for table in ("verdicts", "human_labels"):
+            [row] = self.db.execute(f"SELECT COUNT(*), MAX(updated_at) FROM {table}").fetchall()
+            out += tuple(row)
+        return out
+
     def runs(self) -> list[dict[str, Any]]:
         """Every run, oldest first; ``options`` and ``summary`` are JSON text (a sampled run's options hold its
         ``sample``: records, items, seed; its summary what was drawn of how many)."""

@@ -195,15 +195,15 @@ def write_back(rows: PhoenixRows, store: Store, summary: RunSummary, specs: Sequ
         sessions = sorted({a["session_id"] for a in out.sessions})
         new_sessions = _changed(out.sessions, _existing_sessions(rows, sessions, list(by_name)), "session_id")
         for i in range(0, len(new), _BATCH):
-            client.spans.log_span_annotations(span_annotations=new[i : i + _BATCH], sync=True)  # type: ignore[arg-type]
+            client.spans.log_span_annotations(span_annotations=new[i : i + _BATCH], sync=True)  # type: ignore[arg-type, unused-ignore]
         for i in range(0, len(new_docs), _BATCH):
             client.spans.log_document_annotations(
-                document_annotations=new_docs[i : i + _BATCH],  # type: ignore[arg-type]
+                document_annotations=new_docs[i : i + _BATCH],  # type: ignore[arg-type, unused-ignore]
                 sync=True,
             )
         for i in range(0, len(new_sessions), _BATCH):
             client.sessions.log_session_annotations(
-                session_annotations=new_sessions[i : i + _BATCH],  # type: ignore[arg-type]
+                session_annotations=new_sessions[i : i + _BATCH],  # type: ignore[arg-type, unused-ignore]
                 sync=True,
             )
     except httpx.HTTPError as exc:

@@ -213,7 +213,7 @@ def test_agreement_from_a_store_judged_with_samples_has_a_calibration_section(ll
         by_bin.setdefault(min(int(c * 10 + 1e-9), 9), []).append((c, right))
     ece = sum(abs(sum(r for _, r in b) / len(b) - sum(c for c, _ in b) / len(b)) * len(b) for b in by_bin.values())
     assert cal["ece"]["value"] == pytest.approx(ece / len(pairs), abs=1e-12)
-    assert cal["resample_unit"] == "groups"  # the store frame groups by record
+    assert cal["resample_unit"] == "records"  # the store frame groups by record, and says so
     assert 'alt="reliability diagram"' in page.read_text()
     # A judge asked once has no confidence: no calibration section, and nothing said about it.
     single = tmp_path / "one.sqlite"

@@ -68,3 +68,26 @@ def test_gate_tests_the_design_weighted_figure_on_a_non_random_sample() -> None:
     assert result.passed and "cohen_kappa (design-weighted)" in result.line
     other = evaluate(report, [Condition.parse("alpha_nominal>=-1")])
     assert other.passed and "(unweighted, on a non-random sample)" in other.line
+
+
+def test_gate_counts_a_judge_error_as_greval_agreement_does_with_the_same_invalid_policy(
+    llm: Any, tmp_path: Path
+) -> None:
+    """`--invalid` reaches the gate's report: with one judge answer an error, as-wrong and drop give different
+    accuracies, each the one `greval agreement --invalid …` prints."""
+    body = {"error": {"message": "too long", "type": "invalid_request_error", "code": "context_length_exceeded"}}
+    llm.script([{"match": "q7", "action": {"type": "fault", "status": 400, "body": body}}])
+    store = tmp_path / "s.sqlite"
+    judged_store(llm, store)
+    base = ["--store", str(store), "--spec", "answer_alignment", "--bootstrap", "0"]
+    shown = {}
+    for policy in ("as-wrong", "drop"):
+        out = tmp_path / f"{policy}.json"
+        res = CliRunner().invoke(main, ["agreement", *base, "--invalid", policy, "--json", str(out)])
+        assert res.exit_code == 0, res.output
+        accuracy = json.loads(out.read_text())["metrics"]["accuracy"]["value"]
+        ok = CliRunner().invoke(main, ["gate", *base, "--invalid", policy, "--min", f"accuracy>={accuracy - 1e-9}"])
+        bad = CliRunner().invoke(main, ["gate", *base, "--invalid", policy, "--min", f"accuracy>={accuracy + 1e-6}"])
+        assert ok.exit_code == 0 and bad.exit_code == 1, (ok.output, bad.output)
+        shown[policy] = accuracy
+    assert shown["as-wrong"] != shown["drop"]

@@ -256,6 +256,90 @@ def test_choose_threshold_takes_the_lowest_of_tied_maxima() -> None:
     assert choose_threshold(y, s, "gt", "max-f1")[0] == 0.1
 
 
+def _same(ours: float, reference: Any) -> bool:
+    ref = float(reference)
+    return ours == ref or (math.isnan(ours) and math.isnan(ref))
+
+
+def _sample(rng: np.random.Generator, n: int, trial: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two related samples, with many ties (few levels) or few (rounded normals)."""
+    levels = int(rng.integers(2, 12))
+    x = rng.integers(0, levels, n).astype(float) if trial % 2 else rng.normal(size=n).round(int(rng.integers(0, 3)))
+    y = (x + rng.integers(-2, 3, n)) if trial % 4 == 0 else rng.integers(0, levels, n).astype(float)
+    return x, y.astype(float)
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 64, 1000, 2500])
+def test_numpy_statistics_equal_scipy_and_sklearn_exactly(n: int) -> None:
+    """greval computes what it used to ask scipy / scikit-learn for (so that it imports neither) by their own
+    algorithms: the values must be the same floats, not just close ones — ties, odd sizes and large n
+    (Kendall's discordant pairs are counted by merges of 2^k runs) included."""
+    from greval.agreement import stats as st
+
+    rng = np.random.default_rng(n)
+    for trial in range(40 if n < 1000 else 6):
+        x, y = _sample(rng, n, trial)
+        assert (st.rankdata(x) == sps.rankdata(x)).all()
+        if not (np.all(x == x[0]) or np.all(y == y[0])):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert _same(st.spearman(x, y), sps.spearmanr(x, y)[0])
+                assert _same(st.kendall_tau_b(x, y), sps.kendalltau(x, y)[0])
+        k = int(rng.integers(2, 6))
+        h = rng.integers(0, k, n)
+        j = np.where(rng.random(n) < 0.7, h, rng.integers(0, k + 1, n))  # code k: an invalid answer
+        names = [f"l{i}" for i in range(k)]
+        ours = st.classification_report(h, j, names)
+        ref = skm.classification_report(
+            h, j, labels=list(range(k)), target_names=names, output_dict=True, zero_division=0
+        )
+        for row in [*names, "macro avg", "weighted avg"]:
+            assert ours[row] == {key: ref[row][key] for key in ("precision", "recall", "f1-score", "support")}
+        assert (st.confusion(h, j, k + 1) == skm.confusion_matrix(h, j, labels=list(range(k + 1)))).all()
+        pos = int(rng.integers(0, k))
+        got = st.positive_label_metrics(h, j, pos)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p, r, f, _ = skm.precision_recall_fscore_support(h, j, labels=[pos], zero_division=np.nan)
+        for name, want in (("precision", p[0]), ("recall", r[0]), ("f1", f[0])):
+            assert _same(math.nan if got[name][0] is None else got[name][0], want)
+        positive = rng.random(n) < rng.random()
+        score = rng.normal(size=n).round(int(rng.integers(0, 3))) + positive * rng.random()
+        if positive.any() and not positive.all():
+            assert _same(st.roc_auc(positive, score), skm.roc_auc_score(positive, score))
+            assert _same(st.average_precision(positive, score), skm.average_precision_score(positive, score))
+
+
+@pytest.mark.parametrize("criterion", ["max-f1", "max-balanced-accuracy", "youden"])
+@pytest.mark.parametrize("rule", ["gt", "ge"])
+def test_choose_threshold_equals_sklearn_at_every_threshold(rule: str, criterion: str) -> None:
+    """The threshold search tallies every threshold at once; scikit-learn, asked threshold by threshold,
+    chooses the same threshold with the same value."""
+    from greval.agreement import stats as st
+
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        n = int(rng.integers(2, 80))
+        positive = rng.random(n) < 0.5
+        positive[:2] = [True, False]
+        score = rng.normal(size=n).round(int(rng.integers(0, 3))) + positive * rng.random()
+        grid = np.unique(score)
+        values = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for t in grid:
+                pred = st.binarise(score, float(t), rule)
+                if criterion == "max-f1":
+                    values.append(float(skm.f1_score(positive, pred, zero_division=0)))
+                elif criterion == "max-balanced-accuracy":
+                    values.append(float(skm.balanced_accuracy_score(positive, pred)))
+                else:
+                    sens = skm.recall_score(positive, pred, zero_division=0)
+                    values.append(float(sens + skm.recall_score(~positive, ~pred, zero_division=0) - 1.0))
+        best = int(np.argmax(values))
+        assert st.choose_threshold(positive, score, rule, criterion) == (float(grid[best]), values[best], len(grid))
+
+
 def _published() -> list[tuple[str, str, float, float, float]]:
     rows = []
     for line in UNIEVAL_README.read_text().splitlines():

@@ -27,13 +27,17 @@ row by agreement/calibration.py, not reduced here).
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from greval.agreement.models import AgreementOptions, AgreementScale
-from greval.agreement.prepare.answers import few, label_text
+from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementOptions, AgreementScale
+from greval.agreement.prepare.answers import few, is_null, label_text, numbers
 from greval.agreement.prepare.build import Prepared, build
 from greval.agreement.prepare.reduce import MISSING, Reduced, reduce_items
 from greval.agreement.prepare.validate import Rows, resolve_scale, validate
+from greval.dataset.frame import Frame
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONFIDENCE_COLUMN = "judge_confidence"
 """The frame column with the judge's confidence in its answer (0..1; empty when it has none)."""
@@ -46,7 +50,9 @@ __all__ = [
     "Rows",
     "build",
     "few",
+    "is_null",
     "label_text",
+    "numbers",
     "prepare",
     "reduce_items",
     "resolve_scale",
@@ -54,7 +60,10 @@ __all__ = [
 ]
 
 
-def prepare(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> Prepared:
-    """Validate and reduce the frame; raises DataError for user mistakes."""
-    rows = validate(frame, scale, options)
-    return build(rows, reduce_items(rows))
+def prepare(frame: Frame | pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> Prepared:
+    """Validate and reduce the frame (a Frame or a pandas DataFrame); raises DataError for user mistakes."""
+    table = Frame.of(frame)
+    rows = validate(table, scale, options)
+    prep = build(rows, reduce_items(rows))
+    prep.groups_are_records = bool(table.attrs.get(GROUPS_ARE_RECORDS))
+    return prep

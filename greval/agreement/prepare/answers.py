@@ -4,25 +4,33 @@ through these."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import numpy.typing as npt
 
 from greval.agreement.models import AgreementScale
 
+_PANDAS_NULLS = frozenset({"NAType", "NaTType"})
+"""The classes of pandas.NA and pandas.NaT (named, so that reading a value never imports pandas)."""
 
-def is_missing(v: Any) -> bool:
-    """A null of any kind, or an empty / blank cell: no answer whatever the user's missing_values say."""
+
+def is_null(v: Any) -> bool:
+    """A null of any kind: None, NaN, pandas' NA or NaT (an empty text is not one)."""
     if v is None:
         return True
     if isinstance(v, float) and math.isnan(v):
         return True
-    if v is pd.NA or v is pd.NaT:
-        return True
-    return isinstance(v, str) and not v.strip()
+    return type(v).__name__ in _PANDAS_NULLS and type(v).__module__.startswith("pandas")
+
+
+def is_missing(v: Any) -> bool:
+    """A null of any kind, or an empty / blank cell: no answer whatever the user's missing_values say."""
+    return is_null(v) or (isinstance(v, str) and not v.strip())
 
 
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -76,6 +84,16 @@ def value_of(s: str | None, scale: AgreementScale) -> float | None:
     except ValueError:
         return None
     return v if math.isfinite(v) else None
+
+
+def numbers(values: Sequence[Any]) -> npt.NDArray[np.float64]:
+    """Each value as a float, NaN where it is missing or no number (pandas.to_numeric with errors="coerce")."""
+    out = np.full(len(values), np.nan)
+    for r, v in enumerate(values):
+        if not is_missing(v):
+            with contextlib.suppress(TypeError, ValueError):
+                out[r] = float(v)
+    return out
 
 
 def in_bounds(v: float, scale: AgreementScale) -> bool:

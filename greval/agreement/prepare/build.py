@@ -50,6 +50,7 @@ class Prepared:
     has_judge: bool = True
     group_names: list[str] = field(default_factory=list)
     multi_row_items: bool = False  # some item spans several rows: the resampling unit is the item, not the row
+    groups_are_records: bool = False  # the groups are a store's records (from_store), named so in the notes
 
 
 def build(rows: Rows, red: Reduced) -> Prepared:

@@ -9,10 +9,9 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 
-import pandas as pd
-
 from greval.agreement.models import AgreementOptions, AgreementScale
 from greval.agreement.prepare.answers import in_bounds, is_missing, label_text, sort_labels, value_of
+from greval.dataset.frame import Frame
 from greval.errors import DataError, option
 
 
@@ -60,21 +59,21 @@ class Rows:
         return self.judge_text is not None
 
 
-def validate(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> Rows:
+def validate(frame: Frame, scale: AgreementScale, options: AgreementOptions) -> Rows:
     """The frame's rows, checked; raises DataError for user mistakes."""
     _require(frame, ["item", "human"] + ([] if "score" in frame.columns else ["judge"]))
     scale = resolve_scale(frame, scale, options)
     if scale.kind == "categorical" and not scale.labels:
         raise DataError("a categorical scale needs at least one label")
     fill_code, fill_value = _fill_policy(options.invalid, scale)
-    items = frame["item"].map(lambda v: None if is_missing(v) else label_text(v, {}))
-    if items.isna().any():
-        raise DataError(f"{int(items.isna().sum())} row(s) have no item id")
+    items = [None if is_missing(v) else label_text(v, {}) for v in frame["item"]]
+    if (no_id := items.count(None)) > 0:
+        raise DataError(f"{no_id} row(s) have no item id")
     missing = frozenset(options.missing_values)
     human_text = [label_text(v, options.mapping, missing) for v in frame["human"]]
     human = _human_answers(human_text, scale)
     has_judge = "judge" in frame.columns
-    item_list: list[str] = items.tolist()
+    item_list = [str(i) for i in items]
     annotator_column = "annotator" in frame.columns
     return Rows(
         scale=scale,
@@ -92,13 +91,13 @@ def validate(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptio
     )
 
 
-def _require(frame: pd.DataFrame, columns: list[str]) -> None:
+def _require(frame: Frame, columns: list[str]) -> None:
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise DataError(f"missing column(s) {missing}; the frame has {list(frame.columns)}")
 
 
-def resolve_scale(frame: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> AgreementScale:
+def resolve_scale(frame: Frame, scale: AgreementScale, options: AgreementOptions) -> AgreementScale:
     """Fill in labels from the human answers when a categorical scale gives none."""
     if scale.kind != "categorical" or scale.labels is not None:
         return scale
@@ -173,7 +172,7 @@ def _human_answers(texts: list[str | None], scale: AgreementScale) -> list[float
     raise DataError(f"unknown human answer(s) {sorted(set(bad))[:5]} ({len(bad)} row(s)); {what}")
 
 
-def _scores(frame: pd.DataFrame, missing: frozenset[str]) -> list[float | None]:
+def _scores(frame: Frame, missing: frozenset[str]) -> list[float | None]:
     """The judge's raw scores as floats (None = missing); a text that is not a number is a user error."""
     out: list[float | None] = []
     bad: list[str] = []

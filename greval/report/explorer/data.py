@@ -1,0 +1,300 @@
+"""The record explorer's data: every record row of every metric, and what each record holds, as the JavaScript
+files the explorer loads on demand (``<script>`` files, so the folder opens from disk: a browser refuses
+``fetch`` of ``file://``). Python decides every figure and every verdict shown (the report's models and the
+store's rows); the JavaScript filters, sorts and shows them as text.
+
+Layout under ``explorer/data/``: ``meta.js`` (the metrics, their columns, figures and filters; loaded first),
+``m{metric}-{chunk}.js`` (ROWS_PER_CHUNK record rows of one metric), ``r{chunk}.js`` (RECORDS_PER_CHUNK
+records' fields: question, answer, chunks …, read when a record page or a text search needs them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from greval.report.models import MetricRow
+from greval.report.stats import score_bins
+from greval.report.tables import agreement_cell, summary_cell
+from greval.spec import BaseSpec, CategoricalScale, Spec
+from greval.store.labels import HumanLabel
+
+ROWS_PER_CHUNK = 2000
+RECORDS_PER_CHUNK = 500
+#: A record row's fields, in the order each row array holds them (meta.js names them for the JavaScript).
+COLUMNS = (
+    "rec",  # the record's number (its chunk: rec // RECORDS_PER_CHUNK)
+    "id",
+    "system",
+    "group",
+    "status",
+    "verdict",  # the label, the value, or a many-metric's item labels counted
+    "score",
+    "human",  # the human labels, "; "-joined
+    "agree",  # "agree" / "disagree" / "" (no human label)
+    "confidence",
+    "latency_ms",
+    "tokens",
+    "reason",
+    "bin",  # the record score's histogram bin (report.histogram's keys)
+    "humans",  # [[item, annotator, label, comment], …]
+    "items",  # a many-metric's [[item id, verdict, reason, status], …]
+    "labels",  # the labels the row's verdicts hold (a many-metric: every item's), for the label filter
+    "samples",  # the judge's answers when it was asked several times (--samples), else None
+)
+
+
+def _js(call: str, *args: Any) -> str:
+    """A data file's text: one call with JSON arguments (``</`` escaped, so no string closes a script)."""
+    body = ",".join(json.dumps(a, ensure_ascii=False, separators=(",", ":")) for a in args)
+    safe = body.replace("</", "<\\/")
+    return f"{call}({safe});\n"
+
+
+@dataclass(frozen=True)
+class MetricData:
+    """What the explorer reads of one metric: the report's row, the spec and the record rows."""
+
+    row: MetricRow
+    spec: BaseSpec
+    records: Sequence[dict[str, Any]]
+    items: Mapping[tuple[str, str], list[dict[str, Any]]]
+    humans: Mapping[tuple[str, str], list[HumanLabel]]
+    samples: Mapping[tuple[str, str], list[Any]] = field(default_factory=dict)
+
+
+def _text(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+def _verdict(r: Mapping[str, Any]) -> str:
+    """An item row's verdict as the report's distribution names it (a label, or a value as an integer)."""
+    if r.get("label") is not None:
+        return str(r["label"])
+    if r.get("value") is not None:
+        v = float(r["value"])
+        return str(int(v)) if v.is_integer() else f"{v:g}"
+    return ""
+
+
+def _said(h: HumanLabel) -> str:
+    """A human answer as the judge's verdict is written (a label, or a value like the distribution's keys)."""
+    return h["label"] if h["label"] is not None else _verdict({"value": h["value"]})
+
+
+def _agree(judge: Mapping[tuple[str, str], str], humans: Sequence[HumanLabel]) -> str:
+    """'disagree' when some human answer differs from the judge's verdict on its item, else 'agree' ('' without
+    human answers)."""
+    if not humans:
+        return ""
+    for h in humans:
+        if judge.get((h["record_hash"], h["item_id"])) != _said(h):
+            return "disagree"
+    return "agree"
+
+
+def _judged(m: MetricData, mine: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """A record's verdict as the table shows it (a many-metric's item labels counted) and the labels its ok
+    verdicts hold (what the label filter matches)."""
+    many = isinstance(m.spec, Spec) and m.spec.each is not None
+    whole = [r for r in mine if r["item_id"] == ""] or list(mine[:1])
+    counted = [_verdict(r) for r in (mine if many else whole) if r["status"] == "ok" and (r["item_id"] != "") == many]
+    labels = sorted({v for v in counted if v})
+    if not many:
+        return (_verdict(whole[0]) if whole else ""), labels
+    return ", ".join(f"{k} ×{counted.count(k)}" for k in dict.fromkeys(counted)), labels
+
+
+def _cost(mine: Sequence[Mapping[str, Any]]) -> tuple[float | None, int | None]:
+    """The judge's milliseconds and tokens (in + out) for a record, over its verdicts; None when none."""
+    tokens = sum(int(r.get("tokens_in") or 0) + int(r.get("tokens_out") or 0) for r in mine)
+    latency = sum(float(r.get("latency_ms") or 0) for r in mine)
+    return (round(latency) if latency else None), (tokens or None)
+
+
+def _reason(r: Mapping[str, Any]) -> str:
+    return _text(r.get("reason") or r.get("error"))
+
+
+def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str) -> list[Any]:
+    """One record row of the explorer's table (COLUMNS' order)."""
+    key = (rec["record_id"], rec["record_hash"])
+    mine = m.items.get(key, [])
+    whole = next((r for r in mine if r["item_id"] == ""), mine[0] if mine else {})
+    judge = {(r["record_hash"], r["item_id"]): _verdict(r) for r in mine if r["status"] == "ok"}
+    humans = m.humans.get(key, [])
+    verdict, labels = _judged(m, mine)
+    latency, tokens = _cost(mine)
+    return [
+        number,
+        rec["record_id"],
+        _text(rec.get("system")),
+        _text(rec.get("group")),
+        {"error": "failed"}.get(rec["status"], rec["status"]),
+        verdict,
+        rec.get("score"),
+        "; ".join(_said(h) for h in humans),
+        _agree(judge, humans),
+        whole.get("confidence"),
+        latency,
+        tokens,
+        _reason(whole),
+        bin_key,
+        [[h["item_id"], h["annotator"], _said(h), h["comment"] or ""] for h in humans],
+        [
+            [r["item_id"], _verdict(r), _reason(r), r["status"], m.samples.get((r["record_hash"], r["item_id"]))]
+            for r in mine
+            if r["item_id"] != ""
+        ],
+        labels,
+        m.samples.get((rec["record_hash"], "")),
+    ]
+
+
+def metric_meta(m: MetricData, index: int, rows: Sequence[list[Any]], where: Where) -> dict[str, Any]:
+    """A metric's entry in meta.js: the figures the report shows for it (the same cells) and its filters."""
+    spec = m.spec
+    labels = spec.scale.names if isinstance(spec, Spec) and isinstance(spec.scale, CategoricalScale) else []
+    col = COLUMNS.index
+    return {
+        "index": index,
+        "name": m.row.metric,
+        "judge": m.row.judge,
+        "kind": m.row.kind,
+        "spec_hash": m.row.spec_hash,
+        "labels": labels,
+        "many": isinstance(spec, Spec) and spec.each is not None,
+        "chunks": -(-len(rows) // ROWS_PER_CHUNK),
+        "rows": len(rows),
+        "figures": {
+            "records": m.row.figures.records,
+            "ok": m.row.figures.ok,
+            "failed": m.row.figures.failed,
+            "skipped": m.row.figures.skipped,
+            "distribution": m.row.distribution or m.row.histogram,
+            "summary": summary_cell(m.row),
+            "by_shares": m.row.by_shares,
+            "agreement": agreement_cell(m.row),
+            "agreement_page": m.row.agreement_page or "",
+        },
+        "values": {
+            key: sorted({str(r[col(key)]) for r in rows if r[col(key)] not in (None, "")})
+            for key in ("system", "group", "status", "agree")
+        },
+        "system_column": where.system_column,
+        "group_column": where.group_column,
+    }
+
+
+def record_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a record page shows of a record: its fields as stored (chunks and triples with their ids)."""
+    return dict(data)
+
+
+#: The columns a comparison adds to each row (side B's verdict beside side A's).
+COMPARE_COLUMNS = ("verdict_b", "score_b", "reason_b", "status_b", "changed")
+
+
+@dataclass(frozen=True)
+class Where:
+    """What the explorer says about the store and its columns (the report's, or a comparison's)."""
+
+    store: str
+    system_column: str = ""
+    group_column: str = ""
+    compare: tuple[str, str] | None = None
+
+
+def metric_rows(m: MetricData, numbers: Mapping[tuple[str, str], int]) -> list[list[Any]]:
+    """Every record row of a metric (COLUMNS' order), each with its record's number and score bin."""
+    scored = [r for r in m.records if r.get("score") is not None]
+    keys, where = score_bins([float(r["score"]) for r in scored])
+    bins = {id(r): keys[w] for r, w in zip(scored, where, strict=True)}
+    return [
+        record_row(m, rec, numbers[rec["record_id"], rec["record_hash"]], bins.get(id(rec), "")) for rec in m.records
+    ]
+
+
+def changed(a: Sequence[Any], b: Sequence[Any] | None) -> str:
+    """Whether a record's verdict differs between the two sides of a comparison ('changed' / 'same'; '' when
+    side B has no verdict for it). The one definition the comparison page counts too."""
+    if b is None:
+        return ""
+    col = COLUMNS.index
+    same = a[col("verdict")] == b[col("verdict")] and a[col("status")] == b[col("status")]
+    return "same" if same else "changed"
+
+
+def side_by_side(a: list[list[Any]], b: Mapping[str, list[Any]], keys: Sequence[str]) -> list[list[Any]]:
+    """Side A's rows with side B's verdict, score, reason and status of the paired record, and whether it
+    changed; changed records first (then A's order)."""
+    col = COLUMNS.index
+    out = []
+    for row, key in zip(a, keys, strict=True):
+        other = b.get(key)
+        extra = [None, None, None, None] if other is None else [other[col(c)] for c in ("verdict", "score", "reason")]
+        if other is not None:
+            extra.append(other[col("status")])
+        out.append([*row, *extra, changed(row, other)])
+    return sorted(out, key=lambda r: r[-1] != "changed")
+
+
+def _numbers(metrics: Sequence[MetricData]) -> dict[tuple[str, str], int]:
+    numbers: dict[tuple[str, str], int] = {}
+    for m in metrics:
+        for rec in m.records:
+            numbers.setdefault((rec["record_id"], rec["record_hash"]), len(numbers))
+    return numbers
+
+
+def _write_rows(out: Path, i: int, rows: Sequence[list[Any]]) -> int:
+    for k in range(0, len(rows), ROWS_PER_CHUNK):
+        text = _js("GREVAL.rows", i, k // ROWS_PER_CHUNK, rows[k : k + ROWS_PER_CHUNK])
+        (out / f"m{i}-{k // ROWS_PER_CHUNK}.js").write_text(text, encoding="utf-8")
+    return -(-len(rows) // ROWS_PER_CHUNK)
+
+
+def _write_records(out: Path, numbers: Mapping[tuple[str, str], int], data: Mapping[str, dict[str, Any]]) -> int:
+    ordered = sorted(numbers.items(), key=lambda kv: kv[1])
+    for k in range(0, len(ordered), RECORDS_PER_CHUNK):
+        chunk = ordered[k : k + RECORDS_PER_CHUNK]
+        part = {n: {"id": rid, "fields": record_fields(data.get(h, {}))} for (rid, h), n in chunk}
+        (out / f"r{k // RECORDS_PER_CHUNK}.js").write_text(
+            _js("GREVAL.records", k // RECORDS_PER_CHUNK, part), encoding="utf-8"
+        )
+    return -(-len(ordered) // RECORDS_PER_CHUNK)
+
+
+def write_data(
+    out: Path,
+    where: Where,
+    metrics: Sequence[MetricData],
+    data: Mapping[str, dict[str, Any]],
+    paired: Sequence[tuple[list[str], Mapping[str, list[Any]]]] = (),
+) -> int:
+    """Write meta.js, the row chunks and the record chunks under ``out`` (explorer/data); ``paired``: a
+    comparison's (pair key of each of side A's rows, side B's rows by pair key) per metric. Returns the files
+    written."""
+    out.mkdir(parents=True, exist_ok=True)
+    numbers = _numbers(metrics)
+    metas, files = [], 0
+    for i, m in enumerate(metrics):
+        rows = metric_rows(m, numbers)
+        if paired:
+            rows = side_by_side(rows, paired[i][1], paired[i][0])
+        metas.append(metric_meta(m, i, rows, where))
+        files += _write_rows(out, i, rows)
+    files += _write_records(out, numbers, data)
+    meta = {
+        "store": where.store,
+        "columns": list(COLUMNS) + (list(COMPARE_COLUMNS) if paired else []),
+        "compare": list(where.compare) if where.compare else None,
+        "records_per_chunk": RECORDS_PER_CHUNK,
+        "records": len(numbers),
+        "metrics": metas,
+    }
+    (out / "meta.js").write_text(_js("GREVAL.meta", meta), encoding="utf-8")
+    return files + 1

@@ -1,0 +1,350 @@
+// greval's record explorer: filters, sorts and shows the rows Python wrote (data/*.js). Every string from the
+// data is shown with textContent (never as markup). Data files are <script>s: the folder opens from disk.
+"use strict";
+(function () {
+  const S = { meta: null, rows: {}, joined: {}, pending: {}, records: {}, shown: 200, view: [], state: {} };
+  const $ = (sel) => document.querySelector(sel);
+  const FILTERS = ["system", "group", "status", "label", "value", "bin", "human", "agree", "changed"];
+  const PAGE = 200;
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "text") e.textContent = v; else e.setAttribute(k, v === true ? "" : v);
+    }
+    for (const k of kids) if (k !== null && k !== undefined) e.append(k instanceof Node ? k : String(k));
+    return e;
+  }
+  function load(src, key) {
+    if (!S.pending[key]) {
+      S.pending[key] = new Promise((resolve, reject) => {
+        const s = el("script", { src: src });
+        s.onerror = () => reject(new Error("cannot read " + src));
+        document.body.append(s);
+        S.waiters[key] = resolve;
+      });
+    }
+    return S.pending[key];
+  }
+  S.waiters = {};
+  window.GREVAL = {
+    meta(m) { S.meta = m; S.col = Object.fromEntries(m.columns.map((c, i) => [c, i])); start(); },
+    rows(metric, chunk, rows) { (S.rows[metric] = S.rows[metric] || [])[chunk] = rows; done("m" + metric + "-" + chunk); },
+    records(chunk, recs) { Object.assign(S.records, recs); done("r" + chunk); },
+  };
+  function done(key) { if (S.waiters[key]) S.waiters[key](); }
+  async function metricRows(m) {
+    const meta = S.meta.metrics[m];
+    const jobs = [];
+    for (let k = 0; k < meta.chunks; k++) jobs.push(load("data/m" + m + "-" + k + ".js", "m" + m + "-" + k));
+    await Promise.all(jobs);
+    if (!S.joined[m]) S.joined[m] = [].concat(...(S.rows[m] || []));
+    return S.joined[m];
+  }
+  function recordChunk(rec) { const k = Math.floor(rec / S.meta.records_per_chunk); return load("data/r" + k + ".js", "r" + k); }
+  async function allRecords() {
+    const jobs = [];
+    for (let k = 0; k * S.meta.records_per_chunk < S.meta.records; k++) jobs.push(load("data/r" + k + ".js", "r" + k));
+    await Promise.all(jobs);
+  }
+
+  // ------------------------------------------------------------------------------------------------ address
+  function readHash() {
+    const st = {};
+    for (const part of location.hash.replace(/^#/, "").split("&")) {
+      if (!part) continue;
+      const i = part.indexOf("=");
+      st[decodeURIComponent(i < 0 ? part : part.slice(0, i))] = i < 0 ? "" : decodeURIComponent(part.slice(i + 1));
+    }
+    st.m = Math.max(0, Math.min(S.meta.metrics.length - 1, parseInt(st.m || "0", 10) || 0));
+    return st;
+  }
+  function hashOf(st) {
+    return "#" + Object.entries(st).filter(([, v]) => v !== "" && v !== undefined && v !== null)
+      .map(([k, v]) => encodeURIComponent(k) + "=" + encodeURIComponent(v)).join("&");
+  }
+  function go(changes) {
+    const st = Object.assign({}, S.state, changes);
+    if (!("record" in changes)) delete st.record;
+    location.hash = hashOf(st);
+  }
+
+  // ------------------------------------------------------------------------------------------------ filtering
+  function cell(r, c) { return r[S.col[c]]; }
+  const TEXT = new WeakMap();
+  function textOf(r) {
+    // a row's searchable text, lower-cased once: its id, verdict, reason, human labels and its record's fields
+    let t = TEXT.get(r);
+    if (t === undefined) {
+      const rec = S.records[r[S.col.rec]];
+      t = [cell(r, "id"), cell(r, "verdict"), cell(r, "reason"), cell(r, "human"), rec ? JSON.stringify(rec.fields) : ""]
+        .join("\n").toLowerCase();
+      if (rec) TEXT.set(r, t);
+    }
+    return t;
+  }
+  function predicate(st) {
+    // one test per filter set, each reading its column by index
+    const tests = [];
+    for (const f of FILTERS) {
+      const want = st[f];
+      if (want === undefined || want === "") continue;
+      if (f === "label") { const i = S.col.labels; tests.push((r) => r[i].includes(want)); }
+      else if (f === "value") { const i = S.col.labels, v = S.col.verdict; tests.push((r) => r[i].includes(want) || String(r[v]) === want); }
+      else if (f === "human") { const i = S.col.human; tests.push((r) => String(r[i] || "").split("; ").includes(want)); }
+      else if (f in S.col) { const i = S.col[f]; tests.push((r) => (r[i] === null || r[i] === undefined ? "" : String(r[i])) === want); }
+    }
+    if (st.q) { const q = st.q.toLowerCase(); tests.push((r) => textOf(r).includes(q)); }
+    return (r) => { for (const t of tests) if (!t(r)) return false; return true; };
+  }
+  function sortRows(rows, key, dir) {
+    if (!key || !(key in S.col)) return rows;
+    const i = S.col[key], sign = dir === "desc" ? -1 : 1;
+    return rows.slice().sort((a, b) => {
+      const x = a[i], y = b[i];
+      if (x === y) return 0;
+      if (x === null || x === "" || x === undefined) return 1;
+      if (y === null || y === "" || y === undefined) return -1;
+      return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true })) * sign;
+    });
+  }
+
+  // ------------------------------------------------------------------------------------------------ rendering
+  const COLS = [
+    ["id", "record"], ["verdict", "verdict"], ["score", "score"], ["human", "human label(s)"], ["agree", "agree?"],
+    ["confidence", "confidence", "opt"], ["system", "system"], ["group", "group", "opt"], ["status", "status", "opt"],
+    ["tokens", "judge tokens", "opt"], ["latency_ms", "judge ms", "opt"], ["reason", "reason"],
+  ];
+  const USED = new WeakMap();
+  function columns() {
+    // the metric's columns that hold something in some row (no column of blanks), worked out once per metric
+    const rows = S.all || [];
+    if (USED.has(rows)) return USED.get(rows);
+    const used = (c) => c === "id" || rows.some((r) => { const v = cell(r, c); return v !== null && v !== undefined && v !== ""; });
+    let out = COLS.slice();
+    if (S.meta.compare) {
+      const [a, b] = S.meta.compare;
+      out.splice(1, 1, ["changed", "changed?"], ["verdict", "A: " + a], ["verdict_b", "B: " + b]);
+      out.splice(4, 1, ["score", "A score"], ["score_b", "B score"]);
+    }
+    out = out.filter(([c]) => used(c));
+    USED.set(rows, out);
+    return out;
+  }
+  function fmt(v, c) {
+    if (v === null || v === undefined) return "";
+    if (typeof v === "number") return c === "score" || c === "confidence" ? v.toFixed(3) : String(v);
+    return String(v);
+  }
+  function renderNav(st) {
+    const nav = $("#metrics"); nav.replaceChildren();
+    S.meta.metrics.forEach((m, i) => {
+      const twin = S.meta.metrics.some((o) => o !== m && o.name === m.name);
+      const name = m.name + (twin ? "@" + m.spec_hash : "") + " · " + m.judge;
+      nav.append(el("a", { href: hashOf({ m: i }), "aria-current": i === st.m ? "page" : null, text: name }));
+    });
+  }
+  function renderFigures(st) {
+    const m = S.meta.metrics[st.m], f = m.figures, box = $("#figures");
+    const dist = el("dd", { class: "dist" });
+    const key = m.labels.length ? "label" : (m.kind === "judge" ? "value" : "bin");
+    for (const [k, v] of Object.entries(f.distribution)) {
+      if (!v) continue;
+      dist.append(el("a", { href: hashOf({ m: st.m, [key]: k }), "data-figure": key, "data-key": k, "data-count": v, text: k + ": " + v }));
+    }
+    const item = (t, d) => el("dl", {}, el("dt", { text: t }), d instanceof Node ? d : el("dd", { text: d }));
+    const kids = [
+      item("records", String(f.records)), item("ok", String(f.ok)), item("failed", String(f.failed)),
+      item(m.labels.length && m.many ? "items by label" : "by label / value / score bin", dist),
+      item(f.by_shares ? "label shares (95% CI)" : "dataset score (95% CI)", f.summary || "—"),
+    ];
+    if (f.agreement) {
+      const a = el("dd", {}, el("a", { href: hashOf({ m: st.m, agree: "disagree" }), text: f.agreement }));
+      kids.push(item("judge–human agreement (disagreements →)", a));
+    }
+    box.replaceChildren(...kids);
+  }
+  function options(name, values, current) {
+    const sel = el("select", { id: "f-" + name, "data-filter": name });
+    sel.append(el("option", { value: "", text: "all" }));
+    for (const v of values) sel.append(el("option", { value: v, text: v, selected: v === current }));
+    sel.addEventListener("change", () => go({ [name]: sel.value }));
+    return el("label", {}, name, sel);
+  }
+  function renderFilters(st, rows) {
+    const m = S.meta.metrics[st.m], box = $("#selects"); box.replaceChildren();
+    const vals = m.values;
+    if (vals.system.length) box.append(options("system", vals.system, st.system));
+    if (vals.group.length) box.append(options("group", vals.group, st.group));
+    box.append(options("status", vals.status, st.status));
+    if (m.labels.length) box.append(options("label", m.labels, st.label));
+    if (vals.agree.length) box.append(options("agree", vals.agree, st.agree));
+    if (S.meta.compare) box.append(options("changed", ["changed", "same"], st.changed));
+    const q = $("#q"); if (document.activeElement !== q) q.value = st.q || "";
+  }
+  function renderHead(st) {
+    const tr = el("tr");
+    for (const [c, name, opt] of columns()) {
+      const dir = st.sort === c ? (st.dir === "desc" ? " ↓" : " ↑") : null;
+      const b = el("button", { type: "button", "data-sort": c, "data-dir": dir, "aria-label": "sort by " + name, text: name });
+      b.addEventListener("click", () => go({ sort: c, dir: st.sort === c && st.dir !== "desc" ? "desc" : "asc" }));
+      tr.append(el("th", { class: opt || null, "aria-sort": st.sort === c ? (st.dir === "desc" ? "descending" : "ascending") : null }, b));
+    }
+    $("#table thead").replaceChildren(tr);
+  }
+  function renderRows(st) {
+    const body = $("#table tbody"), frag = document.createDocumentFragment();
+    for (const r of S.view.slice(0, S.shown)) {
+      const tr = el("tr", { class: [cell(r, "agree"), S.meta.compare ? cell(r, "changed") : ""].join(" ").trim() || null, "data-rec": cell(r, "rec") });
+      for (const [c, , opt] of columns()) {
+        const v = cell(r, c), num = typeof v === "number";
+        const td = el("td", { class: [opt, num ? "num" : "", c === "reason" ? "reason" : "", c === "agree" ? "agree" : ""].join(" ").trim() || null });
+        if (c === "id") td.append(el("a", { href: hashOf(Object.assign({}, st, { record: cell(r, "rec") })), text: String(v) }));
+        else { td.textContent = fmt(v, c); if (c === "reason") td.title = fmt(v, c); }
+        tr.append(td);
+      }
+      frag.append(tr);
+    }
+    body.replaceChildren(frag);
+    $("#more").hidden = S.view.length <= S.shown;
+    $("#count").textContent = S.view.length + " of " + S.all.length + " records" + (st.q ? " matching “" + st.q + "”" : "");
+  }
+  async function showList(st) {
+    $("#record").hidden = true; $("#list").hidden = false;
+    S.all = await metricRows(st.m);
+    if (st.q) { $("#count").textContent = "searching the records' text …"; await allRecords(); }
+    const t0 = performance.now();
+    S.view = sortRows(S.all.filter(predicate(st)), st.sort, st.dir);
+    S.shown = PAGE;
+    renderFilters(st, S.all); renderHead(st); renderRows(st);
+    window.GREVAL_LAST = { filter_ms: performance.now() - t0, shown: S.view.length };
+    document.body.dataset.ready = "list";
+  }
+
+  // ------------------------------------------------------------------------------------------------ a record
+  const ORDER = ["question", "expected_answer", "answer", "chunks", "triples", "turns"];
+  function fieldBlock(name, value) {
+    const box = el("div", { class: "field", "data-field": name }, el("h3", { text: name.replace(/_/g, " ") }));
+    box.append(el("div", { text: typeof value === "string" ? value : JSON.stringify(value, null, 2) }));
+    return box;
+  }
+  function itemText(it) {
+    if ("text" in it) return String(it.text);
+    if ("subject" in it) return [it.subject, it.predicate, it.object].map(String).join(" — ");
+    if ("content" in it) return (it.role ? it.role + ": " : "") + String(it.content);
+    return JSON.stringify(it);
+  }
+  function itemsBlock(name, list, row) {
+    const byItem = Object.fromEntries((cell(row, "items") || []).map((x) => [String(x[0]), x]));
+    const humans = cell(row, "humans") || [];
+    const ol = el("ol", { class: "items" });
+    for (const it of list) {
+      const id = String(it.id ?? "");
+      const v = byItem[id];
+      const said = humans.filter((h) => String(h[0]) === id).map((h) => h[1] + ": " + h[2]);
+      const side = el("div", {}, v ? el("div", { class: "verdict", text: "judge: " + v[1] + (v[3] !== "ok" ? " (" + v[3] + ")" : "") }) : null,
+        v && v[2] ? el("div", { class: "note", text: v[2] }) : null,
+        v && v[4] && v[4].length ? el("div", { class: "note samples", text: "samples: " + v[4].map(sampleText).join("; ") }) : null,
+        said.length ? el("div", { text: "human — " + said.join("; ") }) : null);
+      ol.append(el("li", { "data-item": id }, el("div", {}, el("span", { class: "id", text: id }), " ", el("span", { text: itemText(it) })), side));
+    }
+    return el("div", { class: "field", "data-field": name }, el("h3", { text: name + " (" + list.length + ")" }), ol);
+  }
+  function sampleText(s) {
+    if (s === null || s === undefined) return "";
+    if (typeof s !== "object") return String(s);
+    const said = s.label ?? s.value ?? "";
+    return String(said) + (s.reason ? " — " + s.reason : "");
+  }
+  function verdictBlock(st, row) {
+    const m = S.meta.metrics[st.m];
+    const box = el("section", { class: "judge", "aria-label": "the judge's verdict" }, el("h2", { text: S.meta.compare ? "A: " + S.meta.compare[0] : "Verdict — " + m.name }));
+    const agree = cell(row, "agree");
+    box.append(el("p", {}, el("span", { class: "verdict", text: cell(row, "verdict") || "(no verdict)" }),
+      cell(row, "score") !== null ? " · score " + fmt(cell(row, "score"), "score") : "",
+      " · " + cell(row, "status"), agree ? " " : "", agree ? el("span", { class: "badge " + agree, text: agree + " with people" }) : null));
+    box.append(el("div", { class: "field", "data-field": "reason" }, el("h3", { text: "reason" }), el("div", { text: cell(row, "reason") || "—" })));
+    const samples = cell(row, "samples");
+    if (samples && samples.length) box.append(el("div", { class: "field", "data-field": "samples" }, el("h3", { text: "the judge's " + samples.length + " samples" }), el("div", { text: samples.map(sampleText).join("\n") })));
+    const humans = cell(row, "humans") || [];
+    if (humans.length) {
+      const t = el("table", { class: "humans" }, el("tr", {}, el("th", { text: "item" }), el("th", { text: "annotator" }), el("th", { text: "human label" }), el("th", { text: "comment" })));
+      for (const h of humans) t.append(el("tr", {}, ...h.map((x) => el("td", { text: String(x ?? "") }))));
+      box.append(el("h3", { text: "Human labels" }), t);
+    } else box.append(el("p", { class: "note", text: "No human label." }));
+    const counts = el("p", { class: "note" }, "Counts in: ");
+    const links = [["its metric", {}], ["status " + cell(row, "status"), { status: cell(row, "status") }]];
+    if (cell(row, "system")) links.push([S.meta.metrics[st.m].system_column + " " + cell(row, "system"), { system: cell(row, "system") }]);
+    for (const lab of cell(row, "labels") || []) links.push([m.labels.length ? "label " + lab : "value " + lab, m.labels.length ? { label: lab } : { value: lab }]);
+    if (agree) links.push([agree + "ments", { agree: agree }]);
+    links.forEach(([t, f], i) => { if (i) counts.append(" · "); counts.append(el("a", { href: hashOf(Object.assign({ m: st.m }, f)), text: t })); });
+    box.append(counts);
+    return box;
+  }
+  function otherBlock(row) {
+    const [a, b] = S.meta.compare, ch = cell(row, "changed");
+    const box = el("section", { class: "judge other", "aria-label": "side B's verdict" }, el("h2", { text: "B: " + b }));
+    box.append(el("p", {}, el("span", { class: "verdict", text: cell(row, "verdict_b") || "(no verdict)" }),
+      cell(row, "score_b") !== null && cell(row, "score_b") !== undefined ? " · score " + fmt(cell(row, "score_b"), "score") : "",
+      " · " + (cell(row, "status_b") || "not judged"), " ", el("span", { class: "badge " + (ch === "changed" ? "disagree" : "agree"), text: ch ? ch + " from A (" + a + ")" : "not on side B" })));
+    box.append(el("div", { class: "field", "data-field": "reason_b" }, el("h3", { text: "reason" }), el("div", { text: cell(row, "reason_b") || "—" })));
+    return box;
+  }
+  async function showRecord(st) {
+    const rows = await metricRows(st.m);
+    const key = parseInt(st.record, 10);
+    const row = rows.find((r) => cell(r, "rec") === key);
+    await recordChunk(key);
+    const rec = S.records[key];
+    const box = $("#record");
+    $("#list").hidden = true; box.hidden = false;
+    if (!row || !rec) { box.replaceChildren(el("p", { text: "No such record for this metric." })); return; }
+    const back = el("a", { href: hashOf(Object.assign({}, S.state, { record: "" })), id: "back", text: "← back to the table (Esc)" });
+    const fields = el("section", { class: "read", "aria-label": "what the judge read" }, el("h2", { text: "What the judge read" }));
+    const f = rec.fields || {};
+    const names = ORDER.filter((n) => n in f).concat(Object.keys(f).filter((n) => !ORDER.includes(n)));
+    for (const n of names) {
+      const v = f[n];
+      if (Array.isArray(v) && v.length && typeof v[0] === "object" && v[0] !== null && "id" in v[0]) fields.append(itemsBlock(n, v, row));
+      else fields.append(fieldBlock(n, v));
+    }
+    const judged = [verdictBlock(st, row)];
+    if (S.meta.compare) judged.push(otherBlock(row));
+    box.replaceChildren(back, el("h2", { text: "Record " + rec.id }), el("div", { class: "pair" }, fields, ...judged));
+    document.title = "greval — " + rec.id;
+    back.focus();
+    document.body.dataset.ready = "record";
+  }
+
+  // ------------------------------------------------------------------------------------------------ wiring
+  async function route() {
+    S.state = readHash();
+    document.body.dataset.ready = "";
+    renderNav(S.state); renderFigures(S.state);
+    $("#title").textContent = S.meta.metrics[S.state.m].name;
+    try {
+      if (S.state.record !== undefined && S.state.record !== "") await showRecord(S.state);
+      else await showList(S.state);
+    } catch (e) { $("#count").textContent = String(e.message || e); }
+  }
+  function start() {
+    $("#store").textContent = "store " + S.meta.store + " · " + S.meta.records + " records";
+    let timer = null;
+    $("#q").addEventListener("input", (e) => { clearTimeout(timer); timer = setTimeout(() => go({ q: e.target.value }), 150); });
+    $("#clear").addEventListener("click", () => { location.hash = hashOf({ m: S.state.m }); });
+    $("#more").addEventListener("click", () => { S.shown += PAGE; renderRows(S.state); });
+    window.addEventListener("hashchange", route);
+    document.addEventListener("keydown", (e) => {
+      const typing = /INPUT|SELECT|TEXTAREA/.test((e.target && e.target.tagName) || "");
+      if (e.key === "/" && !typing) { e.preventDefault(); $("#q").focus(); }
+      else if (e.key === "Escape" && S.state.record) go({ record: "" });
+      else if (!typing && (e.key === "j" || e.key === "k") && S.view.length) {
+        const at = S.view.findIndex((r) => String(cell(r, "rec")) === String(S.state.record));
+        const next = S.view[Math.max(0, Math.min(S.view.length - 1, at + (e.key === "j" ? 1 : -1)))];
+        if (next) go({ record: cell(next, "rec") });
+      }
+    });
+    route();
+  }
+})();

@@ -1,0 +1,195 @@
+"""Benchmark the record explorer on a real-sized store: N records × 3 metrics judged by the local test server
+(greval.testing.openai_server: real HTTP, no model), a tenth of them labelled by people, `greval report`
+writing the explorer, then Chromium (playwright, /usr/bin/chromium) opening it from disk.
+
+Figures (issue 32's targets): open — navigation start to the first table drawn (≤ 2 s); filter — choosing
+"disagree" in the agree filter to the table redrawn (≤ 200 ms; also the filter's own JavaScript time); search —
+a full-text search's first run (it loads every record chunk) and a second one; size — the explorer folder ÷ the
+store's verdict text (the judged records' text plus every verdict's label, value and reason; ≤ 3).
+
+    python scripts/bench_explorer.py                    # 10,000 records
+    python scripts/bench_explorer.py --records 2000 --keep /tmp/explorer-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from click.testing import CliRunner
+
+from greval.cli import main
+from greval.store.store import Store
+from greval.testing.openai_server import OpenAIServer
+
+SPECS = ("answer_alignment", "graphrag_qa_correct", "rouge_l")
+CHROMIUM = "/usr/bin/chromium"
+
+
+def records(n: int) -> list[dict[str, Any]]:
+    """N records of three systems, with a question, an expected answer, an answer and three chunks each."""
+    out = []
+    for i in range(n):
+        topic = f"topic {i % 97} item {i}"
+        out.append(
+            {
+                "id": f"rec-{i:05d}",
+                "question": f"What does the source say about {topic}, and why does it matter here?",
+                "expected_answer": f"The source says {topic} matters because of reason {i % 13}.",
+                "answer": f"It says {topic} matters, reason {(i * 7) % 13}; see the second passage for details.",
+                "chunks": [
+                    f"Passage {k} on {topic}: a sentence or two of retrieved text, id {i}-{k}." for k in range(3)
+                ],
+                "system": ("bm25", "dense", "graph")[i % 3],
+                "latency": round(0.5 + (i % 10) / 10, 2),
+            }
+        )
+    return out
+
+
+def build_store(work: Path, n: int) -> Path:
+    """Judge the records (reused when the store is there) and label every tenth record's two judge metrics."""
+    store = work / "bench.sqlite"
+    if store.exists():
+        return store
+    data = work / "records.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records(n)))
+    with OpenAIServer() as llm:
+        llm.configure(latency=0.0, json_schema=True, tools=True)
+        os.environ["OPENAI_API_KEY"] = "sk-bench"
+        args = ["run", str(data), "--store", str(store), "--judge", "openai:judge-test", "--base-url", llm.base_url]
+        args += ["-c", "64", *[a for s in SPECS for a in ("-s", s)]]
+        t = time.perf_counter()
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, res.output[-2000:]
+        print(f"judged {n} records × {len(SPECS)} metrics in {time.perf_counter() - t:.0f} s")
+    with Store(store) as st:
+        rows = st.query(
+            "SELECT spec_name, record_hash, record_id, label FROM verdicts WHERE status='ok' AND label IS NOT NULL"
+        )
+        labels: dict[str, list[str]] = {}
+        for r in rows:
+            labels.setdefault(r["spec_name"], []).append(r["label"])
+        names = {spec: sorted(set(found)) for spec, found in labels.items()}
+        st.put_human_labels(
+            {
+                "spec_name": r["spec_name"],
+                "record_hash": r["record_hash"],
+                "item_id": "",
+                "annotator": "bench",
+                "record_id": r["record_id"],
+                "label": r["label"] if i % 3 else _other(names[r["spec_name"]], r["label"]),
+                "comment": None,
+                "status": "submitted",
+                "source": "import",
+            }
+            for i, r in enumerate(rows)
+            if int(r["record_id"][-5:]) % 10 == 0
+        )
+    return store
+
+
+def _other(labels: list[str], label: str) -> str:
+    """Another label than ``label`` (a person who disagrees with the judge)."""
+    return labels[(labels.index(label) + 1) % len(labels)]
+
+
+def verdict_text(store: Path) -> int:
+    """Bytes of what the verdicts hold and judged: every judged record's data, every verdict's text."""
+    with Store(store) as st:
+        [v] = st.query(
+            "SELECT SUM(LENGTH(COALESCE(label,'')) + LENGTH(COALESCE(CAST(value AS TEXT),'')) "
+            "+ LENGTH(COALESCE(reason,''))) AS n FROM verdicts"
+        )
+        data = sum(len(json.dumps(r.data, ensure_ascii=False).encode()) for r in st.records())
+    return int(v["n"] or 0) + data
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def measure(explorer: Path, rounds: int) -> dict[str, list[float]]:
+    """Open, filter and search times in Chromium, each `rounds` times on a fresh page."""
+    from playwright.sync_api import sync_playwright
+
+    out: dict[str, list[float]] = {"open": [], "filter": [], "filter_js": [], "search_first": [], "search_again": []}
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        for _ in range(rounds):
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto((explorer / "index.html").as_uri() + "#m=0")
+            page.wait_for_selector("body[data-ready=list]")
+            out["open"].append(page.evaluate("performance.now()") / 1000)
+            took = page.evaluate(
+                """() => new Promise((done) => {
+                    document.body.dataset.ready = '';
+                    const t0 = performance.now();
+                    const sel = document.querySelector('#f-agree');
+                    sel.value = 'disagree'; sel.dispatchEvent(new Event('change'));
+                    const wait = () => document.body.dataset.ready === 'list' && location.hash.includes('agree')
+                        ? requestAnimationFrame(() => done([performance.now() - t0, window.GREVAL_LAST.filter_ms]))
+                        : setTimeout(wait, 1);
+                    wait();
+                })"""
+            )
+            out["filter"].append(took[0] / 1000)
+            out["filter_js"].append(took[1] / 1000)
+            for key, word in (("search_first", "passage 2"), ("search_again", "reason 7")):
+                t0 = time.perf_counter()
+                page.evaluate(f"document.body.dataset.ready = ''; location.hash = '#m=0&q={word.replace(' ', '%20')}'")
+                page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('q=')")
+                out[key].append(time.perf_counter() - t0)
+            page.close()
+        browser.close()
+    return out
+
+
+def main_() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keep", type=Path, help="Work folder to keep (and reuse its store); default: a temp dir.")
+    a = ap.parse_args()
+    work = a.keep or Path(tempfile.mkdtemp(prefix="greval-bench-explorer-"))
+    work.mkdir(parents=True, exist_ok=True)
+    store = build_store(work, a.records)
+    out = work / "report"
+    shutil.rmtree(out, ignore_errors=True)
+    t = time.perf_counter()
+    res = CliRunner().invoke(main, ["report", "--store", str(store), "-o", str(out), "--bootstrap", "200"])
+    assert res.exit_code == 0, res.output[-2000:]
+    print(f"greval report (with the explorer) in {time.perf_counter() - t:.1f} s")
+    size, text = folder_bytes(out / "explorer"), verdict_text(store)
+    times = measure(out / "explorer", a.rounds)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{a.records} records × {len(SPECS)} metrics ({', '.join(SPECS)}), median of {a.rounds} pages")
+    print(f"  open            {med['open'] * 1000:7.0f} ms   (target ≤ 2000)")
+    print(
+        f"  filter          {med['filter'] * 1000:7.0f} ms   (target ≤ 200; "
+        f"its JavaScript {med['filter_js'] * 1000:.0f} ms)"
+    )
+    print(f"  search (first)  {med['search_first'] * 1000:7.0f} ms   (loads every record chunk)")
+    print(f"  search (again)  {med['search_again'] * 1000:7.0f} ms")
+    print(
+        f"  explorer folder {size / 1e6:7.1f} MB = {size / text:.2f} × the store's verdict text "
+        f"({text / 1e6:.1f} MB; target ≤ 3)"
+    )
+    print(f"  load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
+    if not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main_()

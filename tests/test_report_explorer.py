@@ -1,0 +1,317 @@
+"""The record explorer (issue 32) in real Chromium, opened from disk: the quick start's report has no empty
+panel, its explorer filters to the disagreements and opens a record showing its question, chunks, the judge's
+reason and the human label; record text that is markup renders as text; and every figure the explorer shows
+equals what `greval results export` / `greval agreement` print for the same store."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from greval.cli import main
+from greval.testing.openai_server import OpenAIServer
+from tests.report_stores import HOSTILE, KINDS, kinds_store
+from tests.test_report_adaptive import emptiness
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def quickstart(openai_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quick start's workspace (judged by the test server, its human labels imported) and its report."""
+    openai_server.reset()
+    openai_server.configure(latency=0.0, json_schema=True, tools=True)
+    work = tmp_path_factory.mktemp("qs") / "ws"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OPENAI_API_KEY", "sk-test")
+    try:
+        args = ["quickstart", "--dir", str(work), "--no-argilla", "--bootstrap", "50"]
+        args += ["--judge", "openai:judge-test", "--base-url", openai_server.base_url]
+        assert CliRunner().invoke(main, args).exit_code == 0
+    finally:
+        mp.undo()
+    return work
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (CI installs it)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def _page(browser: Any, width: int = 1280) -> Any:
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))
+    page.errors = errors
+    # nothing may leave the machine: every request must be a file (any other is refused and counted an error)
+    page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else errors.append(f"network: {r.url}"))
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    return page
+
+
+def _report(store: Path, out: Path) -> Path:
+    res = CliRunner().invoke(main, ["report", "--store", str(store), "-o", str(out), "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.mark.browser
+def test_quickstart_report_and_explorer_in_chromium(quickstart: Path, browser: Any, tmp_path: Path) -> None:
+    out = _report(quickstart / "greval.sqlite", tmp_path / "report")
+    page = _page(browser)
+    page.goto((out / "index.html").as_uri())
+    assert emptiness(page.content()) == []
+    sizes = page.eval_on_selector_all("figure.panel img", "els => els.map(e => [e.complete, e.naturalWidth])")
+    assert sizes and all(ok and w > 100 for ok, w in sizes)
+    page.click("text=Explore the records")
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == "30 of 30 records"
+    page.select_option("#f-agree", "disagree")
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('agree=disagree')")
+    rows = page.locator("#table tbody tr")
+    n = rows.count()
+    assert n and page.locator("#count").inner_text() == f"{n} of 30 records"
+    assert all(c == "disagree" for c in page.locator("#table tbody td.agree").all_inner_texts())
+    rows.first.locator("a").click()
+    page.wait_for_selector("body[data-ready=record]")
+    rec = page.locator("#record")
+    records = {json.loads(line)["id"]: json.loads(line) for line in (quickstart / "records.jsonl").open()}
+    shown = records[rec.locator("h2").first.inner_text().removeprefix("Record ")]
+    assert shown["question"] in rec.locator("[data-field=question]").inner_text()
+    chunk = rec.locator("[data-field=chunks] li").first
+    assert chunk.locator(".id").inner_text() and chunk.inner_text().strip()
+    assert rec.locator("[data-field=reason] div").inner_text() not in ("", "—")
+    human = rec.locator("table.humans tr").nth(1).inner_text()
+    assert "begin-annotators" in human and "attributable" in human
+    assert "disagree with people" in rec.inner_text()
+    page.keyboard.press("Escape")
+    page.wait_for_selector("body[data-ready=list]")
+    assert "agree=disagree" in page.url
+    # the keyboard: "/" to the search box, j to the next record of the filtered table, Tab through the links
+    page.keyboard.press("/")
+    assert page.evaluate("document.activeElement.id") == "q"
+    page.locator("#table th button").first.focus()
+    page.keyboard.press("j")
+    page.wait_for_selector("body[data-ready=record]")
+    assert "agree=disagree" in page.url and "record=" in page.url
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.tagName") in ("A", "BUTTON", "INPUT", "SELECT")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("body[data-ready=list]")
+    # a confusion-matrix cell of the agreement page opens the records it counts
+    page.goto((out / "attribution.agreement.html").as_uri())
+    cell = page.locator("#confusion-records ~ table a").nth(1)
+    n = int(cell.inner_text())
+    cell.click()
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{n} of 30 records"
+    assert all(c == "disagree" for c in page.locator("#table tbody td.agree").all_inner_texts())
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: no sideways scrolling of the page
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
+    assert page.errors == []
+
+
+@pytest.mark.browser
+def test_explorer_shows_markup_in_records_as_text(
+    openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    openai_server.reset()
+    openai_server.configure(latency=0.0, json_schema=True, tools=True)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    out = _report(kinds_store(openai_server, tmp_path / "k.sqlite"), tmp_path / "report")
+    page = _page(browser)
+    metric = next(i for i, line in enumerate(_meta(out)["metrics"]) if line["name"] == KINDS["categorical"])
+    page.goto((out / "explorer" / "index.html").as_uri() + f"#m={metric}&q={HOSTILE}")
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#table tbody tr").count() == 1  # the full-text search found it in the record's text
+    page.locator("#table tbody a").first.click()
+    page.wait_for_selector("body[data-ready=record]")
+    assert HOSTILE in page.locator("[data-field=answer]").inner_text()
+    assert f"ann1 checked {HOSTILE}" in page.locator("table.humans").inner_text()
+    assert page.evaluate("document.querySelectorAll('#record script').length") == 0
+    assert page.errors == []  # no alert() dialog, no script error
+
+
+def _meta(out: Path) -> dict[str, Any]:
+    text = (out / "explorer" / "data" / "meta.js").read_text()
+    meta: dict[str, Any] = json.loads(text.removeprefix("GREVAL.meta(").removesuffix(");\n"))
+    return meta
+
+
+def _rows(out: Path, metric: int) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for f in sorted((out / "explorer" / "data").glob(f"m{metric}-*.js")):
+        args = json.loads("[" + f.read_text().removeprefix("GREVAL.rows(").removesuffix(");\n") + "]")
+        rows += args[2]
+    return rows
+
+
+def test_explorer_figures_equal_results_and_agreement(quickstart: Path, tmp_path: Path) -> None:
+    """Each record's verdict and status, the counts per label and the disagreements the explorer shows equal
+    `greval results export --level record` and `greval agreement --store --json` on the same store."""
+    store = str(quickstart / "greval.sqlite")
+    out = _report(Path(store), tmp_path / "report")
+    meta = _meta(out)
+    [m] = meta["metrics"]
+    col = {c: i for i, c in enumerate(meta["columns"])}
+    rows = _rows(out, 0)
+    export = tmp_path / "records.csv"
+    res = CliRunner().invoke(main, ["results", "export", "--store", store, "-o", str(export), "--level", "record"])
+    assert res.exit_code == 0, res.output
+    exported = {r["record_id"]: r for r in csv.DictReader(export.open())}
+    assert {r[col["id"]]: r[col["verdict"]] for r in rows} == {k: v["label"] for k, v in exported.items()}
+    assert Counter(r[col["status"]] for r in rows) == Counter(v["status"] for v in exported.values())
+    assert m["figures"]["distribution"] == dict(Counter(v["label"] for v in exported.values()))
+    assert m["figures"]["records"] == len(exported) == m["rows"]
+    agreement = tmp_path / "agreement.json"
+    args = ["agreement", "--store", store, "--spec", m["name"], "--json", str(agreement), "--bootstrap", "50"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    rep = json.loads(agreement.read_text())
+    kappa = rep["metrics"]["cohen_kappa"]
+    assert m["figures"]["agreement"].startswith(f"Cohen's κ {kappa['value']:.3f}")
+    assert f"(n={kappa['n']})" in m["figures"]["agreement"]
+    confusion = rep["categorical"]["confusion"]
+    off_diagonal = sum(v for i, row in enumerate(confusion["counts"]) for j, v in enumerate(row) if i != j)
+    assert sum(r[col["agree"]] == "disagree" for r in rows) == off_diagonal
+    assert sum(r[col["agree"]] == "agree" for r in rows) == sum(confusion["counts"][i][i] for i in range(2))
+    assert re.fullmatch(r"Fully attributable 0\.\d{3} \[.*\]; Not fully attributable .*", m["figures"]["summary"])
+
+
+def _two_versions(quickstart: Path, server: OpenAIServer, tmp_path: Path) -> tuple[Path, str, str]:
+    """A copy of the quick start's store with a second version of its metric (one word more in the
+    instructions) judged on the same records: (store, A = NAME@HASH of the first, B = of the second)."""
+    import shutil
+    import sqlite3
+
+    store = tmp_path / "two.sqlite"
+    shutil.copyfile(quickstart / "greval.sqlite", store)
+    spec = tmp_path / "attribution.yaml"
+    text = (quickstart / "attribution.yaml").read_text()
+    spec.write_text(text.replace("Judge the response against", "Judge the response strictly against"))
+    args = ["run", str(quickstart / "records.jsonl"), "-s", str(spec), "--store", str(store)]
+    args += ["--judge", "openai:judge-test", "--base-url", server.base_url]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    db = sqlite3.connect(store)
+    hashes = [h for (h,) in db.execute("SELECT spec_hash FROM verdicts GROUP BY spec_hash ORDER BY MIN(rowid)")]
+    db.close()
+    assert len(hashes) == 2
+    return store, f"attribution@{hashes[0]}", f"attribution@{hashes[1]}"
+
+
+@pytest.mark.browser
+def test_comparison_of_two_spec_versions_shows_changed_verdicts_first(
+    quickstart: Path, openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store, a, b = _two_versions(quickstart, openai_server, tmp_path)
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(
+        main, ["report", "--store", str(store), "--compare", a, b, "-o", str(out), "--bootstrap", "50"]
+    )
+    assert res.exit_code == 0, res.output
+    comp = json.loads((out / "comparison.json").read_text())
+    [m] = comp["metrics"]
+    rows = {r[1]: r for r in _rows(out, 0)}
+    assert m["changed"] == sum(r[-1] == "changed" for r in rows.values()) > 0 and m["compared"] == 30
+    # the agreement difference is greval agreement's paired comparison of the same two versions
+    ag = tmp_path / "ag.json"
+    args = ["agreement", "--store", str(store), "--spec", a, "--spec", b, "--json", str(ag), "--bootstrap", "50"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    kappa = next(d for d in json.loads(ag.read_text())["differences"] if d["metric"] == "cohen_kappa")
+    assert m["agreement"]["cohen_kappa"]["difference"] == pytest.approx(kappa["estimate"]["value"])
+    assert m["agreement"]["cohen_kappa"]["ci"] == pytest.approx(
+        [kappa["estimate"]["ci_low"], kappa["estimate"]["ci_high"]]
+    )
+    page = _page(browser)
+    page.goto((out / "index.html").as_uri())
+    assert emptiness(page.content()) == []
+    page.click("text=changed verdict(s) of 30")
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{m['changed']} of 30 records"
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('changed')")
+    first = page.locator("#table tbody tr").first
+    assert "changed" in (first.get_attribute("class") or "")
+    cells = first.locator("td").all_inner_texts()
+    assert cells[1] == "changed" and cells[2] != cells[3]  # A's verdict and B's, side by side
+    first.locator("a").click()
+    page.wait_for_selector("body[data-ready=record]")
+    assert (
+        f"B: {b}" in page.locator("#record").inner_text() and "changed from A" in page.locator("#record").inner_text()
+    )
+    assert page.errors == []
+
+
+@pytest.mark.browser
+def test_serve_shows_the_report_and_explorer_under_ui(
+    llm: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`greval serve`'s /ui: the store's report and explorer, rebuilt when new verdicts arrive; no file outside
+    the report folder is reachable."""
+    import httpx
+
+    from greval.report.explorer import served
+    from tests.test_serve import rows, serving
+
+    monkeypatch.setattr(served, "CHECK_EVERY", 0.0)
+    store = tmp_path / "served.sqlite"
+    with serving(llm, store) as url, httpx.Client(base_url=url, timeout=60) as http:
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(3)}).status_code == 200
+        r = http.get("/ui", follow_redirects=True)
+        assert r.status_code == 200 and "greval report" in r.text and "explorer/index.html" in r.text
+        meta = http.get("/ui/explorer/data/meta.js")
+        assert meta.headers["content-type"].startswith("text/javascript") and '"records":3' in meta.text
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2, 3)}).status_code == 200
+        assert '"records":5' in http.get("/ui/explorer/data/meta.js").text  # rebuilt: the store changed
+        for bad in ("/ui/../../etc/passwd", "/ui/%2e%2e/%2e%2e/etc/passwd", "/ui/nothing.js"):
+            assert http.get(bad).status_code == 404, bad
+        page = browser.new_page()
+        page.goto(url + "/ui/explorer/index.html#m=0")
+        page.wait_for_selector("body[data-ready=list]")
+        assert page.locator("#count").inner_text() == "5 of 5 records"
+        page.close()
+
+
+@pytest.mark.browser
+def test_a_record_page_shows_the_judges_samples(
+    quickstart: Path, openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A judge asked three times per record (--samples 3): the record page lists the three answers."""
+    import shutil
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store = tmp_path / "samples.sqlite"
+    shutil.copyfile(quickstart / "greval.sqlite", store)
+    args = ["run", str(quickstart / "records.jsonl"), "-s", str(quickstart / "attribution.yaml"), "--store", str(store)]
+    args += ["--judge", "openai:judge-test", "--base-url", openai_server.base_url, "--samples", "3"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    out = _report(store, tmp_path / "report")
+    col = _meta(out)["columns"].index("samples")
+    found = [(i, r) for i in range(len(_meta(out)["metrics"])) for r in _rows(out, i) if r[col]]
+    assert found and all(len(r[col]) == 3 for _, r in found)
+    metric, row = found[0]
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri() + f"#m={metric}&record={row[0]}")
+    page.wait_for_selector("body[data-ready=record]")
+    shown = page.locator("[data-field=samples]").inner_text()
+    assert "the judge's 3 samples" in shown and row[col][0]["label"] in shown
+    assert page.errors == []
