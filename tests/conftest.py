@@ -113,9 +113,10 @@ def openai_server() -> Iterator[OpenAIServer]:
 
 @pytest.fixture()
 def llm(openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIServer]:
-    """The test server, reset (no rules, no latency, all methods accepted) with the API key in the env."""
+    """The test server, reset (no rules, no latency, all methods accepted, its default seed, no log-probabilities,
+    no cached tokens: whatever test ran before on this worker) with the API key in the env."""
     openai_server.reset()
-    openai_server.configure(latency=0.0, json_schema=True, tools=True)
+    openai_server.configure(latency=0.0, json_schema=True, tools=True, seed=0, logprobs="null", prefix_cache=False)
     monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("GREVAL_JUDGE", raising=False)
