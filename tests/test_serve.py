@@ -531,3 +531,21 @@ def test_a_postgresql_store_gone_answers_503_and_the_server_works_again_once_it_
         back = http.post("/v1/judge", json={"spec": "answer_alignment", "records": rows(1, start=1)})
         assert back.status_code == 200, back.text
         assert http.get("/v1/results", params={"record_id": "r1"}).json()["verdicts"]
+
+
+def test_warming_imports_what_the_first_judge_call_would_import_inside_the_event_loop() -> None:
+    """The judge imports the OpenAI SDK with its first call; in a server that import would stall every open
+    connection's timers for ~1 s (the slow-client test saw 20 body timeouts fire at once, 6 s late, under load)."""
+    code = (
+        "import os, sys\n"
+        "os.environ['OPENAI_API_KEY'] = 'sk-test'\n"
+        "from greval.llm.config import JudgeConfig\n"
+        "from greval.serve.service import JudgeService\n"
+        "from greval.spec import resolve_specs\n"
+        "svc = JudgeService(resolve_specs(['answer_alignment']), ':memory:', JudgeConfig.parse('openai:gpt-4o-mini'))\n"
+        "assert 'openai' not in sys.modules\n"
+        "assert svc.warm() is None\n"
+        "print('openai' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,6 +131,9 @@ class JudgeService:
         try:
             for s in self.specs:
                 self._evaluator(s)
+            # A run's judge imports the OpenAI SDK with its first call (greval.llm.openai_chat): here that would
+            # be inside the event loop, stalling every open connection (their timeouts too) for about a second.
+            importlib.import_module("greval.llm.sdk")
         except Exception as exc:
             return redact(f"{type(exc).__name__}: {exc}")
         return None
