@@ -117,7 +117,7 @@ class PhoenixServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._proc.pid, signal.SIGTERM)
             try:
-                self._proc.wait(timeout=20)
+                self._proc.wait(timeout=5)  # a throwaway server: its directory goes next
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._proc.pid, signal.SIGKILL)
