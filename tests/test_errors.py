@@ -85,6 +85,10 @@ OTHER_PROGRAMS: dict[str, tuple[set[str] | None, str]] = {
     ),
     "greval/judge/computed/embedding.py": ({"--all"}, "`bash scripts/setup.sh --all`, the embedding extra's install"),
     "greval/pytest_plugin.py": ({"--greval-store", "--greval-judge"}, "pytest's command line: the plugin's options"),
+    "greval/report/html.py": (
+        {"--fg", "--bg", "--muted", "--line", "--head", "--link"},
+        "CSS custom properties of the report's stylesheet (var(--bg)), not flags",
+    ),
 }
 
 

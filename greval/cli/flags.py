@@ -28,6 +28,8 @@ FLAGS: dict[str, str] = {
     "spec": "--spec",
     "store": "--store",
     "id_column": "--id-column",
+    # report
+    "compare": "--compare",
     # align
     "folds": "--folds",
     # agreement/ (greval agreement, gate, review status): the options' models, frame columns, parameters

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.models import MetricRow
 from greval.report.scores import PairedChange, SystemFilter, paired_change
@@ -64,7 +64,8 @@ def resolve_side(st: Store, items: Sequence[dict[str, Any]], text: str, data: Ma
         if mine:
             return Side(text, "system", mine)
     raise UserError(
-        f"--compare {text}: not a spec version (NAME@HASH), run id, judge or system (COLUMN=VALUE) of this store"
+        f"{option('compare')} {text}: not a spec version (NAME@HASH), run id, judge or system (COLUMN=VALUE) of "
+        "this store"
     )
 
 
@@ -164,7 +165,7 @@ def build_comparison(
         ma, mb = _side_metrics(st, sa, data, system_column), _side_metrics(st, sb, data, system_column)
         names = [n for n in ma if n in mb]
         if not names:
-            raise UserError(f"--compare {a} {b}: no metric has verdicts on both sides")
+            raise UserError(f"{option('compare')} {a} {b}: no metric has verdicts on both sides")
         out, metrics, paired = [], [], []
         for name in names:
             (fa, spa, ga), (fb, spb, gb) = ma[name], mb[name]
