@@ -25,7 +25,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,11 @@ def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
     return keys
 
 
+def _json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """JSON text as the store keeps it, without the spaces after separators (bytes on every stored row)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=default)
+
+
 class Store(HumanLabels, AnnotationPushes, VerdictLookups):
     """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
     (``postgresql://…``, shared by many machines); one connection per Store.
@@ -90,7 +95,6 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         # Judgements put with defer=True, waiting for the next group commit (put_result's arguments and time).
         self._queue: list[tuple[Any, ...]] = []
         self._queued_keys: set[tuple[str, str, str]] = set()  # their (spec key, judge key, record hash)
-        self._judge_params: dict[str, str] = {}
         self.owner = uuid.uuid4().hex[:12]  # this connection, as the holder of claims
         self._reap_runs()
 
@@ -144,7 +148,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         fresh = {r.hash: r for r in records}
         db.executemany(
             "INSERT INTO records (record_hash, record_id, data, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-            [(h, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for h, r in fresh.items()],
+            [(h, r.id, _json(r.data, str), now) for h, r in fresh.items()],
         )
         db.executemany(
             "INSERT INTO record_ids (record_id, record_hash, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
@@ -450,13 +454,6 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         self._write(release)
         self._written()
 
-    def _params(self, cfg: JudgeConfig) -> str:
-        """A judge's parameters as stored with each of its judgements (serialised once per judge)."""
-        text = self._judge_params.get(cfg.key)
-        if text is None:
-            text = self._judge_params[cfg.key] = json.dumps(cfg.identity, sort_keys=True)
-        return text
-
     def close(self) -> None:
         """Commit what is queued, then close (a deferred verdict is never dropped by closing its store; one
         that went away drops them, as its error said)."""
@@ -552,8 +549,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         judge_key = cfg.key  # a property that hashes the config: computed once
         skipped = not_applicable(result)
         status = "ok" if result.ok else ("skipped" if skipped else "error")
-        calls = [c.model_dump() for c in result.calls]
-        raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
+        calls = [c.model_dump() for c in result.calls]  # each call's answer (raw) is stored here alone
         if (record.id, record.hash) not in self._stored:
             # The record goes in with its first verdict, in the same transaction: a run needs no up-front
             # pass over the dataset before its first call, and no verdict lacks its record.
@@ -578,13 +574,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             lat += prev[3] or 0.0
             att += prev[4] or 0
             calls = json.loads(prev[5] or "[]") + calls
+        # Schema 5: raw, model and params stay NULL (the answers are in calls, the judge in judges); an older
+        # row judged again loses its copies with the rest of what it said.
         db.execute(
             "INSERT INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
-            " raw, model, params, tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
-            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
+            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (spec_key, judge_key, record_hash) DO UPDATE SET status=excluded.status,"
-            " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=excluded.raw,"
-            " model=excluded.model, params=excluded.params, tokens_in=excluded.tokens_in,"
+            " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=NULL, model=NULL,"
+            " params=NULL, tokens_in=excluded.tokens_in,"
             " tokens_out=excluded.tokens_out, latency_ms=excluded.latency_ms, attempts=excluded.attempts,"
             " run_id=excluded.run_id, updated_at=excluded.updated_at, error_kind=excluded.error_kind",
             (
@@ -593,11 +591,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                 record.hash,
                 status,
                 result.error,
-                json.dumps(outputs, ensure_ascii=False),
-                json.dumps(calls, ensure_ascii=False),
-                raw,
-                cfg.label,
-                self._params(cfg),
+                _json(outputs),
+                _json(calls),
                 t_in,
                 t_out,
                 lat,
@@ -658,7 +653,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                     v.confidence,
                     v.reason,
                     v.error,
-                    json.dumps(v.samples) if v.samples else None,
+                    _json(v.samples) if v.samples else None,
                     run_id,
                     now,
                     now,
