@@ -58,7 +58,7 @@ COLUMN_TYPES: dict[str, Literal["str", "int", "float", "json"]] = {
 _FORMATS = {"csv": "csv", "jsonl": "jsonl", "ndjson": "jsonl", "parquet": "parquet", "pq": "parquet"}
 
 #: Rows per Parquet row group (and per batch held in memory while writing one).
-PARQUET_BATCH = 5000
+PARQUET_BATCH = 2000
 
 
 def export_results(

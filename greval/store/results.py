@@ -25,7 +25,8 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RecordStatus = Literal["ok", "partial", "error", "skipped"]
+#: Rows read from the store as they are consumed (closing it ends the read).
+RowStream = Generator[dict[str, Any], None, None]
 
 _ITEM_COLS = (
     "spec",
@@ -127,6 +130,9 @@ def _select(
     return sql + (" WHERE " + " AND ".join(where) if where else ""), params
 
 
+#: Item rows fetched at a time: they carry reasons and outputs (a few KB each), figures' rows do not.
+_WIDE_CHUNK = 1000
+
 #: The order item rows are listed in: by metric name, then storage order (two ids of one content: by id).
 _ITEM_ORDER = "v.spec_name, v.created_at, v.rowid, COALESCE(i.record_id, v.record_id)"
 
@@ -145,12 +151,17 @@ def item_rows(
 
 
 def _item_stream(
-    store: Store, spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None
-) -> Iterator[dict[str, Any]]:
+    store: Store,
+    spec: str | None,
+    run_id: str | None = None,
+    spec_key: str | None = None,
+    judge_key: str | None = None,
+) -> RowStream:
     """:func:`item_rows`, read from the store a few thousand at a time."""
     sql, params = _select(store, spec, run_id, spec_key, judge_key, full=True)
-    for r in store.stream(f"{sql} ORDER BY {_ITEM_ORDER}", params):
-        yield _item_row(r)
+    with closing(store.stream(f"{sql} ORDER BY {_ITEM_ORDER}", params, _WIDE_CHUNK)) as rows:
+        for r in rows:
+            yield _item_row(r)
 
 
 def _item_row(r: Sequence[Any]) -> dict[str, Any]:
@@ -161,18 +172,19 @@ def _item_row(r: Sequence[Any]) -> dict[str, Any]:
 
 def _stream(
     store: Store, spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None
-) -> Iterator[dict[str, Any]]:
+) -> RowStream:
     """The columns figures read, sorted so that each record's rows come together (in storage order), read
     a few thousand at a time."""
     sql, params = _select(store, spec, run_id, spec_key, judge_key, full=False)
     sql += " ORDER BY v.spec_key, v.judge_key, rid, v.record_hash, v.created_at, v.rowid"
-    for r in store.stream(sql, params):
-        row = dict(zip(_FIGURE_COLS, r, strict=True))
-        row["stored_units"] = store.json_value(row["stored_units"])
-        yield row
+    with closing(store.stream(sql, params)) as rows:
+        for r in rows:
+            row = dict(zip(_FIGURE_COLS, r, strict=True))
+            row["stored_units"] = store.json_value(row["stored_units"])
+            yield row
 
 
-def _record_stream(store: Store, spec: str | None) -> Iterator[dict[str, Any]]:
+def _record_stream(store: Store, spec: str | None) -> RowStream:
     """:func:`record_rows` of every item row, streamed: each record's item rows are sorted together, the
     records in the order of their first item row (as :func:`record_rows` lists them), then grouped one record
     at a time."""
@@ -183,11 +195,11 @@ def _record_stream(store: Store, spec: str | None) -> Iterator[dict[str, Any]]:
         f" AS first_pos FROM ({ranked}) q) t ORDER BY first_pos, pos"
     )
     specs: dict[str, BaseSpec] = {}
-    rows = (_item_row(r) for r in store.stream(grouped, params))
-    for key, grp in itertools.groupby(rows, key=_group_key):
-        if key[0] not in specs:
-            specs[key[0]] = store.any_spec(key[0])
-        yield _record_row(specs[key[0]], list(grp))
+    with closing(store.stream(grouped, params, _WIDE_CHUNK)) as rows:
+        for key, grp in itertools.groupby(map(_item_row, rows), key=_group_key):
+            if key[0] not in specs:
+                specs[key[0]] = store.any_spec(key[0])
+            yield _record_row(specs[key[0]], list(grp))
 
 
 def aggregate_items(spec: Spec, labels: Sequence[str | None], values: Sequence[float | None]) -> float | None:
@@ -655,18 +667,19 @@ ITEM_COLUMNS = tuple(c for c in _ITEM_COLS if c not in ("spec_key", "judge_key",
 RECORD_COLUMNS = _RECORD_COLS
 
 
-def result_rows(store: Store, spec: str | None, level: Literal["item", "record"]) -> Iterator[dict[str, Any]]:
+def result_rows(store: Store, spec: str | None, level: Literal["item", "record"]) -> RowStream:
     """The rows of :func:`load_results` and of an export (their columns: :data:`ITEM_COLUMNS`,
     :data:`RECORD_COLUMNS`), read from the store as they are consumed: memory holds one chunk of rows (and
-    one record's items), not the store. A metric the store does not have is a UserError here, before any
-    row is given."""
-    rows = _item_stream(store, spec, None, None, None) if level == "item" else _record_stream(store, spec)
-    first = next(rows, None)
-    if first is None:
-        if spec:
-            store.latest_spec(spec)  # raises a clear "no metric" error
-        return iter(())
-    return itertools.chain([first], rows)
+    one record's items), not the store. A metric the store does not have is a UserError instead of the first
+    row. Closing it early ends the read (and, on PostgreSQL, its cursor)."""
+    with closing(_item_stream(store, spec) if level == "item" else _record_stream(store, spec)) as rows:
+        first = next(rows, None)
+        if first is None:
+            if spec:
+                store.latest_spec(spec)  # raises a clear "no metric" error
+            return
+        yield first
+        yield from rows
 
 
 def verdict_frame(store: Store, items: Sequence[Mapping[str, Any]], level: Literal["item", "record"]) -> pd.DataFrame:
