@@ -11,6 +11,7 @@ dialects differ in a handful of places that are easier to read here than behind 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import re
@@ -18,12 +19,13 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from greval.errors import StoreUnavailable, UserError, first_line
 
 Dialect = Literal["sqlite", "postgresql"]
+T = TypeVar("T")
 
 _URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -65,6 +67,13 @@ class DB(Protocol):
     def executemany(self, sql: str, parameters: Any, /) -> Any: ...
 
     def close(self) -> None: ...
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter): a large read or write a chunk at a time."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
 
 
 def is_url(ref: str | Path) -> bool:

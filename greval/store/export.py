@@ -13,11 +13,12 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from greval.errors import UserError
+from greval.store.backend import batched
 from greval.store.results import ITEM_COLUMNS, RECORD_COLUMNS, result_rows
 from greval.store.store import Store
 
@@ -129,7 +130,7 @@ def _parquet(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], path: Pa
     schema = _arrow_schema(columns)
     n = 0
     with pq.ParquetWriter(path, schema) as out:
-        for batch in _batches(rows, PARQUET_BATCH):
+        for batch in batched(rows, PARQUET_BATCH):
             values = zip(*(_flat(r, columns) for r in batch), strict=True)  # column by column
             arrays = [pa.array(list(col), type=field.type) for col, field in zip(values, schema, strict=True)]
             out.write_table(pa.Table.from_arrays(arrays, schema=schema))
@@ -137,17 +138,6 @@ def _parquet(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], path: Pa
         if n == 0:
             out.write_table(schema.empty_table())
     return n
-
-
-def _batches(rows: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[Mapping[str, Any]]]:
-    batch: list[Mapping[str, Any]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 _WRITERS: dict[str, Callable[[Iterable[Mapping[str, Any]], Sequence[str], Path], int]] = {

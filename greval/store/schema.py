@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from greval.dataset.records import Record
+from greval.store.backend import batched
 from greval.types import ErrorKind
 
 if TYPE_CHECKING:
@@ -162,10 +163,11 @@ def put_snapshot(db: DB, records: Sequence[Record], key: str | None = None) -> s
 def put_members(db: DB, members: Sequence[tuple[str, str]], key: str | None = None) -> str:
     """:func:`put_snapshot` for a dataset given as its (record id, content hash) pairs."""
     key = key or members_key(members)
-    db.executemany(
-        "INSERT INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?) ON CONFLICT DO NOTHING",
-        [(key, *m) for m in members],
-    )
+    for chunk in batched(members, 5000):
+        db.executemany(
+            "INSERT INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?) ON CONFLICT DO NOTHING",
+            [(key, *m) for m in chunk],
+        )
     db.execute(
         "INSERT INTO snapshots (snapshot, records, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
         (key, len(members), time.time()),

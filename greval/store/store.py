@@ -19,12 +19,14 @@ holds SQL.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import socket
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,11 +36,15 @@ from greval.errors import UserError
 from greval.llm.config import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
 from greval.store.annotation import AnnotationPushes
-from greval.store.backend import DB, RECONNECT_WAIT_S
+from greval.store.backend import DB, RECONNECT_WAIT_S, batched
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
 from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
+
+#: Records a connection remembers having stored (see Store._stored), and records stored per transaction.
+_REMEMBERED = 10_000
+_RECORD_CHUNK = 2000
 
 #: How long a claim on a judgement holds when its owner cannot be checked (another host); an owner on this
 #: host that is gone (killed) frees its claims at once.
@@ -90,8 +96,10 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         #: of this process's work.
         self.committed = 0
         self.committed_verdicts = 0
-        # (record id, record hash) pairs this connection has stored: each is written once.
-        self._stored: set[tuple[str, str]] = set()
+        # (record id, record hash) pairs this connection stored last (at most _REMEMBERED, oldest dropped first):
+        # a record judged by several metrics in turn is written once, and a long run's memory does not grow
+        # with its dataset. One stored earlier is asked of the store (put_records) or written again (a no-op).
+        self._stored: OrderedDict[tuple[str, str], None] = OrderedDict()
         # Judgements put with defer=True, waiting for the next group commit (put_result's arguments and time).
         self._queue: list[tuple[Any, ...]] = []
         self._queued_keys: set[tuple[str, str, str]] = set()  # their (spec key, judge key, record hash)
@@ -134,13 +142,25 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         )
 
     def put_records(self, records: Iterable[Record]) -> None:
-        """Store records (content once per hash, every (id, hash) pair). Records this connection already
-        stored are skipped without serialising them."""
-        todo = [r for r in records if (r.id, r.hash) not in self._stored]
-        if not todo:
-            return
-        self._write(lambda db: self._insert_records(db, todo))
-        self._stored.update((r.id, r.hash) for r in todo)
+        """Store records (content once per hash, every (id, hash) pair), read and written a chunk at a time.
+        Records the store already holds (stored by this connection lately, else :meth:`known_records`) are
+        skipped without serialising them."""
+        for chunk in batched(records, _RECORD_CHUNK):
+            fresh = [r for r in chunk if (r.id, r.hash) not in self._stored]
+            known = self.known_records([(r.id, r.hash) for r in fresh]) if fresh else set()
+            todo = [r for r in fresh if (r.id, r.hash) not in known]
+            if todo:
+                self._write(functools.partial(self._insert_records, records=todo))
+                self._remember((r.id, r.hash) for r in todo)
+
+    def _remember(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Note records this connection stored (the latest _REMEMBERED of them are kept)."""
+        stored = self._stored
+        for pair in pairs:
+            stored[pair] = None
+            stored.move_to_end(pair)
+        while len(stored) > _REMEMBERED:
+            stored.popitem(last=False)
 
     def _insert_records(self, db: DB, records: Sequence[Record]) -> None:
         """Content once per hash; every (id, hash) pair. Every id is kept, whatever its content."""
@@ -494,7 +514,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         """After the commit of the queued verdicts: their records are stored, the queue is empty."""
         self.committed += len(self._queue)
         self.committed_verdicts += sum(len(args[4].verdicts) or 1 for args in self._queue)
-        self._stored.update((args[3].id, args[3].hash) for args in self._queue)
+        self._remember((args[3].id, args[3].hash) for args in self._queue)
         self._queue.clear()
         self._queued_keys.clear()
 
