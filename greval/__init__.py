@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from greval.api import Results, aevaluate, evaluate
     from greval.dataset.records import Record, load_records
+    from greval.errors import DataError, SpecError, UserError
     from greval.judge.evaluators import compile, compile_suite
     from greval.judge.judge import Judge
     from greval.llm.config import JudgeConfig, make_chat_model
@@ -32,6 +33,9 @@ _WHERE = {
     "aevaluate": "greval.api",
     "evaluate": "greval.api",
     "Record": "greval.dataset.records",
+    "DataError": "greval.errors",
+    "SpecError": "greval.errors",
+    "UserError": "greval.errors",
     "load_records": "greval.dataset.records",
     "compile": "greval.judge.evaluators",
     "compile_suite": "greval.judge.evaluators",
@@ -76,12 +80,14 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """What ``dir(greval)`` and completion show: the module's own names and the public ones loaded on use."""
-    return sorted({*globals(), *_WHERE, *__all__})
+    """What ``dir(greval)`` and completion show: the public names (most loaded on use), not the module's own
+    imports."""
+    return sorted({*__all__, "__version__"})
 
 
 __all__ = [
     "BaseSpec",
+    "DataError",
     "ItemVerdict",
     "Judge",
     "JudgeConfig",
@@ -91,7 +97,9 @@ __all__ = [
     "RunOptions",
     "RunSummary",
     "Spec",
+    "SpecError",
     "Store",
+    "UserError",
     "aevaluate",
     "arun",
     "compile",

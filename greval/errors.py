@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 class UserError(Exception):
-    """A mistake in the user's input (a file, a flag, a spec) rather than a bug in greval."""
+    """A mistake in the user's input (a file, a flag, a spec) rather than a bug in greval; ``remedy``: a greval
+    command that would fix it, as facts (the CLI writes it out after the message)."""
 
     exit_code = 2
+
+    def __init__(self, *args: object, remedy: Remedy | None = None) -> None:
+        super().__init__(*args)
+        self.remedy = remedy
 
     def __str__(self) -> str:
         # Printed as one line: a line break or terminal control character quoted from a file is escaped.
@@ -83,3 +89,15 @@ def render_options(text: str, names: Mapping[str, str]) -> str:
         return found if found is not None else m.group(0)
 
     return _OPTION.sub(sub, text)
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """A greval command that would fix a user error, as facts: the command's name (``"store migrate"``), the
+    option fields to give with their values (``""`` for a switch) and, in words, when or why to run it. Stages
+    never write command lines; the CLI does, after the message ("…; run `greval store migrate --store URL`
+    once"), and a Python caller finds the facts in ``UserError.remedy``."""
+
+    command: str  # its name, and any arguments it needs, as placeholders in capitals: "run DATA"
+    options: Mapping[str, str] = field(default_factory=dict)
+    why: str = ""

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from greval.agreement.gate import Check, Condition, GateResult, Side, check
 from greval.agreement.models import Estimate
-from greval.errors import UserError, option
+from greval.errors import Remedy, UserError, option
 from greval.report.scores import SystemFilter, in_system, paired_change, run_items, score_rows, system_values
 from greval.spec import Spec
 from greval.store.results import item_rows, record_rows
@@ -141,7 +141,7 @@ def find_run(store: Store, spec: str, judge: str | None, run_id: str | None) -> 
     for r in reversed(runs):
         if r["status"] == "finished" and (metric := _metric_of(r, name, version, judge)) is not None:
             return r, metric
-    raise UserError(f"no finished run of {spec} in {store.name}: run it first (greval run DATA --spec {name})")
+    raise UserError(f"no finished run of {spec} in {store.name}", remedy=Remedy("run DATA", {"spec": name}, "first"))
 
 
 def _score_checks(store: Store, req: GateRequest, conds: Sequence[Condition], notes: list[str]) -> list[Check]:

@@ -28,7 +28,7 @@ from greval.annotation.errors import AnnotationError
 from greval.annotation.pull import PullResult, pull
 from greval.annotation.push import Delivery, PushResult, candidates, deliver, spec_and_judge, unit_of
 from greval.annotation.selection import Unit, review_round
-from greval.errors import UserError
+from greval.errors import Remedy, UserError, option
 from greval.spec import CategoricalScale
 from greval.store.store import Store
 
@@ -103,20 +103,21 @@ def next_round(
         if judge_key != jinfo.key:
             raise AnnotationError(
                 f"the review in dataset {name!r} follows another judge's verdicts ({judge_key}); "
-                "choose it with --judge, or start a new review with --dataset NAME"
+                f"choose it with {option('judge')}, or start a new review with {option('dataset')} NAME"
             )
         params = json.loads(params_text)
         round_no = int(params.get("round", 0)) + 1
         stored_seed, stored_share = int(params.get("seed", 0)), float(params.get("control_share", control_share))
         if seed is not None and seed != stored_seed:
-            notes.append(f"the review keeps its seed {stored_seed} (--seed {seed} ignored): one design, one order")
+            ignored = f"{option('seed')} {seed} ignored"
+            notes.append(f"the review keeps its seed {stored_seed} ({ignored}): one design, one order")
         if stored_share != control_share:
             notes.append(f"control share {control_share:g} this round (earlier rounds: {stored_share:g})")
         if bool(params.get("blind", False)) != blind:
             was = "blind" if params.get("blind") else "with the judge's verdict shown"
             raise AnnotationError(
-                f"the review in dataset {name!r} was pushed {was}: keep it so (--blind as before), or start a new "
-                "review with --dataset NAME"
+                f"the review in dataset {name!r} was pushed {was}: keep it so ({option('blind')} as before), or start "
+                f"a new review with {option('dataset')} NAME"
             )
         seed = stored_seed
         before = store.push_units(push_id)
@@ -126,19 +127,20 @@ def next_round(
     units, panel = _panel(store, spec_key, jinfo.key, [unit_of(c) for c in cands])
     if not panel and all(c.best_confidence is None for c in cands):
         notes.append(
-            "no verdict has a confidence (judge with `greval run --logprobs`, or --samples 3), and no other judge "
-            "ran this spec: the 'most doubtful' slice is a random one"
+            f"no verdict has a confidence (judge with {option('logprobs')}, or {option('samples')} 3), and no other "
+            "judge ran this spec: the 'most doubtful' slice is a random one"
         )
     gone = [k for k in previous if k not in {u.key for u in units}]
     if gone:
         raise AnnotationError(
             f"{len(gone)} unit(s) of the review in {name!r} are no longer among the judge's ok verdicts of this spec "
-            "version; start a new review with --dataset NAME"
+            f"version; start a new review with {option('dataset')} NAME"
         )
     if previous and len(previous) >= len(units):
         raise AnnotationError(
             f"every judged item of {spec.name!r} is already in the review in {name!r} ({len(previous)} of "
-            f"{len(units)}): label the rest, then run `greval review status`"
+            f"{len(units)}): label the rest",
+            remedy=Remedy("review status", why="after labelling them"),
         )
     picks = review_round(units, previous, batch, control_share, seed, round_no)
     params = {"round": round_no, "batch": batch, "seed": seed, "control_share": control_share}
@@ -217,7 +219,8 @@ def review_status(
     name = review_dataset(spec.name, dataset)
     last = store.latest_push_to(spec.name, name, STRATEGY)
     if last is None:
-        raise UserError(f"no review of {spec.name!r} in dataset {name!r}: start one with `greval review --spec ...`")
+        start = Remedy("review", {"spec": spec.name}, "to start one")
+        raise UserError(f"no review of {spec.name!r} in dataset {name!r}", remedy=start)
     push_id, judge_key, params_text = last
     pulled = pull(store, conn, spec.name, dataset=name, workspace=workspace) if conn is not None else None
     units = store.push_units(push_id)
@@ -274,7 +277,7 @@ def review_status(
     elif status.uncovered:
         status.notes.append(
             f"{status.uncovered} of {population} judged items had no chance of being selected (no control draw "
-            f"from their verdict, or --control-share 0): the figures describe the other {covered} only"
+            f"from their verdict, or {option('control_share')} 0): the figures describe the other {covered} only"
         )
     if target is not None:
         status.advice = advice_for(status, target)
@@ -303,7 +306,7 @@ def advice_for(status: ReviewStatus, target: Target) -> Advice:
         return Advice(
             **base,
             line=f"no estimate over every judged item yet: {status.uncovered} could not be selected; run another "
-            "round (with --control-share above 0: its control draws go first to verdicts not sampled yet)",
+            f"round (with {option('control_share')} above 0: its control draws go first to verdicts not sampled yet)",
         )
     # A stratum sampled (or partly labelled) needs 2 labels before the bootstrap can vary inside it.
     thin = [s for s, c in status.strata.items() if (c.probability < 1 or c.labelled < c.selected) and c.labelled < 2]
@@ -318,12 +321,12 @@ def advice_for(status: ReviewStatus, target: Target) -> Advice:
         est = status.estimate(target.figure)
         if est is None:
             known = [e.name for e in report.design.estimates]
-            raise UserError(f"--target {target.figure!r}: choose one of {', '.join(known)}")
+            raise UserError(f"{option('target')} {target.figure!r}: choose one of {', '.join(known)}")
         adv = advise(target, status.labelled_units, est.ci_low, est.ci_high)
     elif report is not None:  # every labelled item weighs the same: the plain figures are the design's own
         e = report.metrics.get(report_name(target.figure))
         if e is None:
-            raise UserError(f"--target {target.figure!r}: choose one of {', '.join(report.metrics)}")
+            raise UserError(f"{option('target')} {target.figure!r}: choose one of {', '.join(report.metrics)}")
         adv = advise(target, status.labelled_units, e.ci_low, e.ci_high)
     else:
         adv = advise(target, 0, None, None)

@@ -53,6 +53,13 @@ Method = Literal["json_schema", "function_calling", "json_mode"]
 prompt). Here, with no SDK, so that run options and spec declarations can name it without LangChain."""
 
 
+PROMPT_LAYOUT: Final = 2
+"""The layout of the judge's prompt (``greval/judge/prompt.py``, the pipeline steps' wording in
+``greval/judge/pipeline.py``, the answer schema sent with a request). Part of the key of every verdict a model
+gives (``greval.store.store.spec_keys``): bump it whenever what a judge model reads changes, so a run judges
+again rather than mixing verdicts given to two prompts. 1: until 2026-11 (Markdown sections, the schema with
+its descriptions); 2: the compact layout (issue 35)."""
+
 RECORD_ITEM: Final = ""
 """The item id of a record-level verdict (a whole answer, not one of its chunks or triples)."""
 
@@ -89,6 +96,9 @@ class CallLog(BaseModel):
     latency_ms: float
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = Field(
+        0, description="Of tokens_in, those the provider read from its prompt cache (OpenAI's cached_tokens)."
+    )
     attempts: int = 1
     raw: str = ""
     error: str | None = None
@@ -115,6 +125,10 @@ class JudgeResult(BaseModel):
     @property
     def tokens_out(self) -> int:
         return sum(c.tokens_out for c in self.calls)
+
+    @property
+    def tokens_cached(self) -> int:
+        return sum(c.tokens_cached for c in self.calls)
 
     @property
     def attempts(self) -> int:

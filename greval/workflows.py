@@ -42,15 +42,20 @@ SPEC = "attribution"
 FILES = ("records.jsonl", "human_labels.csv", "attribution.yaml", "NOTICE", "LICENSE")
 
 
-def greval_command() -> str:
+def greval_argv() -> list[str]:
     """How to type greval so that the printed commands work as printed: ``greval`` when that is this
     environment's command on PATH, else its full path (scripts/quickstart.sh run outside a virtual
-    environment installs into ./.venv, whose bin/ is not on PATH)."""
+    environment installs into ./.venv, whose bin/ is not on PATH), else ``python -m greval``."""
     mine = Path(sys.prefix) / "bin" / "greval"
     found = shutil.which("greval")
     if found and mine.exists() and Path(found).resolve() == mine.resolve():
-        return "greval"
-    return shlex.quote(str(mine)) if mine.exists() else f"{shlex.quote(sys.executable)} -m greval"
+        return ["greval"]
+    return [str(mine)] if mine.exists() else [sys.executable, "-m", "greval"]
+
+
+def greval_command() -> str:
+    """:func:`greval_argv` as the shell takes it."""
+    return shlex.join(greval_argv())
 
 
 def write_workspace(directory: Path) -> list[str]:
@@ -107,6 +112,9 @@ class RunPlanned(BaseModel):
     judgements: int = Field(description="Judgements that still need the judge model (0: no judge is started).")
     computed: int = Field(description="Computed scores still to make.")
     skipped: int = Field(0, description="Judgements to store as skipped, no call: a required input is absent.")
+    builds_judge: bool = Field(
+        False, description="The embedded judge's llama-server is not built yet: serving it starts a long build."
+    )
 
 
 RunEvent = DataNote | RunPlanned
@@ -185,6 +193,7 @@ def run_dataset(
                 judgements=plan.judgements,
                 computed=plan.computed,
                 skipped=plan.skipped,
+                builds_judge=plan.judgements > 0 and _needs_build(cfg),
             )
         )
         summary = run_sync(
@@ -205,3 +214,16 @@ def run_dataset(
             for line in records.after_run(st, summary, specs):
                 emit(DataNote(text=line))
     return DatasetRun(ref=ref, judge=cfg, summary=summary)
+
+
+def _needs_build(cfg: JudgeConfig) -> bool:
+    """Whether serving this judge builds llama-server first (a GREVAL_LLAMA_SERVER that is wrong is said when
+    the judge is served). llm.local is imported only for a local judge, as the runner does."""
+    if cfg.provider not in ("local", "gguf"):
+        return False
+    from greval.llm.local import LocalJudgeError, find_llama_server
+
+    try:
+        return find_llama_server() is None
+    except LocalJudgeError:
+        return False

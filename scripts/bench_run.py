@@ -41,8 +41,8 @@ import openai
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
-from greval.llm.call import ModelCall
 from greval.llm.config import JudgeConfig
+from greval.llm.openai_chat import OpenAICall
 from greval.runner.driver import arun
 from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
@@ -106,9 +106,9 @@ async def startup_pass(srv: OpenAIServer, n: int, k: int, conc: int) -> tuple[fl
     specs = resolve_specs(["chunk_evaluation"])
     cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
     first: list[float] = []
-    original = ModelCall.__call__
+    original = OpenAICall.__call__  # how a run calls its OpenAI-compatible judge
 
-    async def spy(self: ModelCall, messages: Any) -> Any:
+    async def spy(self: OpenAICall, messages: Any) -> Any:
         if not first:
             first.append(time.perf_counter())
         return await original(self, messages)
@@ -119,13 +119,13 @@ async def startup_pass(srv: OpenAIServer, n: int, k: int, conc: int) -> tuple[fl
             await arun(specs, records(n, k, "earlier"), st, cfg, options=RunOptions(concurrency=conc))
         data = records(n, k, "startup")
         with Store(path) as st:
-            ModelCall.__call__ = spy  # type: ignore[method-assign]
+            OpenAICall.__call__ = spy  # type: ignore[method-assign]
             try:
                 t0 = time.perf_counter()
                 await arun(specs, data, st, cfg, options=RunOptions(concurrency=conc))
                 end = time.perf_counter()
             finally:
-                ModelCall.__call__ = original  # type: ignore[method-assign]
+                OpenAICall.__call__ = original  # type: ignore[method-assign]
     return 1000 * (first[0] - t0), 1000 * (end - t0)
 
 
@@ -156,7 +156,7 @@ print(json.dumps(1000 * (first[0] - t0)))
 
 
 def cold_startup(srv: OpenAIServer, n: int, k: int) -> float:
-    """:func:`startup_pass` in a fresh process, as ``greval run`` starts: the judge stack (LangChain, the SDK)
+    """:func:`startup_pass` in a fresh process, as ``greval run`` starts: the judge stack (the SDK)
     is not imported yet when ``arun`` is entered. The first request is the run's first connection."""
     import json
     import subprocess
@@ -185,10 +185,18 @@ LAYERS: dict[str, list[tuple[str, str]]] = {
     "request build": [
         ("greval/judge/judge.py", "messages"),
         ("langchain_openai/chat_models/base.py", "_get_request_payload"),
+        ("greval/llm/openai_chat.py", "payload"),
     ],
-    "callback check": [("greval/llm/call.py", "_listening")],
-    "HTTP (SDK post)": [("greval/llm/call.py", "_send"), ("greval/llm/call.py", "_client")],
-    "response → message": [("langchain_openai/chat_models/base.py", "_create_chat_result")],
+    "callback check": [("greval/llm/call.py", "_listening"), ("greval/llm/openai_chat.py", "_listened")],
+    "HTTP (SDK post)": [
+        ("greval/llm/sdk.py", "send"),
+        ("greval/llm/call.py", "_client"),
+        ("greval/llm/sdk.py", "loop_built"),
+    ],
+    "response → message": [
+        ("langchain_openai/chat_models/base.py", "_create_chat_result"),
+        ("greval/llm/openai_chat.py", "reply_of"),
+    ],
     "parse/validate": [
         ("greval/judge/parse.py", "json_payload"),
         ("greval/judge/judge.py", "validate"),

@@ -1,10 +1,17 @@
-"""Benchmark greval's start-up: CPU seconds of six everyday commands, against ``python -c pass``.
+"""Benchmark greval's start-up: CPU seconds of six everyday commands, and of a judging run up to its first
+model call, against ``python -c pass``.
 
 Each command runs ``--runs`` times (5 by default) as a child process of this interpreter; its CPU time is
 the children's user + system time (``resource.getrusage(RUSAGE_CHILDREN)``) before and after, so the
 figure does not depend on how loaded the machine is as much as wall time does. Printed: the median per
 command, its ratio to ``python -c pass`` measured in the same run, the issue's target where it has one, and
 the machine's load average before and after.
+
+``greval run: first model call`` is a fresh ``greval run`` (a new store each time) of ``chunk_evaluation``
+against greval's local OpenAI-compatible test server: the child's own user + system CPU (``os.times()``)
+and the wall time since it was started, at the moment it opens the connection for its first model request
+(an audit hook on ``socket.connect`` to the server's port, which then ends the child). Issue 35's target:
+≤ 1.0 s of CPU.
 
     python scripts/bench_startup.py [--runs 5]
 
@@ -23,19 +30,44 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from greval.testing.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
 GREVAL = [sys.executable, "-m", "greval"]
 
-#: Issue 15's targets, in CPU seconds; issue 17's for `annotate status` / `down` ("well under a second").
+#: Issue 15's targets, in CPU seconds; issue 17's for `annotate status` / `down` ("well under a second");
+#: issue 35's for a judging run's first model call.
+FIRST_CALL = "greval run: first model call"
 TARGETS = {
     "greval --help": 0.4,
     "greval spec validate FILE": 0.8,
     "greval annotate status --data-dir D": 0.5,
     "greval annotate down --data-dir D": 0.5,
+    FIRST_CALL: 1.0,
 }
+
+#: Runs greval's command line in the child, and ends it when it first connects to the test server's port:
+#: its CPU (user + system) and the wall clock then, written as JSON to the file named by BENCH_OUT.
+FIRST_CALL_PROBE = """
+import json, os, sys, time
+PORT, OUT = int(os.environ["BENCH_PORT"]), os.environ["BENCH_OUT"]
+
+def first_call(event, args):
+    if event == "socket.connect" and isinstance(args[1], tuple) and args[1][1:2] == (PORT,):
+        cpu = os.times()
+        with open(OUT, "w") as out:
+            json.dump({"cpu": cpu.user + cpu.system, "at": time.time()}, out)
+        os._exit(0)
+
+sys.addaudithook(first_call)
+sys.argv = ["greval", *sys.argv[1:]]
+from greval.__main__ import entry
+entry()
+"""
 
 RECORDS = [
     {
@@ -62,6 +94,21 @@ def cpu_seconds(cmd: Sequence[str], cwd: Path) -> float:
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def first_call(srv: OpenAIServer, work: Path, data: Path, n: int) -> tuple[float, float]:
+    """A fresh ``greval run``'s (CPU seconds, wall seconds) from its start to its first model request."""
+    out, store = work / f"first-call-{n}.json", work / f"first-call-{n}.sqlite"
+    port = srv.base_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
+    judge = ["--judge", "openai:bench", "--base-url", srv.base_url, "--store", str(store), "--quiet"]
+    cmd = [sys.executable, "-c", FIRST_CALL_PROBE, "run", str(data), "-s", "chunk_evaluation", *judge]
+    env = {**os.environ, "BENCH_PORT": port, "BENCH_OUT": str(out)}
+    started = time.time()
+    done = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0 or not out.exists():
+        raise SystemExit(f"greval run made no model call ({done.returncode}):\n{done.stderr}")
+    got = json.loads(out.read_text(encoding="utf-8"))
+    return got["cpu"], got["at"] - started
 
 
 def make_inputs(work: Path) -> tuple[Path, Path]:
@@ -106,10 +153,15 @@ def main() -> None:
                 "0",
             ],
         }
-        cpu: dict[str, list[float]] = {name: [] for name in commands}
-        for _ in range(args.runs):  # interleaved, so a burst of load hits every command alike
-            for name, cmd in commands.items():
-                cpu[name].append(cpu_seconds(cmd, work))
+        cpu: dict[str, list[float]] = {name: [] for name in [*commands, FIRST_CALL]}
+        wall: list[float] = []
+        with OpenAIServer() as srv:
+            for n in range(args.runs):  # interleaved, so a burst of load hits every command alike
+                for name, cmd in commands.items():
+                    cpu[name].append(cpu_seconds(cmd, work))
+                seconds, waited = first_call(srv, work, work / "records.jsonl", n)
+                cpu[FIRST_CALL].append(seconds)
+                wall.append(waited)
     medians = {name: statistics.median(values) for name, values in cpu.items()}
     load_after = os.getloadavg()
     base = medians["python -c pass"]
@@ -120,6 +172,9 @@ def main() -> None:
         target = TARGETS.get(name)
         verdict = "" if target is None else f"≤ {target:.1f} s: {'met' if value <= target else 'NOT met'}"
         print(f"{name:38} {value:7.3f} {value / base:7.1f}  {verdict}")
+    rounds = ", ".join(f"{c:.2f}" for c in cpu[FIRST_CALL])
+    print(f"{FIRST_CALL}: CPU per round {rounds}; wall median {statistics.median(wall):.2f} s", end="")
+    print(f" (python -c pass: {', '.join(f'{c:.3f}' for c in cpu['python -c pass'])})")
     print("load average (1, 5, 15 min): before " + ", ".join(f"{x:.2f}" for x in load_before), end="")
     print("; after " + ", ".join(f"{x:.2f}" for x in load_after))
 

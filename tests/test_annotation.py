@@ -259,7 +259,7 @@ def test_two_annotators_pull_repull_and_change(env: Env) -> None:
     assert bob0["record_hash"] == hashes["r0"] and bob0["item_id"] == "" and bob0["spec_hash"] == spec.hash
 
     again = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
-    assert "(0 changed" in again
+    assert "(0 new or changed" in again
 
     def strip(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{k: v for k, v in r.items() if k != "updated_at"} for r in rs]
@@ -272,9 +272,42 @@ def test_two_annotators_pull_repull_and_change(env: Env) -> None:
         )
         assert resp.status_code == 200, resp.text
     changed = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
-    assert "(1 changed" in changed
+    assert "(1 new or changed" in changed
     after = {(r["record_id"], r["annotator"]): r["label"] for r in _labels(env, spec.name)}
     assert after[("r2", "alice")] == "Incorrect" and len(after) == len(rows)
+
+
+def test_a_pull_counts_new_answers_as_changed_and_the_store_counts_what_waits(env: Env) -> None:
+    """Five first answers given in Argilla: the pull right after says 5 new or changed (it said 0: only an
+    answer that had been pulled before could change), the next one 0; the store's count of what waits for a
+    label (the one the quick start prints) follows: 12 pushed, 5 labelled, 7 waiting."""
+    spec = env.specs["answer_alignment"]
+    name = "pull-count"
+    env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--dataset", name)
+    with Store(env.store_path) as st:
+        assert st.review_counts(spec.name, name) == (12, 0)
+    ids = {dict(r.metadata)["record_id"]: str(r._server_id) for r in _records(env, name)}
+    for i in range(5):
+        _respond(env, "dora", ids[f"r{i}"], "submitted", {"verdict": {"value": "Correct"}})
+    out = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name, "--dataset", name).output
+    assert "(5 new or changed since the last pull of 'pull-count')" in out, out
+    again = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name, "--dataset", name).output
+    assert "(0 new or changed" in again
+    with Store(env.store_path) as st:
+        counts = st.review_counts(spec.name, name)
+    assert (counts.units, counts.labelled, counts.waiting) == (12, 5, 7)
+
+    # A verdict that is an error is not pushed, and the push says so (it was left out without a word).
+    flip = "UPDATE verdicts SET status=?, error_kind=? WHERE record_id='r11' AND spec_name=?"
+    with Store(env.store_path) as st:
+        st.db.execute(flip, ("error", "truncated", spec.name))
+    try:
+        res = env.cli("push", "--store", str(env.store_path), "--spec", spec.name, "--dataset", name)
+    finally:
+        with Store(env.store_path) as st:
+            st.db.execute(flip, ("ok", None, spec.name))
+    assert "Pushed 11 of 11 items" in res.output
+    assert "note: 1 record not pushed: its verdict is an error (truncated); run the `greval run`" in res.output
 
 
 def test_repush_updates_without_duplicates_and_keeps_answers(env: Env) -> None:
@@ -316,7 +349,7 @@ def test_selection_strategies_are_honest() -> None:
     assert sum(1 / p.probability for p in unc) == pytest.approx(100)
     assert not {p.unit for p in first} & {p.unit for p in control}
 
-    with pytest.raises(UserError, match="needs --n"):
+    with pytest.raises(UserError, match=r"needs `select\.n`"):
         select(units, "random")
 
 
@@ -343,7 +376,7 @@ def test_review_rounds_grow_one_design() -> None:
     panel = [Unit(u.record_hash, "", u.stratum, u.confidence, 1.0 if u.record_hash == "h090" else 0.0) for u in units]
     first = review_round(panel, {}, 10, 0.0, seed=3, round_no=1)
     assert first[0].unit.record_hash == "h090" and first[0].selection == "uncertain"
-    with pytest.raises(UserError, match="--batch"):
+    with pytest.raises(UserError, match="`batch`"):  # the option's field: the CLI writes it as --batch
         review_round(units, {}, 0, 0.2, seed=3, round_no=1)
 
 
@@ -359,7 +392,7 @@ def test_uncertain_first_says_when_verdicts_have_no_confidence() -> None:
     (some,) = uncertain_notes([verdict(0, 0.4), verdict(1, None), verdict(2, None)])
     assert some.startswith("2 of 3 verdicts have no confidence")
     (none,) = uncertain_notes([verdict(0, None)])
-    assert none.startswith("no verdict has confidence") and "--samples" in none and "--logprobs" in none
+    assert none.startswith("no verdict has confidence") and "`samples`" in none and "`logprobs`" in none
     # A token confidence (one call with --logprobs) counts, and the samples' agreement rate comes first.
     tokens = UnitVerdict("h3", "", "r3", "Correct", None, None, None, token_confidence=0.55)
     assert uncertain_notes([tokens]) == [] and tokens.best_confidence == 0.55
@@ -454,7 +487,7 @@ def test_import_labels_round_trip(env: Env) -> None:
 
     # carol's answers are in Argilla as hers: a pull reads them back unchanged.
     pulled = env.cli("pull", "--store", str(env.store_path), "--spec", spec.name).output
-    assert "3 submitted" in pulled and "carol" in pulled and "(0 changed" in pulled
+    assert "3 submitted" in pulled and "carol" in pulled and "(0 new or changed" in pulled
     recs = _records(env, spec.name)
     assert len(recs) == 12  # the imported units were updated in place, not duplicated
 
@@ -589,7 +622,7 @@ def test_pull_two_datasets_of_one_spec_keeps_both(env: Env) -> None:
         env.cli("pull", "--store", store, "--spec", spec.name, "--dataset", d).output
         for d in ("aa-two-sugg", "aa-two-blind")
     ]
-    assert all("(0 changed" in out for out in again), again
+    assert all("(0 new or changed" in out for out in again), again
     erin = {(r["dataset"], r["record_id"]): r["label"] for r in _labels(env, spec.name) if r["annotator"] == "erin"}
     assert erin == {
         ("aa-two-sugg", "r0"): "Correct",
@@ -662,7 +695,7 @@ def test_identical_records_are_one_argilla_record_listing_every_id(env: Env, ope
 
     _respond(env, "frank", str(shared._server_id), "submitted", {"verdict": {"value": "Acceptable"}})
     out = env.cli("pull", "--store", str(path), "--spec", spec.name, "--dataset", "dup-aa").output
-    assert "Stored 1 answers as 2 labels" in out and "(0 changed" in out
+    assert "Stored 1 answers as 2 labels" in out and "(1 new or changed" in out  # one answer, once
     with Store(path) as st:
         rows = st.query("SELECT dataset, record_id, record_hash, label FROM human_labels ORDER BY record_id")
     assert [(r["dataset"], r["record_id"], r["record_hash"], r["label"]) for r in rows] == [
@@ -670,7 +703,7 @@ def test_identical_records_are_one_argilla_record_listing_every_id(env: Env, ope
         ("dup-aa", "b", hashes["b"], "Acceptable"),
     ]
     again = env.cli("pull", "--store", str(path), "--spec", spec.name, "--dataset", "dup-aa").output
-    assert "(0 changed" in again
+    assert "(0 new or changed" in again
 
 
 def test_import_keeps_the_id_each_row_names(env: Env, openai_server: OpenAIServer) -> None:
@@ -704,7 +737,7 @@ def test_import_keeps_the_id_each_row_names(env: Env, openai_server: OpenAIServe
     shared = next(r for r in recs if dict(r.metadata)["record_hash"] == hashes["b"])
     assert sorted(dict(shared.metadata)["record_id"]) == ["a", "b"]
     pulled = env.cli("pull", "--store", str(path), "--spec", spec.name, "--dataset", "dup-imp").output
-    assert "(0 changed" in pulled
+    assert "(0 new or changed" in pulled
     with Store(path) as st:
         hana = st.query("SELECT dataset, record_id, label FROM human_labels WHERE annotator='hana' ORDER BY record_id")
     # One Argilla record stands for a and b, so hana's answer on it is pulled for both ids.

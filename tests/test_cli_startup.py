@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from greval.cli import COMMANDS, GrevalGroup, main
 from greval.cli.lazy import Lazy, LazyGroup
+from greval.testing.openai_server import OpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,6 +134,32 @@ def test_agreement_on_a_file_does_not_import_langchain(tmp_path: Path) -> None:
     code, modules, output = _probe(args, tmp_path)
     assert code == 0, output
     assert _langchain(modules) == []
+
+
+def test_a_run_with_an_openai_compatible_judge_imports_no_langchain(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's judge calls (a judge spec and a pipeline) go out without LangChain when nothing needs it
+    (greval.llm.openai_chat): the whole run imports neither LangChain nor langsmith, whose run trees came with
+    LangChain's tracers — ~0.6 s of CPU before the first call of every process (issue 35)."""
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING_V2", "LANGCHAIN_TRACING"):
+        monkeypatch.delenv(name, raising=False)
+    data = tmp_path / "records.jsonl"
+    record = {
+        "id": "r1",
+        "question": "Capital of France?",
+        "answer": "Paris.",
+        "chunks": [{"id": "c1", "text": "Paris."}],
+    }
+    data.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    judge = ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--store", str(tmp_path / "s.sqlite")]
+    code, modules, output = _probe(
+        ["run", str(data), "-s", "chunk_evaluation", "-s", "answer_relevance", *judge], tmp_path
+    )
+    assert code == 0, output
+    assert llm.stats()["total"] >= 3, output  # the chunk, then the pipeline's extraction and verification
+    assert [m for m in modules if m.startswith(("langchain", "langsmith"))] == [], modules
+    assert "openai" in modules  # the SDK sent them
 
 
 def _tables() -> list[tuple[str, LazyGroup, str, Lazy]]:

@@ -220,7 +220,7 @@ def test_the_paired_change_is_the_difference_of_dataset_scores_with_a_bootstrap_
 def test_a_scores_ci_does_not_depend_on_the_order_of_its_rows() -> None:
     """Verdicts written concurrently are stored in the order they finished: the CI must not follow it (it did:
     the same records gave another CI from one run to the next)."""
-    from greval.report.store_report import score_ci
+    from greval.report.stats import score_ci
 
     rng = np.random.default_rng(3)
     rows = [{"record_id": f"r{i}", "record_hash": f"h{i}", "status": "ok", "score": float(x), "units": 1}

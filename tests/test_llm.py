@@ -324,7 +324,7 @@ def test_an_answer_cut_off_or_filtered_is_named_so(llm: OpenAIServer, direct: bo
     j = Judge(SPEC, model(llm), direct=direct)
     cut, filtered = (run_sync(j.ajudge(r)) for r in records(2))
     assert (cut.verdicts[0].error or "").startswith("truncated: the answer was cut off at the token limit in 3 tries")
-    assert "--max-tokens" in (cut.verdicts[0].error or "")
+    assert "`max_tokens`" in (cut.verdicts[0].error or "")  # the option's field (the CLI shows --max-tokens)
     assert len(cut.calls) == 3
     assert (filtered.verdicts[0].error or "").startswith("content_filter: the provider's content filter withheld")
     assert len(filtered.calls) == 1
@@ -707,6 +707,107 @@ def test_failed_build_leaves_no_partial_state(tmp_path: Path, home: Path, monkey
     assert (parent / "build-0.0.0-failed.log").is_file()
 
 
+def _tar_add(tar: tarfile.TarFile, name: str, text: str) -> None:
+    data = text.encode()
+    member = tarfile.TarInfo(name)
+    member.size = len(data)
+    tar.addfile(member, io.BytesIO(data))
+
+
+_BACKEND = """import os
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    import buildhelper  # the build dependency, installed by pip in the isolated build environment
+    name = "llama_cpp_python-0.0.1.dist-info"
+    os.makedirs(os.path.join(metadata_directory, name))
+    with open(os.path.join(metadata_directory, name, "METADATA"), "w") as fh:
+        fh.write("Metadata-Version: 2.1\\nName: llama-cpp-python\\nVersion: 0.0.1\\n")
+    return name
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    raise RuntimeError("pip download must not build the wheel")
+"""
+
+
+def test_source_download_takes_the_build_dependencies_as_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The llama-cpp-python sdist is fetched with its build dependencies (scikit-build-core …) as wheels: with
+    `--no-binary :all:` pip built each of them from source too, ~10 minutes of a cold first run. Offline: a
+    local package folder holds the sdist (its build dependency named in pyproject.toml) and that dependency
+    only as a wheel, as PyPI holds scikit-build-core's wheel beside its sdist."""
+    import zipfile
+
+    from greval.llm.local.build import _fetch_sdist, _Reporter
+
+    index = tmp_path / "index"
+    index.mkdir()
+    with tarfile.open(index / "llama_cpp_python-0.0.1.tar.gz", "w:gz") as tar:
+        root = "llama_cpp_python-0.0.1/"
+        _tar_add(tar, root + "PKG-INFO", "Metadata-Version: 2.1\nName: llama-cpp-python\nVersion: 0.0.1\n")
+        _tar_add(
+            tar,
+            root + "pyproject.toml",
+            '[build-system]\nrequires = ["buildhelper"]\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+        )
+        _tar_add(tar, root + "backend.py", _BACKEND)
+        _tar_add(tar, root + "vendor/llama.cpp/CMakeLists.txt", "project(fake)\n")
+    info = "buildhelper-1.0.dist-info/"
+    with zipfile.ZipFile(index / "buildhelper-1.0-py3-none-any.whl", "w") as whl:
+        whl.writestr("buildhelper/__init__.py", "")
+        whl.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: buildhelper\nVersion: 1.0\n")
+        whl.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(info + "RECORD", "")
+    for name in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's pip.conf (indexes, constraints) left out
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    monkeypatch.delenv("GREVAL_LLAMA_SDIST", raising=False)
+    log = io.StringIO()
+    got = _fetch_sdist("0.0.1", tmp_path / "sdist", log, _Reporter(False))
+    assert got == tmp_path / "sdist" / "llama_cpp_python-0.0.1.tar.gz", log.getvalue()[-3000:]
+    assert "--no-binary llama-cpp-python" in log.getvalue()
+
+
+def test_build_progress_in_a_log_says_how_far_and_how_long(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Off a terminal (scripts/setup.sh's log, CI) the compile reports every tenth of ninja's steps with the time
+    so far and an estimate of the rest: before, a bare "[20/206] 9%" (setup.sh showed only "waiting …")."""
+    from greval.llm.local.build import _Reporter, _run_logged
+
+    fake_ninja = "import time\nfor i in range(1, 21):\n    print(f'[{i}/20] Building CXX object x{i}.o', flush=True)\n"
+    reporter = _Reporter(True)
+    reporter.start_steps()
+    with (tmp_path / "build.log").open("w") as log:
+        assert _run_logged([sys.executable, "-c", fake_ninja], log, reporter) == 0
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("llama-server: compiling")]
+    assert len(lines) == 11, lines  # the first step, then 10 %, 20 % … 100 %
+    assert lines[1] == "llama-server: compiling 10% (2/20 steps, 0 min so far, about 0 min left)"
+    assert lines[-1] == "llama-server: compiling 100% (20/20 steps, 0 min so far)"
+
+
+def test_run_without_a_judge_says_what_the_first_build_costs_before_starting_it(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`greval run` with no judge configured and llama-server not built yet: before the build starts, one note
+    says it is built now, how long that takes (the measured figure) and how to avoid it (--judge …). The build
+    stops at once here (its source package is missing)."""
+    from greval.llm.local import BUILD_ESTIMATE
+
+    data = tmp_path / "rag.jsonl"
+    data.write_text(json.dumps({"id": "r1", "question": "Q?", "answer": "A.", "expected_answer": "A."}) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GREVAL_JUDGE"))}
+    env |= {"GREVAL_HOME": str(home), "GREVAL_LLAMA_SDIST": str(tmp_path / "missing.tar.gz"), "COLUMNS": "300"}
+    res = _cli(["run", str(data), "-s", "answer_alignment", "--store", str(tmp_path / "s.sqlite")], tmp_path, env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = res.stderr
+    note = err.index("llama-server is not built yet")
+    assert BUILD_ESTIMATE in err[note:] and "--judge openai:gpt-4o-mini" in err[note:]
+    assert note < err.index("GREVAL_LLAMA_SDIST points to a missing file")  # said before the build started
+    assert "Traceback" not in err
+
+
 def test_second_builder_waits_for_the_lock(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While another process holds the build lock, ensure_llama_server waits instead of building."""
     lock = home / "llama.cpp" / ".0.0.0.lock"
@@ -1057,7 +1158,7 @@ def test_the_direct_calls_response_model_is_the_sdks(variant: str) -> None:
     from openai._models import construct_type
     from openai.types.chat import ChatCompletion
 
-    from greval.llm.call import _FastChatCompletion
+    from greval.llm.sdk import _FastChatCompletion
 
     data = copy.deepcopy(_COMPLETION)
     msg = data["choices"][0]["message"]

@@ -51,7 +51,7 @@ def srv() -> Iterator[OpenAIServer]:
 def _clean(srv: OpenAIServer) -> Iterator[None]:
     srv.reset()
     yield
-    srv.configure(latency=0.0, json_schema=True, tools=True, seed=0, logprobs="null")
+    srv.configure(latency=0.0, json_schema=True, tools=True, seed=0, logprobs="null", prefix_cache=False)
 
 
 def _llm(srv: OpenAIServer, **kwargs: Any) -> ChatOpenAI:
@@ -154,6 +154,33 @@ def test_openai_sdk_json_schema_n_choices_and_usage(srv: OpenAIServer) -> None:
     assert resp.usage is not None
     assert resp.usage.prompt_tokens == 8  # words across all messages
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens > 8
+
+
+def test_cached_prompt_tokens_model_a_prefix_cache(srv: OpenAIServer) -> None:
+    """usage.prompt_tokens_details.cached_tokens: the leading words a request shares with the last one that
+    began with the same 32 words (none for the first, none after a reset), when the ``prefix_cache`` knob is
+    on; LangChain reads it as ``input_token_details.cache_read``."""
+    steps = " ".join(f"step{i}" for i in range(40))
+    system = {"role": "system", "content": f"You judge chunks by these steps: {steps}"}  # 46 words
+
+    def ask(user: str, first: dict[str, str] = system) -> Any:
+        return _create(srv, model=MODEL, messages=[first, {"role": "user", "content": user}])
+
+    def cached(resp: Any) -> int:
+        assert resp.usage is not None and resp.usage.prompt_tokens_details is not None
+        return int(resp.usage.prompt_tokens_details.cached_tokens)
+
+    assert cached(ask("Question: what is one? Chunk: one.")) == 0
+    assert cached(ask("Question: what is two? Chunk: two.")) == 0  # off by default: a repeated request is alike
+    srv.configure(prefix_cache=True)
+    assert cached(ask("Question: what is one? Chunk: one.")) == 0
+    assert cached(ask("Question: what is two? Chunk: two.")) == 46 + 3  # the system message, "Question: what is"
+    assert cached(ask("Question: what is two?", {"role": "system", "content": "You judge answers."})) == 0
+    msg = _llm(srv).invoke([("system", system["content"]), ("user", "Question: what is three? Chunk: 3.")])
+    assert (msg.usage_metadata or {}).get("input_token_details", {}).get("cache_read") == 49
+    srv.reset()
+    assert cached(ask("Question: what is two? Chunk: two.")) == 0
+    assert cached(ask("Question: what is two? Chunk: two.")) == 52  # the same request again: all of it
 
 
 def test_openai_sdk_tool_call_shape(srv: OpenAIServer) -> None:

@@ -82,6 +82,19 @@ def _user_env() -> dict[str, str]:
     return env
 
 
+#: The tests of tests/test_quickstart.py that run the greval command by its path, as a user's shell would.
+QUICKSTART_CMDS = "leaves_records_to_label or says_where_its_human_labels"
+
+
+def _path_without_greval(path: str) -> str:
+    """``path`` without the directories that hold a ``greval`` (and never empty of the system's own)."""
+    dirs = [d for d in path.split(os.pathsep) if d and not (Path(d) / "greval").exists()]
+    dirs += [d for d in ("/usr/bin", "/bin") if d not in dirs and not (Path(d) / "greval").exists()]
+    kept = os.pathsep.join(dirs)
+    assert shutil.which("greval", path=kept) is None, kept
+    return kept
+
+
 def _bash(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
     start = time.monotonic()
     res = subprocess.run(["bash", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
@@ -123,15 +136,67 @@ def test_the_readme_commands_pass_from_a_clean_clone(tmp_path: Path, setting: st
         second, t_second = _bash(quick, clone, env)
         again = second.stdout + second.stderr
         assert second.returncode == 0, again[-4000:]
-        assert "0 judgement(s) to make" in again, again[-4000:]
+        assert "0 judgement(s) to make" in " ".join(again.split()), again[-4000:]
+        assert "not reinstalled" in second.stdout, second.stdout[-4000:]  # pip skipped: 17 s of the 30 s before
         print(f"{setting}: first quick start {t_first:.0f} s, second {t_second:.0f} s")
-        tests, t_tests = _bash(["scripts/test.sh", "tests/test_packaging.py", "-k", "wheel_ships"], clone, env)
+        args, want = ["tests/test_packaging.py", "-k", "wheel_ships"], "1 passed"
+        if setting == "plain":
+            # The tests that run the greval command, on a PATH that holds no greval at all: they must find the
+            # one the test command installed (./.venv/bin is on no PATH outside an activated venv), not one
+            # left on this machine's PATH by earlier work.
+            env["PATH"] = _path_without_greval(env["PATH"])
+            args = ["tests/test_packaging.py", "tests/test_quickstart.py", "-k", f"wheel_ships or {QUICKSTART_CMDS}"]
+            want = "3 passed"
+        tests, t_tests = _bash(["scripts/test.sh", *args], clone, env)
         assert tests.returncode == 0, (tests.stdout + tests.stderr)[-4000:]
-        assert "1 passed" in tests.stdout
+        assert want in tests.stdout, tests.stdout[-4000:]
         print(f"{setting}: test command {t_tests:.0f} s")
     finally:
         if py.exists():
             subprocess.run([str(py), "-m", "greval", "annotate", "down", "--data-dir", str(data)], timeout=120)
+
+
+def _venv_seeing_this_checkout(env_dir: Path) -> Path:
+    """A fresh venv (no pip) where greval imports from this checkout, as after `pip install -e .`, and the
+    dependencies from where this test runs; returns its python."""
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(py), "-c", code], capture_output=True, text=True, check=True).stdout.strip())
+    (site / "greval_editable.pth").write_text(f"{ROOT}\n")
+    here = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (site / "zz_outer_site.pth").write_text("".join(f"{p}\n" for p in here))
+    return py
+
+
+@pytest.mark.slow
+def test_a_second_setup_does_not_reinstall_greval(tmp_path: Path) -> None:
+    """scripts/setup.sh where greval is installed already, editable from this checkout with the same
+    pyproject.toml (its stamp written by the first setup's pip step): pip is not run again (17 s of a 30 s second
+    quick start); a stamp for other requirements, or none, means install. The venv here has no pip at all, so a
+    pip step would fail. The builds are found in greval's data directory, not made."""
+    from greval.annotation import server
+    from greval.llm.local import find_llama_server
+
+    if find_llama_server() is None or not server.venv_ready():
+        pytest.skip("needs llama-server built and the Argilla environment made (scripts/setup.sh)")
+    py = _venv_seeing_this_checkout(tmp_path / "v")
+    stamp = [str(py), "-I", "scripts/_install_stamp.py"]
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    base = " ".join(re.findall(r'^(?:GREVAL_EXTRAS|JUDGE_MODEL)="(.*)"$', setup, re.M))  # what its pip step names
+    assert subprocess.run([*stamp, "check", "base", base], cwd=ROOT).returncode == 1  # nothing installed yet
+    subprocess.run([*stamp, "mark", "base", base], cwd=ROOT, check=True)  # as the first setup's pip step does
+    assert subprocess.run([*stamp, "check", "base", base], cwd=ROOT).returncode == 0
+    assert subprocess.run([*stamp, "check", "base", base + " more"], cwd=ROOT).returncode == 1
+
+    env = _user_env()
+    env |= {"VIRTUAL_ENV": str(tmp_path / "v"), "GREVAL_SETUP_LOGS": str(tmp_path / "logs")}
+    env["PATH"] = f"{tmp_path / 'v' / 'bin'}{os.pathsep}{env['PATH']}"
+    res, seconds = _bash(["scripts/setup.sh"], ROOT, env)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "installing greval into" in res.stdout and "not reinstalled" in res.stdout, res.stdout
+    assert (tmp_path / "logs" / "pip.log").read_text() == ""
+    assert "setup done" in res.stdout and seconds < 60
 
 
 # ------------------------------------------------------------------ the README's Python examples

@@ -66,7 +66,8 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         assert "starting the embedded local judge" in both
         assert "(created)" in both
         assert re.search(
-            r"Argilla\s+http://127\.0\.0\.1:\d+\s+login: \S+, password: \S+ annotate credentials", first.stdout
+            r"Argilla\s+http://127\.0\.0\.1:\d+\s+login: \S+, password: shown by\n\s+\S+ annotate credentials",
+            first.stdout,
         )
         report = work / "report" / "attribution.agreement.html"
         assert report.exists() and "<img" in report.read_text()
@@ -115,19 +116,37 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _commands(text: str) -> list[list[str]]:
-    """The commands a run printed: every line whose first word is the greval command — ``greval``, or its
-    full path when this environment's bin/ is not on PATH (a ./.venv made by scripts/quickstart.sh)."""
+    """The commands a run printed: every indented line whose first word is the greval command — ``greval``, or its
+    full path when this environment's bin/ is not on PATH (a ./.venv made by scripts/quickstart.sh), or
+    ``python -m greval`` — with the lines it continues onto (a trailing backslash, as a shell reads them)."""
     out = []
-    for line in text.splitlines():
-        first = line.split(maxsplit=1)[0] if line.strip() else ""
-        if first == "greval" or first.endswith("/greval"):
-            out.append(shlex.split(line.strip()))
+    lines = iter(text.splitlines())
+    for line in lines:
+        words = line.split()
+        if not line.startswith(" ") or not words:
+            continue  # commands are indented; prose is not
+        if not (words[0] in ("greval", *_greval_cmd()) or words[0].endswith("/greval")):
+            continue
+        while line.endswith("\\"):
+            line = line[:-1] + next(lines, "")
+        out.append(shlex.split(line.strip()))
     return out
 
 
+def _greval_cmd() -> list[str]:
+    """greval as the test command installed it: this interpreter's own bin/greval (scripts/test.sh run outside
+    an activated venv puts ./.venv's bin/ on no PATH), else ``python -m greval``. Never a ``greval`` found on
+    PATH, which may be another installation."""
+    mine = Path(sys.executable).parent / "greval"
+    return [str(mine)] if mine.is_file() else [sys.executable, "-m", "greval"]
+
+
 def _greval(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run a printed command exactly as printed (its first word found the way a shell would)."""
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    """Run a printed command exactly as printed (its first word found the way a shell would), its output
+    piped and no terminal on stdin either (whose width rich would take)."""
+    return subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def _piped_env() -> dict[str, str]:
@@ -173,21 +192,46 @@ def _write_rag_file(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
+#: The one record of the example whose answer the test server cuts off (finish_reason "length") on its first
+#: three tries — every try of the first run: its verdict is an error (truncated), never pushed, until the printed
+#: command judges it again.
+CUT_OFF = {"match": "never had a diary or a blog", "times": 3, "action": {"type": "length"}}
+
+
+def _flat(text: str) -> str:
+    """Text with its line breaks and runs of spaces as single spaces (what wraps at 80 columns reads as one)."""
+    return " ".join(text.split())
+
+
+def _fits(text: str, width: int = 80) -> list[str]:
+    """The lines of ``text`` wider than ``width`` (none, unless one word is wider by itself)."""
+    return [line for line in text.splitlines() if len(line) > width and " " in line.removesuffix(" \\").strip()]
+
+
+def _cell_words(text: str) -> list[str]:
+    """Every word inside a table cell (the lines drawn with rich's box characters)."""
+    cells = [line for line in text.splitlines() if any(c in line for c in "│┃")]
+    return [w for line in cells for w in re.split(r"[│┃\s]+", line) if w]
+
+
 @pytest.mark.slow
 @pytest.mark.argilla
 def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
     openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
-    """The loop a newcomer sees: 20 records labelled by the BEGIN annotators, 10 with the judge's suggestion
-    waiting for them; every command printed runs as printed (from another directory, at 80 columns); the
+    """The loop a newcomer sees, piped (80 columns): 20 records labelled by the BEGIN annotators, the others
+    with the judge's suggestion waiting for them — one count wherever it is printed, a verdict that is an error
+    said and not pushed; no line wider than 80 columns and no word broken in a table; every command printed
+    (next steps and hints: the retry of the failed record too) runs as printed from another directory; the
     report says where its labels came from; a second run keeps the user's answers."""
     openai_server.reset()
     openai_server.configure(latency=0.0, json_schema=True, tools=True)
+    openai_server.script([CUT_OFF])
     data, here, own = tmp_path / "argilla", tmp_path / "here", tmp_path / "own"
     here.mkdir()
     own.mkdir()
     env = _piped_env()
-    cmd = ["greval", "quickstart", "--dir", "ws", "--port", str(server.free_port()), "--argilla-data", str(data)]
+    cmd = [*_greval_cmd(), "quickstart", "--dir", "ws", "--port", str(server.free_port()), "--argilla-data", str(data)]
     cmd += ["--bootstrap", "50", "--judge", "openai:judge-test", "--base-url", openai_server.base_url]
     store = (here / "ws" / "greval.sqlite").resolve()
     try:
@@ -197,38 +241,54 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         assert "Traceback" not in both
         assert "(created)" in both
         db = sqlite3.connect(store)
-        assert db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 30
+        assert db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 29
+        assert db.execute("SELECT error_kind FROM verdicts WHERE status='error'").fetchall() == [("truncated",)]
         assert db.execute("SELECT COUNT(*) FROM human_labels").fetchone()[0] == 20
         db.close()
 
-        # Argilla: 20 records answered by the BEGIN annotators, 10 open with the judge's suggestion.
+        # 80 columns: every line fits, every word in a table is whole (rich folded "attributi|on" before).
+        assert _fits(first.stdout) == [] and _fits(first.stderr) == [], _fits(both)
+        words = _cell_words(first.stdout)
+        assert "attribution" in words and "Fully" in words and "attributable" in words, words
+        assert not [w for w in words if w != "attribution" and "attribution".startswith(w) and len(w) > 3]
+
+        # Argilla: 20 records answered by the BEGIN annotators, 9 open with the judge's suggestion, the cut-off
+        # one not there — and every count printed says so.
         http = _argilla(data)
         records = _argilla_records(http, "attribution")
-        assert len(records) == 30
+        assert len(records) == 29
         open_records = [r for r in records if not r.get("responses")]
-        assert len(open_records) == 10
+        assert len(open_records) == 9
         assert all(r.get("suggestions") for r in open_records)
+        flat_out, flat_err = _flat(first.stdout), _flat(first.stderr)
+        assert "'attribution' in workspace 'argilla': 20 of 29 records labelled, 9 wait for your label" in flat_out
+        assert "human labels: 20 stored from human_labels.csv" in flat_err
+        assert "20 of 29 records labelled, 9 wait for your label" in flat_err
+        assert "1 record not pushed: its verdict is an error (truncated)" in flat_err
+        assert "10 records are left" not in flat_err
         creds = server.read_credentials(data)
         url = server.status(data).url
         assert url and url in first.stdout
         assert creds["username"] in first.stdout
-        # no secret printed unasked: the line names the command that shows the password, which does
+        # no secret printed unasked: the closing names the command that shows the password, which does
         assert creds["password"] not in both and creds["api_key"] not in both
-        shown = re.search(r"password: (.+annotate credentials.*)$", first.stdout, re.MULTILINE)
-        assert shown, first.stdout
-        asked = _greval(shlex.split(shown.group(1)), own, env)
-        assert asked.returncode == 0 and creds["password"] in asked.stdout and creds["api_key"] in asked.stdout
+        assert "password: shown by" in first.stdout
         assert "'attribution'" in first.stdout
         assert "╭" not in first.stdout  # plain lines, no panel that cuts paths at 80 columns
 
-        commands = _commands(first.stdout)
+        commands = _commands(first.stderr + first.stdout)  # the hints (stderr) are printed before the closing
         mine = [c for c in commands if str(store) in c]
         pull = [c for c in mine if c[1:3] == ["annotate", "pull"]]
         report = [c for c in mine if c[1] == "report"]
+        retry = [c for c in commands if c[1] == "quickstart"]
         assert len(pull) == 1 and len(report) == 1, first.stdout
+        assert retry and retry[0][-1] == "--retry-errors", first.stderr  # the hint is a command, not "greval run …"
         assert pull[0][pull[0].index("--spec") + 1] == "attribution"
         assert Path(report[0][report[0].index("-o") + 1]).is_absolute()
         assert any(c[1] == "run" for c in commands) and any(c[1:3] == ["annotate", "push"] for c in commands)
+        [shows] = [c for c in commands if c[1:3] == ["annotate", "credentials"]]
+        asked = _greval(shows, own, env)
+        assert asked.returncode == 0 and creds["password"] in asked.stdout and creds["api_key"] in asked.stdout
 
         # The user labels three of the open records in Argilla.
         me = http.get("/api/v1/me").json()
@@ -241,11 +301,17 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         _write_rag_file(own / "my_data.jsonl")
         outputs = {}
         for c in commands:
+            if shlex.join(c) in outputs:
+                continue  # a hint printed twice is run once
             res = _greval(c, own, env)
             assert res.returncode == 0, (c, res.stdout[-2000:], res.stderr[-2000:])
             assert "Traceback" not in res.stdout + res.stderr
             outputs[shlex.join(c)] = res.stdout + res.stderr
-        said = outputs[shlex.join(report[0])]
+        again = _flat(outputs[shlex.join(retry[0])])  # the failed record judged again, pushed, counted
+        assert "1 judgement(s) to make" in again and "30 verdicts pushed" in again
+        assert "3 answer(s) of yours fetched from Argilla" in again
+        assert "23 of 30 records labelled, 7 wait for your label" in again
+        said = _flat(outputs[shlex.join(report[0])])
         assert "23 human labels" in said and "from Argilla dataset 'attribution'" in said
         report_dir = Path(report[0][report[0].index("-o") + 1])
         md = (report_dir / "report.md").read_text()
@@ -257,10 +323,11 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         second = _greval(cmd, here, env, timeout=600)
         both = second.stdout + second.stderr
         assert second.returncode == 0, both[-4000:]
-        assert "0 judgement(s) to make" in both
+        assert "0 judgement(s) to make" in _flat(both)
         assert "(updated)" in both and "(created)" not in both
         assert "creating its environment" not in both and "first time" not in both
-        assert "7 wait for your label" in second.stdout
+        assert "23 of 30 records labelled, 7 wait for your label" in _flat(second.stdout)
+        assert "not pushed" not in both
         assert openai_server.stats()["total"] == calls
         http = _argilla(data)
         records = _argilla_records(http, "attribution")
@@ -270,6 +337,7 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         assert all(a["values"]["verdict"]["value"] == "Fully attributable" for a in answers)
         db = sqlite3.connect(store)
         assert db.execute("SELECT COUNT(*) FROM human_labels WHERE status='submitted'").fetchone()[0] == 23
+        assert db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 30
         db.close()
     finally:
         server.stop(data)
@@ -325,13 +393,16 @@ def test_report_says_where_its_human_labels_came_from(llm: OpenAIServer, tmp_pat
     store = _labelled_store(llm, tmp_path / "ws")
     out_dir = tmp_path / "report"
     env = _piped_env()
-    res = _greval(["greval", "report", "--store", str(store), "-o", str(out_dir), "--bootstrap", "50"], tmp_path, env)
+    res = _greval(
+        [*_greval_cmd(), "report", "--store", str(store), "-o", str(out_dir), "--bootstrap", "50"], tmp_path, env
+    )
     assert res.returncode == 0, res.stderr
     want = "23 human labels — 20 imported from a file, 3 from Argilla dataset 'attribution'"
-    assert want in res.stdout
+    assert want in _flat(res.stdout)
     assert want in (out_dir / "report.md").read_text()
     assert html.escape(want) in (out_dir / "index.html").read_text()
-    assert "openai:judge-test" in res.stdout  # the table is as wide as it needs, not cut to 80 columns
+    assert _fits(res.stdout) == [], _fits(res.stdout)  # 80 columns: the table fits, its words whole
+    assert "openai:judge-test" in _cell_words(res.stdout) or "openai:judge-test" in res.stdout.split()
     assert "…" not in res.stdout
 
 
@@ -396,3 +467,69 @@ def test_argilla_environment_setup_failure_shows_the_logs_tail_and_path(
     assert str(log) in result.output
     assert "No matching distribution found for greval-no-such-package-4242" in result.output
     assert not server.venv_ready()
+
+
+def _wheel(folder: Path, name: str) -> None:
+    """A minimal pure-Python wheel of ``name`` 1.0 (what pip needs to install it offline)."""
+    import zipfile
+
+    info = f"{name}-1.0.dist-info/"
+    with zipfile.ZipFile(folder / f"{name}-1.0-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{name}/__init__.py", "")
+        whl.writestr(info + "METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        whl.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(info + "RECORD", "")
+
+
+@pytest.mark.slow
+def test_argilla_environment_setup_off_a_terminal_says_how_far_it_is_and_how_long_it_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Into a log or a pipe (scripts/setup.sh, CI), the Argilla environment's setup says what it costs (the
+    measured estimate, not "about a minute" for what took 10) and how far pip is, with the time so far: a line
+    every tenth package and one when installing starts. Offline: 12 small wheels in a local folder."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    names = [f"greval_fake_pkg{i}" for i in range(12)]
+    for name in names:
+        _wheel(wheels, name)
+    _fake_requirements(tmp_path, monkeypatch, "".join(f"{n}==1.0\n" for n in names))
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    result = CliRunner().invoke(main, ["annotate", "setup"])
+    assert result.exit_code == 0, result.output
+    shown = capfd.readouterr().err + result.output
+    assert server.SETUP_ESTIMATE in shown and "about a minute" not in shown
+    assert re.search(r"Argilla environment: 10 of 12 packages downloaded \(\d+ min so far\)", shown), shown
+    assert re.search(r"Argilla environment: installing 12 packages \(\d+ min so far\) …", shown), shown
+    assert re.search(r"Argilla server environment ready \(\d+ s\)", shown), shown
+
+
+def test_tables_fit_the_width_with_every_word_whole() -> None:
+    """print_table at 80 columns (a pipe) and narrower: the run summary's table, which rich folded inside words
+    at 80 (`attributi|on`, `attributa|ble:21`), fits with every word whole — narrowed between words, and one row
+    at a time when even its longest words cannot stand side by side; a title wider than the table is wrapped
+    above it."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from greval.cli.common import print_table
+
+    def summary_table() -> Table:
+        t = Table(title="run 20261126-085710-217dea — 30 records, judge openai:judge-test, 30 calls in 1.1s")
+        for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "score", "tokens in/out"):
+            t.add_column(col)
+        dist = "Fully attributable:21  Not fully attributable:9"
+        t.add_row("attribution", "30", "0", "30", "—", dist, "—", "8040/544")
+        return t
+
+    for width in (80, 60, 30):
+        buf = io.StringIO()
+        print_table(summary_table(), Console(file=buf, width=width, soft_wrap=True))
+        text = buf.getvalue()
+        assert _fits(text, width) == [], (width, text)
+        words = [w for line in text.splitlines() for w in re.split(r"[│┃━┡┩╇┏┓┳┗┛┻─└┘┴┌┐┬├┤┼\s:,]+", line) if w]
+        assert {"attribution", "Fully", "attributable", "openai", "judge-test"} <= set(words), (width, text)
+        assert not {"attributi", "attributa", "on", "ble"} & set(words), (width, text)

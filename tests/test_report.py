@@ -27,7 +27,8 @@ from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
 from greval.report.agreement import render_html, render_markdown
-from greval.report.store_report import build, mean_ci
+from greval.report.stats import mean_ci, score_ci
+from greval.report.store_report import build
 from greval.runner.driver import run
 from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
@@ -84,15 +85,59 @@ def _store(llm: OpenAIServer, path: Path) -> None:
         )
 
 
-def test_mean_ci_matches_scipy_and_handles_degenerate_input() -> None:
+def _percentile_bootstrap(statistic: Any, n: int, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap written out: ``resamples`` draws of n record indices with replacement from
+    numpy's default_rng(seed), the statistic of each, and the 2.5th and 97.5th percentiles (linear)."""
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    low, high = np.quantile([statistic(idx) for idx in draws], [0.025, 0.975])
+    return float(low), float(high)
+
+
+def test_mean_ci_is_the_percentile_bootstrap_and_handles_degenerate_input() -> None:
+    """mean_ci resamples through greval.agreement.bootstrap (the one bootstrap): exactly the percentile bootstrap
+    written out here, and statistically the same interval as scipy.stats.bootstrap's percentile method (which
+    the report used before; its random draws differ, so the ends agree to Monte Carlo error)."""
     x = [0.1, 0.5, 0.9, 0.4, 0.7, 0.2]
     m = mean_ci(x)
-    ref = bootstrap((np.array(x),), np.mean, n_resamples=2000, method="percentile", random_state=0)
     assert m.mean == pytest.approx(np.mean(x), abs=1e-12)
-    assert (m.ci_low, m.ci_high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    low, high = _percentile_bootstrap(lambda idx: np.mean(np.asarray(x)[idx]), len(x))
+    assert (m.ci_low, m.ci_high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
+    big = mean_ci(x, resamples=20_000)
+    ref = bootstrap((np.array(x),), np.mean, n_resamples=20_000, method="percentile", random_state=0)
+    assert big.ci_low == pytest.approx(ref.confidence_interval.low, abs=0.015)
+    assert big.ci_high == pytest.approx(ref.confidence_interval.high, abs=0.015)
     assert mean_ci([]).mean is None and mean_ci([]).note == "no scores"
     assert mean_ci([0.3]).ci_low is None and mean_ci([0.3]).note
     assert mean_ci([1.0, 1.0]).std == 0.0
+
+
+def test_pooled_score_ci_resamples_records_with_their_items() -> None:
+    """A micro score's CI: records drawn with their item counts, each resample's Σ score·units / Σ units — the
+    written-out ratio bootstrap exactly, and scipy's paired percentile bootstrap to Monte Carlo error."""
+    rng = np.random.default_rng(5)
+    scores, units = rng.uniform(0, 1, 40), rng.integers(1, 9, 40).astype(float)
+    rows = [{"status": "ok", "score": s, "units": u} for s, u in zip(scores, units, strict=True)]
+    ci = score_ci(rows, "micro")
+    assert ci.mean == pytest.approx(float((scores * units).sum() / units.sum()), abs=1e-12)
+    assert ci.note == f"pooled over {units.sum():g} items (micro)"
+    low, high = _percentile_bootstrap(lambda idx: (scores[idx] * units[idx]).sum() / units[idx].sum(), len(rows))
+    assert (ci.ci_low, ci.ci_high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
+
+    def ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.asarray(num.sum(axis=axis) / den.sum(axis=axis))
+
+    big = score_ci(rows, "micro", resamples=20_000)
+    ref = bootstrap(
+        (scores * units, units),
+        ratio,
+        paired=True,
+        vectorized=True,
+        n_resamples=20_000,
+        method="percentile",
+        random_state=0,
+    )
+    assert big.ci_low == pytest.approx(ref.confidence_interval.low, abs=0.01)
+    assert big.ci_high == pytest.approx(ref.confidence_interval.high, abs=0.01)
 
 
 def test_report_compares_systems_and_links_agreement(llm: OpenAIServer, tmp_path: Path) -> None:
@@ -589,7 +634,7 @@ def _qa_store(llm: OpenAIServer, path: Path, specs: Sequence[str], labels: bool)
 
 
 def test_score_stats_match_numpy() -> None:
-    from greval.report.store_report import score_stats
+    from greval.report.stats import score_stats
 
     rng = np.random.default_rng(3)
     x = rng.gamma(2.0, 0.2, 57)
@@ -605,8 +650,7 @@ def test_score_stats_match_numpy() -> None:
     xs = np.sort(x)
     assert s.p5 == pytest.approx(xs[2] + 0.8 * (xs[3] - xs[2]), abs=1e-12)
     assert s.failure_rate == pytest.approx(4 / 63) and s.skip_rate == pytest.approx(2 / 63)
-    ref = bootstrap((x,), np.mean, n_resamples=2000, method="percentile", random_state=0)
-    assert (s.mean.ci_low, s.mean.ci_high) == (ref.confidence_interval.low, ref.confidence_interval.high)
+    assert (s.mean.ci_low, s.mean.ci_high) == (mean_ci(list(x)).ci_low, mean_ci(list(x)).ci_high)
     empty = score_stats([], records=3, failed=3)
     assert empty.n == 0 and empty.median is None and empty.p95 is None and empty.failure_rate == 1.0
     one = score_stats([0.4])
@@ -768,6 +812,52 @@ def test_prevalence_corrected_system_shares_match_rogan_gladen(llm: OpenAIServer
     system_means = {s.system: s.score.mean for s in rep.systems}
     assert by_system["global"].raw_score == pytest.approx(system_means["global"])
     assert by_system["all"].shares[0].ci_low is not None or by_system["all"].note
-    from greval.report.store_report import render_markdown as render_report_markdown
+    from greval.report.html import render_markdown as render_report_markdown
 
     assert "## Prevalence-corrected system scores" in render_report_markdown(rep)
+
+
+def test_report_functions_stay_short_and_simple() -> None:
+    """greval/report/ holds no function over 80 lines and none of radon's complexity rank E or F (the store
+    report used to be one 909-line module with an 84-line renderer): a new section or panel is a new function."""
+    import ast
+
+    import greval.report
+
+    cc_visit = pytest.importorskip("radon.complexity").cc_visit
+    cc_rank = pytest.importorskip("radon.complexity").cc_rank
+    too_long, too_complex = [], []
+    for path in sorted(Path(greval.report.__file__).parent.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    too_long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+        too_complex += [
+            f"{path.name}:{b.lineno} {b.name} (cc {b.complexity})"
+            for b in cc_visit(source)
+            if cc_rank(b.complexity) in "EF"
+        ]
+    assert not too_long and not too_complex, (too_long, too_complex)
+
+
+def test_notes_name_option_fields_and_the_cli_shows_flags() -> None:
+    """A stage's note names an option field (greval.errors.option); with_names writes every note of a report,
+    at any depth, as the CLI's flag table says, for the terminal and the pages; the model keeps the field."""
+    from greval.errors import option
+    from greval.report.format import with_names
+
+    f = frame(["a", "b", "a", "b"], ["a", "b", "b", "b"])
+    rep = compute_agreement(f, AgreementScale(labels=["a", "b"]), NO_BOOT)
+    headline = next(iter(rep.metrics))
+    noted = rep.model_copy(
+        update={
+            "notes": [f"pass {option('pair_by')} to compare runs"],
+            "metrics": {**rep.metrics, headline: rep.metrics[headline].model_copy(update={"note": option("seed")})},
+        }
+    )
+    shown = with_names(noted, {"pair_by": "--pair-by", "seed": "--seed"})
+    assert shown.notes == ["pass --pair-by to compare runs"] and shown.metrics[headline].note == "--seed"
+    assert noted.notes == ["pass `pair_by` to compare runs"]  # the report itself (and its JSON) keeps the field
+    assert "pass --pair-by to compare runs" in render_html(shown, f) and "--seed" in render_markdown(shown)

@@ -136,11 +136,16 @@ def test_an_old_store_s_errors_get_their_kind_from_their_text(old_store: Path) -
     assert judgements == [(None, None)] * 4
 
 
-def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAIServer, old_store: Path) -> None:
+def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(
+    llm: OpenAIServer, old_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The interrupted run (answer_completeness on r0..r7, which reads chunk_evaluation and triple_evaluation)
     judged answer_completeness on r0 alone; chunk_evaluation has every record but r7; triple_evaluation skips
     every record (no triples). Stored errors are final: chunk_evaluation's on r3 and r4 are not asked again,
-    and answer_completeness fails there without a call (what it depends on failed)."""
+    and answer_completeness fails there without a call (what it depends on failed). The fixture's verdicts were
+    given to prompt layout 1: resuming is what is tested, so the run keys its verdicts as layout 1 did (under
+    the current layout everything is judged again: the next test)."""
+    monkeypatch.setattr("greval.store.store.PROMPT_LAYOUT", 1)
     recs = fixture_records()
     assert {(r.id, r.hash) for r in recs} == set(_rows(old_store, "SELECT record_id, record_hash FROM record_ids"))
     before = _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts")
@@ -160,6 +165,29 @@ def test_a_resumed_run_on_an_old_store_judges_only_what_is_missing(llm: OpenAISe
     assert by_spec["chunk_evaluation"].errors == {"context_length": 3, "incomplete": 1}
     assert done.errors == {"dependency": 2}  # r3, r4: chunk_evaluation failed there, so nothing was asked
     assert by_spec["triple_evaluation"].skipped == 8
+
+
+def test_a_new_prompt_layout_judges_again_and_the_old_verdicts_stay_readable(
+    llm: OpenAIServer, old_store: Path
+) -> None:
+    """A new prompt layout is a new judgement (greval.types.PROMPT_LAYOUT folds into the key of every metric a
+    model judges): the next run on a store of layout-1 verdicts asks the model again for every record, and the
+    old verdicts stay in the store, readable with the figures they had."""
+    recs = fixture_records()
+    expected = json.loads((FIXTURES / "store_v2.figures.json").read_text())
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    specs = resolve_specs(["answer_completeness"])
+    old_keys, new_keys = spec_keys(specs, layout=1), spec_keys(specs)
+    assert all(old_keys[s.name] != new_keys[s.name] for s in specs)
+    with Store(old_store) as st:
+        summary = run(specs, recs, st, cfg, options=FAST)
+        judged = {m.spec: m.reused for m in summary.metrics}
+        assert judged == {"chunk_evaluation": 0, "triple_evaluation": 0, "answer_completeness": 0}
+        assert summary.calls == llm.stats()["total"] > 0
+        stored = {f["spec_key"] for f in expected["figures"]}
+        assert {old_keys[s.name] for s in specs} <= stored  # the fixture's keys are layout 1's
+        assert [_as_recorded(f) for f in figures(st) if f.spec_key in stored] == expected["figures"]
+        assert {f.spec_key for f in figures(st) if f.spec_key not in stored} == set(new_keys.values())
 
 
 def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
@@ -720,8 +748,12 @@ def test_an_older_postgresql_store_is_migrated_only_when_asked(pg_url: str) -> N
         st.put_human_labels([{"spec_name": "m", "record_id": "r", "record_hash": "h", "annotator": "a", "label": "x"}])
         st.db.execute("ALTER TABLE verdicts DROP COLUMN token_confidence")
         st.db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
-    with pytest.raises(UserError, match=rf"schema 3, this greval needs {SCHEMA_VERSION}; run `greval store migrate"):
+    with pytest.raises(UserError, match=rf"schema 3, this greval needs {SCHEMA_VERSION}$") as raised:
         Store(pg_url)
+    # The stage names the command as facts; the CLI writes it as the command line to type.
+    assert raised.value.remedy is not None and raised.value.remedy.command == "store migrate"
+    cli = _cli("results", "runs", "--store", pg_url)
+    assert cli.exit_code == 2 and f"needs {SCHEMA_VERSION}; run `greval store migrate --store URL` once" in cli.output, cli.output
     res = _cli("store", "migrate", "--store", pg_url)
     assert res.exit_code == 0 and f"schema 3 → {SCHEMA_VERSION}" in res.output, res.output
     with Store(pg_url) as st:

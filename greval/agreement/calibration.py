@@ -43,7 +43,7 @@ from greval.agreement import bootstrap as bs
 from greval.agreement.models import AgreementOptions, CalibrationBin, CalibrationReport, Estimate
 from greval.agreement.prepare import CONFIDENCE_COLUMN, label_text
 from greval.agreement.resampling import estimate
-from greval.errors import DataError
+from greval.errors import DataError, option
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -204,7 +204,7 @@ def _skip_notes(without_confidence: int, without_answer: int) -> list[str]:
     if without_confidence:
         notes.append(
             f"{without_confidence} row(s) with a judge and a human answer have no judge confidence: left "
-            "out of the calibration (a verdict from one sample has none; run the judge with --samples N)"
+            f"out of the calibration (a verdict from one sample has none; run the judge with {option('samples')} N)"
         )
     if without_answer:
         notes.append(

@@ -200,7 +200,8 @@ def _notes(pairs: Pairs, options: AgreementOptions) -> list[str]:
     if pairs.both_invalid:
         notes.append(
             f"{pairs.both_invalid} item(s) have an invalid answer in both runs: counted as "
-            f"{'agreement' if options.invalid_pairs == 'agree' else 'disagreement'} (--invalid-pairs)"
+            f"{'agreement' if options.invalid_pairs == 'agree' else 'disagreement'} "
+            f"({option('AgreementOptions.invalid_pairs')})"
         )
     return notes
 

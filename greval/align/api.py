@@ -16,7 +16,7 @@ from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult
 from greval.align.objective import Scorer, default_objective
 from greval.align.split import split_units
 from greval.align.store_judge import StoreJudge, StoreOptimizer, StoreRuns
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.llm.config import JudgeChoice, JudgeConfig, Notify, local_concurrency, resolve_judge
 from greval.llm.retry import RetryPolicy
 from greval.runner.options import RunOptions
@@ -60,12 +60,14 @@ def stored_judge(store: Store, spec_key: str, name: str) -> JudgeChoice:
         raise UserError(f"no judge verdicts of {name} in the store: run `greval run` with it first")
     if len(judges) > 1:
         raise UserError(
-            f"several judges answered {name} ({', '.join(j['label'] for j in judges)}): choose with --judge"
+            f"several judges answered {name} ({', '.join(j['label'] for j in judges)}): choose with {option('judge')}"
         )
     ident = json.loads(judges[0]["identity"])
     provider, model = ident.get("provider"), ident.get("model")
     if provider == "gguf":
-        raise UserError(f"{name} was judged by a GGUF model ({judges[0]['label']}): give it with --judge gguf:PATH")
+        raise UserError(
+            f"{name} was judged by a GGUF model ({judges[0]['label']}): give it with {option('judge')} gguf:PATH"
+        )
     ref = "local" if provider == "local" else f"{provider}:{model}"
     return JudgeChoice(
         ref=ref,
@@ -96,7 +98,8 @@ def resolve(store: Store, target: Target, choice: JudgeChoice | JudgeConfig | No
         have = ", ".join(sorted(set(stored.values()))) or "none"
         raise UserError(
             f"no verdicts of {target.name}@{spec.hash} by judge {cfg.label} with these parameters (key {cfg.key}); "
-            f"judges with verdicts: {have} — give the same --judge, --temperature, --max-tokens and --samples"
+            f"judges with verdicts: {have} — give the same {option('judge')}, {option('temperature')}, "
+            f"{option('max_tokens')} and {option('samples')}"
         )
     return cfg, key
 

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from greval.align.models import Frozen, Unit
 from greval.dataset.sample import rank
-from greval.errors import UserError
+from greval.errors import UserError, option
 
 
 class SearchPart(Frozen):
@@ -82,7 +82,7 @@ def split_units(units: Sequence[Unit], test_share: float, folds: int, seed: int)
     if len(groups) < need:
         raise UserError(
             f"{len(groups)} labelled record(s); {folds} folds with a test share of {test_share:g} need at least "
-            f"{need} (2 per fold, 2 for the test): label more records, or lower --folds"
+            f"{need} (2 per fold, 2 for the test): label more records, or lower {option('folds')}"
         )
     strata: dict[int, list[str]] = {}
     for h, members in groups.items():

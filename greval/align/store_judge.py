@@ -31,7 +31,7 @@ DEFAULT_TOKENS_PER_CHAR = 0.5
 """Prompt tokens per character before a judge's own are known (English runs near 0.25)."""
 
 DEFAULT_OUT_TOKENS = 1024
-"""An answer's tokens before any was seen, when the judge has no --max-tokens cap."""
+"""An answer's tokens before any was seen, when the judge has no ``max_tokens`` cap."""
 
 
 @dataclass
@@ -66,7 +66,7 @@ def _system_chars(spec_json: str) -> int:
     answer, _ = verdict_models(spec)
     # JSON mode carries the schema in the prompt: the longest of the three structured-output methods.
     chars = len(system_prompt(spec, "json_mode", answer.model_json_schema()))
-    return chars + sum(len(str(m.content)) for m in example_messages(spec))
+    return chars + sum(len(m["content"]) for m in example_messages(spec))
 
 
 def prompt_chars(spec: Spec, record: Record) -> int:

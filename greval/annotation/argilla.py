@@ -21,6 +21,7 @@ from argilla._exceptions import ArgillaCredentialsError  # argilla 2.x exports i
 
 from greval.annotation import dataset as ds
 from greval.annotation.errors import AnnotationError
+from greval.errors import Remedy, option
 from greval.spec import CategoricalScale, Spec
 
 DEFAULT_BATCH = 500
@@ -51,16 +52,16 @@ def connect(
 ) -> Connection:
     """Connect to ``api_url`` with ``api_key``, or by default to the embedded server's credentials."""
     if api_url and not api_key:
-        raise AnnotationError("--api-url needs an API key: pass --api-key or set ARGILLA_API_KEY")
+        raise AnnotationError(f"{option('api_url')} needs an API key: pass {option('api_key')} or set ARGILLA_API_KEY")
     if not api_url:
         from greval.annotation import server
 
         st = server.status(data_dir)
         if not st.running or not st.url:
             raise AnnotationError(
-                "no Argilla server: start the embedded one with `greval annotate up`, "
-                "or pass --api-url/--api-key "
-                "(or set ARGILLA_API_URL / ARGILLA_API_KEY)"
+                f"no Argilla server: pass {option('api_url')}/{option('api_key')} (or set ARGILLA_API_URL / "
+                "ARGILLA_API_KEY)",
+                remedy=Remedy("annotate up", why="to start the embedded one"),
             )
         creds = server.read_credentials(data_dir)
         api_url, api_key = st.url, api_key or creds.get("api_key")
@@ -109,7 +110,7 @@ def _workspace(conn: Connection, workspace: str | None) -> str:
         return name
     items = _check(conn.http.get("/api/v1/me/workspaces"), "list workspaces")["items"]
     if not items:
-        raise AnnotationError("this Argilla user has no workspace; pass --workspace")
+        raise AnnotationError(f"this Argilla user has no workspace; pass {option('workspace')}")
     return str(items[0]["name"])
 
 
@@ -214,7 +215,7 @@ def ensure_dataset(
     if q is None:
         raise AnnotationError(
             f"Argilla dataset {name!r} has no question {ds.QUESTION!r}; it was not made by "
-            "greval - choose another name with --dataset"
+            f"greval - choose another name with {option('dataset')}"
         )
     change: DistributionChange | None = None
     current = (found.get("distribution") or {}).get("min_submitted")
@@ -228,7 +229,7 @@ def ensure_dataset(
         if [str(x) for x in have] != [str(x) for x in want]:
             raise AnnotationError(
                 f"Argilla dataset {name!r} asks for {have} but spec {spec.name!r} has {want}; "
-                "push to a new dataset with --dataset"
+                f"push to a new dataset with {option('dataset')}"
             )
         if not created and annotators_per_record is not None and current not in (None, annotators_per_record):
             progress = dataset_progress(conn, did)
@@ -236,15 +237,15 @@ def ensure_dataset(
             if not force:
                 raise AnnotationError(
                     f"Argilla dataset {name!r} needs {current} submitted answer(s) per record{done}; "
-                    f"--annotators-per-record {annotators_per_record} would change that and recount every "
-                    "record's progress: pass --force to apply it (or leave the flag out to keep "
-                    f"{current})"
+                    f"{option('annotators_per_record')} {annotators_per_record} would change that and recount "
+                    f"every record's progress: pass {option('force')} to apply it (or leave "
+                    f"{option('annotators_per_record')} out to keep {current})"
                 )
             resp = conn.http.patch(
                 f"/api/v1/datasets/{did}",
                 json={"distribution": {"strategy": "overlap", "min_submitted": annotators_per_record}},
             )
-            _check(resp, f"change --annotators-per-record of {name!r}")
+            _check(resp, f"change {option('annotators_per_record')} of {name!r}")
             change = DistributionChange(
                 before=int(current),
                 after=annotators_per_record,

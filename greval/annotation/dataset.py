@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import argilla as rg
 
 from greval.dataset.records import CONVERSATION, Record
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.judge.prompt import NOUNS, describe_scale, tool_call_text
 from greval.spec import CategoricalScale, Spec, ValueScale
 
@@ -226,7 +226,7 @@ def build_settings(
     """Argilla settings for a spec: same question, same options, the scale explained. (The SDK binds every
     settings object to a client at construction; without one it would build a default from the env.)"""
     if annotators_per_record < 1:
-        raise UserError("--annotators-per-record must be at least 1")
+        raise UserError(f"{option('annotators_per_record')} must be at least 1")
     fields: list[rg.TextField | rg.ChatField] = []
     for name in field_names(spec):
         desc = spec.inputs[name].description if name in spec.inputs else None

@@ -18,6 +18,7 @@ from greval.annotation.errors import AnnotationError
 from greval.dataset.limits import ReadLimits
 from greval.dataset.records import Record
 from greval.dataset.tables import read_rows
+from greval.errors import option
 from greval.spec import CategoricalScale, Spec
 from greval.store.store import Store
 
@@ -79,23 +80,23 @@ def import_labels(
     Each row is stored for the record id it names. Its dataset is ``import``, or the Argilla dataset the
     answers also go to (``conn`` given), so a later pull of that dataset updates these rows."""
     if (annotator_col is None) == (annotator_name is None):
-        raise AnnotationError("give exactly one of --annotator COL or --annotator-name NAME")
+        raise AnnotationError(f"give exactly one of {option('annotator_col')} COL or {option('annotator_name')} NAME")
     spec_key, spec = store.latest_spec(spec_name)
     rows = read_rows(path, limits)
     if not rows:
         raise AnnotationError(f"{path}: no rows")
     cols = list(rows[0])
-    for flag, col in (
-        ("--record-id", record_id_col),
-        ("--label", label_col),
-        ("--item-id", item_id_col),
-        ("--annotator", annotator_col),
-        ("--comment", comment_col),
+    for name, col in (
+        ("record_id_col", record_id_col),
+        ("label_col", label_col),
+        ("item_id_col", item_id_col),
+        ("annotator_col", annotator_col),
+        ("comment_col", comment_col),
     ):
         if col is not None and col not in cols:
-            raise AnnotationError(f"{flag} {col!r}: no such column in {path.name} (has: {_few(cols, 12)})")
+            raise AnnotationError(f"{option(name)} {col!r}: no such column in {path.name} (has: {_few(cols, 12)})")
     if spec.each and item_id_col is None:
-        raise AnnotationError(f"spec {spec.name!r} labels each of the {spec.each}: give --item-id COL")
+        raise AnnotationError(f"spec {spec.name!r} labels each of the {spec.each}: give {option('item_id_col')} COL")
     label_dataset = (dataset or spec.name) if conn is not None else "import"
     ids = {v for r in rows if (v := _cell(r[record_id_col])) is not None}
     recs = _resolve_records(store, spec_key, ids)

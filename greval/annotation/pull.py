@@ -28,7 +28,7 @@ class PullResult:
     drafts: int
     pending: int
     stored: int
-    changed: int
+    changed: int  # answers new or different since the last pull of this dataset (counted once per answer)
     by_annotator: dict[str, int] = field(default_factory=dict)
     unknown: int = 0
     answers: int = 0  # responses read; ``stored`` counts rows, one per record id an answer stands for
@@ -131,12 +131,12 @@ def pull(
         ids = list(dict.fromkeys(store_ids.get(rhash) or meta_ids or [rhash[:16]]))
         mine = [{**answer_row, "record_id": rid} for rid in ids]
         rows += mine
-        # An answer changed when a row it had before differs now (counted once, however many ids it has).
-        if any(
-            (k := (r["record_id"], rhash, item_id, r["annotator"])) in before
-            and before[k] != (r["label"], r["value"], r["comment"], r["status"])
-            for r in mine
-        ):
+        # An answer is new when no row of it was stored before, changed when a stored row differs now (counted
+        # once, however many ids it has; a row added for another id of the same content is neither): a pull
+        # after 5 first answers said "0 changed".
+        now = (answer_row["label"], answer_row["value"], answer_row["comment"], answer_row["status"])
+        had = [before[k] for r in mine if (k := (r["record_id"], rhash, item_id, r["annotator"])) in before]
+        if not had or any(old != now for old in had):
             changed += 1
     stored = store.put_human_labels(rows)
     return PullResult(

@@ -29,6 +29,7 @@ from greval.annotation.argilla import (
 )
 from greval.annotation.errors import AnnotationError
 from greval.annotation.selection import Pick, Strategy, Unit, select
+from greval.errors import option
 from greval.spec import Spec
 from greval.store.lookups import UnitVerdict
 from greval.store.store import Store
@@ -56,10 +57,11 @@ def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tu
     if judge is not None:
         rows = [r for r in rows if judge in (r["label"], r["judge_key"])]
         if not rows:
-            raise AnnotationError(f"--judge {judge!r}: no verdicts of {spec_name!r} by that judge")
+            raise AnnotationError(f"{option('judge')} {judge!r}: no verdicts of {spec_name!r} by that judge")
     if len(rows) > 1:
         names = ", ".join(f"{r['label']} ({r['judge_key']})" for r in rows[:5])
-        raise AnnotationError(f"several judges have verdicts of {spec_name!r}: {names}; choose one with --judge")
+        choose = f"choose one with {option('judge')}"
+        raise AnnotationError(f"several judges have verdicts of {spec_name!r}: {names}; {choose}")
     ident = json.loads(rows[0]["identity"] or "{}")
     return spec_key, spec, JudgeInfo(rows[0]["judge_key"], rows[0]["label"], str(ident.get("model", "")))
 
@@ -94,6 +96,25 @@ class PushResult:
     distribution_change: DistributionChange | None = None
     notes: list[str] = field(default_factory=list)
     sent: int = 0  # upserted by this push (the rest of ``pushed`` was sent by an earlier push)
+    unusable: dict[str, int] = field(default_factory=dict)  # units whose verdict is not ok, by why: never pushed
+    unit: str = "record"  # what one unit is: a record, or an item (per-chunk / per-triple metrics)
+
+
+def unusable_note(unusable: Mapping[str, int], unit: str = "record") -> str | None:
+    """The units a push could not send, in words: "1 record not pushed: its verdict is an error (truncated)".
+    None when every verdict was usable."""
+    total = sum(unusable.values())
+    if not total:
+        return None
+    errors = {why: n for why, n in unusable.items() if why != "skipped"}
+    parts = []
+    if errors:
+        kinds = ", ".join(f"{why} ×{n}" if len(errors) > 1 else why for why, n in errors.items())
+        one = sum(errors.values()) == 1
+        parts.append(f"{'its verdict is an error' if one else 'their verdicts are errors'} ({kinds})")
+    if unusable.get("skipped"):
+        parts.append(f"{unusable['skipped']} skipped (the metric does not apply)")
+    return f"{total} {unit}{'' if total == 1 else 's'} not pushed: {'; '.join(parts)}"
 
 
 def uncertain_notes(cands: Sequence[UnitVerdict]) -> list[str]:
@@ -105,8 +126,8 @@ def uncertain_notes(cands: Sequence[UnitVerdict]) -> list[str]:
     what = "no verdict has" if blind == len(cands) else f"{blind} of {len(cands)} verdicts have no"
     return [
         f"{what} confidence: these count as confident and are ordered at random among themselves; judge with "
-        "`greval run --logprobs` (token log-probabilities, one call) or --samples 3 for 'uncertain first' to "
-        "mean it"
+        f"{option('logprobs')} (token log-probabilities, one call) or {option('samples')} 3 for 'uncertain first' "
+        "to mean it"
     ]
 
 
@@ -177,6 +198,8 @@ def push(
     )
     res.seconds = time.perf_counter() - t0
     res.notes = uncertain_notes(cands) if strategy == "uncertain" else []
+    res.unusable = store.unusable_units(spec_key, jinfo.key)
+    res.unit = "item" if spec.each else "record"
     return res
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from greval.annotation.errors import AnnotationError
+from greval.errors import option
 
 Strategy = Literal["all", "random", "stratified", "uncertain"]
 STRATEGIES: tuple[Strategy, ...] = ("all", "random", "stratified", "uncertain")
@@ -85,16 +86,17 @@ def select(
       uncertain bias can be undone when estimating agreement. Unknown confidence counts as confident.
     """
     if strategy not in STRATEGIES:
-        raise AnnotationError(f"--select {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        raise AnnotationError(f"{option('strategy')} {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     if not 0.0 <= control_share <= 1.0:
-        raise AnnotationError(f"--control-share {control_share}: give a share between 0 and 1")
+        raise AnnotationError(f"{option('control_share')} {control_share}: give a share between 0 and 1")
     if n is not None and n < 1:
-        raise AnnotationError(f"--n {n}: give a positive number of items")
+        raise AnnotationError(f"{option('select.n')} {n}: give a positive number of items")
     rng = random.Random(seed)
     total = len(units)
     if strategy == "all" or n is None or n >= total:
         if strategy != "all" and n is None:
-            raise AnnotationError(f"--select {strategy} needs --n (how many items to label)")
+            n_items = f"{option('select.n')} (how many items to label)"
+            raise AnnotationError(f"{option('strategy')} {strategy} needs {n_items}")
         ordered = sorted(units, key=lambda u: u.key)
         return [Pick(u, "all", 1.0, i) for i, u in enumerate(ordered)]
     picks: list[Pick] = []
@@ -162,9 +164,9 @@ def review_round(
     rounds. ``round_no`` seeds this round's control draws.
     """
     if batch < 1:
-        raise AnnotationError(f"--batch {batch}: give a positive number of items")
+        raise AnnotationError(f"{option('batch')} {batch}: give a positive number of items")
     if not 0.0 <= control_share <= 1.0:
-        raise AnnotationError(f"--control-share {control_share}: give a share between 0 and 1")
+        raise AnnotationError(f"{option('control_share')} {control_share}: give a share between 0 and 1")
     order = doubt_order(units, seed)
     by_key = {u.key: u for u in units}
     taken = {k for k, sel in previous.items() if sel == UNCERTAIN and k in by_key}

@@ -30,7 +30,7 @@ def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except server.AnnotationServerError as exc:
-            fail(str(exc), 2)
+            fail(exc, 2)
 
     return wrapper
 

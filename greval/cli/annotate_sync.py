@@ -21,10 +21,11 @@ from greval.annotation.argilla import DEFAULT_BATCH, Connection, connect
 from greval.annotation.errors import AnnotationError
 from greval.annotation.labels_import import import_labels
 from greval.annotation.pull import pull
-from greval.annotation.push import push
+from greval.annotation.push import push, unusable_note
 from greval.annotation.selection import STRATEGIES, Strategy
 from greval.cli.common import read_limit_options
 from greval.cli.common import store_option as common_store_option
+from greval.cli.flags import for_terminal
 from greval.dataset.limits import ReadLimits
 from greval.store.backend import display
 from greval.store.backend import exists as store_exists
@@ -213,7 +214,11 @@ def push_cmd(
     )
     click.echo(f"Selection recorded as push {res.push_id} in {display(store_path)}.")
     for note in res.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {for_terminal(note)}", err=True)
+    missing = unusable_note(res.unusable, res.unit)
+    if missing:  # nothing the user gave disappears without a word
+        retry = "; run the `greval run` that judged them again with --retry-errors, then push again"
+        click.echo(f"note: {missing}{retry if set(res.unusable) - {'skipped'} else ''}", err=True)
 
 
 @click.command("pull")
@@ -246,7 +251,7 @@ def pull_cmd(
         click.echo(f"{res.unknown} records were not pushed by greval (no record hash) and were skipped.")
     shared = f" as {res.stored} labels (one per id of records sharing a content)" if res.stored != res.answers else ""
     click.echo(
-        f"Stored {res.answers} answers{shared} ({res.changed} changed since the last pull of {res.dataset!r})"
+        f"Stored {res.answers} answers{shared} ({res.changed} new or changed since the last pull of {res.dataset!r})"
         f" in {display(store_path)}."
     )
 

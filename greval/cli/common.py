@@ -1,5 +1,6 @@
-"""What the commands share: the consoles, the judge options, ``--map`` parsing, the progress bar, the run
-summary, and the exit for Ctrl-C / SIGTERM."""
+"""What the commands share: the consoles and what fits them (tables with every word whole, prose wrapped
+between words, commands folded between arguments), the judge options, ``--map`` parsing, the progress bar, the
+run summary, and the exit for Ctrl-C / SIGTERM."""
 
 from __future__ import annotations
 
@@ -9,28 +10,87 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
-from greval.cli.flags import for_terminal
+from greval.cli.flags import error_text, for_terminal
 from greval.dataset.limits import ReadLimits, parse_size, size_text
 from greval.errors import UserError
 from greval.progress import TerminalProgress
+from greval.report import layout
+from greval.report.layout import wrap_plain as wrap_plain  # the CLI's modules import it from here
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
+
+    from greval.llm.config import JudgeChoice
 
 
 def _console(stderr: bool) -> Console:
-    """A terminal gets its own width; a file or pipe a wide one, so tables are not cut at 80 columns and
-    words are not wrapped apart (COLUMNS still wins)."""
-    stream = sys.stderr if stderr else sys.stdout
-    wide = stream.isatty() or "COLUMNS" in os.environ
-    return Console(stderr=stderr, soft_wrap=True, width=None if wide else 200)
+    """The width is looked up at each print: a terminal's own (stdin's when the output is piped into one, as
+    with ``| less``), else COLUMNS, else 80 (a file, CI). Nothing printed is cut or wrapped by rich itself
+    (soft wrap): tables fit with every word whole (:func:`print_table`), prose that must fit is wrapped between
+    words (:func:`say`)."""
+    return Console(stderr=stderr, soft_wrap=True)
 
 
 console = _console(stderr=True)
 out = _console(stderr=False)
+
+
+def say(text: str | Text, to: Console | None = None, hang: int = 0) -> None:
+    """Rich markup wrapped between words at the console's width (stderr by default; greval.report.layout)."""
+    layout.say(text, to or console, hang)
+
+
+def print_table(table: Table, to: Console | None = None) -> None:
+    """A table with every word whole at the console's width (stdout by default; greval.report.layout)."""
+    layout.print_table(table, to or out)
+
+
+def say_judge_build() -> None:
+    """Before the embedded judge's first build starts: how long it takes and how to avoid it."""
+    from greval.llm.local import BUILD_ESTIMATE
+
+    say(
+        "[yellow]note:[/] the embedded judge's llama-server is not built yet: it is built now, once (a C++ "
+        f"build, {BUILD_ESTIMATE}; Ctrl-C keeps the work done for the next time). To skip it, name a judge: "
+        "--judge openai:gpt-4o-mini with OPENAI_API_KEY set, or any OpenAI-compatible server with "
+        "--judge openai:MODEL --base-url URL.",
+        console,
+        hang=6,
+    )
+
+
+def command_lines(argv: Sequence[str], width: int, indent: str = "  ") -> list[str]:
+    """A command to copy into a shell, as one line when it fits ``width``, else folded between its arguments
+    with ``\\`` continuations (an option stays beside its value; a path longer than the width stays whole)."""
+    import shlex
+
+    words = [shlex.quote(a) for a in argv]
+    groups: list[str] = []
+    for w in words:  # "--store PATH" stays together
+        if groups and groups[-1].startswith("-") and " " not in groups[-1] and not w.startswith("-"):
+            groups[-1] += " " + w
+        else:
+            groups.append(w)
+    if len(indent) + len(" ".join(words)) <= width:
+        return [indent + " ".join(words)]
+    hang = indent + "    "
+    # An option and its value that do not fit one line together go on two (a long path then stands alone).
+    parts = [p for g in groups for p in (g.split(" ", 1) if len(hang) + len(g) + 2 > width else [g])]
+    lines, cur = [], indent + parts[0]
+    for g in parts[1:]:
+        if len(cur) + 1 + len(g) + 2 > width:
+            lines.append(cur + " \\")
+            cur = hang + g
+        else:
+            cur += " " + g
+    return [*lines, cur]
 
 
 def print_error(message: str) -> None:
@@ -41,14 +101,15 @@ def print_error(message: str) -> None:
 
 
 def notice(text: str) -> None:
-    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is."""
-    console.print(escape(text), highlight=False)
+    """A message of the judge layer (greval.llm.config.Notify: plain text), printed as it is, wrapped between
+    words at the console's width."""
+    say(escape(for_terminal(text)), console, hang=2)
 
 
-def fail(message: str | UserError, exit_code: int | None = None) -> NoReturn:
+def fail(message: str | Exception, exit_code: int | None = None) -> NoReturn:
     """Print a user error and exit: a UserError's own code (2 unless it says otherwise), no traceback."""
     code = exit_code if exit_code is not None else (message.exit_code if isinstance(message, UserError) else 2)
-    print_error(str(message))
+    print_error(error_text(message))
     sys.exit(code)
 
 
@@ -231,6 +292,26 @@ def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def judge_args(judge: JudgeChoice, ref: str | None = None) -> list[str]:
+    """The flags of :func:`judge_options` that choose ``judge`` again, for a printed command (``ref``: the
+    judge reference that was used, when the flags left it to the spec or the default)."""
+    from greval.llm.config import DEFAULT_TIMEOUT
+
+    chosen = ref or judge.ref
+    args = ["--judge", chosen] if chosen else []
+    for flag, value in (
+        ("--base-url", judge.base_url),
+        ("--temperature", judge.temperature),
+        ("--max-tokens", judge.max_tokens),
+        ("--samples", judge.samples),
+        ("--seed", judge.seed),
+        ("--timeout", None if judge.timeout == DEFAULT_TIMEOUT else judge.timeout),
+    ):
+        if value is not None:
+            args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return args
+
+
 class ProgressBar(TerminalProgress):
     """The run's progress bar on the command line's stderr console (greval.progress draws it)."""
 
@@ -238,9 +319,10 @@ class ProgressBar(TerminalProgress):
         super().__init__(console, quiet)
 
 
-def print_summary(summary: Any) -> None:
+def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
-    ``greval report`` and ``greval results`` show), and a note for everything that was not scored."""
+    ``greval report`` and ``greval results`` show), and a note for everything that was not scored.
+    ``retry``: the command that judges failed records again, printed under their note as it is to be typed."""
     from greval.report.format import fmt_number
     from greval.store.results import metric_notes, not_scored
 
@@ -252,8 +334,8 @@ def print_summary(summary: Any) -> None:
         + (f" ({dup} with the same content as another: judged once)" if dup > 0 else "")
         + f", judge {summary.judge}, {summary.calls} calls in {summary.seconds:.1f}s"
     )
-    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "score", "tokens in/out"):
-        table.add_column(col, overflow="fold")
+    for col in ("metric", "judged", "reused", "ok", "not scored", "distribution", "score", "tokens in · cached · out"):
+        table.add_column(col)
     for m in summary.metrics:
         dist = "  ".join(f"{k}:{v}" for k, v in m.distribution.items())
         unscored = not_scored(m.model_dump())
@@ -266,12 +348,43 @@ def print_summary(summary: Any) -> None:
             unscored or "—",
             dist,
             fmt_number(m.mean_score),
-            f"{m.tokens_in}/{m.tokens_out}",
+            tokens_text(m.tokens_in, m.tokens_cached, m.tokens_out),
         )
-    out.print(table)
+    print_table(table)
     for m in summary.metrics:
-        for note in metric_notes(m):
-            console.print(f"[yellow]note:[/] {note}", highlight=False)
+        failed = m.failed or m.partial
+        for note in metric_notes(m, "this judges them again:") if retry and failed else metric_notes(m):
+            say(f"[yellow]note:[/] {escape(for_terminal(note))}", console, hang=6)
+        if retry and failed:
+            for line in command_lines(retry, console.width, indent="      "):
+                console.print(line, highlight=False, markup=False)
+    if summary.calls:
+        print_cost(summary.cost)
+
+
+def tokens_text(tokens_in: int, tokens_cached: int, tokens_out: int) -> str:
+    """Prompt tokens, of them read from the provider's cache, and completion tokens, as the CLI shows them."""
+    return f"{tokens_in:,} · {tokens_cached:,} · {tokens_out:,}"
+
+
+def print_cost(cost: Any) -> None:
+    """The line under a run's summary: what its calls cost at the price table's prices (a price table that
+    cannot be read is a note: the run itself is done and stored)."""
+    from greval.llm.prices import cost_text, prices_path
+
+    try:
+        text = cost_text(cost())
+    except UserError as exc:
+        say(f"[yellow]note:[/] no cost shown: {escape(str(exc))}", console, hang=6)
+        return
+    say(escape(f"cost of this run's calls: {text} ({price_source(prices_path())})"), out)
+
+
+def price_source(path: Any) -> str:
+    """Where the prices of a cost come from, and where to put one's own."""
+    if path.is_file():
+        return f"prices from {path} over greval's list"
+    return "greval's list prices; yours go in $GREVAL_PRICES or prices.yaml in greval's data directory"
 
 
 class StoreRef(click.ParamType):  # type: ignore[type-arg]

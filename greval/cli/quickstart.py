@@ -9,10 +9,9 @@ Argilla dataset and its records keep their ids, the labels are upserted, the use
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +23,14 @@ from greval.cli.common import judge_options
 
 if TYPE_CHECKING:
     from greval.annotation.argilla import Connection
+    from greval.annotation.push import PushResult
     from greval.annotation.server import ServerInfo
     from greval.llm.config import JudgeChoice
+    from greval.store.annotation import ReviewCounts
+    from greval.store.store import Store
+    from greval.workflows import DatasetRun
+
+DEFAULT_BOOTSTRAP = 1000
 
 
 @click.command("quickstart")
@@ -46,7 +51,10 @@ if TYPE_CHECKING:
     default=None,
     help="Data directory of the embedded Argilla [greval's data directory].",
 )
-@click.option("--bootstrap", type=int, default=1000, show_default=True, help="Bootstrap resamples for CIs.")
+@click.option(
+    "--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, show_default=True, help="Bootstrap resamples for CIs."
+)
+@click.option("--retry-errors", is_flag=True, help="Judge again the records an earlier run recorded as errors.")
 def quickstart_cmd(
     workdir: str,
     judge: JudgeChoice,
@@ -54,6 +62,7 @@ def quickstart_cmd(
     no_argilla: bool,
     argilla_data: str | None,
     bootstrap: int,
+    retry_errors: bool,
 ) -> None:
     """Run greval's whole loop on a bundled example, offline, in one command.
 
@@ -64,141 +73,116 @@ def quickstart_cmd(
        llama.cpp judge — a tiny model that only makes the loop run, not a judge to trust);
     3. starts the embedded Argilla and pushes the verdicts as suggestions;
     4. imports the example's human labels of 20 records (into the store and into Argilla);
-       the other 10 wait in Argilla, with the judge's suggestion, for your label;
+       the others wait in Argilla, with the judge's suggestion, for your label;
     5. writes the agreement report and prints where everything is, how to label the open
        records, and the commands to do the same on your own data.
 
     Running it again reuses everything: no new judge call, the same Argilla dataset, your
-    answers in Argilla kept.
+    answers in Argilla kept (and fetched into the store and the report).
     """
-    _quickstart(Path(workdir), judge, port, no_argilla, bootstrap, argilla_data)
+    data = Path(argilla_data).expanduser().resolve() if argilla_data else None
+    work = Path(workdir).expanduser().resolve()  # every path printed works from any directory
+    _quickstart(_Options(work, judge, port, no_argilla, bootstrap, data, retry_errors))
 
 
-def _quickstart(
-    work: Path,
-    judge: JudgeChoice,
-    port: int,
-    no_argilla: bool,
-    bootstrap: int,
-    argilla_data: str | None = None,
-) -> None:
+@dataclass(frozen=True)
+class _Options:
+    """The quick start as the flags chose it."""
+
+    work: Path
+    judge: JudgeChoice
+    port: int = DEFAULT_PORT
+    no_argilla: bool = False
+    bootstrap: int = DEFAULT_BOOTSTRAP
+    argilla_data: Path | None = None
+    retry_errors: bool = False
+
+    def again(self, judge_ref: str) -> list[str]:
+        """This quick start as a command that judges its failed records again (with the judge it used)."""
+        from greval.cli.common import judge_args
+        from greval.workflows import greval_argv
+
+        argv = [*greval_argv(), "quickstart", "--dir", str(self.work), *judge_args(self.judge, judge_ref)]
+        argv += ["--port", str(self.port)] if self.port != DEFAULT_PORT else []
+        argv += ["--no-argilla"] if self.no_argilla else []
+        argv += ["--argilla-data", str(self.argilla_data)] if self.argilla_data else []
+        argv += ["--bootstrap", str(self.bootstrap)] if self.bootstrap != DEFAULT_BOOTSTRAP else []
+        return [*argv, "--retry-errors"]
+
+
+def _step(text: str) -> None:
+    from greval.cli.common import console, say
+
+    say(text, console, hang=6)
+
+
+def _quickstart(opts: _Options) -> None:
     from greval.agreement.models import AgreementReport
-    from greval.annotation.argilla import connect
-    from greval.annotation.labels_import import import_labels
-    from greval.annotation.push import push
-    from greval.cli.agreement import print_report
-    from greval.cli.common import ProgressBar, console, notice, out, print_summary
-    from greval.cli.report import print_labels
-    from greval.dataset.tables import read_rows
+    from greval.cli.common import out
+    from greval.cli.flags import FLAGS
     from greval.report.store_report import build, write
-    from greval.spec import load_spec_file
-    from greval.store.store import Store
-    from greval.workflows import (
-        IMPORTED,
-        SPEC,
-        DataNote,
-        RunEvent,
-        first_records,
-        run_dataset,
-        write_csv,
-        write_workspace,
-    )
+    from greval.report.terminal import print_labels, print_report
+    from greval.workflows import SPEC, write_workspace
 
     t0 = time.perf_counter()
-    work = work.expanduser().resolve()  # every path printed works from any directory
+    work = opts.work
     written = write_workspace(work)
-    console.print(
-        f"[bold]1/5[/] workspace {escape(str(work))}/" + (f" (wrote {', '.join(written)})" if written else " (reused)"),
-        highlight=False,
+    _step(
+        f"[bold]1/5[/] workspace {escape(str(work))}/" + (f" (wrote {', '.join(written)})" if written else " (reused)")
     )
     store_path = work / "greval.sqlite"
+    done = _judge(opts, store_path)
+    argilla = _review(opts, store_path, done)
+
+    report_dir = work / "report"
+    report_dir.mkdir(exist_ok=True)
+    rep = build(store_path, [SPEC], bootstrap_resamples=opts.bootstrap, out_dir=report_dir, names=FLAGS)
+    write(rep, report_dir, FLAGS)  # the same files `greval report -o report_dir` writes
+    metric = rep.metrics[0]
+    page = report_dir / (metric.agreement_page or f"{SPEC}.agreement.html")
+    _step(f"[bold]5/5[/] agreement report written to {escape(str(report_dir))}/")
+    agreement = AgreementReport.model_validate_json(page.with_suffix(".json").read_text(encoding="utf-8"))
+    print_report(out, agreement, 3, SPEC, names=FLAGS)
+    print_labels(out, rep)  # "attribution: 20 human labels — 20 imported from …"
+
+    click.echo("")
+    for line in _closing(opts, store_path, page, done, argilla):
+        click.echo(line)
+    click.echo("")
+    click.echo(f"done in {time.perf_counter() - t0:.0f}s")
+
+
+def _judge(opts: _Options, store_path: Path) -> DatasetRun:
+    """Step 2: judge the example into the store; the summary, and how to judge failed records again."""
+    from greval.cli.common import ProgressBar, console, notice, print_summary, say_judge_build
+    from greval.runner import RunOptions
+    from greval.spec import load_spec_file
+    from greval.workflows import SPEC, DataNote, RunEvent, run_dataset
 
     def said(event: RunEvent) -> None:
         if isinstance(event, DataNote):
             console.print(f"[yellow]note:[/] {escape(event.text)}", highlight=False)
             return
-        console.print(
+        _step(
             f"[bold]2/5[/] judging {event.records} records with {SPEC} — judge {escape(event.judge)}: "
-            f"{event.judgements} judgement(s) to make",
-            highlight=False,
+            f"{event.judgements} judgement(s) to make"
         )
+        if event.builds_judge:
+            say_judge_build()
 
     with ProgressBar(False) as hook:
         done = run_dataset(
-            load_spec_file(work / "attribution.yaml"),
-            work / "records.jsonl",
+            load_spec_file(opts.work / "attribution.yaml"),
+            opts.work / "records.jsonl",
             store_path,
-            judge,
+            opts.judge,
+            options=RunOptions(retry_errors=opts.retry_errors),
             notify=notice,
             on_event=said,
             progress=hook,
         )
-    print_summary(done.summary)
-    records = done.summary.records
-    argilla: _Argilla | None = None
-    with Store(store_path) as st:
-        conn = None
-        if no_argilla:
-            console.print("[bold]3/5[/] Argilla skipped (--no-argilla)")
-        else:
-            argilla = _start_argilla(port, argilla_data)
-            conn = connect(argilla.info.url, argilla.info.api_key, workspace=argilla.info.workspace)
-        try:
-            if conn is not None and argilla is not None:
-                pushed = push(st, conn, SPEC)
-                argilla.dataset = pushed.dataset
-                console.print(
-                    f"      {pushed.pushed} verdicts pushed as suggestions to dataset '{escape(pushed.dataset)}' "
-                    f"({'created' if pushed.created else 'updated'}) at {argilla.info.url}",
-                    highlight=False,
-                )
-            labels_file = work / "human_labels.csv"
-            # With Argilla, the example's labels of the first IMPORTED records only: the others wait there,
-            # with the judge's suggestion, for the user's own label.
-            rows = first_records(read_rows(labels_file), None if conn is None else IMPORTED)
-            with tempfile.TemporaryDirectory(prefix="greval-quickstart-") as tmp:
-                subset = Path(tmp) / labels_file.name
-                write_csv(subset, rows)
-                imported = import_labels(
-                    st,
-                    subset,
-                    SPEC,
-                    record_id_col="record_id",
-                    label_col="label",
-                    annotator_col="annotator",
-                    conn=conn,
-                )
-            if conn is not None and argilla is not None:
-                labelled = len({r["record_id"] for r in rows})
-                console.print(
-                    f"[bold]4/5[/] human labels: {imported.stored} stored from human_labels.csv (its first "
-                    f"{labelled} records), also in Argilla as the BEGIN annotators' answers; the other "
-                    f"{records - labelled} records are left for you to label",
-                    highlight=False,
-                )
-                argilla.progress = _progress_of(conn, argilla)
-            else:
-                console.print(f"[bold]4/5[/] human labels: {imported.stored} stored from human_labels.csv")
-        finally:
-            if conn is not None:
-                conn.close()
-
-    report_dir = work / "report"
-    report_dir.mkdir(exist_ok=True)
-    rep = build(store_path, [SPEC], bootstrap_resamples=bootstrap, out_dir=report_dir)
-    write(rep, report_dir)  # the same files `greval report -o report_dir` writes
-    metric = rep.metrics[0]
-    page = report_dir / (metric.agreement_page or f"{SPEC}.agreement.html")
-    console.print(f"[bold]5/5[/] agreement report written to {escape(str(report_dir))}/", highlight=False)
-    agreement = AgreementReport.model_validate_json(page.with_suffix(".json").read_text(encoding="utf-8"))
-    print_report(out, agreement, 3, SPEC)
-    print_labels(rep)  # "attribution: 20 human labels — 20 imported from …"
-
-    click.echo("")
-    for line in _closing(work, store_path, report_dir, page, done.ref, judge.base_url, argilla, port):
-        click.echo(line)
-    click.echo("")
-    click.echo(f"done in {time.perf_counter() - t0:.0f}s")
+    print_summary(done.summary, retry=opts.again(done.ref))
+    return done
 
 
 @dataclass
@@ -206,107 +190,195 @@ class _Argilla:
     info: ServerInfo
     custom_data: bool  # started with --argilla-data: commands need --data-dir
     dataset: str  # the Argilla dataset the quick start reviews in
-    progress: tuple[int, int] | None = None  # (labelled, total) records of the dataset
+    counts: ReviewCounts | None = None  # what the dataset holds for people (the store's one definition)
+    notes: list[str] = field(default_factory=list)
 
 
-def _start_argilla(port: int, argilla_data: str | None) -> _Argilla:
-    """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
-    from greval.annotation import server
-    from greval.cli.common import console, fail
+def _review(opts: _Options, store_path: Path, done: DatasetRun) -> _Argilla | None:
+    """Steps 3 and 4: push the verdicts to the embedded Argilla, import the example's labels of the first
+    records (into the store and Argilla), fetch the user's own answers, count what waits for a label."""
+    from greval.annotation.argilla import connect
+    from greval.annotation.pull import pull
+    from greval.annotation.push import push
+    from greval.store.store import Store
     from greval.workflows import SPEC
 
-    data = Path(argilla_data).expanduser().resolve() if argilla_data else None
+    with Store(store_path) as st:
+        if opts.no_argilla:
+            _step("[bold]3/5[/] Argilla skipped (--no-argilla)")
+            stored = _import_labels(st, opts.work, None)
+            _step(f"[bold]4/5[/] human labels: {stored} stored from human_labels.csv")
+            return None
+        argilla = _start_argilla(opts.port, opts.argilla_data)
+        conn = connect(argilla.info.url, argilla.info.api_key, workspace=argilla.info.workspace)
+        try:
+            pushed = push(st, conn, SPEC)
+            argilla.dataset = pushed.dataset
+            _step(
+                f"      {pushed.pushed} verdicts pushed as suggestions to dataset '{escape(pushed.dataset)}' "
+                f"({'created' if pushed.created else 'updated'}) at {argilla.info.url}"
+            )
+            _say_unpushed(pushed, opts.again(done.ref))
+            stored = _import_labels(st, opts.work, conn)
+            fetched = pull(st, conn, SPEC, dataset=argilla.dataset)
+        finally:
+            conn.close()
+        argilla.counts = st.review_counts(SPEC, argilla.dataset)
+    mine = f"; {fetched.changed} answer(s) of yours fetched from Argilla" if fetched.changed else ""
+    _step(
+        f"[bold]4/5[/] human labels: {stored} stored from human_labels.csv (its first records), also in Argilla "
+        f"as the BEGIN annotators' answers{mine}; {_waiting(argilla.counts)}"
+    )
+    return argilla
+
+
+def _say_unpushed(pushed: PushResult, retry: list[str]) -> None:
+    """The verdicts a push could not send (errors: nothing the user gave disappears without a word), and the
+    command that judges them again and pushes them."""
+    from greval.annotation.push import unusable_note
+    from greval.cli.common import command_lines, console
+
+    missing = unusable_note(pushed.unusable, pushed.unit)
+    if missing is None:
+        return
+    them = "it" if sum(pushed.unusable.values()) == 1 else "them"
+    _step(f"      [yellow]note:[/] {escape(missing)}; this judges {them} again and pushes {them}:")
+    for line in command_lines(retry, console.width, indent="        "):
+        console.print(line, highlight=False, markup=False)
+
+
+def _waiting(counts: ReviewCounts) -> str:
+    return f"{counts.labelled} of {counts.units} records labelled, {counts.waiting} wait for your label"
+
+
+def _import_labels(st: Store, work: Path, conn: Connection | None) -> int:
+    """The example's human labels: with Argilla, of the first IMPORTED records only (the others wait there, with
+    the judge's suggestion, for the user's own label), into the store and Argilla; else all, into the store."""
+    from greval.annotation.labels_import import import_labels
+    from greval.dataset.tables import read_rows
+    from greval.workflows import IMPORTED, SPEC, first_records, write_csv
+
+    labels_file = work / "human_labels.csv"
+    rows = first_records(read_rows(labels_file), None if conn is None else IMPORTED)
+    with tempfile.TemporaryDirectory(prefix="greval-quickstart-") as tmp:
+        subset = Path(tmp) / labels_file.name
+        write_csv(subset, rows)
+        imported = import_labels(
+            st, subset, SPEC, record_id_col="record_id", label_col="label", annotator_col="annotator", conn=conn
+        )
+    return imported.stored
+
+
+def _start_argilla(port: int, data: Path | None) -> _Argilla:
+    """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
+    from greval.annotation import server
+    from greval.cli.common import fail
+    from greval.workflows import SPEC
+
     current = server.status(data)
     if current.running and current.url:
         doing = f"reusing the server running at {current.url}"
     elif server.venv_ready():
         doing = "starting …"
     else:
-        doing = "creating its environment (once, about a minute), then starting it …"
-    console.print(f"[bold]3/5[/] embedded Argilla: {doing}", highlight=False)
+        doing = f"creating its environment (once, {server.SETUP_ESTIMATE}), then starting it …"
+    _step(f"[bold]3/5[/] embedded Argilla: {doing}")
     try:
-        info = server.start(port, data, on_line=lambda line: console.print(f"      {escape(line)}", highlight=False))
+        info = server.start(port, data, on_line=lambda line: _step(f"      {escape(line)}"))
     except server.AnnotationServerError as exc:
         # Its message may carry a build log's last lines: printed as they are, not as rich markup.
-        fail(str(exc))
+        fail(exc)
     return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir(), dataset=SPEC)
 
 
-def _progress_of(conn: Connection, argilla: _Argilla) -> tuple[int, int] | None:
-    """(labelled, total) records of the quick start's Argilla dataset, None when the server will not say."""
-    from greval.annotation.argilla import dataset_progress, find_dataset
+class _Lines:
+    """Plain lines at the output's width: prose wrapped between words, commands folded between arguments."""
 
-    found = find_dataset(conn, argilla.dataset, argilla.info.workspace)
-    return dataset_progress(conn, str(found["id"])) if found else None
+    def __init__(self) -> None:
+        from greval.cli.common import out
+
+        self.width = out.width
+        self.lines: list[str] = []
+
+    def text(self, text: str, hang: str = "") -> None:
+        from greval.cli.common import wrap_plain
+
+        self.lines += wrap_plain(text, self.width, hang=hang)
+
+    def command(self, argv: list[str]) -> None:
+        from greval.cli.common import command_lines
+
+        self.lines += command_lines(argv, self.width)
+
+    def blank(self) -> None:
+        self.lines.append("")
 
 
-def _q(path: Path) -> str:
-    return shlex.quote(str(path))
-
-
-def _closing(
-    work: Path,
-    store: Path,
-    report_dir: Path,
-    page: Path,
-    judge: str,
-    base_url: str | None,
-    argilla: _Argilla | None,
-    port: int,
-) -> list[str]:
-    """Where everything is and what to type next: plain lines (nothing cut at 80 columns), every command
+def _closing(opts: _Options, store: Path, page: Path, done: DatasetRun, argilla: _Argilla | None) -> list[str]:
+    """Where everything is and what to type next: plain lines that fit the output's width, every command
     complete and runnable from any directory."""
-    from greval.workflows import OWN_SPECS, SPEC, greval_command
+    from greval.workflows import SPEC, greval_argv
 
-    data_dir = f" --data-dir {_q(argilla.info.data_dir)}" if argilla is not None and argilla.custom_data else ""
-    gv = greval_command()
-    lines = []
+    gv, out = greval_argv(), _Lines()
+    data_dir = ["--data-dir", str(argilla.info.data_dir)] if argilla is not None and argilla.custom_data else []
     if argilla is not None:
         info = argilla.info
         # the password stays in its file (0600): a terminal's scrollback and CI logs are not private
-        lines.append(f"Argilla     {info.url}   login: {info.username}, password: {gv} annotate credentials{data_dir}")
-        state = ""
-        if argilla.progress is not None:
-            done, total = argilla.progress
-            state = f": {done} of {total} records labelled, {total - done} wait for your label"
-        lines.append(f"  dataset   '{argilla.dataset}' in workspace '{info.workspace}'{state}")
-    lines.append(f"Report      {report_dir / 'index.html'}")
-    lines.append(f"  agreement {page}")
-    lines.append(f"Store       {store}")
-    lines.append(f"Workspace   {work}")
-    lines.append("")
+        out.text(f"Argilla     {info.url}   login: {info.username}, password: shown by", hang=" " * 12)
+        out.command([*gv, "annotate", "credentials", *data_dir])
+        state = f": {_waiting(argilla.counts)}" if argilla.counts is not None else ""
+        out.text(f"  dataset   '{argilla.dataset}' in workspace '{info.workspace}'{state}", hang=" " * 12)
+    for name, path in (("Report", store.parent / "report" / "index.html"), ("  agreement", page)):
+        out.text(f"{name:<11} {path}", hang=" " * 12)
+    out.text(f"Store       {store}", hang=" " * 12)
+    out.text(f"Workspace   {opts.work}", hang=" " * 12)
+    out.blank()
     if argilla is not None:
-        lines.append(
-            f"Label the open records yourself: open {argilla.info.url}, log in, open the dataset '{argilla.dataset}'"
+        out.text(
+            f"Label the open records yourself: open {argilla.info.url}, log in, open the dataset "
+            f"'{argilla.dataset}' and submit a label for each record (the judge's verdict is pre-selected as a "
+            "suggestion). Then fetch your answers into the store and rebuild the report:"
         )
-        lines.append("and submit a label for each record (the judge's verdict is pre-selected as a suggestion).")
-        lines.append("Then fetch your answers into the store and rebuild the report:")
-        lines.append(f"  {gv} annotate pull --store {_q(store)} --spec {SPEC}{data_dir}")
+        out.command([*gv, "annotate", "pull", "--store", str(store), "--spec", SPEC, *data_dir])
     else:
-        lines.append("Rebuild the report (after adding labels with greval annotate import-labels):")
-    lines.append(f"  {gv} report --store {_q(store)} -o {_q(report_dir)}")
-    lines.append("")
-    judge_args = f"--judge {shlex.quote(judge)}" + (f" --base-url {shlex.quote(base_url)}" if base_url else "")
-    first = OWN_SPECS[0]
-    lines.append("The same on your own data: a JSONL, JSON, CSV or Parquet file with the columns question, answer")
-    lines.append("and chunks (a list of texts), here my_data.jsonl:")
-    lines.append(f"  {gv} run my_data.jsonl {' '.join(f'-s {s}' for s in OWN_SPECS)} {judge_args} --store my.sqlite")
-    if argilla is None:
-        lines.append(f"  {gv} annotate up" + (f" --port {port}" if port != DEFAULT_PORT else ""))
-    lines.append(f"  {gv} annotate push --store my.sqlite --spec {first}{data_dir}")
-    lines.append(f"  {gv} annotate pull --store my.sqlite --spec {first}{data_dir}")
-    lines.append(f"  {gv} report --store my.sqlite -o my-report")
-    if judge == "local" or judge.startswith(("gguf:", "local:")):
-        lines.append(f"{judge_args} is a tiny embedded model, only for trying the loop: name a real judge, e.g.")
-        lines.append("--judge openai:gpt-4o-mini with OPENAI_API_KEY set.")
-    lines.append(
-        f"{OWN_SPECS[0]} judges each answer against its question, {OWN_SPECS[1]} each chunk's relevance to it;"
-    )
-    lines.append("hallucination counts the chunks the answer contradicts; answer_alignment also needs expected_answer.")
-    lines.append("Columns named differently: add --map question=YOUR_COLUMN (one per column) to greval run.")
-    lines.append("Every predefined metric and the columns it reads: greval spec list")
-    lines.append("")
+        out.text("Rebuild the report (after adding labels with greval annotate import-labels):")
+    out.command([*gv, "report", "--store", str(store), "-o", str(store.parent / "report")])
+    out.blank()
+    _own_data(out, opts, done, argilla is None, data_dir)
+    out.blank()
     started = "Argilla" if argilla is not None else "the Argilla that greval annotate up started"
-    lines.append(f"Stop {started} when you are done (the labels stay in its data directory):")
-    lines.append(f"  {gv} annotate down{data_dir}")
-    return lines
+    out.text(f"Stop {started} when you are done (the labels stay in its data directory):")
+    out.command([*gv, "annotate", "down", *data_dir])
+    return out.lines
+
+
+def _own_data(out: _Lines, opts: _Options, done: DatasetRun, up: bool, data_dir: list[str]) -> None:
+    """The commands that do the same on the user's own data, and what the predefined metrics read."""
+    from greval.cli.common import judge_args
+    from greval.workflows import OWN_SPECS, greval_argv
+
+    gv, first, judge = greval_argv(), OWN_SPECS[0], judge_args(opts.judge, done.ref)
+    out.text(
+        "The same on your own data: a JSONL, JSON, CSV or Parquet file with the columns question, answer and "
+        "chunks (a list of texts), here my_data.jsonl:"
+    )
+    out.command(
+        [*gv, "run", "my_data.jsonl", *(a for s in OWN_SPECS for a in ("-s", s)), *judge, "--store", "my.sqlite"]
+    )
+    if up:
+        out.command([*gv, "annotate", "up", *(["--port", str(opts.port)] if opts.port != DEFAULT_PORT else [])])
+    out.command([*gv, "annotate", "push", "--store", "my.sqlite", "--spec", first, *data_dir])
+    out.command([*gv, "annotate", "pull", "--store", "my.sqlite", "--spec", first, *data_dir])
+    out.command([*gv, "report", "--store", "my.sqlite", "-o", "my-report"])
+    if done.ref == "local" or done.ref.startswith(("gguf:", "local:")):
+        out.text(
+            f"{' '.join(judge)} is a tiny embedded model, only for trying the loop: name a real judge, e.g. "
+            "--judge openai:gpt-4o-mini with OPENAI_API_KEY set."
+        )
+    out.text(
+        f"{OWN_SPECS[0]} judges each answer against its question, {OWN_SPECS[1]} each chunk's relevance to it; "
+        "hallucination counts the chunks the answer contradicts; answer_alignment also needs expected_answer. "
+        "Columns named differently: add --map question=YOUR_COLUMN (one per column) to the run command. Every "
+        "predefined metric and the columns it reads:"
+    )
+    out.command([*gv, "spec", "list"])

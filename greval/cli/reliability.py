@@ -9,7 +9,8 @@ from typing import cast
 
 import click
 
-from greval.cli.common import console, judge_options, out, parse_map, read_limit_options, store_option
+from greval.cli.common import console, judge_options, notice, out, parse_map, read_limit_options, store_option
+from greval.cli.flags import FLAGS
 from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.llm.config import JudgeChoice, JudgeConfig, default_judge
@@ -108,7 +109,7 @@ def reliability_cmd(
         raise UserError("--sample must be at least 1")
     specs, target = _resolve_target(spec_ref)
     records = load_records(data_file, parse_map(maps), id_column, limits=limits)
-    ref = judge.ref or target.judge.model or default_judge(console.print)
+    ref = judge.ref or target.judge.model or default_judge(notice)
     params = judge.with_defaults(target.judge).params()
     opts = ReliabilityOptions(
         sample=sample,
@@ -138,7 +139,7 @@ def reliability_cmd(
             highlight=False,
         )
         rep = reliability(specs, target, records, st, cfg, members, opts)
-    print_report(out, rep)
+    print_report(out, rep, FLAGS)
     if json_out:
         Path(json_out).write_text(rep.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")

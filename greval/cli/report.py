@@ -1,82 +1,18 @@
-"""``greval report``: the HTML / Markdown report of a store (greval.report.store_report)."""
+"""``greval report``: the HTML / Markdown report of a store (greval.report.store_report), and its tables on the
+terminal (greval.report.terminal)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from greval.cli.common import console, out, store_option
-from greval.report.format import fmt_ci, fmt_number
-from greval.report.store_report import (
-    CORRECTED_HEAD,
-    FACT_HEAD,
-    STATS_HEAD,
-    StoreReport,
-    build,
-    corrected_rows,
-    fact_rows,
-    group_cells,
-    group_head,
-    label_lines,
-    pooling_text,
-    stats_rows,
-    system_stats_rows,
-    write,
-)
+from greval.cli.flags import FLAGS
+from greval.report.store_report import build, write
+from greval.report.terminal import print_notes, print_store_report
 from greval.store.backend import display
-from greval.store.results import not_scored
-
-if TYPE_CHECKING:
-    from rich.table import Table
-
-
-def print_table(table: Table) -> None:
-    """A rich table on stdout: as wide as the terminal, or, into a file or a pipe (80 columns by default),
-    as wide as the table needs, so that no word is wrapped apart or cut."""
-    from rich.console import Console
-    from rich.measure import Measurement
-
-    if out.is_terminal:
-        out.print(table)
-        return
-    need = Measurement.get(out, out.options.update(width=100_000), table).maximum
-    Console(file=out.file, width=max(need, out.width), soft_wrap=True, color_system=None).print(table)
-
-
-def print_labels(rep: StoreReport) -> None:
-    """The human-label count lines, as plain text on stdout."""
-    for line in label_lines(rep):
-        click.echo(line)
-
-
-def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in head:
-        table.add_column(col)
-    for r in rows:
-        table.add_row(*r)
-    print_table(table)
-
-
-def print_stats(rep: StoreReport) -> None:
-    """The record-score statistics, the prevalence-corrected shares and the system × group tables."""
-    _table("record scores", ("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)])
-    if rep.systems:
-        _table(f"record scores by {rep.system_column}", ("metric", "system", *STATS_HEAD), system_stats_rows(rep))
-    facts = fact_rows(rep)
-    if facts:
-        _table("item counts (FActScore*: precision = positive / all, recall = positive / (positive + unsupported))",
-               FACT_HEAD, facts)  # fmt: skip
-    corrected = corrected_rows(rep)
-    if corrected:
-        _table("prevalence-corrected system scores (judge → corrected)", CORRECTED_HEAD, corrected)
-    for g in rep.groups:
-        _table(f"{g.metric}: system × {g.column}", group_head(g), group_cells(g))
 
 
 @click.command("report")
@@ -119,32 +55,12 @@ def report_cmd(
       greval report --store greval.sqlite -o report/
       greval report --store greval.sqlite --group-column film   # method × film tables
     """
-    from rich.table import Table
-
     out_dir = Path(output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column)
-    write(rep, out_dir)
-    table = Table(title=f"greval report — {display(store)}")
-    for col in ("metric", "judge", "records", "not scored", "score", "95% CI", "pooling", "judge–human"):
-        table.add_column(col)
-    for m in rep.metrics:
-        k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
-        table.add_row(
-            m.metric,
-            m.judge,
-            str(m.records),
-            not_scored(m.figures.model_dump()) or "—",
-            fmt_number(m.score.mean),
-            fmt_ci(m.score),
-            pooling_text(m.figures),
-            "—" if not k else f"{fmt_number(k['value'])} (n={k['n']})",
-        )
-    print_table(table)
-    print_stats(rep)
-    print_labels(rep)
-    for note in rep.notes():
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column, names=FLAGS)
+    write(rep, out_dir, FLAGS)
+    print_store_report(out, rep, display(store))
+    print_notes(console, rep.notes(), FLAGS)
     console.print(
         f"wrote {out_dir / 'index.html'} (+ report.json, report.md"
         + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")

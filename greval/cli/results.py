@@ -6,7 +6,7 @@ import json
 
 import click
 
-from greval.cli.common import console, out, store_option
+from greval.cli.common import console, print_table, store_option
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.store.backend import display
 
@@ -57,19 +57,32 @@ def results_runs(store: str) -> None:
     """List the runs recorded in a store."""
     import time as _t
 
+    from rich.markup import escape
     from rich.table import Table
 
+    from greval.cli.common import price_source, say, tokens_text
+    from greval.errors import UserError
+    from greval.llm.prices import cost_text, load_prices, prices_path, run_cost
     from greval.store.results import not_scored
     from greval.store.store import Store
 
+    try:
+        prices = load_prices()
+    except UserError as exc:
+        say(f"[yellow]note:[/] no cost shown: {escape(str(exc))}", console, hang=6)
+        prices = None
     with Store(store) as st:
         table = Table(title=f"runs in {display(store)}")
-        for col in ("run", "started", "status", "dataset", "records", "calls", "metric: not scored"):
+        cols = ("run", "started", "status", "dataset", "records", "calls", "tokens, cost")
+        for col in (*cols, "metric: not scored"):
             table.add_column(col)
         for r in st.runs():
             summ = json.loads(r["summary"] or "{}")
             # The run's stored summary: the same figures `greval run` printed (greval.store.results).
             metrics = summ.get("metrics") or [{"spec": name} for name in json.loads(r["specs"] or "[]")]
+            spent = [{**m, "judge": m.get("judge") or summ.get("judge")} for m in metrics]
+            tokens = [sum(int(m.get(k) or 0) for m in metrics) for k in ("tokens_in", "tokens_cached", "tokens_out")]
+            cost = cost_text(run_cost(spent, prices)) if prices is not None and summ else "—"
             per_metric = [f"{m['spec']}: " + (not_scored(m) or ("—" if "ok" in m else "?")) for m in metrics]
             recs = str(summ.get("records", ""))
             samp = summ.get("sample") or {}
@@ -84,6 +97,9 @@ def results_runs(store: str) -> None:
                 r["dataset"] or "",
                 recs,
                 str(summ.get("calls", "")),
+                f"{tokens_text(*tokens)}, {cost}" if summ else "",
                 "\n".join(per_metric),
             )
-        out.print(table)
+        print_table(table)
+    if prices is not None:
+        say(escape(f"tokens: prompt · of them cached · completion; cost: {price_source(prices_path())}"), console)

@@ -7,14 +7,14 @@ import shlex
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from greval.annotation.argilla import DEFAULT_BATCH
 from greval.cli.annotate_sync import PushBar, connection_options_for, opened, store_option
 from greval.cli.common import console, out
 from greval.cli.common import store_option as common_store_option
+from greval.cli.flags import FLAGS, for_terminal
 from greval.errors import UserError
-from greval.report.format import fmt_number
+from greval.report.terminal import print_review_status
 from greval.store.backend import display
 
 
@@ -105,7 +105,7 @@ def review(
         again += ["--api-url", api_url]  # the key stays where the user keeps it (flag or ARGILLA_API_KEY)
     out.print(f"Label them in Argilla, then: {shlex.join(again)}", highlight=False, soft_wrap=True)
     for note in res.notes:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+        console.print(f"note: {for_terminal(note)}", highlight=False, soft_wrap=True)
 
 
 @review.command("status")
@@ -147,58 +147,4 @@ def status_cmd(
         st = review_status(
             store, conn, spec_name, target=goal, dataset=dataset, workspace=workspace, resamples=resamples, seed=seed
         )
-    out.print(
-        f"Review of {st.spec!r} (judge {st.judge}) in dataset {st.dataset!r}: {st.rounds} round(s); "
-        f"{st.labelled_units} of {sum(c.selected for c in st.strata.values())} selected items labelled "
-        f"({st.labels} answers), out of {st.population} judged items.",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if st.pulled is not None:
-        console.print(
-            f"pulled: {st.pulled.submitted} submitted, {st.pulled.pending} records without a submitted answer",
-            highlight=False,
-        )
-    strata = Table("selection", "selected", "labelled", "inclusion probability", title="Design")
-    for name, c in st.strata.items():
-        strata.add_row(name, str(c.selected), str(c.labelled), fmt_number(c.probability))
-    out.print(strata)
-    design = st.report.design if st.report is not None else None
-    if design is not None:
-        table = Table("figure", "weighted", "95% CI", "unweighted", "judge over all items", title="Estimates")
-        for e in design.estimates:
-            if e.name.startswith(("precision[", "recall[", "f1[")):
-                continue  # per-label detail: `greval agreement --store ... --dataset <review dataset>`
-            ci = f"[{fmt_number(e.ci_low)}, {fmt_number(e.ci_high)}]" if e.ci_low is not None else "—"
-            own = fmt_number(st.judge_over_all[e.name]) if e.name in st.judge_over_all else ""
-            table.add_row(e.name, fmt_number(e.weighted), ci, fmt_number(e.unweighted), own)
-        out.print(table)
-        legend = (
-            "prevalence[X]: the estimated share of X over every judged item by people's labels"
-            if any(e.name.startswith("prevalence[") for e in design.estimates)
-            else "mean_human: people's estimated mean score over every judged item"
-        )
-        console.print(
-            f"{legend}; beside it, the judge's own over all items",
-            highlight=False,
-            soft_wrap=True,
-        )
-    elif st.report is not None:
-        for name in ("accuracy", "cohen_kappa"):
-            m = st.report.metrics.get(name)
-            if m is not None:
-                ci = f" [{fmt_number(m.ci_low)}, {fmt_number(m.ci_high)}]" if m.ci_low is not None else ""
-                out.print(f"{name}: {fmt_number(m.value)}{ci}", highlight=False)
-    ceiling = st.report.ceiling if st.report is not None else None
-    if ceiling is not None:
-        h, j = ceiling.human_pairwise_mean, ceiling.judge_pairwise_mean
-        out.print(
-            f"human ceiling ({ceiling.metric}, unweighted): people with each other {fmt_number(h.value)}, "
-            f"judge with people {fmt_number(j.value)} ({ceiling.n_items_multi} items with ≥2 people)",
-            highlight=False,
-            soft_wrap=True,
-        )
-    if st.advice is not None:
-        out.print(st.advice.line, highlight=False, soft_wrap=True)
-    for note in st.notes:
-        console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    print_review_status(out, console, st, FLAGS)

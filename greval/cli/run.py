@@ -20,6 +20,7 @@ from greval.cli.common import (
     parse_map,
     print_summary,
     read_limit_options,
+    say_judge_build,
     store_option,
 )
 from greval.cli.flags import for_terminal
@@ -213,7 +214,7 @@ def run_cmd(
 
     def said(event: RunEvent) -> None:
         if isinstance(event, DataNote):  # nothing the user gave disappears without a word
-            console.print(f"[yellow]note:[/] {escape(event.text)}", highlight=False)
+            console.print(f"[yellow]note:[/] {escape(for_terminal(event.text))}", highlight=False)
             return
         work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
         work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
@@ -228,6 +229,8 @@ def run_cmd(
             + f"store {escape(display(store))}, {', '.join(work)}",
             highlight=False,
         )
+        if event.builds_judge:
+            say_judge_build()
 
     opts = RunOptions(
         adaptive=not no_adaptive,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from greval.cli.common import call_options, console, judge_options, store_option
+from greval.cli.common import call_options, console, judge_options, notice, store_option
 from greval.store.backend import display
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def serve_cmd(
         specs = resolve_specs([s.name for s in every if isinstance(s, Spec)])
     defaults = next((s.judge for s in specs if s.judge.model), specs[0].judge)
     needs_judge = any(s.needs_model for s in specs)
-    ref = judge.ref or defaults.model or (default_judge(console.print) if needs_judge else "computed:greval")
+    ref = judge.ref or defaults.model or (default_judge(notice) if needs_judge else "computed:greval")
     cfg = resolve_judge(ref, **judge.with_defaults(defaults).params())
     options = RunOptions(concurrency=concurrency, method=method, retry=RetryPolicy(max_attempts=max_attempts))
     settings = ServeSettings(

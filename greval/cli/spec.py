@@ -14,9 +14,11 @@ from rich.markup import escape
 from greval.cli.common import (
     console,
     judge_options,
+    notice,
     out,
     parse_map,
     print_error,
+    print_table,
     read_limit_options,
     store_option,
 )
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from greval.llm.config import JudgeChoice
     from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
+from greval.cli.flags import FLAGS
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.errors import UserError
 
@@ -85,7 +88,7 @@ def spec_list() -> None:
         else:
             inputs = ", ".join(s.required_inputs())
         table.add_row(name, s.kind, s.each or "record", scale, inputs, s.hash)
-    out.print(table)
+    print_table(table)
 
 
 @click.command("show")
@@ -267,7 +270,7 @@ def spec_new(
         raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
     from greval.llm.config import make_chat_model
 
-    ref = judge.ref or default_judge(console.print)
+    ref = judge.ref or default_judge(notice)
     # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
     # default cap, e.g. the local judge's, cut drafts off mid-JSON). One sample: a draft is not a vote.
     params = {**judge.params(), "max_tokens": judge.max_tokens or DRAFT_MAX_TOKENS, "samples": None}
@@ -345,9 +348,7 @@ def spec_try(
         target,
         data_file,
         human_column,
-        judge_ref=judge.ref
-        or next((s.judge.model for s in specs if s.judge.model), None)
-        or default_judge(console.print),
+        judge_ref=judge.ref or next((s.judge.model for s in specs if s.judge.model), None) or default_judge(notice),
         judge_params=judge.with_defaults(target.judge).params(),
         session=partial(judge_session, notify=console.print),
         mapping=parse_map(maps),
@@ -360,7 +361,7 @@ def spec_try(
         annotator_column=annotator_column,
         limits=limits,
     )
-    print_try(out, target, report, frame, summary)
+    print_try(out, target, report, frame, summary, FLAGS)
     if json_out:
         Path(json_out).write_text(report.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"wrote {json_out}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from greval.cli.common import StoreRef, console, out, store_option
+from greval.cli.common import StoreRef, console, print_table, store_option
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.store.backend import display
 
@@ -42,7 +42,7 @@ def store_info(store: str) -> None:
     table.add_column("rows", justify="right")
     for name, n in table_counts(store).items():
         table.add_row(name, f"{n:,}")
-    out.print(table)
+    print_table(table)
 
 
 @click.command("migrate")
@@ -101,4 +101,4 @@ def store_copy(src: str, dst: str) -> None:
         table.add_column(col, justify="left" if col == "table" else "right")
     for c in copied:
         table.add_row(c.table, f"{c.source_rows:,}", f"{c.copied:,}", f"{c.already_there:,}")
-    out.print(table)
+    print_table(table)

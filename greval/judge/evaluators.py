@@ -7,29 +7,29 @@ metric a :class:`greval.judge.computed.ComputedEvaluator`; a kind registered els
 (:func:`greval.spec.register_kind`) adds its evaluator with :func:`register_evaluator`. Every evaluator answers
 ``ajudge(record, deps, only_items)`` with a :class:`greval.types.JudgeResult`: record-level verdicts have
 ``item_id == RECORD_ITEM``; item verdicts (chunks, triples, extracted statements) carry their own ids.
-:func:`compile` and :func:`compile_suite` make LangChain runnables of any of them.
+:func:`compile` and :func:`compile_suite` make LangChain runnables of any of them (LangChain imported then; a
+kind's evaluator module when a spec of that kind is built).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Unpack
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 from pydantic import BaseModel
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
-from greval.judge.computed import ComputedEvaluator
 from greval.judge.judge import Judge
 from greval.judge.options import CallOptions, Options
-from greval.judge.pipeline import PipelineEvaluator
 from greval.judge.schemas import input_model
 from greval.spec import BaseSpec, Spec, dependency_levels
-from greval.spec.computed import ComputedSpec
-from greval.spec.pipeline import PipelineSpec
 from greval.types import JudgeResult
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import Runnable
+
+    from greval.llm.openai_chat import ChatModel
 
 __all__ = [
     "EVALUATORS",
@@ -55,10 +55,10 @@ class Evaluator(Protocol):
 
 
 #: What builds one kind's evaluator: (spec, chat model or None, how calls are made) -> evaluator.
-Build = Callable[[BaseSpec, BaseChatModel | None, CallOptions], Evaluator]
+Build: TypeAlias = "Callable[[BaseSpec, ChatModel | None, CallOptions], Evaluator]"
 
 
-def _judge(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -> Evaluator:
+def _judge(spec: BaseSpec, model: ChatModel | None, calls: CallOptions) -> Evaluator:
     if not isinstance(spec, Spec):
         raise TypeError(f"{spec.name}: kind 'judge' is built from a Spec, not {type(spec).__name__}")
     if model is None:
@@ -66,7 +66,10 @@ def _judge(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -> E
     return Judge(spec, model, calls)
 
 
-def _pipeline(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -> Evaluator:
+def _pipeline(spec: BaseSpec, model: ChatModel | None, calls: CallOptions) -> Evaluator:
+    from greval.judge.pipeline import PipelineEvaluator
+    from greval.spec.pipeline import PipelineSpec
+
     if not isinstance(spec, PipelineSpec):
         raise TypeError(f"{spec.name}: kind 'pipeline' is built from a PipelineSpec, not {type(spec).__name__}")
     if model is None:
@@ -74,8 +77,11 @@ def _pipeline(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -
     return PipelineEvaluator(spec, model, calls)
 
 
-def _computed(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions) -> Evaluator:
+def _computed(spec: BaseSpec, model: ChatModel | None, calls: CallOptions) -> Evaluator:
     """No model, method, samples, limiter or transport option applies: computation is local."""
+    from greval.judge.computed import ComputedEvaluator
+    from greval.spec.computed import ComputedSpec
+
     if not isinstance(spec, ComputedSpec):
         raise TypeError(f"{spec.name}: kind 'computed' is built from a ComputedSpec, not {type(spec).__name__}")
     return ComputedEvaluator(spec)
@@ -90,7 +96,7 @@ def register_evaluator(kind: str, build: Build) -> None:
     EVALUATORS[kind] = build
 
 
-def make_evaluator(spec: BaseSpec, model: BaseChatModel | None, calls: CallOptions | None = None) -> Evaluator:
+def make_evaluator(spec: BaseSpec, model: ChatModel | None, calls: CallOptions | None = None) -> Evaluator:
     """The evaluator for a spec of any registered kind, calling ``model`` as ``calls`` says (default: the
     defaults of :class:`CallOptions`)."""
     build = EVALUATORS.get(spec.kind)
@@ -122,6 +128,7 @@ def as_runnable(
     ``input_type`` (a record model, :func:`greval.judge.schemas.input_model`) is what the runnable declares as
     its input schema (LangServe's ``/input_schema``, the playground); it does not restrict what ``invoke``
     accepts. The output schema is :class:`JudgeResult`."""
+    from langchain_core.runnables import RunnableLambda
 
     async def ainvoke(inp: Any) -> JudgeResult:
         record, deps = _unpack(inp)
@@ -137,7 +144,7 @@ def as_runnable(
 
 
 def compile(
-    spec: BaseSpec, model: BaseChatModel | None = None, calls: CallOptions | None = None, **options: Unpack[Options]
+    spec: BaseSpec, model: ChatModel | None = None, calls: CallOptions | None = None, **options: Unpack[Options]
 ) -> Runnable[Any, JudgeResult]:
     """Compile a spec of any kind into a LangChain runnable: record in, checked :class:`JudgeResult` out.
 
@@ -154,13 +161,15 @@ def compile(
 
 def compile_suite(
     specs: Sequence[BaseSpec],
-    model: BaseChatModel | None = None,
+    model: ChatModel | None = None,
     calls: CallOptions | None = None,
     **options: Unpack[Options],
 ) -> Runnable[Any, dict[str, JudgeResult]]:
     """Several specs of any kind as one runnable: independent metrics run concurrently (RunnableParallel),
     and ``depends_on`` metrics run after the ones they read, receiving their verdicts (``calls`` and
     ``options``: see :func:`compile`; one bundle for every metric)."""
+    from langchain_core.runnables import RunnableLambda, RunnableParallel
+
     shared = CallOptions.of(calls, **options)
 
     def start(rec: Any) -> dict[str, Any]:

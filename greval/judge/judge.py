@@ -22,13 +22,7 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
-
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.runnables import Runnable
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from langchain_openai.chat_models.base import BaseChatOpenAI
+from typing import TYPE_CHECKING, Any, Unpack
 
 from greval.dataset.records import Record
 from greval.judge.logprobs import token_confidences
@@ -43,9 +37,9 @@ from greval.judge.parse import (
     validate_items,
     validate_record,
 )
-from greval.judge.prompt import example_messages, render_inputs, system_prompt
-from greval.llm.call import ModelCall
+from greval.judge.prompt import example_messages, render_inputs, system_prompt, wire_schema
 from greval.llm.config import register_model_secrets
+from greval.llm.openai_chat import Caller, ChatReply, Message, OpenAICall, OpenAIChat
 from greval.llm.retry import (
     CUT_OFF_HINT,
     CallFailed,
@@ -61,6 +55,12 @@ from greval.llm.retry import (
 from greval.spec import CategoricalScale, Spec
 from greval.spec.verdict import check_examples, outputs_model, verdict_models
 from greval.types import RECORD_ITEM, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import Runnable
+
+    from greval.llm.openai_chat import ChatModel
 
 # greval handles a refused structured-output method itself (it falls back and says so in the call log).
 warnings.filterwarnings("ignore", message="This model does not support OpenAI's structured output")
@@ -80,10 +80,12 @@ class Judge:
     """One spec bound to one chat model. Shared by every call of a run (one HTTP client, one limiter)."""
 
     def __init__(
-        self, spec: Spec, model: BaseChatModel, calls: CallOptions | None = None, **options: Unpack[Options]
+        self, spec: Spec, model: ChatModel, calls: CallOptions | None = None, **options: Unpack[Options]
     ) -> None:
-        """``calls``: how the model is called (a run's one bundle); ``options``: the same settings as keywords,
-        over ``calls`` (:meth:`CallOptions.of`)."""
+        """``model``: a LangChain chat model, or the OpenAI-compatible judge greval builds (an
+        :class:`~greval.llm.openai_chat.OpenAIChat`: no LangChain until a call needs it). ``calls``: how the model
+        is called (a run's one bundle); ``options``: the same settings as keywords, over ``calls``
+        (:meth:`CallOptions.of`)."""
         self.calls = calls = CallOptions.of(calls, **options)
         self.spec = spec
         self.spec_hash = spec.hash  # the version the verdict models below are built from
@@ -93,13 +95,13 @@ class Judge:
         self.policy = calls.policy
         self.limiter = calls.limiter
         self.answer_model, self.item_model = verdict_models(spec)
-        self.schema = self.answer_model.model_json_schema()
+        self.schema = wire_schema(self.answer_model)  # what the provider is sent (the prompt says the rest)
         self._outputs_model = outputs_model(spec, self.answer_model)
         self.methods: list[Method] = list(METHODS) if calls.method == "auto" else [calls.method]
         self._method_index = 0
         self._bound: dict[str, Runnable[Any, Any]] = {}
-        self._callers: dict[str, ModelCall] = {}
-        self._systems: dict[str, SystemMessage] = {}
+        self._callers: dict[str, Caller] = {}
+        self._systems: dict[str, Message] = {}
         check_examples(spec, self.answer_model)
         self._examples = example_messages(spec)
         # Not an asyncio.Lock: one judge serves any event loop (a sync call runs in greval's background loop,
@@ -120,42 +122,58 @@ class Judge:
         """Whether calls ask for token log-probabilities now (not once the provider refused them)."""
         return self.logprobs is not None and self.logprobs.active
 
+    @property
+    def chat_model(self) -> BaseChatModel:
+        """The LangChain chat model (for greval's own OpenAI-compatible judge, its ``ChatOpenAI``: built now)."""
+        return self.model.langchain() if isinstance(self.model, OpenAIChat) else self.model
+
+    def _key(self, method: Method) -> str:
+        return f"{method}+logprobs" if self.asks_logprobs else method
+
+    def _logprob_kwargs(self) -> dict[str, Any]:
+        if self.logprobs is None or not self.asks_logprobs:
+            return {}
+        return {"logprobs": True} | ({"top_logprobs": self.logprobs.top} if self.logprobs.top else {})
+
+    def _response_format(self, method: Method) -> dict[str, Any]:
+        if method != "json_schema":
+            return {"type": "json_object"}
+        schema = {"name": self.answer_model.__name__, "schema": self.schema, "strict": True}
+        return {"type": "json_schema", "json_schema": schema}
+
+    def _openai_kwargs(self, method: Method) -> dict[str, Any]:
+        """What an OpenAI model is bound with for a JSON method. The same request on the wire as a
+        ``response_format`` kwarg, but through extra_body: that kwarg makes langchain-openai take the SDK's
+        `.parse()` path, which re-validates the whole schema and doubled the client CPU per call in
+        scripts/bench_run.py. greval parses the answer itself."""
+        return {"extra_body": {"response_format": self._response_format(method)}, **self._logprob_kwargs()}
+
     def bound(self, method: Method) -> Runnable[Any, Any]:
-        """The chat model bound for one structured-output method (built once, then reused; once more without
-        log-probabilities when the provider refuses them)."""
-        key = f"{method}+logprobs" if self.asks_logprobs else method
+        """The LangChain chat model bound for one structured-output method (built once, then reused; once more
+        without log-probabilities when the provider refuses them)."""
+        key = self._key(method)
         if key not in self._bound:
-            extra: dict[str, Any] = {}
-            if self.logprobs is not None and self.asks_logprobs:
-                extra = {"logprobs": True} | ({"top_logprobs": self.logprobs.top} if self.logprobs.top else {})
-            tool = convert_to_openai_tool(self.answer_model)
-            tool["function"]["name"] = TOOL_NAME
-            fmt: dict[str, Any] = {"type": "json_object"}
-            if method == "json_schema":
-                fmt = {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": self.answer_model.__name__,
-                        "schema": self.schema,
-                        "strict": True,
-                    },
-                }
+            chat = self.chat_model
             if method == "function_calling":
-                self._bound[key] = self.model.bind_tools([tool], tool_choice=TOOL_NAME, **extra)
-            elif _is_openai(self.model):
-                # Same request on the wire, but through extra_body: a `response_format` kwarg makes
-                # langchain-openai take the SDK's `.parse()` path, which re-validates the whole schema and
-                # doubled the client CPU per call in scripts/bench_run.py. greval parses the answer itself.
-                self._bound[key] = self.model.bind(extra_body={"response_format": fmt}, **extra)
+                tool = {"type": "function", "function": {"name": TOOL_NAME, "parameters": self.schema}}
+                self._bound[key] = chat.bind_tools([tool], tool_choice=TOOL_NAME, **self._logprob_kwargs())
+            elif _is_openai(chat):
+                self._bound[key] = chat.bind(**self._openai_kwargs(method))
             else:
-                self._bound[key] = self.model.bind(response_format=fmt, **extra)
+                self._bound[key] = chat.bind(response_format=self._response_format(method), **self._logprob_kwargs())
         return self._bound[key]
 
-    def caller(self, method: Method) -> ModelCall:
-        """How one method's bound model is called (directly when nothing listens; see greval.llm.call)."""
-        key = f"{method}+logprobs" if self.asks_logprobs else method
+    def caller(self, method: Method) -> Caller:
+        """How one method's model is called: greval's own OpenAI-compatible judge without LangChain for a JSON
+        method (greval.llm.openai_chat), a LangChain model directly when nothing listens (greval.llm.call)."""
+        key = self._key(method)
         if key not in self._callers:
-            self._callers[key] = ModelCall(self.bound(method), direct=self.direct)
+            if isinstance(self.model, OpenAIChat) and method != "function_calling":
+                self._callers[key] = OpenAICall(self.model, self._openai_kwargs(method), direct=self.direct)
+            else:
+                from greval.llm.call import ModelCall
+
+                self._callers[key] = ModelCall(self.bound(method), direct=self.direct)
         return self._callers[key]
 
     def messages(
@@ -164,19 +182,19 @@ class Judge:
         data: Mapping[str, Any],
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
-    ) -> list[BaseMessage]:
+    ) -> list[Message]:
         """The request for one call (subclasses word their own)."""
-        human = HumanMessage(render_inputs(self.spec, data, deps, item_ids))
+        human: Message = {"role": "user", "content": render_inputs(self.spec, data, deps, item_ids)}
         return [self.system_message(method), *self._examples, human]
 
     def system_text(self, method: Method) -> str:
         """The system prompt's text for one method (subclasses word their own)."""
         return system_prompt(self.spec, method, self.schema)
 
-    def system_message(self, method: Method) -> SystemMessage:
+    def system_message(self, method: Method) -> Message:
         """The system prompt for one method, built once (subclasses change :meth:`system_text`)."""
         if method not in self._systems:
-            self._systems[method] = SystemMessage(self.system_text(method))
+            self._systems[method] = {"role": "system", "content": self.system_text(method)}
         return self._systems[method]
 
     # --------------------------------------------------------------------------------- calling
@@ -210,11 +228,11 @@ class Judge:
                 caller = self.caller(method)
                 start = time.perf_counter()
 
-                async def send(c: ModelCall = caller, m: list[BaseMessage] = messages) -> Any:
+                async def send(c: Caller = caller, m: list[Message] = messages) -> Any:
                     return await c(m)
 
                 try:
-                    msg = await call_with_retries(send, self.policy, self.limiter, count)
+                    msg: ChatReply = await call_with_retries(send, self.policy, self.limiter, count)
                 except Exception as exc:
                     # Every request is logged, failed ones too (with their attempts and the redacted error).
                     log.append(
@@ -248,6 +266,7 @@ class Judge:
                 latency_ms=(time.perf_counter() - start) * 1000,
                 tokens_in=int(usage.get("input_tokens", 0) or 0),
                 tokens_out=int(usage.get("output_tokens", 0) or 0),
+                tokens_cached=int((usage.get("input_token_details") or {}).get("cache_read", 0) or 0),
                 attempts=attempts,
             )
             log.append(entry)
@@ -276,7 +295,9 @@ class Judge:
             )
         raise ParseError(f"unusable answer after {tries} tries: {last_error}")
 
-    def add_token_confidence(self, msg: Any, method: Method, answer: Answer, item_ids: Sequence[str] | None) -> None:
+    def add_token_confidence(
+        self, msg: ChatReply, method: Method, answer: Answer, item_ids: Sequence[str] | None
+    ) -> None:
         """Each verdict's ``token_confidence`` from the answer's log-probabilities (None where they are missing
         or do not spell the verdict the answer was read as)."""
         assert self.logprobs is not None
@@ -363,10 +384,16 @@ class Judge:
         return result
 
 
-def _openai_compatible(model: BaseChatModel) -> bool:
+def _openai_compatible(model: ChatModel) -> bool:
     """Whether the model speaks OpenAI's chat completions (so takes ``logprobs`` / ``top_logprobs``)."""
+    if isinstance(model, OpenAIChat):
+        return True
+    from langchain_openai.chat_models.base import BaseChatOpenAI
+
     return isinstance(model, BaseChatOpenAI)
 
 
 def _is_openai(model: BaseChatModel) -> bool:
+    from langchain_openai.chat_models.base import BaseChatOpenAI
+
     return isinstance(model, BaseChatOpenAI) and not model.extra_body

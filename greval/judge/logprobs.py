@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from greval.errors import option
 from greval.spec import CategoricalScale, Spec
 from greval.types import RECORD_ITEM
 
@@ -371,7 +372,8 @@ class LogprobRequest:
         if missing:
             tools = self.without.get("function_calling", 0)
             why = (
-                f" ({tools} by function calling, whose arguments get no log-probabilities: use --method json_schema)"
+                f" ({tools} by function calling, whose arguments get no log-probabilities: use {option('method')} "
+                "json_schema)"
                 if tools
                 else " (the server returned none, or they do not spell the answer)"
             )

@@ -11,9 +11,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage
 from pydantic import BaseModel, ValidationError
 
+from greval.llm.openai_chat import ChatReply
 from greval.llm.retry import JudgeError
 from greval.spec import CategoricalScale, Spec
 from greval.spec.verdict import first_error
@@ -32,7 +32,7 @@ class ParseError(JudgeError):
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 
-def json_payload(msg: AIMessage, method: str) -> tuple[dict[str, Any], str]:
+def json_payload(msg: ChatReply, method: str) -> tuple[dict[str, Any], str]:
     """The JSON object of an answer (tool-call arguments, or the content, fenced or wrapped in prose), and
     the raw text it came from."""
     if method == "function_calling" or (msg.tool_calls and not msg.content):

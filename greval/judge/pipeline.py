@@ -29,10 +29,8 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage
 from pydantic import (
     ConfigDict,
     Field,
@@ -48,11 +46,15 @@ from greval.judge.prompt import (
     PREAMBLE,
     absent_dependency,
     describe_scale,
+    each_answer,
     render_conversation,
     render_item,
     schema_note,
+    steps_text,
     title,
+    wire_schema,
 )
+from greval.llm.openai_chat import Message
 from greval.spec import ITEM_FIELDS, CategoricalScale, EachTarget, InputSpec, Label, Spec
 from greval.spec.pipeline import (
     CountsAggregate,
@@ -65,6 +67,9 @@ from greval.spec.pipeline import (
 )
 from greval.spec.verdict import verdict_fields
 from greval.types import RECORD_ITEM, UNITS, CallLog, ErrorKind, ItemVerdict, JudgeResult, Method, not_applicable
+
+if TYPE_CHECKING:
+    from greval.llm.openai_chat import ChatModel
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -123,7 +128,7 @@ def _step_spec(spec: PipelineSpec, name: str, each: Literal["chunks", "triples"]
 class _Extractor(Judge):
     """An extract step: Judge's calling machinery (retries, fallbacks, parse re-asks) with a list answer."""
 
-    def __init__(self, spec: PipelineSpec, step: ExtractStep, model: BaseChatModel, calls: CallOptions) -> None:
+    def __init__(self, spec: PipelineSpec, step: ExtractStep, model: ChatModel, calls: CallOptions) -> None:
         super().__init__(_step_spec(spec, step.name, "chunks", None), model, calls)
         self.pipeline = spec
         self.step = step
@@ -135,21 +140,21 @@ class _Extractor(Judge):
             items=(list[str], Field(description=f"The {step.what}, one self-contained sentence each, in order")),
         )
         self.item_model = self.answer_model
-        self.schema = self.answer_model.model_json_schema()
+        self.schema = wire_schema(self.answer_model)
 
     def system_text(self, method: Method) -> str:
         s = self.step
         parts = [
             PREAMBLE,
-            f"# Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
-            f"# Task\nList the {s.what} made in the {title(s.from_).lower()}. Another step will check each "
+            f"Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
+            f"Task: List the {s.what} made in the {title(s.from_).lower()}. Another step will check each "
             "of them, so make every item a short, self-contained sentence (resolve pronouns), state each "
             "only once, and add nothing the text does not say.",
         ]
         if s.instructions:
-            parts.append(f"# Instructions\n{s.instructions.strip()}")
+            parts.append(f"Instructions: {s.instructions.strip()}")
         parts.append(
-            f"# Your answer\nWrite `reason` first, then `items`: the {s.what} in the order they appear; "
+            f"Answer with `reason` first, then `items`: the {s.what} in the order they appear; "
             "an empty list if there are none."
         )
         return "\n\n".join(parts + schema_note(method, self.schema))
@@ -160,11 +165,11 @@ class _Extractor(Judge):
         data: Mapping[str, Any],
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
-    ) -> list[BaseMessage]:
+    ) -> list[Message]:
         fields = data["fields"]
         blocks = [_field_block(n, fields[n]) for n in self.step.context if fields.get(n) not in (None, "", [])]
         blocks.append(_field_block(self.step.from_, fields[self.step.from_], f"list the {self.step.what} of this"))
-        return [self.system_message(method), HumanMessage("\n\n".join(blocks))]
+        return [self.system_message(method), {"role": "user", "content": "\n\n".join(blocks)}]
 
     def validate(self, payload: dict[str, Any], item_ids: Sequence[str] | None) -> Answer:
         one = validate_one(self.answer_model, payload)
@@ -180,7 +185,7 @@ class _Extractor(Judge):
 class _Verifier(Judge):
     """A verify step: a generated many-judge over the items, with its own prompt wording."""
 
-    def __init__(self, spec: PipelineSpec, step: VerifyStep, model: BaseChatModel, calls: CallOptions) -> None:
+    def __init__(self, spec: PipelineSpec, step: VerifyStep, model: ChatModel, calls: CallOptions) -> None:
         self.item_field: Literal["chunks", "triples"] = "triples" if step.each == "triples" else "chunks"
         super().__init__(_step_spec(spec, step.key, self.item_field, step), model, calls)
         self.pipeline = spec
@@ -205,7 +210,7 @@ class _Verifier(Judge):
             __config__=ConfigDict(extra="forbid"),
             verdicts=(list[item], Field(description="One verdict per listed item id, each id exactly once")),
         )
-        self.schema = self.answer_model.model_json_schema()
+        self.schema = wire_schema(self.answer_model)
 
     def system_text(self, method: Method) -> str:
         s = self.step
@@ -213,20 +218,15 @@ class _Verifier(Judge):
         against = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         parts = [
             PREAMBLE,
-            f"# Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
-            f"# Task\nJudge each of the {self.noun} listed below"
+            f"Metric: {self.pipeline.name}\n{self.pipeline.description.strip()}",
+            f"Task: Judge each of the {self.noun} listed below"
             + (f" against {against}." if against else " on its own."),
         ]
         if s.instructions:
-            parts.append(f"# Instructions\n{s.instructions.strip()}")
+            parts.append(f"Instructions: {s.instructions.strip()}")
         if s.steps:
-            parts.append("# Evaluation steps\n" + "\n".join(f"{i}. {t.strip()}" for i, t in enumerate(s.steps, 1)))
-        parts.append("# Scale\n" + describe_scale(self.spec))
-        parts.append(
-            "# Your answer\nJudge each item separately. Return `verdicts`: one entry for every id listed under "
-            "'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your reasoning, "
-            "written first), then `label`."
-        )
+            parts.append(steps_text(s.steps))
+        parts += [describe_scale(self.spec), each_answer("item", "label", steps=bool(s.steps))]
         return "\n\n".join(parts + schema_note(method, self.schema))
 
     def messages(
@@ -235,7 +235,7 @@ class _Verifier(Judge):
         data: Mapping[str, Any],
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
-    ) -> list[BaseMessage]:
+    ) -> list[Message]:
         fields = data["fields"]
         blocks = [_field_block(n, fields[n]) for n in self.step.against if fields.get(n) not in (None, "", [])]
         wanted = set(item_ids or [])
@@ -244,7 +244,7 @@ class _Verifier(Judge):
         blocks.append(f"## {self.heading}\n" + sep.join(render_item(self.item_field, it) for it in items))
         blocks += _deps_blocks(deps)
         blocks.append("Item ids: " + ", ".join(item_ids or []))
-        return [self.system_message(method), HumanMessage("\n\n".join(blocks))]
+        return [self.system_message(method), {"role": "user", "content": "\n\n".join(blocks)}]
 
 
 # ------------------------------------------------------------------------------------------ evaluator
@@ -254,7 +254,7 @@ _Key = tuple[str, int | None]  # (step name, variant index or None when the step
 class PipelineEvaluator:
     """Runs a pipeline spec on a record: extract steps concurrently, then verify steps, then the formula."""
 
-    def __init__(self, spec: PipelineSpec, model: BaseChatModel, calls: CallOptions | None = None) -> None:
+    def __init__(self, spec: PipelineSpec, model: ChatModel, calls: CallOptions | None = None) -> None:
         """``calls``: how the steps call the model (no log-probabilities: a step's answer has no one verdict
         token; an extraction is asked once, whatever ``samples`` says)."""
         self.spec = spec

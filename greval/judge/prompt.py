@@ -10,9 +10,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from pydantic import BaseModel
 
-from greval.dataset.records import CONVERSATION, item_list, normalise_conversation
+from greval.dataset.records import (
+    CONVERSATION,
+    item_list,
+    normalise_chunks,
+    normalise_conversation,
+    normalise_triples,
+)
+from greval.llm.openai_chat import Message
 from greval.spec import CategoricalScale, Spec, ValueScale
 from greval.types import JudgeResult, Method, not_applicable
 
@@ -44,10 +51,8 @@ def describe_scale(spec: Spec) -> str:
         lines = [f"Give an integer value from {s.min} to {s.max}:"]
         lines += [f"- {r.text}: {r.description}" for r in s.ranges]
     else:
-        lines = ["Choose exactly one label:"]
+        lines = ["Labels, best to worst:" if spec.scale.ordered else "Labels:"]
         lines += [f'- "{lab.name}": {lab.description}' for lab in spec.scale.labels]
-        if spec.scale.ordered:
-            lines.append("The labels are listed from best to worst.")
     return "\n".join(lines)
 
 
@@ -57,30 +62,71 @@ def schema_note(method: Method, schema: Mapping[str, Any]) -> list[str]:
         return []
     return [
         "Answer with one JSON object and nothing else, valid against this JSON schema:\n```json\n"
-        + json.dumps(schema, ensure_ascii=False)
+        + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
         + "\n```"
     ]
 
 
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples", "required"})
+
+
+def wire_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The answer's JSON schema as it goes to the provider: references inlined, no ``title`` or
+    ``description``. The system prompt already says what each field holds (the reason first, the scale with
+    every label's description, each output's description), and a provider reads the schema into the prompt
+    too, so saying it twice would cost tokens on every call. Validation still uses ``model`` itself."""
+    full = model.model_json_schema()
+    defs: dict[str, Any] = full.get("$defs", {})
+
+    def walk(node: Any, names: bool = False) -> Any:
+        if isinstance(node, list):
+            return [walk(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if names:  # a ``properties`` map: its keys are field names, each value a schema
+            return {k: walk(v) for k, v in node.items()}
+        if "$ref" in node:
+            target = defs[str(node["$ref"]).rsplit("/", 1)[-1]]
+            node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return {
+            k: v if k in _DATA_KEYWORDS else walk(v, k == "properties")
+            for k, v in node.items()
+            if k not in ("title", "description", "$defs")
+        }
+
+    out: dict[str, Any] = walk(full)
+    return out
+
+
+def steps_text(steps: Sequence[str]) -> str:
+    """The evaluation steps, numbered, in the spec's words."""
+    return "Steps:\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(steps, 1))
+
+
+def each_answer(noun: str, word: str, *, steps: bool = True) -> str:
+    """What a per-item judge returns: one verdict per listed id, the reason before the verdict."""
+    reasoning = "your reasoning by the steps, first" if steps else "your reasoning, first"
+    return (
+        f"Judge each {noun} separately: in `verdicts`, one entry per id under 'Item ids' (each once, no "
+        f"others) with `id`, `reason` ({reasoning}), `{word}`."
+    )
+
+
 def system_prompt(spec: Spec, method: Method, schema: Mapping[str, Any]) -> str:
-    """The judge's instructions; JSON mode also gets the answer's JSON schema."""
-    noun = NOUNS.get(spec.each or "", "")
-    parts = [PREAMBLE, f"# Metric: {spec.name}\n{spec.description.strip()}"]
+    """The judge's instructions, the same bytes for every record of a spec (a provider's prefix cache can hold
+    them): the spec's description, instructions, steps and scale in its own words, then the answer's shape.
+    JSON mode also gets the answer's JSON schema. The layout is versioned by ``greval.types.PROMPT_LAYOUT``."""
+    parts = [PREAMBLE, f"Metric: {spec.name}\n{spec.description.strip()}"]
     if spec.instructions:
-        parts.append(f"# Instructions\n{spec.instructions.strip()}")
-    parts.append("# Evaluation steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
-    parts.append("# Scale\n" + describe_scale(spec))
+        parts.append(f"Instructions: {spec.instructions.strip()}")
+    parts += [steps_text(spec.steps), describe_scale(spec)]
     word = "label" if isinstance(spec.scale, CategoricalScale) else "value"
-    if noun:
-        out = (
-            f"# Your answer\nJudge each {noun} separately. Return `verdicts`: one entry for every id listed "
-            f"under 'Item ids', each id exactly once and no other ids, each with `id`, then `reason` (your "
-            f"reasoning, written first), then `{word}`."
-        )
+    if spec.each:
+        out = each_answer(NOUNS[spec.each], word)
         if spec.each == "turns":
             out += " Read the whole conversation for context; judge only the assistant turns whose ids are listed."
     else:
-        out = f"# Your answer\nWrite `reason` first (your reasoning, following the steps), then `{word}`."
+        out = f"Answer with `reason` (your reasoning by the steps, first), then `{word}`."
     for name, o in spec.outputs.items():
         out += f"\nAlso fill `{name}` ({o.type}): {o.description}"
     parts.append(out)
@@ -173,20 +219,25 @@ def render_inputs(
 
 
 def example_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """A few-shot example's inputs with its conversation normalised as a record's is (turn ids t1, t2 …), so
-    the example reads like the records the judge sees (the spec loader has checked it normalises)."""
+    """A few-shot example's inputs normalised as a record's are (chunk ids c1, c2 …, triple ids t1 …, turn ids
+    t1, t2 …), so the example reads like the records the judge sees (a spec file's loader has checked them; a
+    spec built in Python may give chunks as plain strings, as a record may)."""
     out = dict(inputs)
+    if isinstance(out.get("chunks"), list):
+        out["chunks"] = normalise_chunks(out["chunks"], "example")
+    if isinstance(out.get("triples"), list):
+        out["triples"] = normalise_triples(out["triples"], "example")
     if isinstance(out.get(CONVERSATION), list):
         out[CONVERSATION] = normalise_conversation(out[CONVERSATION], "example")
     return out
 
 
-def example_messages(spec: Spec) -> list[BaseMessage]:
+def example_messages(spec: Spec) -> list[Message]:
     """The spec's few-shot examples as a user turn (the inputs) and an assistant turn (the answer)."""
-    msgs: list[BaseMessage] = []
+    msgs: list[Message] = []
     for ex in spec.examples:
         inputs = example_inputs(ex.inputs)
         ids = [it["id"] for it in item_list(inputs, spec.each)] if spec.each else None
-        msgs.append(HumanMessage(render_inputs(spec, inputs, None, ids)))
-        msgs.append(AIMessage(json.dumps(ex.output, ensure_ascii=False)))
+        msgs.append({"role": "user", "content": render_inputs(spec, inputs, None, ids)})
+        msgs.append({"role": "assistant", "content": json.dumps(ex.output, ensure_ascii=False)})
     return msgs

@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.llm.gguf import LocalJudgeError, model_identity, resolve_local_model
+from greval.llm.openai_chat import OpenAIChat
 from greval.llm.retry import redact, register_secret
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+    from greval.llm.openai_chat import ChatModel
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -67,7 +70,7 @@ class JudgeConfig(BaseModel):
         else:
             provider, model = "openai", ref
         if not model:
-            raise UserError(f"--judge {ref!r}: give a model, e.g. openai:gpt-4o-mini")
+            raise UserError(f"{option('judge')} {ref!r}: give a model, e.g. openai:gpt-4o-mini")
         clean = {k: v for k, v in params.items() if v is not None}
         cfg = cls(provider=provider.lower(), model=model, **clean)
         return cfg.with_local_identity() if cfg.is_local else cfg
@@ -126,43 +129,51 @@ def register_model_secrets(model: Any) -> None:
             register_secret(value.get_secret_value())
 
 
+def openai_chat(cfg: JudgeConfig, api_key: str | None = None) -> OpenAIChat:
+    """The judge of an OpenAI-compatible provider (``openai``, the embedded local judge) as greval builds it:
+    its settings, with no LangChain until a call needs it (greval.llm.openai_chat)."""
+    if cfg.is_local and cfg.base_url is None:
+        raise UserError(
+            f"the local judge {cfg.label} is not running: greval.run serves it for a run; elsewhere serve it "
+            "with greval.llm.local.judge_session, or give base_url of a running one (greval local-judge serve)"
+        )
+    base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    if not key:
+        if base_url is None:
+            raise UserError(
+                f"no API key: set OPENAI_API_KEY, or point {option('base_url')} at an OpenAI-compatible server"
+            )
+        key = "not-needed"
+    return OpenAIChat(
+        model=cfg.model,
+        api_key=SecretStr(key),
+        base_url=base_url,
+        timeout=cfg.timeout,
+        temperature=cfg.temperature,
+        max_completion_tokens=cfg.max_tokens,
+        seed=cfg.seed,
+    )
+
+
+def judge_model(cfg: JudgeConfig, api_key: str | None = None) -> ChatModel:
+    """What a run, a served metric or a Ray shard judges with: :func:`openai_chat` for an OpenAI-compatible
+    provider (LangChain imported only when a call needs it), else :func:`make_chat_model`'s LangChain model."""
+    if cfg.provider in ("openai", *LOCAL_PROVIDERS):
+        return openai_chat(cfg, api_key)
+    return make_chat_model(cfg, api_key)
+
+
 def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatModel:
     """Build the LangChain chat model. One instance serves a whole run: it owns one shared HTTP client."""
     if cfg.provider in ("openai", *LOCAL_PROVIDERS):
-        from langchain_openai import ChatOpenAI
-
-        if cfg.is_local and cfg.base_url is None:
-            raise UserError(
-                f"the local judge {cfg.label} is not running: greval.run serves it for a run; elsewhere serve it "
-                "with greval.llm.local.judge_session, or give base_url of a running one (greval local-judge serve)"
-            )
-        base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if base_url is None:
-                raise UserError("no API key: set OPENAI_API_KEY, or point --base-url at an OpenAI-compatible server")
-            key = "not-needed"
-        register_secret(key)
-        kwargs: dict[str, Any] = {
-            "model": cfg.model,
-            "api_key": SecretStr(key),
-            "base_url": base_url,
-            "timeout": cfg.timeout,
-            "max_retries": 0,  # greval retries itself, with backoff that honours Retry-After
-        }
-        if cfg.temperature is not None:
-            kwargs["temperature"] = cfg.temperature
-        if cfg.max_tokens is not None:
-            kwargs["max_completion_tokens"] = cfg.max_tokens
-        if cfg.seed is not None:
-            kwargs["seed"] = cfg.seed
-        return ChatOpenAI(**kwargs)
+        return openai_chat(cfg, api_key).langchain()
     try:
         from langchain.chat_models import init_chat_model  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         raise UserError(
             f"provider {cfg.provider!r} needs the 'langchain' package and langchain-{cfg.provider}; "
-            "install them, or use openai:MODEL with --base-url for OpenAI-compatible servers"
+            f"install them, or use openai:MODEL with {option('base_url')} for OpenAI-compatible servers"
         ) from None
     params: dict[str, Any] = {"temperature": cfg.temperature, "timeout": cfg.timeout, "max_retries": 0}
     if cfg.max_tokens is not None:
@@ -170,7 +181,7 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
     try:
         model: BaseChatModel = init_chat_model(cfg.model, model_provider=cfg.provider, **params)
     except (ImportError, ValueError) as exc:
-        raise UserError(f"--judge {cfg.provider}:{cfg.model}: {redact(str(exc))}") from None
+        raise UserError(f"{option('judge')} {cfg.provider}:{cfg.model}: {redact(str(exc))}") from None
     register_model_secrets(model)
     return model
 
@@ -248,7 +259,7 @@ def default_judge(notify: Notify) -> str:
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         return "openai:gpt-4o-mini"
     notify(
-        "no judge configured (no --judge, GREVAL_JUDGE or OPENAI_API_KEY): using the "
+        f"no judge configured (no {option('judge')}, GREVAL_JUDGE or OPENAI_API_KEY): using the "
         "embedded local judge, a tiny model that is NOT a judge to trust — it only lets the loop run "
         "offline."
     )

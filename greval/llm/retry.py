@@ -27,15 +27,16 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, Field
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from greval.errors import UserError
+from greval.errors import UserError, option
 from greval.llm.limiter import AdaptiveLimiter
 from greval.types import ErrorKind
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 T = TypeVar("T")
 
@@ -92,7 +93,7 @@ class Filtered(JudgeError):
     kind = ErrorKind.CONTENT_FILTER
 
 
-CUT_OFF_HINT = "raise the judge's token budget (--max-tokens) or use a larger judge model"
+CUT_OFF_HINT = f"raise the judge's token budget ({option('max_tokens')}) or use a larger judge model"
 
 
 def finish_reason(message: Any) -> str | None:
@@ -176,6 +177,8 @@ def _retry_after(exc: BaseException) -> float | None:
     try:
         return max(0.0, float(raw))
     except ValueError:
+        from email.utils import parsedate_to_datetime
+
         try:
             when = parsedate_to_datetime(raw)
         except (TypeError, ValueError):
@@ -470,13 +473,15 @@ async def _call_with_retries(
             raise
         return result
 
-    # Most calls succeed at once: only a failed first attempt pays for setting up tenacity.
+    # Most calls succeed at once: only a failed first attempt pays for setting up (and importing) tenacity.
     try:
         return await attempt()
     except Exception as exc:
         if not _retryable(exc) or policy.max_attempts <= 1:
             raise
         await asyncio.sleep(_delay(exc, 1, policy))
+    from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.max_attempts - 1),
         wait=_wait(policy, offset=1),

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
 from greval.dataset.records import Record, content_hash
-from greval.errors import UserError
+from greval.errors import UserError, option, render_options
 from greval.judge.judge import Judge
 from greval.judge.logprobs import weighted_value
 from greval.judge.outcome import missing_inputs
@@ -258,6 +258,7 @@ async def alogprob_scores(
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
     """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
     from greval.judge.parse import json_payload
+    from greval.llm.call import to_langchain
 
     judge = Judge(spec, model, method="json_schema")
     scale = spec.scale
@@ -269,7 +270,7 @@ async def alogprob_scores(
             continue
         method: Any = "json_schema"
         try:
-            msg = await judge.bound(method).ainvoke(judge.messages(method, rec.data, None, None))
+            msg = await judge.bound(method).ainvoke(to_langchain(judge.messages(method, rec.data, None, None)))
         except Exception as exc:
             problems.append(f"{rec.id}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
@@ -294,7 +295,7 @@ def logprob_model(cfg: JudgeConfig, top: int) -> BaseChatModel:
     from langchain_openai import ChatOpenAI
 
     if not isinstance(model, ChatOpenAI):
-        raise UserError(f"--logprobs needs an OpenAI-compatible judge; {cfg.label} is not one")
+        raise UserError(f"{option('logprobs')} needs an OpenAI-compatible judge; {cfg.label} is not one")
     return model.model_copy(update={"logprobs": True, "top_logprobs": top})
 
 
@@ -438,8 +439,9 @@ def reliability(*args: Any, **kwargs: Any) -> ReliabilityReport:
 
 
 # ================================================================================================ CLI
-def print_report(console: Any, rep: ReliabilityReport) -> None:
-    """Flip rates per perturbation (with n and a Wilson 95% CI), panel agreement, weighted scores."""
+def print_report(console: Any, rep: ReliabilityReport, names: Mapping[str, str] | None = None) -> None:
+    """Flip rates per perturbation (with n and a Wilson 95% CI), panel agreement, weighted scores (``names``: how
+    option fields are written; the CLI passes its flags)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -488,9 +490,10 @@ def print_report(console: Any, rep: ReliabilityReport) -> None:
         if lp.note:
             console.print(f"probability-weighted score: {escape(lp.note)}", highlight=False)
     else:
-        console.print("probability-weighted score: not requested (--logprobs)", highlight=False)
+        asked = render_options(option("logprobs"), names or {})
+        console.print(f"probability-weighted score: not requested ({escape(asked)})", highlight=False)
     for n in rep.notes:
-        console.print(f"  note: {escape(n)}", highlight=False)
+        console.print(f"  note: {escape(render_options(n, names or {}))}", highlight=False)
 
 
 _ALL_PANEL = dict.fromkeys([*PANEL_METRICS["categorical"], *PANEL_METRICS["value"]])
@@ -500,7 +503,7 @@ def parse_panel(ref: str) -> tuple[str, str | None]:
     """``provider:model`` or ``provider:model@http://host/v1`` (a panel member on its own server)."""
     head, sep, url = ref.partition("@")
     if sep and not url.startswith(("http://", "https://")):
-        raise UserError(f"--panel {ref!r}: write provider:model or provider:model@http://host:port/v1")
+        raise UserError(f"{option('panel')} {ref!r}: write provider:model or provider:model@http://host:port/v1")
     return head, (url or None)
 
 

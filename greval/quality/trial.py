@@ -12,7 +12,7 @@ from typing import Any
 
 from greval._sync import run_sync
 from greval.dataset.limits import ReadLimits
-from greval.errors import UserError
+from greval.errors import UserError, option, render_options
 from greval.spec import CategoricalScale, Spec
 
 
@@ -59,7 +59,7 @@ def humans_from_file(
     table = read_table(path, as_text=True, limits=limits)  # a label spelled NA / None / null stays that label
     id_col = id_column or next((c for c in ("record_id", "id") if c in table.columns), None)
     if id_col is None:
-        raise UserError(f"{path}: no record_id or id column; name it with --human-id-column")
+        raise UserError(f"{path}: no record_id or id column; name it with {option('human_id_column')}")
     ids = select(table, id_col).astype(str)
     values = select(table, column)
     annotators = select(table, annotator_column).astype(str) if annotator_column else None
@@ -121,7 +121,7 @@ def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[st
         out.append(Record(id=rec.id, hash=content_hash(data), data=data))
     if not found:
         cols = sorted({k for r in records for k in r.data})
-        raise UserError(f"--human-column {column!r} not found; columns: {', '.join(cols)}")
+        raise UserError(f"{option('human_column')} {column!r} not found; columns: {', '.join(cols)}")
     return out, humans
 
 
@@ -182,8 +182,11 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def print_try(console: Any, spec: Spec, report: Any, frame: Any, summary: Any) -> None:
-    """Compact agreement: counts, headline metrics with CIs, and the confusion matrix for labels."""
+def print_try(
+    console: Any, spec: Spec, report: Any, frame: Any, summary: Any, names: Mapping[str, str] | None = None
+) -> None:
+    """Compact agreement: counts, headline metrics with CIs, and the confusion matrix for labels (``names``: how
+    notes write option fields; the CLI passes its flags)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -198,7 +201,7 @@ def print_try(console: Any, spec: Spec, report: Any, frame: Any, summary: Any) -
     for m in summary.metrics:  # why judge answers failed (truncated, content filter …), as `greval run` says
         if m.spec == spec.name:
             for note in metric_notes(m):
-                console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+                console.print(f"[yellow]note:[/] {escape(render_options(note, names or {}))}", highlight=False)
     t = Table(title="judge vs human", title_justify="left")
     for col in ("metric", "value", "95% CI", "n", "note"):
         t.add_column(col, justify="right" if col in ("value", "n") else "left")
@@ -215,4 +218,4 @@ def print_try(console: Any, spec: Spec, report: Any, frame: Any, summary: Any) -
             cm.add_row(escape(lab), *[str(v) for v in row])
         console.print(cm)
     for note in report.notes:
-        console.print(f"  note: {escape(note)}", highlight=False)
+        console.print(f"  note: {escape(render_options(note, names or {}))}", highlight=False)

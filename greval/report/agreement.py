@@ -460,30 +460,10 @@ def design_rows(design: DesignReport, d: int = 3) -> list[list[str]]:
 DESIGN_HEADER = ["figure", "weighted (1/π)", "CI", "as if random", "note"]
 
 
-def render_html(
-    report: AgreementReport,
-    frame: pd.DataFrame,
-    title: str = "Judge–human agreement",
-    extra: Sequence[str] = ("reason", "comment"),
-) -> str:
-    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery."""
-    c = report.counts
-    parts = [f"<h1>{html.escape(title)}</h1>"]
-    parts.append(
-        f"<p>{c.items_compared} items compared of {c.items} ({c.rows} rows; "
-        f"{c.items_missing_human} without human, "
-        f"{c.items_invalid_judge} invalid judge answers [{html.escape(report.options.invalid)}], "
-        f"{c.items_dropped_invalid} dropped, {c.items_tied_majority} tied majority).</p>"
-    )
-    parts.extend(f"<p>{html.escape(line)}</p>" for line in _method_lines(report))
-    parts.append("<h2>Headline</h2>" + _table(["metric", "value", "CI", "n", "note"], _headline_rows(report)))
-    if report.per_group:
-        names, rows = _group_rows(report.per_group)
-        parts.append(
-            f"<h2>Per group ({len(rows)}; the headline is their unweighted mean)</h2>"
-            + _table(["group", "n", *names, "note"], rows, "sortable")
-        )
-    parts.append('<div class="charts">' + "".join(_charts(report, frame)) + "</div>")
+def _html_sections(report: AgreementReport) -> list[str]:
+    """The page's sections between the charts and the slices: classification report and prevalence, scores,
+    human ceiling, design-weighted figures, calibration (each when the report has it)."""
+    parts: list[str] = []
     cat = report.categorical
     if cat is not None:
         parts.append(
@@ -545,6 +525,34 @@ def render_html(
             + _table(CALIBRATION_HEADER, calibration_rows(cal))
             + _notes_html(calibration_notes(cal))
         )
+    return parts
+
+
+def render_html(
+    report: AgreementReport,
+    frame: pd.DataFrame,
+    title: str = "Judge–human agreement",
+    extra: Sequence[str] = ("reason", "comment"),
+) -> str:
+    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery."""
+    c = report.counts
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    parts.append(
+        f"<p>{c.items_compared} items compared of {c.items} ({c.rows} rows; "
+        f"{c.items_missing_human} without human, "
+        f"{c.items_invalid_judge} invalid judge answers [{html.escape(report.options.invalid)}], "
+        f"{c.items_dropped_invalid} dropped, {c.items_tied_majority} tied majority).</p>"
+    )
+    parts.extend(f"<p>{html.escape(line)}</p>" for line in _method_lines(report))
+    parts.append("<h2>Headline</h2>" + _table(["metric", "value", "CI", "n", "note"], _headline_rows(report)))
+    if report.per_group:
+        names, rows = _group_rows(report.per_group)
+        parts.append(
+            f"<h2>Per group ({len(rows)}; the headline is their unweighted mean)</h2>"
+            + _table(["group", "n", *names, "note"], rows, "sortable")
+        )
+    parts.append('<div class="charts">' + "".join(_charts(report, frame)) + "</div>")
+    parts += _html_sections(report)
     for col, sub in report.slices.items():
         names, rows = _slice_rows(report, sub)
         parts.append(f"<h2>By {html.escape(col)}</h2>" + _table([col, "n", *names, "note"], rows, "sortable"))

@@ -1,10 +1,18 @@
 """How a figure is written, everywhere greval writes one (terminal tables, HTML, Markdown): one definition, so
-the terminal and the report pages never disagree on a number. Pure; imports nothing heavy."""
+the terminal and the report pages never disagree on a number; and how a report's notes write the option
+fields they name (:func:`with_names`). Pure; imports nothing heavy."""
 
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from greval.errors import render_options
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Interval(Protocol):
@@ -38,3 +46,23 @@ def fmt_ci(e: Interval, d: int = 3) -> str:
 def fmt_value_ci(e: Estimated, d: int = 3) -> str:
     """Value and CI in one cell: "0.712 [0.650, 0.770]", or just "—" when undefined."""
     return f"{fmt_number(e.value, d)} {fmt_ci(e, d)}".strip()
+
+
+def with_names(model: M, names: Mapping[str, str]) -> M:
+    """A copy of a report model whose notes (every ``note`` and ``notes`` field, at any depth) write the option
+    fields they name as ``names`` says (greval.errors.render_options). The CLI applies it once, with its flags,
+    to what it prints and to the pages it writes; the model itself (and its JSON) keeps the fields."""
+    return _named(model, names, "")  # type: ignore[no-any-return]
+
+
+def _named(value: Any, names: Mapping[str, str], key: str) -> Any:
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return value.model_copy(update={k: _named(getattr(value, k), names, k) for k in fields})
+    if isinstance(value, str):
+        return render_options(value, names) if key in ("note", "notes") else value
+    if isinstance(value, list):
+        return [_named(v, names, key) for v in value]
+    if isinstance(value, dict):
+        return {k: _named(v, names, key) for k, v in value.items()}
+    return value

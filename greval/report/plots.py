@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from greval.report.store_report import GroupTable, MetricRow, ScoreStats, StoreReport, SystemRow
+    from greval.report.models import GroupTable, MetricRow, ScoreStats, StoreReport, SystemRow
 
 
 def _pyplot() -> Any:

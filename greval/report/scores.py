@@ -4,7 +4,7 @@ tests.
 
 Every figure is the one greval defines elsewhere: the record rows and :class:`MetricFigures` of
 :mod:`greval.store.results` (the dataset score is :func:`~greval.store.results.dataset_score`), the score's CI
-of the store report (:func:`~greval.report.store_report.score_ci`), the paired CI from the agreement stage's
+of the store report (:func:`~greval.report.stats.score_ci`), the paired CI from the agreement stage's
 bootstrap (:mod:`greval.agreement.bootstrap`). Pure reads: no model call.
 """
 
@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from greval.agreement import bootstrap as bs
 from greval.agreement.models import Estimate
 from greval.errors import UserError
-from greval.report.store_report import MeanCI, score_ci
+from greval.report.models import MeanCI
+from greval.report.stats import score_ci
 from greval.store.results import MetricFigures, dataset_score, figures_from_rows, item_rows, record_rows
 from greval.store.store import Store
 

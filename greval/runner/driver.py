@@ -3,8 +3,9 @@ plan here or on Ray, and always ends the run with a status and a summary.
 
 Before calling the model the store is asked what is still missing (:func:`greval.runner.plan.plan_work`), so a
 finished run costs nothing and a killed one resumes where it stopped. The embedded llama.cpp judge is served
-around a run that needs it. Two imports wait for a run that needs them, at this package's edge: the judge
-stack (:mod:`greval.runner.judging`, LangChain) when the plan has work, and :mod:`greval.scale` (Ray) when
+around a run that needs it (its package imported only then). Two imports wait for a run that needs them, at
+this package's edge: the judge stack (:mod:`greval.runner.judging`; the openai SDK with the first call, LangChain
+only when a call needs it: greval.llm.openai_chat) when the plan has work, and :mod:`greval.scale` (Ray) when
 ``RunOptions.engine`` is ``ray``; ``greval run`` on a finished job imports neither.
 """
 
@@ -25,7 +26,6 @@ from greval.judge.options import CallOptions
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, Notify, local_concurrency
 from greval.llm.limiter import AdaptiveLimiter
-from greval.llm.local.session import serve_judge
 from greval.runner.job import RunJob
 from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions, RunSummary
 from greval.runner.plan import Plan, Rows, plan_work, sample_notes, sample_summary
@@ -64,6 +64,7 @@ async def arun(
     ``local`` or ``gguf:PATH`` (:meth:`JudgeConfig.parse`) without a ``base_url`` or ``model`` is served by the
     embedded llama.cpp server while calls are to be made, as ``greval run`` does (what it starts is said through
     ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency."""
+    _check_arguments(specs, records)
     opts = options or RunOptions()
     specs = order_specs(specs)
     wanted = {s.name: config_for(s, cfg).key for s in specs}
@@ -93,6 +94,16 @@ async def arun(
             totals = EngineTotals() if on_ray else EngineTotals.of(calls)
         summary = _finish(job, status, time.perf_counter() - started, totals)
     return summary
+
+
+def _check_arguments(specs: object, records: object) -> None:
+    """What a newcomer from Ragas / DeepEval types first (metric names, a DataFrame) gets one line pointing to
+    :func:`greval.evaluate`, which takes both, instead of an AttributeError deep in the plan."""
+    hint = "greval.evaluate(data, metrics) takes metric names and a DataFrame, a list of dicts or a file"
+    if isinstance(specs, str | BaseSpec) or not all(isinstance(s, BaseSpec) for s in specs):  # type: ignore[attr-defined]
+        raise UserError(f"greval.run takes loaded specs (greval.resolve_specs, greval.load_spec); {hint}")
+    if isinstance(records, str | bytes) or type(records).__name__ in {"DataFrame", "Dataset"}:
+        raise UserError(f"greval.run takes Records (greval.load_records) or hashed rows; {hint}")
 
 
 def run(
@@ -137,7 +148,7 @@ async def _judge(job: RunJob, calls: CallOptions, progress: ProgressHook | None,
         shards: EngineTotals = await _ray_engine().judge_on_ray(job, progress)
         return shards
     if job.plan.unique:
-        from greval.runner.judging import judge_plan  # LangChain: only for a plan with work
+        from greval.runner.judging import judge_plan  # the judge stack: only for a plan with work
 
         await judge_plan(job, calls, progress)
     else:
@@ -153,7 +164,11 @@ def _ray_engine() -> ModuleType:
 
 
 def _served(cfg: JudgeConfig, notify: Notify | None) -> contextlib.AbstractContextManager[JudgeConfig]:
-    """The embedded llama.cpp judge, served for the block."""
+    """The embedded llama.cpp judge, served for the block (its package imported only for a local judge)."""
+    if not cfg.is_local:
+        return contextlib.nullcontext(cfg)
+    from greval.llm.local.session import serve_judge
+
     return serve_judge(cfg, notify or logging.getLogger("greval.llm.local").info)
 
 
@@ -198,7 +213,9 @@ def _summarise(job: RunJob) -> list[MetricSummary]:
         m = job.summaries[s.name]
         found = figures(job.store, run_id=job.run_id, spec_key=job.keys[s.name], judge_key=job.cfgs[s.name].key)
         if found:
-            activity = m.model_dump(include={"judged", "reused", "tokens_in", "tokens_out", "calls", "asked"})
+            activity = m.model_dump(
+                include={"judged", "reused", "tokens_in", "tokens_out", "tokens_cached", "calls", "asked"}
+            )
             m = MetricSummary(**{**found[0].model_dump(), **activity})
         out.append(m)
     return out

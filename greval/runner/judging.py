@@ -23,7 +23,7 @@ from greval.dataset.records import Record
 from greval.judge.evaluators import Evaluator, make_evaluator
 from greval.judge.options import CallOptions
 from greval.judge.outcome import NoCall
-from greval.llm.config import JudgeConfig, make_chat_model
+from greval.llm.config import JudgeConfig, judge_model
 from greval.runner.job import RunJob
 from greval.runner.options import ProgressHook
 from greval.runner.plan import drawn_items
@@ -175,7 +175,7 @@ class _Judging:
         plan's count of them, greval.runner.plan.work_of): a run with only computed or skipped work left needs
         no key, no server and no network."""
         job = self.job
-        chat = job.model or (make_chat_model(job.cfg) if job.plan.judgements > 0 else None)
+        chat = job.model or (judge_model(job.cfg) if job.plan.judgements > 0 else None)
         return {
             s.name: NoCall(s) if chat is None and s.needs_model else make_evaluator(s, chat, self.calls)
             for s in job.specs
@@ -235,6 +235,7 @@ class _Judging:
                 m.judged += 1
             m.tokens_in += res.tokens_in
             m.tokens_out += res.tokens_out
+            m.tokens_cached += res.tokens_cached
             m.calls += len(res.calls)
             if not res.ok and not not_applicable(res):
                 self.errors += 1

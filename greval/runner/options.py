@@ -8,7 +8,7 @@ beside them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field
@@ -17,6 +17,7 @@ from greval.dataset.sample import Sample
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.options import CallOptions
 from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.prices import Price, RunCost
 from greval.llm.retry import RetryPolicy
 from greval.store.results import MetricFigures
 
@@ -100,6 +101,7 @@ class MetricSummary(MetricFigures):
     reused: int = Field(0, description="Judgements already in the store (no call).")
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = Field(0, description="Of tokens_in, those the provider read from its prompt cache.")
     calls: int = 0
     asked: bool = Field(
         True, description="Asked for by the caller (False: only pulled in as a dependency of a metric asked for)."
@@ -156,6 +158,13 @@ class RunSummary(BaseModel):
         default_factory=list, description="What the run has to say once (token log-probabilities, the sample)."
     )
     sample: SampleSummary | None = Field(None, description="What a sampled run drew (None: not sampled).")
+
+    def cost(self, table: Mapping[str, Price] | None = None) -> RunCost:
+        """What this run's calls cost: each metric's tokens at its judge's prices (``table``: default greval's
+        prices with the user's table over them, :func:`greval.llm.prices.load_prices`)."""
+        from greval.llm.prices import load_prices, run_cost
+
+        return run_cost((m.model_dump() for m in self.metrics), load_prices() if table is None else table)
 
     @property
     def failed(self) -> int:

@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
-from greval.errors import UserError, first_line
+from greval.errors import UserError, first_line, option
 from greval.llm.config import JudgeConfig
 from greval.llm.limiter import AdaptiveLimiter
 from greval.runner.job import RunJob
@@ -59,7 +59,7 @@ SAME_EPISODE_S = 1.0
 #: The logger of Ray's token-authentication set-up (its warning that a local cluster has a token).
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
-INSTALL_HINT = "--engine ray needs Ray: pip install 'greval[ray]'"
+INSTALL_HINT = f"{option('engine')} ray needs Ray: pip install 'greval[ray]'"
 
 
 def ray_module() -> Any:
@@ -327,6 +327,7 @@ async def judge_on_ray(job: RunJob, progress: ProgressHook | None) -> EngineTota
             mine.reused += m.reused
             mine.tokens_in += m.tokens_in
             mine.tokens_out += m.tokens_out
+            mine.tokens_cached += m.tokens_cached
             mine.calls += m.calls
     if failure is not None:
         raise failure

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from greval.dataset.records import Record
-from greval.errors import DataError, UserError
+from greval.errors import DataError, UserError, option
 from greval.judge.schemas import input_model, record_fields
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, redact
@@ -90,8 +90,8 @@ def check_binding(host: str, keys: Sequence[str]) -> None:
     """Refuse to listen beyond localhost without API keys (one line says how to fix it)."""
     if not keys and not is_local(host):
         raise UserError(
-            f"--host {host} listens beyond this machine: give API keys (--api-key KEY or GREVAL_SERVE_KEYS=K1,K2), "
-            "or bind 127.0.0.1"
+            f"{option('host')} {host} listens beyond this machine: give API keys ({option('api_key')} KEY or "
+            "GREVAL_SERVE_KEYS=K1,K2), or bind 127.0.0.1"
         )
 
 
@@ -249,7 +249,11 @@ class Guard:
 
     def _too_large(self) -> ServeError:
         return ServeError(
-            413, "body_too_large", f"request body over {self.settings.max_body} bytes (--max-body)", "body", CLOSE
+            413,
+            "body_too_large",
+            f"request body over {self.settings.max_body} bytes (the server's {option('max_body')})",
+            "body",
+            CLOSE,
         )
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes:
@@ -271,7 +275,8 @@ class Guard:
                     if size > self.settings.max_body:
                         raise self._too_large()
         except TimeoutError:
-            late = f"request body not complete within {self.settings.body_timeout:g} s (--body-timeout)"
+            within = f"{self.settings.body_timeout:g} s (the server's {option('body_timeout')})"
+            late = f"request body not complete within {within}"
             raise ServeError(408, "body_timeout", late, "body", CLOSE) from None
         body = b"".join(chunks)
         problem = json_problem(body) if body else None
@@ -500,7 +505,8 @@ def create_app(
             raise ServeError(
                 413,
                 "too_many_records",
-                f"{len(body.records)} records: at most {settings.max_records} per request (--max-records)",
+                f"{len(body.records)} records: at most {settings.max_records} per request (the server's "
+                f"{option('max_records')})",
                 "records",
             )
         records = [to_record(r, i) for i, r in enumerate(body.records)]

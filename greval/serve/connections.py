@@ -22,10 +22,16 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from greval.errors import option
 from greval.serve.app import Receive, Scope, Send, ServeError, ServeSettings, log_access
 
 _TIMEOUT_BODY = json.dumps(
-    {"error": {"kind": "header_timeout", "message": "request headers not complete in time (--header-timeout)"}}
+    {
+        "error": {
+            "kind": "header_timeout",
+            "message": f"request headers not complete in time (the server's {option('header_timeout')})",
+        }
+    }
 ).encode()
 #: Sent (outside h11: no request was parsed to answer) when the headers are late, then the connection closes.
 REQUEST_TIMEOUT = (
@@ -39,7 +45,7 @@ def too_many_connections(limit: int) -> Any:
 
     async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        message = f"more than {limit} connections open (--max-connections); try again"
+        message = f"more than {limit} connections open (the server's {option('max_connections')}); try again"
         error = ServeError(503, "too_many_connections", message, None, {"Retry-After": "1", "Connection": "close"})
         await error.response()(scope, receive, send)
         log_access(scope, "unrouted", 503, time.perf_counter() - started, None, error.kind)

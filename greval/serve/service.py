@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from greval.dataset.records import Record
 from greval.judge.evaluators import Evaluator, make_evaluator
 from greval.judge.outcome import config_for
-from greval.llm.config import JudgeConfig, make_chat_model
+from greval.llm.config import JudgeConfig, judge_model
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.retry import redact
 from greval.runner.job import RunJob
@@ -38,6 +38,8 @@ from greval.types import ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+    from greval.llm.openai_chat import ChatModel
 
 
 class ServedVerdict(BaseModel):
@@ -95,7 +97,7 @@ class JudgeService:
         self.store_path = store_path
         self.store: Store | None = None
         self._model = model
-        self._chat: BaseChatModel | None = model
+        self._chat: ChatModel | None = model
         self._evaluators: dict[str, Evaluator] = {}
         self._inflight: dict[tuple[str, str, str], asyncio.Future[tuple[JudgeResult, bool, int]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -272,7 +274,7 @@ class JudgeService:
         """The evaluator a run builds for this spec (same options), made on first use."""
         if spec.name not in self._evaluators:
             if spec.needs_model and self._chat is None:
-                self._chat = make_chat_model(self.cfg)
+                self._chat = judge_model(self.cfg)
             self._evaluators[spec.name] = make_evaluator(spec, self._chat, self.calls)
         return self._evaluators[spec.name]
 

@@ -3,9 +3,10 @@ each unit had of being selected (agreement on a non-uniform sample is reweighted
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from greval.store.connection import StoreFile
 
@@ -29,6 +30,19 @@ class SelectedUnit(TypedDict):
     record_hash: str
     item_id: str
     record_id: str
+
+
+class ReviewCounts(NamedTuple):
+    """What an Argilla dataset of a metric holds for people, as the store knows it (see
+    :meth:`AnnotationPushes.review_counts`): the one count every command prints."""
+
+    units: int  # records (or items) in the dataset
+    labelled: int  # of those, with the submitted answers the dataset asks for
+
+    @property
+    def waiting(self) -> int:
+        """Units still waiting for a person's label."""
+        return self.units - self.labelled
 
 
 class AnnotationPushes(StoreFile):
@@ -169,3 +183,27 @@ class AnnotationPushes(StoreFile):
             (spec_name,),
         )
         return [SelectedUnit(argilla_id=a, record_hash=h, item_id=i, record_id=r) for a, h, i, r in rows]
+
+    def review_counts(self, spec_name: str, dataset: str) -> ReviewCounts:
+        """The one definition of "labelled" and "waiting for a label" in an Argilla dataset of a metric.
+
+        Its units are those a push sent there (every push to it: Argilla keeps what earlier pushes sent) and
+        those with answers stored under it (imported into it, or pulled from it); a unit is labelled once it
+        has as many submitted answers as the dataset asks for (its latest push's annotators per record, else
+        1). Answers given in Argilla count once pulled: pull first for Argilla's own figure."""
+        pushes = self._rows(
+            "SELECT params FROM annotation_pushes WHERE spec_name=? AND dataset=? ORDER BY updated_at DESC LIMIT 1",
+            (spec_name, dataset),
+        )
+        needed = int(json.loads(pushes[0][0]).get("annotators_per_record") or 1) if pushes else 1
+        rows = self._rows(
+            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN a.n >= ? THEN 1 ELSE 0 END), 0) FROM ("
+            "SELECT s.record_hash, s.item_id FROM annotation_selection s JOIN annotation_pushes p"
+            " ON p.push_id = s.push_id WHERE p.spec_name=? AND p.dataset=? AND s.pushed_at IS NOT NULL"
+            " UNION SELECT record_hash, item_id FROM human_labels WHERE spec_name=? AND dataset=?) u"
+            " LEFT JOIN (SELECT record_hash, item_id, COUNT(DISTINCT annotator) AS n FROM human_labels"
+            " WHERE spec_name=? AND dataset=? AND status='submitted' GROUP BY record_hash, item_id) a"
+            " ON a.record_hash = u.record_hash AND a.item_id = u.item_id",
+            (needed, spec_name, dataset, spec_name, dataset, spec_name, dataset),
+        )
+        return ReviewCounts(units=int(rows[0][0]), labelled=int(rows[0][1]))

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from greval.errors import StoreUnavailable, UserError, first_line
+from greval.errors import Remedy, StoreUnavailable, UserError, first_line
 from greval.paths import private_file
 from greval.store import schema
 from greval.store.backend import DB, RECONNECT_WAIT_S, Dialect, PgConnection, Rows, dialect_of, display, transient
@@ -115,9 +115,12 @@ class StoreFile:
             elif version < schema.SCHEMA_VERSION and migrate is not False:
                 if migrate is None:
                     raise UserError(
-                        f"{self.name}: schema {version}, this greval needs {schema.SCHEMA_VERSION}; "
-                        f"run `greval store migrate --store URL` once (every client of this database then needs "
-                        f"this greval or newer)"
+                        f"{self.name}: schema {version}, this greval needs {schema.SCHEMA_VERSION}",
+                        remedy=Remedy(
+                            "store migrate",
+                            {"store": "URL"},
+                            "once (every client of this database then needs this greval or newer)",
+                        ),
                     )
                 schema.migrate(db, self.dialect)
 

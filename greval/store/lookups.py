@@ -97,6 +97,16 @@ class VerdictLookups(StoreFile):
             for h, i, r, lab, v, c, why, t in rows
         ]
 
+    def unusable_units(self, spec_key: str, judge_key: str) -> dict[str, int]:
+        """One judge's verdicts of a metric version that are not ok (nothing to push, nothing to compare), by
+        why: an error's kind (``error`` when unknown), or ``skipped``."""
+        rows = self._rows(
+            "SELECT CASE WHEN status='error' THEN COALESCE(error_kind, 'error') ELSE status END AS why, COUNT(*)"
+            " FROM verdicts WHERE spec_key=? AND judge_key=? AND status<>'ok' GROUP BY why ORDER BY why",
+            (spec_key, judge_key),
+        )
+        return {str(why): int(n) for why, n in rows}
+
     def latest_unit_verdicts(self, spec_key: str) -> dict[tuple[str, str], JudgedUnit]:
         """(record hash, item id) -> the most recently written ok verdict of a metric version, any judge."""
         rows = self._rows(

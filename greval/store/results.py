@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from greval.errors import option
 from greval.llm.retry import CUT_OFF_HINT, ErrorKind
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale
 from greval.store.store import Store
@@ -446,18 +447,20 @@ def not_scored(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{counts[k]} {k}" for k in ("partial", "failed", "skipped") if counts.get(k))
 
 
-def metric_notes(fig: MetricFigures) -> list[str]:
-    """What a reader must know about a metric's figures, in words (the same in every rendering)."""
+#: How a failed judgement is judged again, in a note that names no command of its own.
+RETRY_HINT = f"a run with {option('retry_errors')} judges them again"
+
+
+def metric_notes(fig: MetricFigures, retry: str = RETRY_HINT) -> list[str]:
+    """What a reader must know about a metric's figures, in words (the same in every rendering). ``retry``: how
+    failed records are judged again (a command that printed its own command line says where it is)."""
     notes = []
     for why, n in fig.skipped_why.items():
         notes.append(f"{fig.spec}: {n} record(s) skipped — {why}{_map_hint(why)}")
     if fig.failed or fig.partial:
         kinds = ", ".join(f"{k} ×{v}" for k, v in fig.errors.items())
         hint = f" ({CUT_OFF_HINT})" if ErrorKind.TRUNCATED.value in fig.errors else ""
-        notes.append(
-            f"{fig.spec}: {fig.failed} record(s) failed, {fig.partial} partly failed ({kinds}); "
-            f"`greval run … --retry-errors` judges them again{hint}"
-        )
+        notes.append(f"{fig.spec}: {fig.failed} record(s) failed, {fig.partial} partly failed ({kinds}){hint}; {retry}")
     if fig.records and fig.ok + fig.partial == 0:
         notes.append(f"{fig.spec}: no verdict at all — the metric produced nothing to score")
     notes.extend(aggregate_notes(fig))
@@ -496,7 +499,7 @@ def _map_hint(why: str) -> str:
     if not why.startswith(MISSING_INPUT):
         return ""
     names = [n.strip() for n in why.split(":", 1)[1].split(",") if n.strip().isidentifier()]
-    return " — map a column with " + " ".join(f"--map {n}=COLUMN" for n in names) if names else ""
+    return " — map a column with " + " ".join(f"{option('mapping')} {n}=COLUMN" for n in names) if names else ""
 
 
 class _Tally:

@@ -40,7 +40,7 @@ from greval.store.backend import DB, RECONNECT_WAIT_S, batched
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
-from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
+from greval.types import PROMPT_LAYOUT, RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 #: Records a connection remembers having stored (see Store._stored), and records stored per transaction.
 _REMEMBERED = 10_000
@@ -62,18 +62,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def spec_keys(specs: Sequence[BaseSpec]) -> dict[str, str]:
+def spec_keys(specs: Sequence[BaseSpec], *, layout: int | None = None) -> dict[str, str]:
     """Each spec's key: its content hash, folded with its dependencies' keys (editing a dependency
-    re-judges the metrics that read it)."""
+    re-judges the metrics that read it) and, for a metric a model judges, the prompt layout (a new layout is
+    a new judgement). ``layout``: default the current one; 1 folds nothing, the keys of stores written before
+    layouts were counted."""
     from greval.spec import order_specs
 
+    layout = PROMPT_LAYOUT if layout is None else layout
     keys: dict[str, str] = {}
     for s in order_specs(specs):
+        key = s.hash
         if s.depends_on:
             blob = s.hash + "|" + "|".join(f"{d}={keys[d]}" for d in sorted(s.depends_on))
-            keys[s.name] = hashlib.sha256(blob.encode()).hexdigest()[:12]
-        else:
-            keys[s.name] = s.hash
+            key = hashlib.sha256(blob.encode()).hexdigest()[:12]
+        if s.needs_model and layout != 1:
+            key = hashlib.sha256(f"{key}|prompt-layout={layout}".encode()).hexdigest()[:12]
+        keys[s.name] = key
     return keys
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from greval.dataset.limits import ReadLimits
 from greval.dataset.records import DataFile
 from greval.dataset.tables import check_file, iter_rows, read_json
-from greval.errors import DataError, UserError
+from greval.errors import DataError, UserError, option
 from greval.traces import langfuse, langsmith
 from greval.traces.openinference import is_span_row
 from greval.traces.source import TraceRows, group_traces
@@ -114,7 +114,10 @@ def open_data(
 
     if is_phoenix_ref(str(data)):
         if mapping or id_column:
-            raise UserError("--map and --id-column apply to table files; a phoenix:// source maps its spans itself")
+            raise UserError(
+                f"{option('mapping')} and {option('id_column')} apply to table files; a phoenix:// source maps its "
+                "spans itself"
+            )
         return PhoenixRows(parse_address(str(data)), limit)
     path, kind = check_file(data)  # a missing file or an unknown format fails here, before the store is opened
     fmt = None if mapping or id_column else sniff(path, kind, limits)

@@ -55,7 +55,9 @@ def test_cli_prints_tables_and_writes_json(tmp_path: Path) -> None:
         (["--judge", "nope", "--human", "h"], "no column 'nope'"),
         (["--judge", "j", "--human", "h", "--labels", "a,c"], "unknown human answer"),
         (["--judge", "j", "--human", "h", "--invalid", "sometimes"], "invalid"),
-        (["--judge", "j", "--human", "h", "--map", "oops"], "FROM=TO"),
+        (["--judge", "j", "--human", "h", "--relabel", "oops"], "--relabel 'oops': expected FROM=TO"),
+        # --map means FIELD=COLUMN in every other command: here it is refused, pointing to --relabel
+        (["--judge", "j", "--human", "h", "--map", "a=b"], "relabels answers with --relabel FROM=TO"),
     ],
 )
 def test_cli_user_mistakes_exit_2_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -65,6 +67,18 @@ def test_cli_user_mistakes_exit_2_in_one_line(tmp_path: Path, args: list[str], m
     assert res.exit_code == 2
     assert message in res.output and "Traceback" not in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_cli_relabel_maps_raw_answers_on_both_sides(tmp_path: Path) -> None:
+    """--relabel FROM=TO (what agreement's --map was) rewrites answers on both sides before they are compared."""
+    f = tmp_path / "d.csv"
+    pd.DataFrame({"j": ["x", "x", "b", "b"], "h": ["a", "x", "b", "b"]}).to_csv(f, index=False)
+    out = tmp_path / "r.json"
+    args = [str(f), "--judge", "j", "--human", "h", "--relabel", "x=a", "--bootstrap", "0", "--json", str(out)]
+    res = CliRunner().invoke(agreement, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    assert report["options"]["mapping"] == {"x": "a"} and report["metrics"]["accuracy"]["value"] == 1.0
 
 
 @pytest.mark.parametrize(

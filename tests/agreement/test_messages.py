@@ -21,13 +21,24 @@ from greval.errors import DataError, UserError
 
 AGREEMENT = Path(__file__).resolve().parents[2] / "greval" / "agreement"
 
-NOTES_THAT_NAME_FLAGS = {
-    # Report notes (not errors): they reach the JSON, HTML and Markdown reports as well as the terminal, and
-    # stay as they were until the renderers phrase notes for their reader (the terminal one moves to report/).
-    ("calibration.py", "run the judge with --samples N"),
-    ("consistency.py", "(--invalid-pairs)"),
-    ("prepare/build.py", "use --invalid label:X"),
-}
+#: None any more: a report's notes name option fields too, and what the CLI prints and writes renders them as
+#: flags (greval.report.format.with_names, the renderers' ``names``); the report's JSON keeps the fields.
+NOTES_THAT_NAME_FLAGS: set[tuple[str, str]] = set()
+
+
+def test_a_note_names_its_field_and_the_cli_prints_its_flag(tmp_path: Path) -> None:
+    """The consistency note on items whose two answers are both invalid: `AgreementOptions.invalid_pairs` in the
+    report (and its JSON, what a Python caller reads), --invalid-pairs on the terminal and in the Markdown."""
+    runs = pd.DataFrame({"item": ["a", "a", "b", "b"], "run": ["x", "y", "x", "y"], "judge": ["", "", "1", "1"]})
+    rep = compute_consistency(runs, AgreementScale(labels=["1", "2"]))
+    assert any("(`AgreementOptions.invalid_pairs`)" in n for n in rep.notes)
+    f, out, md = tmp_path / "runs.csv", tmp_path / "c.json", tmp_path / "c.md"
+    runs.to_csv(f, index=False)
+    args = ["agreement", str(f), "--judge", "judge", "--item", "item", "--pair-by", "run", "--labels", "1,2"]
+    res = CliRunner().invoke(main, [*args, "--json", str(out), "--markdown", str(md)])
+    assert res.exit_code == 0, res.output
+    assert "(--invalid-pairs)" in res.output and "(--invalid-pairs)" in md.read_text()
+    assert "(`AgreementOptions.invalid_pairs`)" in out.read_text()
 
 
 def test_python_callers_read_fields_and_the_terminal_reads_flags(tmp_path: Path) -> None:

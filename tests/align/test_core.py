@@ -61,7 +61,7 @@ def test_too_few_labelled_records_for_the_folds_is_one_line() -> None:
         split_units(units(9), 0.3, 5, seed=0)
     assert str(err.value) == (
         "9 labelled record(s); 5 folds with a test share of 0.3 need at least 14 (2 per fold, 2 for the test): "
-        "label more records, or lower --folds"
+        "label more records, or lower `folds`"
     )
 
 

@@ -14,6 +14,7 @@ from greval.agreement.prepare.answers import farthest
 from greval.agreement.prepare.reduce import Reduced
 from greval.agreement.prepare.validate import Rows
 from greval.agreement.stats import BoolArray, FloatArray, IntArray, worst_case_codes
+from greval.errors import option
 
 
 @dataclass
@@ -143,8 +144,8 @@ def _values(prep: Prepared, rows: Rows, red: Reduced) -> None:
     unscorable = keep.count(False)
     if unscorable:
         prep.notes.append(
-            f"{unscorable} invalid judge answer(s) cannot be scored as wrong without the scale's "
-            "min and max; those items are left out on both sides (set min/max or use --invalid label:X)"
+            f"{unscorable} invalid judge answer(s) cannot be scored as wrong without the scale's min and max; those "
+            f"items are left out on both sides (set min/max or use {option('AgreementOptions.invalid')} label:X)"
         )
         prep.counts.items_dropped_invalid += unscorable
     sel = np.array(keep, dtype=np.bool_)

@@ -7,6 +7,7 @@ identity are :mod:`greval.llm.gguf`'s (re-exported here), read by the judge's co
 
 from greval.llm.gguf import LocalJudgeError, bundled_model_path, model_identity, resolve_local_model
 from greval.llm.local.build import (
+    BUILD_ESTIMATE,
     BUILD_FLAGS,
     ENV_SERVER,
     LLAMA_CPP_PYTHON_VERSION,
@@ -19,6 +20,7 @@ from greval.llm.local.server import DEFAULT_CTX_SIZE, LocalJudgeInfo, LocalJudge
 from greval.llm.local.session import judge_session, serve_judge
 
 __all__ = [
+    "BUILD_ESTIMATE",
     "BUILD_FLAGS",
     "DEFAULT_CTX_SIZE",
     "ENV_SERVER",

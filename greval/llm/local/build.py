@@ -48,6 +48,11 @@ BUILD_FLAGS: tuple[str, ...] = (
     "-DLLAMA_CURL=OFF",
 )
 
+#: What a first build costs (download, cmake, 206 compile steps with ninja -j2), measured on this project's
+#: 2-core machines: 465 s beside the rest of scripts/setup.sh (2026-11-26), 34 min while other builds and tests
+#: ran (issue 29).
+BUILD_ESTIMATE = "about 8 min on 2 idle cores, up to 35 on a busy machine"
+
 BINARY_NAME = "llama-server"
 BUILD_INFO_NAME = "build.json"
 
@@ -107,6 +112,7 @@ class _Reporter:
         self._task: Any = None
         self._last_pct = -1
         self._console: Any = None
+        self._steps_started = time.monotonic()
         if enabled:
             from rich.console import Console
 
@@ -117,15 +123,25 @@ class _Reporter:
             self._console.print(f"[bold]llama-server:[/bold] {message}", highlight=False)
 
     def start_steps(self) -> None:
+        self._steps_started = time.monotonic()
         if self._console is None or not self._console.is_terminal:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._progress = Progress(
             TextColumn("compiling"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             TextColumn("{task.description}", style="dim"),
             console=self._console,
             transient=True,
@@ -143,12 +159,21 @@ class _Reporter:
         pct = done * 100 // max(total, 1)
         if pct // 10 != self._last_pct // 10 or done == total:
             self._last_pct = pct
-            self._console.print(f"  [{done}/{total}] {pct}%", highlight=False)
+            line = _step_line(done, total, time.monotonic() - self._steps_started)
+            self._console.print(f"llama-server: {line}", highlight=False)
 
     def stop_steps(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def _step_line(done: int, total: int, elapsed: float) -> str:
+    """A plain progress line of the compile (a log, a pipe, CI): steps, time so far, an estimate of the rest
+    (at the pace so far: the steps differ in cost, so it is rough)."""
+    pct = done * 100 // max(total, 1)
+    left = "" if done in (0, total) else f", about {elapsed * (total - done) / done / 60:.0f} min left"
+    return f"compiling {pct}% ({done}/{total} steps, {elapsed / 60:.0f} min so far{left})"
 
 
 def _run_logged(
@@ -219,9 +244,12 @@ def _fetch_sdist(version: str, dest: Path, log: IO[str], reporter: _Reporter) ->
         if not path.is_file():
             raise LocalJudgeError(f"{ENV_SDIST} points to a missing file: {path}")
         return path
-    reporter.phase(f"downloading llama-cpp-python=={version} source from PyPI")
+    reporter.phase(f"downloading llama-cpp-python=={version} source from PyPI (77 MB)")
+    # --no-binary names the one package whose source we want: with ":all:" pip also built the sdist's own
+    # build dependencies (scikit-build-core, hatchling, hatch-vcs …) from source, in nested processes, only
+    # to prepare its metadata: ~10 minutes of a cold first run. Their wheels take seconds.
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
         "--disable-pip-version-check", f"llama-cpp-python=={version}", "-d", str(dest),
     ]  # fmt: skip
     if _run_logged(cmd, log, reporter) != 0:
@@ -280,6 +308,7 @@ def ensure_llama_server(progress: bool = True, version: str = LLAMA_CPP_PYTHON_V
             if existing is not None:  # another process finished it while we waited
                 return existing
         _check_tools()
+        reporter.phase(f"not built yet: building it now, once ({BUILD_ESTIMATE})")
         started = time.monotonic()
         work = parent / f".build-{version}"
         if force:
@@ -350,7 +379,7 @@ def _build(version: str, work: Path, log_path: Path, reporter: _Reporter, starte
         smoke = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False)
         log.write(smoke.stdout + smoke.stderr)
         if smoke.returncode != 0:
-            raise LocalJudgeError("the built llama-server does not run (--version failed)")
+            raise LocalJudgeError("the built llama-server does not run (asked for its version, it failed)")
         info = {
             "llama_cpp_python_version": version,
             "llama_server_version": (smoke.stdout + smoke.stderr).strip().splitlines()[:2],

@@ -133,7 +133,8 @@ def _build_answer(
     outputs = [output_text(req, kind, action, prompt, seed, i, ids) for i in range(n)]
     state.completion_counter += 1
     completion_id = f"chatcmpl-{digest.hex()[:12]}{state.completion_counter:08d}"
-    return Answer(body, req, outputs, completion_id, prompt, FINISH.get(str(kind)))
+    cached = state.cached_words(prompt.split()) if state.config.prefix_cache else 0
+    return Answer(body, req, outputs, completion_id, prompt, FINISH.get(str(kind)), cached)
 
 
 def _logprobs(config: ServerConfig, body: dict[str, Any], answer: Answer) -> list[dict[str, Any]] | None:
@@ -181,6 +182,7 @@ async def _admin_reset(request: web.Request) -> web.Response:
     state.rules.clear()
     state.log.clear()
     state.meta_log.clear()
+    state.prefixes.clear()
     state.reset_stats()
     return web.json_response({"ok": True})
 
@@ -203,6 +205,9 @@ async def _admin_config(request: web.Request) -> web.Response:
         if payload["logprobs"] not in LOGPROBS_MODES:
             return _error(400, f"logprobs must be one of {list(LOGPROBS_MODES)}", "invalid_request_error")
         config.logprobs = str(payload["logprobs"])
+    if payload.get("prefix_cache") is not None:
+        config.prefix_cache = bool(payload["prefix_cache"])
+        state.prefixes.clear()
     return web.json_response(
         {
             "latency": config.latency,
@@ -210,6 +215,7 @@ async def _admin_config(request: web.Request) -> web.Response:
             "tools": config.tools,
             "seed": config.seed,
             "logprobs": config.logprobs,
+            "prefix_cache": config.prefix_cache,
         }
     )
 

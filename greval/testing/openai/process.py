@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--logprobs", choices=LOGPROBS_MODES, default="null", help="answer token log-probabilities when asked (on)"
     )
+    parser.add_argument(
+        "--prefix-cache",
+        action="store_true",
+        help="report cached prompt tokens (the prefix shared with an earlier prompt)",
+    )
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="exit when stdin closes")
     args = parser.parse_args(argv)
     try:
@@ -58,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         tools=not args.no_tools,
         seed=args.seed,
         logprobs=args.logprobs,
+        prefix_cache=args.prefix_cache,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port, config, watch_stdin=args.exit_on_stdin_eof))
@@ -157,9 +163,12 @@ class OpenAIServer:
         tools: bool | None = None,
         seed: int | None = None,
         logprobs: str | None = None,
+        prefix_cache: bool | None = None,
     ) -> dict[str, Any]:
-        """Change only the given knobs (``logprobs``: on, null or reject); returns the resulting config."""
+        """Change only the given knobs (``logprobs``: on, null or reject; ``prefix_cache``: report cached prompt
+        tokens, see ``State.cached_words``); returns the resulting config."""
         payload = {"latency": latency, "json_schema": json_schema, "tools": tools, "seed": seed, "logprobs": logprobs}
+        payload["prefix_cache"] = prefix_cache
         result: dict[str, Any] = self._call("POST", "/_admin/config", payload)
         return result
 

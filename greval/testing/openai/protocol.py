@@ -251,13 +251,16 @@ def _malformed(text: str) -> str:
     return cut + wrong
 
 
-def _usage(prompt: str, outputs: list[str]) -> dict[str, int]:
+def _usage(prompt: str, outputs: list[str], cached: int) -> dict[str, Any]:
+    """Tokens as this server counts them: the prompt's words, the answers' words, and of the prompt's words
+    those a prefix cache held (``prompt_tokens_details.cached_tokens``, as OpenAI reports it)."""
     prompt_tokens = len(prompt.split())
     completion_tokens = sum(len(o.replace('"', " ").split()) for o in outputs)
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
 
 
@@ -289,6 +292,7 @@ class Answer:
     completion_id: str
     prompt: str
     finish_as: str | None = None
+    cached: int = 0  # the prompt's words a prefix cache held (see State.cached_words)
 
 
 def completion(answer: Answer, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -310,7 +314,7 @@ def completion(answer: Answer, logprobs: list[dict[str, Any]] | None = None) -> 
         choice = {"index": i, "message": message, "logprobs": None if logprobs is None else logprobs[i]}
         choices.append({**choice, "finish_reason": finish})
     header = _header(answer.body, answer.completion_id, "chat.completion")
-    return {**header, "choices": choices, "usage": _usage(answer.prompt, answer.outputs)}
+    return {**header, "choices": choices, "usage": _usage(answer.prompt, answer.outputs, answer.cached)}
 
 
 def stream_payload(answer: Answer) -> bytes:
@@ -330,5 +334,5 @@ def stream_payload(answer: Answer) -> bytes:
         chunks.append({**base, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": finish}]})
     options = answer.body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
-        chunks.append({**base, "choices": [], "usage": _usage(answer.prompt, answer.outputs)})
+        chunks.append({**base, "choices": [], "usage": _usage(answer.prompt, answer.outputs, answer.cached)})
     return ("".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n").encode()

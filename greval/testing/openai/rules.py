@@ -35,8 +35,10 @@ from typing import Any, Final
 
 __all__ = [
     "ACTION_TYPES",
+    "CACHE_KEY_WORDS",
     "FINISH",
     "LOGPROBS_MODES",
+    "MAX_CACHED_PREFIXES",
     "MAX_LOGGED_REQUESTS",
     "Rule",
     "ServerConfig",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 MAX_LOGGED_REQUESTS: Final = 10_000
+MAX_CACHED_PREFIXES: Final = 1_000
+CACHE_KEY_WORDS: Final = 32
 
 
 @dataclass
@@ -57,6 +61,7 @@ class ServerConfig:
     tools: bool = True
     seed: int = 0
     logprobs: str = "null"  # on | null | reject (see greval.testing.openai.logprobs)
+    prefix_cache: bool = False  # report cached prompt tokens (State.cached_words); off: always 0
 
 
 LOGPROBS_MODES: Final = ("on", "null", "reject")
@@ -151,6 +156,8 @@ class State:
         # The headers and query string of each logged request, in the same order (lets tests compare two
         # clients' requests entirely, not only their bodies).
         self.meta_log: deque[dict[str, Any]] = deque(maxlen=MAX_LOGGED_REQUESTS)
+        # The prefix cache the server models: the words of the last prompt under each key (see cached_words).
+        self.prefixes: dict[str, list[str]] = {}
         self.completion_counter = 0
         self.in_flight = 0
         self.epoch = 0
@@ -175,6 +182,25 @@ class State:
             "max_in_flight": self.max_in_flight,
             "rules_remaining": [r.times for r in self.rules],
         }
+
+    def cached_words(self, words: list[str]) -> int:
+        """How many leading words of this prompt a prefix cache would hold: those it shares with the last
+        prompt that began with the same ``CACHE_KEY_WORDS`` words (OpenAI routes a request to a cache by a hash
+        of its prompt's start). Every shared word counts; real providers count whole blocks past a minimum
+        (OpenAI: 128 tokens past the first 1,024). The prompt is remembered for the next one."""
+        key = hashlib.blake2b(" ".join(words[:CACHE_KEY_WORDS]).encode(), digest_size=16).hexdigest()
+        before = self.prefixes.pop(key, None)
+        if len(self.prefixes) >= MAX_CACHED_PREFIXES:
+            self.prefixes.pop(next(iter(self.prefixes)))
+        self.prefixes[key] = words
+        if before is None:
+            return 0
+        shared = 0
+        for a, b in zip(before, words, strict=False):
+            if a != b:
+                break
+            shared += 1
+        return shared
 
     def action_for(self, prompt: str, digest: bytes) -> dict[str, Any]:
         """The action of the first rule that fires for this prompt (counted in ``by_rule``), else ``{}``."""

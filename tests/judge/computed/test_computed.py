@@ -61,7 +61,7 @@ def test_run_with_only_computed_specs_makes_no_model_call(tmp_path: Path, monkey
     def no_model(*_: Any, **__: Any) -> Any:
         raise AssertionError("a chat model was constructed")
 
-    monkeypatch.setattr(greval.runner.judging, "make_chat_model", no_model)
+    monkeypatch.setattr(greval.runner.judging, "judge_model", no_model)
     specs = [
         spec("rouge", {"types": ["rougeL"], "use_stemmer": True}, name="rouge_l"),
         spec("bleu", {"weights": [0.5, 0.5]}, name="bleu2"),

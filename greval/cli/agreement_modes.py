@@ -1,0 +1,209 @@
+"""The modes of `greval agreement`, picked from its flag bundles (greval.cli.agreement) by :func:`run`:
+
+- **store**: stored verdicts against stored human labels, per metric (``--spec`` repeated: versions compared);
+- **pair-by**: the judge against itself, two runs per item named by a column (no people);
+- **file**: a judge column against a human column (several ``--judge`` columns, or ``--version`` values,
+  compared side by side).
+
+Each mode builds a :class:`Job` (its agreement frames); :func:`report` computes one report, or a comparison of
+several, prints it and writes the files asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import click
+import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+
+from greval.agreement.agreement import compute_agreement
+from greval.agreement.comparison import compare_agreement
+from greval.agreement.consistency import compute_consistency
+from greval.agreement.models import AgreementOptions, AgreementReport, AgreementScale, ComparisonReport
+from greval.agreement.prepare import CONFIDENCE_COLUMN
+from greval.agreement.tables import read_table, select, to_agreement_frame
+from greval.cli.agreement import Columns, ComputeFlags, Outputs, ScaleFlags, Source
+from greval.cli.flags import FLAGS
+from greval.dataset.limits import ReadLimits
+from greval.errors import UserError
+from greval.report.agreement import render_consistency_markdown, render_html, render_markdown
+from greval.report.format import with_names
+from greval.report.terminal import print_comparison, print_consistency, print_report
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a mode hands to :func:`report`: its frames (one, or several to compare, by name), their scale and
+    options; how the HTML page of a single frame is titled, whether its name heads the printed report, and the
+    error when --html/--markdown meet several frames."""
+
+    frames: dict[str, pd.DataFrame]
+    scale: AgreementScale
+    options: AgreementOptions
+    page_title: Callable[[str], str]
+    named: bool
+    several: str
+
+
+def run(
+    console: Console,
+    source: Source,
+    columns: Columns,
+    scale: ScaleFlags,
+    compute: ComputeFlags,
+    outputs: Outputs,
+    limits: ReadLimits,
+) -> None:
+    """Pick the mode from the flags and run it (``limits``: how much of FILE may be read)."""
+    if source.store is not None:
+        compute.mapping()  # a bad --relabel (or the retired --map) is refused first
+        report(console, store_job(console, source, columns, compute), outputs)
+        return
+    if source.datasets:
+        raise UserError("--dataset selects human labels in a store: use it with --store")
+    if source.file is None or not (columns.judges or columns.score) or (columns.human is None and not columns.pair_by):
+        raise UserError("give FILE with --judge COL (or --score COL) and --human COL, or --store S --spec NAME")
+    agreement_scale, options = scale.scale(), compute.options(list(columns.slices))
+    raw = read_table(source.file, as_text=True, limits=limits)
+    if columns.pair_by is not None:
+        pairs(console, raw, columns, agreement_scale, options, outputs)
+        return
+    who = columns.judges[0] if columns.judges else columns.score
+    title = f"{source.file.name}: {who} vs {columns.human}"
+    frames = file_frames(raw, columns, options)
+    job = Job(frames, agreement_scale, options, lambda _: title, False, "--html/--markdown work with one judge version")
+    report(console, job, outputs)
+
+
+def store_job(console: Console, source: Source, columns: Columns, compute: ComputeFlags) -> Job:
+    """Store mode: one agreement frame per ``--spec`` (NAME or NAME@HASH), keyed NAME@HASH; one scale."""
+    from greval.agreement.from_store import store_frame
+    from greval.store.store import Store
+
+    if not source.spec_refs:
+        raise UserError("--store needs --spec NAME (the metric whose verdicts people labelled)")
+    assert source.store is not None
+    frames: dict[str, pd.DataFrame] = {}
+    scale: AgreementScale | None = None
+    level: Literal["item", "record"] = "record" if source.level == "record" else "item"
+    with Store(source.store) as st:
+        for ref in source.spec_refs:
+            name, _, version = ref.partition("@")
+            judge = columns.judges[0] if columns.judges else None
+            frame, sc, sel = store_frame(st, name, judge, level, version or None, datasets=source.datasets)
+            if scale is not None and sc != scale:
+                raise UserError(f"{ref}: a different scale than {source.spec_refs[0]}; compare versions of one scale")
+            scale = sc
+            frames[f"{sel.spec}@{sel.spec_hash}"] = frame
+            console.print(
+                f"{escape(sel.spec)}@{sel.spec_hash}: human labels from dataset(s) "
+                f"{escape(', '.join(sel.datasets))}" + ("" if source.datasets else " (all; choose with --dataset)"),
+                highlight=False,
+            )
+    assert scale is not None
+    auto = [c for c in ("system",) if all(c in f.columns and f[c].notna().any() for f in frames.values())]
+    options = compute.store_options(list(columns.slices) or auto)
+    several = "--html/--markdown work with one --spec"
+    return Job(frames, scale, options, lambda title: f"{title}: judge vs people", True, several)
+
+
+def pairs(
+    console: Console,
+    raw: pd.DataFrame,
+    columns: Columns,
+    scale: AgreementScale,
+    options: AgreementOptions,
+    outputs: Outputs,
+) -> None:
+    """Pair-by mode: one judge column, two runs per item, compared with each other (no humans)."""
+    pair_by = columns.pair_by
+    assert pair_by is not None
+    if columns.human is not None:
+        raise UserError(
+            "--pair-by compares the judge's two runs with each other; drop --human (or use --version "
+            f"{pair_by} to compare each run with people)"
+        )
+    if len(columns.judges) != 1 or columns.version is not None:
+        raise UserError("--pair-by takes one --judge column (the runs are rows, named by the --pair-by column)")
+    if columns.item is None:
+        raise UserError("--pair-by needs --item: the id that pairs the two runs' rows")
+    if outputs.html_out is not None:
+        raise UserError("--pair-by writes --json and --markdown, not --html")
+    frame = to_agreement_frame(raw, columns.judges[0], None, item=columns.item, group=columns.group)
+    frame["run"] = select(raw, pair_by).to_numpy()
+    result = compute_consistency(frame, scale, options, column=pair_by)
+    shown = with_names(result, FLAGS)  # its notes name flags; the JSON keeps the option fields
+    print_consistency(console, shown, outputs.decimals, names=FLAGS)
+    if outputs.md_out is not None:
+        _write(console, outputs.md_out, render_consistency_markdown(shown, outputs.decimals))
+    if outputs.json_out is not None:
+        _write(console, outputs.json_out, result.model_dump_json(indent=2))
+
+
+def file_frames(raw: pd.DataFrame, columns: Columns, options: AgreementOptions) -> dict[str, pd.DataFrame]:
+    """File mode: one agreement frame per ``--judge`` column (or the ``--score`` column), or per value of the
+    ``--version`` column; with the reason, comment and confidence columns the report shows."""
+    if columns.annotator and not columns.item:
+        click.echo("note: --annotator without --item: every row is its own item, so no human ceiling", err=True)
+    judges = columns.judges
+    if columns.score and len(judges) > 1:
+        raise UserError("--score goes with one --judge (or none)")
+    if columns.version is not None and len(judges) > 1:
+        raise UserError("--version splits one --judge column; give --judge once")
+    extra = [options.select_on.partition("=")[0]] if options.select_on else []
+    confidence = columns.confidence or (CONFIDENCE_COLUMN if CONFIDENCE_COLUMN in raw.columns else None)
+    frames: dict[str, pd.DataFrame] = {}
+    for j in judges or (None,):
+        f = to_agreement_frame(
+            raw,
+            j,
+            columns.human,
+            item=columns.item,
+            annotator=columns.annotator,
+            group=columns.group,
+            slices=columns.slices,
+            extra=extra,
+            score=columns.score,
+        )
+        for name, col in (("reason", columns.reason), ("comment", columns.comment), (CONFIDENCE_COLUMN, confidence)):
+            if col:
+                f[name] = select(raw, col).to_numpy()
+        frames[j or columns.score or "score"] = f
+    if columns.version is None:
+        return frames
+    (f,) = frames.values()
+    versions = select(raw, columns.version).astype(str).to_numpy()
+    if len(set(versions)) == 1:
+        raise UserError(f"--version {columns.version}: only one version in the file")
+    return {v: f[versions == v].reset_index(drop=True) for v in sorted(set(versions))}
+
+
+def report(console: Console, job: Job, outputs: Outputs) -> None:
+    """One frame: its report, printed and written as asked. Several: their comparison (printed, and JSON)."""
+    result: AgreementReport | ComparisonReport
+    if len(job.frames) > 1:
+        if outputs.html_out or outputs.md_out:
+            raise UserError(job.several)
+        result = compare_agreement(job.frames, job.scale, job.options)
+        print_comparison(console, with_names(result, FLAGS), outputs.decimals, names=FLAGS)
+    else:
+        ((name, frame),) = job.frames.items()
+        result = compute_agreement(frame, job.scale, job.options)
+        shown = with_names(result, FLAGS)  # its notes name flags; the JSON keeps the option fields
+        print_report(console, shown, outputs.decimals, name if job.named else "", names=FLAGS)
+        if outputs.html_out is not None:
+            _write(console, outputs.html_out, render_html(shown, frame, title=job.page_title(name)))
+        if outputs.md_out is not None:
+            _write(console, outputs.md_out, render_markdown(shown, outputs.decimals))
+    if outputs.json_out is not None:
+        _write(console, outputs.json_out, result.model_dump_json(indent=2))
+
+
+def _write(console: Console, path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    console.print(f"wrote {path}")

@@ -1,0 +1,181 @@
+"""The store report's models: what ``greval report`` computes (greval.report.store_report) and every rendering
+reads (report.json is their dump; greval.report.html, greval.report.terminal and greval.report.plots draw
+from them alone, so each figure shows the same numbers as the tables).
+
+A new panel or section reads these models; a new figure is a field here, computed once in
+greval.report.stats or greval.report.store_report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from greval.store.results import MetricFigures, metric_notes
+
+
+class MeanCI(BaseModel):
+    """A mean (or a metric's dataset score) with its 95% percentile bootstrap CI (greval.report.stats); ``note``
+    says why a figure is missing (no score, one score) or how it was pooled."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    note: str | None = None
+
+
+class ScoreStats(BaseModel):
+    """The distribution of a set of record scores, and how many records were not scored and why.
+
+    ``n``: scored records (ok and partial with a score); rates are over ``records`` (every outcome). std is the
+    sample std (ddof=1); percentiles use numpy's default (linear interpolation between order statistics)."""
+
+    records: int = Field(description="Record ids with an outcome (ok + partial + failed + skipped).")
+    n: int
+    mean: MeanCI
+    median: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p5: float | None = None
+    p25: float | None = None
+    p75: float | None = None
+    p95: float | None = None
+    failed: int = 0
+    skipped: int = 0
+    failure_rate: float | None = None
+    skip_rate: float | None = None
+
+
+class SystemRow(BaseModel):
+    metric: str
+    system: str
+    score: MeanCI
+    stats: ScoreStats | None = None
+    judged: int = Field(description="Record ids of this system with an outcome (any status).")
+    failed: int
+    skipped: int = 0
+    failure_rate: float
+    efficiency: dict[str, float] = Field(default_factory=dict)
+
+
+class LabelSource(BaseModel):
+    """Human labels of a metric from one place: an Argilla dataset (``source`` "argilla"), or a file
+    (``source`` "import", or "import:FILE" when the file's name is known; ``dataset`` "import" when the
+    labels went to the store only, else the Argilla dataset they were also given to)."""
+
+    dataset: str
+    source: str
+    submitted: int
+    other: int = Field(0, description="Draft and discarded answers (not compared with the judge).")
+
+
+class GroupCell(BaseModel):
+    """One (system, group) cell of a metric's system × group table."""
+
+    system: str
+    group: str
+    score: MeanCI = Field(description="The cell's dataset score (the metric's aggregate) with its CI.")
+    stats: ScoreStats
+    efficiency: dict[str, float] = Field(default_factory=dict)
+
+
+class GroupTable(BaseModel):
+    """A metric's record scores by system × the values of a group column (e.g. method × film)."""
+
+    metric: str
+    judge: str
+    column: str
+    systems: list[str]
+    groups: list[str]
+    cells: list[GroupCell]
+    missing_group: int = Field(0, description="Record rows with no value in the group column: in no cell.")
+    missing_system: int = Field(0, description="Record rows with a group value but no system value: in no cell.")
+
+    def notes(self) -> list[str]:
+        """What is not in the table, in words (printed, and on every rendering)."""
+        out = []
+        if self.missing_group:
+            out.append(
+                f"{self.metric}: {self.missing_group} record(s) have no value in '{self.column}': not in the "
+                "system × group table"
+            )
+        if self.missing_system:
+            out.append(
+                f"{self.metric}: {self.missing_system} record(s) with a '{self.column}' value have no system: "
+                "not in the system × group table"
+            )
+        return out
+
+
+class CorrectedShare(BaseModel):
+    """One label's share among a system's judge verdicts, raw and corrected for the judge's measured errors."""
+
+    label: str
+    raw: float = Field(description="Share of the judge's valid verdicts with this label.")
+    corrected: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    note: str | None = None
+
+
+class CorrectedSystem(BaseModel):
+    """A system's label prevalence, as the judge reports it and corrected (greval.agreement's Prevalence)."""
+
+    metric: str
+    system: str = Field(description="A system, or 'all' for every record of the metric.")
+    method: str
+    n_judged: int = Field(description="Verdicts (items) with a valid judge label: the raw shares' n.")
+    n_labelled: int = Field(description="Items with a human label: where the judge's error rates come from.")
+    shares: list[CorrectedShare]
+    raw_score: float | None = Field(None, description="Σ raw share × label score (the judge's mean label score).")
+    corrected_score: float | None = Field(None, description="Σ corrected share × label score (no CI).")
+    note: str | None = None
+
+
+class MetricRow(BaseModel):
+    metric: str
+    kind: str
+    spec_hash: str
+    judge: str
+    figures: MetricFigures
+    score: MeanCI
+    stats: ScoreStats | None = None
+    histogram: dict[str, int] = Field(
+        default_factory=dict, description="Record scores in 10 equal bins (metrics without a distribution)."
+    )
+    corrected: list[CorrectedSystem] = Field(default_factory=list)
+    agreement: dict[str, Any] | None = None
+    agreement_page: str | None = None
+    labels: list[LabelSource] = Field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return self.figures.records
+
+    @property
+    def failed(self) -> int:
+        return self.figures.failed
+
+    @property
+    def distribution(self) -> dict[str, int]:
+        return self.figures.distribution
+
+
+class StoreReport(BaseModel):
+    store: str
+    metrics: list[MetricRow]
+    systems: list[SystemRow]
+    system_column: str | None
+    group_column: str | None = None
+    groups: list[GroupTable] = Field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """Every note of the report, once (the same list on every rendering)."""
+        found = [n for m in self.metrics for n in metric_notes(m.figures)]
+        found += [n for g in self.groups for n in g.notes()]
+        found += [f"{m.metric} ({c.system}): {c.note}" for m in self.metrics for c in m.corrected if c.note]
+        return list(dict.fromkeys(found))

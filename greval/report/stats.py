@@ -1,0 +1,259 @@
+"""The store report's statistics: means and dataset scores with bootstrap CIs, record-score distributions,
+efficiency means, histograms and prevalence-corrected system shares. Pure, apart from
+:func:`corrected_systems`, which reads the store's labels.
+
+One bootstrap: every CI here is a percentile interval from :mod:`greval.agreement.bootstrap` (records drawn
+with replacement by numpy's seeded ``default_rng``; the 2.5th and 97.5th percentiles, linear interpolation),
+the resampler every agreement CI uses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from greval.agreement import bootstrap
+from greval.report.models import CorrectedShare, CorrectedSystem, MeanCI, ScoreStats
+from greval.spec import CategoricalScale, Spec
+from greval.store.results import MetricFigures, dataset_score
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from greval.agreement.models import AgreementReport, AgreementScale, Prevalence
+    from greval.store.store import Store
+
+#: The percentiles ScoreStats carries (numpy's linear method).
+PERCENTILES = (5, 25, 75, 95)
+#: Resamples and confidence of the CIs of means and dataset scores (seed: the functions' ``seed``, 0).
+MEAN_RESAMPLES = 2000
+CONFIDENCE = 0.95
+#: Record fields treated as the evaluated system's efficiency figures when present.
+EFFICIENCY = ("llm_calls", "prompt_tokens", "output_tokens", "tokens", "latency", "latency_s", "completion_time")
+
+
+def scored_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The record rows a metric's mean is taken over: ok or partial, with a score."""
+    return [r for r in rows if r["status"] in ("ok", "partial") and r["score"] is not None]
+
+
+def record_scores(rows: Sequence[dict[str, Any]]) -> list[float]:
+    """The record scores a metric's mean is taken over (the same rows as MetricFigures.mean_score)."""
+    return [float(r["score"]) for r in scored_rows(rows)]
+
+
+def _percentile_ci(
+    n: int, statistic: Callable[[bootstrap.Batch], bootstrap.FloatArray], seed: int, resamples: int
+) -> tuple[float | None, float | None]:
+    """The percentile CI of ``statistic`` over ``resamples`` resamples of ``n`` records (greval.agreement's
+    resampler; None, None when no resample defines it)."""
+    sampler = bootstrap.Resampler(n, None, resamples, seed)
+    ci = bootstrap.run(sampler, None, CONFIDENCE, batched=lambda b: {"value": statistic(b)}).get("value")
+    return (None, None) if ci is None else (ci.low, ci.high)
+
+
+def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = MEAN_RESAMPLES) -> MeanCI:
+    """Mean, std and a percentile bootstrap CI; defined, documented results for n < 2."""
+    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if len(x) == 0:
+        return MeanCI(n=0, mean=None, std=None, note="no scores")
+    if len(x) == 1:
+        return MeanCI(n=1, mean=float(x[0]), std=None, note="one score: no spread, no CI")
+    std = float(np.std(x, ddof=1))
+    if std == 0:
+        return MeanCI(
+            n=len(x), mean=float(x.mean()), std=0.0, ci_low=float(x[0]), ci_high=float(x[0]), note="all scores equal"
+        )
+    column = x[:, None]
+    low, high = _percentile_ci(len(x), lambda b: b.sums(column)[:, 0] / len(x), seed, resamples)
+    return MeanCI(n=len(x), mean=float(x.mean()), std=std, ci_low=low, ci_high=high)
+
+
+def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamples: int = MEAN_RESAMPLES) -> MeanCI:
+    """A metric's dataset score (:func:`greval.store.results.dataset_score`, the figure every command shows)
+    with a percentile bootstrap CI over records. Micro: records are resampled with their units, and each
+    resample's score is Σ score·units / Σ units (a ratio estimator; the record is the sampling unit, since a
+    record's items are judged together). Macro: :func:`mean_ci` of the record scores. The rows are taken in
+    record-id order, so the CI does not depend on the order the store returns them in (verdicts written
+    concurrently are stored in the order they finished)."""
+    rows = sorted(rows, key=lambda r: (str(r.get("record_id", "")), str(r.get("record_hash", ""))))
+    score, _, n, units = dataset_score(rows, pooling)
+    scored = scored_rows(rows)
+    if pooling != "micro" or all(r["units"] == 1 for r in scored):
+        # macro, or one unit per record (micro = macro): the mean itself from dataset_score, so that it is the
+        # same float everywhere
+        return mean_ci(record_scores(rows), seed, resamples).model_copy(update={"mean": score})
+    used = [r for r in scored if r["units"] > 0]
+    x = np.asarray([float(r["score"]) for r in used])
+    w = np.asarray([float(r["units"]) for r in used])
+    std = float(np.std(x, ddof=1)) if len(x) > 1 else None
+    pooled = f"pooled over {units:g} items (micro)"
+    if score is None or len(x) == 0:
+        return MeanCI(n=n, mean=score, std=None, note="no items to pool")
+    if len(x) == 1:
+        return MeanCI(n=n, mean=score, std=None, note=f"{pooled}; one record: no CI")
+    if np.all(x == x[0]):
+        return MeanCI(n=n, mean=score, std=0.0, ci_low=score, ci_high=score, note=f"{pooled}; all scores equal")
+    pairs = np.column_stack([x * w, w])
+
+    def ratio(batch: bootstrap.Batch) -> bootstrap.FloatArray:
+        sums = batch.sums(pairs)
+        return np.asarray(sums[:, 0] / sums[:, 1], dtype=np.float64)
+
+    low, high = _percentile_ci(len(x), ratio, seed, resamples)
+    return MeanCI(n=n, mean=score, std=std, ci_low=low, ci_high=high, note=pooled)
+
+
+def score_stats(
+    scores: Sequence[float], records: int | None = None, failed: int = 0, skipped: int = 0, seed: int = 0
+) -> ScoreStats:
+    """Statistics of record scores (the one definition for metric, system and group rows).
+
+    ``records``: how many record ids had an outcome (default: the scores' count); ``failed``/``skipped``:
+    how many of them failed or were skipped. Pure."""
+    x = np.asarray([v for v in scores if v is not None and not math.isnan(v)], dtype=float)
+    total = len(x) if records is None else records
+    out = ScoreStats(
+        records=total,
+        n=len(x),
+        mean=mean_ci(x.tolist(), seed=seed),
+        failed=failed,
+        skipped=skipped,
+        failure_rate=failed / total if total else None,
+        skip_rate=skipped / total if total else None,
+    )
+    if len(x):
+        p5, p25, p75, p95 = (float(v) for v in np.percentile(x, PERCENTILES))
+        out.median, out.min, out.max = float(np.median(x)), float(x.min()), float(x.max())
+        out.p5, out.p25, out.p75, out.p95 = p5, p25, p75, p95
+        out.std = float(np.std(x, ddof=1)) if len(x) > 1 else None
+    return out
+
+
+def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0) -> ScoreStats:
+    """:func:`score_stats` of record rows (their statuses give the failure and skip counts)."""
+    return score_stats(
+        record_scores(rows),
+        records=len(rows),
+        failed=sum(1 for r in rows if r["status"] == "error"),
+        skipped=sum(1 for r in rows if r["status"] == "skipped"),
+        seed=seed,
+    )
+
+
+def efficiency(rows: Sequence[dict[str, Any]], data: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The mean of each EFFICIENCY field over the records of ``rows`` that carry it as a number."""
+    eff: dict[str, float] = {}
+    for col in EFFICIENCY:
+        vals = [data.get(r["record_hash"], {}).get(col) for r in rows]
+        nums = [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+        if nums:
+            eff[col] = float(np.mean(nums))
+    return eff
+
+
+def histogram(scores: Sequence[float], bins: int = 10) -> dict[str, int]:
+    """Record scores in ``bins`` equal bins over [0, 1] when every score is in it, else over [min, max]
+    (numpy.histogram: each bin holds its lower edge, the last also its upper edge); keys "low–high"."""
+    x = np.asarray(scores, dtype=float)
+    if not len(x):
+        return {}
+    lo, hi = (0.0, 1.0) if x.min() >= 0 and x.max() <= 1 else (float(x.min()), float(x.max()))
+    if hi == lo:
+        hi = lo + 1.0
+    counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
+    return {f"{edges[i]:.3g}–{edges[i + 1]:.3g}": int(c) for i, c in enumerate(counts)}
+
+
+def corrected_systems(
+    st: Store,
+    spec: Spec,
+    fig: MetricFigures,
+    items: Sequence[dict[str, Any]],
+    recs: Sequence[dict[str, Any]],
+    resamples: int,
+) -> list[CorrectedSystem]:
+    """Each system's (and all records') label prevalence corrected for the judge's error rates: greval.agreement
+    computes it (``compute_agreement``'s Prevalence, Rogan–Gladen or confusion inversion, with its bootstrap CI);
+    here the agreement frame of the labelled items is completed with every other ok verdict of the metric, so the
+    raw shares are over all the judge's verdicts and the error rates over the labelled ones (per system: the
+    system's own labelled items)."""
+    from greval.agreement.agreement import MISSING_SLICE, compute_agreement
+    from greval.agreement.models import AgreementOptions
+
+    found = _all_verdicts_frame(st, spec, fig, items, recs)
+    if found is None:
+        return []  # the labels belong to the latest version; this row is an older one
+    full, scale = found
+    has_systems = bool(full["system"].notna().any())
+    options = AgreementOptions(bootstrap=resamples, seed=0, slices=["system"] if has_systems else [])
+    rep = compute_agreement(full, scale, options)
+    scores = (spec.scale.scores() if isinstance(spec.scale, CategoricalScale) else None) or {}
+    parts: list[tuple[str, AgreementReport]] = [("all", rep)]
+    parts += [(name, sub) for name, sub in rep.slices.get("system", {}).items() if name != MISSING_SLICE]
+    out = []
+    for name, sub in parts:
+        prev = sub.categorical.prevalence if sub.categorical is not None else None
+        if prev is not None:
+            out.append(_corrected_system(fig.spec, name, prev, scores))
+    return out
+
+
+def _all_verdicts_frame(
+    st: Store, spec: Spec, fig: MetricFigures, items: Sequence[dict[str, Any]], recs: Sequence[dict[str, Any]]
+) -> tuple[pd.DataFrame, AgreementScale] | None:
+    """The agreement frame of the labelled items, completed with every other ok verdict of the metric version
+    (human None) and each item's system, with its scale; None when the labels belong to another version than
+    ``fig``'s."""
+    import pandas as pd
+
+    from greval.agreement.from_store import store_frame
+
+    frame, scale, sel = store_frame(st, spec.name, fig.judge)
+    if sel.spec_key != fig.spec_key:
+        return None
+    frame = frame.drop(columns=[c for c in ("stratum", "probability", "selected") if c in frame.columns])
+    frame.attrs.clear()
+    system_of = {r["record_id"]: r["system"] for r in recs}
+    seen = set(frame["item"])
+    extra = []
+    for r in items:
+        if r["spec_key"] != fig.spec_key or r["judge_key"] != fig.judge_key or r["status"] != "ok":
+            continue
+        if (r["item_id"] != "") != (spec.each is not None):
+            continue
+        item = str(r["record_id"]) + (f"/{r['item_id']}" if r["item_id"] else "")
+        if item not in seen:
+            seen.add(item)
+            extra.append({"item": item, "judge": r["label"], "human": None, "group": str(r["record_id"])})
+    full = pd.concat([frame, pd.DataFrame(extra, columns=["item", "judge", "human", "group"])], ignore_index=True)
+    full["record_id"] = full["group"]
+    full["system"] = full["group"].map(system_of).astype("string")
+    return full, scale
+
+
+def _corrected_system(metric: str, system: str, prev: Prevalence, scores: dict[str, float]) -> CorrectedSystem:
+    """One system's raw and corrected label shares, and the mean label scores of both (Σ share × score)."""
+    shares = [
+        CorrectedShare(label=lab, raw=q, corrected=e.value, ci_low=e.ci_low, ci_high=e.ci_high, note=e.note)
+        for lab, q, e in zip(prev.labels, prev.observed, prev.corrected, strict=True)
+    ]
+    scored = bool(scores) and all(s.label in scores for s in shares)
+    return CorrectedSystem(
+        metric=metric,
+        system=system,
+        method=prev.method,
+        n_judged=prev.n_judged,
+        n_labelled=prev.n_labelled,
+        shares=shares,
+        raw_score=math.fsum(s.raw * scores[s.label] for s in shares) if scored and prev.n_judged else None,
+        corrected_score=(
+            math.fsum((s.corrected or 0.0) * scores[s.label] for s in shares)
+            if scored and all(s.corrected is not None for s in shares)
+            else None
+        ),
+        note=prev.note or next((s.note for s in shares if s.note), None),
+    )

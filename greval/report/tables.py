@@ -1,0 +1,181 @@
+"""The store report's tables as text cells: one function per table gives its head and rows from the report's
+models, and the HTML page, the Markdown file and the terminal print the same cells (greval.report.html,
+greval.report.terminal), so a figure reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from greval.report.format import fmt_ci, fmt_number
+from greval.report.models import GroupTable, LabelSource, ScoreStats, StoreReport
+from greval.store.results import MetricFigures
+
+
+def describe_labels(sources: Sequence[LabelSource]) -> str:
+    """The count line of a metric's human labels ('' when there are none), e.g.
+    "23 human labels — 20 imported from a file, 3 from Argilla dataset 'x'"."""
+    parts = []
+    for s in sources:
+        if not s.submitted:
+            continue
+        kind, _, name = s.source.partition(":")
+        if kind == "import":
+            text = f"{s.submitted} imported from {name or 'a file'}"
+            if s.dataset != "import":
+                text += f" (also in Argilla dataset '{s.dataset}')"
+        elif kind == "argilla":
+            text = f"{s.submitted} from Argilla dataset '{s.dataset}'"
+        else:
+            text = f"{s.submitted} from {s.source} (dataset '{s.dataset}')"
+        parts.append(text)
+    total = sum(s.submitted for s in sources)
+    other = sum(s.other for s in sources)
+    if not total and not other:
+        return ""
+    line = f"{total} human label{'' if total == 1 else 's'}"
+    if parts:
+        line += " — " + ", ".join(parts)
+    if other:
+        line += f" ({other} draft or discarded answer{'' if other == 1 else 's'} not compared)"
+    return line
+
+
+def label_lines(rep: StoreReport) -> list[str]:
+    """One line per metric with human labels: "metric: 23 human labels — …" (once per metric)."""
+    lines: dict[str, str] = {}
+    for m in rep.metrics:
+        text = describe_labels(m.labels)
+        if text and m.metric not in lines:
+            lines[m.metric] = f"{m.metric}: {text}"
+    return list(lines.values())
+
+
+#: The columns of a stats table, after its label columns (HTML, Markdown and the terminal).
+STATS_HEAD = (
+    "n",
+    "record mean",
+    "95% CI",
+    "median",
+    "std",
+    "min",
+    "p5",
+    "p25",
+    "p75",
+    "p95",
+    "max",
+    "failed",
+    "skipped",
+)
+
+
+def stats_cells(s: ScoreStats) -> list[str]:
+    """A ScoreStats as the STATS_HEAD cells (the same text on every rendering)."""
+
+    def rate(x: float | None) -> str:
+        return "—" if x is None else f"{x:.1%}"
+
+    nums = [s.median, s.std, s.min, s.p5, s.p25, s.p75, s.p95, s.max]
+    return [
+        str(s.n),
+        fmt_number(s.mean.mean),
+        fmt_ci(s.mean),
+        *(fmt_number(x) for x in nums),
+        rate(s.failure_rate),
+        rate(s.skip_rate),
+    ]
+
+
+def group_head(table: GroupTable) -> list[str]:
+    """The columns of a system × group table."""
+    eff = sorted({k for c in table.cells for k in c.efficiency})
+    return ["system", table.column, "n", "score", "95% CI", "failed", "skipped", *eff]
+
+
+def group_cells(table: GroupTable) -> list[list[str]]:
+    """The rows of a system × group table (efficiency: the mean per record of the cell)."""
+    eff = sorted({k for c in table.cells for k in c.efficiency})
+    out = []
+    for c in table.cells:
+        st = stats_cells(c.stats)
+        score = [fmt_number(c.score.mean), fmt_ci(c.score)]
+        out.append(
+            [c.system, c.group, st[0], *score, st[-2], st[-1]] + [fmt_number(c.efficiency.get(k), 2) for k in eff]
+        )
+    return out
+
+
+def corrected_rows(rep: StoreReport) -> list[list[str]]:
+    """One row per (metric, system): raw judge mean label score and the corrected one, then per label the raw
+    share → the corrected share [CI]."""
+    out = []
+    for m in rep.metrics:
+        for c in m.corrected:
+            shares = "; ".join(
+                f"{s.label}: {s.raw:.3f} → {fmt_number(s.corrected)}"
+                + (f" {fmt_ci(s)}" if s.corrected is not None and fmt_ci(s) else "")
+                for s in c.shares
+            )
+            out.append(
+                [
+                    m.metric,
+                    c.system,
+                    str(c.n_judged),
+                    str(c.n_labelled),
+                    fmt_number(c.raw_score),
+                    fmt_number(c.corrected_score),
+                    shares,
+                ]
+            )
+    return out
+
+
+CORRECTED_HEAD = (
+    "metric",
+    "system",
+    "judged",
+    "labelled",
+    "judge mean",
+    "corrected mean",
+    "label: raw → corrected [CI]",
+)
+
+
+def pooling_text(fig: MetricFigures) -> str:
+    """How a metric's dataset score pools its records, in a few words ("—" for a record-level metric)."""
+    if fig.aggregate == "macro":
+        return f"macro: mean of {fig.scored} records"
+    if fig.scored and fig.units != fig.scored:
+        return f"micro: {fig.units:g} items pooled"
+    return "—"
+
+
+#: The columns of the FActScore* table (per-item metrics with `target.unsupported`).
+FACT_HEAD = ("metric", "records", "label counts", "precision", "recall", "F1", "macro P / R / F1")
+
+
+def fact_rows(rep: StoreReport) -> list[list[str]]:
+    """One row per metric with FActScore*-style counts: pooled label counts, pooled P / R / F1 (micro) and
+    the means of the records' own (macro)."""
+    out = []
+    for m in rep.metrics:
+        fc = m.figures.fact_counts
+        if fc is None:
+            continue
+        p = fc.pooled
+        macro = " / ".join(fmt_number(x) for x in (fc.macro_precision, fc.macro_recall, fc.macro_f1))
+        counts = ", ".join(f"{k}: {v}" for k, v in p.labels.items())
+        out.append(
+            [m.metric, str(fc.records), counts, fmt_number(p.precision), fmt_number(p.recall), fmt_number(p.f1), macro]
+        )
+    return out
+
+
+def stats_rows(rep: StoreReport) -> list[list[str]]:
+    """metric, judge and the stats cells of every metric."""
+    return [[m.metric, m.judge, *stats_cells(m.stats)] for m in rep.metrics if m.stats is not None]
+
+
+def system_stats_rows(rep: StoreReport) -> list[list[str]]:
+    """metric, system and the stats cells of every system row."""
+    return [[s.metric, s.system, *stats_cells(s.stats)] for s in rep.systems if s.stats is not None]

@@ -1,0 +1,448 @@
+"""The reports as compact rich tables on a terminal: an agreement report (:func:`print_report`), the judge
+against itself (:func:`print_consistency`), versions side by side (:func:`print_comparison`), the store
+report (:func:`print_store_report`) and a review's status (:func:`print_review_status`). The cells are the
+ones the files show (greval.report.tables, greval.report.agreement's row functions, greval.report.format's
+numbers).
+
+Every function prints to the console it is given. Notes may name option fields (greval.errors.option);
+``names`` says how to write them (the CLI passes its flag table; by default they stay as fields)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from greval.agreement.models import (
+    AgreementReport,
+    CalibrationReport,
+    Ceiling,
+    ComparisonReport,
+    ConsistencyReport,
+    DesignReport,
+    GroupFigures,
+    Prevalence,
+    ValueReport,
+)
+from greval.errors import option, render_options
+from greval.report.agreement import (
+    CALIBRATION_HEADER,
+    CALIBRATION_TITLE,
+    DESIGN_HEADER,
+    calibration_figures,
+    calibration_notes,
+    calibration_rows,
+    design_rows,
+    prevalence_notes,
+    slice_design_cells,
+    slice_design_names,
+)
+from greval.report.format import fmt_ci, fmt_number
+from greval.report.layout import print_table, say, wrap_plain
+from greval.report.models import StoreReport
+from greval.report.tables import (
+    CORRECTED_HEAD,
+    FACT_HEAD,
+    STATS_HEAD,
+    corrected_rows,
+    fact_rows,
+    group_cells,
+    group_head,
+    label_lines,
+    pooling_text,
+    stats_rows,
+    system_stats_rows,
+)
+from greval.store.results import not_scored
+
+if TYPE_CHECKING:
+    from greval.review import ReviewStatus
+
+HEADLINE_SLICE = {
+    "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa", "f1", "roc_auc", "pr_auc"),
+    "value": ("pearson", "spearman", "kendall", "mae"),
+}
+GROUPS_PRINTED = 50
+GROUP_NAME_WIDTH = 40
+
+#: How option fields named in notes are written (the CLI: its flags).
+Names = Mapping[str, str]
+
+
+def _text(text: str, names: Names | None) -> str:
+    """A note for the terminal: its option fields as ``names`` writes them, escaped (never read as markup)."""
+    return escape(render_options(text, names or {}))
+
+
+# ------------------------------------------------------------------------------------------------ agreement
+def _group_table(title: str, groups: list[GroupFigures], keys: list[str], d: int) -> Table:
+    """Per-group values (per-group protocol): the figures the headline averages."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("group")
+    t.add_column("n", justify="right")
+    for k in keys:
+        t.add_column(k, justify="right")
+    for g in groups[:GROUPS_PRINTED]:
+        name = g.group if len(g.group) <= GROUP_NAME_WIDTH else g.group[: GROUP_NAME_WIDTH - 1].rstrip() + "…"
+        name = " ".join(name.split())  # a group id may be a whole text (e.g. a dialogue); the JSON keeps it whole
+        t.add_row(
+            escape(name), str(g.n), *[fmt_number(g.metrics[k].value if k in g.metrics else None, d) for k in keys]
+        )
+    if len(groups) > GROUPS_PRINTED:
+        t.add_row(f"… {len(groups) - GROUPS_PRINTED} more (the JSON report has all)", "", *[""] * len(keys))
+    return t
+
+
+def _headline(report: AgreementReport, d: int, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("CI", no_wrap=True)
+    t.add_column("n", justify="right", no_wrap=True)
+    t.add_column("note", overflow="fold")
+    rows = dict(report.metrics)
+    if report.categorical is not None:
+        b = report.categorical.bias
+        rows["disagreement_rate"] = b.disagreement_rate
+        for name, est in (
+            ("judge_above_rate", b.judge_above_rate),
+            ("judge_below_rate", b.judge_below_rate),
+            ("mean_signed_steps", b.mean_signed_steps),
+            ("mean_signed_score", b.mean_signed_score),
+        ):
+            if est is not None:
+                rows[name] = est
+    for name, e in rows.items():
+        t.add_row(name, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
+    return t
+
+
+def _counts(console: Console, report: AgreementReport, prefix: str, names: Names | None) -> None:
+    """What was compared, what was left out and why, and the threshold that made labels of scores."""
+    c = report.counts
+    say(
+        f"[bold]{prefix}{c.items_compared} items compared[/] of {c.items} ({c.rows} rows; "
+        f"{c.items_missing_human} without human, {c.items_invalid_judge} invalid judge "
+        f"({escape(report.options.invalid)}), {c.items_dropped_invalid} dropped, "
+        f"{c.items_tied_majority} tied majority)",
+        console,
+        hang=2,
+    )
+    if c.rows_missing_judge or c.rows_missing_human:
+        missing = _text(f"null, empty or {option('missing_values')}", names)
+        say(
+            f"  missing answers ({missing}): {c.rows_missing_judge} judge row(s), {c.rows_missing_human} human row(s)",
+            console,
+            hang=4,
+        )
+    th = report.threshold
+    if th is not None:
+        op = ">" if th.rule == "gt" else "≥"
+        how = f", chosen by {th.chosen_by} on {th.select_on}" if th.chosen_by else ""
+        say(f"  threshold: {escape(th.pos_label)} when score {op} {th.threshold:g}{escape(how)}", console, hang=4)
+
+
+def _categorical(console: Console, report: AgreementReport, d: int) -> None:
+    """Per-label precision / recall, the confusion matrix and the corrected prevalence."""
+    cat = report.categorical
+    if cat is None:
+        return
+    t = Table(title="classification report (human = truth)", title_justify="left")
+    for col in ("label", "precision", "recall", "f1", "support"):
+        t.add_column(col, justify="left" if col == "label" else "right")
+    for r in cat.per_label:
+        t.add_row(r.label, fmt_number(r.precision, d), fmt_number(r.recall, d), fmt_number(r.f1, d), str(r.support))
+    print_table(t, console)
+    cm = Table(title="confusion (rows human, columns judge)", title_justify="left")
+    cm.add_column("human \\ judge")
+    for lab in cat.confusion.judge_labels:
+        cm.add_column(lab, justify="right")
+    for lab, row in zip(cat.confusion.labels, cat.confusion.counts, strict=True):
+        cm.add_row(lab, *[str(v) for v in row])
+    print_table(cm, console)
+    if cat.prevalence is not None:
+        _prevalence(console, cat.prevalence, d)
+
+
+def _prevalence(console: Console, p: Prevalence, d: int) -> None:
+    pt = Table(title=f"prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)", title_justify="left")
+    for col in ("label", "judge", "human", "corrected", "CI"):
+        pt.add_column(col, justify="left" if col == "label" else "right")
+    for i, lab in enumerate(p.labels):
+        e = p.corrected[i]
+        pt.add_row(lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), fmt_number(e.value, d), fmt_ci(e, d))
+    print_table(pt, console)
+    for note in prevalence_notes(p):  # the same notes the HTML and Markdown pages show
+        say(f"  prevalence: {note}", console, hang=4)
+
+
+def _value(console: Console, v: ValueReport, d: int) -> None:
+    t = Table(title="scores", title_justify="left")
+    for col in ("side", "count", "mean", "median", "std", "min", "max"):
+        t.add_column(col, justify="left" if col == "side" else "right")
+    for side, s in (("judge", v.judge), ("human", v.human)):
+        stats = (s.mean, s.median, s.std, s.min, s.max)
+        t.add_row(side, str(s.count), *(fmt_number(x, d) for x in stats))
+    print_table(t, console)
+
+
+def _ceiling(console: Console, ceil: Ceiling, d: int) -> None:
+    t = Table(
+        title=f"ceiling: human–human vs judge–human ({ceil.n_annotators} annotators, "
+        f"{ceil.n_items_multi} items with ≥2)",
+        title_justify="left",
+    )
+    for col in ("figure", "value", "CI", "n"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    for label, e in (
+        (f"human–human mean {ceil.metric}", ceil.human_pairwise_mean),
+        (f"judge–human mean {ceil.metric}", ceil.judge_pairwise_mean),
+        (f"α {ceil.alpha_level} (humans)", ceil.human_alpha),
+        (f"α {ceil.alpha_level} (humans + judge)", ceil.alpha_with_judge),
+    ):
+        t.add_row(label, fmt_number(e.value, d), fmt_ci(e, d), str(e.n))
+    print_table(t, console)
+
+
+def _design(console: Console, design: DesignReport, d: int, names: Names | None) -> None:
+    t = Table(
+        title=f"design-weighted (1/π; {design.resamples} stratified resamples): over every judged item",
+        title_justify="left",
+    )
+    for col in DESIGN_HEADER:
+        t.add_column(col, justify="left" if col in (DESIGN_HEADER[0], DESIGN_HEADER[-1]) else "right")
+    for cells in design_rows(design, d):
+        t.add_row(*[escape(cell) for cell in cells])
+    print_table(t, console)
+    for note in design.notes:
+        say(f"  design: {_text(note, names)}", console, hang=4)
+
+
+def _calibration(console: Console, cal: CalibrationReport, d: int, names: Names | None) -> None:
+    say(f"[bold]{CALIBRATION_TITLE}[/] {escape(calibration_figures(cal, d))}", console, hang=2)
+    t = Table(title="reliability (confidence bins; human = truth)", title_justify="left")
+    for col in CALIBRATION_HEADER:
+        t.add_column(col, justify="left" if col in (CALIBRATION_HEADER[0], CALIBRATION_HEADER[-1]) else "right")
+    for cells in calibration_rows(cal, d):
+        t.add_row(*[escape(cell) for cell in cells])
+    print_table(t, console)
+    for note in calibration_notes(cal):
+        say(f"  calibration: {_text(note, names)}", console, hang=4)
+
+
+def _slices(console: Console, report: AgreementReport, d: int) -> None:
+    for col, parts in report.slices.items():
+        keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in next(iter(parts.values())).metrics]
+        weighted = slice_design_names(report, parts)
+        t = Table(title=f"by {col}", title_justify="left")
+        t.add_column(col)
+        t.add_column("n", justify="right")
+        for k in [*keys, *(f"{n} (1/π)" for n in weighted)]:
+            t.add_column(k, justify="right")
+        for value, sub in parts.items():
+            cells = [f"{fmt_number(sub.metrics[k].value, d)} {fmt_ci(sub.metrics[k], d)}".strip() for k in keys]
+            t.add_row(value, str(sub.counts.items_compared), *cells, *slice_design_cells(sub, weighted, d))
+        print_table(t, console)
+
+
+def print_report(
+    console: Console, report: AgreementReport, d: int, name: str = "", *, names: Names | None = None
+) -> None:
+    """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`)."""
+    prefix = f"{name}: " if name else ""
+    _counts(console, report, prefix, names)
+    print_table(_headline(report, d, f"{prefix}judge vs human"), console)
+    if report.per_group:
+        keys = [k for k in HEADLINE_SLICE[report.scale.kind] if k in report.metrics]
+        title = f"per group ({len(report.per_group)}; the headline is their unweighted mean)"
+        print_table(_group_table(title, report.per_group, keys, d), console)
+    _categorical(console, report, d)
+    if report.value is not None:
+        _value(console, report.value, d)
+    if report.ceiling is not None:
+        _ceiling(console, report.ceiling, d)
+    if report.design is not None:
+        _design(console, report.design, d, names)
+    if report.calibration is not None:
+        _calibration(console, report.calibration, d, names)
+    _slices(console, report, d)
+    for note in report.notes:
+        say(f"  note: {_text(note, names)}", console, hang=4)
+
+
+def print_consistency(console: Console, rep: ConsistencyReport, d: int, *, names: Names | None = None) -> None:
+    """Print the judge's agreement with itself across two runs of it."""
+    c = rep.counts
+    a, b = rep.runs
+    console.print(
+        f"[bold]{c.items_paired} items paired[/] of {c.items} ({c.rows} rows; {c.items_one_run_only} in one run "
+        f"only, {c.items_one_invalid} with one invalid answer, {c.items_both_invalid} with two "
+        f"{escape('[' + rep.options.invalid_pairs + ']')})"
+    )
+    t = Table(title=f"judge vs itself: {escape(rep.column)} = {escape(a)} vs {escape(b)}", title_justify="left")
+    for col in ("metric", "value", "CI", "n", "note"):
+        t.add_column(col, justify="right" if col in ("value", "n") else "left")
+    for metric, e in rep.metrics.items():
+        t.add_row(metric, fmt_number(e.value, d), fmt_ci(e, d), str(e.n), escape(e.note or ""))
+    print_table(t, console)
+    if rep.per_group:
+        print_table(_group_table("per group", rep.per_group, list(rep.metrics), d), console)
+    cm = Table(title=f"confusion (rows {escape(a)}, columns {escape(b)})", title_justify="left")
+    cm.add_column(f"{escape(a)} \\ {escape(b)}")
+    for lab in rep.confusion.judge_labels:
+        cm.add_column(escape(lab), justify="right")
+    for lab, row in zip(rep.confusion.labels, rep.confusion.counts, strict=True):
+        cm.add_row(escape(lab), *[str(v) for v in row])
+    print_table(cm, console)
+    for note in rep.notes:
+        say(f"  note: {_text(note, names)}", console, hang=4)
+
+
+def print_comparison(console: Console, comp: ComparisonReport, d: int, *, names: Names | None = None) -> None:
+    """Print each version's report, then the paired differences."""
+    for version, rep in comp.reports.items():
+        print_report(console, rep, d, version, names=names)
+    t = Table(title=f"paired differences on {comp.common_items} common items", title_justify="left")
+    for col in ("metric", "b − a", "difference", "CI", "beyond CI"):
+        t.add_column(col, justify="left" if col in ("metric", "b − a") else "right")
+    for diff in comp.differences:
+        e = diff.estimate
+        beyond = "" if diff.beyond_ci is None else ("yes" if diff.beyond_ci else "no")
+        t.add_row(diff.metric, f"{diff.b} − {diff.a}", fmt_number(e.value, d), fmt_ci(e, d), beyond)
+    print_table(t, console)
+    for note in comp.notes:
+        say(f"  note: {_text(note, names)}", console, hang=4)
+
+
+# --------------------------------------------------------------------------------------------- store report
+def _table(console: Console, title: str, head: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    table = Table(title=title)
+    for col in head:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*r)
+    print_table(table, console)
+
+
+def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
+    """The metrics table: each metric's records, what was not scored, dataset score with CI, pooling and the
+    judge–human κ (or ρ)."""
+    table = Table(title=f"greval report — {store}")
+    for col in ("metric", "judge", "records", "not scored", "score", "95% CI", "pooling", "judge–human"):
+        table.add_column(col)
+    for m in rep.metrics:
+        k = (m.agreement or {}).get("cohen_kappa") or (m.agreement or {}).get("spearman")
+        table.add_row(
+            m.metric,
+            m.judge,
+            str(m.records),
+            not_scored(m.figures.model_dump()) or "—",
+            fmt_number(m.score.mean),
+            fmt_ci(m.score),
+            pooling_text(m.figures),
+            "—" if not k else f"{fmt_number(k['value'])} (n={k['n']})",
+        )
+    print_table(table, console)
+
+
+def print_stats(console: Console, rep: StoreReport) -> None:
+    """The record-score statistics, the prevalence-corrected shares and the system × group tables."""
+    _table(console, "record scores", ("metric", *STATS_HEAD), [[r[0], *r[2:]] for r in stats_rows(rep)])
+    if rep.systems:
+        head = ("metric", "system", *STATS_HEAD)
+        _table(console, f"record scores by {rep.system_column}", head, system_stats_rows(rep))
+    facts = fact_rows(rep)
+    if facts:
+        what = "item counts (FActScore*: precision = positive / all, recall = positive / (positive + unsupported))"
+        _table(console, what, FACT_HEAD, facts)
+    corrected = corrected_rows(rep)
+    if corrected:
+        _table(console, "prevalence-corrected system scores (judge → corrected)", CORRECTED_HEAD, corrected)
+    for g in rep.groups:
+        _table(console, f"{g.metric}: system × {g.column}", group_head(g), group_cells(g))
+
+
+def print_labels(console: Console, rep: StoreReport) -> None:
+    """The human-label count lines, as plain text."""
+    for line in label_lines(rep):
+        for part in wrap_plain(line, console.width, hang="  "):
+            console.print(part, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+
+def print_notes(console: Console, notes: Sequence[str], names: Names | None = None) -> None:
+    """Every note, one line each."""
+    for note in notes:
+        console.print(f"[yellow]note:[/] {_text(note, names)}", highlight=False)
+
+
+def print_store_report(console: Console, rep: StoreReport, store: str) -> None:
+    """The store report's tables on a terminal: the metrics table, the statistics and the label lines (its
+    notes: :func:`print_notes`, where warnings go)."""
+    print_metrics(console, rep, store)
+    print_stats(console, rep)
+    print_labels(console, rep)
+
+
+# ------------------------------------------------------------------------------------------------- review
+def _review_estimates(out: Console, err: Console, st: ReviewStatus) -> None:
+    """The design-weighted estimates (or, without a design, the plain headline) and the human ceiling."""
+    design = st.report.design if st.report is not None else None
+    if design is not None:
+        table = Table("figure", "weighted", "95% CI", "unweighted", "judge over all items", title="Estimates")
+        for e in design.estimates:
+            if e.name.startswith(("precision[", "recall[", "f1[")):
+                continue  # per-label detail: the agreement report of the review's dataset has it
+            ci = f"[{fmt_number(e.ci_low)}, {fmt_number(e.ci_high)}]" if e.ci_low is not None else "—"
+            own = fmt_number(st.judge_over_all[e.name]) if e.name in st.judge_over_all else ""
+            table.add_row(e.name, fmt_number(e.weighted), ci, fmt_number(e.unweighted), own)
+        print_table(table, out)
+        legend = (
+            "prevalence[X]: the estimated share of X over every judged item by people's labels"
+            if any(e.name.startswith("prevalence[") for e in design.estimates)
+            else "mean_human: people's estimated mean score over every judged item"
+        )
+        err.print(f"{legend}; beside it, the judge's own over all items", highlight=False, soft_wrap=True)
+    elif st.report is not None:
+        for name in ("accuracy", "cohen_kappa"):
+            m = st.report.metrics.get(name)
+            if m is not None:
+                ci = f" [{fmt_number(m.ci_low)}, {fmt_number(m.ci_high)}]" if m.ci_low is not None else ""
+                out.print(f"{name}: {fmt_number(m.value)}{ci}", highlight=False)
+    ceiling = st.report.ceiling if st.report is not None else None
+    if ceiling is not None:
+        h, j = ceiling.human_pairwise_mean, ceiling.judge_pairwise_mean
+        out.print(
+            f"human ceiling ({ceiling.metric}, unweighted): people with each other {fmt_number(h.value)}, "
+            f"judge with people {fmt_number(j.value)} ({ceiling.n_items_multi} items with ≥2 people)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def print_review_status(out: Console, err: Console, st: ReviewStatus, names: Names | None = None) -> None:
+    """Where a review stands (greval.review.review_status): labels so far, the design, the estimates, the
+    stopping advice on ``out``; what was pulled, the legend and the notes on ``err``."""
+    out.print(
+        f"Review of {st.spec!r} (judge {st.judge}) in dataset {st.dataset!r}: {st.rounds} round(s); "
+        f"{st.labelled_units} of {sum(c.selected for c in st.strata.values())} selected items labelled "
+        f"({st.labels} answers), out of {st.population} judged items.",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if st.pulled is not None:
+        err.print(
+            f"pulled: {st.pulled.submitted} submitted, {st.pulled.pending} records without a submitted answer",
+            highlight=False,
+        )
+    strata = Table("selection", "selected", "labelled", "inclusion probability", title="Design")
+    for name, c in st.strata.items():
+        strata.add_row(name, str(c.selected), str(c.labelled), fmt_number(c.probability))
+    print_table(strata, out)
+    _review_estimates(out, err, st)
+    if st.advice is not None:
+        out.print(render_options(st.advice.line, names or {}), highlight=False, soft_wrap=True)
+    for note in st.notes:
+        err.print(f"note: {render_options(note, names or {})}", highlight=False, soft_wrap=True)
