@@ -753,7 +753,9 @@ def test_an_older_postgresql_store_is_migrated_only_when_asked(pg_url: str) -> N
     # The stage names the command as facts; the CLI writes it as the command line to type.
     assert raised.value.remedy is not None and raised.value.remedy.command == "store migrate"
     cli = _cli("results", "runs", "--store", pg_url)
-    assert cli.exit_code == 2 and f"needs {SCHEMA_VERSION}; run `greval store migrate --store URL` once" in cli.output, cli.output
+    assert (
+        cli.exit_code == 2 and f"needs {SCHEMA_VERSION}; run `greval store migrate --store URL` once" in cli.output
+    ), cli.output
     res = _cli("store", "migrate", "--store", pg_url)
     assert res.exit_code == 0 and f"schema 3 → {SCHEMA_VERSION}" in res.output, res.output
     with Store(pg_url) as st:

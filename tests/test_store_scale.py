@@ -4,6 +4,7 @@ store (measured in a subprocess)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sqlite3
@@ -22,7 +23,7 @@ from greval.store import results
 from greval.store.schema import RAW_SEPARATOR, SCHEMA_VERSION, call_answers, raw_in_calls
 from greval.store.store import Store, spec_keys
 from greval.types import CallLog, ItemVerdict, JudgeResult
-from tests.test_store import _rows, old_store
+from tests.test_store import FIXTURES, _rows, old_store
 
 __all__ = ["old_store"]  # the schema-2 fixture, a pytest fixture of this module too
 
@@ -62,6 +63,40 @@ def test_an_old_store_keeps_each_answer_once_and_loses_none(old_store: Path) -> 
         else:
             assert now[1] is None and raw == RAW_SEPARATOR.join(call_answers(calls))
         assert now[2:] == (None, None) and (model, params) == judges[key[1]]
+
+
+@pytest.fixture()
+def v4_store(tmp_path: Path) -> Path:
+    """A copy of the schema-4 fixture: the schema-2 fixture's runs, labels and errors as the greval of commit
+    e6173c6 wrote them (scripts/make_store_fixture.py --name store_v4), with the item rows it read back."""
+    path = tmp_path / "v4.sqlite"
+    path.write_bytes(gzip.decompress((FIXTURES / "store_v4.sqlite.gz").read_bytes()))
+    return path
+
+
+def test_a_schema_4_store_migrated_reads_every_verdict_as_before(v4_store: Path) -> None:
+    """A store a schema-4 greval wrote (each answer in ``raw`` and in ``calls``), opened by this one: every
+    verdict, item row and figure reads as that greval read them, each judgement keeps every call and its
+    answer, and the copies are gone."""
+    expected = json.loads((FIXTURES / "store_v4.figures.json").read_text())
+    assert _rows(v4_store, "SELECT value FROM meta WHERE key='schema_version'") == [("4",)]
+    verdicts = _rows(v4_store, "SELECT * FROM verdicts")
+    before = _judgements(v4_store)
+    assert all(raw is not None and model is not None for _, raw, model, _ in before.values())
+    assert any(RAW_SEPARATOR in raw for _, raw, _, _ in before.values())  # a judgement of several calls
+    with Store(v4_store) as st:
+        assert st.version == SCHEMA_VERSION == 5
+        assert results.item_rows(st) == expected["items"]
+        assert [f.model_dump(mode="json") for f in results.figures(st)] == expected["figures"]
+        for run_id, figs in expected["runs"].items():
+            assert [f.model_dump(mode="json") for f in results.figures(st, run_id=run_id)] == figs
+        assert len(list(results.result_rows(st, None, "record"))) == len(
+            {(r["spec_key"], r["record_id"]) for r in expected["items"]}
+        )
+    assert _rows(v4_store, "SELECT * FROM verdicts") == verdicts
+    after = _judgements(v4_store)
+    assert after.keys() == before.keys()
+    assert all(after[k][0] == calls and after[k][1:] == (None, None, None) for k, (calls, *_) in before.items())
 
 
 def test_raw_in_calls_knows_a_resumed_judgement_s_last_answers() -> None:
