@@ -8,6 +8,9 @@ user + system CPU, peak RSS), as a user runs it:
   the server's CPU during the run is printed beside it);
 * ``rerun``: the same command again on the finished store (nothing to judge: no model call);
 * ``export``: ``greval results export`` of the store to CSV (item level);
+* ``plan``: the first run until it has stored its first verdicts (every row planned, judging begun), then
+  stopped (SIGINT): its peak RSS and CPU then, what a first run of N rows holds before it judges (a 1M-record
+  first run costs ~40 min of CPU on this machine; its plan is where the memory that grows with N is);
 * ``size``: the store's bytes per verdict (after ``VACUUM``: page count × page size ÷ verdicts; the file and
   its WAL as the run left them are printed too) and the largest tables and indexes (SQLite's dbstat).
 
@@ -20,6 +23,7 @@ per-round ratios (this ÷ baseline), with the load average before each step. The
     python scripts/bench_million.py --records 100000 --baseline /tmp/base
     python scripts/bench_million.py --records 1000000 --run-rounds 1 --rounds 3
     python scripts/bench_million.py --records 20000 --steps run,rerun --keep /tmp/bench  # keep the stores
+    python scripts/bench_million.py --records 1000000 --steps plan --baseline /tmp/base
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -97,6 +102,39 @@ def server_cpu(srv: OpenAIServer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def planned(cmd: list[str], src: Path, store: Path, log: Path) -> Cost:
+    """Run ``greval CMD`` until ``store`` holds a verdict, then stop it (SIGINT): its cost up to then (peak RSS
+    and CPU read from /proc just before the signal)."""
+    env = {**os.environ, "PYTHONPATH": str(src), "OPENAI_API_KEY": "sk-bench", "PYTHONUNBUFFERED": "1"}
+    with log.open("w") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "greval", *cmd], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent
+        )
+        while proc.poll() is None and not _verdicts(store):
+            time.sleep(0.5)
+        wall = time.perf_counter() - started
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        peak = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+    return Cost(wall, cpu, peak / 1024)
+
+
+def _verdicts(store: Path) -> int:
+    """Verdicts in a store being written (0 while it cannot be read yet)."""
+    try:
+        db = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
 def load() -> str:
     return f"load {os.getloadavg()[0]:.2f}"
 
@@ -134,6 +172,21 @@ def report(step: str, costs: dict[str, list[Cost]]) -> None:
             print(f"{step:>7} this ÷ baseline {field}: median {statistics.median(ratios):.2f} ({shown})", flush=True)
 
 
+def _plan_step(rounds: int, versions: dict[str, Path], work: Path, data: Path, url: str) -> None:
+    """The ``plan`` step: each version's first run on a new store, stopped once judging has begun."""
+    costs: dict[str, list[Cost]] = {v: [] for v in versions}
+    for r in range(rounds):
+        for v in list(versions) if r % 2 == 0 else list(versions)[::-1]:
+            store = work / f"{v}-plan.sqlite"
+            for p in work.glob(f"{store.name}*"):
+                p.unlink()
+            before = load()
+            cost = planned(run_cmd(data, store, url), versions[v], store, work / f"{v}-plan.log")
+            costs[v].append(cost)
+            print(f"    plan round {r + 1} {v:<8} {cost}  ({before})", flush=True)
+    report("plan", costs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
@@ -169,6 +222,8 @@ def main() -> None:
                     print(f"    run round {r + 1} {v:<8} {cost}  ({before}; server {used:.0%} of a core)", flush=True)
             if any(costs.values()):
                 report("run", costs)
+            if "plan" in steps:
+                _plan_step(args.rounds, versions, work, data, srv.base_url)
             for step, cmd in (
                 ("rerun", lambda v: run_cmd(data, stores[v], srv.base_url)),
                 ("export", lambda v: ["results", "export", "--store", str(stores[v]), "-o", str(work / f"{v}.csv")]),
