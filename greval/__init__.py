@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from greval.runner.driver import arun, run
     from greval.runner.options import RunOptions, RunSummary
     from greval.spec import BaseSpec, Spec, load_spec_file, parse_spec, resolve_specs
-    from greval.store.results import export_results, load_results
+    from greval.store.export import export_results
+    from greval.store.results import load_results
     from greval.store.store import Store
     from greval.types import ItemVerdict, JudgeResult
 
@@ -43,7 +44,7 @@ _WHERE = {
     "JudgeResult": "greval.types",
     "JudgeConfig": "greval.llm.config",
     "make_chat_model": "greval.llm.config",
-    "export_results": "greval.store.results",
+    "export_results": "greval.store.export",
     "load_results": "greval.store.results",
     "RunOptions": "greval.runner.options",
     "RunSummary": "greval.runner.options",

@@ -17,10 +17,16 @@ It holds, on records r0..r7 (r6 has no expected answer, so metrics that need one
 
 The file is gzipped (SQLite pages are mostly empty: ~85 KB raw, ~11 KB gzipped); the test unpacks a copy.
 Re-running this script with a newer greval writes that greval's schema, not schema 2.
+
+``--name store_v4`` writes the same store as another greval wrote it, e.g. tests/fixtures/store_v4.sqlite.gz (schema
+4: each answer in ``raw`` and in ``calls``), made with the greval of commit e6173c6 (``git archive e6173c6``
+unpacked in DIR, then ``PYTHONPATH=DIR python scripts/make_store_fixture.py --name store_v4``); its figures file
+holds that greval's item rows too (``items``), what tests/test_store_scale.py reads back after the migration.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -61,6 +67,9 @@ def _verdicts(path: Path) -> int:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--name", default="store_v2", help="the fixture's file names (NAME.sqlite.gz, NAME.figures.json)")
+    name = ap.parse_args().name
     OUT.mkdir(parents=True, exist_ok=True)
     data = rows()
     records = [Record.from_mapping(r) for r in data]
@@ -120,15 +129,17 @@ def main() -> None:
             "figures": [f.model_dump(mode="json") for f in figures(st)],
             "runs": {r["run_id"]: [f.model_dump(mode="json") for f in figures(st, run_id=r["run_id"])] for r in runs},
         }
+        if name != "store_v2":  # the committed schema-2 file has no item rows
+            report["items"] = item_rows(st)
     db = sqlite3.connect(path, timeout=30)
     db.execute("PRAGMA journal_mode=DELETE")
     db.execute("PRAGMA page_size=1024")
     db.execute("VACUUM")
     db.close()
-    with gzip.GzipFile(OUT / "store_v2.sqlite.gz", "wb", compresslevel=9, mtime=0) as gz:
+    with gzip.GzipFile(OUT / f"{name}.sqlite.gz", "wb", compresslevel=9, mtime=0) as gz:
         gz.write(path.read_bytes())
-    (OUT / "store_v2.figures.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {OUT / 'store_v2.sqlite.gz'} ({path.stat().st_size} bytes unpacked)")
+    (OUT / f"{name}.figures.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {OUT / f'{name}.sqlite.gz'} ({path.stat().st_size} bytes unpacked)")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from greval.runner.driver import run
 from greval.runner.judging import GROUP_DELAY_S
 from greval.runner.options import RunOptions
 from greval.spec import parse_spec, resolve_specs
+from greval.store.schema import call_answers
 from greval.store.store import Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
 from greval.types import ItemVerdict, JudgeResult
@@ -102,9 +103,12 @@ def test_every_verdict_row_keeps_what_happened(llm: OpenAIServer, store_path: Pa
     assert row["reason"] and row["judge"] == "openai:judge-test"
     assert row["tokens_in"] > 0 and row["tokens_out"] > 0 and row["latency_ms"] > 0 and row["attempts"] == 1
     db = sqlite3.connect(store_path)
-    raw, params = db.execute("SELECT raw, params FROM judgements LIMIT 1").fetchone()
-    assert json.loads(raw)["label"] == row["label"]
-    assert json.loads(params)["model"] == "judge-test"
+    # Each call's answer once, in calls; the judge's parameters once, in judges (schema 5).
+    calls, raw, params = db.execute("SELECT calls, raw, params FROM judgements LIMIT 1").fetchone()
+    assert [json.loads(answer)["label"] for answer in call_answers(calls)] == [row["label"]]
+    assert raw is None and params is None
+    [(identity,)] = db.execute("SELECT identity FROM judges").fetchall()
+    assert json.loads(identity)["model"] == "judge-test"
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 

@@ -45,7 +45,7 @@ def results() -> None:
 )
 def results_export(store: str, output: str, fmt: str | None, spec: str | None, level: str) -> None:
     """Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet."""
-    from greval.store.results import export_results
+    from greval.store.export import export_results
 
     n = export_results(store, output, fmt, spec, "record" if level == "record" else "item")
     console.print(f"wrote {n} rows to {output}")

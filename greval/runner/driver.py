@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from greval._sync import run_sync
-from greval.errors import UserError, option
+from greval.errors import DataError, UserError, option
 from greval.judge.options import CallOptions
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, Notify, local_concurrency
@@ -178,7 +178,11 @@ def _finish(job: RunJob, status: str, seconds: float, totals: EngineTotals) -> R
     store, plan, run_id = job.store, job.plan, job.run_id
     assert run_id is not None
     store.release_claims()
-    store.link_snapshot(run_id, plan.members, plan.unstored)
+    changed: DataError | None = None
+    try:
+        store.link_snapshot(run_id, plan.members, plan.unstored)  # may read a large plan's file again
+    except DataError as exc:  # the file changed under the run: it fails, and still ends with its summary
+        changed = exc
     metrics = _summarise(job)
     drawn = sample_summary(plan)
     notes = [lo.note(pulled_in=not job.summaries[lo.dependency].asked) for lo in plan.left_out]
@@ -195,7 +199,9 @@ def _finish(job: RunJob, status: str, seconds: float, totals: EngineTotals) -> R
         notes=totals.notes + notes + (sample_notes(drawn, metrics) if drawn is not None else []),
         sample=drawn,
     )
-    store.finish_run(run_id, status, summary.model_dump(mode="json"))
+    store.finish_run(run_id, status if changed is None else "failed", summary.model_dump(mode="json"))
+    if changed is not None and status == "finished":
+        raise changed  # else the judging's own error (or the interrupt) is on its way
     return summary
 
 

@@ -26,7 +26,7 @@ from greval.judge.outcome import NoCall
 from greval.llm.config import JudgeConfig, judge_model
 from greval.runner.job import RunJob
 from greval.runner.options import ProgressHook
-from greval.runner.plan import drawn_items, work_of
+from greval.runner.plan import drawn_items
 from greval.spec import BaseSpec
 from greval.store.store import Store
 from greval.types import JudgeResult, not_applicable
@@ -143,15 +143,16 @@ class _Judging:
     async def run(self) -> None:
         plan, specs = self.job.plan, self.job.specs
         self.total = self.job.start(self.progress)
-        todo = [(rec, {s.name: plan.pending[s.name][i] for s in specs}) for i, rec in enumerate(plan.unique)]
-        queue = [(r, p) for r, p in todo if any(v is not None for v in p.values())]
-        if not queue:
+        if not plan.unique:
             return  # nothing to judge: no chat model, no evaluator
-        self.judges = self._evaluators(todo)
-        it = iter(queue)
+        self.judges = self._evaluators()
+        # Each record with work left, made as the workers reach it: a plan past PLAN_HOLD rows reads its file
+        # again here, so the dataset is never in memory at once.
+        todo = ((rec, {s.name: plan.pending[s.name][i] for s in specs}) for i, rec in enumerate(plan.unique))
+        it = ((r, p) for r, p in todo if any(v is not None for v in p.values()))
         # Enough records in flight to keep every slot busy, never the whole dataset at once.
-        workers = max(1, min(len(queue), self.job.options.concurrency * 2))
-        # Everything alive now (modules, specs, the dataset) lives for the whole run: freezing it keeps each
+        workers = max(1, min(len(plan.unique), self.job.options.concurrency * 2))
+        # Everything alive now (modules, specs, the plan) lives for the whole run: freezing it keeps each
         # full garbage collection from walking ~200k long-lived objects (74-224 ms a collection in a 768-call
         # run, ~0.3 ms per call; scripts/bench_run.py). Unfrozen afterwards, so nothing escapes collection.
         gc.freeze()
@@ -169,12 +170,12 @@ class _Judging:
         finally:
             gc.unfreeze()
 
-    def _evaluators(self, todo: list[_Todo]) -> dict[str, Evaluator]:
-        """Every spec's evaluator. The chat model is built only when some judge call is still needed: a run
-        with only computed or skipped work left needs no key, no server and no network."""
+    def _evaluators(self) -> dict[str, Evaluator]:
+        """Every spec's evaluator. The chat model is built only when some judge call is still needed (the
+        plan's count of them, greval.runner.plan.work_of): a run with only computed or skipped work left needs
+        no key, no server and no network."""
         job = self.job
-        needed = any(p[s.name] is not None and work_of(s, rec) == "judgement" for rec, p in todo for s in job.specs)
-        chat = job.model or (judge_model(job.cfg) if needed else None)
+        chat = job.model or (judge_model(job.cfg) if job.plan.judgements > 0 else None)
         return {
             s.name: NoCall(s) if chat is None and s.needs_model else make_evaluator(s, chat, self.calls)
             for s in job.specs

@@ -8,15 +8,17 @@ pairs, the snapshot). :func:`work_of` is the one definition of what a pending ju
 
 from __future__ import annotations
 
+import functools
+from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from greval.dataset.records import HashedRow, Record
+from greval.dataset.records import DataFile, HashedRow, Record
 from greval.dataset.sample import Sample, sample_items, sample_records
-from greval.errors import option
+from greval.errors import DataError, option
 from greval.judge.outcome import config_for, missing_inputs, unfed
 from greval.llm.config import JudgeConfig
 from greval.runner.options import MetricSummary, SampleSummary
@@ -25,8 +27,10 @@ from greval.store.store import Store, spec_keys
 
 __all__ = [
     "PLAN_CHUNK",
+    "PLAN_HOLD",
     "LeftOut",
     "Plan",
+    "PlannedRows",
     "Rows",
     "Work",
     "drawn_items",
@@ -40,6 +44,10 @@ __all__ = [
 #: Records planned at a time: the store is asked about one chunk's hashes at once (see Store.pending).
 PLAN_CHUNK = 2000
 
+#: Rows of a dataset file a plan holds as Records at most (~2 KB each); past it, every row is kept by its
+#: position in the file and read again when it is judged (a first run of 1M rows held ~2 GB of Records).
+PLAN_HOLD = 20_000
+
 #: What a run reads: Records, or a dataset file's rows already hashed (greval.dataset.records.DataFile).
 Rows = Iterable[Record] | Iterable[HashedRow]
 
@@ -48,6 +56,57 @@ Work = Literal["judgement", "computed", "skipped"]
 
 #: A chunk's row by position, as a Record (built once, on first use).
 _Made = Callable[[int], Record]
+
+
+class PlannedRows:
+    """Some rows of a run's dataset, in its order, iterated as Records: held as Records, or — past
+    :data:`PLAN_HOLD` rows of a dataset file (:class:`DataFile`, which can be read again) — kept by their
+    position in the file and read again when iterated, each checked against the content hash it was planned
+    with. Memory then holds a position and a hash per row, not its Record; each iteration reads the file."""
+
+    def __init__(self, source: DataFile | None = None, records: Iterable[Record] = ()) -> None:
+        self._source = source
+        self._held: list[Record] = list(records)
+        self._held_at: list[int] = []  # the held rows' positions (only with a source)
+        self._at = array("q")  # positions of the rows not held, ascending
+        self._hashes: list[str] = []  # and the content hash each was planned with
+
+    def add(self, position: int, row: Record | HashedRow, record: Callable[[], Record]) -> None:
+        """The row at ``position`` of the dataset (``record`` makes its Record, if it is held)."""
+        if self._source is None:
+            self._held.append(record())
+            return
+        if len(self._held) < PLAN_HOLD and not self._at:
+            self._held.append(record())
+            self._held_at.append(position)
+            return
+        if self._held:  # past the limit: the held rows become positions too
+            self._at.extend(self._held_at)
+            self._hashes.extend(r.hash for r in self._held)
+            self._held, self._held_at = [], []
+        self._at.append(position)
+        self._hashes.append(row.hash)
+
+    def __len__(self) -> int:
+        return len(self._held) + len(self._at)
+
+    def __iter__(self) -> Iterator[Record]:
+        if not self._at:
+            yield from self._held
+            return
+        assert self._source is not None
+        wanted = iter(zip(self._at, self._hashes, strict=True))
+        nxt = next(wanted, None)
+        for position, row in enumerate(self._source):
+            if nxt is None:
+                return
+            if position == nxt[0]:
+                if row.hash != nxt[1]:
+                    raise DataError(f"{self._source.path}: record {row.id!r} changed while the run read the file")
+                yield row.record()
+                nxt = next(wanted, None)
+        if nxt is not None:
+            raise DataError(f"{self._source.path}: the file got shorter while the run read it")
 
 
 def work_of(spec: BaseSpec, row: Record | HashedRow) -> Work:
@@ -103,9 +162,9 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    unique: list[Record] = Field(
+    unique: PlannedRows = Field(
         description="The first record of each content with work left for some spec: only these are judged "
-        "(a content already judged for every spec is not held)."
+        "(a content already judged for every spec is not held; past PLAN_HOLD rows of a file, none is held)."
     )
     judge_keys: dict[str, str] = Field(description="Spec name -> the judge key the plan was made for.")
     pending: dict[str, list[list[str] | None]] = Field(description="Spec name -> per unique record (Store.pending).")
@@ -131,8 +190,8 @@ class Plan(BaseModel):
     members: list[tuple[str, str]] = Field(
         default_factory=list, description="(record id, content hash) of every record: the run's snapshot."
     )
-    unstored: list[Record] = Field(
-        default_factory=list,
+    unstored: PlannedRows = Field(
+        default_factory=PlannedRows,
         description="Records stored with the snapshot when the store lacks it: every Record given, and the "
         "rows read from a file whose (id, content) the store has not seen.",
     )
@@ -146,15 +205,21 @@ class _Planner:
     """One :func:`plan_work`: the plan's parts, filled one chunk of rows at a time."""
 
     def __init__(
-        self, specs: list[BaseSpec], store: Store, cfg: JudgeConfig, retry_errors: bool, sample: Sample | None
+        self,
+        specs: list[BaseSpec],
+        store: Store,
+        cfg: JudgeConfig,
+        retry_errors: bool,
+        sample: Sample | None,
+        source: DataFile | None,
     ) -> None:
         self.specs, self.store, self.retry_errors, self.sample = specs, store, retry_errors, sample
         self.keys = spec_keys(order_specs(specs))
         self.judge_keys = {s.name: config_for(s, cfg).key for s in specs}
-        self.unique: list[Record] = []
+        self.unique = PlannedRows(source)
         self.pending: dict[str, list[list[str] | None]] = {s.name: [] for s in specs}
         self.members: list[tuple[str, str]] = []
-        self.unstored: list[Record] = []
+        self.unstored = PlannedRows(source)
         self.seen: set[str] = set()  # content hashes planned so far: the first record of each content is judged
         self.todo: Counter[Work] = Counter()
         self.by_name = {s.name: s for s in specs}
@@ -181,16 +246,15 @@ class _Planner:
                 made[i] = r if isinstance(r, Record) else r.record()
             return made[i]
 
-        self._pending(chunk, record)
-        self.unstored.extend(
-            record(i)
-            for i, (r, pair) in enumerate(zip(chunk, pairs, strict=True))
-            if isinstance(r, Record) or pair not in known
-        )
+        start = len(self.members)  # the chunk's first row's position in the dataset
+        self._pending(chunk, record, start)
+        for i, (r, pair) in enumerate(zip(chunk, pairs, strict=True)):
+            if isinstance(r, Record) or pair not in known:
+                self.unstored.add(start + i, r, functools.partial(record, i))
         self.members.extend(pairs)
         self._count(chunk)
 
-    def _pending(self, chunk: Sequence[Record | HashedRow], record: _Made) -> None:
+    def _pending(self, chunk: Sequence[Record | HashedRow], record: _Made, start: int) -> None:
         """What the store lacks for the chunk's contents not seen before; the ones with work left are held."""
         fresh = []
         for i, r in enumerate(chunk):
@@ -214,7 +278,7 @@ class _Planner:
         for n, i in enumerate(fresh):
             if all(asked[s.name][n] is None for s in self.specs):
                 continue
-            self.unique.append(record(i))
+            self.unique.add(start + i, chunk[i], functools.partial(record, i))
             for s in self.specs:
                 rest = asked[s.name][n]
                 self.pending[s.name].append(rest)
@@ -279,7 +343,8 @@ def plan_work(
     if sample is not None and sample.records is not None:
         drawn, population = sample_records(cast("Iterable[Record | HashedRow]", records), sample.records, sample.seed)
         records = cast("Rows", drawn)
-    planner = _Planner(list(specs), store, cfg, retry_errors, sample)
+    source = records if isinstance(records, DataFile) else None  # a file can be read again: see PlannedRows
+    planner = _Planner(list(specs), store, cfg, retry_errors, sample, source)
     chunk: list[Record | HashedRow] = []
     for r in records:
         chunk.append(r)

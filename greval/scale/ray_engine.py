@@ -33,13 +33,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
+from greval.dataset.records import Record
 from greval.errors import UserError, first_line, option
 from greval.llm.config import JudgeConfig
 from greval.llm.limiter import AdaptiveLimiter
 from greval.runner.job import RunJob
 from greval.runner.judging import judge_plan
 from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions
-from greval.runner.plan import Plan, work_of
+from greval.runner.plan import Plan, PlannedRows, work_of
 from greval.spec import BaseSpec
 from greval.store.store import Store
 
@@ -220,16 +221,19 @@ def split_plan(plan: Plan, specs: Sequence[BaseSpec], shards: int) -> list[Plan]
     """The plan's records dealt round-robin into at most ``shards`` plans (no empty one). A shard plan holds
     no snapshot: the driver links the run's snapshot once."""
     n = max(1, min(shards, len(plan.unique)))
+    dealt: list[list[Record]] = [[] for _ in range(n)]
+    for i, rec in enumerate(plan.unique):  # read once, in order (a large plan reads its file again here)
+        dealt[i % n].append(rec)
     out = []
     for k in range(n):
         idx = range(k, len(plan.unique), n)
         pending = {name: [rows[i] for i in idx] for name, rows in plan.pending.items()}
         work = Counter(
-            work_of(s, plan.unique[i]) for s in specs for i, left in zip(idx, pending[s.name], strict=True) if left
+            work_of(s, rec) for s in specs for rec, left in zip(dealt[k], pending[s.name], strict=True) if left
         )
         out.append(
             Plan.model_construct(
-                unique=[plan.unique[i] for i in idx],
+                unique=PlannedRows(records=dealt[k]),
                 judge_keys=plan.judge_keys,
                 pending=pending,
                 judgements=work["judgement"],
@@ -243,7 +247,7 @@ def split_plan(plan: Plan, specs: Sequence[BaseSpec], shards: int) -> list[Plan]
                 records=len(idx),
                 distinct_contents=len(idx),
                 members=[],
-                unstored=[],
+                unstored=PlannedRows(),
             )
         )
     return out

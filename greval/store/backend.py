@@ -11,19 +11,21 @@ dialects differ in a handful of places that are easier to read here than behind 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from greval.errors import StoreUnavailable, UserError, first_line
 
 Dialect = Literal["sqlite", "postgresql"]
+T = TypeVar("T")
 
 _URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -36,6 +38,10 @@ _SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
 #: How long an operation waits for a PostgreSQL server that went away (a restart, a failover, a network cut),
 #: connecting again now and then, before the store is given up as unavailable (seconds).
 RECONNECT_WAIT_S = 60.0
+
+
+#: Rows read as they are consumed (closing it ends the read).
+Rows = Generator[tuple[Any, ...], None, None]
 
 
 class Cursor(Protocol):
@@ -61,6 +67,13 @@ class DB(Protocol):
     def executemany(self, sql: str, parameters: Any, /) -> Any: ...
 
     def close(self) -> None: ...
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter): a large read or write a chunk at a time."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
 
 
 def is_url(ref: str | Path) -> bool:
@@ -135,6 +148,7 @@ class PgConnection:
         self.wait_s = wait_s
         self._in_tx = False
         self._piped = False
+        self._cursors = 0  # server-side cursors opened: each gets a name of its own
         #: The error to raise once the server stayed away past the wait (arguments: the last failure, seconds
         #: waited); the store sets it to say what it holds.
         self.gone: Callable[[BaseException, float], Exception] = lambda exc, waited: StoreUnavailable(
@@ -173,6 +187,26 @@ class PgConnection:
         cur = self._conn.cursor()
         cur.execute(_pg_sql(sql), _text_safe(parameters) or None)
         return cur
+
+    def stream(self, sql: str, parameters: Sequence[Any] = (), size: int = 5000) -> Rows:
+        """The rows of a read, ``size`` at a time, through a server-side (named) cursor: a plain cursor would
+        fetch the whole result into this process before the first row. A cursor lives in a transaction: one
+        is begun for it, unless the caller's is open."""
+        own = not self._in_tx
+        if own:
+            self.execute("BEGIN")
+        self._cursors += 1
+        try:
+            with self._conn.cursor(name=f"greval_stream_{self._cursors}") as cur:
+                cur.execute(_pg_sql(sql), _text_safe(parameters) or None)
+                while rows := cur.fetchmany(size):
+                    yield from rows
+        except BaseException:
+            if own:
+                self.execute("ROLLBACK")
+            raise
+        if own:
+            self.execute("COMMIT")
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any:
         if self.down is not None:

@@ -19,7 +19,7 @@ from typing import Any, Self, TypeVar
 from greval.errors import Remedy, StoreUnavailable, UserError, first_line
 from greval.paths import private_file
 from greval.store import schema
-from greval.store.backend import DB, RECONNECT_WAIT_S, Dialect, PgConnection, dialect_of, display, transient
+from greval.store.backend import DB, RECONNECT_WAIT_S, Dialect, PgConnection, Rows, dialect_of, display, transient
 
 T = TypeVar("T")
 
@@ -279,6 +279,23 @@ class StoreFile:
                     f"{sql} AND record_hash IN ({','.join('?' * len(chunk))})", (*params, *chunk)
                 ).fetchall()
             yield from rows
+
+    def stream(self, sql: str, params: Sequence[Any] = (), size: int = 5000) -> Rows:
+        """The rows of a large read, fetched ``size`` at a time (SQLite steps through its result; PostgreSQL
+        reads through a server-side cursor), so that memory does not grow with the store. The connection is
+        held until the rows are read (or the iterator closed)."""
+        with self._lock:
+            try:
+                if isinstance(self.db, PgConnection):
+                    yield from self.db.stream(sql, params, size)
+                    return
+                cur = self.db.execute(sql, tuple(params))
+                while rows := cur.fetchmany(size):
+                    yield from rows
+            except Exception as exc:
+                if not self._lost(exc):
+                    raise
+                raise self._unavailable(exc, None) from None
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Any read, rows as dicts (for tests and one-off inspection: greval's stages call named methods)."""

@@ -9,7 +9,9 @@ tied to a live process) and the schema's own version are not data and are not co
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -54,9 +56,10 @@ def copy_store(src: str | Path, dst: str | Path, progress: Callable[[str, int], 
                 before = int(b.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
                 total = 0
                 insert = f"INSERT INTO {table} ({names}) VALUES ({','.join('?' * len(cols))}) ON CONFLICT DO NOTHING"
-                with a._lock:
-                    cur = a.db.execute(f"SELECT {names} FROM {table} ORDER BY {_order(a, spec)}")
-                    while rows := cur.fetchmany(_CHUNK):
+                # Read as it is written (a PostgreSQL source through a server-side cursor): memory holds a chunk.
+                read = a.stream(f"SELECT {names} FROM {table} ORDER BY {_order(a, spec)}", (), _CHUNK)
+                with closing(read) as source:
+                    while rows := list(itertools.islice(source, _CHUNK)):
                         try:
                             b.db.executemany(insert, rows)
                         except Exception as exc:  # a value the destination cannot hold: name the table

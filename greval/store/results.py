@@ -25,13 +25,14 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from greval.errors import UserError, option
+from greval.errors import option
 from greval.llm.retry import CUT_OFF_HINT, ErrorKind
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale
 from greval.store.store import Store
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RecordStatus = Literal["ok", "partial", "error", "skipped"]
+#: Rows read from the store as they are consumed (closing it ends the read).
+RowStream = Generator[dict[str, Any], None, None]
 
 _ITEM_COLS = (
     "spec",
@@ -76,35 +79,39 @@ _ITEM_COLS = (
 _FIGURE_COLS = (*_ITEM_COLS[:16], "created_at", "stored_units")
 
 
-def _item_sql(ids: str, full: bool, units: str) -> str:
-    """Verdicts joined with their record ids (``ids``: the id table to join, with its own filter); ``full``
-    adds the judgement's outputs, tokens and timings, else ``units`` reads only their units (SQL)."""
-    cols = """v.spec_name, v.spec_hash, v.spec_key, j.label, v.judge_key, COALESCE(i.record_id, v.record_id),
-       v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error,
-       v.error_kind"""
-    if not full:
-        return f"""
-SELECT {cols}, v.created_at, {units}
-FROM verdicts v
-JOIN judges j ON j.judge_key = v.judge_key
-{ids}
-LEFT JOIN judgements g ON g.spec_key = v.spec_key AND g.judge_key = v.judge_key AND g.record_hash = v.record_hash
-"""
+def _item_sql(ids: str, tail: str) -> str:
+    """Verdicts joined with their record ids (``ids``: the id table to join, with its own filter), their
+    judge's label and their judgement; ``tail``: the columns after the verdict's own."""
     return f"""
-SELECT {cols},
-       g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at,
-       v.token_confidence
+SELECT v.spec_name, v.spec_hash, v.spec_key, j.label, v.judge_key, COALESCE(i.record_id, v.record_id) AS rid,
+       v.record_hash, v.item_id, v.status, v.label, v.value, v.score, v.confidence, v.reason, v.error,
+       v.error_kind, {tail}
 FROM verdicts v
 JOIN judges j ON j.judge_key = v.judge_key
 {ids}
 LEFT JOIN judgements g ON g.spec_key = v.spec_key AND g.judge_key = v.judge_key AND g.record_hash = v.record_hash
 """
+
+
+#: The judgement's outputs, tokens and timings, and the verdict's own times (the rest of an item row).
+_FULL_TAIL = (
+    "g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at,"
+    " v.token_confidence"
+)
 
 
 def _select(
-    store: Store, spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None, full: bool
+    store: Store,
+    spec: str | None,
+    run_id: str | None,
+    spec_key: str | None,
+    judge_key: str | None,
+    full: bool,
+    extra: str = "",
 ) -> tuple[str, list[Any]]:
-    """The item-row query (no ORDER BY) and its parameters; ``run_id``: only the ids that run was given."""
+    """The item-row query (no ORDER BY) and its parameters; ``run_id``: only the ids that run was given;
+    ``full``: every column of an item row, else only what figures read (the units of the outputs);
+    ``extra``: more columns, after those."""
     where: list[str] = []
     params: list[Any] = []
     if run_id is not None:
@@ -119,8 +126,16 @@ def _select(
         if val is not None:
             where.append(f"{col} = ?")
             params.append(val)
-    sql = _item_sql(ids, full, store.json_field("g.outputs", UNITS))
+    tail = _FULL_TAIL if full else f"v.created_at, {store.json_field('g.outputs', UNITS)}"
+    sql = _item_sql(ids, tail + extra)
     return sql + (" WHERE " + " AND ".join(where) if where else ""), params
+
+
+#: Item rows fetched at a time: they carry reasons and outputs (a few KB each), figures' rows do not.
+_WIDE_CHUNK = 1000
+
+#: The order item rows are listed in: by metric name, then storage order (two ids of one content: by id).
+_ITEM_ORDER = "v.spec_name, v.created_at, v.rowid, COALESCE(i.record_id, v.record_id)"
 
 
 def item_rows(
@@ -133,31 +148,59 @@ def item_rows(
 ) -> list[dict[str, Any]]:
     """One row per verdict and record id, by metric name then storage order. ``run_id``: only the record
     ids that run was given."""
+    return list(_item_stream(store, spec, run_id, spec_key, judge_key))
+
+
+def _item_stream(
+    store: Store,
+    spec: str | None,
+    run_id: str | None = None,
+    spec_key: str | None = None,
+    judge_key: str | None = None,
+) -> RowStream:
+    """:func:`item_rows`, read from the store a few thousand at a time."""
     sql, params = _select(store, spec, run_id, spec_key, judge_key, full=True)
-    with store._lock:
-        rows = store.db.execute(sql + " ORDER BY v.spec_name, v.created_at, v.rowid, 6", params).fetchall()
-    out = []
-    for r in rows:
-        row = dict(zip(_ITEM_COLS, r, strict=True))
-        row["outputs"] = json.loads(row["outputs"]) if row["outputs"] else {}
-        out.append(row)
-    return out
+    with closing(store.stream(f"{sql} ORDER BY {_ITEM_ORDER}", params, _WIDE_CHUNK)) as rows:
+        for r in rows:
+            yield _item_row(r)
+
+
+def _item_row(r: Sequence[Any]) -> dict[str, Any]:
+    row = dict(zip(_ITEM_COLS, r[: len(_ITEM_COLS)], strict=True))
+    row["outputs"] = json.loads(row["outputs"]) if row["outputs"] else {}
+    return row
 
 
 def _stream(
     store: Store, spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None
-) -> Iterator[dict[str, Any]]:
+) -> RowStream:
     """The columns figures read, sorted so that each record's rows come together (in storage order), read
     a few thousand at a time."""
     sql, params = _select(store, spec, run_id, spec_key, judge_key, full=False)
-    sql += " ORDER BY v.spec_key, v.judge_key, 6, v.record_hash, v.created_at, v.rowid"
-    with store._lock:
-        cur = store.db.execute(sql, params)
-        while chunk := cur.fetchmany(5000):
-            for r in chunk:
-                row = dict(zip(_FIGURE_COLS, r, strict=True))
-                row["stored_units"] = store.json_value(row["stored_units"])
-                yield row
+    sql += " ORDER BY v.spec_key, v.judge_key, rid, v.record_hash, v.created_at, v.rowid"
+    with closing(store.stream(sql, params)) as rows:
+        for r in rows:
+            row = dict(zip(_FIGURE_COLS, r, strict=True))
+            row["stored_units"] = store.json_value(row["stored_units"])
+            yield row
+
+
+def _record_stream(store: Store, spec: str | None) -> RowStream:
+    """:func:`record_rows` of every item row, streamed: each record's item rows are sorted together, the
+    records in the order of their first item row (as :func:`record_rows` lists them), then grouped one record
+    at a time."""
+    rank = f", ROW_NUMBER() OVER (ORDER BY {_ITEM_ORDER}) AS pos"
+    ranked, params = _select(store, spec, None, None, None, True, rank)
+    grouped = (
+        "SELECT * FROM (SELECT q.*, MIN(q.pos) OVER (PARTITION BY q.spec_key, q.judge_key, q.rid, q.record_hash)"
+        f" AS first_pos FROM ({ranked}) q) t ORDER BY first_pos, pos"
+    )
+    specs: dict[str, BaseSpec] = {}
+    with closing(store.stream(grouped, params, _WIDE_CHUNK)) as rows:
+        for key, grp in itertools.groupby(map(_item_row, rows), key=_group_key):
+            if key[0] not in specs:
+                specs[key[0]] = store.any_spec(key[0])
+            yield _record_row(specs[key[0]], list(grp))
 
 
 def aggregate_items(spec: Spec, labels: Sequence[str | None], values: Sequence[float | None]) -> float | None:
@@ -621,13 +664,34 @@ _RECORD_COLS = (
 )
 
 
+#: The columns of item-level results (load_results, exports): an item row without its keys' internals.
+ITEM_COLUMNS = tuple(c for c in _ITEM_COLS if c not in ("spec_key", "judge_key", "error_kind"))
+#: The columns of record-level results.
+RECORD_COLUMNS = _RECORD_COLS
+
+
+def result_rows(store: Store, spec: str | None, level: Literal["item", "record"]) -> RowStream:
+    """The rows of :func:`load_results` and of an export (their columns: :data:`ITEM_COLUMNS`,
+    :data:`RECORD_COLUMNS`), read from the store as they are consumed: memory holds one chunk of rows (and
+    one record's items), not the store. A metric the store does not have is a UserError instead of the first
+    row. Closing it early ends the read (and, on PostgreSQL, its cursor)."""
+    with closing(_item_stream(store, spec) if level == "item" else _record_stream(store, spec)) as rows:
+        first = next(rows, None)
+        if first is None:
+            if spec:
+                store.latest_spec(spec)  # raises a clear "no metric" error
+            return
+        yield first
+        yield from rows
+
+
 def verdict_frame(store: Store, items: Sequence[Mapping[str, Any]], level: Literal["item", "record"]) -> pd.DataFrame:
     """Item rows (:func:`item_rows`) as the DataFrame :func:`load_results` returns: as they are, or grouped
     into record rows (:func:`record_rows`; their specs read from ``store``)."""
     if level == "item":
-        return _frame(items, [c for c in _ITEM_COLS if c not in ("spec_key", "judge_key", "error_kind")])
+        return _frame(items, ITEM_COLUMNS)
     specs = {key: store.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
-    return _frame(record_rows(items, specs), _RECORD_COLS)
+    return _frame(record_rows(items, specs), RECORD_COLUMNS)
 
 
 def load_results(
@@ -639,36 +703,7 @@ def load_results(
     judged record id with many-metrics aggregated into ``score`` and item counts (see the module doc)."""
     st = store if isinstance(store, Store) else Store(store)
     try:
-        items = item_rows(st, spec)
-        if not items and spec:
-            st.latest_spec(spec)  # raises a clear "no metric" error
-        return verdict_frame(st, items, level)
+        return _frame(result_rows(st, spec, level), ITEM_COLUMNS if level == "item" else RECORD_COLUMNS)
     finally:
         if not isinstance(store, Store):
             st.close()
-
-
-def export_results(
-    store: str | Path,
-    output: str | Path,
-    fmt: str | None = None,
-    spec: str | None = None,
-    level: Literal["item", "record"] = "item",
-) -> int:
-    """Write verdicts to CSV, JSONL or Parquet (format from ``fmt`` or the file's suffix); returns rows."""
-    out = Path(output)
-    kind = (fmt or out.suffix.lstrip(".")).lower()
-    if kind not in ("csv", "jsonl", "ndjson", "parquet", "pq"):
-        raise UserError(f"unknown export format {kind!r}; use csv, jsonl or parquet")
-    frame = load_results(store, spec, level)
-    if kind == "csv":
-        flat = frame.copy()
-        flat["outputs"] = flat["outputs"].map(lambda d: json.dumps(d, ensure_ascii=False))
-        flat.to_csv(out, index=False)
-    elif kind in ("jsonl", "ndjson"):
-        frame.to_json(out, orient="records", lines=True, force_ascii=False)
-    else:
-        flat = frame.copy()
-        flat["outputs"] = flat["outputs"].map(lambda d: json.dumps(d, ensure_ascii=False))
-        flat.to_parquet(out, index=False)
-    return len(frame)

@@ -3,29 +3,35 @@
 Schema history: 1 kept one record id per content and no dataset on human labels; 2 added record ids,
 snapshots and claims; 3 stores each error's kind (``error_kind``, an :class:`~greval.types.ErrorKind` value)
 beside its text, so that readers count failures by kind without parsing the text; 4 stores each verdict's
-``token_confidence`` (from the judge's token log-probabilities; NULL for verdicts judged without them). A store
-written by an older greval is migrated the first time this one opens it, in one transaction.
+``token_confidence`` (from the judge's token log-probabilities; NULL for verdicts judged without them); 5 stores
+each judge answer once, in its judgement's ``calls`` (the ``raw`` column held the same text again), and a
+judgement's judge by its key alone (``model`` and ``params`` repeated the ``judges`` row): the three columns are
+NULL in rows written since, and emptied in older rows wherever they repeat what ``calls`` and ``judges`` hold.
+A store written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from greval.dataset.records import Record
+from greval.store.backend import batched
 from greval.types import ErrorKind
 
 if TYPE_CHECKING:
     from greval.store.backend import DB, Dialect
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
-# ddl() gives PostgreSQL's (the one schema definition of both).
+# ddl() gives PostgreSQL's (the one schema definition of both). judgements.raw, .model and .params are NULL since
+# schema 5: each call's answer is in ``calls``, the judge's label and identity in ``judges``.
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS specs (
@@ -113,6 +119,9 @@ ALTER TABLE verdicts ADD COLUMN token_confidence REAL;
 
 _KINDS = {k.value: k for k in ErrorKind}
 
+#: How greval joined a judgement's answers into its ``raw`` column (schema 4 and before).
+RAW_SEPARATOR = "\n---\n"
+
 
 _LEGACY_DEPENDENCY = ("depends on ", "needs the verdicts of ")
 
@@ -154,10 +163,11 @@ def put_snapshot(db: DB, records: Sequence[Record], key: str | None = None) -> s
 def put_members(db: DB, members: Sequence[tuple[str, str]], key: str | None = None) -> str:
     """:func:`put_snapshot` for a dataset given as its (record id, content hash) pairs."""
     key = key or members_key(members)
-    db.executemany(
-        "INSERT INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?) ON CONFLICT DO NOTHING",
-        [(key, *m) for m in members],
-    )
+    for chunk in batched(members, 5000):
+        db.executemany(
+            "INSERT INTO snapshot_members (snapshot, record_id, record_hash) VALUES (?,?,?) ON CONFLICT DO NOTHING",
+            [(key, *m) for m in chunk],
+        )
     db.execute(
         "INSERT INTO snapshots (snapshot, records, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
         (key, len(members), time.time()),
@@ -260,6 +270,8 @@ def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
             )
     if version < 4:
         _script(db, _MIGRATE_3_4, dialect)
+    if version < 5:
+        _migrate_4_5(db)
     set_version(db)
 
 
@@ -308,3 +320,54 @@ def _migrate_1_2(db: DB) -> None:
         ],
     )
     db.execute("DROP TABLE human_labels_v1")
+
+
+def call_answers(calls: str | None) -> list[str]:
+    """The model's answers a judgement's ``calls`` (JSON) hold, in call order (calls without one left out)."""
+    try:
+        logged = json.loads(calls or "[]")
+    except ValueError:
+        return []
+    if not isinstance(logged, list):
+        return []
+    return [c["raw"] for c in logged if isinstance(c, dict) and isinstance(c.get("raw"), str) and c["raw"]]
+
+
+def raw_in_calls(raw: str | None, calls: str | None) -> bool:
+    """Whether a schema-4 ``raw`` column says nothing its ``calls`` do not: it joined the answers of the
+    judgement's last write, which are the last of ``calls`` (a resumed many-judge appends its calls)."""
+    if raw is None:
+        return True
+    answers = call_answers(calls)
+    return any(RAW_SEPARATOR.join(answers[k:]) == raw for k in range(len(answers) + 1))
+
+
+def _migrate_4_5(db: DB, chunk: int = 5000) -> None:
+    """Schema 4 -> 5: empty each judgement's ``raw``, ``model`` and ``params`` where they repeat its calls'
+    answers and its judge's row (where they do not, they are kept). A chunk of rows at a time, in key order
+    (the primary key's index on both engines; PostgreSQL has none on its rowid)."""
+    last: tuple[str, ...] = ("", "", "")
+    while True:
+        rows = db.execute(
+            "SELECT g.spec_key, g.judge_key, g.record_hash, g.calls, g.raw, g.model, g.params, j.label, j.identity"
+            " FROM judgements g LEFT JOIN judges j ON j.judge_key = g.judge_key"
+            " WHERE (g.spec_key, g.judge_key, g.record_hash) > (?, ?, ?)"
+            " ORDER BY g.spec_key, g.judge_key, g.record_hash LIMIT ?",
+            (*last, chunk),
+        ).fetchall()
+        if not rows:
+            return
+        last = tuple(rows[-1][:3])
+        db.executemany(
+            "UPDATE judgements SET raw=?, model=?, params=? WHERE spec_key=? AND judge_key=? AND record_hash=?",
+            [
+                (
+                    None if raw_in_calls(raw, calls) else raw,
+                    None if model == label else model,
+                    None if params == identity else params,
+                    *key,
+                )
+                for *key, calls, raw, model, params, label, identity in rows
+                if raw is not None or model is not None or params is not None
+            ],
+        )

@@ -19,13 +19,15 @@ holds SQL.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +36,15 @@ from greval.errors import UserError
 from greval.llm.config import JudgeConfig
 from greval.spec import BaseSpec, Spec, parse_spec
 from greval.store.annotation import AnnotationPushes
-from greval.store.backend import DB, RECONNECT_WAIT_S
+from greval.store.backend import DB, RECONNECT_WAIT_S, batched
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
 from greval.types import PROMPT_LAYOUT, RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
+
+#: Records a connection remembers having stored (see Store._stored), and records stored per transaction.
+_REMEMBERED = 10_000
+_RECORD_CHUNK = 2000
 
 #: How long a claim on a judgement holds when its owner cannot be checked (another host); an owner on this
 #: host that is gone (killed) frees its claims at once.
@@ -76,6 +82,11 @@ def spec_keys(specs: Sequence[BaseSpec], *, layout: int | None = None) -> dict[s
     return keys
 
 
+def _json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """JSON text as the store keeps it, without the spaces after separators (bytes on every stored row)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=default)
+
+
 class Store(HumanLabels, AnnotationPushes, VerdictLookups):
     """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
     (``postgresql://…``, shared by many machines); one connection per Store.
@@ -90,12 +101,13 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         #: of this process's work.
         self.committed = 0
         self.committed_verdicts = 0
-        # (record id, record hash) pairs this connection has stored: each is written once.
-        self._stored: set[tuple[str, str]] = set()
+        # (record id, record hash) pairs this connection stored last (at most _REMEMBERED, oldest dropped first):
+        # a record judged by several metrics in turn is written once, and a long run's memory does not grow
+        # with its dataset. One stored earlier is asked of the store (put_records) or written again (a no-op).
+        self._stored: OrderedDict[tuple[str, str], None] = OrderedDict()
         # Judgements put with defer=True, waiting for the next group commit (put_result's arguments and time).
         self._queue: list[tuple[Any, ...]] = []
         self._queued_keys: set[tuple[str, str, str]] = set()  # their (spec key, judge key, record hash)
-        self._judge_params: dict[str, str] = {}
         self.owner = uuid.uuid4().hex[:12]  # this connection, as the holder of claims
         self._reap_runs()
 
@@ -135,13 +147,25 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         )
 
     def put_records(self, records: Iterable[Record]) -> None:
-        """Store records (content once per hash, every (id, hash) pair). Records this connection already
-        stored are skipped without serialising them."""
-        todo = [r for r in records if (r.id, r.hash) not in self._stored]
-        if not todo:
-            return
-        self._write(lambda db: self._insert_records(db, todo))
-        self._stored.update((r.id, r.hash) for r in todo)
+        """Store records (content once per hash, every (id, hash) pair), read and written a chunk at a time.
+        Records the store already holds (stored by this connection lately, else :meth:`known_records`) are
+        skipped without serialising them."""
+        for chunk in batched(records, _RECORD_CHUNK):
+            fresh = [r for r in chunk if (r.id, r.hash) not in self._stored]
+            known = self.known_records([(r.id, r.hash) for r in fresh]) if fresh else set()
+            todo = [r for r in fresh if (r.id, r.hash) not in known]
+            if todo:
+                self._write(functools.partial(self._insert_records, records=todo))
+                self._remember((r.id, r.hash) for r in todo)
+
+    def _remember(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Note records this connection stored (the latest _REMEMBERED of them are kept)."""
+        stored = self._stored
+        for pair in pairs:
+            stored[pair] = None
+            stored.move_to_end(pair)
+        while len(stored) > _REMEMBERED:
+            stored.popitem(last=False)
 
     def _insert_records(self, db: DB, records: Sequence[Record]) -> None:
         """Content once per hash; every (id, hash) pair. Every id is kept, whatever its content."""
@@ -149,7 +173,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         fresh = {r.hash: r for r in records}
         db.executemany(
             "INSERT INTO records (record_hash, record_id, data, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-            [(h, r.id, json.dumps(r.data, ensure_ascii=False, default=str), now) for h, r in fresh.items()],
+            [(h, r.id, _json(r.data, str), now) for h, r in fresh.items()],
         )
         db.executemany(
             "INSERT INTO record_ids (record_id, record_hash, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
@@ -464,13 +488,6 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         self._write(release)
         self._written()
 
-    def _params(self, cfg: JudgeConfig) -> str:
-        """A judge's parameters as stored with each of its judgements (serialised once per judge)."""
-        text = self._judge_params.get(cfg.key)
-        if text is None:
-            text = self._judge_params[cfg.key] = json.dumps(cfg.identity, sort_keys=True)
-        return text
-
     def close(self) -> None:
         """Commit what is queued, then close (a deferred verdict is never dropped by closing its store; one
         that went away drops them, as its error said)."""
@@ -511,7 +528,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         """After the commit of the queued verdicts: their records are stored, the queue is empty."""
         self.committed += len(self._queue)
         self.committed_verdicts += sum(len(args[4].verdicts) or 1 for args in self._queue)
-        self._stored.update((args[3].id, args[3].hash) for args in self._queue)
+        self._remember((args[3].id, args[3].hash) for args in self._queue)
         self._queue.clear()
         self._queued_keys.clear()
 
@@ -566,8 +583,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         judge_key = cfg.key  # a property that hashes the config: computed once
         skipped = not_applicable(result)
         status = "ok" if result.ok else ("skipped" if skipped else "error")
-        calls = [c.model_dump() for c in result.calls]
-        raw = "\n---\n".join(c.raw for c in result.calls if c.raw)
+        calls = [c.model_dump() for c in result.calls]  # each call's answer (raw) is stored here alone
         if (record.id, record.hash) not in self._stored:
             # The record goes in with its first verdict, in the same transaction: a run needs no up-front
             # pass over the dataset before its first call, and no verdict lacks its record.
@@ -592,13 +608,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             lat += prev[3] or 0.0
             att += prev[4] or 0
             calls = json.loads(prev[5] or "[]") + calls
+        # Schema 5: raw, model and params stay NULL (the answers are in calls, the judge in judges); an older
+        # row judged again loses its copies with the rest of what it said.
         db.execute(
             "INSERT INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
-            " raw, model, params, tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
-            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
+            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (spec_key, judge_key, record_hash) DO UPDATE SET status=excluded.status,"
-            " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=excluded.raw,"
-            " model=excluded.model, params=excluded.params, tokens_in=excluded.tokens_in,"
+            " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=NULL, model=NULL,"
+            " params=NULL, tokens_in=excluded.tokens_in,"
             " tokens_out=excluded.tokens_out, latency_ms=excluded.latency_ms, attempts=excluded.attempts,"
             " run_id=excluded.run_id, updated_at=excluded.updated_at, error_kind=excluded.error_kind",
             (
@@ -607,11 +625,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                 record.hash,
                 status,
                 result.error,
-                json.dumps(outputs, ensure_ascii=False),
-                json.dumps(calls, ensure_ascii=False),
-                raw,
-                cfg.label,
-                self._params(cfg),
+                _json(outputs),
+                _json(calls),
                 t_in,
                 t_out,
                 lat,
@@ -672,7 +687,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                     v.confidence,
                     v.reason,
                     v.error,
-                    json.dumps(v.samples) if v.samples else None,
+                    _json(v.samples) if v.samples else None,
                     run_id,
                     now,
                     now,
