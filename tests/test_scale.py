@@ -188,15 +188,24 @@ def test_a_killed_worker_loses_nothing_and_pays_only_its_calls_in_flight(
         except BaseException as exc:  # surfaced by the assertion below
             failed.append(exc)
 
+    def stored_verdicts() -> int:
+        with Store(store_ref) as st:
+            return int(st.db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0])
+
     runner = threading.Thread(target=go)
     runner.start()
     deadline = time.monotonic() + 120
-    while llm.stats()["total"] < 4 and time.monotonic() < deadline and runner.is_alive():
+    while stored_verdicts() < 6 and time.monotonic() < deadline and runner.is_alive():  # some work already stored
         time.sleep(0.05)
     victims = shard_workers()
     assert victims, "no Ray worker was running a shard"
+    stored = stored_verdicts()
     in_flight = llm.stats()["in_flight"]
     os.kill(victims[0], signal.SIGKILL)
+    # What the retried shard may pay again: the calls whose verdict was not stored when its worker died — those in
+    # flight and those answered but not yet group-committed (at most GROUP_DELAY_S old, longer on a loaded
+    # machine). Nothing stored is paid twice.
+    unstored = llm.stats()["total"] - stored
     runner.join(timeout=180)
     assert not runner.is_alive() and not failed, failed
     summary = out[0]
@@ -204,8 +213,8 @@ def test_a_killed_worker_loses_nothing_and_pays_only_its_calls_in_flight(
     frame = load_results(store_ref)
     assert len(frame) == 24 and set(frame["status"]) == {"ok"}
     duplicates = llm.stats()["total"] - 24
-    print(f"killed {victims[0]} with {in_flight} call(s) in flight: {duplicates} paid twice")
-    assert 0 <= duplicates <= in_flight, (duplicates, in_flight)
+    print(f"killed {victims[0]} with {in_flight} call(s) in flight, {unstored} unstored: {duplicates} paid twice")
+    assert 0 <= duplicates <= unstored, (duplicates, unstored, in_flight)
     with Store(store_ref) as st:
         assert [r["status"] for r in st.runs()] == ["finished"]
         assert st.db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0  # no claim left behind
