@@ -24,6 +24,10 @@ per-round ratios (this ÷ baseline), with the load average before each step. The
     python scripts/bench_million.py --records 1000000 --run-rounds 1 --rounds 3
     python scripts/bench_million.py --records 20000 --steps run,rerun --keep /tmp/bench  # keep the stores
     python scripts/bench_million.py --records 1000000 --steps plan --baseline /tmp/base
+    python scripts/bench_million.py --records 1000000 --steps run --run-rounds 1 --keep /tmp/m --resume
+
+A first run stopped (SIGINT to its ``greval run``) and continued with ``--resume`` is one first run in segments:
+its CPU is the sum of theirs, its peak RSS the largest (each segment plans every row again).
 """
 
 from __future__ import annotations
@@ -196,6 +200,11 @@ def main() -> None:
     ap.add_argument("--steps", default="run,rerun,export,size")
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep the stores (default: a temp dir)")
     ap.add_argument("--only", choices=["this", "baseline"], default=None, help="run one version's steps alone")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="the run step continues the store --keep holds (a first run stopped with Ctrl-C) instead of a new one",
+    )
     args = ap.parse_args()
     steps = set(args.steps.split(","))
     versions = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
@@ -213,7 +222,7 @@ def main() -> None:
             costs: dict[str, list[Cost]] = {v: [] for v in versions}
             for r in range(args.run_rounds if "run" in steps else 0):
                 for v in order if r % 2 == 0 else order[::-1]:
-                    for p in work.glob(f"{stores[v].name}*"):
+                    for p in work.glob(f"{stores[v].name}*") if not args.resume else ():
                         p.unlink()
                     before, server = load(), server_cpu(srv)
                     cost = measure(run_cmd(data, stores[v], srv.base_url), versions[v], work / f"{v}-run.log")
