@@ -216,6 +216,35 @@ def _two_versions(quickstart: Path, server: OpenAIServer, tmp_path: Path) -> tup
     return store, f"attribution@{hashes[0]}", f"attribution@{hashes[1]}"
 
 
+def test_comparison_of_two_runs_shows_agreement_paired_by_record(
+    quickstart: Path, openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of the same records (the quick start's, and one of a second spec version): the agreement
+    difference pairs by record and equals `greval agreement --spec A --spec B`'s paired comparison."""
+    from greval.store.store import Store
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store, a, b = _two_versions(quickstart, openai_server, tmp_path)
+    with Store(str(store)) as st:
+        first, second = [r["run_id"] for r in st.runs()][-2:]
+    out = tmp_path / "cmp"
+    args = ["report", "--store", str(store), "--compare", first, second, "-o", str(out), "--bootstrap", "50"]
+    res = CliRunner().invoke(main, args, terminal_width=200)
+    assert res.exit_code == 0, res.output
+    [m] = json.loads((out / "comparison.json").read_text())["metrics"]
+    assert m["agreement_pairing"] == "record"
+    ag = tmp_path / "ag.json"
+    args = ["agreement", "--store", str(store), "--spec", a, "--spec", b, "--json", str(ag), "--bootstrap", "50"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    rep = json.loads(ag.read_text())
+    for d in rep["differences"]:
+        mine = m["agreement"][d["metric"]]
+        assert mine["difference"] == pytest.approx(d["estimate"]["value"])
+        assert mine["ci"] == pytest.approx([d["estimate"]["ci_low"], d["estimate"]["ci_high"]])
+        assert mine["n"] == rep["common_items"] == 30
+    assert "<td>record</td><td>30</td>" in (out / "index.html").read_text() and "Cohen's κ" in res.output
+
+
 @pytest.mark.browser
 def test_comparison_of_two_spec_versions_shows_changed_verdicts_first(
     quickstart: Path, openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

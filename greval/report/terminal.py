@@ -482,4 +482,6 @@ def print_store_comparison(console: Console, comp: Comparison) -> None:
     _table(console, f"A = {comp.a}  ·  B = {comp.b} ({comp.kind})", CHANGE_HEAD, change_rows(comp))
     agree = agreement_rows(comp)
     if agree:
-        _table(console, "agreement with people (paired)", AGREE_HEAD, agree)
+        _table(
+            console, "agreement with people (B − A: paired by record or question, else independent)", AGREE_HEAD, agree
+        )
