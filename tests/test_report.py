@@ -10,6 +10,7 @@ import html
 import json
 import re
 import shutil
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,57 @@ def test_compare_systems_shows_the_agreement_difference(llm: OpenAIServer, tmp_p
     assert f"<td>{shown}</td>" in page and "two independent bootstraps" in page
     assert "paired by record or question, else independent" in flat and shown in flat
     assert ("6 + 6" in flat) != shared
+
+
+def test_two_versions_of_a_metric_get_their_own_pages_and_system_rows(llm: OpenAIServer, tmp_path: Path) -> None:
+    """A store with two versions of answer_alignment (one word more in the second's instructions) judged on the
+    same records: each version writes its own agreement page (NAME@HASH8.agreement.html, titled with its hash;
+    one version keeps NAME.agreement.html), and each version's system rows are its own verdicts'."""
+    from greval.report.tables import shares_rows
+
+    store = tmp_path / "s.sqlite"
+    _store(llm, store)
+    spec = tmp_path / "answer_alignment.yaml"
+    text = (Path(__file__).parents[1] / "metric_specs" / "answer_alignment.yaml").read_text()
+    spec.write_text(text.replace("Judge agreement in meaning", "Judge agreement in meaning strictly"))
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(store) as st:
+        run(
+            resolve_specs([str(spec)]),
+            list(st.records()),
+            st,
+            cfg,
+            options=RunOptions(retry=RetryPolicy(base_delay=0.01)),
+        )
+        verdicts = st.query("SELECT spec_hash, record_hash, label FROM verdicts WHERE spec_name='answer_alignment'")
+        system = {r.hash: r.data["system"] for r in st.records()}
+    hashes = list(dict.fromkeys(r["spec_hash"] for r in verdicts))
+    assert len(hashes) == 2
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["report", "--store", str(store), "-o", str(out), "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    pages = {h: f"answer_alignment@{h[:8]}.agreement.html" for h in hashes}
+    written = {p.name for p in out.iterdir()}
+    assert set(pages.values()) <= written and "answer_alignment.agreement.html" not in written
+    assert "chunk_evaluation.agreement.html" not in written  # nobody labelled it: no page, as before
+    index = (out / "index.html").read_text()
+    for h, page in pages.items():
+        assert f"answer_alignment ({h})" in (out / page).read_text() and f'href="{page}"' in index
+        assert (out / page.replace(".html", ".json")).exists() and (out / page.replace(".html", ".md")).exists()
+    rep = build(store, system_column="system", bootstrap_resamples=50)
+    for m in (m for m in rep.metrics if m.metric == "answer_alignment"):
+        mine = [v for v in verdicts if v["spec_hash"] == m.spec_hash]
+        rows = [(where["system"], cells) for where, cells in shares_rows(m, rep) if "system" in where]
+        assert sorted(name for name, _ in rows) == ["basic", "local"]  # this version's systems, not both's
+        for name, cells in rows:
+            assert cells[1] == str(sum(system[v["record_hash"]] == name for v in mine))
+        got = {s.system: s for s in rep.systems if s.key == m.key}
+        assert {k: s.shares.n for k, s in got.items() if s.shares} == {k: 6 for k in ("basic", "local")}
+        counts = {k: {x.label: x.count for x in s.shares.shares} for k, s in got.items() if s.shares}
+        for name in ("basic", "local"):
+            want = Counter(v["label"] for v in mine if system[v["record_hash"]] == name)
+            assert {k: v for k, v in counts[name].items() if v} == dict(want)
+    assert f"answer_alignment@{hashes[0][:8]}" in index and f"answer_alignment@{hashes[1][:8]}" in index
 
 
 @pytest.mark.slow

@@ -386,7 +386,7 @@ def print_stats(console: Console, rep: StoreReport) -> None:
     for g in rep.groups:
         ghead, cells = drop_empty(group_head(g), group_cells(g), keys=3)
         if cells:
-            _table(console, f"{g.metric}: system × {g.column}", ghead, cells)
+            _table(console, f"{rep.label(g.key)}: system × {g.column}", ghead, cells)
 
 
 def print_labels(console: Console, rep: StoreReport) -> None:
