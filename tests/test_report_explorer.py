@@ -127,6 +127,46 @@ def test_quickstart_report_and_explorer_in_chromium(quickstart: Path, browser: A
     assert page.errors == []
 
 
+LAYOUT_SHIFTS = """() => {
+  window.__shifts = [];
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) window.__shifts.push({t: e.startTime, v: e.value, input: e.hadRecentInput,
+      nodes: (e.sources || []).map((s) => s.node ? (s.node.id || s.node.nodeName) : "?")});
+  }).observe({type: "layout-shift", buffered: true});
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_filtering_the_explorer_shifts_no_layout(quickstart: Path, browser: Any, tmp_path: Path, width: int) -> None:
+    """Typing in the search box and choosing a column filter moves nothing already on the page: the layout
+    shifts Chromium reports (PerformanceObserver 'layout-shift', buffered) after the page settled add up to 0
+    — counting those right after input too, which the CLS metric would forgive (typing is what filters)."""
+    out = _report(quickstart / "greval.sqlite", tmp_path / "report")
+    page = _page(browser, width)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    page.evaluate(LAYOUT_SHIFTS)
+    page.wait_for_timeout(300)  # settled: the shifts of loading are behind us
+    t0 = page.evaluate("performance.now()")
+    page.locator("#q").type("fully", delay=40)
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('q=fully')")
+    typed = page.locator("#count").inner_text()
+    page.select_option("#f-agree", "disagree")
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('agree=disagree')")
+    assert page.locator("#count").inner_text() != typed  # the filters did filter
+    page.locator("#q").fill("")
+    page.locator("#q").type("zzz-no-such-text", delay=20)  # down to no row at all
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('q=zzz')")
+    assert page.locator("#count").inner_text().startswith("0 of 30")
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('agree')")
+    page.wait_for_timeout(300)
+    shifts = [s for s in page.evaluate("window.__shifts") if s["t"] > t0]
+    assert sum(s["v"] for s in shifts) == 0, shifts
+    assert page.errors == []
+
+
 @pytest.mark.browser
 def test_explorer_shows_markup_in_records_as_text(
     openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
