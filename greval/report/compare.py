@@ -194,6 +194,21 @@ def agreement_change(
     return out, pairing
 
 
+def _agreement_or_note(
+    st: Store,
+    sides: tuple[Side, Side],
+    rows: tuple[MetricRow, MetricRow],
+    data: Mapping[str, dict[str, Any]],
+    resamples: int,
+) -> tuple[dict[str, Any] | None, Pairing | None, str | None]:
+    """:func:`agreement_change`, or why the agreement difference is left out (a one-line note the page and
+    the terminal show: the comparison of dataset scores and verdicts stands without it)."""
+    try:
+        return (*agreement_change(st, sides, rows, data, resamples), None)
+    except UserError as e:
+        return None, None, f"agreement with people left out: {e}"
+
+
 @dataclass(frozen=True)
 class Built:
     """A comparison, and what the explorer shows of it: each metric's side-A data, and the pair keys."""
@@ -246,7 +261,7 @@ def build_comparison(
             rows = side_by_side(metric_rows(da, numbers), rows_b, keys_a)
             flips = sum(r[-1] == "changed" for r in rows)
             compared = sum(r[-1] != "" for r in rows)
-            agree, pairing = agreement_change(st, (sa, sb), (ra, rb), data, resamples)
+            agree, pairing, note = _agreement_or_note(st, (sa, sb), (ra, rb), data, resamples)
             out.append(
                 MetricChange(
                     metric=name,
@@ -257,6 +272,7 @@ def build_comparison(
                     compared=compared,
                     agreement=agree,
                     agreement_pairing=pairing,
+                    note=note,
                 )
             )
             metrics.append(da)
@@ -356,6 +372,7 @@ def render_page(comp: Comparison) -> str:
             if agree
             else ""
         )
+        + "".join(f"<p class=note>{html.escape(m.metric)}: {html.escape(m.note)}</p>" for m in comp.metrics if m.note)
     )
 
 

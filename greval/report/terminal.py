@@ -481,6 +481,9 @@ def print_store_comparison(console: Console, comp: Comparison) -> None:
 
     _table(console, f"A = {comp.a}  ·  B = {comp.b} ({comp.kind})", CHANGE_HEAD, change_rows(comp))
     agree = agreement_rows(comp)
+    for m in comp.metrics:
+        if m.note:
+            console.print(f"note: {m.metric}: {m.note}", highlight=False, soft_wrap=True)
     if agree:
         _table(
             console, "agreement with people (B − A: paired by record or question, else independent)", AGREE_HEAD, agree
