@@ -10,6 +10,7 @@ import html
 import json
 import re
 import shutil
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,12 +41,16 @@ from greval.testing.openai_server import OpenAIServer
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
-def _store(llm: OpenAIServer, path: Path) -> None:
+def _store(
+    llm: OpenAIServer, path: Path, shared_questions: bool = False, annotators: Sequence[str] = ("ann1", "ann2")
+) -> None:
+    """12 records of two systems (local, basic: odd and even ids), human labels of answer_alignment by
+    ``annotators``; ``shared_questions``: both systems answer the same 6 questions (else each its own)."""
     recs = [
         Record.from_mapping(
             {
                 "id": f"r{i}",
-                "question": f"q{i}?",
+                "question": f"q{i // 2 if shared_questions else i}?",
                 "expected_answer": "e",
                 "answer": f"a{i}",
                 "chunks": [f"c{i}.{k}" for k in range(3)],
@@ -81,7 +86,7 @@ def _store(llm: OpenAIServer, path: Path) -> None:
                 "source": "import",
             }
             for i, r in enumerate(rows)
-            for k, who in enumerate(["ann1", "ann2"])
+            for k, who in enumerate(annotators)
         )
 
 
@@ -160,6 +165,110 @@ def test_report_compares_systems_and_links_agreement(llm: OpenAIServer, tmp_path
     assert json.loads((out / "report.json").read_text())["system_column"] == "system"
     index = (out / "index.html").read_text()
     assert "data:image/png;base64," in index and 'href="answer_alignment.agreement.html"' in index
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-questions", "same-questions"])
+def test_compare_systems_shows_the_agreement_difference(llm: OpenAIServer, tmp_path: Path, shared: bool) -> None:
+    """`report --compare system=basic system=local` where people labelled: each side's agreement is the figure
+    `greval agreement --slice system` gives that system, B − A is their difference, paired by question when
+    both systems answer the same questions and an independent bootstrap difference when each answers its own
+    (the page and the terminal say which)."""
+    store = tmp_path / "s.sqlite"
+    _store(llm, store, shared_questions=shared, annotators=())
+    labels = ["Correct", "Acceptable", "Not Acceptable", "Incorrect"]
+    with Store(store) as st:  # one person: wrong on 3 of basic's 6 records, 1 of local's
+        rows = st.query("SELECT record_hash, record_id, label FROM verdicts WHERE spec_name='answer_alignment'")
+        st.put_human_labels(
+            {
+                "spec_name": "answer_alignment",
+                "record_hash": r["record_hash"],
+                "item_id": "",
+                "annotator": "ann1",
+                "record_id": r["record_id"],
+                "label": labels[(labels.index(r["label"]) + (r["record_id"] in ("r0", "r2", "r4", "r3"))) % 4],
+                "status": "submitted",
+                "source": "import",
+            }
+            for r in rows
+        )
+    out = tmp_path / "cmp"
+    args = ["report", "--store", str(store), "--compare", "system=basic", "system=local", "-o", str(out)]
+    res = CliRunner().invoke(main, [*args, "--bootstrap", "200"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    m = next(
+        m for m in json.loads((out / "comparison.json").read_text())["metrics"] if m["metric"] == "answer_alignment"
+    )
+    assert m["agreement_pairing"] == ("question" if shared else "independent")
+    ag = tmp_path / "ag.json"
+    args = ["agreement", "--store", str(store), "--spec", "answer_alignment", "--slice", "system"]
+    res_ag = CliRunner().invoke(main, [*args, "--json", str(ag), "--bootstrap", "50"])
+    assert res_ag.exit_code == 0, res_ag.output
+    per = json.loads(ag.read_text())["slices"]["system"]
+    accuracy = m["agreement"]["accuracy"]
+    assert accuracy["a"] == pytest.approx(per["basic"]["metrics"]["accuracy"]["value"])
+    assert accuracy["b"] == pytest.approx(per["local"]["metrics"]["accuracy"]["value"])
+    assert (accuracy["a"], accuracy["b"]) == (pytest.approx(3 / 6), pytest.approx(5 / 6))
+    assert accuracy["difference"] == pytest.approx(accuracy["b"] - accuracy["a"])  # every question on both sides
+    low, high = accuracy["ci"]
+    assert low is not None and high is not None and low <= accuracy["difference"] <= high and low < high
+    assert (accuracy["n_a"], accuracy["n_b"]) == (6, 6)
+    assert accuracy["n"] == (6 if shared else 12)
+    page, flat = (out / "index.html").read_text(), " ".join(res.output.split())
+    shown = "question" if shared else "— (independent)"
+    assert f"<td>{shown}</td>" in page and "two independent bootstraps" in page
+    assert "paired by record or question, else independent" in flat and shown in flat
+    assert ("6 + 6" in flat) != shared
+
+
+def test_two_versions_of_a_metric_get_their_own_pages_and_system_rows(llm: OpenAIServer, tmp_path: Path) -> None:
+    """A store with two versions of answer_alignment (one word more in the second's instructions) judged on the
+    same records: each version writes its own agreement page (NAME@HASH8.agreement.html, titled with its hash;
+    one version keeps NAME.agreement.html), and each version's system rows are its own verdicts'."""
+    from greval.report.tables import shares_rows
+
+    store = tmp_path / "s.sqlite"
+    _store(llm, store)
+    spec = tmp_path / "answer_alignment.yaml"
+    text = (Path(__file__).parents[1] / "metric_specs" / "answer_alignment.yaml").read_text()
+    spec.write_text(text.replace("Judge agreement in meaning", "Judge agreement in meaning strictly"))
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(store) as st:
+        run(
+            resolve_specs([str(spec)]),
+            list(st.records()),
+            st,
+            cfg,
+            options=RunOptions(retry=RetryPolicy(base_delay=0.01)),
+        )
+        verdicts = st.query("SELECT spec_hash, record_hash, label FROM verdicts WHERE spec_name='answer_alignment'")
+        system = {r.hash: r.data["system"] for r in st.records()}
+    hashes = list(dict.fromkeys(r["spec_hash"] for r in verdicts))
+    assert len(hashes) == 2
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["report", "--store", str(store), "-o", str(out), "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    pages = {h: f"answer_alignment@{h[:8]}.agreement.html" for h in hashes}
+    written = {p.name for p in out.iterdir()}
+    assert set(pages.values()) <= written and "answer_alignment.agreement.html" not in written
+    assert "chunk_evaluation.agreement.html" not in written  # nobody labelled it: no page, as before
+    index = (out / "index.html").read_text()
+    for h, page in pages.items():
+        assert f"answer_alignment ({h})" in (out / page).read_text() and f'href="{page}"' in index
+        assert (out / page.replace(".html", ".json")).exists() and (out / page.replace(".html", ".md")).exists()
+    rep = build(store, system_column="system", bootstrap_resamples=50)
+    for m in (m for m in rep.metrics if m.metric == "answer_alignment"):
+        mine = [v for v in verdicts if v["spec_hash"] == m.spec_hash]
+        rows = [(where["system"], cells) for where, cells in shares_rows(m, rep) if "system" in where]
+        assert sorted(name for name, _ in rows) == ["basic", "local"]  # this version's systems, not both's
+        for name, cells in rows:
+            assert cells[1] == str(sum(system[v["record_hash"]] == name for v in mine))
+        got = {s.system: s for s in rep.systems if s.key == m.key}
+        assert {k: s.shares.n for k, s in got.items() if s.shares} == {k: 6 for k in ("basic", "local")}
+        counts = {k: {x.label: x.count for x in s.shares.shares} for k, s in got.items() if s.shares}
+        for name in ("basic", "local"):
+            want = Counter(v["label"] for v in mine if system[v["record_hash"]] == name)
+            assert {k: v for k, v in counts[name].items() if v} == dict(want)
+    assert f"answer_alignment@{hashes[0][:8]}" in index and f"answer_alignment@{hashes[1][:8]}" in index
 
 
 @pytest.mark.slow

@@ -127,6 +127,46 @@ def test_quickstart_report_and_explorer_in_chromium(quickstart: Path, browser: A
     assert page.errors == []
 
 
+LAYOUT_SHIFTS = """() => {
+  window.__shifts = [];
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) window.__shifts.push({t: e.startTime, v: e.value, input: e.hadRecentInput,
+      nodes: (e.sources || []).map((s) => s.node ? (s.node.id || s.node.nodeName) : "?")});
+  }).observe({type: "layout-shift", buffered: true});
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 390])
+def test_filtering_the_explorer_shifts_no_layout(quickstart: Path, browser: Any, tmp_path: Path, width: int) -> None:
+    """Typing in the search box and choosing a column filter moves nothing already on the page: the layout
+    shifts Chromium reports (PerformanceObserver 'layout-shift', buffered) after the page settled add up to 0
+    — counting those right after input too, which the CLS metric would forgive (typing is what filters)."""
+    out = _report(quickstart / "greval.sqlite", tmp_path / "report")
+    page = _page(browser, width)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    page.evaluate(LAYOUT_SHIFTS)
+    page.wait_for_timeout(300)  # settled: the shifts of loading are behind us
+    t0 = page.evaluate("performance.now()")
+    page.locator("#q").type("fully", delay=40)
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('q=fully')")
+    typed = page.locator("#count").inner_text()
+    page.select_option("#f-agree", "disagree")
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('agree=disagree')")
+    assert page.locator("#count").inner_text() != typed  # the filters did filter
+    page.locator("#q").fill("")
+    page.locator("#q").type("zzz-no-such-text", delay=20)  # down to no row at all
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('q=zzz')")
+    assert page.locator("#count").inner_text().startswith("0 of 30")
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('agree')")
+    page.wait_for_timeout(300)
+    shifts = [s for s in page.evaluate("window.__shifts") if s["t"] > t0]
+    assert sum(s["v"] for s in shifts) == 0, shifts
+    assert page.errors == []
+
+
 @pytest.mark.browser
 def test_explorer_shows_markup_in_records_as_text(
     openai_server: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -214,6 +254,35 @@ def _two_versions(quickstart: Path, server: OpenAIServer, tmp_path: Path) -> tup
     db.close()
     assert len(hashes) == 2
     return store, f"attribution@{hashes[0]}", f"attribution@{hashes[1]}"
+
+
+def test_comparison_of_two_runs_shows_agreement_paired_by_record(
+    quickstart: Path, openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of the same records (the quick start's, and one of a second spec version): the agreement
+    difference pairs by record and equals `greval agreement --spec A --spec B`'s paired comparison."""
+    from greval.store.store import Store
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store, a, b = _two_versions(quickstart, openai_server, tmp_path)
+    with Store(str(store)) as st:
+        first, second = [r["run_id"] for r in st.runs()][-2:]
+    out = tmp_path / "cmp"
+    args = ["report", "--store", str(store), "--compare", first, second, "-o", str(out), "--bootstrap", "50"]
+    res = CliRunner().invoke(main, args, terminal_width=200)
+    assert res.exit_code == 0, res.output
+    [m] = json.loads((out / "comparison.json").read_text())["metrics"]
+    assert m["agreement_pairing"] == "record"
+    ag = tmp_path / "ag.json"
+    args = ["agreement", "--store", str(store), "--spec", a, "--spec", b, "--json", str(ag), "--bootstrap", "50"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    rep = json.loads(ag.read_text())
+    for d in rep["differences"]:
+        mine = m["agreement"][d["metric"]]
+        assert mine["difference"] == pytest.approx(d["estimate"]["value"])
+        assert mine["ci"] == pytest.approx([d["estimate"]["ci_low"], d["estimate"]["ci_high"]])
+        assert mine["n"] == rep["common_items"] == 30
+    assert "<td>record</td><td>30</td>" in (out / "index.html").read_text() and "Cohen's κ" in res.output
 
 
 @pytest.mark.browser

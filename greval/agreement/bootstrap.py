@@ -164,6 +164,31 @@ def summarise(samples: dict[str, FloatArray], resamples: int, confidence: float)
     return out
 
 
+def collect(
+    resampler: Resampler, statistic: ResampleStatistic | None, batched: BatchStatistic | None = None
+) -> dict[str, FloatArray]:
+    """Every statistic's value in each resample, in draw order (NaN where undefined): what :func:`run`
+    summarises, and what an independent difference of two bootstraps subtracts resample by resample.
+    `batched` (per batch) and `statistic` (per resample) should return different keys."""
+    chunks: dict[str, list[FloatArray]] = {}
+    done = 0
+    for batch in resampler.batches():
+        got: dict[str, FloatArray] = {}
+        if batched is not None:
+            got.update({name: np.asarray(v, dtype=np.float64) for name, v in batched(batch).items()})
+        if statistic is not None:
+            for r, (idx, inst) in enumerate(batch.draws()):
+                for name, (value, _) in statistic(idx, inst).items():
+                    col = got.setdefault(name, np.full(batch.size, np.nan))
+                    col[r] = np.nan if value is None else value
+        for name in got.keys() - chunks.keys():  # first seen in this batch: undefined in the ones before
+            chunks[name] = [np.full(done, np.nan)]
+        for name, parts in chunks.items():
+            parts.append(got.get(name, np.full(batch.size, np.nan)))
+        done += batch.size
+    return {name: np.concatenate(parts) for name, parts in chunks.items()}
+
+
 def run(
     resampler: Resampler,
     statistic: ResampleStatistic | None,
@@ -172,20 +197,5 @@ def run(
 ) -> dict[str, CI]:
     """Bootstrap every statistic that `batched` (per batch) or `statistic` (per resample) returns; keys
     seen in any resample get a CI. The two should return different keys."""
-    chunks: dict[str, list[FloatArray]] = {}
-    for batch in resampler.batches():
-        if batched is not None:
-            for name, values in batched(batch).items():
-                chunks.setdefault(name, []).append(values[np.isfinite(values)])
-        if statistic is None:
-            continue
-        single: dict[str, list[float]] = {}
-        for idx, inst in batch.draws():
-            for name, (value, _) in statistic(idx, inst).items():
-                bucket = single.setdefault(name, [])
-                if value is not None:
-                    bucket.append(value)
-        for name, vals in single.items():
-            chunks.setdefault(name, []).append(np.asarray(vals, dtype=np.float64))
-    samples = {name: np.concatenate(parts) for name, parts in chunks.items()}
-    return summarise(samples, resampler.resamples, confidence)
+    values = collect(resampler, statistic, batched)
+    return summarise({name: v[np.isfinite(v)] for name, v in values.items()}, resampler.resamples, confidence)

@@ -1,5 +1,7 @@
 """compare_agreement: several judge versions side by side, and a paired bootstrap of each version minus the
-first on the items every version compares (the same resampled items feed every version)."""
+first on the items every version compares (the same resampled items feed every version);
+compare_independent: two sides that share no items (two systems answering their own questions), each side's
+figures on its own items and the difference from two independent bootstraps."""
 
 from __future__ import annotations
 
@@ -132,3 +134,51 @@ def _paired_info(base: Prepared, n: int, groups: IntArray | None, options: Agree
     unit = resampling.resample_unit(base.groups is not None, options, base.multi_row_items, base.groups_are_records)
     n_units = len(np.unique(groups)) if groups is not None else n
     return bootstrap_info(unit, n_units, options)
+
+
+def compare_independent(
+    frames: Mapping[str, Frame] | Mapping[str, pd.DataFrame],
+    scale: AgreementScale,
+    options: AgreementOptions | None = None,
+) -> ComparisonReport:
+    """Two sides judged on different items: each side's agreement report, and B − A of every headline figure
+    with a CI from independent bootstraps — each side resamples its own units (seeds `seed` and `seed + 1`)
+    and resample r of A is subtracted from resample r of B. Nothing is paired: `common_items` is 0."""
+    options = options or AgreementOptions()
+    if len(frames) != 2:
+        raise DataError("an independent comparison has two sides")
+    tables = {name: Frame.of(frame) for name, frame in frames.items()}
+    (a, fa), (b, fb) = tables.items()
+    scale = resolve_scale(fa, scale, options)
+    reports = {a: compute_agreement(fa, scale, options), b: compute_agreement(fb, scale, options)}
+    preps = {a: prepare(fa, scale, options), b: prepare(fb, scale, options)}
+    heads = {name: headline(p, options) for name, p in preps.items()}
+    draws: dict[str, dict[str, FloatArray]] = {}
+    if options.bootstrap > 0 and all(p.counts.items_compared for p in preps.values()):
+        for k, (name, p) in enumerate(preps.items()):
+            sampler = resampling.resampler(
+                p.counts.items_compared, p.groups, options.model_copy(update={"seed": options.seed + k})
+            )
+            draws[name] = bs.collect(sampler, heads[name].rest, heads[name].batched)
+    n = sum(p.counts.items_compared for p in preps.values())
+    differences = []
+    for metric, (vb, nb) in heads[b].point.items():
+        va, na = heads[a].point.get(metric, (None, None))
+        val: Val = (None, na or nb or "undefined on a side") if va is None or vb is None else (vb - va, None)
+        ci = None
+        if metric in draws.get(a, {}) and metric in draws.get(b, {}):
+            diff = draws[b][metric] - draws[a][metric]
+            ci = bs.summarise({metric: diff[np.isfinite(diff)]}, options.bootstrap, options.confidence)[metric]
+        e = estimate(val, n, ci)
+        beyond = None if e.ci_low is None or e.ci_high is None else bool(e.ci_low > 0 or e.ci_high < 0)
+        differences.append(Difference(metric=metric, a=a, b=b, estimate=e, beyond_ci=beyond))
+    notes = []
+    if draws:
+        units = ", ".join(
+            f"{name}: {r.bootstrap.n_units} {r.bootstrap.unit}" for name, r in reports.items() if r.bootstrap
+        )
+        notes.append(
+            f"independent differences: {options.bootstrap} resamples of each side's own units ({units}), "
+            f"seeds {options.seed} and {options.seed + 1}"
+        )
+    return ComparisonReport(reports=reports, common_items=0, differences=differences, notes=notes, paired=False)

@@ -14,7 +14,7 @@ the user chooses, because counting one person twice would fake a human-vs-human 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal
 
 import pandas as pd
@@ -72,6 +72,7 @@ def store_frame(
     level: Literal["item", "record"] = "item",
     version: str | None = None,
     datasets: Sequence[str] = (),
+    records: Collection[tuple[str, str]] | None = None,
 ) -> tuple[pd.DataFrame, AgreementScale, StoreSelection]:
     """The long (item, annotator) frame for one metric, its scale, and what was selected.
 
@@ -80,12 +81,17 @@ def store_frame(
     ``UnitVerdict.best_confidence``, empty when it has none), and ``system`` when records carry one.
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
     ``version`` picks a spec version by hash (default: the latest). ``datasets``: the human-label datasets
-    to use (default: every one, see the module doc).
+    to use (default: every one, see the module doc). ``records``: the (record id, content hash) pairs to keep
+    (a run's or a system's records, ``greval report --compare``); default every labelled record.
     """
     spec_key, spec = _spec(store, spec_name, version)
     judge_key, judge_label = _judge_key(store, spec_key, judge)
     judged = pd.DataFrame(store.verdicts_by_record_id(spec_key, judge_key))
     humans = _human_rows(store, spec.name, datasets)
+    if records is not None:
+        keep = set(records)
+        pairs = zip(humans["record_id"].astype(str), humans["record_hash"].astype(str), strict=True)
+        humans = humans[[p in keep for p in pairs]].reset_index(drop=True)
     if judged.empty:
         judged = pd.DataFrame(columns=["record_hash", "record_id", "item_id", "status", "label", "value", "reason"])
     judged = judged[judged["item_id"] != ""] if spec.each else judged

@@ -406,6 +406,7 @@ class ComparisonReport(BaseModel):
     differences: list[Difference]
     bootstrap: BootstrapInfo | None = Field(None, description="what the paired bootstrap resampled")
     notes: list[str] = Field(default_factory=list)
+    paired: bool = Field(True, description="False: the sides share no items, the CIs are independent bootstraps")
 
 
 class ConsistencyCounts(BaseModel):

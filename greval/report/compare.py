@@ -12,6 +12,7 @@ answer (the record field ``question``).
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from pydantic import BaseModel
 from greval.errors import UserError, option
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.models import MetricRow
-from greval.report.scores import PairedChange, SystemFilter, paired_change
+from greval.report.scores import PairedChange, SystemFilter, paired_change, run_items
 from greval.report.tables import STATISTIC_NAMES, summary_cell
 from greval.store.results import figures_from_rows, item_rows, record_rows
 from greval.store.store import Store
@@ -47,14 +48,24 @@ def _version(items: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]]
     return found or None
 
 
+def _run_items(st: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A run's item rows: the spec versions and judges its summary says it judged, on its records (every
+    verdict on them when it has no summary yet: a run still going, or killed)."""
+    judged = json.loads(run["summary"]).get("metrics", []) if run.get("summary") else []
+    if not judged:
+        return item_rows(st, run_id=run["run_id"])
+    return run_items(st, run["run_id"], dict.fromkeys((m["spec_key"], m["judge_key"]) for m in judged))
+
+
 def resolve_side(st: Store, items: Sequence[dict[str, Any]], text: str, data: Mapping[str, dict[str, Any]]) -> Side:
     """What ``text`` names in the store: a spec version NAME@HASH, a run id, a judge, or a system COLUMN=VALUE
     (a user error naming the four when it is none of them)."""
     found = _version(items, text)
     if found is not None:
         return Side(text, "version", found)
-    if any(r["run_id"] == text for r in st.runs()):
-        return Side(text, "run", item_rows(st, run_id=text))
+    run = next((r for r in st.runs() if r["run_id"] == text), None)
+    if run is not None:
+        return Side(text, "run", _run_items(st, run))
     judged = [r for r in items if text in (r["judge"], r["judge_key"])]
     if judged:
         return Side(text, "judge", judged)
@@ -79,6 +90,7 @@ class MetricChange(BaseModel):
     changed: int
     compared: int
     agreement: dict[str, Any] | None = None
+    agreement_pairing: Pairing | None = None
     note: str | None = None
 
 
@@ -102,18 +114,71 @@ def rekeyed(rows: Sequence[dict[str, Any]], side: Side, data: Mapping[str, dict[
     return [{**r, "record_id": pair_key(side, r, data)} for r in rows]
 
 
-def agreement_change(st: Store, a: MetricRow, b: MetricRow, resamples: int) -> dict[str, Any] | None:
-    """Agreement's paired comparison of the two sides' judges against people (the report ``greval agreement
-    --spec A --spec B`` prints), as {statistic: {a, b, difference, ci, n}}; None when nobody labelled."""
-    from greval.agreement.comparison import compare_agreement
+Pairing = Literal["record", "question", "independent"]
+
+
+def _side_frame(st: Store, side: Side, row: MetricRow) -> tuple[Any, Any]:
+    """One side's (item, annotator) frame of judge and human answers and its scale (agreement's
+    ``store_frame``): a spec version or judge over every labelled record, a run or system over its own."""
     from greval.agreement.from_store import store_frame
+
+    own = side.kind in ("run", "system")
+    records = {(str(r["record_id"]), str(r["record_hash"])) for r in side.items} if own else None
+    frame, scale, _ = store_frame(st, row.metric, row.judge, version=row.spec_hash, records=records)
+    return frame, scale
+
+
+def _by_question(frame: Any, side: Side, data: Mapping[str, dict[str, Any]]) -> Any | None:
+    """A system's frame with its items keyed by the question they answer (what pairs two systems), or None
+    when one question is several of its records (no pairing then)."""
+    question = {str(r["record_id"]): pair_key(side, r, data) for r in side.items}
+    asked = frame["record_id"].astype(str).map(question)
+    if not frame.empty and frame.assign(q=asked).groupby("q")["record_id"].nunique().max() > 1:
+        return None
+    return frame.assign(group=asked, item=asked + frame["item_id"].map(lambda i: f"/{i}" if i else ""))
+
+
+def _pairing(
+    sides: tuple[Side, Side], fa: Any, fb: Any, data: Mapping[str, dict[str, Any]]
+) -> tuple[Pairing, Any, Any]:
+    """How the two sides' labelled items pair, and the frames to compare: by record when they share
+    records, two systems by question when they share questions, else independent (nothing in common)."""
+    sa, sb = sides
+    if sa.kind == "system":
+        qa, qb = _by_question(fa, sa, data), _by_question(fb, sb, data)
+        if qa is not None and qb is not None and set(qa["item"]) & set(qb["item"]):
+            return "question", qa, qb
+        return "independent", fa, fb
+    if sa.kind in ("version", "judge") or set(fa["item"]) & set(fb["item"]):
+        return "record", fa, fb
+    return "independent", fa, fb
+
+
+def agreement_change(
+    st: Store,
+    sides: tuple[Side, Side],
+    rows: tuple[MetricRow, MetricRow],
+    data: Mapping[str, dict[str, Any]],
+    resamples: int,
+) -> tuple[dict[str, Any] | None, Pairing | None]:
+    """Agreement with people on both sides and B − A, as ({statistic: {a, b, difference, ci, n, n_a, n_b}},
+    pairing); (None, None) when nobody labelled. Paired sides are ``greval agreement --spec A --spec B``'s
+    comparison (compare_agreement); sides with no item in common (two systems answering their own
+    questions) an independent bootstrap difference (compare_independent) of each side's own figures."""
+    from greval.agreement.comparison import compare_agreement, compare_independent
     from greval.agreement.models import AgreementOptions
 
+    (sa, sb), (a, b) = sides, rows
     if not st.submitted_label_count(a.metric) or not st.submitted_label_count(b.metric) or a.metric != b.metric:
-        return None
-    fa, scale, _ = store_frame(st, a.metric, a.judge, version=a.spec_hash)
-    fb, _, _ = store_frame(st, b.metric, b.judge, version=b.spec_hash)
-    rep = compare_agreement({"A": fa, "B": fb}, scale, AgreementOptions(bootstrap=resamples, seed=0))
+        return None, None
+    (fa, scale), (fb, _) = _side_frame(st, sa, a), _side_frame(st, sb, b)
+    if fa.empty or fb.empty:
+        return None, None
+    pairing, fa, fb = _pairing(sides, fa, fb, data)
+    options = AgreementOptions(bootstrap=resamples, seed=0)
+    compare = compare_independent if pairing == "independent" else compare_agreement
+    rep = compare({"A": fa, "B": fb}, scale, options)
+    counts = {k: rep.reports[k].counts.items_compared for k in ("A", "B")}
     out: dict[str, Any] = {}
     for d in rep.differences:
         ea, eb = rep.reports["A"].metrics.get(d.metric), rep.reports["B"].metrics.get(d.metric)
@@ -122,9 +187,26 @@ def agreement_change(st: Store, a: MetricRow, b: MetricRow, resamples: int) -> d
             "b": None if eb is None else eb.value,
             "difference": d.estimate.value,
             "ci": [d.estimate.ci_low, d.estimate.ci_high],
-            "n": rep.common_items,
+            "n": rep.common_items if rep.paired else d.estimate.n,
+            "n_a": counts["A"],
+            "n_b": counts["B"],
         }
-    return out
+    return out, pairing
+
+
+def _agreement_or_note(
+    st: Store,
+    sides: tuple[Side, Side],
+    rows: tuple[MetricRow, MetricRow],
+    data: Mapping[str, dict[str, Any]],
+    resamples: int,
+) -> tuple[dict[str, Any] | None, Pairing | None, str | None]:
+    """:func:`agreement_change`, or why the agreement difference is left out (a one-line note the page and
+    the terminal show: the comparison of dataset scores and verdicts stands without it)."""
+    try:
+        return (*agreement_change(st, sides, rows, data, resamples), None)
+    except UserError as e:
+        return None, None, f"agreement with people left out: {e}"
 
 
 @dataclass(frozen=True)
@@ -179,9 +261,19 @@ def build_comparison(
             rows = side_by_side(metric_rows(da, numbers), rows_b, keys_a)
             flips = sum(r[-1] == "changed" for r in rows)
             compared = sum(r[-1] != "" for r in rows)
-            agree = agreement_change(st, ra, rb, resamples) if sa.kind in ("version", "judge") else None
+            agree, pairing, note = _agreement_or_note(st, (sa, sb), (ra, rb), data, resamples)
             out.append(
-                MetricChange(metric=name, a=ra, b=rb, change=change, changed=flips, compared=compared, agreement=agree)
+                MetricChange(
+                    metric=name,
+                    a=ra,
+                    b=rb,
+                    change=change,
+                    changed=flips,
+                    compared=compared,
+                    agreement=agree,
+                    agreement_pairing=pairing,
+                    note=note,
+                )
             )
             metrics.append(da)
             paired.append((keys_a, rows_b))
@@ -218,16 +310,18 @@ def _no_change(m: MetricChange) -> str:
     return m.change.note or "—"
 
 
-AGREE_HEAD = ("metric", "statistic", "A", "B", "B − A (95% CI, paired)", "items")
+AGREE_HEAD = ("metric", "statistic", "A", "B", "B − A (95% CI)", "paired by", "items")
+PAIRINGS = {"record": "record", "question": "question", "independent": "— (independent)"}
 
 
 def agreement_rows(comp: Comparison) -> list[list[str]]:
-    """Agreement with people on both sides, and the paired difference (where people labelled)."""
+    """Agreement with people on both sides, and B − A with how its CI was drawn (where people labelled)."""
     out = []
     for m in comp.metrics:
         for name, d in (m.agreement or {}).items():
             lo, hi = d["ci"]
             ci = "" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]"
+            independent = m.agreement_pairing == "independent"
             out.append(
                 [
                     m.metric,
@@ -235,10 +329,20 @@ def agreement_rows(comp: Comparison) -> list[list[str]]:
                     fmt_number(d["a"]),
                     fmt_number(d["b"]),
                     f"{fmt_number(d['difference'])}{ci}",
-                    str(d["n"]),
+                    PAIRINGS.get(m.agreement_pairing or "record", ""),
+                    f"{d['n_a']} + {d['n_b']}" if independent else str(d["n"]),
                 ]
             )
     return out
+
+
+AGREE_NOTE = (
+    "B − A of each statistic of the judge against people. Paired by record (or, two systems, by question) when "
+    "both sides have labelled items in common: greval agreement's paired comparison, B − A on the common items "
+    "with the same resampled items feeding both sides. Independent when they share none (two systems answering "
+    "their own questions): each side's figure on its own items, and a CI from two independent bootstraps (each "
+    "side resamples its own records; the items column shows both counts)."
+)
 
 
 def render_page(comp: Comparison) -> str:
@@ -264,11 +368,11 @@ def render_page(comp: Comparison) -> str:
         "systems by question), with a percentile bootstrap CI that resamples those records.</p>"
         + html_table(CHANGE_HEAD, change_rows(comp))
         + (
-            "<h2>Agreement with people</h2><p class=note>greval agreement's paired comparison: B − A on the items "
-            "both sides compare, the same resampled items feeding both.</p>" + html_table(AGREE_HEAD, agree)
+            f"<h2>Agreement with people</h2><p class=note>{html.escape(AGREE_NOTE)}</p>" + html_table(AGREE_HEAD, agree)
             if agree
             else ""
         )
+        + "".join(f"<p class=note>{html.escape(m.metric)}: {html.escape(m.note)}</p>" for m in comp.metrics if m.note)
     )
 
 

@@ -228,9 +228,9 @@ def _systems(page: Page) -> str:
     head = ["metric", "system", "n", "score", "std", "95% CI", "failure rate", *eff_cols]
     cells = [
         (
-            page.href(next(m for m in rep.metrics if m.metric == s.metric), {"system": s.system}),
+            page.href(rep.row(s.key), {"system": s.system}),
             [
-                s.metric,
+                rep.label(s.key),
                 s.system,
                 str(s.judged),
                 fmt_number(s.score.mean),
@@ -242,9 +242,9 @@ def _systems(page: Page) -> str:
         )
         for s in rows
     ]
-    scored = {s.metric for s in rows}
-    by_range = plots.ranges([m for m in rep.metrics if m.metric in scored])
-    charts = "".join(plots.system_chart(rep, [m.metric for m in ms]) for ms in by_range.values())
+    scored = {s.key for s in rows}
+    by_range = plots.ranges([m for m in rep.metrics if m.key in scored])
+    charts = "".join(plots.system_chart(rep, [m.key for m in ms]) for ms in by_range.values())
     stats = system_stats_rows(rep)
     return (
         f"<h2>Systems (record field '{html.escape(rep.system_column or '')}')</h2>"
@@ -257,11 +257,11 @@ def _systems(page: Page) -> str:
 def _groups(page: Page) -> str:
     parts = []
     for g in page.rep.groups:
-        m = next(x for x in page.rep.metrics if x.metric == g.metric)
+        m, name = page.rep.row(g.key), page.rep.label(g.key)
         label = m.shares.shares[0].label if m.by_shares and m.shares is not None else None
         head, rows = drop_empty(group_head(g), group_cells(g), keys=3)
         parts.append(
-            f"<h2 id=group-{html.escape(g.metric)}>{html.escape(g.metric)}: system × {html.escape(g.column)}</h2>"
+            f'<h2 id="group-{html.escape(name)}">{html.escape(name)}: system × {html.escape(g.column)}</h2>'
             + plots.group_heatmap(g, label)
             + (html_table(head, rows) if not m.by_shares else "<p class=note>label shares per cell: above</p>")
             + _notes(g.notes())
@@ -271,12 +271,12 @@ def _groups(page: Page) -> str:
 
 def metric_panel(m: MetricRow, page: Page) -> str:
     """One metric's part of the page: its distribution (bars linked to their records), and a box per system."""
-    boxes = plots.system_boxes_figure(m.metric, [s for s in page.rep.systems if s.metric == m.metric])
+    boxes = plots.system_boxes_figure(page.rep.label(m.key), [s for s in page.rep.systems if s.key == m.key])
     counts, what = plots.distribution_counts(m)
     key = "bin" if not m.distribution else "label" if m.shares is not None else "value"
     bars = " · ".join(_a(page.href(m, {key: k}), f"{k} ({v})") for k, v in counts.items() if v)
     return (
-        f"<h3>{html.escape(m.metric)}</h3>"
+        f"<h3>{html.escape(page.rep.label(m.key))}</h3>"
         + plots.distribution_figure(m)
         + (f"<p class=note>{html.escape(what)} by bar: {bars}</p>" if bars else "")
         + boxes
@@ -368,7 +368,7 @@ def _md_labels(page: Page) -> list[str]:
 def _md_systems(page: Page) -> list[str]:
     rep = page.rep
     rows = [
-        [s.metric, s.system, str(s.judged), fmt_number(s.score.mean), fmt_ci(s.score), f"{s.failure_rate:.1%}"]
+        [rep.label(s.key), s.system, str(s.judged), fmt_number(s.score.mean), fmt_ci(s.score), f"{s.failure_rate:.1%}"]
         for s in rep.systems
         if s.score.mean is not None
     ]
@@ -392,7 +392,7 @@ def _md_groups(page: Page) -> list[str]:
     for g in page.rep.groups:
         head, rows = drop_empty(group_head(g), group_cells(g), keys=3)
         if rows:
-            out += ["", f"## {g.metric}: system × {g.column}", "", *md_table(head, rows)]
+            out += ["", f"## {page.rep.label(g.key)}: system × {g.column}", "", *md_table(head, rows)]
     return out
 
 

@@ -72,8 +72,15 @@ class ScoreStats(BaseModel):
     skip_rate: float | None = None
 
 
+MetricKey = tuple[str, str, str]
+"""A metric's row in a store report: (name, spec hash, judge) — a store may hold several versions or judges of
+one name, and a system's or group's row belongs to one of them."""
+
+
 class SystemRow(BaseModel):
     metric: str
+    spec_hash: str = ""
+    judge: str = ""
     system: str
     score: MeanCI
     stats: ScoreStats | None = None
@@ -83,6 +90,10 @@ class SystemRow(BaseModel):
     failure_rate: float
     efficiency: dict[str, float] = Field(default_factory=dict)
     shares: Shares | None = None
+
+    @property
+    def key(self) -> MetricKey:
+        return self.metric, self.spec_hash, self.judge
 
 
 class LabelSource(BaseModel):
@@ -118,6 +129,11 @@ class GroupTable(BaseModel):
     cells: list[GroupCell]
     missing_group: int = Field(0, description="Record rows with no value in the group column: in no cell.")
     missing_system: int = Field(0, description="Record rows with a group value but no system value: in no cell.")
+    spec_hash: str = ""
+
+    @property
+    def key(self) -> MetricKey:
+        return self.metric, self.spec_hash, self.judge
 
     def notes(self) -> list[str]:
         """What is not in the table, in words (printed, and on every rendering)."""
@@ -181,6 +197,10 @@ class MetricRow(BaseModel):
     labels: list[LabelSource] = Field(default_factory=list)
 
     @property
+    def key(self) -> MetricKey:
+        return self.metric, self.spec_hash, self.judge
+
+    @property
     def records(self) -> int:
         return self.figures.records
 
@@ -207,6 +227,21 @@ class StoreReport(BaseModel):
     group_column: str | None = None
     system_field: str | None = Field(None, description="The record field asked for as the system (found or not).")
     groups: list[GroupTable] = Field(default_factory=list)
+
+    def label(self, key: MetricKey) -> str:
+        """How a metric row is named where rows of several versions or judges of one name meet: its name, with
+        @HASH8 when the report holds several versions of it and (judge) when several judges."""
+        same = [m.key for m in self.metrics if m.metric == key[0]]
+        out = key[0]
+        if len({h for _, h, _ in same}) > 1:
+            out += f"@{key[1][:8]}"
+        if len({j for _, _, j in same}) > 1:
+            out += f" ({key[2]})"
+        return out
+
+    def row(self, key: MetricKey) -> MetricRow:
+        """The metric row a system's or group's row belongs to."""
+        return next(m for m in self.metrics if m.key == key)
 
     def notes(self) -> list[str]:
         """Every note of the report, once (the same list on every rendering)."""

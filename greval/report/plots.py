@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from greval.report.models import GroupTable, MetricRow, ScoreStats, Shares, StoreReport, SystemRow
+    from greval.report.models import GroupTable, MetricKey, MetricRow, ScoreStats, Shares, StoreReport, SystemRow
 
 
 def _pyplot() -> Any:
@@ -139,15 +139,15 @@ def _ci_error(value: float, low: float | None, high: float | None) -> tuple[floa
     return value - (low if low is not None else value), (high if high is not None else value) - value
 
 
-def draw_system_means(ax: Axes, rep: StoreReport, metrics: Sequence[str], title: str) -> None:
-    """Grouped bars: each metric's dataset score per system, with its bootstrap CI (metrics of one range)."""
-    rows = [s for s in rep.systems if s.metric in metrics and s.score.mean is not None]
+def draw_system_means(ax: Axes, rep: StoreReport, metrics: Sequence[MetricKey], title: str) -> None:
+    """Grouped bars: each metric's dataset score per system, with its bootstrap CI (metric rows of one range)."""
+    rows = [s for s in rep.systems if s.key in metrics and s.score.mean is not None]
     systems = sorted({s.system for s in rows})
     width = 0.8 / max(1, len(systems))
     for i, system in enumerate(systems):
         xs, ys, lo, hi = [], [], [], []
         for j, metric in enumerate(metrics):
-            row = next((s for s in rows if s.metric == metric and s.system == system), None)
+            row = next((s for s in rows if s.key == metric and s.system == system), None)
             if row is None or row.score.mean is None:
                 continue
             xs.append(j + i * width)
@@ -156,9 +156,10 @@ def draw_system_means(ax: Axes, rep: StoreReport, metrics: Sequence[str], title:
             lo.append(down)
             hi.append(up)
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=system)
-    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(metrics))], metrics, rotation=20, ha="right")
+    names = [rep.label(k) for k in metrics]
+    ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(metrics))], names, rotation=20, ha="right")
     ax.set_ylabel("dataset score (95% CI)", fontsize=9)
-    r = next((m.scale_range for m in rep.metrics if m.metric in metrics), None)
+    r = next((m.scale_range for m in rep.metrics if m.key in metrics), None)
     if r is not None:
         ax.set_ylim(min(r[0], 0.0), r[1] * 1.05 if r[1] > 0 else 1.0)
     _titled(ax, title)
@@ -190,7 +191,7 @@ def draw_shares(ax: Axes, names: Sequence[str], shares: Sequence[Shares], title:
     ax.set_title(title, fontsize=10, pad=6 + 12 * rows)
 
 
-def system_chart(rep: StoreReport, metrics: Sequence[str]) -> str:
+def system_chart(rep: StoreReport, metrics: Sequence[MetricKey]) -> str:
     """The dataset score of ``metrics`` (one range) per system, as an ``<img>``."""
     plt = _pyplot()
     systems = {s.system for s in rep.systems}
@@ -313,16 +314,16 @@ def system_score_panels(rep: StoreReport) -> list[Panel | Omitted]:
     title = "dataset score by system (95% CI)"
     if not rep.systems:
         return [Omitted(title, f"no systems: no record has a '{rep.system_field or 'system'}' field")]
-    scored = {s.metric for s in rep.systems if s.score.mean is not None}
-    rows = [m for m in rep.metrics if m.metric in scored]
+    scored = {s.key for s in rep.systems if s.score.mean is not None}
+    rows = [m for m in rep.metrics if m.key in scored]
     if not rows:
         return [Omitted(title, _no_score_why(rep) + " (by system: see label shares by system)")]
     groups = ranges(rows)
     out: list[Panel | Omitted] = []
     for r, ms in groups.items():
-        names = list(dict.fromkeys(m.metric for m in ms))
+        names = list(dict.fromkeys(m.key for m in ms))
         t = _ranged(title, r, len(groups) > 1)
-        points = sum(1 for s in rep.systems if s.metric in names and s.score.mean is not None)
+        points = sum(1 for s in rep.systems if s.key in names and s.score.mean is not None)
         links = [(s, {"system": s}) for s in sorted({x.system for x in rep.systems})]
         out.append(
             Panel(
@@ -417,12 +418,12 @@ def system_share_panels(rep: StoreReport) -> list[Panel | Omitted]:
         return [Omitted(title, f"no systems: no record has a '{rep.system_field or 'system'}' field")]
     out: list[Panel | Omitted] = []
     for m in metrics:
-        rows = [s for s in rep.systems if s.metric == m.metric and s.shares is not None and s.shares.n]
+        rows = [s for s in rep.systems if s.key == m.key and s.shares is not None and s.shares.n]
         shares = [s.shares for s in rows if s.shares is not None]
-        t = f"{m.metric}: {title}"
+        t = f"{rep.label(m.key)}: {title}"
         links = [(s.system, {"system": s.system}) for s in rows]
         draw = partial(draw_shares, names=[s.system for s in rows], shares=shares, title=t)
-        out.append(Panel(f"system-shares-{m.metric}", t, sum(len(s.shares) for s in shares), draw, links))
+        out.append(Panel(f"system-shares-{rep.label(m.key)}", t, sum(len(s.shares) for s in shares), draw, links))
     return out
 
 

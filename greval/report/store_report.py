@@ -66,7 +66,7 @@ def build(
         metrics: list[MetricRow] = []
         systems: list[SystemRow] = []
         groups: list[GroupTable] = []
-        pages = None if out_dir is None else Pages(out_dir, names or {})
+        pages = None if out_dir is None else Pages(out_dir, names or {}, page_stems([fig for fig, _, _ in found]))
         for fig, spec, grp in found:
             metrics.append(metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
             labels = share_labels(spec)
@@ -163,7 +163,8 @@ def metric_row(
     if not fig.distribution:
         row.histogram = histogram(record_scores(grp))
     if isinstance(spec, Spec):
-        row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, resamples, pages)
+        stem = None if pages is None else pages.stems.get((fig.spec_key, fig.judge_key), spec.name)
+        row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, resamples, pages, stem)
         row.labels = label_sources(st, spec.name)
         if row.agreement is not None and isinstance(spec.scale, CategoricalScale):
             row.corrected = corrected_systems(st, spec, fig, items, grp, resamples)
@@ -185,6 +186,8 @@ def system_rows(
         out.append(
             SystemRow(
                 metric=fig.spec,
+                spec_hash=fig.spec_hash,
+                judge=fig.judge,
                 system=system,
                 score=score_ci(sg, fig.aggregate),
                 judged=len(sg),
@@ -224,6 +227,7 @@ def group_table(
     keys = sorted(cells)
     return GroupTable(
         metric=fig.spec,
+        spec_hash=fig.spec_hash,
         judge=fig.judge,
         column=column,
         systems=sorted({k[0] for k in keys}),
@@ -246,17 +250,32 @@ def group_table(
 
 @dataclass(frozen=True)
 class Pages:
-    """Where the agreement pages go, and how their notes write option fields."""
+    """Where the agreement pages go, how their notes write option fields, and each metric row's file stem."""
 
     out_dir: Path
     names: Mapping[str, str]
+    stems: Mapping[tuple[str, str], str]  # (spec key, judge key) -> NAME, NAME@HASH8, NAME@HASH8@JUDGEKEY8 ...
+
+
+def page_stems(figs: Sequence[MetricFigures]) -> dict[tuple[str, str], str]:
+    """Each metric row's agreement-page name (without .agreement.html): the metric's name when the report holds
+    one version of it (the links people kept still work), NAME@HASH8 when several, and @JUDGEKEY8 more when one
+    version has several judges — so no page overwrites another."""
+    out = {}
+    for f in figs:
+        same = [g for g in figs if g.spec == f.spec]
+        stem = f.spec + (f"@{f.spec_hash[:8]}" if len({g.spec_hash for g in same}) > 1 else "")
+        if len({g.judge_key for g in same if g.spec_hash == f.spec_hash}) > 1:
+            stem += f"@{f.judge_key[:8]}"
+        out[f.spec_key, f.judge_key] = stem
+    return out
 
 
 def _agreement(
-    st: Store, spec: Spec, judge: str, resamples: int, pages: Pages | None
+    st: Store, spec: Spec, judge: str, resamples: int, pages: Pages | None, stem: str | None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The judge-vs-human headline for a metric with human labels (None when nobody labelled it), and its page
-    (the HTML, Markdown and JSON of the agreement report) when ``pages`` says where."""
+    (the HTML, Markdown and JSON of the agreement report, ``stem``.agreement.*) when ``pages`` says where."""
     from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
@@ -268,13 +287,13 @@ def _agreement(
     slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
     rep = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=0, slices=slices))
     head = {k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n} for k, e in rep.metrics.items()}
-    if pages is None:
+    if pages is None or stem is None:
         return head, None
-    page, shown = f"{spec.name}.agreement.html", with_names(rep, pages.names)
+    page, shown = f"{stem}.agreement.html", with_names(rep, pages.names)
     title = f"{spec.name} ({spec.hash}): {sel.judge} vs people"
     (pages.out_dir / page).write_text(render_html(shown, frame, title=title), encoding="utf-8")
-    (pages.out_dir / f"{spec.name}.agreement.md").write_text(render_markdown(shown), encoding="utf-8")
-    (pages.out_dir / f"{spec.name}.agreement.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
+    (pages.out_dir / f"{stem}.agreement.md").write_text(render_markdown(shown), encoding="utf-8")
+    (pages.out_dir / f"{stem}.agreement.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
     return head, page
 
 
@@ -312,7 +331,7 @@ def link_confusions(rep: StoreReport, out_dir: Path) -> None:
     from greval.report.explorer.links import confusion_section
     from greval.report.format import best_first
 
-    # a page per metric name: the last version of a name wrote it (build writes them in this order)
+    # a page per metric row (page_stems): its confusion links open that row's records
     last = {m.agreement_page: i for i, m in enumerate(rep.metrics) if m.agreement_page}
     for name, i in last.items():
         page = out_dir / name

@@ -178,7 +178,9 @@ def stats_rows(rep: StoreReport) -> list[list[str]]:
 
 def system_stats_rows(rep: StoreReport) -> list[list[str]]:
     """metric, system and the stats cells of every system row."""
-    return [[s.metric, s.system, *stats_cells(s.stats)] for s in rep.systems if s.stats is not None and s.stats.n]
+    return [
+        [rep.label(s.key), s.system, *stats_cells(s.stats)] for s in rep.systems if s.stats is not None and s.stats.n
+    ]
 
 
 def unscored_lines(rep: StoreReport) -> list[str]:
@@ -257,10 +259,10 @@ def shares_rows(m: MetricRow, rep: StoreReport) -> list[tuple[dict[str, str], li
 
     out: list[tuple[dict[str, str], list[str]]] = [({}, ["all", *cells(m.shares, m.figures.failed)])]
     for s in rep.systems:
-        if s.metric == m.metric:
+        if s.key == m.key:
             out.append(({"system": s.system}, [f"{rep.system_column} {s.system}", *cells(s.shares, s.failed)]))
     for g in rep.groups:
-        if g.metric != m.metric:
+        if g.key != m.key:
             continue
         for c in g.cells:
             where = {"system": c.system, "group": c.group} if rep.systems else {"group": c.group}

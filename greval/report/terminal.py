@@ -386,7 +386,7 @@ def print_stats(console: Console, rep: StoreReport) -> None:
     for g in rep.groups:
         ghead, cells = drop_empty(group_head(g), group_cells(g), keys=3)
         if cells:
-            _table(console, f"{g.metric}: system × {g.column}", ghead, cells)
+            _table(console, f"{rep.label(g.key)}: system × {g.column}", ghead, cells)
 
 
 def print_labels(console: Console, rep: StoreReport) -> None:
@@ -481,5 +481,10 @@ def print_store_comparison(console: Console, comp: Comparison) -> None:
 
     _table(console, f"A = {comp.a}  ·  B = {comp.b} ({comp.kind})", CHANGE_HEAD, change_rows(comp))
     agree = agreement_rows(comp)
+    for m in comp.metrics:
+        if m.note:
+            console.print(f"note: {m.metric}: {m.note}", highlight=False, soft_wrap=True)
     if agree:
-        _table(console, "agreement with people (paired)", AGREE_HEAD, agree)
+        _table(
+            console, "agreement with people (B − A: paired by record or question, else independent)", AGREE_HEAD, agree
+        )

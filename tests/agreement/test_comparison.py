@@ -105,3 +105,29 @@ def test_agreement_compares_spec_versions_from_the_store(llm: Any, tmp_path: Pat
     comparison = json.loads(out.read_text())
     assert set(comparison["reports"]) == {f"answer_alignment@{h}" for h in hashes}
     assert comparison["differences"]
+
+
+def test_independent_comparison_is_two_independent_bootstraps() -> None:
+    """Two sides with no item in common (two systems answering their own questions): each side's figure is its
+    own agreement report's, and the CI of B − A is the percentile interval of resample r of B minus resample r
+    of A, each side drawing its own items (seeds 0 and 1) — written out here with numpy."""
+    from greval.agreement.comparison import compare_independent
+
+    rng = np.random.default_rng(4)
+    ha, hb = rng.integers(0, 2, 40), rng.integers(0, 2, 55)
+    ja, jb = np.where(rng.random(40) < 0.6, ha, 1 - ha), np.where(rng.random(55) < 0.9, hb, 1 - hb)
+    scale, opts = AgreementScale(labels=["0", "1"]), AgreementOptions(bootstrap=400)
+    fb = frame(hb.tolist(), jb.tolist())
+    fb["item"] = [f"b{i}" for i in range(55)]
+    comp = compare_independent({"A": frame(ha.tolist(), ja.tolist()), "B": fb}, scale, opts)
+    assert not comp.paired and comp.common_items == 0
+    acc = next(d for d in comp.differences if d.metric == "accuracy")
+    a, b = (comp.reports[k].metrics["accuracy"].value for k in ("A", "B"))
+    assert a == pytest.approx((ha == ja).mean()) and b == pytest.approx((hb == jb).mean())
+    assert acc.estimate.value == pytest.approx(b - a) and acc.estimate.n == 95
+    da = np.random.default_rng(0).integers(0, 40, size=(400, 40))
+    db = np.random.default_rng(1).integers(0, 55, size=(400, 55))
+    diffs = (hb[db] == jb[db]).mean(axis=1) - (ha[da] == ja[da]).mean(axis=1)
+    low, high = np.quantile(diffs, [0.025, 0.975])
+    assert (acc.estimate.ci_low, acc.estimate.ci_high) == (pytest.approx(low), pytest.approx(high))
+    assert any("independent differences" in n for n in comp.notes)
