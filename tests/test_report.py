@@ -269,6 +269,11 @@ def test_two_versions_of_a_metric_get_their_own_pages_and_system_rows(llm: OpenA
             want = Counter(v["label"] for v in mine if system[v["record_hash"]] == name)
             assert {k: v for k, v in counts[name].items() if v} == dict(want)
     assert f"answer_alignment@{hashes[0][:8]}" in index and f"answer_alignment@{hashes[1][:8]}" in index
+    # Every table row and chart label names its version where two meet (the Metrics, score and shares tables).
+    md = (out / "report.md").read_text()
+    assert not re.search(r"^\| answer_alignment \|", md, re.M) and "### answer_alignment\n" not in md
+    for h in hashes:
+        assert f"| answer_alignment@{h[:8]} |" in md and f"### answer_alignment@{h[:8]}" in md
 
 
 @pytest.mark.slow

@@ -130,7 +130,7 @@ def _head(page: Page) -> str:
 def _metrics(page: Page) -> str:
     """The metrics table (dataset scores or label shares, pooling, judge–human agreement), FActScore* counts."""
     rep = page.rep
-    head, rows = drop_empty(METRICS_HEAD, [metrics_cells(m) for m in rep.metrics], keys=4)
+    head, rows = drop_empty(METRICS_HEAD, [metrics_cells(m, rep) for m in rep.metrics], keys=4)
     agree = [_a(m.agreement_page, "agreement page") if m.agreement_page else "" for m in rep.metrics]
     body = "".join(
         "<tr>"
@@ -189,7 +189,7 @@ def _shares(page: Page) -> str:
             continue
         rows = shares_rows(m, page.rep)
         parts.append(
-            f"<h3>{html.escape(m.metric)}</h3>"
+            f"<h3>{html.escape(page.rep.label(m.key))}</h3>"
             + linked_table(shares_head(m), [(page.href(m, f), cells) for f, cells in rows])
         )
     if not parts:
@@ -326,7 +326,7 @@ def render_index(rep: StoreReport, names: Mapping[str, str] | None = None, explo
 # ------------------------------------------------------------------------------------------------- report.md
 def _md_metrics(page: Page) -> list[str]:
     rep = page.rep
-    head, rows = drop_empty(METRICS_HEAD, [metrics_cells(m) for m in rep.metrics], keys=4)
+    head, rows = drop_empty(METRICS_HEAD, [metrics_cells(m, rep) for m in rep.metrics], keys=4)
     lines = md_table(head, rows)
     facts = fact_rows(rep)
     if facts:
@@ -347,7 +347,7 @@ def _md_stats(page: Page) -> list[str]:
         counts, _ = plots.distribution_counts(m)
         if counts and sum(counts.values()):
             what = "verdicts by label / value" if m.distribution else "records by score bin"
-            lines += ["", f"{m.metric} — {what}: " + ", ".join(f"{k}: {v}" for k, v in counts.items())]
+            lines += ["", f"{rep.label(m.key)} — {what}: " + ", ".join(f"{k}: {v}" for k, v in counts.items())]
     return lines
 
 
@@ -356,7 +356,7 @@ def _md_shares(page: Page) -> list[str]:
     for m in page.rep.metrics:
         if m.shares is not None and m.shares.n:
             rows = [cells for _, cells in shares_rows(m, page.rep)]
-            lines += ["", f"### {m.metric}", "", *md_table(shares_head(m), rows)]
+            lines += ["", f"### {page.rep.label(m.key)}", "", *md_table(shares_head(m), rows)]
     return ["", "## Label shares (95% CI)", *lines] if lines else []
 
 

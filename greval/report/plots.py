@@ -289,18 +289,25 @@ def score_panels(rep: StoreReport) -> list[Panel | Omitted]:
     out: list[Panel | Omitted] = []
     for r, rows in groups.items():
         t = _ranged(title, r, len(groups) > 1)
-        out.append(Panel(f"score-{range_text(r)}", t, len(rows), partial(_draw_means, rows=rows, title=t)))
+        out.append(
+            Panel(
+                f"score-{range_text(r)}",
+                t,
+                len(rows),
+                partial(_draw_means, rows=rows, names=[rep.label(m.key) for m in rows], title=t),
+            )
+        )
     return out
 
 
-def _draw_means(ax: Axes, rows: Sequence[MetricRow], title: str) -> None:
+def _draw_means(ax: Axes, rows: Sequence[MetricRow], names: Sequence[str], title: str) -> None:
     ys = list(range(len(rows)))
     means = [m.score.mean or 0.0 for m in rows]
     errs = [_ci_error(mu, m.score.ci_low, m.score.ci_high) for mu, m in zip(means, rows, strict=True)]
     ax.barh(ys, means, xerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=3, color=CATEGORICAL[0])
     for y, mu, e in zip(ys, means, errs, strict=True):
         ax.text(mu + e[1], y, f"  {mu:.3f}", va="center", ha="left", fontsize=8)
-    ax.set_yticks(ys, [m.metric for m in rows], fontsize=8)
+    ax.set_yticks(ys, list(names), fontsize=8)
     ax.invert_yaxis()
     r = rows[0].scale_range
     if r is not None:
@@ -346,7 +353,7 @@ def box_panels(rep: StoreReport) -> list[Panel | Omitted]:
     groups = ranges(rows)
     out: list[Panel | Omitted] = []
     for r, ms in groups.items():
-        boxes = [(m.metric, m.stats) for m in ms if m.stats is not None]
+        boxes = [(rep.label(m.key), m.stats) for m in ms if m.stats is not None]
         t = _ranged(title, r, len(groups) > 1)
         out.append(Panel(f"boxes-{range_text(r)}", t, len(boxes), partial(draw_boxes, boxes=boxes, title=t)))
     return out
@@ -358,10 +365,14 @@ def outcome_panel(rep: StoreReport) -> list[Panel | Omitted]:
     rows = [m for m in rep.metrics if m.figures.records]
     if not rows:
         return [Omitted(title, "no record has an outcome")]
-    return [Panel("outcomes", title, len(rows), lambda ax: _draw_outcomes(ax, rows, title))]
+    return [
+        Panel(
+            "outcomes", title, len(rows), lambda ax: _draw_outcomes(ax, rows, [rep.label(m.key) for m in rows], title)
+        )
+    ]
 
 
-def _draw_outcomes(ax: Axes, rows: Sequence[MetricRow], title: str) -> None:
+def _draw_outcomes(ax: Axes, rows: Sequence[MetricRow], names: Sequence[str], title: str) -> None:
     left = [0.0] * len(rows)
     for kind, color in OUTCOME.items():
         shares = [getattr(m.figures, kind) / m.figures.records for m in rows]
@@ -370,7 +381,7 @@ def _draw_outcomes(ax: Axes, rows: Sequence[MetricRow], title: str) -> None:
             if w >= 0.12:
                 ax.text(x0 + w / 2, y, f"{kind} {w:.0%}", ha="center", va="center", fontsize=7)
         left = [a + b for a, b in zip(left, shares, strict=True)]
-    ax.set_yticks(range(len(rows)), [m.metric for m in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), list(names), fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of records", fontsize=9)
@@ -385,11 +396,18 @@ def share_panel(rep: StoreReport) -> list[Panel | Omitted]:
     if not rows:
         return [Omitted(title, "no judge metric with labels")]
     points = sum(len(m.shares.shares) for m in rows if m.shares is not None)
-    return [Panel("shares", title, points, partial(_draw_metric_shares, rows=rows, title=title))]
+    return [
+        Panel(
+            "shares",
+            title,
+            points,
+            partial(_draw_metric_shares, rows=rows, names=[rep.label(m.key) for m in rows], title=title),
+        )
+    ]
 
 
-def _draw_metric_shares(ax: Axes, rows: Sequence[MetricRow], title: str) -> None:
-    y, ticks, names = 0.0, [], []
+def _draw_metric_shares(ax: Axes, rows: Sequence[MetricRow], names: Sequence[str], title: str) -> None:
+    y, ticks, tick_names = 0.0, [], []
     for k, m in enumerate(rows):
         assert m.shares is not None
         for s in m.shares.shares:
@@ -398,10 +416,10 @@ def _draw_metric_shares(ax: Axes, rows: Sequence[MetricRow], title: str) -> None
             ax.barh(y, value, xerr=[[down], [up]], capsize=3, color=CATEGORICAL[k % len(CATEGORICAL)])
             ax.text(value + up, y, f"  {value:.3f}", va="center", ha="left", fontsize=7)
             ticks.append(y)
-            names.append(f"{m.metric}: {s.label}" if len(rows) > 1 else s.label)
+            tick_names.append(f"{names[k]}: {s.label}" if len(rows) > 1 else s.label)
             y += 1
         y += 0.6  # a gap between metrics
-    ax.set_yticks(ticks, names, fontsize=7)
+    ax.set_yticks(ticks, tick_names, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1.15)
     ax.set_xlabel("share of verdicts (95% CI)", fontsize=9)

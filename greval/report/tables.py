@@ -118,7 +118,7 @@ def corrected_rows(rep: StoreReport) -> list[list[str]]:
             )
             out.append(
                 [
-                    m.metric,
+                    rep.label(m.key),
                     c.system,
                     str(c.n_judged),
                     str(c.n_labelled),
@@ -166,14 +166,24 @@ def fact_rows(rep: StoreReport) -> list[list[str]]:
         macro = " / ".join(fmt_number(x) for x in (fc.macro_precision, fc.macro_recall, fc.macro_f1))
         counts = ", ".join(f"{k}: {v}" for k, v in p.labels.items())
         out.append(
-            [m.metric, str(fc.records), counts, fmt_number(p.precision), fmt_number(p.recall), fmt_number(p.f1), macro]
+            [
+                rep.label(m.key),
+                str(fc.records),
+                counts,
+                fmt_number(p.precision),
+                fmt_number(p.recall),
+                fmt_number(p.f1),
+                macro,
+            ]
         )
     return out
 
 
 def stats_rows(rep: StoreReport) -> list[list[str]]:
     """metric, judge and the stats cells of every metric."""
-    return [[m.metric, m.judge, *stats_cells(m.stats)] for m in rep.metrics if m.stats is not None and m.stats.n]
+    return [
+        [rep.label(m.key), m.judge, *stats_cells(m.stats)] for m in rep.metrics if m.stats is not None and m.stats.n
+    ]
 
 
 def system_stats_rows(rep: StoreReport) -> list[list[str]]:
@@ -284,11 +294,11 @@ METRICS_HEAD = (
 )
 
 
-def metrics_cells(m: MetricRow) -> list[str]:
+def metrics_cells(m: MetricRow, rep: StoreReport) -> list[str]:
     """A metric's row of the Metrics table (the terminal's and report.md's too)."""
     dist = ", ".join(f"{k}: {v}" for k, v in m.distribution.items())
     return [
-        m.metric,
+        rep.label(m.key),
         m.kind,
         m.judge,
         str(m.records),

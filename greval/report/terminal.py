@@ -335,7 +335,7 @@ def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
     from greval.report.tables import METRICS_HEAD, drop_empty, metrics_cells
 
     wanted = [METRICS_HEAD.index(c) for c in TERMINAL_METRICS]
-    rows = [[metrics_cells(m)[i] for i in wanted] for m in rep.metrics]
+    rows = [[metrics_cells(m, rep)[i] for i in wanted] for m in rep.metrics]
     head, rows = drop_empty(TERMINAL_METRICS, rows, keys=3)
     table = Table(title=f"greval report — {store}")
     for col in head:
@@ -375,7 +375,7 @@ def print_stats(console: Console, rep: StoreReport) -> None:
     for m in rep.metrics:
         if m.shares is not None and m.shares.n:
             shares = [cells for _, cells in shares_rows(m, rep)]
-            _table(console, f"{m.metric}: label shares (95% CI)", shares_head(m), shares)
+            _table(console, f"{rep.label(m.key)}: label shares (95% CI)", shares_head(m), shares)
     facts = fact_rows(rep)
     if facts:
         what = "item counts (FActScore*: precision = positive / all, recall = positive / (positive + unsupported))"
