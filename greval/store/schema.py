@@ -6,7 +6,9 @@ beside its text, so that readers count failures by kind without parsing the text
 ``token_confidence`` (from the judge's token log-probabilities; NULL for verdicts judged without them); 5 stores
 each judge answer once, in its judgement's ``calls`` (the ``raw`` column held the same text again), and a
 judgement's judge by its key alone (``model`` and ``params`` repeated the ``judges`` row): the three columns are
-NULL in rows written since, and emptied in older rows wherever they repeat what ``calls`` and ``judges`` hold.
+NULL in rows written since, and emptied in older rows wherever they repeat what ``calls`` and ``judges`` hold;
+6 stores each judgement's cached prompt tokens (``judgements.tokens_cached``, of ``tokens_in`` those the provider
+read from its prompt cache: what prices a record's calls exactly; NULL in rows judged before, read as not recorded).
 A store written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
@@ -26,7 +28,7 @@ from greval.types import ErrorKind
 if TYPE_CHECKING:
     from greval.store.backend import DB, Dialect
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
@@ -70,7 +72,7 @@ CREATE TABLE IF NOT EXISTS judgements (
     spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
     status TEXT NOT NULL, error TEXT, outputs TEXT, calls TEXT, raw TEXT, model TEXT, params TEXT,
     tokens_in INTEGER, tokens_out INTEGER, latency_ms REAL, attempts INTEGER, run_id TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, error_kind TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, error_kind TEXT, tokens_cached INTEGER,
     PRIMARY KEY (spec_key, judge_key, record_hash));
 CREATE TABLE IF NOT EXISTS human_labels (
     spec_name TEXT NOT NULL, dataset TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
@@ -115,6 +117,12 @@ ALTER TABLE judgements ADD COLUMN error_kind TEXT;
 # without log-probabilities.
 _MIGRATE_3_4 = """
 ALTER TABLE verdicts ADD COLUMN token_confidence REAL;
+"""
+
+# Schema 5 -> 6: each judgement's cached prompt tokens; judgements written before have none recorded (NULL: a
+# record's cost is then an upper bound), though their run summaries counted them.
+_MIGRATE_5_6 = """
+ALTER TABLE judgements ADD COLUMN tokens_cached INTEGER;
 """
 
 _KINDS = {k.value: k for k in ErrorKind}
@@ -272,6 +280,8 @@ def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
         _script(db, _MIGRATE_3_4, dialect)
     if version < 5:
         _migrate_4_5(db)
+    if version < 6:
+        _script(db, _MIGRATE_5_6, dialect)
     set_version(db)
 
 
