@@ -367,29 +367,39 @@ def test_a_schema_3_store_gets_the_token_confidence_column(llm: OpenAIServer, tm
 def test_a_schema_5_store_gets_the_cached_tokens_column(
     backend: str, llm: OpenAIServer, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """Schema 5 -> 6 adds ``judgements.tokens_cached``: judgements written before read None (not recorded: their
-    cost is an upper bound), one written afterwards stores the cached tokens its calls reported — the run
-    summary's count — on SQLite and on PostgreSQL (``greval store migrate``)."""
+    """Schema 5 -> 6 adds ``judgements.tokens_cached``, filled from each older judgement's calls where they logged
+    it and None where they did not (not recorded: its cost is an upper bound); one written afterwards stores the
+    cached tokens its calls reported — the run summary's count — on SQLite and on PostgreSQL (``greval store
+    migrate``)."""
     ref = str(tmp_path / "v5.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
     llm.configure(prefix_cache=True)
     recs = fixture_records()[:3]
     cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
     with Store(ref) as st:
         run(resolve_specs(["answer_alignment"]), recs[:2], st, cfg, options=FAST)
-        # the tables as schema 5 wrote them (the new column is the last of its table)
+        written = {r["record_hash"]: r["tokens_cached"] for r in st.query("SELECT * FROM judgements")}
+        # the tables as schema 5 wrote them (the new column is the last of its table); the first record's calls as
+        # a greval before the run summaries' cached tokens logged them (without their count)
         st.db.execute("ALTER TABLE judgements DROP COLUMN tokens_cached")
         st.db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+        [calls] = st.query("SELECT calls FROM judgements WHERE record_hash=?", (recs[0].hash,))
+        older = [{k: v for k, v in c.items() if k != "tokens_cached"} for c in json.loads(calls["calls"])]
+        st.db.execute("UPDATE judgements SET calls=? WHERE record_hash=?", (json.dumps(older), recs[0].hash))
         before = st.query("SELECT record_hash, tokens_in, tokens_out, calls FROM judgements ORDER BY record_hash")
     with Store(ref, migrate=True) as st:
         assert st.version == SCHEMA_VERSION >= 6
         old = st.query("SELECT record_hash, tokens_in, tokens_out, calls, tokens_cached FROM judgements")
         assert sorted(({k: r[k] for k in before[0]} for r in old), key=lambda r: r["record_hash"]) == before
-        assert [r["tokens_cached"] for r in old] == [None, None]
+        # filled from the calls that logged it (what the column held before it was dropped), else not recorded
+        assert {r["record_hash"]: r["tokens_cached"] for r in old} == {
+            recs[0].hash: None,
+            recs[1].hash: written[recs[1].hash],
+        }
         summary = run(resolve_specs(["answer_alignment"]), recs, st, cfg, options=FAST)
         [new] = st.query("SELECT tokens_cached FROM judgements WHERE record_hash=?", (recs[2].hash,))
         assert new["tokens_cached"] == summary.metrics[0].tokens_cached > 0
         rows = item_rows(st, "answer_alignment")
-        assert sorted(r["tokens_cached"] is None for r in rows) == [False, True, True]
+        assert sorted(r["tokens_cached"] is None for r in rows) == [False, False, True]
 
 
 # --------------------------------------------------------------------------- the dataset score (issue 16)
