@@ -454,11 +454,16 @@ def test_the_records_costs_sum_to_the_run_s_cost(
         mine = [g for g in judged.values() if g["record_hash"] in _hashes(store, r[col["id"]])]
         assert r[col["tokens"]] in {g["tokens_in"] + g["tokens_out"] for g in mine}
 
-    # the same store as schema 5 wrote it: no cached tokens recorded -> an upper bound, said as such
+    # the same store as schema 5 wrote it, its calls logged before greval counted cached tokens: none recorded ->
+    # an upper bound, said as such
     db = sqlite3.connect(old)
     db.executescript(
         "ALTER TABLE judgements DROP COLUMN tokens_cached; UPDATE meta SET value='5' WHERE key='schema_version';"
     )
+    for rowid, calls in db.execute("SELECT rowid, calls FROM judgements").fetchall():
+        older = [{k: v for k, v in c.items() if k != "tokens_cached"} for c in json.loads(calls)]
+        db.execute("UPDATE judgements SET calls=? WHERE rowid=?", (json.dumps(older), rowid))
+    db.commit()
     db.close()
     out5 = _report(old, tmp_path / "report5")
     rows5 = [r for i in range(len(meta["metrics"])) for r in _rows(out5, i)]
