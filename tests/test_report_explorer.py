@@ -503,3 +503,21 @@ def _hashes(store: Path, record_id: str) -> set[str]:
         return {
             r["record_hash"] for r in st.query("SELECT record_hash FROM record_ids WHERE record_id=?", (record_id,))
         }
+
+
+def test_a_prompt_that_cannot_be_rebuilt_exactly_says_why(tmp_path: Path) -> None:
+    """A store written at schema 2 (tests/fixtures/store_v2.sqlite.gz: prompt layout 1, and answer_completeness
+    reads two other metrics' verdicts): each metric's record pages say in one line why its prompt is not shown,
+    and no prompt file is written for it (nothing approximate)."""
+    import gzip
+
+    store = tmp_path / "v2.sqlite"
+    store.write_bytes(gzip.decompress((Path(__file__).parent / "fixtures" / "store_v2.sqlite.gz").read_bytes()))
+    out = _report(store, tmp_path / "report")
+    notes = {m["name"]: m["prompt"] for m in _meta(out)["metrics"]}
+    assert notes.pop("answer_completeness").startswith(
+        "This metric's prompt held the verdicts of chunk_evaluation, triple_evaluation as they were when it was judged"
+    )
+    assert set(notes) == {"answer_alignment", "chunk_evaluation", "triple_evaluation"}
+    assert all(n.startswith("Judged with an earlier prompt layout than this greval's") for n in notes.values())
+    assert list((out / "explorer" / "data").glob("[pq]*.js")) == []

@@ -211,6 +211,7 @@ def metric_meta(
     spec = m.spec
     labels = spec.scale.names if isinstance(spec, Spec) and isinstance(spec.scale, CategoricalScale) else []
     col = COLUMNS.index
+    cost = total_cost(rows, pricing.price(m.row.judge) is not None)
     return {
         "index": index,
         "name": m.row.metric,
@@ -231,9 +232,9 @@ def metric_meta(
             "by_shares": m.row.by_shares,
             "agreement": agreement_cell(m.row),
             "agreement_page": m.row.agreement_page or "",
-            "cost": total_cost(rows, pricing.price(m.row.judge) is not None),
+            "cost": cost,
         },
-        "cost_missing": pricing.missing(m.row.judge),
+        "cost_missing": pricing.missing(m.row.judge) if cost else "",
         "values": {
             key: sorted({str(r[col(key)]) for r in rows if r[col(key)] not in (None, "")})
             for key in ("system", "group", "status", "agree")
