@@ -481,6 +481,7 @@ def test_the_records_costs_sum_to_the_run_s_cost(
     )
     assert cell.inner_text().startswith("≤ $") and "not recorded" in (cell.get_attribute("title") or "")
     assert "≤ $" in page.locator("#figures").inner_text()
+    assert page.locator("#store").inner_text().endswith(f"costs at prices from {prices} over greval's list")
     page.locator("#table tbody a").first.click()
     page.wait_for_selector("body[data-ready=record]")
     said = page.locator("[data-field=cost]").inner_text()

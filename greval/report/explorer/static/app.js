@@ -372,7 +372,8 @@
     } catch (e) { $("#count").textContent = String(e.message || e); }
   }
   function start() {
-    $("#store").textContent = "store " + S.meta.store + " · " + S.meta.records + " records";
+    const priced = S.meta.metrics.some((m) => m.figures.cost && m.figures.cost !== "—");
+    $("#store").textContent = "store " + S.meta.store + " · " + S.meta.records + " records" + (priced ? " · costs at " + S.meta.prices : "");
     let timer = null;
     $("#q").addEventListener("input", (e) => { clearTimeout(timer); timer = setTimeout(() => go({ q: e.target.value }), 150); });
     $("#clear").addEventListener("click", () => { location.hash = hashOf({ m: S.state.m }); });
