@@ -4,7 +4,8 @@ writing the explorer, then Chromium (playwright, /usr/bin/chromium) opening it f
 
 Figures (issue 32's targets): open — navigation start to the first table drawn (≤ 2 s); filter — choosing
 "disagree" in the agree filter to the table redrawn (≤ 200 ms; also the filter's own JavaScript time); search —
-a full-text search's first run (it loads every record chunk) and a second one; size — the explorer folder ÷ the
+a full-text search's first run (it loads every record chunk) and a second one; prompt — a record page's "Show the
+prompt" to its messages shown; size — the explorer folder ÷ the
 store's verdict text (the judged records' text plus every verdict's label, value and reason; ≤ 3).
 
     python scripts/bench_explorer.py                    # 10,000 records
@@ -123,7 +124,14 @@ def measure(explorer: Path, rounds: int) -> dict[str, list[float]]:
     """Open, filter and search times in Chromium, each `rounds` times on a fresh page."""
     from playwright.sync_api import sync_playwright
 
-    out: dict[str, list[float]] = {"open": [], "filter": [], "filter_js": [], "search_first": [], "search_again": []}
+    out: dict[str, list[float]] = {
+        "open": [],
+        "filter": [],
+        "filter_js": [],
+        "search_first": [],
+        "search_again": [],
+        "prompt": [],
+    }
     args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
@@ -151,6 +159,13 @@ def measure(explorer: Path, rounds: int) -> dict[str, list[float]]:
                 page.evaluate(f"document.body.dataset.ready = ''; location.hash = '#m=0&q={word.replace(' ', '%20')}'")
                 page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('q=')")
                 out[key].append(time.perf_counter() - t0)
+            # a record page's "Show the prompt": its metric's static part and its records' chunk, loaded then
+            page.evaluate("document.body.dataset.ready = ''; location.hash = '#m=0&record=4321'")
+            page.wait_for_selector("body[data-ready=record]")
+            t0 = time.perf_counter()
+            page.click("#show-prompt")
+            page.wait_for_selector("body[data-prompt=shown]")
+            out["prompt"].append(time.perf_counter() - t0)
             page.close()
         browser.close()
     return out
@@ -182,10 +197,13 @@ def main_() -> None:
     )
     print(f"  search (first)  {med['search_first'] * 1000:7.0f} ms   (loads every record chunk)")
     print(f"  search (again)  {med['search_again'] * 1000:7.0f} ms")
+    print(f"  show the prompt {med['prompt'] * 1000:7.0f} ms   (a record page's button to its messages shown)")
     print(
         f"  explorer folder {size / 1e6:7.1f} MB = {size / text:.2f} × the store's verdict text "
         f"({text / 1e6:.1f} MB; target ≤ 3)"
     )
+    prompts = sum(p.stat().st_size for p in (out / "explorer" / "data").glob("[pq]*.js"))
+    print(f"    of which the prompts' files {prompts / 1e6:.1f} MB ({prompts / text:.2f} × the verdict text)")
     print(f"  load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)

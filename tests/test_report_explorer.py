@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from greval.cli import main
+from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.report_stores import HOSTILE, KINDS, kinds_store
 from tests.test_report_adaptive import emptiness
@@ -356,6 +357,15 @@ def test_serve_shows_the_report_and_explorer_under_ui(
         page.goto(url + "/ui/explorer/index.html#m=0")
         page.wait_for_selector("body[data-ready=list]")
         assert page.locator("#count").inner_text() == "5 of 5 records"
+        # a record page's prompt, loaded on demand from /ui, is what the judge was sent for that record
+        sent = _sent(llm)
+        for rec in range(5):
+            page.goto(url + f"/ui/explorer/index.html#m=0&record={rec}")
+            page.wait_for_selector("body[data-ready=record]")
+            [shown] = _shown_prompt(page)
+            assert shown in sent
+            sent.remove(shown)
+        assert sent == []
         page.close()
 
 
@@ -384,3 +394,200 @@ def test_a_record_page_shows_the_judges_samples(
     shown = page.locator("[data-field=samples]").inner_text()
     assert "the judge's 3 samples" in shown and row[col][0]["label"] in shown
     assert page.errors == []
+
+
+def _judged_store(llm: OpenAIServer, tmp_path: Path, *extra: str) -> Path:
+    """Three records judged by the test server on a record metric, a per-item metric and a computed one."""
+    data = tmp_path / "records.jsonl"
+    rows = [
+        {
+            "id": f"r{i}",
+            "question": f"What does passage {i} say about <b>film {i}</b>?",
+            "expected_answer": f"It says film {i} came out in 19{80 + i}.",
+            "answer": f"Film {i} came out in 19{80 + i}, it says.",
+            "chunks": [f"Film {i} was released in 19{80 + i}.", f"Unrelated text {i}."],
+        }
+        for i in range(3)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = tmp_path / "s.sqlite"
+    args = ["run", str(data), "-s", "answer_alignment", "-s", "chunk_evaluation", "-s", "rouge_l"]
+    args += ["--store", str(store), "--judge", "openai:judge-test", "--base-url", llm.base_url, *extra]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    return store
+
+
+def _shown_prompt(page: Any) -> list[list[list[str]]]:
+    """The calls a record page shows after "Show the prompt": each call's [role, content] messages, once per time
+    it was sent."""
+    page.locator("#show-prompt").focus()
+    page.keyboard.press("Enter")  # keyboard reachable
+    page.wait_for_selector("body[data-prompt=shown]")
+    calls = page.eval_on_selector_all(
+        "[data-call]",
+        """els => els.map(c => [c.querySelector('h3').textContent,
+            [...c.querySelectorAll('.msg')].map(m => [m.dataset.role, m.querySelector('pre').textContent])])""",
+    )
+    out = []
+    for head, msgs in calls:
+        times = int(re.search(r"sent (\d+) times", head)[1]) if "sent" in head else 1  # type: ignore[index]
+        out += [msgs] * times
+    return out
+
+
+def _sent(llm: OpenAIServer) -> list[list[list[str]]]:
+    return [[[m["role"], m["content"]] for m in body["messages"]] for body in llm.requests()]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("case", ["samples", "fallback"])
+def test_a_record_page_shows_exactly_the_messages_the_judge_was_sent(
+    case: str, llm: OpenAIServer, browser: Any, tmp_path: Path
+) -> None:
+    """Every record page's "Show the prompt", over every metric and record, shows the request bodies the test
+    server received — each call once per time it was sent (--samples 2; a retry after a 500), per item call for
+    chunk_evaluation, per method when the server refuses json_schema and tools (the judge falls back to JSON mode,
+    whose system message carries the schema) — and a computed metric says in one line that no prompt was sent."""
+    if case == "fallback":
+        llm.configure(json_schema=False, tools=False)
+        llm.script([{"match": "film 1", "times": 1, "action": {"type": "fault", "status": 500}}])
+    store = _judged_store(llm, tmp_path, *(["--samples", "2"] if case == "samples" else []))
+    sent = _sent(llm)
+    assert len(sent) == 12 if case == "samples" else len(sent) > 6  # 3 records × 2 judge metrics (× 2 samples)
+    out = _report(store, tmp_path / "report")
+    meta = _meta(out)
+    page = _page(browser)
+    shown: list[list[list[str]]] = []
+    for i, m in enumerate(meta["metrics"]):
+        for row in _rows(out, i):
+            page.goto((out / "explorer" / "index.html").as_uri() + f"#m={i}&record={row[0]}")
+            page.wait_for_selector("body[data-ready=record]")
+            if m["kind"] == "computed":
+                assert (
+                    page.locator("[data-prompt=none]").inner_text() == "Computed without a judge: no prompt was sent."
+                )
+                continue
+            shown += _shown_prompt(page)
+            page.evaluate("delete document.body.dataset.prompt")
+    key = json.dumps
+    assert sorted(map(key, shown)) == sorted(map(key, sent))
+    if case == "fallback":  # JSON mode's system message (with the schema) was shown, and a call sent twice
+        assert any("valid against this JSON schema" in call[0][1] for call in shown)
+        assert len(shown) > len({key(c) for c in shown})
+    assert page.errors == []
+    # the static part is written once per metric version, the records' parts apart, loaded only when asked
+    data = out / "explorer" / "data"
+    assert len(list(data.glob("p*.js"))) == 2 and len(list(data.glob("q*.js"))) == 2
+
+
+@pytest.mark.browser
+def test_the_records_costs_sum_to_the_run_s_cost(
+    llm: OpenAIServer, browser: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The explorer's per-record costs (Price.cost of each judgement's tokens, cached ones reported by the test
+    server's prefix cache, at the user's price table) add up to the run's cost as `greval results runs` shows
+    it; a store migrated from schema 5 shows upper bounds and says why; a judge without a price shows no $0."""
+    import shutil
+    import sqlite3
+
+    from greval.llm.prices import RunCost, cost_text, load_prices, run_cost
+
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("judge-test: {input: 100, cached_input: 10, output: 1000}\n")
+    monkeypatch.setenv("GREVAL_PRICES", str(prices))
+    llm.configure(prefix_cache=True)
+    store = _judged_store(llm, tmp_path)
+    old = tmp_path / "v5.sqlite"
+    shutil.copyfile(store, old)
+    out = _report(store, tmp_path / "report")
+    meta = _meta(out)
+    col = {c: i for i, c in enumerate(meta["columns"])}
+    rows = [r for i in range(len(meta["metrics"])) for r in _rows(out, i)]
+    with Store(store) as st:
+        [run] = st.runs()
+        judged = {(g["spec_key"], g["record_hash"]): g for g in st.query("SELECT * FROM judgements")}
+    summary = json.loads(run["summary"])
+    assert sum(m["tokens_cached"] for m in summary["metrics"]) > 0
+    expected = run_cost([{**m, "judge": summary["judge"]} for m in summary["metrics"]], load_prices())
+    costs = [r[col["cost"]] for r in rows if r[col["cost"]] is not None]
+    assert len(costs) == 6 and all(g["tokens_cached"] is not None for g in judged.values())
+    assert expected.usd and sum(costs) == pytest.approx(expected.usd, rel=1e-12)  # the same sum, float rounding
+    shown = cost_text(RunCost(usd=sum(costs)))
+    assert shown == cost_text(expected) and not any(r[col["cost_text"]].startswith("≤") for r in rows)
+    listed = CliRunner().invoke(main, ["results", "runs", "--store", str(store)], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0 and shown in listed.output, listed.output
+    # a many-metric's tokens are its judgement's, once (not once per item)
+    many = next(i for i, m in enumerate(meta["metrics"]) if m["many"])
+    for r in _rows(out, many):
+        mine = [g for g in judged.values() if g["record_hash"] in _hashes(store, r[col["id"]])]
+        assert r[col["tokens"]] in {g["tokens_in"] + g["tokens_out"] for g in mine}
+
+    # the same store as schema 5 wrote it, its calls logged before greval counted cached tokens: none recorded ->
+    # an upper bound, said as such
+    db = sqlite3.connect(old)
+    db.executescript(
+        "ALTER TABLE judgements DROP COLUMN tokens_cached; UPDATE meta SET value='5' WHERE key='schema_version';"
+    )
+    for rowid, calls in db.execute("SELECT rowid, calls FROM judgements").fetchall():
+        older = [{k: v for k, v in c.items() if k != "tokens_cached"} for c in json.loads(calls)]
+        db.execute("UPDATE judgements SET calls=? WHERE rowid=?", (json.dumps(older), rowid))
+    db.commit()
+    db.close()
+    out5 = _report(old, tmp_path / "report5")
+    rows5 = [r for i in range(len(meta["metrics"])) for r in _rows(out5, i)]
+    bounds = [r for r in rows5 if r[col["cost"]] is not None]
+    assert bounds and all(r[col["cost_text"]].startswith("≤ $") for r in bounds)
+    assert sum(r[col["cost"]] for r in bounds) > sum(costs)
+    page = _page(browser)
+    metric = _meta(out5)["metrics"].index(next(m for m in _meta(out5)["metrics"] if m["name"] == "answer_alignment"))
+    page.goto((out5 / "explorer" / "index.html").as_uri() + f"#m={metric}")
+    page.wait_for_selector("body[data-ready=list]")
+    cell = (
+        page.locator("#table tbody tr")
+        .first.locator("td")
+        .nth(page.locator("#table thead th").all_inner_texts().index("cost"))
+    )
+    assert cell.inner_text().startswith("≤ $") and "not recorded" in (cell.get_attribute("title") or "")
+    assert "≤ $" in page.locator("#figures").inner_text()
+    assert page.locator("#store").inner_text().endswith(f"costs at prices from {prices} over greval's list")
+    page.locator("#table tbody a").first.click()
+    page.wait_for_selector("body[data-ready=record]")
+    said = page.locator("[data-field=cost]").inner_text()
+    assert "cost ≤ $" in said and "cached prompt tokens were not recorded" in said
+
+    # a judge no table prices: a dash and why, never $0
+    prices.write_text("other-model: {input: 1, output: 1}\n")
+    outx = _report(store, tmp_path / "reportx")
+    mx = _meta(outx)["metrics"][metric]
+    assert mx["cost_missing"] == "no price for openai:judge-test" and mx["figures"]["cost"] == "—"
+    assert {r[col["cost_text"]] for r in _rows(outx, metric)} == {"—"}
+    page.goto((outx / "explorer" / "index.html").as_uri() + f"#m={metric}&record=0")
+    page.wait_for_selector("body[data-ready=record]")
+    assert "cost — (no price for openai:judge-test)" in page.locator("[data-field=cost]").inner_text()
+    assert page.errors == []
+
+
+def _hashes(store: Path, record_id: str) -> set[str]:
+    with Store(store) as st:
+        return {
+            r["record_hash"] for r in st.query("SELECT record_hash FROM record_ids WHERE record_id=?", (record_id,))
+        }
+
+
+def test_a_prompt_that_cannot_be_rebuilt_exactly_says_why(tmp_path: Path) -> None:
+    """A store written at schema 2 (tests/fixtures/store_v2.sqlite.gz: prompt layout 1, and answer_completeness
+    reads two other metrics' verdicts): each metric's record pages say in one line why its prompt is not shown,
+    and no prompt file is written for it (nothing approximate)."""
+    import gzip
+
+    store = tmp_path / "v2.sqlite"
+    store.write_bytes(gzip.decompress((Path(__file__).parent / "fixtures" / "store_v2.sqlite.gz").read_bytes()))
+    out = _report(store, tmp_path / "report")
+    notes = {m["name"]: m["prompt"] for m in _meta(out)["metrics"]}
+    assert notes.pop("answer_completeness").startswith(
+        "This metric's prompt held the verdicts of chunk_evaluation, triple_evaluation as they were when it was judged"
+    )
+    assert set(notes) == {"answer_alignment", "chunk_evaluation", "triple_evaluation"}
+    assert all(n.startswith("Judged with an earlier prompt layout than this greval's") for n in notes.values())
+    assert list((out / "explorer" / "data").glob("[pq]*.js")) == []

@@ -207,7 +207,7 @@ def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: Ope
         DROP TABLE snapshot_members; DROP TABLE snapshots; DROP TABLE claims; DROP TABLE record_ids;
         DROP TABLE human_labels; DROP TABLE annotation_pushes; DROP TABLE annotation_selection;
         ALTER TABLE verdicts DROP COLUMN error_kind; ALTER TABLE judgements DROP COLUMN error_kind;
-        ALTER TABLE verdicts DROP COLUMN token_confidence;
+        ALTER TABLE verdicts DROP COLUMN token_confidence; ALTER TABLE judgements DROP COLUMN tokens_cached;
         ALTER TABLE runs DROP COLUMN snapshot; ALTER TABLE runs DROP COLUMN pid; ALTER TABLE runs DROP COLUMN host;
         CREATE TABLE human_labels (
             spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
@@ -338,7 +338,8 @@ def test_a_schema_3_store_gets_the_token_confidence_column(llm: OpenAIServer, tm
         run(resolve_specs(["answer_alignment"]), recs, st, cfg, options=FAST)
     db = sqlite3.connect(path)
     db.executescript(
-        "ALTER TABLE verdicts DROP COLUMN token_confidence; UPDATE meta SET value='3' WHERE key='schema_version';"
+        "ALTER TABLE verdicts DROP COLUMN token_confidence; ALTER TABLE judgements DROP COLUMN tokens_cached;"
+        " UPDATE meta SET value='3' WHERE key='schema_version';"
     )
     db.commit()
     db.close()
@@ -360,6 +361,45 @@ def test_a_schema_3_store_gets_the_token_confidence_column(llm: OpenAIServer, tm
         assert got is not None and got.verdicts[0].token_confidence == 0.625
         frame = item_rows(st, "answer_alignment")
         assert sorted(r["token_confidence"] for r in frame if r["record_id"] == "t1") == [0.625]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_schema_5_store_gets_the_cached_tokens_column(
+    backend: str, llm: OpenAIServer, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Schema 5 -> 6 adds ``judgements.tokens_cached``, filled from each older judgement's calls where they logged
+    it and None where they did not (not recorded: its cost is an upper bound); one written afterwards stores the
+    cached tokens its calls reported — the run summary's count — on SQLite and on PostgreSQL (``greval store
+    migrate``)."""
+    ref = str(tmp_path / "v5.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    llm.configure(prefix_cache=True)
+    recs = fixture_records()[:3]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(ref) as st:
+        run(resolve_specs(["answer_alignment"]), recs[:2], st, cfg, options=FAST)
+        written = {r["record_hash"]: r["tokens_cached"] for r in st.query("SELECT * FROM judgements")}
+        # the tables as schema 5 wrote them (the new column is the last of its table); the first record's calls as
+        # a greval before the run summaries' cached tokens logged them (without their count)
+        st.db.execute("ALTER TABLE judgements DROP COLUMN tokens_cached")
+        st.db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+        [calls] = st.query("SELECT calls FROM judgements WHERE record_hash=?", (recs[0].hash,))
+        older = [{k: v for k, v in c.items() if k != "tokens_cached"} for c in json.loads(calls["calls"])]
+        st.db.execute("UPDATE judgements SET calls=? WHERE record_hash=?", (json.dumps(older), recs[0].hash))
+        before = st.query("SELECT record_hash, tokens_in, tokens_out, calls FROM judgements ORDER BY record_hash")
+    with Store(ref, migrate=True) as st:
+        assert st.version == SCHEMA_VERSION >= 6
+        old = st.query("SELECT record_hash, tokens_in, tokens_out, calls, tokens_cached FROM judgements")
+        assert sorted(({k: r[k] for k in before[0]} for r in old), key=lambda r: r["record_hash"]) == before
+        # filled from the calls that logged it (what the column held before it was dropped), else not recorded
+        assert {r["record_hash"]: r["tokens_cached"] for r in old} == {
+            recs[0].hash: None,
+            recs[1].hash: written[recs[1].hash],
+        }
+        summary = run(resolve_specs(["answer_alignment"]), recs, st, cfg, options=FAST)
+        [new] = st.query("SELECT tokens_cached FROM judgements WHERE record_hash=?", (recs[2].hash,))
+        assert new["tokens_cached"] == summary.metrics[0].tokens_cached > 0
+        rows = item_rows(st, "answer_alignment")
+        assert sorted(r["tokens_cached"] is None for r in rows) == [False, False, True]
 
 
 # --------------------------------------------------------------------------- the dataset score (issue 16)
@@ -747,6 +787,7 @@ def test_an_older_postgresql_store_is_migrated_only_when_asked(pg_url: str) -> N
     with Store(pg_url) as st:
         st.put_human_labels([{"spec_name": "m", "record_id": "r", "record_hash": "h", "annotator": "a", "label": "x"}])
         st.db.execute("ALTER TABLE verdicts DROP COLUMN token_confidence")
+        st.db.execute("ALTER TABLE judgements DROP COLUMN tokens_cached")
         st.db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     with pytest.raises(UserError, match=rf"schema 3, this greval needs {SCHEMA_VERSION}$") as raised:
         Store(pg_url)

@@ -75,6 +75,32 @@ def logprobs_refused(exc: BaseException) -> bool:
     return isinstance(exc, CallFailed) and exc.status == 400 and "logprobs" in str(exc).lower()
 
 
+# --------------------------------------------------------------------------------------------- prompt
+class Prompt:
+    """A judge spec's request apart from any model: the system message for a structured-output method, the
+    few-shot turns (together the static part, the same bytes for every record) and a record's message. What
+    :class:`Judge` sends, and what the record explorer shows: one definition of the messages."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.answer_model, self.item_model = verdict_models(spec)
+        self.schema = wire_schema(self.answer_model)  # what the provider is sent (the prompt says the rest)
+        self.examples = example_messages(spec)
+
+    def system_text(self, method: Method) -> str:
+        return system_prompt(self.spec, method, self.schema)
+
+    def static(self, method: Method) -> list[Message]:
+        """What every call of one method sends before the record: the system prompt and the few-shot turns."""
+        return [{"role": "system", "content": self.system_text(method)}, *self.examples]
+
+    def record_message(
+        self, data: Mapping[str, Any], deps: Mapping[str, JudgeResult] | None, item_ids: Sequence[str] | None
+    ) -> Message:
+        """The record's message of a call (``item_ids``: the items a per-item judge asks about in that call)."""
+        return {"role": "user", "content": render_inputs(self.spec, data, deps, item_ids)}
+
+
 # --------------------------------------------------------------------------------------------- judge
 class Judge:
     """One spec bound to one chat model. Shared by every call of a run (one HTTP client, one limiter)."""
@@ -94,8 +120,9 @@ class Judge:
         self.samples = calls.samples
         self.policy = calls.policy
         self.limiter = calls.limiter
-        self.answer_model, self.item_model = verdict_models(spec)
-        self.schema = wire_schema(self.answer_model)  # what the provider is sent (the prompt says the rest)
+        self.prompt = Prompt(spec)
+        self.answer_model, self.item_model = self.prompt.answer_model, self.prompt.item_model
+        self.schema = self.prompt.schema
         self._outputs_model = outputs_model(spec, self.answer_model)
         self.methods: list[Method] = list(METHODS) if calls.method == "auto" else [calls.method]
         self._method_index = 0
@@ -103,7 +130,7 @@ class Judge:
         self._callers: dict[str, Caller] = {}
         self._systems: dict[str, Message] = {}
         check_examples(spec, self.answer_model)
-        self._examples = example_messages(spec)
+        self._examples = self.prompt.examples
         # Not an asyncio.Lock: one judge serves any event loop (a sync call runs in greval's background loop,
         # an ``await`` in the caller's), and nothing is awaited while it is held.
         self._lock = threading.Lock()
@@ -184,12 +211,11 @@ class Judge:
         item_ids: Sequence[str] | None,
     ) -> list[Message]:
         """The request for one call (subclasses word their own)."""
-        human: Message = {"role": "user", "content": render_inputs(self.spec, data, deps, item_ids)}
-        return [self.system_message(method), *self._examples, human]
+        return [self.system_message(method), *self._examples, self.prompt.record_message(data, deps, item_ids)]
 
     def system_text(self, method: Method) -> str:
         """The system prompt's text for one method (subclasses word their own)."""
-        return system_prompt(self.spec, method, self.schema)
+        return self.prompt.system_text(method)
 
     def system_message(self, method: Method) -> Message:
         """The system prompt for one method, built once (subclasses change :meth:`system_text`)."""

@@ -120,6 +120,26 @@ def price_for(judge: str, table: Mapping[str, Price]) -> Price | None:
     return table.get(dated.group(1)) if dated else None
 
 
+class CallsCost(BaseModel):
+    """What one judgement's calls cost (a record's, on one metric): :meth:`Price.cost` of its tokens, or an upper
+    bound when its cached tokens were not recorded (judged before the store kept them), or nothing without a
+    price."""
+
+    usd: float | None = Field(None, description="The cost, or its upper bound (None: no price for the judge).")
+    bound: bool = Field(False, description="An upper bound: the cached prompt tokens were not recorded.")
+
+
+def calls_cost(price: Price | None, tokens_in: int, tokens_cached: int | None, tokens_out: int) -> CallsCost:
+    """A judgement's cost by the one formula. ``tokens_cached`` None (not recorded): the most the calls can have
+    cost, whichever share of the prompt the cache held — exact anyway when cached tokens cost what others do."""
+    if price is None:
+        return CallsCost()
+    if tokens_cached is not None:
+        return CallsCost(usd=price.cost(tokens_in, tokens_cached, tokens_out))
+    low, high = sorted((price.cost(tokens_in, 0, tokens_out), price.cost(tokens_in, tokens_in, tokens_out)))
+    return CallsCost(usd=high, bound=low != high)
+
+
 class RunCost(BaseModel):
     """What a run's calls cost: the priced part, and the judges no table prices (their tokens are not in it)."""
 
@@ -152,11 +172,15 @@ def run_cost(metrics: Iterable[Mapping[str, Any]], table: Mapping[str, Price]) -
 def cost_text(cost: RunCost) -> str:
     """A run's cost as the CLI shows it (``$12.34``, ``$0.0123``, ``$0.000372``; ``—`` when nothing is priced),
     and the judges without a price."""
-    usd = cost.usd
-    if usd is None:
-        shown = "—"
-    else:  # small runs cost fractions of a cent: enough digits to tell them apart
-        shown = "$0" if usd == 0 else f"${usd:,.2f}" if usd >= 1 else f"${usd:.4f}" if usd >= 0.01 else f"${usd:.6f}"
+    shown = "—" if cost.usd is None else usd_text(cost.usd)
     if cost.unpriced:
         shown += f" (no price: {', '.join(cost.unpriced)})"
     return shown
+
+
+def usd_text(usd: float) -> str:
+    """An amount as greval shows costs: ``$12.34``, ``$0.0123``, ``$0.000372`` (small amounts, such as one
+    record's calls, with enough digits to tell them apart)."""
+    if usd == 0:
+        return "$0"
+    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.4f}" if usd >= 0.01 else f"${usd:.6f}"

@@ -47,6 +47,7 @@ COLUMN_TYPES: dict[str, Literal["str", "int", "float", "json"]] = {
     "error": "str",
     "outputs": "json",
     "tokens_in": "int",
+    "tokens_cached": "int",
     "tokens_out": "int",
     "latency_ms": "float",
     "attempts": "int",

@@ -113,6 +113,25 @@ class VerdictLookups(StoreFile):
                 out[str(h), str(i)] = found
         return out
 
+    def judgement_calls(self, spec_key: str, judge_key: str) -> dict[str, list[tuple[str, list[str], int]]]:
+        """Each judgement's requests to the model, by record hash: (structured-output method, item ids asked
+        about, attempts: the times it was sent, retries included) per call, in call order — what rebuilds the
+        messages each call sent (the answers are not read)."""
+        rows = self._rows(
+            "SELECT record_hash, calls FROM judgements WHERE spec_key=? AND judge_key=? AND calls IS NOT NULL",
+            (spec_key, judge_key),
+        )
+        out: dict[str, list[tuple[str, list[str], int]]] = {}
+        for h, calls in rows:
+            logged = json.loads(calls) if isinstance(calls, str) else calls
+            if isinstance(logged, list):
+                out[str(h)] = [
+                    (str(c.get("method", "")), [str(i) for i in c.get("items") or []], int(c.get("attempts") or 1))
+                    for c in logged
+                    if isinstance(c, dict)
+                ]
+        return out
+
     def unusable_units(self, spec_key: str, judge_key: str) -> dict[str, int]:
         """One judge's verdicts of a metric version that are not ok (nothing to push, nothing to compare), by
         why: an error's kind (``error`` when unknown), or ``skipped``."""

@@ -64,6 +64,7 @@ _ITEM_COLS = (
     "error_kind",
     "outputs",
     "tokens_in",
+    "tokens_cached",  # of tokens_in, read from the provider's prompt cache (None: not recorded, before schema 6)
     "tokens_out",
     "latency_ms",
     "attempts",
@@ -95,8 +96,8 @@ LEFT JOIN judgements g ON g.spec_key = v.spec_key AND g.judge_key = v.judge_key 
 
 #: The judgement's outputs, tokens and timings, and the verdict's own times (the rest of an item row).
 _FULL_TAIL = (
-    "g.outputs, g.tokens_in, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at, v.updated_at,"
-    " v.token_confidence"
+    "g.outputs, g.tokens_in, g.tokens_cached, g.tokens_out, g.latency_ms, g.attempts, v.run_id, v.created_at,"
+    " v.updated_at, v.token_confidence"
 )
 
 
@@ -368,6 +369,7 @@ def _record_row(sp: BaseSpec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any
         "items_ok": sum(1 for r in item_grp if r["status"] == "ok") if sp.each else None,
         "outputs": first.get("outputs"),
         "tokens_in": first.get("tokens_in"),
+        "tokens_cached": first.get("tokens_cached"),
         "tokens_out": first.get("tokens_out"),
     }
     row["counts"] = None
@@ -655,6 +657,7 @@ _RECORD_COLS = (
     "counts",
     "outputs",
     "tokens_in",
+    "tokens_cached",
     "tokens_out",
     "label",
     "value",

@@ -6,7 +6,11 @@ beside its text, so that readers count failures by kind without parsing the text
 ``token_confidence`` (from the judge's token log-probabilities; NULL for verdicts judged without them); 5 stores
 each judge answer once, in its judgement's ``calls`` (the ``raw`` column held the same text again), and a
 judgement's judge by its key alone (``model`` and ``params`` repeated the ``judges`` row): the three columns are
-NULL in rows written since, and emptied in older rows wherever they repeat what ``calls`` and ``judges`` hold.
+NULL in rows written since, and emptied in older rows wherever they repeat what ``calls`` and ``judges`` hold;
+6 stores each judgement's cached prompt tokens (``judgements.tokens_cached``, of ``tokens_in`` those the provider
+read from its prompt cache: what prices a record's calls exactly), filled in older rows from their calls where
+each call says (greval logs each call's cached tokens since it counted them per run); NULL where one does not
+(judged before that): read as not recorded.
 A store written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
@@ -26,7 +30,7 @@ from greval.types import ErrorKind
 if TYPE_CHECKING:
     from greval.store.backend import DB, Dialect
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
@@ -70,7 +74,7 @@ CREATE TABLE IF NOT EXISTS judgements (
     spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL,
     status TEXT NOT NULL, error TEXT, outputs TEXT, calls TEXT, raw TEXT, model TEXT, params TEXT,
     tokens_in INTEGER, tokens_out INTEGER, latency_ms REAL, attempts INTEGER, run_id TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, error_kind TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, error_kind TEXT, tokens_cached INTEGER,
     PRIMARY KEY (spec_key, judge_key, record_hash));
 CREATE TABLE IF NOT EXISTS human_labels (
     spec_name TEXT NOT NULL, dataset TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL,
@@ -115,6 +119,11 @@ ALTER TABLE judgements ADD COLUMN error_kind TEXT;
 # without log-probabilities.
 _MIGRATE_3_4 = """
 ALTER TABLE verdicts ADD COLUMN token_confidence REAL;
+"""
+
+# Schema 5 -> 6: each judgement's cached prompt tokens (filled from its calls by _migrate_5_6).
+_MIGRATE_5_6 = """
+ALTER TABLE judgements ADD COLUMN tokens_cached INTEGER;
 """
 
 _KINDS = {k.value: k for k in ErrorKind}
@@ -272,6 +281,9 @@ def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
         _script(db, _MIGRATE_3_4, dialect)
     if version < 5:
         _migrate_4_5(db)
+    if version < 6:
+        _script(db, _MIGRATE_5_6, dialect)
+        _migrate_5_6(db)
     set_version(db)
 
 
@@ -370,4 +382,37 @@ def _migrate_4_5(db: DB, chunk: int = 5000) -> None:
                 for *key, calls, raw, model, params, label, identity in rows
                 if raw is not None or model is not None or params is not None
             ],
+        )
+
+
+def calls_cached(calls: str | None) -> int | None:
+    """The cached prompt tokens a judgement's ``calls`` (JSON) logged, summed; None when a call does not say (it
+    was logged before greval counted them: 0 would claim a cost it cannot know)."""
+    try:
+        logged = json.loads(calls or "[]")
+    except ValueError:
+        return None
+    if not isinstance(logged, list) or not all(isinstance(c, dict) and "tokens_cached" in c for c in logged):
+        return None
+    return sum(int(c["tokens_cached"] or 0) for c in logged)
+
+
+def _migrate_5_6(db: DB, chunk: int = 5000) -> None:
+    """Schema 5 -> 6: each judgement's ``tokens_cached`` from its calls where every call logged it (else it stays
+    NULL). A chunk of rows at a time, in key order, as :func:`_migrate_4_5`."""
+    last: tuple[str, ...] = ("", "", "")
+    while True:
+        rows = db.execute(
+            "SELECT spec_key, judge_key, record_hash, calls FROM judgements"
+            " WHERE (spec_key, judge_key, record_hash) > (?, ?, ?)"
+            " ORDER BY spec_key, judge_key, record_hash LIMIT ?",
+            (*last, chunk),
+        ).fetchall()
+        if not rows:
+            return
+        last = tuple(rows[-1][:3])
+        found = [(calls_cached(calls), *key) for *key, calls in rows]
+        db.executemany(
+            "UPDATE judgements SET tokens_cached=? WHERE spec_key=? AND judge_key=? AND record_hash=?",
+            [f for f in found if f[0] is not None],
         )

@@ -590,7 +590,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             self._insert_records(db, [record])
         prev = (
             db.execute(
-                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls, updated_at FROM judgements"
+                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls, updated_at, tokens_cached"
+                " FROM judgements"
                 " WHERE spec_key=? AND judge_key=? AND record_hash=?",
                 (spec_key, judge_key, record.hash),
             ).fetchone()
@@ -601,10 +602,13 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             return  # this very write committed already (its answer lost with the connection): not merged twice
         outputs = dict(result.outputs)
         t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
+        t_cached: int | None = result.tokens_cached
         if prev is not None:  # a resumed many-judge: keep what the earlier calls cost and produced
             outputs = {**json.loads(prev[0] or "{}"), **outputs}
             t_in += prev[1] or 0
             t_out += prev[2] or 0
+            # earlier calls judged before schema 6 recorded no cached tokens: the sum is not known either
+            t_cached = None if prev[7] is None and prev[1] else result.tokens_cached + (prev[7] or 0)
             lat += prev[3] or 0.0
             att += prev[4] or 0
             calls = json.loads(prev[5] or "[]") + calls
@@ -613,12 +617,13 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         db.execute(
             "INSERT INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
             " tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
-            " error_kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " error_kind, tokens_cached) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (spec_key, judge_key, record_hash) DO UPDATE SET status=excluded.status,"
             " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=NULL, model=NULL,"
             " params=NULL, tokens_in=excluded.tokens_in,"
             " tokens_out=excluded.tokens_out, latency_ms=excluded.latency_ms, attempts=excluded.attempts,"
-            " run_id=excluded.run_id, updated_at=excluded.updated_at, error_kind=excluded.error_kind",
+            " run_id=excluded.run_id, updated_at=excluded.updated_at, error_kind=excluded.error_kind,"
+            " tokens_cached=excluded.tokens_cached",
             (
                 spec_key,
                 judge_key,
@@ -636,6 +641,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                 now,
                 # The judgement's own error (a failed call); one whose items failed has no text, no kind.
                 None if result.error is None else stored_kind(status, None, result.error),
+                t_cached,
             ),
         )
         db.execute(

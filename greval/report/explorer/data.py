@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from greval.llm.prices import CallsCost, Price, calls_cost, price_for, usd_text
 from greval.report.models import MetricRow
 from greval.report.stats import score_bins
 from greval.report.tables import agreement_cell, summary_cell
@@ -38,6 +39,8 @@ COLUMNS = (
     "confidence",
     "latency_ms",
     "tokens",
+    "cost",  # the judge's calls in US dollars (greval.llm.prices.calls_cost), None without tokens or a price
+    "cost_text",  # the same as shown: "$0.000123", "≤ $0.000123" (cached tokens not recorded), "—" (no price)
     "reason",
     "bin",  # the record score's histogram bin (report.histogram's keys)
     "humans",  # [[item, annotator, label, comment], …]
@@ -47,7 +50,7 @@ COLUMNS = (
 )
 
 
-def _js(call: str, *args: Any) -> str:
+def js_call(call: str, *args: Any) -> str:
     """A data file's text: one call with JSON arguments (``</`` escaped, so no string closes a script)."""
     body = ",".join(json.dumps(a, ensure_ascii=False, separators=(",", ":")) for a in args)
     safe = body.replace("</", "<\\/")
@@ -64,6 +67,9 @@ class MetricData:
     items: Mapping[tuple[str, str], list[dict[str, Any]]]
     humans: Mapping[tuple[str, str], list[HumanLabel]]
     samples: Mapping[tuple[str, str], list[Any]] = field(default_factory=dict)
+    #: each judgement's calls (method, item ids, times sent) by record hash: what rebuilds its prompts (None: not
+    #: read)
+    calls: Mapping[str, Sequence[tuple[str, Sequence[str], int]]] | None = None
 
 
 def _text(v: Any) -> str:
@@ -108,26 +114,50 @@ def _judged(m: MetricData, mine: Sequence[Mapping[str, Any]]) -> tuple[str, list
     return ", ".join(f"{k} ×{counted.count(k)}" for k in dict.fromkeys(counted)), labels
 
 
-def _cost(mine: Sequence[Mapping[str, Any]]) -> tuple[float | None, int | None]:
-    """The judge's milliseconds and tokens (in + out) for a record, over its verdicts; None when none."""
-    tokens = sum(int(r.get("tokens_in") or 0) + int(r.get("tokens_out") or 0) for r in mine)
-    latency = sum(float(r.get("latency_ms") or 0) for r in mine)
+def _spent(mine: Sequence[Mapping[str, Any]]) -> tuple[float | None, int | None]:
+    """The judge's milliseconds and tokens (in + out) for a record: its judgement's, which every item row of the
+    record carries (counted once, not once per item); None when none."""
+    first = mine[0] if mine else {}
+    tokens = int(first.get("tokens_in") or 0) + int(first.get("tokens_out") or 0)
+    latency = float(first.get("latency_ms") or 0)
     return (round(latency) if latency else None), (tokens or None)
+
+
+def record_cost(price: Price | None, mine: Sequence[Mapping[str, Any]]) -> CallsCost | None:
+    """What a record's judgement cost on one metric (None: it spent no token), by the one formula."""
+    first = mine[0] if mine else {}
+    t_in, t_out = int(first.get("tokens_in") or 0), int(first.get("tokens_out") or 0)
+    if not t_in and not t_out:
+        return None
+    cached = first.get("tokens_cached")
+    return calls_cost(price, t_in, None if cached is None else int(cached), t_out)
+
+
+def cost_cell(cost: CallsCost | None) -> str:
+    """A cost as the explorer shows it ('' when nothing was spent)."""
+    if cost is None:
+        return ""
+    if cost.usd is None:
+        return "—"
+    return ("≤ " if cost.bound else "") + usd_text(cost.usd)
 
 
 def _reason(r: Mapping[str, Any]) -> str:
     return _text(r.get("reason") or r.get("error"))
 
 
-def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str) -> list[Any]:
-    """One record row of the explorer's table (COLUMNS' order)."""
+def record_row(
+    m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str, price: Price | None = None
+) -> list[Any]:
+    """One record row of the explorer's table (COLUMNS' order); ``price``: its judge's."""
     key = (rec["record_id"], rec["record_hash"])
     mine = m.items.get(key, [])
     whole = next((r for r in mine if r["item_id"] == ""), mine[0] if mine else {})
     judge = {(r["record_hash"], r["item_id"]): _verdict(r) for r in mine if r["status"] == "ok"}
     humans = m.humans.get(key, [])
     verdict, labels = _judged(m, mine)
-    latency, tokens = _cost(mine)
+    latency, tokens = _spent(mine)
+    cost = record_cost(price, mine)
     return [
         number,
         rec["record_id"],
@@ -141,6 +171,8 @@ def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str)
         whole.get("confidence"),
         latency,
         tokens,
+        None if cost is None else cost.usd,
+        cost_cell(cost),
         _reason(whole),
         bin_key,
         [[h["item_id"], h["annotator"], _said(h), h["comment"] or ""] for h in humans],
@@ -154,11 +186,32 @@ def record_row(m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str)
     ]
 
 
-def metric_meta(m: MetricData, index: int, rows: Sequence[list[Any]], where: Where) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Pricing:
+    """The price table the explorer's costs are at (the one `greval results runs` reads), or why there is none."""
+
+    table: Mapping[str, Price] | None = None
+    problem: str = ""  # why there is no table (one line naming the file)
+    source: str = ""  # where the prices come from, in words
+
+    def price(self, judge: str) -> Price | None:
+        return None if self.table is None else price_for(judge, self.table)
+
+    def missing(self, judge: str) -> str:
+        """Why a judge's records have no cost ('' when they do)."""
+        if self.table is None:
+            return f"no cost: {self.problem or 'no price table'}"
+        return "" if price_for(judge, self.table) is not None else f"no price for {judge}"
+
+
+def metric_meta(
+    m: MetricData, index: int, rows: Sequence[list[Any]], where: Where, pricing: Pricing = Pricing()
+) -> dict[str, Any]:
     """A metric's entry in meta.js: the figures the report shows for it (the same cells) and its filters."""
     spec = m.spec
     labels = spec.scale.names if isinstance(spec, Spec) and isinstance(spec.scale, CategoricalScale) else []
     col = COLUMNS.index
+    cost = total_cost(rows, pricing.price(m.row.judge) is not None)
     return {
         "index": index,
         "name": m.row.metric,
@@ -179,7 +232,9 @@ def metric_meta(m: MetricData, index: int, rows: Sequence[list[Any]], where: Whe
             "by_shares": m.row.by_shares,
             "agreement": agreement_cell(m.row),
             "agreement_page": m.row.agreement_page or "",
+            "cost": cost,
         },
+        "cost_missing": pricing.missing(m.row.judge) if cost else "",
         "values": {
             key: sorted({str(r[col(key)]) for r in rows if r[col(key)] not in (None, "")})
             for key in ("system", "group", "status", "agree")
@@ -208,14 +263,29 @@ class Where:
     compare: tuple[str, str] | None = None
 
 
-def metric_rows(m: MetricData, numbers: Mapping[tuple[str, str], int]) -> list[list[Any]]:
-    """Every record row of a metric (COLUMNS' order), each with its record's number and score bin."""
+def metric_rows(m: MetricData, numbers: Mapping[tuple[str, str], int], price: Price | None = None) -> list[list[Any]]:
+    """Every record row of a metric (COLUMNS' order), each with its record's number, score bin and cost at
+    ``price`` (its judge's)."""
     scored = [r for r in m.records if r.get("score") is not None]
     keys, where = score_bins([float(r["score"]) for r in scored])
     bins = {id(r): keys[w] for r, w in zip(scored, where, strict=True)}
     return [
-        record_row(m, rec, numbers[rec["record_id"], rec["record_hash"]], bins.get(id(rec), "")) for rec in m.records
+        record_row(m, rec, numbers[rec["record_id"], rec["record_hash"]], bins.get(id(rec), ""), price)
+        for rec in m.records
     ]
+
+
+def total_cost(rows: Sequence[Sequence[Any]], priced: bool) -> str:
+    """A metric's cost in the explorer: the sum of its records' (an upper bound when one of them is); '' when
+    nothing was spent, '—' when its judge has no price."""
+    col = COLUMNS.index
+    spent = [r for r in rows if r[col("cost_text")]]
+    if not spent:
+        return ""
+    if not priced:
+        return "—"
+    total = sum(float(r[col("cost")]) for r in spent)
+    return ("≤ " if any(r[col("cost_text")].startswith("≤") for r in spent) else "") + usd_text(total)
 
 
 def changed(a: Sequence[Any], b: Sequence[Any] | None) -> str:
@@ -252,7 +322,7 @@ def _numbers(metrics: Sequence[MetricData]) -> dict[tuple[str, str], int]:
 
 def _write_rows(out: Path, i: int, rows: Sequence[list[Any]]) -> int:
     for k in range(0, len(rows), ROWS_PER_CHUNK):
-        text = _js("GREVAL.rows", i, k // ROWS_PER_CHUNK, rows[k : k + ROWS_PER_CHUNK])
+        text = js_call("GREVAL.rows", i, k // ROWS_PER_CHUNK, rows[k : k + ROWS_PER_CHUNK])
         (out / f"m{i}-{k // ROWS_PER_CHUNK}.js").write_text(text, encoding="utf-8")
     return -(-len(rows) // ROWS_PER_CHUNK)
 
@@ -263,9 +333,28 @@ def _write_records(out: Path, numbers: Mapping[tuple[str, str], int], data: Mapp
         chunk = ordered[k : k + RECORDS_PER_CHUNK]
         part = {n: {"id": rid, "fields": record_fields(data.get(h, {}))} for (rid, h), n in chunk}
         (out / f"r{k // RECORDS_PER_CHUNK}.js").write_text(
-            _js("GREVAL.records", k // RECORDS_PER_CHUNK, part), encoding="utf-8"
+            js_call("GREVAL.records", k // RECORDS_PER_CHUNK, part), encoding="utf-8"
         )
     return -(-len(ordered) // RECORDS_PER_CHUNK)
+
+
+def prompt_note(m: MetricData) -> str:
+    """Why a metric's record pages cannot show the judge's prompt ('' when they can)."""
+    from greval.report.explorer.prompts import unavailable
+
+    if m.calls is None:
+        return "Prompts are shown in the store's own explorer (greval report), not in a comparison."
+    return unavailable(m.spec, m.row.figures.spec_key)
+
+
+def _write_prompts(
+    out: Path, i: int, m: MetricData, numbers: Mapping[tuple[str, str], int], data: Mapping[str, dict[str, Any]]
+) -> int:
+    from greval.report.explorer.prompts import write_prompts
+
+    assert isinstance(m.spec, Spec) and m.calls is not None  # prompt_note said so
+    recs = [(numbers[r["record_id"], r["record_hash"]], r["record_hash"]) for r in m.records]
+    return write_prompts(out, i, m.spec, recs, data, m.calls, RECORDS_PER_CHUNK)
 
 
 def write_data(
@@ -274,19 +363,22 @@ def write_data(
     metrics: Sequence[MetricData],
     data: Mapping[str, dict[str, Any]],
     paired: Sequence[tuple[list[str], Mapping[str, list[Any]]]] = (),
+    pricing: Pricing = Pricing(),
 ) -> int:
     """Write meta.js, the row chunks and the record chunks under ``out`` (explorer/data); ``paired``: a
-    comparison's (pair key of each of side A's rows, side B's rows by pair key) per metric. Returns the files
-    written."""
+    comparison's (pair key of each of side A's rows, side B's rows by pair key) per metric; ``pricing``: what
+    the records' calls cost. Returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
     numbers = _numbers(metrics)
     metas, files = [], 0
     for i, m in enumerate(metrics):
-        rows = metric_rows(m, numbers)
+        rows = metric_rows(m, numbers, pricing.price(m.row.judge))
         if paired:
             rows = side_by_side(rows, paired[i][1], paired[i][0])
-        metas.append(metric_meta(m, i, rows, where))
+        metas.append(metric_meta(m, i, rows, where, pricing) | {"prompt": prompt_note(m)})
         files += _write_rows(out, i, rows)
+        if not metas[-1]["prompt"]:
+            files += _write_prompts(out, i, m, numbers, data)
     files += _write_records(out, numbers, data)
     meta = {
         "store": where.store,
@@ -294,7 +386,8 @@ def write_data(
         "compare": list(where.compare) if where.compare else None,
         "records_per_chunk": RECORDS_PER_CHUNK,
         "records": len(numbers),
+        "prices": pricing.source,
         "metrics": metas,
     }
-    (out / "meta.js").write_text(_js("GREVAL.meta", meta), encoding="utf-8")
+    (out / "meta.js").write_text(js_call("GREVAL.meta", meta), encoding="utf-8")
     return files + 1

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from greval.report.explorer.data import MetricData, Where, write_data
+from greval.report.explorer.data import MetricData, Pricing, Where, write_data
 from greval.report.explorer.links import FOLDER
 from greval.report.models import MetricRow, StoreReport
 from greval.report.store_report import metric_groups
-from greval.spec import BaseSpec
+from greval.spec import BaseSpec, Spec
 from greval.store.labels import HumanLabel
 from greval.store.store import Store
 
@@ -24,6 +24,21 @@ def copy_static(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("index.html", "app.js", "app.css"):
         shutil.copyfile(STATIC / name, folder / name)
+
+
+def pricing() -> Pricing:
+    """The price table `greval results runs` and a run's summary price with (greval's list prices, the user's
+    table over them); a table greval cannot read leaves the explorer without costs, saying why."""
+    from greval.errors import UserError
+    from greval.llm.prices import load_prices, prices_path
+
+    path = prices_path()
+    try:
+        table = load_prices()
+    except UserError as exc:
+        return Pricing(problem=str(exc))
+    source = f"prices from {path} over greval's list" if path.is_file() else "greval's list prices"
+    return Pricing(table, source=source)
 
 
 def _by_record(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
@@ -47,7 +62,8 @@ def metric_data(
     mine = [r for r in items if r["spec_key"] == row.figures.spec_key and r["judge_key"] == row.figures.judge_key]
     humans = _humans(st.human_labels(spec.name, submitted=True))
     samples = st.unit_samples(row.figures.spec_key, row.figures.judge_key)
-    return MetricData(row, spec, records, _by_record(mine), humans, samples)
+    calls = st.judgement_calls(row.figures.spec_key, row.figures.judge_key) if isinstance(spec, Spec) else {}
+    return MetricData(row, spec, records, _by_record(mine), humans, samples, calls)
 
 
 def write_explorer(rep: StoreReport, out_dir: Path) -> Path:
@@ -64,7 +80,7 @@ def write_explorer(rep: StoreReport, out_dir: Path) -> Path:
             metric_data(st, row, spec, grp, items) for row, (_, spec, grp) in zip(rep.metrics, found, strict=True)
         ]
     where = Where(rep.store, rep.system_column or "", rep.group_column or "")
-    write_data(folder / "data", where, metrics, data)
+    write_data(folder / "data", where, metrics, data, pricing=pricing())
     return folder / "index.html"
 
 
@@ -76,5 +92,5 @@ def write_comparison_explorer(built: Any, out_dir: Path) -> Path:
     copy_static(folder)
     comp = built.comparison
     where = Where(comp.store, "system", "", (comp.a, comp.b))
-    write_data(folder / "data", where, built.metrics, built.data, built.paired)
+    write_data(folder / "data", where, built.metrics, built.data, built.paired, pricing())
     return folder / "index.html"

@@ -2,7 +2,7 @@
 // data is shown with textContent (never as markup). Data files are <script>s: the folder opens from disk.
 "use strict";
 (function () {
-  const S = { meta: null, rows: {}, joined: {}, pending: {}, records: {}, shown: 200, view: [], state: {} };
+  const S = { meta: null, rows: {}, joined: {}, pending: {}, records: {}, statics: {}, prompts: {}, shown: 200, view: [], state: {} };
   const $ = (sel) => document.querySelector(sel);
   const FILTERS = ["system", "group", "status", "label", "value", "bin", "human", "agree", "changed"];
   const PAGE = 200;
@@ -32,6 +32,8 @@
     meta(m) { S.meta = m; S.col = Object.fromEntries(m.columns.map((c, i) => [c, i])); start(); },
     rows(metric, chunk, rows) { (S.rows[metric] = S.rows[metric] || [])[chunk] = rows; done("m" + metric + "-" + chunk); },
     records(chunk, recs) { Object.assign(S.records, recs); done("r" + chunk); },
+    prompt(metric, byMethod) { S.statics[metric] = byMethod; done("p" + metric); },
+    prompts(metric, chunk, recs) { S.prompts[metric] = Object.assign(S.prompts[metric] || {}, recs); done("q" + metric + "-" + chunk); },
   };
   function done(key) { if (S.waiters[key]) S.waiters[key](); }
   async function metricRows(m) {
@@ -114,8 +116,11 @@
   const COLS = [
     ["id", "record"], ["verdict", "verdict"], ["score", "score"], ["human", "human label(s)"], ["agree", "agree?"],
     ["confidence", "confidence", "opt"], ["system", "system"], ["group", "group", "opt"], ["status", "status", "opt"],
-    ["tokens", "judge tokens", "opt"], ["latency_ms", "judge ms", "opt"], ["reason", "reason"],
+    ["tokens", "judge tokens", "opt"], ["cost_text", "cost", "opt"], ["latency_ms", "judge ms", "opt"], ["reason", "reason"],
   ];
+  const SORT_BY = { cost_text: "cost" };  // a column shown as text, sorted by its number
+  const BOUND = "an upper bound: this record's cached prompt tokens were not recorded (judged before greval kept them)";
+  function costTitle(text, m) { return text.startsWith("≤") ? BOUND : text === "—" ? m.cost_missing : null; }
   const USED = new WeakMap();
   function columns() {
     // the metric's columns that hold something in some row (no column of blanks), worked out once per metric
@@ -159,6 +164,7 @@
       item(m.labels.length && m.many ? "items by label" : "by label / value / score bin", dist),
       item(f.by_shares ? "label shares (95% CI)" : "dataset score (95% CI)", f.summary || "—"),
     ];
+    if (f.cost) kids.push(item("cost of the judge's calls", f.cost + (f.cost === "—" ? " (" + m.cost_missing + ")" : f.cost.startsWith("≤") ? " (some records' cached tokens not recorded)" : "")));
     if (f.agreement) {
       const a = el("dd", {}, el("a", { href: hashOf({ m: st.m, agree: "disagree" }), text: f.agreement }));
       kids.push(item("judge–human agreement (disagreements →)", a));
@@ -186,10 +192,10 @@
   function renderHead(st) {
     const tr = el("tr");
     for (const [c, name, opt] of columns()) {
-      const dir = st.sort === c ? (st.dir === "desc" ? " ↓" : " ↑") : null;
-      const b = el("button", { type: "button", "data-sort": c, "data-dir": dir, "aria-label": "sort by " + name, text: name });
-      b.addEventListener("click", () => go({ sort: c, dir: st.sort === c && st.dir !== "desc" ? "desc" : "asc" }));
-      tr.append(el("th", { class: opt || null, "aria-sort": st.sort === c ? (st.dir === "desc" ? "descending" : "ascending") : null }, b));
+      const key = SORT_BY[c] || c, dir = st.sort === key ? (st.dir === "desc" ? " ↓" : " ↑") : null;
+      const b = el("button", { type: "button", "data-sort": key, "data-dir": dir, "aria-label": "sort by " + name, text: name });
+      b.addEventListener("click", () => go({ sort: key, dir: st.sort === key && st.dir !== "desc" ? "desc" : "asc" }));
+      tr.append(el("th", { class: opt || null, "aria-sort": st.sort === key ? (st.dir === "desc" ? "descending" : "ascending") : null }, b));
     }
     $("#table thead").replaceChildren(tr);
   }
@@ -198,10 +204,10 @@
     for (const r of S.view.slice(0, S.shown)) {
       const tr = el("tr", { class: [cell(r, "agree"), S.meta.compare ? cell(r, "changed") : ""].join(" ").trim() || null, "data-rec": cell(r, "rec") });
       for (const [c, , opt] of columns()) {
-        const v = cell(r, c), num = typeof v === "number";
+        const v = cell(r, c), num = typeof v === "number" || c === "cost_text";
         const td = el("td", { class: [opt, num ? "num" : "", c === "reason" ? "reason" : "", c === "agree" ? "agree" : ""].join(" ").trim() || null });
         if (c === "id") td.append(el("a", { href: hashOf(Object.assign({}, st, { record: cell(r, "rec") })), text: String(v) }));
-        else { td.textContent = fmt(v, c); if (c === "reason") td.title = fmt(v, c); }
+        else { td.textContent = fmt(v, c); if (c === "reason") td.title = fmt(v, c); if (c === "cost_text" && costTitle(fmt(v, c), S.meta.metrics[st.m])) td.title = costTitle(fmt(v, c), S.meta.metrics[st.m]); }
         tr.append(td);
       }
       frag.append(tr);
@@ -265,6 +271,12 @@
       cell(row, "score") !== null ? " · score " + fmt(cell(row, "score"), "score") : "",
       " · " + cell(row, "status"), agree ? " " : "", agree ? el("span", { class: "badge " + agree, text: agree + " with people" }) : null));
     box.append(el("div", { class: "field", "data-field": "reason" }, el("h3", { text: "reason" }), el("div", { text: cell(row, "reason") || "—" })));
+    const spent = [];
+    if (cell(row, "tokens")) spent.push(cell(row, "tokens") + " tokens");
+    if (cell(row, "latency_ms")) spent.push(cell(row, "latency_ms") + " ms");
+    const cost = cell(row, "cost_text");
+    if (cost) spent.push("cost " + cost + (costTitle(cost, m) ? " (" + costTitle(cost, m) + ")" : ""));
+    if (spent.length) box.append(el("p", { class: "note", "data-field": "cost", text: "The judge's calls: " + spent.join(" · ") }));
     const samples = cell(row, "samples");
     if (samples && samples.length) box.append(el("div", { class: "field", "data-field": "samples" }, el("h3", { text: "the judge's " + samples.length + " samples" }), el("div", { text: samples.map(sampleText).join("\n") })));
     const humans = cell(row, "humans") || [];
@@ -291,6 +303,37 @@
     box.append(el("div", { class: "field", "data-field": "reason_b" }, el("h3", { text: "reason" }), el("div", { text: cell(row, "reason_b") || "—" })));
     return box;
   }
+  // the messages the judge was sent, loaded when asked (data/p{m}.js: the static part, data/q{m}-{k}.js: records')
+  function promptBlock(st, key) {
+    const m = S.meta.metrics[st.m];
+    const box = el("section", { class: "prompt", "aria-label": "the judge's prompt" }, el("h2", { text: "The prompt" }));
+    if (m.prompt) { box.append(el("p", { class: "note", "data-prompt": "none", text: m.prompt })); return box; }
+    const b = el("button", { type: "button", id: "show-prompt", text: "Show the prompt the judge was sent" });
+    b.addEventListener("click", async () => {
+      b.disabled = true; b.textContent = "loading the prompt …";
+      try {
+        const k = Math.floor(key / S.meta.records_per_chunk);
+        await Promise.all([load("data/p" + st.m + ".js", "p" + st.m), load("data/q" + st.m + "-" + k + ".js", "q" + st.m + "-" + k)]);
+        b.replaceWith(...promptCalls(st.m, (S.prompts[st.m] || {})[key]));
+        const first = box.querySelector("h3"); if (first) first.focus();
+        document.body.dataset.prompt = "shown";
+      } catch (e) { b.replaceWith(el("p", { class: "note", text: String(e.message || e) })); }
+    });
+    box.append(el("p", { class: "note", text: "Exactly the messages sent to the judge for this record, rebuilt by greval's prompt code from the stored metric version, record and calls." }), b);
+    return box;
+  }
+  function promptCalls(m, calls) {
+    if (calls === undefined || (Array.isArray(calls) && !calls.length)) return [el("p", { class: "note", "data-prompt": "none", text: "No call to the judge is recorded for this record (it was not asked: skipped, or its inputs or dependencies were missing)." })];
+    if (typeof calls === "string") return [el("p", { class: "note", "data-prompt": "none", text: calls })];
+    return calls.map(([method, items, user, n], i) => {
+      const head = "Call " + (i + 1) + " of " + calls.length + " · " + method + (items.length ? " · items " + items.join(", ") : "") + (n > 1 ? " · sent " + n + " times" : "");
+      const box = el("div", { class: "call", "data-call": i }, el("h3", { tabindex: "-1", text: head }));
+      for (const msg of [...S.statics[m][method], { role: "user", content: user }]) {
+        box.append(el("div", { class: "msg", "data-role": msg.role }, el("div", { class: "role", text: msg.role }), el("pre", { text: msg.content })));
+      }
+      return box;
+    });
+  }
   async function showRecord(st) {
     const rows = await metricRows(st.m);
     const key = parseInt(st.record, 10);
@@ -309,7 +352,7 @@
       if (Array.isArray(v) && v.length && typeof v[0] === "object" && v[0] !== null && "id" in v[0]) fields.append(itemsBlock(n, v, row));
       else fields.append(fieldBlock(n, v));
     }
-    const judged = [verdictBlock(st, row)];
+    const judged = [el("div", {}, verdictBlock(st, row), promptBlock(st, key))];
     if (S.meta.compare) judged.push(otherBlock(row));
     box.replaceChildren(back, el("h2", { text: "Record " + rec.id }), el("div", { class: "pair" }, fields, ...judged));
     document.title = "greval — " + rec.id;
@@ -329,7 +372,8 @@
     } catch (e) { $("#count").textContent = String(e.message || e); }
   }
   function start() {
-    $("#store").textContent = "store " + S.meta.store + " · " + S.meta.records + " records";
+    const priced = S.meta.metrics.some((m) => m.figures.cost && m.figures.cost !== "—");
+    $("#store").textContent = "store " + S.meta.store + " · " + S.meta.records + " records" + (priced ? " · costs at " + S.meta.prices : "");
     let timer = null;
     $("#q").addEventListener("input", (e) => { clearTimeout(timer); timer = setTimeout(() => go({ q: e.target.value }), 150); });
     $("#clear").addEventListener("click", () => { location.hash = hashOf({ m: S.state.m }); });
