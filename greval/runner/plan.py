@@ -16,6 +16,7 @@ from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from greval.dataset.compact import Hashes, Pairs, Positions
 from greval.dataset.records import DataFile, HashedRow, Record
 from greval.dataset.sample import Sample, sample_items, sample_records
 from greval.errors import DataError, option
@@ -69,7 +70,7 @@ class PlannedRows:
         self._held: list[Record] = list(records)
         self._held_at: list[int] = []  # the held rows' positions (only with a source)
         self._at = array("q")  # positions of the rows not held, ascending
-        self._hashes: list[str] = []  # and the content hash each was planned with
+        self._hashes = Hashes()  # and the content hash each was planned with
 
     def add(self, position: int, row: Record | HashedRow, record: Callable[[], Record]) -> None:
         """The row at ``position`` of the dataset (``record`` makes its Record, if it is held)."""
@@ -187,8 +188,8 @@ class Plan(BaseModel):
     )
     records: int = Field(0, description="Records in the dataset (ids; a row repeated exactly is read once).")
     distinct_contents: int = Field(0, description="Distinct record contents (identical records cost one call).")
-    members: list[tuple[str, str]] = Field(
-        default_factory=list, description="(record id, content hash) of every record: the run's snapshot."
+    members: Pairs = Field(
+        default_factory=Pairs, description="(record id, content hash) of every record: the run's snapshot."
     )
     unstored: PlannedRows = Field(
         default_factory=PlannedRows,
@@ -218,9 +219,10 @@ class _Planner:
         self.judge_keys = {s.name: config_for(s, cfg).key for s in specs}
         self.unique = PlannedRows(source)
         self.pending: dict[str, list[list[str] | None]] = {s.name: [] for s in specs}
-        self.members: list[tuple[str, str]] = []
+        self.members = Pairs()
         self.unstored = PlannedRows(source)
-        self.seen: set[str] = set()  # content hashes planned so far: the first record of each content is judged
+        # Content hashes planned so far (by their first row in members): the first record of each is judged.
+        self.seen = Positions(self.members.hashes.__getitem__)
         self.todo: Counter[Work] = Counter()
         self.by_name = {s.name: s for s in specs}
         self.readers = [s for s in specs if s.depends_on]
@@ -247,19 +249,18 @@ class _Planner:
             return made[i]
 
         start = len(self.members)  # the chunk's first row's position in the dataset
+        self.members.extend(pairs)  # first: `seen` reads the chunk's hashes back from it
         self._pending(chunk, record, start)
         for i, (r, pair) in enumerate(zip(chunk, pairs, strict=True)):
             if isinstance(r, Record) or pair not in known:
                 self.unstored.add(start + i, r, functools.partial(record, i))
-        self.members.extend(pairs)
         self._count(chunk)
 
     def _pending(self, chunk: Sequence[Record | HashedRow], record: _Made, start: int) -> None:
         """What the store lacks for the chunk's contents not seen before; the ones with work left are held."""
         fresh = []
         for i, r in enumerate(chunk):
-            if r.hash not in self.seen:
-                self.seen.add(r.hash)
+            if self.seen.setdefault(r.hash, start + i) is None:
                 fresh.append(i)
         # Store.pending reads each record's hash and items(), which a HashedRow has as a Record has them: the
         # rows are asked about as they are (building even unvalidated Records was ~10 % of planning a re-run).

@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from greval._sync import run_sync
+from greval.dataset.compact import Pairs
 from greval.dataset.records import Record
 from greval.errors import UserError, first_line, option
 from greval.llm.config import JudgeConfig
@@ -246,7 +247,7 @@ def split_plan(plan: Plan, specs: Sequence[BaseSpec], shards: int) -> list[Plan]
                 items_of={},
                 records=len(idx),
                 distinct_contents=len(idx),
-                members=[],
+                members=Pairs(),
                 unstored=PlannedRows(),
             )
         )
