@@ -14,6 +14,13 @@ from greval.testing.openai_server import OpenAIServer
 
 TEST_KEY = "sk-test-SECRET-do-not-store-1234"
 
+# numpy's OpenBLAS runs a matrix product on one thread per core, and its threads spin while they wait: with 4
+# xdist workers on 2 cores the bootstrap's small products (1000 resamples x a few hundred items) waited on each
+# other's spinning, tests/agreement/test_design.py took 159 s instead of 73 (load 7) and twice the CPU, taken
+# from the other workers. One thread per worker gives the same bits (checked on the design tests' figures).
+# Set before anything imports numpy (nothing above does), so the workers xdist starts later inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 
 #: The modules whose tests xdist hands to its workers one at a time (scripts/test.sh runs `-n 4`): long tests
 #: that share nothing but session fixtures. Every other module runs whole on one worker, in its own order, its

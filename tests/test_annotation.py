@@ -380,6 +380,34 @@ def test_review_rounds_grow_one_design() -> None:
         review_round(units, {}, 0, 0.2, seed=3, round_no=1)
 
 
+def test_doubt_order_is_one_sort_by_disagreement_confidence_and_seeded_tie() -> None:
+    """The doubt order (sorted part by part, for speed) is the order of one stable sort by the tuple
+    (-disagreement, confidence or 1.0, the seeded tie) over the input order: many equal confidences, unknown
+    ones, panel levels, units with an item id, in a shuffled input; with a NaN confidence too."""
+    import random
+
+    from greval.annotation.selection import doubt_order
+
+    def reference(units: list[Unit], seed: int) -> list[Unit]:
+        rng = random.Random(seed)
+        tie = {u.key: rng.random() for u in sorted(units, key=lambda u: u.key)}
+        conf = [1.0 if u.confidence is None else u.confidence for u in units]
+        order = sorted(range(len(units)), key=lambda i: (-units[i].disagreement, conf[i], tie[units[i].key]))
+        return [units[i] for i in order]
+
+    rng = random.Random(0)
+    confidences = [None, 0.5, 0.75, 1.0]
+    units = [
+        Unit(f"h{i % 97:03d}", f"c{i // 97}", rng.choice("ab"), rng.choice([*confidences, rng.random()]), i % 3 / 2)
+        for i in range(400)
+    ]
+    rng.shuffle(units)
+    for seed in range(5):
+        assert doubt_order(units, seed) == reference(units, seed)
+    units[7] = Unit(units[7].record_hash, units[7].item_id, "a", float("nan"))
+    assert doubt_order(units, 1) == reference(units, 1)
+
+
 def test_uncertain_first_says_when_verdicts_have_no_confidence() -> None:
     """A judge asked once gives no confidence: "uncertain first" cannot see doubt there and says so."""
     from greval.annotation.push import uncertain_notes

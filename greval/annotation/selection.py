@@ -7,10 +7,13 @@ weight = 1 / probability).
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from operator import attrgetter
 from typing import Literal
 
 from greval.annotation.errors import AnnotationError
@@ -30,9 +33,14 @@ class Unit:
     confidence: float | None = None
     disagreement: float = 0.0  # share of a judge panel's other judges that gave another verdict
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, str]:
+        """Computed once per unit (kept in its ``__dict__``): sorts and lookups of a review read it millions of
+        times."""
         return (self.record_hash, self.item_id)
+
+
+_by_key = attrgetter("key")
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class Pick:
 
 
 def _shuffled(units: Sequence[Unit], rng: random.Random) -> list[Unit]:
-    ordered = sorted(units, key=lambda u: u.key)  # independent of the input order
+    ordered = sorted(units, key=_by_key)  # independent of the input order
     rng.shuffle(ordered)
     return ordered
 
@@ -97,7 +105,7 @@ def select(
         if strategy != "all" and n is None:
             n_items = f"{option('select.n')} (how many items to label)"
             raise AnnotationError(f"{option('strategy')} {strategy} needs {n_items}")
-        ordered = sorted(units, key=lambda u: u.key)
+        ordered = sorted(units, key=_by_key)
         return [Pick(u, "all", 1.0, i) for i, u in enumerate(ordered)]
     picks: list[Pick] = []
     if strategy == "random":
@@ -117,8 +125,7 @@ def select(
     else:  # uncertain
         n_control = round(n * control_share)
         n_uncertain = n - n_control
-        tie = {u.key: rng.random() for u in sorted(units, key=lambda u: u.key)}
-        by_doubt = sorted(units, key=lambda u: (1.0 if u.confidence is None else u.confidence, tie[u.key]))
+        by_doubt = _doubt_sorted(units, rng, panel=False)
         uncertain, rest = by_doubt[:n_uncertain], by_doubt[n_uncertain:]
         picks = [Pick(u, "uncertain", 1.0, i) for i, u in enumerate(uncertain)]
         if rest and n_control:
@@ -136,9 +143,48 @@ CONTROL = "control:"
 def doubt_order(units: Sequence[Unit], seed: int) -> list[Unit]:
     """Most doubtful first: panel disagreement (highest first), then confidence (lowest first; unknown counts
     as confident), ties broken by a seeded shuffle — the same order in every round of a review."""
-    rng = random.Random(seed)
-    tie = {u.key: rng.random() for u in sorted(units, key=lambda u: u.key)}
-    return sorted(units, key=lambda u: (-u.disagreement, 1.0 if u.confidence is None else u.confidence, tie[u.key]))
+    return _doubt_sorted(units, random.Random(seed), panel=True)
+
+
+def _doubt_sorted(units: Sequence[Unit], rng: random.Random, panel: bool) -> list[Unit]:
+    """``units`` by panel disagreement (highest first; only if ``panel``), then confidence (lowest first, unknown
+    counts as 1.0), then a seeded random tie-break drawn in key order (independent of the input order)."""
+    tie = {u.key: rng.random() for u in sorted(units, key=_by_key)}
+    parts = [[1.0 if u.confidence is None else u.confidence for u in units], [tie[u.key] for u in units]]
+    if panel:
+        parts.insert(0, [-u.disagreement for u in units])
+    return _sorted_by(units, parts)
+
+
+def _sorted_by(units: Sequence[Unit], parts: Sequence[Sequence[float]]) -> list[Unit]:
+    """``units`` stably sorted by the tuple of ``parts`` (one value per unit each, most significant first).
+
+    One stable sort per part, the least significant first, gives the same order as one sort by the tuples and
+    is several times faster (floats compare directly, not tuple by tuple); NaN compares inconsistently, so
+    with a NaN the tuples are sorted as they are."""
+    if any(math.isnan(sum(part)) for part in parts):  # a NaN in it (or inf and -inf: sorted as tuples too)
+        return [units[i] for i in sorted(range(len(units)), key=lambda i: tuple(part[i] for part in parts))]
+    order = list(range(len(units)))
+    for part in reversed(parts):
+        order.sort(key=part.__getitem__)
+    return [units[i] for i in order]
+
+
+def _rest(
+    order: Sequence[Unit], certain: Collection[tuple[str, str]], controls: Collection[tuple[str, str]]
+) -> tuple[dict[str, list[Unit]], dict[str, list[Unit]], dict[str, list[Unit]]]:
+    """The units outside the take-all slice by verdict stratum, in ``order``: all of them, those drawn as
+    controls before, and those not drawn yet (one pass: a review round reads thousands of units)."""
+    rest: dict[str, list[Unit]] = defaultdict(list)
+    for u in order:
+        if u.key not in certain:
+            rest[u.stratum].append(u)
+    drawn: dict[str, list[Unit]] = {h: [] for h in rest}
+    undrawn: dict[str, list[Unit]] = {h: [] for h in rest}
+    for h, members in rest.items():
+        for u in members:
+            (drawn if u.key in controls else undrawn)[h].append(u)
+    return rest, drawn, undrawn
 
 
 def review_round(
@@ -176,11 +222,8 @@ def review_round(
     certain += [by_key[k] for k in sorted(taken - {u.key for u in certain})]
     certain_keys = {u.key for u in certain}
     new_certain = sum(1 for u in certain if u.key not in previous)
-    rest: dict[str, list[Unit]] = defaultdict(list)
-    for u in order:
-        if u.key not in certain_keys:
-            rest[u.stratum].append(u)
-    drawn = {h: [u for u in members if previous.get(u.key, "").startswith(CONTROL)] for h, members in rest.items()}
+    controls = {k for k, sel in previous.items() if sel.startswith(CONTROL)}
+    rest, drawn, undrawn = _rest(order, certain_keys, controls)
     budget = max(0, batch - new_certain)
     room = {h: len(rest[h]) - len(drawn[h]) for h in rest}
     rng = random.Random(f"{seed}:{round_no}")
@@ -192,9 +235,7 @@ def review_round(
     more = allocate({h: room[h] - alloc[h] for h in rest}, budget - sum(alloc.values()))
     alloc = {h: alloc[h] + more[h] for h in rest}
     for h in sorted(rest):
-        have = {u.key for u in drawn[h]}
-        fresh = _shuffled([u for u in rest[h] if u.key not in have], rng)[: alloc[h]]
-        drawn[h] = drawn[h] + fresh
+        drawn[h] = drawn[h] + _shuffled(undrawn[h], rng)[: alloc[h]]
     picks = [Pick(u, UNCERTAIN, 1.0, i) for i, u in enumerate(certain)]
     for h in sorted(drawn):
         p = len(drawn[h]) / len(rest[h])
