@@ -567,6 +567,13 @@ def test_the_records_costs_sum_to_the_run_s_cost(
     assert "cost — (no price for openai:judge-test)" in page.locator("[data-field=cost]").inner_text()
     assert page.errors == []
 
+    # a price table greval cannot read: the page and the terminal both say so, naming the file
+    prices.write_text("judge-test: {input: -1}\n")
+    res = CliRunner().invoke(
+        main, ["report", "--store", str(store), "-o", str(tmp_path / "r-bad"), "--bootstrap", "50"]
+    )
+    assert res.exit_code == 0 and "the explorer shows no cost per record" in res.output and str(prices) in res.output
+
 
 def _hashes(store: Path, record_id: str) -> set[str]:
     with Store(store) as st:

@@ -77,7 +77,7 @@ def report_cmd(
     rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column, names=FLAGS)
     write(rep, out_dir, FLAGS)
     print_store_report(out, rep, display(store))
-    print_notes(console, rep.notes(), FLAGS)
+    print_notes(console, [*rep.notes(), *_price_notes()], FLAGS)
     console.print(
         f"wrote {out_dir / 'index.html'} (+ report.json, report.md"
         + (", agreement pages" if any(m.agreement_page for m in rep.metrics) else "")
@@ -94,3 +94,11 @@ def _compare(store: str, sides: tuple[str, str], out_dir: Path, resamples: int, 
     write(built, out_dir)
     print_store_comparison(out, built.comparison)
     console.print(f"wrote {out_dir / 'index.html'} (+ comparison.json, explorer/)")
+
+
+def _price_notes() -> list[str]:
+    """The explorer's costs need the price table: one that cannot be read is said here, not only on the page."""
+    from greval.report.explorer.write import pricing
+
+    problem = pricing().problem
+    return [f"the explorer shows no cost per record: {problem}"] if problem else []
