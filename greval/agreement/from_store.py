@@ -82,7 +82,7 @@ def store_frame(
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
     ``version`` picks a spec version by hash (default: the latest). ``datasets``: the human-label datasets
     to use (default: every one, see the module doc). ``records``: the (record id, content hash) pairs to keep
-    (a run's or a system's records, ``greval report --compare``); default every labelled record.
+    (a run's or a system's records, one side of a report's comparison); default every labelled record.
     """
     spec_key, spec = _spec(store, spec_name, version)
     judge_key, judge_label = _judge_key(store, spec_key, judge)
