@@ -72,6 +72,12 @@ def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = MEAN_RESAMP
     return MeanCI(n=len(x), mean=float(x.mean()), std=std, ci_low=low, ci_high=high)
 
 
+def in_id_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Record rows in record-id order: what a bootstrap resamples must not depend on the order the store
+    returns them in (verdicts written concurrently are stored in the order they finished)."""
+    return sorted(rows, key=lambda r: (str(r.get("record_id", "")), str(r.get("record_hash", ""))))
+
+
 def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamples: int = MEAN_RESAMPLES) -> MeanCI:
     """A metric's dataset score (:func:`greval.store.results.dataset_score`, the figure every command shows)
     with a percentile bootstrap CI over records. Micro: records are resampled with their units, and each
@@ -79,7 +85,7 @@ def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamp
     record's items are judged together). Macro: :func:`mean_ci` of the record scores. The rows are taken in
     record-id order, so the CI does not depend on the order the store returns them in (verdicts written
     concurrently are stored in the order they finished)."""
-    rows = sorted(rows, key=lambda r: (str(r.get("record_id", "")), str(r.get("record_hash", ""))))
+    rows = in_id_order(rows)
     score, _, n, units = dataset_score(rows, pooling)
     scored = scored_rows(rows)
     if pooling != "micro" or all(r["units"] == 1 for r in scored):
@@ -209,9 +215,10 @@ def score_stats(
 
 
 def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0) -> ScoreStats:
-    """:func:`score_stats` of record rows (their statuses give the failure and skip counts)."""
+    """:func:`score_stats` of record rows (their statuses give the failure and skip counts), in record-id
+    order (:func:`in_id_order`: the CI of the mean resamples them)."""
     return score_stats(
-        record_scores(rows),
+        record_scores(in_id_order(rows)),
         records=len(rows),
         failed=sum(1 for r in rows if r["status"] == "error"),
         skipped=sum(1 for r in rows if r["status"] == "skipped"),
