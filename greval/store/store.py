@@ -204,17 +204,18 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
 
     def known_records(self, members: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which of these (record id, content hash) pairs the store already holds (``record_ids``), asked 500
-        contents at a time: a run keeps in memory only the records the store still lacks."""
+        ids at a time: a run keeps in memory only the records the store still lacks. Asked by id: the table's
+        key holds both columns, so the index answers alone (by content it also read each row: 2.5x slower)."""
         wanted = set(members)
-        hashes = list(dict.fromkeys(h for _, h in members))
+        ids = list(dict.fromkeys(i for i, _ in members))
         found: set[tuple[str, str]] = set()
         with self._lock:
-            for i in range(0, len(hashes), 500):
-                chunk = hashes[i : i + 500]
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
                 marks = ",".join("?" * len(chunk))
-                sql = f"SELECT record_id, record_hash FROM record_ids WHERE record_hash IN ({marks})"
+                sql = f"SELECT record_id, record_hash FROM record_ids WHERE record_id IN ({marks})"
                 rows = self.db.execute(sql, chunk).fetchall()
-                found.update(pair for pair in rows if pair in wanted)
+                found.update(pair for pair in rows if tuple(pair) in wanted)
         return found
 
     def any_spec(self, spec_key: str) -> BaseSpec:
@@ -376,12 +377,16 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         if self._queued_keys and any((spec_key, judge_key, r.hash) in self._queued_keys for r in records):
             self.flush()  # this connection reads its own queued verdicts
         final = "('ok', 'skipped')" if retry_errors else "('ok', 'skipped', 'error')"
-        done: dict[str, list[tuple[str, str]]] = {}
-        for record_hash, item_id, status in self._rows_for(
+        found = self._rows_for(
             f"SELECT record_hash, item_id, status FROM verdicts WHERE spec_key=? AND judge_key=? AND status IN {final}",
             (spec_key, judge_key),
             [r.hash for r in records],
-        ):
+        )
+        if not each:  # a record metric is done once its record row is final (the loop below, in one set)
+            whole = {record_hash for record_hash, item_id, _ in found if item_id == ""}
+            return [None if r.hash in whole else [""] for r in records]
+        done: dict[str, list[tuple[str, str]]] = {}
+        for record_hash, item_id, status in found:
             done.setdefault(record_hash, []).append((item_id, status))
         ids = [[it["id"] for it in r.items(each)] if each else None for r in records]
         judged: set[str] | None = None  # records with a successful judgement (asked only if some have no items)
