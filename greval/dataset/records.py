@@ -73,7 +73,8 @@ def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "
     id_key = id_field if id_field else ("id" if not _missing(row.get("id")) else None)
     data: dict[str, Any] = {}
     for key, value in row.items():
-        if key == id_key or _missing(value):
+        plain = type(value) is str  # most fields: text, kept as it is unless blank (as _missing says)
+        if key == id_key or (not value or value.isspace() if plain else _missing(value)):
             continue
         if key == "chunks":
             data[key] = normalise_chunks(value, where)
@@ -82,7 +83,7 @@ def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "
         elif key == CONVERSATION:
             data[key] = normalise_conversation(value, where)
         else:
-            data[key] = value.tolist() if hasattr(value, "tolist") else value
+            data[key] = value if plain or not hasattr(value, "tolist") else value.tolist()
     try:
         digest = content_hash(data)
     except UnicodeEncodeError:
