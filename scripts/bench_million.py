@@ -25,6 +25,7 @@ per-round ratios (this ÷ baseline), with the load average before each step. The
     python scripts/bench_million.py --records 20000 --steps run,rerun --keep /tmp/bench  # keep the stores
     python scripts/bench_million.py --records 1000000 --steps plan --baseline /tmp/base
     python scripts/bench_million.py --records 1000000 --steps run --run-rounds 1 --keep /tmp/m --resume
+    python scripts/bench_million.py --records 1000000 --steps rerun --keep /tmp/m --baseline /tmp/base --shared-store
 
 A first run stopped (SIGINT to its ``greval run``) and continued with ``--resume`` is one first run in segments:
 its CPU is the sum of theirs, its peak RSS the largest (each segment plans every row again).
@@ -205,6 +206,12 @@ def main() -> None:
         action="store_true",
         help="the run step continues the store --keep holds (a first run stopped with Ctrl-C) instead of a new one",
     )
+    ap.add_argument(
+        "--shared-store",
+        action="store_true",
+        help="with --baseline: the baseline's re-runs and exports read this version's store (one first run, "
+        "both versions on the same file: a pairing that leaves the store's layout out of the ratio)",
+    )
     args = ap.parse_args()
     steps = set(args.steps.split(","))
     versions = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
@@ -215,7 +222,9 @@ def main() -> None:
     if not data.exists():
         write_data(data, args.records)
     print(f"{args.records:,} records ({data.stat().st_size / 1e6:.0f} MB), cpus {os.cpu_count()}, {load()}")
-    stores = {v: work / f"{v}-{args.records}.sqlite" for v in versions}
+    stores = {v: work / f"{'this' if args.shared_store else v}-{args.records}.sqlite" for v in versions}
+    if args.shared_store and "run" in steps and len(versions) > 1:
+        ap.error("--shared-store pairs the re-runs and exports on one store: make it with a run step alone first")
     try:
         with OpenAIServer(latency=0.0) as srv:
             order = list(versions)
