@@ -258,6 +258,31 @@ def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch
 
 
 # ------------------------------------------------------------------------------------- a real Phoenix
+@pytest.mark.slow
+def test_a_phoenix_that_refuses_the_key_is_one_line(tmp_path: Path) -> None:
+    """Phoenix with its own authentication on (a real server): a wrong PHOENIX_API_KEY gets one line naming the
+    variable, not a traceback, and the key is sent as the bearer token — the right one gets past the check to
+    the next question (no such project). Neither key is printed."""
+    from greval.testing.phoenix import PhoenixServer
+
+    admin = "px-admin-" + "7c4e9a1b3d5f" * 4
+    with PhoenixServer(admin_key=admin) as px:
+        address = f"phoenix://{px.url.removeprefix('http://')}/rag"
+        args = ["run", address, "-s", "chunk_evaluation", "--store", str(tmp_path / "s.db"),
+                "--judge", "openai:judge-test", "--base-url", "http://127.0.0.1:9/v1"]  # fmt: skip
+        refused = CliRunner().invoke(main, args, env={"PHOENIX_API_KEY": CANARY, "OPENAI_API_KEY": TEST_KEY})
+        taken = CliRunner().invoke(main, args, env={"PHOENIX_API_KEY": admin, "OPENAI_API_KEY": TEST_KEY})
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.strip().splitlines() == [
+        f"error: phoenix {px.url} project 'rag': Phoenix refused the request (HTTP 401); check PHOENIX_API_KEY"
+    ]
+    assert taken.exit_code == 2, taken.output
+    assert taken.output.strip().splitlines() == [
+        f"error: phoenix {px.url} project 'rag': not found on the server (HTTP 404): is the project's name right?"
+    ]
+    assert CANARY not in refused.output and admin not in taken.output
+
+
 @pytest.fixture(scope="module")
 def phoenix() -> Iterator[Any]:
     from greval.testing.phoenix import PhoenixServer

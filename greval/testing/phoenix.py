@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -74,9 +75,12 @@ def _free_port() -> int:
 
 class PhoenixServer:
     """``with PhoenixServer() as px: px.url`` — a throwaway Phoenix server (HTTP UI + REST + OTLP/HTTP at
-    ``/v1/traces``, gRPC on another free port), no auth, no telemetry, nothing fetched from outside."""
+    ``/v1/traces``, gRPC on another free port), no telemetry, nothing fetched from outside. No auth, unless
+    ``admin_key`` is given: then Phoenix's own authentication is on and that key (its admin secret) is the one
+    bearer token it takes before any API key is made."""
 
-    def __init__(self, startup_timeout: float = 120.0) -> None:
+    def __init__(self, startup_timeout: float = 120.0, admin_key: str | None = None) -> None:
+        self.admin_key = admin_key
         self.command = ensure_venv()
         self.port = _free_port()
         self.grpc_port = _free_port()
@@ -95,6 +99,10 @@ class PhoenixServer:
             PHOENIX_TELEMETRY_ENABLED="false",
             PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",
         )
+        if self.admin_key is not None:  # the JWT signing secret: random, this server's alone
+            env.update(
+                PHOENIX_ENABLE_AUTH="true", PHOENIX_SECRET=secrets.token_hex(32), PHOENIX_ADMIN_SECRET=self.admin_key
+            )
         with open(self.root / "server.log", "wb") as log:
             self._proc = subprocess.Popen(
                 [str(self.command), "serve"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
