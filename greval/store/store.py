@@ -388,18 +388,16 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         done: dict[str, list[tuple[str, str]]] = {}
         for record_hash, item_id, status in found:
             done.setdefault(record_hash, []).append((item_id, status))
-        ids = [[it["id"] for it in r.items(each)] if each else None for r in records]
+        ids = [[it["id"] for it in r.items(each)] for r in records]
         judged: set[str] | None = None  # records with a successful judgement (asked only if some have no items)
         out: list[list[str] | None] = []
         for record, item_ids in zip(records, ids, strict=True):
             rows = done.get(record.hash, [])
-            if any(i == "" and (st == "skipped" or (st == "error" and item_ids is not None)) for i, st in rows):
+            if any(i == "" and st in ("skipped", "error") for i, st in rows):
                 out.append(None)  # not applicable, or a record-level failure of a many-metric (kept unless retried)
                 continue
             have = {i for i, _ in rows}
-            if item_ids is None:
-                out.append(None if "" in have else [""])
-            elif not item_ids:  # a record with no items: judged once (an explicit error row says why)
+            if not item_ids:  # a record with no items: judged once (an explicit error row says why)
                 if judged is None:
                     empty = [r.hash for r, i in zip(records, ids, strict=True) if i == []]
                     judged = {
