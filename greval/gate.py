@@ -93,28 +93,31 @@ def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition]
     from greval.agreement.gate import evaluate
     from greval.agreement.models import AgreementOptions
 
-    name, _, version = req.spec.partition("@")
-    found = [r for r in store.specs() if r["name"] == name and version in ("", r["spec_hash"], r["spec_key"])]
-    if found and not isinstance(spec := store.any_spec(found[-1]["spec_key"]), Spec):
+    version = store.metric_version(req.spec)
+    if not isinstance(spec := store.any_spec(version.spec_key), Spec):
         raise UserError(
-            f"metric {name!r} is a {spec.kind} metric, not a judge metric: agreement needs a judge's verdicts "
-            f"and people's labels; gate its dataset score with '{SCORE}>=X'"
+            f"metric {version.name!r} is a {spec.kind} metric, not a judge metric: agreement needs a judge's "
+            f"verdicts and people's labels; gate its dataset score with '{SCORE}>=X'"
         )
-    frame, scale, _ = store_frame(store, name, req.judge, "item", version or None, datasets=req.datasets)
+    named = version.spec_hash if version.named else None
+    frame, scale, _ = store_frame(store, version.name, req.judge, "item", named, datasets=req.datasets)
     options = AgreementOptions(invalid=req.invalid, bootstrap=req.resamples, seed=req.seed)
     report = compute_agreement(frame, scale, options)
-    notes.append(f"agreement from {report.counts.items_compared} items compared (see `greval agreement`)")
+    notes.append(
+        f"{version.said()}: agreement from {report.counts.items_compared} items compared (see `greval agreement`)"
+    )
     return evaluate(report, conds, req.side, req.vs_ceiling).checks
 
 
 # ------------------------------------------------------------------------------------------------ scores
-def _metric_of(run: Mapping[str, Any], name: str, version: str, judge: str | None) -> dict[str, Any] | None:
-    """The run summary's entry for the metric (a version's hash or key prefix, a judge's label or key)."""
+def _metric_of(run: Mapping[str, Any], name: str, key: str | None, judge: str | None) -> dict[str, Any] | None:
+    """The run summary's entry for the metric (``key``: that version's; None: any version), by a judge's label or
+    key when given."""
     summary = json.loads(run["summary"]) if run.get("summary") else {}
     for m in summary.get("metrics", []):
         if m.get("spec") != name:
             continue
-        if version and not (str(m.get("spec_hash", "")).startswith(version) or m.get("spec_key") == version):
+        if key is not None and m.get("spec_key") != key:
             continue
         if judge is not None and judge not in (m.get("judge"), m.get("judge_key")):
             continue
@@ -128,22 +131,28 @@ def _judged(run: Mapping[str, Any]) -> str:
 
 
 def find_run(store: Store, spec: str, judge: str | None, run_id: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the run, its summary's entry for the metric): the named run, else the latest finished one that judged
-    ``spec`` (NAME or NAME@HASH)."""
-    name, _, version = spec.partition("@")
+    """(the run, its summary's entry for the metric): the named run (any run, an experiment too: named, it is
+    what the user asked for), else the latest finished run — never an experiment — that judged ``spec``'s
+    version (NAME: the production version; NAME@HASH: that one)."""
+    version = store.metric_version(spec)
+    name = version.name
     runs = store.runs()
     if run_id is not None:
         found = next((r for r in runs if r["run_id"] == run_id), None)
         if found is None:
             raise UserError(f"no run {run_id!r} in {store.name} (`greval results runs` lists them)")
-        metric = _metric_of(found, name, version, judge)
+        metric = _metric_of(found, name, version.spec_key if version.named else None, judge)
         if metric is None:
             raise UserError(f"run {run_id} did not judge {spec}; it judged: {_judged(found)}")
         return found, metric
     for r in reversed(runs):
-        if r["status"] == "finished" and (metric := _metric_of(r, name, version, judge)) is not None:
+        if r["status"] != "finished" or r.get("kind") == "experiment":
+            continue
+        if (metric := _metric_of(r, name, version.spec_key, judge)) is not None:
             return r, metric
-    raise UserError(f"no finished run of {spec} in {store.name}", remedy=Remedy("run DATA", {"spec": name}, "first"))
+    raise UserError(
+        f"no finished run of {version.said()} in {store.name}", remedy=Remedy("run DATA", {"spec": name}, "first")
+    )
 
 
 def _score_checks(store: Store, req: GateRequest, conds: Sequence[Condition], notes: list[str]) -> list[Check]:
@@ -157,7 +166,12 @@ def _score_checks(store: Store, req: GateRequest, conds: Sequence[Condition], no
                 f"{', '.join(found) if found else 'no record has this field'})"
             )
     rows = score_rows(store, items, req.systems, resamples=req.resamples, seed=req.seed)
-    notes.append(f"{metric['spec']}: dataset score of run {run['run_id']} ({run['dataset'] or 'no dataset name'})")
+    version = f"{metric['spec']}@{metric['spec_hash']}"
+    production = store.production_key(metric["spec"]) == metric["spec_key"]
+    notes.append(
+        f"{version} ({'production' if production else 'not production'}): dataset score of run {run['run_id']} "
+        f"({run['dataset'] or 'no dataset name'})"
+    )
     checks = []
     for row in rows:
         f = row.figures
@@ -199,7 +213,7 @@ def _baseline_items(
     runs = {r["run_id"]: r for r in store.runs()}
     if base not in runs:
         raise UserError(f"baseline {req.baseline!r}: no such run in {store.name} (give a run id, or NAME@HASH)")
-    other = _metric_of(runs[base], name, "", None)
+    other = _metric_of(runs[base], name, None, None)
     if other is None:
         raise UserError(
             f"baseline run {base} did not judge {name} (it judged: {_judged(runs[base])}): "

@@ -215,7 +215,8 @@ def review_status(
     seed: int = 0,
 ) -> ReviewStatus:
     """Pull the review's answers (when ``conn`` is given), recompute agreement on the design, and advise."""
-    spec_key, spec = store.latest_spec(spec_name)
+    version, spec = store.reader_spec(spec_name)
+    spec_key = version.spec_key
     name = review_dataset(spec.name, dataset)
     last = store.latest_push_to(spec.name, name, STRATEGY)
     if last is None:

@@ -245,7 +245,8 @@ def test_two_versions_of_a_metric_get_their_own_pages_and_system_rows(llm: OpenA
     hashes = list(dict.fromkeys(r["spec_hash"] for r in verdicts))
     assert len(hashes) == 2
     out = tmp_path / "out"
-    res = CliRunner().invoke(main, ["report", "--store", str(store), "-o", str(out), "--bootstrap", "50"])
+    args = ["report", "--store", str(store), "-o", str(out), "--bootstrap", "50", "--all-versions"]
+    res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     pages = {h: f"answer_alignment@{h[:8]}.agreement.html" for h in hashes}
     written = {p.name for p in out.iterdir()}
@@ -255,7 +256,7 @@ def test_two_versions_of_a_metric_get_their_own_pages_and_system_rows(llm: OpenA
     for h, page in pages.items():
         assert f"answer_alignment ({h})" in (out / page).read_text() and f'href="{page}"' in index
         assert (out / page.replace(".html", ".json")).exists() and (out / page.replace(".html", ".md")).exists()
-    rep = build(store, system_column="system", bootstrap_resamples=50)
+    rep = build(store, system_column="system", bootstrap_resamples=50, all_versions=True)
     for m in (m for m in rep.metrics if m.metric == "answer_alignment"):
         mine = [v for v in verdicts if v["spec_hash"] == m.spec_hash]
         rows = [(where["system"], cells) for where, cells in shares_rows(m, rep) if "system" in where]

@@ -21,6 +21,7 @@ from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.report_stores import HOSTILE, KINDS, kinds_store
 from tests.test_report_adaptive import emptiness
+from tests.test_store import AS_SCHEMA_6
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -528,6 +529,7 @@ def test_the_records_costs_sum_to_the_run_s_cost(
     db = sqlite3.connect(old)
     db.executescript(
         "ALTER TABLE judgements DROP COLUMN tokens_cached; UPDATE meta SET value='5' WHERE key='schema_version';"
+        + ";".join(AS_SCHEMA_6)
     )
     for rowid, calls in db.execute("SELECT rowid, calls FROM judgements").fetchall():
         older = [{k: v for k, v in c.items() if k != "tokens_cached"} for c in json.loads(calls)]

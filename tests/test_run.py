@@ -89,7 +89,9 @@ def test_rerun_makes_zero_calls_and_edit_rejudges_only_that_spec(llm: OpenAIServ
         llm.reset()
         run(specs, recs, st, cfg(llm, temperature=0.7), options=FAST)  # a new judge identity
         assert llm.stats()["total"] == 12
-    frame = load_results(store_path)
+    frame = load_results(store_path)  # the production version (the first run's: the edit was not promoted) …
+    assert set(frame["spec_hash"][frame["spec"] == "answer_alignment"]) == {specs[0].hash}
+    frame = load_results(store_path, all_versions=True)  # … and, asked for, every version
     assert set(frame["spec_hash"][frame["spec"] == "answer_alignment"]) == {specs[0].hash, edited.hash}
 
 

@@ -41,6 +41,9 @@ V2_VERDICT_COLS = (
     "spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id, status, label, value, score,"
     " confidence, reason, error, samples, run_id, created_at, updated_at"
 )
+V2_RUN_COLS = (
+    "run_id, started_at, finished_at, status, dataset, judge_key, specs, options, summary, snapshot, pid, host"
+)
 
 
 @pytest.fixture()
@@ -49,6 +52,17 @@ def old_store(tmp_path: Path) -> Path:
     path = tmp_path / "old.sqlite"
     path.write_bytes(gzip.decompress((FIXTURES / "store_v2.sqlite.gz").read_bytes()))
     return path
+
+
+#: What schema 7 added (the loop's state), undone to make a schema-6-or-older store from a fresh one.
+AS_SCHEMA_6 = (
+    "ALTER TABLE runs DROP COLUMN kind",
+    "ALTER TABLE runs DROP COLUMN purpose",
+    "ALTER TABLE runs DROP COLUMN dataset_name",
+    "ALTER TABLE specs DROP COLUMN experiment",
+    "DROP TABLE promotions",
+    "DROP TABLE experiment_verdicts",
+)
 
 
 def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
@@ -74,7 +88,7 @@ def test_the_fixture_is_a_schema_2_store(old_store: Path) -> None:
 def test_an_old_store_opens_keeps_every_verdict_and_reports_the_same_figures(old_store: Path) -> None:
     before = _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts")
     labels = _rows(old_store, "SELECT * FROM human_labels")
-    runs = _rows(old_store, "SELECT * FROM runs")
+    runs = _rows(old_store, f"SELECT {V2_RUN_COLS} FROM runs")
     expected = json.loads((FIXTURES / "store_v2.figures.json").read_text())
     with Store(old_store) as st:
         assert _rows(old_store, "SELECT value FROM meta WHERE key='schema_version'") == [(str(SCHEMA_VERSION),)]
@@ -92,7 +106,7 @@ def test_an_old_store_opens_keeps_every_verdict_and_reports_the_same_figures(old
         assert [r["status"] for r in st.runs()] == ["finished", "interrupted"]
     assert _rows(old_store, f"SELECT {V2_VERDICT_COLS} FROM verdicts") == before
     assert _rows(old_store, "SELECT * FROM human_labels") == labels
-    assert _rows(old_store, "SELECT * FROM runs") == runs
+    assert _rows(old_store, f"SELECT {V2_RUN_COLS} FROM runs") == runs
     # Opening it again (now the current schema) changes nothing.
     with Store(old_store) as st:
         assert [_as_recorded(f) for f in figures(st)] == expected["figures"]
@@ -186,8 +200,12 @@ def test_a_new_prompt_layout_judges_again_and_the_old_verdicts_stay_readable(
         assert summary.calls == llm.stats()["total"] > 0
         stored = {f["spec_key"] for f in expected["figures"]}
         assert {old_keys[s.name] for s in specs} <= stored  # the fixture's keys are layout 1's
-        assert [_as_recorded(f) for f in figures(st) if f.spec_key in stored] == expected["figures"]
-        assert {f.spec_key for f in figures(st) if f.spec_key not in stored} == set(new_keys.values())
+        # The same specs under a new key: production follows them; the old verdicts are every version's.
+        names = set(new_keys)
+        assert {f.spec_key for f in figures(st) if f.spec in names} == set(new_keys.values())
+        every = figures(st, all_versions=True)
+        assert [_as_recorded(f) for f in every if f.spec_key in stored] == expected["figures"]
+        assert {f.spec_key for f in every if f.spec_key not in stored} == set(new_keys.values())
 
 
 def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: OpenAIServer, tmp_path: Path) -> None:
@@ -209,6 +227,9 @@ def test_a_schema_1_store_is_migrated_without_losing_ids_runs_or_labels(llm: Ope
         ALTER TABLE verdicts DROP COLUMN error_kind; ALTER TABLE judgements DROP COLUMN error_kind;
         ALTER TABLE verdicts DROP COLUMN token_confidence; ALTER TABLE judgements DROP COLUMN tokens_cached;
         ALTER TABLE runs DROP COLUMN snapshot; ALTER TABLE runs DROP COLUMN pid; ALTER TABLE runs DROP COLUMN host;
+        ALTER TABLE runs DROP COLUMN kind; ALTER TABLE runs DROP COLUMN purpose;
+        ALTER TABLE runs DROP COLUMN dataset_name;
+        ALTER TABLE specs DROP COLUMN experiment; DROP TABLE promotions; DROP TABLE experiment_verdicts;
         CREATE TABLE human_labels (
             spec_name TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL, annotator TEXT NOT NULL,
             record_id TEXT NOT NULL, spec_hash TEXT, label TEXT, value REAL, comment TEXT, status TEXT NOT NULL,
@@ -339,7 +360,7 @@ def test_a_schema_3_store_gets_the_token_confidence_column(llm: OpenAIServer, tm
     db = sqlite3.connect(path)
     db.executescript(
         "ALTER TABLE verdicts DROP COLUMN token_confidence; ALTER TABLE judgements DROP COLUMN tokens_cached;"
-        " UPDATE meta SET value='3' WHERE key='schema_version';"
+        " UPDATE meta SET value='3' WHERE key='schema_version';" + ";".join(AS_SCHEMA_6)
     )
     db.commit()
     db.close()
@@ -382,6 +403,8 @@ def test_a_schema_5_store_gets_the_cached_tokens_column(
         # a greval before the run summaries' cached tokens logged them (without their count)
         st.db.execute("ALTER TABLE judgements DROP COLUMN tokens_cached")
         st.db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+        for stmt in AS_SCHEMA_6:
+            st.db.execute(stmt)
         [calls] = st.query("SELECT calls FROM judgements WHERE record_hash=?", (recs[0].hash,))
         older = [{k: v for k, v in c.items() if k != "tokens_cached"} for c in json.loads(calls["calls"])]
         st.db.execute("UPDATE judgements SET calls=? WHERE record_hash=?", (json.dumps(older), recs[0].hash))
@@ -789,6 +812,8 @@ def test_an_older_postgresql_store_is_migrated_only_when_asked(pg_url: str) -> N
         st.db.execute("ALTER TABLE verdicts DROP COLUMN token_confidence")
         st.db.execute("ALTER TABLE judgements DROP COLUMN tokens_cached")
         st.db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+        for stmt in AS_SCHEMA_6:
+            st.db.execute(stmt)
     with pytest.raises(UserError, match=rf"schema 3, this greval needs {SCHEMA_VERSION}$") as raised:
         Store(pg_url)
     # The stage names the command as facts; the CLI writes it as the command line to type.

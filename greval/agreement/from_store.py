@@ -35,6 +35,7 @@ class StoreSelection(BaseModel):
     spec: str
     spec_hash: str
     spec_key: str
+    production: bool = True  # the metric's production version (else one named NAME@HASH)
     judge_key: str
     judge: str
     level: str
@@ -80,11 +81,13 @@ def store_frame(
     chunk / triple metrics), record_id, item_id, reason, comment, judge_confidence (the verdict's confidence:
     ``UnitVerdict.best_confidence``, empty when it has none), and ``system`` when records carry one.
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
-    ``version`` picks a spec version by hash (default: the latest). ``datasets``: the human-label datasets
-    to use (default: every one, see the module doc). ``records``: the (record id, content hash) pairs to keep
-    (a run's or a system's records, one side of a report's comparison); default every labelled record.
+    ``version`` picks a spec version by hash (default: the metric's production version). ``datasets``: the
+    human-label datasets to use (default: every one, see the module doc). ``records``: the (record id, content
+    hash) pairs to keep (a run's or a system's records, one side of a report's comparison); default every
+    labelled record.
     """
-    spec_key, spec = _spec(store, spec_name, version)
+    chosen, spec = store.reader_spec(f"{spec_name}@{version}" if version else spec_name)
+    spec_key = chosen.spec_key
     judge_key, judge_label = _judge_key(store, spec_key, judge)
     judged = pd.DataFrame(store.verdicts_by_record_id(spec_key, judge_key))
     humans = _human_rows(store, spec.name, datasets)
@@ -113,6 +116,7 @@ def store_frame(
         spec=spec.name,
         spec_hash=spec.hash,
         spec_key=spec_key,
+        production=chosen.production,
         judge_key=judge_key,
         judge=judge_label,
         level=level if spec.each else "record",
@@ -122,16 +126,6 @@ def store_frame(
         datasets=sorted(humans["dataset"].unique()),
     )
     return frame, scale, selection
-
-
-def _spec(store: Store, spec_name: str, version: str | None) -> tuple[str, Spec]:
-    """The spec version by hash, else the latest."""
-    if not version:
-        return store.latest_spec(spec_name)
-    found = store.spec_version(spec_name, version)
-    if found is None:
-        raise UserError(f"no version {version!r} of {spec_name!r} in the store")
-    return found, store.spec(found)
 
 
 def _joined(

@@ -80,9 +80,7 @@ def stored_judge(store: Store, spec_key: str, name: str) -> JudgeChoice:
 
 def resolve(store: Store, target: Target, choice: JudgeChoice | JudgeConfig | None) -> tuple[JudgeConfig, str]:
     """The judge's configuration, which must be the one whose verdicts of this version are stored; its key."""
-    key = store.spec_version(target.name, target.version) if target.version else store.latest_spec(target.name)[0]
-    if key is None:
-        raise UserError(f"no version {target.version!r} of {target.name!r} in the store")
+    key = store.metric_version(target.spec).spec_key
     spec = store.spec(key)
     if isinstance(choice, JudgeConfig):
         cfg = choice
@@ -197,10 +195,9 @@ async def aalign(
     ocfg = _optimizer(optimizer, cfg)
     Scorer(labels.scale, opts.objective or default_objective(labels.scale))
     split_units(labels.units, opts.test_share, opts.folds, opts.seed)  # bad input: one line before any call
-    current = store.latest_spec(target.name)
     how = (runs or run_options()).model_copy(update={"concurrency": _concurrency(concurrency, cfg)})
     with contextlib.ExitStack() as stack:
-        runner = StoreRuns(store, how, current=(current[1], current[0]), emit=emit, serve=_Served(stack, notify))
+        runner = StoreRuns(store, how, emit=emit, serve=_Served(stack, notify))
         runner.learn(labels.spec, labels.spec_key, cfg, list(labels.records.values()))
         outcome = await align_units(
             labels.spec,
@@ -211,6 +208,7 @@ async def aalign(
             opts,
             records={h: r.data for h, r in labels.records.items()},
             emit=emit,
+            ceiling=labels.ceiling,
         )
     return _result(labels, outcome, opts, cfg, ocfg)
 
@@ -241,11 +239,32 @@ def _result(labels: LabelSet, outcome: object, opts: AlignOptions, cfg: JudgeCon
         optimizer=ocfg.label,
         datasets=tuple(labels.datasets),
         examples=outcome.examples,
-        notes=tuple(labels.notes),
+        notes=tuple(labels.notes) + _unreached(outcome),
         new_spec=final,
         new_search_units=sum(folds.values()),
         diff=diff_text(labels.spec, final) if final is not None else "",
     )
+
+
+def _unreached(outcome: object) -> tuple[str, ...]:
+    """What the judge could not be asked (server errors or time-outs after the run's retries), said: those units
+    are left out of the scores they belong to (pairwise in the decision), never counted as wrong answers."""
+    from greval.align.core import Outcome
+
+    assert isinstance(outcome, Outcome)
+    notes = [
+        f"{c.description}: {c.excluded} search unit(s) left out of its score — the judge could not be reached "
+        "for them after the retries"
+        for c in outcome.search.candidates
+        if c.excluded
+    ]
+    diff = outcome.decision.difference
+    if diff is not None and diff.excluded:
+        notes.append(
+            f"decision: {diff.excluded} test unit(s) left out of the comparison — the judge could not be reached for "
+            "one version or the other after the retries"
+        )
+    return tuple(notes)
 
 
 def align(

@@ -8,13 +8,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from greval.agreement.models import AgreementScale
-from greval.align.decide import CEILING_METRIC, ceiling_of, decide
+from greval.align.decide import CEILING_METRIC, decide
 from greval.align.generators import Generator, generators
 from greval.align.meter import Meter, OutOfBudget
 from greval.align.models import (
     AlignEvent,
     AlignNote,
     AlignOptions,
+    Ceiling,
     Cost,
     Decision,
     Example,
@@ -77,8 +78,11 @@ async def align_units(
     tracer: Tracer | None = None,
     emit: Callable[[AlignEvent], None] | None = None,
     strategies: dict[str, Generator] | None = None,
+    ceiling: Ceiling | None = None,
 ) -> Outcome:
-    """Split, search, instantiate the winner, decide (see the module doc)."""
+    """Split, search, instantiate the winner, decide (see the module doc). ``ceiling``: people's agreement with
+    each other as the agreement stage reports it (greval.align.labels.human_ceiling): the search stops when it
+    reaches it (when it is the objective's figure), and the decision shows it."""
     say = emit or (lambda event: None)
     meter = meter or Meter(options.budget_calls, options.budget_tokens)
     objective = options.objective or default_objective(scale)
@@ -86,7 +90,6 @@ async def align_units(
     split = split_units(units, options.test_share, options.folds, options.seed)
     if meter.limited:
         meter.reserve = reserve(base, split.test, judge, optimizer, options)
-    ceiling = ceiling_of(split.search.units, {}, scale, 0, options.seed)
     stop_at = ceiling.value if ceiling is not None and CEILING_METRIC.get(ceiling.metric) == objective else None
     search = Search(
         Context(
@@ -120,7 +123,7 @@ async def align_units(
             final = inst.spec
             examples = tuple(Example(unit=u, answer=a, reason=r, reason_from=s) for u, a, r, s in inst.shown)
     try:
-        decision = await decide(base, final, split.test, judge, scorer, options, meter, tracer)
+        decision = await decide(base, final, split.test, judge, scorer, options, meter, tracer, ceiling)
     except OutOfBudget as exc:
         decision = Decision(
             objective=objective,

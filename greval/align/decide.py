@@ -3,17 +3,16 @@
 The gain (the objective of the new version minus the old one's; for MAE the old minus the new) gets a paired
 bootstrap CI over whole records, or over units within the strata of a review design with 1/π weights. The
 winner is adopted only when the CI's lower bound exceeds ``min_gain`` (0 by default); otherwise the current
-spec stays. Beside it: the people's agreement with each other on the same units (the ceiling), as the
-agreement report computes it.
+spec stays. Beside it: the people's agreement with each other (the ceiling), as ``greval agreement`` reports it
+over every item two of them labelled (greval.align.labels.human_ceiling).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from greval.agreement.models import AgreementScale
 from greval.align.meter import Meter
-from greval.align.models import REPORT_NAME, AlignOptions, Answer, Ceiling, Decision, Difference, Unit
+from greval.align.models import REPORT_NAME, AlignOptions, Ceiling, Decision, Difference, Unit
 from greval.align.objective import Scorer
 from greval.align.ports import JudgeFn
 from greval.align.view import LabelView, Tracer
@@ -21,38 +20,6 @@ from greval.spec import Spec
 
 CEILING_METRIC = {"cohen_kappa": "kappa", "quadratic_kappa": "weighted_kappa"}
 """The agreement report's ceiling metric, as an objective (the ceiling stops the search only when they match)."""
-
-
-def ceiling_of(
-    units: Sequence[Unit], answers: Mapping[str, Answer], scale: AgreementScale, resamples: int, seed: int
-) -> Ceiling | None:
-    """The people's mean pairwise agreement on units labelled by two or more of them (the agreement report's
-    ``ceiling.human_pairwise_mean``), or None when no unit has two answers."""
-    import pandas as pd
-
-    from greval.agreement import AgreementOptions, compute_agreement
-
-    rows = []
-    for u in units:
-        a = answers.get(u.key)
-        judged = None if a is None else (a.label if a.label is not None else a.value)
-        for ann in u.annotations:
-            rows.append(
-                {
-                    "item": u.key,
-                    "judge": judged,
-                    "human": ann.answer,
-                    "annotator": ann.annotator,
-                    "group": u.record_hash,
-                }
-            )
-    if not any(len(u.annotations) > 1 for u in units):
-        return None
-    report = compute_agreement(pd.DataFrame(rows), scale, AgreementOptions(bootstrap=resamples, seed=seed))
-    if report.ceiling is None:
-        return None
-    e = report.ceiling.human_pairwise_mean
-    return Ceiling(metric=report.ceiling.metric, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high, n=e.n, note=e.note)
 
 
 def fmt_gain(x: float | None) -> str:
@@ -86,6 +53,7 @@ async def decide(
     options: AlignOptions,
     meter: Meter,
     tracer: Tracer | None = None,
+    ceiling: Ceiling | None = None,
 ) -> Decision:
     """Judge both versions on the test part (with the budget's reserve) and apply the decision rule."""
     objective = scorer.objective
@@ -96,6 +64,7 @@ async def decide(
             min_gain=options.min_gain,
             message="no improvement shown: no candidate beat the current spec in cross-validation; the current "
             "spec stays (the test part was not used)",
+            ceiling=ceiling,
         )
     view = LabelView(test, "decide", tracer=tracer)
     units = view.units
@@ -112,9 +81,9 @@ async def decide(
         adopted=adopted,
         min_gain=options.min_gain,
         difference=diff,
-        ceiling=ceiling_of(units, answers[1], scorer.scale, options.bootstrap, options.seed),
+        ceiling=ceiling,
         message=_message(diff, adopted, objective, options.min_gain),
     )
 
 
-__all__ = ["CEILING_METRIC", "ceiling_of", "decide", "fmt_gain", "fmt_gain_ci"]
+__all__ = ["CEILING_METRIC", "decide", "fmt_gain", "fmt_gain_ci"]

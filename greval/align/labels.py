@@ -5,6 +5,7 @@ spec's scale), with each unit's record content, annotators, comments and review-
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from greval.agreement.models import AgreementOptions, AgreementScale
-from greval.align.models import Annotation, Unit
+from greval.align.models import Annotation, Ceiling, Unit
 from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.spec import BaseSpec, Spec
@@ -33,6 +34,9 @@ class LabelSet:
     deps: list[BaseSpec] = field(default_factory=list)
     datasets: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: People's agreement with each other as ``greval agreement`` reports it (every item two of them labelled,
+    #: ties included), or None when no item has two labels.
+    ceiling: Ceiling | None = None
 
 
 def _text(v: Any) -> str | None:
@@ -44,18 +48,41 @@ def _text(v: Any) -> str | None:
 
 
 def dependencies(store: Store, spec: Spec, spec_key: str) -> list[BaseSpec]:
-    """The stored versions of the spec's dependencies its key was made with (the latest ones); one line if not."""
-    deps: list[BaseSpec] = []
-    for name in spec.depends_on:
-        _, dep = store.latest_spec(name)
-        deps.append(dep)
-    if deps and spec_keys([*deps, spec])[spec.name] != spec_key:
-        names = ", ".join(spec.depends_on)
-        raise UserError(
-            f"{spec.name} depends on {names}, whose latest stored versions are not the ones this version was judged "
-            f"with: run `greval run` with the current specs first"
-        )
-    return deps
+    """The stored versions of the spec's dependencies its key was made with (their production versions first,
+    then any other stored version); one line if none fits."""
+    if not spec.depends_on:
+        return []
+    choices = [_versions_of(store, name) for name in spec.depends_on]
+    for combo in itertools.islice(itertools.product(*choices), 256):
+        deps = list(combo)
+        if spec_keys([*deps, spec])[spec.name] == spec_key:
+            return deps
+    names = ", ".join(spec.depends_on)
+    raise UserError(
+        f"{spec.name} depends on {names}, and no stored version of them is the one this version was judged "
+        f"with: run `greval run` with the current specs first"
+    )
+
+
+def _versions_of(store: Store, name: str) -> list[BaseSpec]:
+    """A metric's stored versions, its production version first."""
+    first = store.production_key(name)
+    keys = [k for k in store.reader_keys(name, all_versions=True) if k != first]
+    return [store.any_spec(k) for k in ([first] if first else []) + keys]
+
+
+def human_ceiling(frame: pd.DataFrame, scale: AgreementScale, seed: int = 0) -> Ceiling | None:
+    """The human ceiling of ``greval agreement`` on this frame (one definition: the agreement stage's mean
+    pairwise figure over every item two people labelled, disagreements and ties counted), with its n."""
+    from greval.agreement import compute_agreement
+
+    if "annotator" not in frame or frame["annotator"].nunique() < 2:
+        return None
+    report = compute_agreement(frame, scale, AgreementOptions(seed=seed))
+    if report.ceiling is None:
+        return None
+    e = report.ceiling.human_pairwise_mean
+    return Ceiling(metric=report.ceiling.metric, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high, n=e.n, note=e.note)
 
 
 def load_labels(store: Store, name: str, version: str | None, judge: str, datasets: Sequence[str] = ()) -> LabelSet:
@@ -117,6 +144,7 @@ def load_labels(store: Store, name: str, version: str | None, judge: str, datase
         deps=dependencies(store, spec, sel.spec_key),
         datasets=list(sel.datasets),
         notes=notes,
+        ceiling=human_ceiling(frame, scale),
     )
 
 

@@ -84,16 +84,29 @@ class Unit(Frozen):
     stratum: str | None = None
 
 
+#: The errors of a judge that could not be reached (after the run's retries): they say nothing of the prompt,
+#: so align leaves their units out of a comparison instead of counting them as wrong answers.
+UNREACHED = frozenset({"rate_limited", "server_error", "timeout", "connection"})
+
+
 class Answer(Frozen):
-    """The judge's answer on one unit: a label or a value, or neither (an error: counted as wrong)."""
+    """The judge's answer on one unit: a label or a value, or neither — an error, counted as a wrong answer
+    (the agreement stage's default) unless the judge could not be reached at all (``excluded``)."""
 
     label: str | None = None
     value: float | None = None
     reason: str | None = None
+    error_kind: str | None = Field(None, description="The stored error's kind, when the answer is an error.")
 
     @property
     def ok(self) -> bool:
         return self.label is not None or self.value is not None
+
+    @property
+    def excluded(self) -> bool:
+        """No answer because the judge could not be reached (server errors, time-outs after the retries): the
+        unit is left out of every comparison this answer takes part in, and counted."""
+        return not self.ok and self.error_kind in UNREACHED
 
 
 class Cost(Frozen):
@@ -197,6 +210,9 @@ class CandidateResult(Frozen):
     cv: float | None = None
     note: str | None = None
     cost: Cost = Cost()
+    excluded: int = Field(
+        0, description="Search units left out of the score: the judge could not be reached for them (after retries)."
+    )
 
 
 class Difference(Frozen):
@@ -214,6 +230,9 @@ class Difference(Frozen):
     n_records: int
     weighted: bool = Field(False, description="Design-weighted (1/π) figures of a review design.")
     note: str | None = None
+    excluded: int = Field(
+        0, description="Test units left out, pairwise: the judge could not be reached for either version on them."
+    )
 
 
 class Ceiling(Frozen):

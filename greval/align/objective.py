@@ -121,7 +121,9 @@ class Scorer:
         return _Batch(self, _onehot(hc * n + jc, n * n), (n, n), None)
 
     def point(self, units: Sequence[Unit], answers: Mapping[str, Answer]) -> tuple[float | None, str | None]:
-        """The objective over these units (design-weighted when they carry inclusion probabilities)."""
+        """The objective over these units (design-weighted when they carry inclusion probabilities), without the
+        units whose answer is :attr:`Answer.excluded` (see :func:`reached`)."""
+        units = reached(units, answers)
         if not units:
             return None, "no units"
         w = weights(units)
@@ -139,7 +141,10 @@ class Scorer:
     ) -> Difference:
         """The paired gain new − old (old − new for MAE) with a percentile bootstrap CI: whole records are
         resampled (the same resamples for both versions), or units within the strata of a review design,
-        weighted by 1/π."""
+        weighted by 1/π. A unit either version could not be judged on (:attr:`Answer.excluded`) is left out of
+        both, and counted."""
+        kept = reached(reached(units, old), new)
+        excluded, units = len(units) - len(kept), kept
         a, b = self.batch(units, old), self.batch(units, new)
         w = weights(units)
         design = is_design(units)
@@ -169,7 +174,13 @@ class Scorer:
             n_records=len(groups),
             weighted=design,
             note=note if gain is not None else "the objective is undefined on the test part for a version",
+            excluded=excluded,
         )
+
+
+def reached(units: Sequence[Unit], answers: Mapping[str, Answer]) -> list[Unit]:
+    """The units whose answer is not :attr:`Answer.excluded` (a missing answer stays: it counts as wrong)."""
+    return [u for u in units if not ((a := answers.get(u.key)) is not None and a.excluded)]
 
 
 class _Batch:

@@ -70,7 +70,10 @@ def lineage(result: AlignResult, evidence: str) -> str:
         )
     c = result.decision.ceiling
     if c is not None:
-        lines.append(f"people's own agreement there ({c.metric}): {fmt_number(c.value)} {fmt_ci(c)}".rstrip())
+        lines.append(
+            f"people's own agreement ({c.metric}, every item two of them labelled, n = {c.n}): "
+            f"{fmt_number(c.value)} {fmt_ci(c)}".rstrip()
+        )
     lines.append(f"evidence: {evidence}")
     return "\n".join(lines)
 

@@ -39,7 +39,8 @@ def _decision(r: AlignResult) -> str:
     if c is not None:
         ceiling = f"{fmt_number(c.value)} {fmt_ci(c)}".strip()
         parts.append(
-            f"<p>Human ceiling (people's mean pairwise {escape(c.metric)} on the same units): {ceiling} "
+            f"<p>Human ceiling (people's mean pairwise {escape(c.metric)} over every item two of them labelled, "
+            f"n = {c.n}, as <code>greval agreement</code> reports it): {ceiling} "
             f"<span class=note>{escape(c.note or '')}</span></p>"
         )
     return "".join(parts)

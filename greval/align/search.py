@@ -32,7 +32,7 @@ from greval.align.models import (
     Recipe,
     RoundStarted,
 )
-from greval.align.objective import Scorer
+from greval.align.objective import Scorer, reached
 from greval.align.ports import JudgeFn, Optimizer, Proposal, ReasonRequest, Reasons, RewriteRequest
 from greval.align.split import SearchPart
 from greval.align.view import LabelView, Tracer
@@ -98,6 +98,7 @@ class Candidate:
     cv: float | None = None
     note: str | None = None
     tally: _Tally = field(default_factory=_Tally)
+    excluded: int = 0
 
     def result(self) -> CandidateResult:
         return CandidateResult(
@@ -111,6 +112,7 @@ class Candidate:
             cv=self.cv,
             note=self.note,
             cost=self.tally.cost,
+            excluded=self.excluded,
         )
 
 
@@ -223,6 +225,7 @@ class Search:
             )
         everything = LabelView(c.part.units, "select", answers=cand.oof, tracer=c.tracer)
         cand.cv, cand.note = c.scorer.point(everything.units, cand.oof)
+        cand.excluded = len(everything.units) - len(reached(everything.units, cand.oof))
 
     # ------------------------------------------------------------------------------------ rounds
     def _rank(self, cand: Candidate) -> tuple[float, int, int]:

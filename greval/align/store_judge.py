@@ -1,10 +1,10 @@
 """The judge and the optimizer of a real align run: spec versions judged through greval's run path into the store.
 
 A candidate is a spec version (its hash); its verdicts are stored like any run's, keyed by content, so a
-resumed or repeated align run pays only for what is missing. Candidates are judged without re-asks (one call
-per judgement and sample: calls are known before they are made, and an unparsable answer counts as wrong),
-and each run is followed by declaring the spec version that was current again, so what ``greval agreement
---spec NAME`` or ``greval annotate push`` read by default does not change under the user's feet.
+resumed or repeated align run pays only for what is missing. Every run align makes is an *experiment*
+(:mod:`greval.store.versions`): stored, never what ``greval agreement --spec NAME``, ``gate``, ``report`` or
+``annotate push`` read by default — by construction, so a killed align leaves nothing to restore. Candidates are
+judged without re-asks (one call per judgement and sample: calls are known before they are made).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from greval.llm.config import JudgeConfig
 from greval.runner.driver import arun
 from greval.runner.options import RunOptions
 from greval.spec import BaseSpec, Spec
+from greval.store.schema import error_kind
 from greval.store.store import Store, spec_keys
 from greval.types import JudgeResult
 
@@ -85,13 +86,11 @@ class StoreRuns:
         store: Store,
         options: RunOptions,
         *,
-        current: tuple[Spec, str] | None = None,
         emit: Callable[[AlignEvent], None] | None = None,
         serve: Callable[[JudgeConfig], JudgeConfig] | None = None,
     ) -> None:
         self.store = store
         self.options = options
-        self.current = current  # (spec, key) declared again after every run: it stays the latest version
         self.serve = serve  # the judge ready for calls (an embedded one started), asked only when a call is due
         self.emit = emit or (lambda event: None)
         self.done = 0
@@ -158,9 +157,16 @@ class StoreRuns:
         return out
 
     async def run(
-        self, spec: Spec, deps: Sequence[BaseSpec], cfg: JudgeConfig, records: Sequence[Record], label: str
+        self,
+        spec: Spec,
+        deps: Sequence[BaseSpec],
+        cfg: JudgeConfig,
+        records: Sequence[Record],
+        label: str,
+        purpose: str = "align candidate",
     ) -> Cost:
-        """Judge what is missing; the calls and tokens this run spent."""
+        """Judge what is missing, as an experiment run (``purpose``: what it tries); the calls and tokens this
+        run spent."""
         base_done = self.done
         pending = self._pending(spec, deps, cfg, records, False)
         chars = sum(prompt_chars(s, r) for s, r in pending) * cfg.samples
@@ -172,14 +178,10 @@ class StoreRuns:
             self.done = base_done + done
             self.emit(Judging(done=self.done, total=self.total))
 
-        try:
-            summary = await arun(
-                [*deps, spec], records, self.store, live, options=self.options, dataset=label, progress=progress
-            )
-        finally:
-            if self.current is not None:  # what `greval agreement --spec NAME` reads by default stays the same
-                spec_now, key = self.current
-                self.store.put_specs([spec_now], {spec_now.name: key})
+        options = self.options.model_copy(update={"experiment": purpose, "promote": False})
+        summary = await arun(
+            [*deps, spec], records, self.store, live, options=options, dataset=label, progress=progress
+        )
         tokens_in = sum(m.tokens_in for m in summary.metrics)
         tokens_out = sum(m.tokens_out for m in summary.metrics)
         self.bound.learn(cfg, chars, tokens_in, tokens_out, summary.calls)
@@ -192,7 +194,8 @@ def _answer(spec: Spec, res: JudgeResult | None, item_id: str) -> Answer | None:
     for v in res.verdicts:
         if v.item_id == item_id:
             if v.status != "ok":
-                return Answer(reason=v.error)
+                kind = v.error_kind or error_kind(v.error or res.error)
+                return Answer(reason=v.error, error_kind=kind.value)
             return Answer(label=v.label, value=None if v.value is None else float(v.value), reason=v.reason)
     return None
 
@@ -229,7 +232,8 @@ class StoreOptimizer:
 
     async def rewrite(self, request: RewriteRequest) -> Proposal:
         rec = rewrite_record(request)
-        cost = await self.runs.run(self.rewriter, [], self.cfg, [rec], f"align optimizer ({self.rewriter.name})")
+        label = f"align optimizer ({self.rewriter.name})"
+        cost = await self.runs.run(self.rewriter, [], self.cfg, [rec], label, "align optimizer")
         res = self.runs.result(self.rewriter, [], self.cfg, rec)
         verdict = _answer(self.rewriter, res, "")
         if res is None or verdict is None or verdict.label is None:
@@ -243,7 +247,8 @@ class StoreOptimizer:
 
     async def reasons(self, requests: Sequence[ReasonRequest]) -> Reasons:
         recs = [reason_record(r) for r in requests]
-        cost = await self.runs.run(self.reasoner, [], self.cfg, recs, f"align optimizer ({self.reasoner.name})")
+        label = f"align optimizer ({self.reasoner.name})"
+        cost = await self.runs.run(self.reasoner, [], self.cfg, recs, label, "align optimizer")
         out: list[str | None] = []
         for rec in recs:
             res = self.runs.result(self.reasoner, [], self.cfg, rec)

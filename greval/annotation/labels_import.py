@@ -81,7 +81,8 @@ def import_labels(
     answers also go to (``conn`` given), so a later pull of that dataset updates these rows."""
     if (annotator_col is None) == (annotator_name is None):
         raise AnnotationError(f"give exactly one of {option('annotator_col')} COL or {option('annotator_name')} NAME")
-    spec_key, spec = store.latest_spec(spec_name)
+    version, spec = store.reader_spec(spec_name)
+    spec_key = version.spec_key
     rows = read_rows(path, limits)
     if not rows:
         raise AnnotationError(f"{path}: no rows")

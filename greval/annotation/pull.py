@@ -61,7 +61,7 @@ def pull(
     Rows are keyed by this dataset's name, and written once per record id that has the answered content
     (every id the store knows for it; else the ids the record itself names). What other datasets of the
     spec hold is neither compared with nor touched."""
-    _, spec = store.latest_spec(spec_name)
+    _, spec = store.reader_spec(spec_name)
     name = dataset or spec.name
     handle = ensure_dataset(conn, spec, name, workspace, create=False)
     users = usernames(conn)

@@ -49,8 +49,10 @@ class JudgeInfo:
 
 
 def spec_and_judge(store: Store, spec_name: str, judge: str | None = None) -> tuple[str, Spec, JudgeInfo]:
-    """The latest version of a spec in the store and the judge whose verdicts to push."""
-    spec_key, spec = store.latest_spec(spec_name)
+    """The version of a spec a push reads (NAME: its production version; NAME@HASH: that one) and the judge
+    whose verdicts to push."""
+    version, spec = store.reader_spec(spec_name)
+    spec_key = version.spec_key
     rows = store.verdict_judges(spec_key, ok_only=True, newest_first=True)
     if not rows:
         raise AnnotationError(f"{store.name}: no verdicts of {spec_name!r} (version {spec.hash}) to push")

@@ -186,8 +186,9 @@ def store_job(console: Console, source: Source, columns: Columns, compute: Compu
                 raise UserError(f"{ref}: a different scale than {source.spec_refs[0]}; compare versions of one scale")
             scale = sc
             frames[f"{sel.spec}@{sel.spec_hash}"] = Frame.of(frame)
+            which = "production" if sel.production else "not production"
             console.print(
-                f"{escape(sel.spec)}@{sel.spec_hash}: human labels from dataset(s) "
+                f"{escape(sel.spec)}@{sel.spec_hash} ({which}): human labels from dataset(s) "
                 f"{escape(', '.join(sel.datasets))}" + ("" if source.datasets else " (all; choose with --dataset)"),
                 highlight=False,
             )

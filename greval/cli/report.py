@@ -53,6 +53,11 @@ from greval.store.backend import display
     help="Compare two runs, spec versions (NAME@HASH), judges or systems (COLUMN=VALUE) record by record: "
     "changed verdicts first, paired differences with CIs, both verdicts side by side in the explorer.",
 )
+@click.option(
+    "--all-versions",
+    is_flag=True,
+    help="Every version of each metric (experiments aside), not only its production version.",
+)
 def report_cmd(
     store: str,
     specs: Sequence[str],
@@ -61,6 +66,7 @@ def report_cmd(
     group_column: str | None,
     resamples: int,
     compare: tuple[str, str] | None,
+    all_versions: bool,
 ) -> None:
     """Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.
 
@@ -74,7 +80,16 @@ def report_cmd(
     if compare:
         _compare(store, compare, out_dir, resamples, system_column)
         return
-    rep = build(store, specs, system_column, resamples, out_dir, group_column=group_column, names=FLAGS)
+    rep = build(
+        store,
+        specs,
+        system_column,
+        resamples,
+        out_dir,
+        group_column=group_column,
+        names=FLAGS,
+        all_versions=all_versions,
+    )
     write(rep, out_dir, FLAGS)
     print_store_report(out, rep, display(store))
     print_notes(console, [*rep.notes(), *_price_notes()], FLAGS)

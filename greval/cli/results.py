@@ -35,7 +35,7 @@ def results() -> None:
     default=None,
     help="Default: from the output file's suffix.",
 )
-@click.option("--spec", default=None, help="Only this metric.")
+@click.option("--spec", default=None, help="Only this metric: NAME (its production version) or NAME@HASH.")
 @click.option(
     "--level",
     type=click.Choice(["item", "record"]),
@@ -43,12 +43,32 @@ def results() -> None:
     show_default=True,
     help="'record' aggregates chunk / triple verdicts into one score per record.",
 )
-def results_export(store: str, output: str, fmt: str | None, spec: str | None, level: str) -> None:
-    """Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet."""
+@click.option(
+    "--all-versions",
+    is_flag=True,
+    help="Every version of each metric (experiments aside), not only its production version.",
+)
+def results_export(store: str, output: str, fmt: str | None, spec: str | None, level: str, all_versions: bool) -> None:
+    """Export verdicts (value/label, reason, tokens, latency …) to CSV, JSONL or Parquet.
+
+    By default each metric's production version (`greval spec versions NAME` lists the others)."""
     from greval.store.export import export_results
 
-    n = export_results(store, output, fmt, spec, "record" if level == "record" else "item")
-    console.print(f"wrote {n} rows to {output}")
+    what = _versions_read(store, spec, all_versions)
+    n = export_results(store, output, fmt, spec, "record" if level == "record" else "item", all_versions=all_versions)
+    console.print(f"wrote {n} rows of {what} to {output}", highlight=False)
+
+
+def _versions_read(store: str, spec: str | None, all_versions: bool) -> str:
+    """What an export reads, in words: ``supported@1a2b… (production)``, or how many metrics."""
+    from greval.store.store import Store
+
+    with Store(store) as st:
+        if spec is not None and not all_versions:
+            return st.metric_version(spec).said()
+        keys = st.reader_keys(spec, all_versions=all_versions)
+    which = "every version" if all_versions else "the production version"
+    return f"{which} of {spec or 'each metric'} ({len(keys)} version(s))"
 
 
 @click.command("runs")

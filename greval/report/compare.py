@@ -40,12 +40,16 @@ class Side:
     items: list[dict[str, Any]]
 
 
-def _version(items: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]] | None:
-    name, _, digest = text.partition("@")
-    if not digest:
+def _version(st: Store, text: str) -> list[dict[str, Any]] | None:
+    """The item rows of the version ``text`` names (NAME@HASH; any version, an experiment's too: named, it
+    is what the user asked for), None when it names none."""
+    if "@" not in text:
         return None
-    found = [r for r in items if r["spec"] == name and str(r["spec_hash"]).startswith(digest)]
-    return found or None
+    try:
+        version = st.metric_version(text)
+    except UserError:
+        return None
+    return item_rows(st, spec_key=version.spec_key) or None
 
 
 def _run_items(st: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -60,7 +64,7 @@ def _run_items(st: Store, run: Mapping[str, Any]) -> list[dict[str, Any]]:
 def resolve_side(st: Store, items: Sequence[dict[str, Any]], text: str, data: Mapping[str, dict[str, Any]]) -> Side:
     """What ``text`` names in the store: a spec version NAME@HASH, a run id, a judge, or a system COLUMN=VALUE
     (a user error naming the four when it is none of them)."""
-    found = _version(items, text)
+    found = _version(st, text)
     if found is not None:
         return Side(text, "version", found)
     run = next((r for r in st.runs() if r["run_id"] == text), None)

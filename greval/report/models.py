@@ -227,6 +227,9 @@ class StoreReport(BaseModel):
     group_column: str | None = None
     system_field: str | None = Field(None, description="The record field asked for as the system (found or not).")
     groups: list[GroupTable] = Field(default_factory=list)
+    all_versions: bool = Field(
+        False, description="Every version of each metric (experiments aside), not only its production version."
+    )
 
     def label(self, key: MetricKey) -> str:
         """How a metric row is named where rows of several versions or judges of one name meet: its name, with

@@ -57,12 +57,16 @@ def build(
     out_dir: Path | None = None,
     group_column: str | None = None,
     names: Mapping[str, str] | None = None,
+    all_versions: bool = False,
 ) -> StoreReport:
     """Compute the report (and, with ``out_dir``, write the per-metric agreement pages); ``group_column``: a
     record field to cross with the systems (one system × group table per metric); ``names``: how the agreement
-    pages write option fields named in notes (greval.report.format.with_names; the CLI passes its flags)."""
+    pages write option fields named in notes (greval.report.format.with_names; the CLI passes its flags). Each
+    metric's production version, or (``all_versions``) every version but those only experiments judged."""
     with Store(store_path) as st:
-        items, data, found = metric_groups(st, store_path, specs, system_column, group_column)
+        items, data, found = metric_groups(
+            st, store_path, specs, system_column, group_column, all_versions=all_versions
+        )
         metrics: list[MetricRow] = []
         systems: list[SystemRow] = []
         groups: list[GroupTable] = []
@@ -81,6 +85,7 @@ def build(
         group_column=group_column,
         system_field=system_column,
         groups=groups,
+        all_versions=all_versions,
     )
 
 
@@ -88,11 +93,17 @@ MetricGroup = tuple[MetricFigures, BaseSpec, list[dict[str, Any]]]
 
 
 def metric_groups(
-    st: Store, store_path: str | Path, specs: Sequence[str], system_column: str | None, group_column: str | None
+    st: Store,
+    store_path: str | Path,
+    specs: Sequence[str],
+    system_column: str | None,
+    group_column: str | None,
+    *,
+    all_versions: bool = False,
 ) -> tuple[list[dict[str, Any]], RecordData, list[MetricGroup]]:
     """The store's item rows, its records' data, and each metric's (figures, spec, record rows tagged with their
     system and group) in report order: what the report and the record explorer both read."""
-    items = _items(st, store_path, specs)
+    items = _items(st, store_path, specs, all_versions)
     spec_objs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
     data: RecordData = {r.hash: r.data for r in st.records()}
     recs = tag_rows(record_rows(items, spec_objs), data, system_column, group_column)
@@ -111,9 +122,10 @@ def share_labels(spec: BaseSpec) -> list[str] | None:
     return None
 
 
-def _items(st: Store, store_path: str | Path, specs: Sequence[str]) -> list[dict[str, Any]]:
-    """The store's item rows, of ``specs`` only when given (each must have verdicts)."""
-    items = item_rows(st)
+def _items(st: Store, store_path: str | Path, specs: Sequence[str], all_versions: bool) -> list[dict[str, Any]]:
+    """The store's item rows (each metric's production version, or every version), of ``specs`` only when given
+    (each must have verdicts)."""
+    items = item_rows(st, all_versions=all_versions)
     if not items:
         raise UserError(f"{store_path}: no verdicts yet", remedy=Remedy("run", why="first"))
     if specs:

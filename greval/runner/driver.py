@@ -133,12 +133,22 @@ def _on_ray(job: RunJob) -> bool:
 def _record(job: RunJob, dataset: str) -> tuple[RunJob, bool]:
     """The specs and judges put in the store and the run started: (the job under its run id, whether it is
     judged on Ray)."""
-    store = job.store
-    store.put_specs(job.specs, job.keys)
+    store, opts = job.store, job.options
+    if opts.experiment is not None and opts.promote:
+        raise UserError(f"an experiment never changes a production version: drop {option('promote')}")
+    store.put_specs(job.specs, job.keys, experiment=opts.experiment is not None)
     for c in {c.key: c for c in job.cfgs.values()}.values():
         store.put_judge(c)
     on_ray = _on_ray(job)
-    run_id = store.start_run(dataset, job.cfg.key, [s.name for s in job.specs], job.options.model_dump(mode="json"))
+    run_id = store.start_run(
+        dataset,
+        job.cfg.key,
+        [s.name for s in job.specs],
+        opts.model_dump(mode="json"),
+        kind="run" if opts.experiment is None else "experiment",
+        purpose=opts.experiment,
+        dataset_name=opts.dataset_name,
+    )
     return dataclasses.replace(job, run_id=run_id), on_ray
 
 
@@ -183,6 +193,9 @@ def _finish(job: RunJob, status: str, seconds: float, totals: EngineTotals) -> R
         store.link_snapshot(run_id, plan.members, plan.unstored)  # may read a large plan's file again
     except DataError as exc:  # the file changed under the run: it fails, and still ends with its summary
         changed = exc
+    experiment = job.options.experiment is not None
+    if not experiment:  # what experiments judged of this run's records is the run's now
+        store.adopt(run_id, [(job.keys[s.name], job.cfgs[s.name].key) for s in job.specs])
     metrics = _summarise(job)
     drawn = sample_summary(plan)
     notes = [lo.note(pulled_in=not job.summaries[lo.dependency].asked) for lo in plan.left_out]
@@ -199,10 +212,26 @@ def _finish(job: RunJob, status: str, seconds: float, totals: EngineTotals) -> R
         notes=totals.notes + notes + (sample_notes(drawn, metrics) if drawn is not None else []),
         sample=drawn,
     )
+    if status == "finished" and changed is None and not experiment:
+        summary.notes += _production(job)
     store.finish_run(run_id, status if changed is None else "failed", summary.model_dump(mode="json"))
     if changed is not None and status == "finished":
         raise changed  # else the judging's own error (or the interrupt) is on its way
     return summary
+
+
+def _production(job: RunJob) -> list[str]:
+    """After a finished run: the production versions it changed (asked to promote, or the same spec under a
+    new key), and what it judged that stays beside production — said in the run's notes."""
+    assert job.run_id is not None
+    asked = [s.name for s in job.specs] if job.options.promote else []
+    follow = job.store.follow(job.specs, job.keys, promote=asked, run_id=job.run_id)
+    said = [
+        f"{p.name}: the production version is now {p.spec_hash}"
+        + (" (the same spec, judged again under a new prompt layout or dependency)" if p.source == "same spec" else "")
+        for p in follow.promoted
+    ]
+    return said + follow.notes
 
 
 def _summarise(job: RunJob) -> list[MetricSummary]:

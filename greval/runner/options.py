@@ -75,6 +75,20 @@ class RunOptions(BaseModel):
     ray_address: str | None = Field(
         None, description="With engine ray: 'auto' or ray://host:port to join a cluster (None: start a local one)."
     )
+    experiment: str | None = Field(
+        None,
+        description="An experiment run, and what it tries ('align candidate', 'spec try', 'side run'): stored like "
+        "any run (resumable, paid once) but never what a reader reads by default, and it never changes a "
+        "metric's production version (greval.store.versions). None: a run.",
+    )
+    promote: bool = Field(
+        False,
+        description="When the run finishes, make the versions it judged their metrics' production versions (a run "
+        "of an edited spec file otherwise leaves production where it was, and says so).",
+    )
+    dataset_name: str | None = Field(
+        None, description="A name for the dataset's snapshot, kept with the run: history compares like with like."
+    )
 
     def call_options(self, samples: int, limiter: AdaptiveLimiter) -> CallOptions:
         """How every evaluator of one run (or of one Ray task) calls the model: built once, with the run's one

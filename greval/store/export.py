@@ -69,8 +69,12 @@ def export_results(
     fmt: str | None = None,
     spec: str | None = None,
     level: Literal["item", "record"] = "item",
+    *,
+    all_versions: bool = False,
 ) -> int:
-    """Write verdicts to CSV, JSONL or Parquet (format from ``fmt`` or the file's suffix); returns rows."""
+    """Write verdicts to CSV, JSONL or Parquet (format from ``fmt`` or the file's suffix); returns rows. Of each
+    metric's production version (``spec``: NAME or NAME@HASH; ``all_versions``: every version but those only
+    experiments judged: :func:`greval.store.results.result_rows`)."""
     out = Path(output)
     kind = _FORMATS.get((fmt or out.suffix.lstrip(".")).lower())
     if kind is None:
@@ -78,7 +82,7 @@ def export_results(
     columns = ITEM_COLUMNS if level == "item" else RECORD_COLUMNS
     part = out.with_name(out.name + ".part")
     with Store(store) as st:
-        rows = result_rows(st, spec, level)
+        rows = result_rows(st, spec, level, all_versions=all_versions)
         try:
             n = _WRITERS[kind](rows, columns, part)
         except BaseException:

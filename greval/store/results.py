@@ -37,6 +37,7 @@ from greval.errors import option
 from greval.llm.retry import CUT_OFF_HINT, ErrorKind
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale
 from greval.store.store import Store
+from greval.store.versions import parse_ref
 from greval.types import MISSING_INPUT, UNITS
 
 if TYPE_CHECKING:
@@ -100,14 +101,15 @@ JOIN judges j ON j.judge_key = v.judge_key
 """
 
 
-def _figure_tail(store: Store, spec: str | None, spec_key: str | None) -> tuple[str, list[Any]]:
+def _figure_tail(store: Store, keys: Sequence[str] | None, spec: str | None) -> tuple[str, list[Any]]:
     """What figures read after a verdict's columns, and its parameters: its time, and the units a computed or
     pipeline metric's judgement stored in its outputs. A judge metric's outputs are the judge's own (never
     read as units): their judgements are not read at all — that join was a fifth of a 1M-record summary."""
-    scope, params = ("name = ?", [spec]) if spec is not None else ("1 = 1", [])
-    if spec_key is not None:
-        scope, params = f"{scope} AND spec_key = ?", [*params, spec_key]
-    stored = [key for (key,) in store.stream(f"SELECT spec_key FROM specs WHERE {scope}", params)]
+    if keys is not None:
+        stored = list(keys)
+    else:
+        scope, params = ("name = ?", [parse_ref(spec)[0]]) if spec is not None else ("1 = 1", [])
+        stored = [key for (key,) in store.stream(f"SELECT spec_key FROM specs WHERE {scope}", params)]
     keys = [key for key in stored if not isinstance(store.any_spec(key), Spec)]
     if not keys:
         return "v.created_at, NULL", []
@@ -123,34 +125,71 @@ _FULL_TAIL = (
     " v.updated_at, v.token_confidence"
 )
 
+#: A verdict an experiment made under a version that is not its own, not reused by a run yet (store.versions).
+_HIDDEN = (
+    "NOT EXISTS (SELECT 1 FROM experiment_verdicts e WHERE e.spec_key = v.spec_key AND e.judge_key = v.judge_key"
+    " AND e.record_hash = v.record_hash)"
+)
 
-def _select(
-    store: Store,
-    spec: str | None,
-    run_id: str | None,
-    spec_key: str | None,
-    judge_key: str | None,
-    full: bool,
-    extra: str = "",
-) -> tuple[str, list[Any]]:
-    """The item-row query (no ORDER BY) and its parameters; ``run_id``: only the ids that run was given;
-    ``full``: every column of an item row, else only what figures read (the units of the outputs);
-    ``extra``: more columns, after those."""
+
+class Scope(BaseModel):
+    """Which verdicts a read covers. By default what every reader reads: each metric's production version
+    (``spec``: one metric, ``NAME`` or ``NAME@HASH``; ``all_versions``: every version but those only experiments
+    judged), without what experiments made (:mod:`greval.store.versions`). ``run_id``: the record ids that run
+    was given (its versions, unless ``spec_key`` names one); ``spec_key`` / ``judge_key``: one version, one judge."""
+
+    model_config = {"frozen": True}
+
+    spec: str | None = None
+    run_id: str | None = None
+    spec_key: str | None = None
+    judge_key: str | None = None
+    all_versions: bool = False
+
+    def keys(self, store: Store) -> list[str] | None:
+        """The spec versions read (None: any version of the run's)."""
+        if self.spec_key is not None:
+            return [self.spec_key]
+        if self.run_id is not None:
+            return None
+        return store.reader_keys(self.spec, all_versions=self.all_versions)
+
+    def hides(self, store: Store, keys: Sequence[str] | None) -> bool:
+        """Whether what experiments made is left out: always, but in a read of an experiment run, of one
+        version without a run (asked by key: align's own reads), or of a version only experiments judged."""
+        if self.run_id is not None:
+            return store.run_kind(self.run_id) != "experiment" and store.has_hidden()
+        if self.spec_key is not None or (keys and set(keys) <= store.experiment_keys()):
+            return False
+        return store.has_hidden()
+
+
+def _select(store: Store, scope: Scope, full: bool, extra: str = "") -> tuple[str, list[Any]]:
+    """The item-row query (no ORDER BY) and its parameters (``scope``: which verdicts); ``full``: every column
+    of an item row, else only what figures read (the units of the outputs); ``extra``: more columns, after those."""
     where: list[str] = []
     params: list[Any] = []
-    if run_id is not None:
+    if scope.run_id is not None:
         ids = (
             "JOIN snapshot_members i ON i.record_hash = v.record_hash"
             " AND i.snapshot = (SELECT snapshot FROM runs WHERE run_id = ?)"
         )
-        params.append(run_id)
+        params.append(scope.run_id)
     else:
         ids = "LEFT JOIN record_ids i ON i.record_hash = v.record_hash"
-    for col, val in (("v.spec_name", spec), ("v.spec_key", spec_key), ("v.judge_key", judge_key)):
-        if val is not None:
-            where.append(f"{col} = ?")
-            params.append(val)
-    tail, head = (_FULL_TAIL, []) if full else _figure_tail(store, spec, spec_key)
+    keys = scope.keys(store)
+    if keys is not None:
+        where.append(f"v.spec_key IN ({','.join('?' * len(keys))})" if keys else "1 = 0")
+        params += keys
+    elif scope.spec is not None:
+        where.append("v.spec_name = ?")
+        params.append(parse_ref(scope.spec)[0])
+    if scope.judge_key is not None:
+        where.append("v.judge_key = ?")
+        params.append(scope.judge_key)
+    if scope.hides(store, keys):
+        where.append(_HIDDEN)
+    tail, head = (_FULL_TAIL, []) if full else _figure_tail(store, keys, scope.spec)
     sql = _item_sql(ids, tail + extra, judgements=full)
     return sql + (" WHERE " + " AND ".join(where) if where else ""), head + params
 
@@ -169,21 +208,17 @@ def item_rows(
     run_id: str | None = None,
     spec_key: str | None = None,
     judge_key: str | None = None,
+    all_versions: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per verdict and record id, by metric name then storage order. ``run_id``: only the record
-    ids that run was given."""
-    return list(_item_stream(store, spec, run_id, spec_key, judge_key))
+    """One row per verdict and record id, by metric name then storage order, of the verdicts a :class:`Scope`
+    of these arguments covers (by default: every metric's production version)."""
+    scope = Scope(spec=spec, run_id=run_id, spec_key=spec_key, judge_key=judge_key, all_versions=all_versions)
+    return list(_item_stream(store, scope))
 
 
-def _item_stream(
-    store: Store,
-    spec: str | None,
-    run_id: str | None = None,
-    spec_key: str | None = None,
-    judge_key: str | None = None,
-) -> RowStream:
+def _item_stream(store: Store, scope: Scope) -> RowStream:
     """:func:`item_rows`, read from the store a few thousand at a time."""
-    sql, params = _select(store, spec, run_id, spec_key, judge_key, full=True)
+    sql, params = _select(store, scope, full=True)
     with closing(store.stream(f"{sql} ORDER BY {_ITEM_ORDER}", params, _WIDE_CHUNK)) as rows:
         for r in rows:
             yield _item_row(r)
@@ -195,13 +230,11 @@ def _item_row(r: Sequence[Any]) -> dict[str, Any]:
     return row
 
 
-def _stream(
-    store: Store, spec: str | None, run_id: str | None, spec_key: str | None, judge_key: str | None
-) -> RowStream:
+def _stream(store: Store, scope: Scope) -> RowStream:
     """The columns figures read, sorted so that each record's rows come together (in storage order), read
     a few thousand at a time. Sorted by content before id: the verdicts' key gives that order, so only the
     rows of one content are sorted (by id), not the whole result before its first row (8 s of 1M verdicts)."""
-    sql, params = _select(store, spec, run_id, spec_key, judge_key, full=False)
+    sql, params = _select(store, scope, full=False)
     sql += " ORDER BY v.spec_key, v.judge_key, v.record_hash, rid, v.created_at, v.rowid"
     with closing(store.stream(sql, params)) as rows:
         for r in rows:
@@ -210,12 +243,12 @@ def _stream(
             yield row
 
 
-def _record_stream(store: Store, spec: str | None) -> RowStream:
+def _record_stream(store: Store, scope: Scope) -> RowStream:
     """:func:`record_rows` of every item row, streamed: each record's item rows are sorted together, the
     records in the order of their first item row (as :func:`record_rows` lists them), then grouped one record
     at a time."""
     rank = f", ROW_NUMBER() OVER (ORDER BY {_ITEM_ORDER}) AS pos"
-    ranked, params = _select(store, spec, None, None, None, True, rank)
+    ranked, params = _select(store, scope, True, rank)
     grouped = (
         "SELECT * FROM (SELECT q.*, MIN(q.pos) OVER (PARTITION BY q.spec_key, q.judge_key, q.rid, q.record_hash)"
         f" AS first_pos FROM ({ranked}) q) t ORDER BY first_pos, pos"
@@ -658,8 +691,10 @@ def figures(
     run_id: str | None = None,
     spec_key: str | None = None,
     judge_key: str | None = None,
+    all_versions: bool = False,
 ) -> list[MetricFigures]:
-    """Figures for every metric (version, judge) in a store, or of one run's records (``run_id``).
+    """Figures for every metric (version, judge) a :class:`Scope` of these arguments covers: by default each
+    metric's production version; of one run's records (``run_id``).
 
     Streams the rows record by record (the store sorts them), so a large store is never held in memory;
     metrics come in the order :func:`item_rows` lists them (by name, then first verdict)."""
@@ -673,7 +708,8 @@ def figures(
     firsts: dict[tuple[str, str], tuple[str, float]] = {}
 
     def grouped() -> Iterator[Sequence[Mapping[str, Any]]]:
-        rows = _stream(store, spec, run_id, spec_key, judge_key)
+        scope = Scope(spec=spec, run_id=run_id, spec_key=spec_key, judge_key=judge_key, all_versions=all_versions)
+        rows = _stream(store, scope)
         for _, grp in itertools.groupby(rows, key=_group_key):
             members = list(grp)
             mkey = (members[0]["spec_key"], members[0]["judge_key"])
@@ -721,18 +757,19 @@ ITEM_COLUMNS = tuple(c for c in _ITEM_COLS if c not in ("spec_key", "judge_key",
 RECORD_COLUMNS = _RECORD_COLS
 
 
-def result_rows(store: Store, spec: str | None, level: Literal["item", "record"]) -> RowStream:
+def result_rows(
+    store: Store, spec: str | None, level: Literal["item", "record"], *, all_versions: bool = False
+) -> RowStream:
     """The rows of :func:`load_results` and of an export (their columns: :data:`ITEM_COLUMNS`,
     :data:`RECORD_COLUMNS`), read from the store as they are consumed: memory holds one chunk of rows (and
-    one record's items), not the store. A metric the store does not have is a UserError instead of the first
-    row. Closing it early ends the read (and, on PostgreSQL, its cursor)."""
-    with closing(_item_stream(store, spec) if level == "item" else _record_stream(store, spec)) as rows:
-        first = next(rows, None)
-        if first is None:
-            if spec:
-                store.latest_spec(spec)  # raises a clear "no metric" error
-            return
-        yield first
+    one record's items), not the store. ``spec``: NAME (its production version) or NAME@HASH; None: every
+    metric's production version (``all_versions``: every version but those only experiments judged). A metric
+    the store does not have is a UserError instead of the first row. Closing it early ends the read (and, on
+    PostgreSQL, its cursor)."""
+    scope = Scope(spec=spec, all_versions=all_versions)
+    if spec:
+        store.metric_version(spec)  # a metric or version the store does not have: one clear line, before any row
+    with closing(_item_stream(store, scope) if level == "item" else _record_stream(store, scope)) as rows:
         yield from rows
 
 
@@ -749,12 +786,16 @@ def load_results(
     store: str | Path | Store,
     spec: str | None = None,
     level: Literal["item", "record"] = "item",
+    *,
+    all_versions: bool = False,
 ) -> pd.DataFrame:
     """Verdicts as a DataFrame: one row per item verdict and record id, or (``level="record"``) one per
-    judged record id with many-metrics aggregated into ``score`` and item counts (see the module doc)."""
+    judged record id with many-metrics aggregated into ``score`` and item counts (see the module doc). Of each
+    metric's production version (``spec``: NAME or NAME@HASH; ``all_versions``: as :func:`result_rows`)."""
     st = store if isinstance(store, Store) else Store(store)
     try:
-        return _frame(result_rows(st, spec, level), ITEM_COLUMNS if level == "item" else RECORD_COLUMNS)
+        rows = result_rows(st, spec, level, all_versions=all_versions)
+        return _frame(rows, ITEM_COLUMNS if level == "item" else RECORD_COLUMNS)
     finally:
         if not isinstance(store, Store):
             st.close()

@@ -10,7 +10,13 @@ NULL in rows written since, and emptied in older rows wherever they repeat what 
 6 stores each judgement's cached prompt tokens (``judgements.tokens_cached``, of ``tokens_in`` those the provider
 read from its prompt cache: what prices a record's calls exactly), filled in older rows from their calls where
 each call says (greval logs each call's cached tokens since it counted them per run); NULL where one does not
-(judged before that): read as not recorded.
+(judged before that): read as not recorded; 7 keeps the loop's own state: which runs are *experiments* (``runs.kind``:
+align candidates, ``spec try``, side runs — stored, never what a reader picks by default), which spec versions only
+experiments declared (``specs.experiment``), and each metric's *production* version (``promotions``: every change
+of it, the latest per name is the one readers default to); a migrated store's align runs become experiments and
+each metric's production version is the one readers read before (its latest version declared by any other run);
+``experiment_verdicts`` lists the judgements an experiment made under a version that is not its own, hidden from
+readers until a run or a server reuses them.
 A store written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
@@ -32,7 +38,7 @@ from greval.types import ErrorKind
 if TYPE_CHECKING:
     from greval.store.backend import DB, Dialect
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
@@ -42,7 +48,13 @@ DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS specs (
     spec_key TEXT PRIMARY KEY, name TEXT NOT NULL, spec_hash TEXT NOT NULL, body TEXT NOT NULL,
-    created_at REAL NOT NULL);
+    created_at REAL NOT NULL, experiment INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS promotions (
+    name TEXT NOT NULL, spec_key TEXT NOT NULL, at REAL NOT NULL, source TEXT NOT NULL, note TEXT, run_id TEXT,
+    PRIMARY KEY (name, at, spec_key));
+CREATE TABLE IF NOT EXISTS experiment_verdicts (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, record_hash TEXT NOT NULL, run_id TEXT NOT NULL,
+    PRIMARY KEY (spec_key, judge_key, record_hash));
 CREATE TABLE IF NOT EXISTS judges (
     judge_key TEXT PRIMARY KEY, label TEXT NOT NULL, identity TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS records (
@@ -50,7 +62,8 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE INDEX IF NOT EXISTS records_by_id ON records(record_id);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
-    dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT, snapshot TEXT, pid INTEGER, host TEXT);
+    dataset TEXT, judge_key TEXT, specs TEXT, options TEXT, summary TEXT, snapshot TEXT, pid INTEGER, host TEXT,
+    kind TEXT, purpose TEXT, dataset_name TEXT);
 CREATE TABLE IF NOT EXISTS record_ids (
     record_id TEXT NOT NULL, record_hash TEXT NOT NULL, created_at REAL NOT NULL,
     PRIMARY KEY (record_id, record_hash));
@@ -126,6 +139,14 @@ ALTER TABLE verdicts ADD COLUMN token_confidence REAL;
 # Schema 5 -> 6: each judgement's cached prompt tokens (filled from its calls by _migrate_5_6).
 _MIGRATE_5_6 = """
 ALTER TABLE judgements ADD COLUMN tokens_cached INTEGER;
+"""
+
+# Schema 6 -> 7: the loop's state (see the module doc; filled by _migrate_6_7).
+_MIGRATE_6_7 = """
+ALTER TABLE runs ADD COLUMN kind TEXT;
+ALTER TABLE runs ADD COLUMN purpose TEXT;
+ALTER TABLE runs ADD COLUMN dataset_name TEXT;
+ALTER TABLE specs ADD COLUMN experiment INTEGER NOT NULL DEFAULT 0;
 """
 
 _KINDS = {k.value: k for k in ErrorKind}
@@ -337,6 +358,9 @@ def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
     if version < 6:
         _script(db, _MIGRATE_5_6, dialect)
         _migrate_5_6(db)
+    if version < 7:
+        _script(db, _MIGRATE_6_7, dialect)
+        _migrate_6_7(db, dialect)
     set_version(db)
 
 
@@ -469,3 +493,60 @@ def _migrate_5_6(db: DB, chunk: int = 5000) -> None:
             "UPDATE judgements SET tokens_cached=? WHERE spec_key=? AND judge_key=? AND record_hash=?",
             [f for f in found if f[0] is not None],
         )
+
+
+#: How greval < 0.2 named the runs of ``greval align`` (their ``dataset``): candidates and the optimizer's questions.
+_ALIGN_RUNS = ("align %",)
+#: The specs align asks its optimizer's questions with (never a user's metric).
+ALIGN_INTERNAL = "greval_align_%"
+
+
+def _migrate_6_7(db: DB, dialect: Dialect) -> None:
+    """Schema 6 -> 7: the runs ``greval align`` made become experiments, and so do the spec versions only they
+    declared (align's own question specs always); each metric's production version is the version readers read
+    until now: its latest declaration by any run that is not an experiment."""
+    if dialect == "postgresql":  # SQLite made the new tables when it opened the file (the DDL runs on open)
+        for stmt in statements(ddl(dialect)):
+            if any(f"CREATE TABLE IF NOT EXISTS {t} " in stmt for t in ("promotions", "experiment_verdicts")):
+                db.execute(stmt)
+    db.execute(
+        "UPDATE runs SET kind='experiment', purpose=CASE WHEN dataset LIKE 'align optimizer%' THEN 'align optimizer'"
+        " ELSE 'align candidate' END WHERE dataset LIKE ?",
+        _ALIGN_RUNS,
+    )
+    declared: dict[str, bool] = {}  # spec key -> declared (or judged) by a run that is not an experiment
+
+    def saw(key: str, kind: str | None) -> None:
+        declared[key] = declared.get(key, False) or kind != "experiment"
+
+    for kind, summary in db.execute("SELECT kind, summary FROM runs").fetchall():
+        try:
+            metrics = json.loads(summary or "{}").get("metrics", [])
+        except (ValueError, AttributeError):
+            metrics = []
+        for m in metrics if isinstance(metrics, list) else []:
+            if isinstance(m, dict) and m.get("spec_key"):
+                saw(str(m["spec_key"]), kind)
+    # A run killed before its summary is known by the verdicts it wrote (one served verdict has no run).
+    for key, kind in db.execute(
+        "SELECT DISTINCT v.spec_key, r.kind FROM verdicts v LEFT JOIN runs r ON r.run_id = v.run_id"
+    ).fetchall():
+        saw(str(key), kind)
+    db.executemany("UPDATE specs SET experiment=1 WHERE spec_key=?", [(k,) for k, ok in declared.items() if not ok])
+    db.execute("UPDATE specs SET experiment=1 WHERE name LIKE ?", (ALIGN_INTERNAL,))
+    rows = db.execute(
+        "SELECT name, spec_key FROM specs WHERE experiment=0 ORDER BY name, created_at DESC, rowid DESC"
+    ).fetchall()
+    newest: dict[str, str] = {}
+    judged: dict[str, str] = {}
+    for name, key in rows:
+        newest.setdefault(name, key)
+        if declared.get(key):
+            judged.setdefault(name, key)
+    # the latest version a normal run judged; else the latest declared (none judged)
+    latest = {name: judged.get(name, key) for name, key in newest.items()}
+    now = time.time()
+    db.executemany(
+        "INSERT INTO promotions (name, spec_key, at, source, note, run_id) VALUES (?,?,?,?,?,NULL)",
+        [(name, key, now, "migration", "the version greval read by default before") for name, key in latest.items()],
+    )

@@ -27,7 +27,7 @@ import socket
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from greval.store.backend import DB, RECONNECT_WAIT_S, batched
 from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
+from greval.store.versions import RunKind, SpecVersions, Version
 from greval.types import PROMPT_LAYOUT, RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 #: Records a connection remembers having stored (see Store._stored), and records stored per transaction.
@@ -87,7 +88,7 @@ def _json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=default)
 
 
-class Store(HumanLabels, AnnotationPushes, VerdictLookups):
+class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions):
     """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
     (``postgresql://…``, shared by many machines); one connection per Store.
 
@@ -109,6 +110,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         self._queue: list[tuple[Any, ...]] = []
         self._queued_keys: set[tuple[str, str, str]] = set()  # their (spec key, judge key, record hash)
         self.owner = uuid.uuid4().hex[:12]  # this connection, as the holder of claims
+        self._kinds: dict[str, RunKind] = {}  # run id -> its kind (Store._experiment)
         self._reap_runs()
 
     def _reap_runs(self) -> None:
@@ -124,19 +126,35 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             )
 
     # -------------------------------------------------------------------------------- catalogue
-    def put_specs(self, specs: Sequence[BaseSpec], keys: dict[str, str]) -> None:
-        """Declare spec versions (every run does): a version declared again becomes its metric's latest, the one
-        commands read when no version is named (``created_at`` is the last declaration)."""
+    def put_specs(self, specs: Sequence[BaseSpec], keys: Mapping[str, str], *, experiment: bool = False) -> None:
+        """Declare spec versions (every run does). ``experiment``: declared by an experiment — a version only
+        experiments declared stays marked so (no reader reads it by default), one any other run or a server
+        declared is a normal version for good. A metric declared for the first time outside an experiment gets
+        this version as its production version, in the same transaction (see :mod:`greval.store.versions`)."""
         now = time.time()
-        # The body is the latest declaration of this version: fields outside the hash (dataset_aggregate,
-        # a way of reading verdicts) may change without a new version, and the store reads them from here.
-        self._write(
-            lambda db: db.executemany(
-                "INSERT INTO specs (spec_key, name, spec_hash, body, created_at) VALUES (?,?,?,?,?)"
-                " ON CONFLICT(spec_key) DO UPDATE SET body = excluded.body, created_at = excluded.created_at",
-                [(keys[s.name], s.name, s.hash, s.model_dump_json(), now) for s in specs],
+        flag = 1 if experiment else 0
+
+        def write(db: DB) -> None:
+            # The body is the latest declaration of this version: fields outside the hash (dataset_aggregate,
+            # a way of reading verdicts) may change without a new version, and the store reads them from here;
+            # an experiment does not rewrite a normal version's body.
+            db.executemany(
+                "INSERT INTO specs (spec_key, name, spec_hash, body, created_at, experiment) VALUES (?,?,?,?,?,?)"
+                " ON CONFLICT(spec_key) DO UPDATE SET"
+                " body = CASE WHEN excluded.experiment > specs.experiment THEN specs.body ELSE excluded.body END,"
+                " created_at = excluded.created_at,"
+                " experiment = CASE WHEN excluded.experiment < specs.experiment THEN 0 ELSE specs.experiment END",
+                [(keys[s.name], s.name, s.hash, s.model_dump_json(), now, flag) for s in specs],
             )
-        )
+            if experiment:
+                return
+            db.executemany(
+                "INSERT INTO promotions (name, spec_key, at, source, note, run_id)"
+                " SELECT ?, ?, ?, 'first run', NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM promotions WHERE name=?)",
+                [(s.name, keys[s.name], now, s.name) for s in specs],
+            )
+
+        self._write(write)
 
     def put_judge(self, cfg: JudgeConfig) -> None:
         self._write(
@@ -146,17 +164,19 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             )
         )
 
-    def put_records(self, records: Iterable[Record]) -> None:
+    def put_records(self, records: Iterable[Record], *, ids: bool = True) -> None:
         """Store records (content once per hash, every (id, hash) pair), read and written a chunk at a time.
         Records the store already holds (stored by this connection lately, else :meth:`known_records`) are
-        skipped without serialising them."""
+        skipped without serialising them. ``ids`` False (an experiment's records): the contents only — the
+        ids stay in the experiment's snapshot, out of every default reader's sight."""
         for chunk in batched(records, _RECORD_CHUNK):
             fresh = [r for r in chunk if (r.id, r.hash) not in self._stored]
             known = self.known_records([(r.id, r.hash) for r in fresh]) if fresh else set()
             todo = [r for r in fresh if (r.id, r.hash) not in known]
             if todo:
-                self._write(functools.partial(self._insert_records, records=todo))
-                self._remember((r.id, r.hash) for r in todo)
+                self._write(functools.partial(self._insert_records, records=todo, ids=ids))
+                if ids:
+                    self._remember((r.id, r.hash) for r in todo)
 
     def _remember(self, pairs: Iterable[tuple[str, str]]) -> None:
         """Note records this connection stored (the latest _REMEMBERED of them are kept)."""
@@ -167,14 +187,16 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         while len(stored) > _REMEMBERED:
             stored.popitem(last=False)
 
-    def _insert_records(self, db: DB, records: Sequence[Record]) -> None:
-        """Content once per hash; every (id, hash) pair. Every id is kept, whatever its content."""
+    def _insert_records(self, db: DB, records: Sequence[Record], ids: bool = True) -> None:
+        """Content once per hash; every (id, hash) pair (``ids``). Every id is kept, whatever its content."""
         now = time.time()
         fresh = {r.hash: r for r in records}
         db.executemany(
             "INSERT INTO records (record_hash, record_id, data, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
             [(h, r.id, _json(r.data, str), now) for h, r in fresh.items()],
         )
+        if not ids:
+            return
         db.executemany(
             "INSERT INTO record_ids (record_id, record_hash, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
             [(r.id, r.hash, now) for r in records],
@@ -192,8 +214,9 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         key = members_key(members)
         with self._lock:
             known = self.db.execute("SELECT 1 FROM snapshots WHERE snapshot=?", (key,)).fetchone() is not None
-        if not known:
-            self.put_records(records)
+        experiment = self._experiment(run_id)
+        if not known or not experiment:  # a run's ids join record_ids even when an experiment had its snapshot
+            self.put_records(records, ids=not experiment)
 
         def link(db: DB) -> None:
             if not known:
@@ -237,23 +260,19 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         cur = self.db.execute("SELECT spec_key, name, spec_hash, created_at FROM specs ORDER BY created_at, rowid")
         return [dict(zip(("spec_key", "name", "spec_hash", "created_at"), r, strict=True)) for r in cur]
 
-    def latest_spec(self, name: str) -> tuple[str, Spec]:
-        """The most recently declared version of a judge metric (see :meth:`put_specs`)."""
-        row = self.db.execute(
-            "SELECT spec_key FROM specs WHERE name=? ORDER BY created_at DESC, rowid DESC LIMIT 1", (name,)
-        ).fetchone()
-        if row is None:
-            known = sorted({r["name"] for r in self.specs()})
-            raise UserError(f"{self.name}: no metric {name!r} in this store (has: {', '.join(known) or 'none'})")
-        return row[0], self.spec(row[0])
+    def reader_spec(self, ref: str) -> tuple[Version, Spec]:
+        """The judge metric a reader reads for ``ref``: ``NAME``, its production version; ``NAME@HASH``, that
+        version (:meth:`metric_version`); with the spec, for the reader to say which version it read."""
+        version = self.metric_version(ref)
+        return version, self.spec(version.spec_key)
 
     def spec_version(self, name: str, version: str) -> str | None:
-        """The key of a metric's stored version whose spec hash (or key) is ``version`` (newest first)."""
-        row = self.db.execute(
-            "SELECT spec_key FROM specs WHERE name=? AND (spec_hash=? OR spec_key=?) ORDER BY created_at DESC LIMIT 1",
-            (name, version, version),
-        ).fetchone()
-        return None if row is None else str(row[0])
+        """The key of a metric's stored version whose spec hash or key is (or starts with) ``version``; None
+        when it has none."""
+        try:
+            return self.metric_version(f"{name}@{version}").spec_key
+        except UserError:
+            return None
 
     def records(self, hashes: Iterable[str] | None = None) -> list[Record]:
         """Stored records, one per (record id, content): two ids with the same content are two Records."""
@@ -291,13 +310,26 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         return out
 
     # -------------------------------------------------------------------------------------- runs
-    def start_run(self, dataset: str, judge_key: str, specs: Sequence[str], options: dict[str, Any]) -> str:
+    def start_run(
+        self,
+        dataset: str,
+        judge_key: str,
+        specs: Sequence[str],
+        options: dict[str, Any],
+        *,
+        kind: RunKind = "run",
+        purpose: str | None = None,
+        dataset_name: str | None = None,
+    ) -> str:
+        """Record a run as running. ``kind``: an ``experiment`` (``purpose`` says what it tries) is stored like
+        any run and read by no reader by default (:mod:`greval.store.versions`); ``dataset_name``: the name of
+        the dataset's snapshot, so that history compares like with like."""
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         # ON CONFLICT: written again after a commit whose answer was lost with the connection (_write).
         self._write(
             lambda db: db.execute(
-                "INSERT INTO runs (run_id, started_at, status, dataset, judge_key, specs, options, pid, host)"
-                " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id) DO NOTHING",
+                "INSERT INTO runs (run_id, started_at, status, dataset, judge_key, specs, options, pid, host,"
+                " kind, purpose, dataset_name) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id) DO NOTHING",
                 (
                     run_id,
                     time.time(),
@@ -308,10 +340,22 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
                     json.dumps(options),
                     os.getpid(),
                     _HOST,
+                    kind,
+                    purpose,
+                    dataset_name,
                 ),
             )
         )
+        self._kinds[run_id] = kind
         return run_id
+
+    def _experiment(self, run_id: str | None) -> bool:
+        """Whether ``run_id`` is an experiment run (asked of the store once per run and connection)."""
+        if run_id is None:
+            return False
+        if run_id not in self._kinds:
+            self._kinds[run_id] = self.run_kind(run_id)
+        return self._kinds[run_id] == "experiment"
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
         self._write(
@@ -332,7 +376,8 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run, oldest first; ``options`` and ``summary`` are JSON text (a sampled run's options hold its
-        ``sample``: records, items, seed; its summary what was drawn of how many)."""
+        ``sample``: records, items, seed; its summary what was drawn of how many); ``kind`` is ``experiment`` for
+        an experiment (``purpose``: what it tried), else ``run`` (older runs: None)."""
         cols = (
             "run_id",
             "started_at",
@@ -344,6 +389,9 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             "options",
             "summary",
             "pid",
+            "kind",
+            "purpose",
+            "dataset_name",
         )
         cur = self.db.execute(f"SELECT {', '.join(cols)} FROM runs ORDER BY started_at, rowid")
         return [dict(zip(cols, r, strict=True)) for r in cur]
@@ -531,7 +579,7 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         """After the commit of the queued verdicts: their records are stored, the queue is empty."""
         self.committed += len(self._queue)
         self.committed_verdicts += sum(len(args[4].verdicts) or 1 for args in self._queue)
-        self._remember((args[3].id, args[3].hash) for args in self._queue)
+        self._remember((args[3].id, args[3].hash) for args in self._queue if not self._experiment(args[0]))
         self._queue.clear()
         self._queued_keys.clear()
 
@@ -571,6 +619,15 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         self._queue.append(args)  # marks its record stored with the others
         self._written()
 
+    @staticmethod
+    def _judged_by_a_run(db: DB, spec_key: str, judge_key: str, record_hash: str) -> bool:
+        """Whether a judgement is stored and not an experiment's own (see :meth:`_write_result`)."""
+        key = (spec_key, judge_key, record_hash)
+        where = "spec_key=? AND judge_key=? AND record_hash=?"
+        if db.execute(f"SELECT 1 FROM judgements WHERE {where}", key).fetchone() is None:
+            return False
+        return db.execute(f"SELECT 1 FROM experiment_verdicts WHERE {where}", key).fetchone() is None
+
     def _write_result(
         self,
         db: DB,
@@ -589,8 +646,9 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         calls = [c.model_dump() for c in result.calls]  # each call's answer (raw) is stored here alone
         if (record.id, record.hash) not in self._stored:
             # The record goes in with its first verdict, in the same transaction: a run needs no up-front
-            # pass over the dataset before its first call, and no verdict lacks its record.
-            self._insert_records(db, [record])
+            # pass over the dataset before its first call, and no verdict lacks its record (an experiment's
+            # record without its id: see greval.store.versions).
+            self._insert_records(db, [record], ids=not self._experiment(run_id))
         prev = (
             db.execute(
                 "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls, updated_at, tokens_cached"
@@ -603,6 +661,9 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
         )
         if prev is not None and prev[6] == now:
             return  # this very write committed already (its answer lost with the connection): not merged twice
+        # An experiment's new judgement is hidden from readers until a run or a server reuses it (store.versions);
+        # one it makes again of a judgement a run made stays the run's.
+        hide = self._experiment(run_id) and not self._judged_by_a_run(db, spec_key, judge_key, record.hash)
         outputs = dict(result.outputs)
         t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
         t_cached: int | None = result.tokens_cached
@@ -651,6 +712,12 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups):
             "DELETE FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=? AND owner=?",
             (spec_key, judge_key, record.hash, self.owner),
         )
+        if hide:
+            db.execute(
+                "INSERT INTO experiment_verdicts (spec_key, judge_key, record_hash, run_id) VALUES (?,?,?,?)"
+                " ON CONFLICT DO NOTHING",
+                (spec_key, judge_key, record.hash, run_id),
+            )
         verdicts = result.verdicts
         # Item verdicts supersede an earlier record-level error row (item id '').
         drop_record_row = any(v.item_id for v in verdicts)

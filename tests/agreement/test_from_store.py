@@ -79,7 +79,8 @@ def test_agreement_from_the_store_weights_a_non_random_sample_back(llm: Any, tmp
     db.close()
     probability = {rid: 1.0 if i < 8 else 0.25 for i, (_, rid, _, _) in enumerate(pairs)}
     with Store(store) as st:
-        spec_key, spec = st.latest_spec("answer_alignment")
+        version, spec = st.reader_spec("answer_alignment")
+        spec_key = version.spec_key
         st.start_push(
             "p1",
             spec_name="answer_alignment",

@@ -48,7 +48,7 @@ def test_a_scripted_judge_is_improved_and_the_test_gain_is_the_scripted_truth_wi
     chance otherwise: the rewrite wins, the test part shows κ 1.0 for it and the gain is 1 - κ(current) there;
     its CI holds the population gain (1 - 0). A second run makes no call and decides the same."""
     with Store(labelled) as st:
-        old_key, _ = st.latest_spec("supported")
+        old_key = st.metric_version("supported").spec_key
     before = llm.stats()["total"]
     result = _align(llm, labelled)
     d = result.decision.difference
@@ -62,7 +62,7 @@ def test_a_scripted_judge_is_improved_and_the_test_gain_is_the_scripted_truth_wi
     assert spent == result.spent.calls > 0
     # The store still reads the current version by default; both versions are there to compare.
     with Store(labelled) as st:
-        assert st.latest_spec("supported")[0] == old_key
+        assert st.metric_version("supported").spec_key == old_key
         assert st.spec_version("supported", result.new_hash or "") is not None
     # A second run pays nothing and decides the same.
     before = llm.stats()["total"]
@@ -269,15 +269,72 @@ def test_an_interrupted_run_resumes_and_pays_each_judgement_once(llm: Any, label
     assert a.read_text() == b.read_text()  # the same adopted version, its lineage and evidence
 
 
-def test_the_human_ceiling_is_shown_beside_the_decision(llm: Any, tmp_path: Path) -> None:
-    """Two people labelled every record (and agree): their mean pairwise κ on the test part is the ceiling."""
+def test_the_human_ceiling_is_the_agreement_stage_s_with_every_pair_counted(llm: Any, tmp_path: Path) -> None:
+    """Two people labelled every record and disagree on six of them (ties: no consensus there). align's ceiling is
+    `greval agreement`'s human–human κ on the same labels — disagreements counted, n every item both labelled —
+    not 1.000 over the items where they happen to agree; and κ is recomputed here with scikit-learn."""
+    from sklearn.metrics import cohen_kappa_score
+
     from greval.align.page import render_page
 
     llm.script(sc.rules(N))
     path = tmp_path / "two.sqlite"
     sc.labelled_store(path, llm.base_url, N, annotators=2)
+    flipped = {f"r{i}" for i in (0, 3, 8, 13, 21, 30)}
+    with Store(path) as st:
+        rows = [r for r in st.human_labels("supported") if r["annotator"] == "person1" and r["record_id"] in flipped]
+        flip = {"yes": "no", "no": "yes"}
+        st.put_human_labels([{**r, "spec_name": "supported", "label": flip[r["label"]]} for r in rows])
+        people = {(r["record_id"], r["annotator"]): r["label"] for r in st.human_labels("supported")}
     result = _align(llm, path)
     c = result.decision.ceiling
-    assert result.adopted and c is not None
-    assert (c.metric, c.value, c.n) == ("cohen_kappa", 1.0, result.split.units_test)
-    assert "Human ceiling (people's mean pairwise cohen_kappa on the same units): 1.000" in render_page(result)
+    ids = sorted({rid for rid, _ in people})
+    expected = cohen_kappa_score([people[i, "person0"] for i in ids], [people[i, "person1"] for i in ids])
+    assert c is not None and c.metric == "cohen_kappa" and c.n == N
+    assert c.value == pytest.approx(expected) and c.value < 1.0
+    out = tmp_path / "a.json"
+    res = CliRunner().invoke(main, ["agreement", "--store", str(path), "--spec", "supported", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    shown = json.loads(out.read_text())["ceiling"]["human_pairwise_mean"]
+    assert (shown["value"], shown["n"]) == (c.value, c.n)
+    assert f"over every item two of them labelled, n = {N}" in render_page(result)
+
+
+def test_a_judge_that_cannot_be_reached_is_left_out_pairwise_and_said(llm: Any, labelled: Path) -> None:
+    """Three records' prompts always get HTTP 500 (every version, every retry): those units say nothing of any
+    prompt, so they are left out of every candidate's score and, pairwise, of the decision — counted and said,
+    never counted as the judge's wrong answers. The decision's figure for the current spec is recomputed here
+    with scikit-learn on the test units left."""
+    from sklearn.metrics import cohen_kappa_score
+
+    from greval.align.labels import load_labels
+    from greval.align.split import split_units
+    from greval.llm.retry import RetryPolicy
+    from greval.runner.options import RunOptions
+    from greval.store.results import item_rows
+
+    down = {"r1", "r4", "r7"}
+    last = r"(?!.*\"label\")"  # in the record judged, not in a few-shot example (as tests/align/scripted.py)
+    fault = {"type": "fault", "status": 500}
+    faults = [{"match": rf"(?s)\bQ{r[1:]}\b{last}", "regex": True, "action": fault} for r in down]
+    llm.reset()
+    rules = sc.rules(N)
+    llm.script([*rules[:2], *faults, *rules[2:]])  # the optimizer's two questions are answered
+    quick = RunOptions(retry=RetryPolicy(max_attempts=2, base_delay=0.01, parse_attempts=1, reask_rounds=0))
+    opts = AlignOptions(folds=3)
+    result = align(labelled, "supported", sc.judge(llm.base_url), options=opts, runs=quick, notify=lambda *a: None)
+    with Store(labelled) as st:
+        labels = load_labels(st, "supported", None, sc.judge(llm.base_url).key)
+        judged = {r["record_id"]: r["label"] for r in item_rows(st, "supported")}
+    split = split_units(labels.units, opts.test_share, opts.folds, opts.seed)
+    searched = {u.record_id for u in split.search.units}
+    tested = {u.record_id for u in split.test}
+    scored = [c for c in result.candidates if c.status == "scored" and c.round > 0]
+    assert scored and all(c.excluded == len(down & searched) > 0 for c in scored)
+    assert any("left out of its score" in n and "could not be reached" in n for n in result.notes)
+    d = result.decision.difference
+    assert d is not None and d.excluded == len(down & tested) > 0 and d.n_units == len(tested - down)
+    kept = sorted(tested - down)
+    expected = cohen_kappa_score([sc.truth(int(r[1:])) for r in kept], [judged[r] for r in kept])
+    assert d.old == pytest.approx(expected)
+    assert any("test unit(s) left out of the comparison" in n for n in result.notes)

@@ -75,7 +75,9 @@ def write_explorer(rep: StoreReport, out_dir: Path) -> Path:
         shutil.rmtree(folder / "data")  # a smaller store leaves no chunk of a bigger one behind
     copy_static(folder)
     with Store(rep.store) as st:
-        items, data, found = metric_groups(st, rep.store, specs, rep.system_field, rep.group_column)
+        items, data, found = metric_groups(
+            st, rep.store, specs, rep.system_field, rep.group_column, all_versions=rep.all_versions
+        )
         metrics = [
             metric_data(st, row, spec, grp, items) for row, (_, spec, grp) in zip(rep.metrics, found, strict=True)
         ]
