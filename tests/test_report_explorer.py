@@ -117,7 +117,7 @@ def test_quickstart_report_and_explorer_in_chromium(quickstart: Path, browser: A
     page.wait_for_selector("body[data-ready=list]")
     # a confusion-matrix cell of the agreement page opens the records it counts
     page.goto((out / "attribution.agreement.html").as_uri())
-    cell = page.locator("#confusion-records ~ table a").nth(1)
+    cell = page.locator("table.heatmap a").nth(1)
     n = int(cell.inner_text())
     cell.click()
     page.wait_for_selector("body[data-ready=list]")
