@@ -267,3 +267,46 @@ def test_no_legend_covers_a_bar_whatever_the_shares() -> None:
         assert isinstance(rep.categorical, CategoricalReport)
         for fig in _figures(rep.categorical):
             _no_bar_under_the_legend(fig)
+
+
+def _natural(rid: str) -> tuple[str, int]:
+    return rid[0], int(rid[1:])
+
+
+@pytest.mark.browser
+def test_the_explorer_lists_records_in_id_order_one_line_each(llm: OpenAIServer, browser: Any, tmp_path: Path) -> None:
+    store = _store(llm, tmp_path / "s.sqlite")
+    _label(store, {"r0": "correct", "r3": "correct"})
+    out = _report(store, tmp_path / "report", 50)
+    page = _page(browser, 1280)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    shown = page.locator("#table tbody td:first-child").all_inner_texts()
+    assert shown == sorted(IDS, key=_natural)  # record-id order (the dataset lists them r7, r2, r15 …)
+    assert page.locator("#table thead th").first.get_attribute("aria-sort") == "ascending"
+    # 1280 px: the table fits its box and each row is one line; the long reason is cut, whole in its title
+    box = page.evaluate(
+        "(() => { const s = document.querySelector('.scroll'); return [s.scrollWidth, s.clientWidth]; })()"
+    )
+    assert box[0] <= box[1], box
+    heights = page.evaluate(
+        """() => [...document.querySelectorAll('#table tbody tr')].map((r) => r.getBoundingClientRect().height)"""
+    )
+    line = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#table tbody td')).lineHeight)")
+    assert max(heights) < 2 * line, (heights, line)
+    reason = page.locator("#table tbody td.reason").first
+    assert reason.get_attribute("title") == REASON.strip() or reason.get_attribute("title") == REASON
+    cut = (
+        "(() => { const r = document.querySelector('#table tbody td.reason'); return r.scrollWidth > r.clientWidth })()"
+    )
+    assert page.evaluate(cut)
+    # a record-level metric's human labels: no item column (its cells were all empty)
+    page.locator("#table tbody a", has_text="r0").first.click()
+    page.wait_for_selector("body[data-ready=record]")
+    assert page.locator("table.humans th").all_inner_texts() == ["annotator", "human label", "comment"]
+    assert page.locator("table.humans td").first.inner_text() == "ann1"
+    # sorting by the record column again turns it round
+    page.goto((out / "explorer" / "index.html").as_uri() + "#m=0&sort=id&dir=desc")
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#table tbody td:first-child").all_inner_texts() == sorted(IDS, key=_natural, reverse=True)
+    assert page.errors == []
