@@ -118,7 +118,7 @@ def test_quickstart_report_and_explorer_in_chromium(quickstart: Path, browser: A
     page.wait_for_selector("body[data-ready=list]")
     # a confusion-matrix cell of the agreement page opens the records it counts
     page.goto((out / "attribution.agreement.html").as_uri())
-    cell = page.locator("#confusion-records ~ table a").nth(1)
+    cell = page.locator("table.heatmap a").nth(1)
     n = int(cell.inner_text())
     cell.click()
     page.wait_for_selector("body[data-ready=list]")
@@ -187,6 +187,14 @@ def test_explorer_shows_markup_in_records_as_text(
     assert HOSTILE in page.locator("[data-field=answer]").inner_text()
     assert f"ann1 checked {HOSTILE}" in page.locator("table.humans").inner_text()
     assert page.evaluate("document.querySelectorAll('#record script').length") == 0
+    # a per-item metric's human labels name their item (a record-level metric's have no item column)
+    many = next(i for i, line in enumerate(_meta(out)["metrics"]) if line["name"] == KINDS["items"])
+    page.goto((out / "explorer" / "index.html").as_uri() + f"#m={many}&agree=agree")
+    page.wait_for_selector("body[data-ready=list]")
+    page.locator("#table tbody a").first.click()
+    page.wait_for_selector("body[data-ready=record]")
+    assert page.locator("table.humans th").all_inner_texts() == ["item", "annotator", "human label", "comment"]
+    assert re.fullmatch(r"k\d", page.locator("table.humans td").first.inner_text())
     assert page.errors == []  # no alert() dialog, no script error
 
 

@@ -631,7 +631,7 @@ def test_skipped_records_are_counted_explained_and_an_empty_metric_fails_the_run
     summ = json.loads(r["summary"])
     assert r["status"] == "finished" and summ["metrics"][0]["skipped"] == 10 and summ["metrics"][0]["failed"] == 0
     listing = CliRunner().invoke(main, ["results", "runs", "--store", str(store)], env={"COLUMNS": "200"})
-    assert "answer_alignment: 10 skipped" in listing.output
+    assert "answer_alignment: — (10 skipped)" in listing.output
 
 
 def test_a_run_that_cannot_start_its_judge_is_marked_failed(

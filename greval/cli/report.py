@@ -43,7 +43,7 @@ from greval.store.backend import display
     type=int,
     default=1000,
     show_default=True,
-    help="Bootstrap resamples for agreement CIs.",
+    help="Bootstrap resamples of every CI of the report: scores, label shares, agreement, prevalence.",
 )
 @click.option(
     "--compare",

@@ -83,7 +83,6 @@ def results_runs(store: str) -> None:
     from greval.cli.common import price_source, say, tokens_text
     from greval.errors import UserError
     from greval.llm.prices import cost_text, load_prices, prices_path, run_cost
-    from greval.store.results import not_scored
     from greval.store.store import Store
 
     try:
@@ -94,7 +93,7 @@ def results_runs(store: str) -> None:
     with Store(store) as st:
         table = Table(title=f"runs in {display(store)}")
         cols = ("run", "started", "status", "dataset", "records", "calls", "tokens, cost")
-        for col in (*cols, "metric: not scored"):
+        for col in (*cols, "metric: score (not scored)"):
             table.add_column(col)
         for r in st.runs():
             summ = json.loads(r["summary"] or "{}")
@@ -103,7 +102,7 @@ def results_runs(store: str) -> None:
             spent = [{**m, "judge": m.get("judge") or summ.get("judge")} for m in metrics]
             tokens = [sum(int(m.get(k) or 0) for m in metrics) for k in ("tokens_in", "tokens_cached", "tokens_out")]
             cost = cost_text(run_cost(spent, prices)) if prices is not None and summ else "—"
-            per_metric = [f"{m['spec']}: " + (not_scored(m) or ("—" if "ok" in m else "?")) for m in metrics]
+            per_metric = [_metric_line(m) for m in metrics]
             recs = str(summ.get("records", ""))
             samp = summ.get("sample") or {}
             if samp.get("records") is not None and samp.get("records_drawn", 0) < samp.get("records_of", 0):
@@ -123,3 +122,19 @@ def results_runs(store: str) -> None:
         print_table(table)
     if prices is not None:
         say(escape(f"tokens: prompt · of them cached · completion; cost: {price_source(prices_path())}"), console)
+
+
+def _metric_line(m: dict[str, object]) -> str:
+    """One metric of a run as the listing shows it: the dataset score the run's summary printed (the stored
+    summary's ``mean_score``, greval.store.results' figure, written as every command writes it) and the records
+    it did not score; "?" for a run with no summary yet (still going, or killed)."""
+    from greval.report.format import fmt_number
+    from greval.store.results import not_scored
+
+    if "ok" not in m:
+        return f"{m['spec']}: ?"
+    score = m.get("mean_score")
+    unscored = not_scored(m)
+    return f"{m['spec']}: {fmt_number(score if isinstance(score, int | float) else None)}" + (
+        f" ({unscored})" if unscored else ""
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from greval.agreement.models import (
     AgreementReport,
     AgreementScale,
     CalibrationReport,
+    CategoricalReport,
     Ceiling,
     ConsistencyReport,
     DesignReport,
@@ -32,7 +33,7 @@ from greval.agreement.models import (
 from greval.agreement.prepare import Prepared, is_null, prepare
 from greval.agreement.stats import rankdata
 from greval.dataset.frame import Frame
-from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
+from greval.report.format import best_first, fmt_ci, fmt_corrected, fmt_number, fmt_value_ci, one_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,8 +166,84 @@ def calibration_notes(cal: CalibrationReport) -> list[str]:
 CALIBRATION_TITLE = "Is the judge's confidence calibrated?"
 
 
+#: Where a chart's legend goes: beside the axes, never over a bar (bbox_inches="tight" keeps it in the image).
+LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0, "fontsize": 8}
+
+
+def distribution_figure(cat: CategoricalReport) -> Any:
+    """Each label's share of the items, people's and the judge's side by side (the legend beside the axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    x = np.arange(len(cat.labels))
+    ax.bar(x - 0.2, [b.human_share for b in cat.bias.per_label], 0.4, label="human")
+    ax.bar(x + 0.2, [b.judge_share for b in cat.bias.per_label], 0.4, label="judge")
+    ax.set_xticks(x, cat.labels, rotation=30, ha="right")
+    ax.set_ylabel("share of items")
+    ax.set_title("label distributions")
+    ax.legend(**LEGEND)
+    return fig
+
+
+def reliability_figure(cat: CategoricalReport) -> Any:
+    """Each label's precision and recall (the legend beside the axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in cat.per_label if r.label in cat.labels]
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r.precision for r in rows], 0.4, label="precision")
+    ax.bar(x + 0.2, [r.recall for r in rows], 0.4, label="recall")
+    ax.set_xticks(x, [r.label for r in rows], rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_title("per-label reliability")
+    ax.legend(**LEGEND)
+    return fig
+
+
+CellHref = Callable[[str, str], str]
+"""Where a confusion cell's records are: (people's label, the judge's) → an address (the record explorer's)."""
+
+
+def confusion_table(cat: CategoricalReport, cell_href: CellHref | None = None) -> str:
+    """The confusion matrix as a heatmap table: rows people's labels, columns the judge's, each cell shaded by
+    its count (greval.report.palette: white for none to dark blue for the most) with the count written in the
+    colour that contrasts more (WCAG, :func:`greval.report.palette.ink`); with ``cell_href``, a count opens its
+    records (an invalid-answer column has none to open)."""
+    from greval.report.palette import HEAT_HIGH, HEAT_LOW, ink, mix
+
+    cm = cat.confusion
+    top = max((v for row in cm.counts for v in row), default=0) or 1
+    head = "".join(f'<th scope="col">{html.escape(j)}</th>' for j in cm.judge_labels)
+    rows = []
+    for h, row in zip(cm.labels, cm.counts, strict=True):
+        cells = []
+        for j, n in zip(cm.judge_labels, row, strict=True):
+            bg = mix(HEAT_LOW, HEAT_HIGH, n / top)
+            text: str = str(n)
+            if cell_href is not None and n and j in cat.labels:
+                text = f'<a href="{html.escape(cell_href(h, j))}">{n}</a>'
+            title = html.escape(f"people {h}, judge {j}: {n}")
+            cells.append(f'<td style="background:{bg};color:{ink(bg)}" title="{title}">{text}</td>')
+        rows.append(f'<tr><th scope="row">{html.escape(h)}</th>{"".join(cells)}</tr>')
+    how = " A count opens its records in the record explorer." if cell_href is not None else ""
+    return (
+        '<div class="confusion" id="confusion"><p class="note">Confusion: rows people\'s label, columns the '
+        f"judge's.{how}</p>"
+        f'<table class="heatmap"><thead><tr><th>human \\ judge</th>{head}</tr></thead><tbody>{"".join(rows)}'
+        "</tbody></table></div>"
+    )
+
+
 def _charts(report: AgreementReport, frame: Frame | pd.DataFrame) -> list[str]:
-    """Confusion heatmap, judge-vs-human distributions, per-label reliability (or a scatter for values)."""
+    """Judge-vs-human label distributions and per-label reliability (the confusion matrix is a table:
+    :func:`confusion_table`), or, for values, the score distributions and a scatter."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -175,43 +252,15 @@ def _charts(report: AgreementReport, frame: Frame | pd.DataFrame) -> list[str]:
     out: list[str] = []
     cat = report.categorical
     if cat is not None and cat.labels:
-        cm = np.array(cat.confusion.counts, dtype=float)
-        fig, ax = plt.subplots(figsize=(1.2 + 0.7 * cm.shape[1], 1.0 + 0.6 * cm.shape[0]))
-        ax.imshow(cm, cmap="Blues")
-        ax.set_xticks(range(cm.shape[1]), cat.confusion.judge_labels, rotation=30, ha="right")
-        ax.set_yticks(range(cm.shape[0]), cat.confusion.labels)
-        ax.set_xlabel("judge")
-        ax.set_ylabel("human")
-        for (r, c), v in np.ndenumerate(cm):
-            ax.text(c, r, f"{int(v)}", ha="center", va="center", color="white" if v > cm.max() / 2 else "black")
-        ax.set_title("confusion")
-        out.append(_png(fig))
-        fig, ax = plt.subplots(figsize=(4.5, 3))
-        x = np.arange(len(cat.labels))
-        ax.bar(x - 0.2, [b.human_share for b in cat.bias.per_label], 0.4, label="human")
-        ax.bar(x + 0.2, [b.judge_share for b in cat.bias.per_label], 0.4, label="judge")
-        ax.set_xticks(x, cat.labels, rotation=30, ha="right")
-        ax.set_ylabel("share of items")
-        ax.set_title("label distributions")
-        ax.legend()
-        out.append(_png(fig))
-        rows = [r for r in cat.per_label if r.label in cat.labels]
-        fig, ax = plt.subplots(figsize=(4.5, 3))
-        x = np.arange(len(rows))
-        ax.bar(x - 0.2, [r.precision for r in rows], 0.4, label="precision")
-        ax.bar(x + 0.2, [r.recall for r in rows], 0.4, label="recall")
-        ax.set_xticks(x, [r.label for r in rows], rotation=30, ha="right")
-        ax.set_ylim(0, 1)
-        ax.set_title("per-label reliability")
-        ax.legend()
-        out.append(_png(fig))
+        out.append(_png(distribution_figure(cat), "label distributions"))
+        out.append(_png(reliability_figure(cat), "per-label reliability"))
     elif report.value is not None:
         prep, _ = _prepared(report, frame)
         if len(prep.hv):
             fig, ax = plt.subplots(figsize=(4.5, 3))
             ax.hist([prep.hv, prep.jv], bins=20, label=["human", "judge"])
             ax.set_title("score distributions")
-            ax.legend()
+            ax.legend(**LEGEND)
             out.append(_png(fig))
             fig, ax = plt.subplots(figsize=(4, 4))
             ax.scatter(prep.hv, prep.jv, s=8, alpha=0.5)
@@ -276,17 +325,20 @@ def _prevalence_title(p: Prevalence) -> str:
     return f"Prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)"
 
 
-def _prevalence_rows(p: Prevalence, d: int = 3) -> list[list[str]]:
-    return [
-        [
-            lab,
-            fmt_number(p.observed[i], d),
-            fmt_number(p.human[i], d),
-            fmt_number(p.corrected[i].value, d),
-            fmt_ci(p.corrected[i], d),
-        ]
-        for i, lab in enumerate(p.labels)
-    ]
+#: The prevalence table's columns (the agreement page; a store report's index writes the same corrected cells).
+PREVALENCE_HEAD = ["label", "judge", "human", "corrected [CI]", "note"]
+
+
+def prevalence_rows(p: Prevalence, d: int = 3) -> list[list[str]]:
+    """One row per label: the judge's share, people's, the corrected share with its CI ("undefined" when it is:
+    greval.report.format.fmt_corrected, what the index writes too) and, in the row, what the reader must know
+    of it (a judge no better than chance, a clipped correction, resamples where it is undefined)."""
+    rows = []
+    for i, lab in enumerate(p.labels):
+        e = p.corrected[i]
+        note = "; ".join(dict.fromkeys(n for n in (p.note, e.note) if n))
+        rows.append([lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), fmt_corrected(e.value, e, d), note])
+    return rows
 
 
 def _ceiling_rows(ce: Ceiling, d: int = 3) -> list[list[str]]:
@@ -455,6 +507,8 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:14px}td,th{border:1px solid #ddd;padding:3px 8px}
 th{background:#f3f3f3;cursor:pointer}td{vertical-align:top}.charts img{margin:0 1em 1em 0}
 .note{color:#666;font-size:13px}
+table.heatmap td{text-align:center;min-width:4.5em;padding:10px 8px;font-size:15px;font-variant-numeric:tabular-nums}
+table.heatmap a{color:inherit;font-weight:600}table.heatmap th{cursor:default}
 """
 
 
@@ -487,11 +541,7 @@ def _html_sections(report: AgreementReport) -> list[str]:
         )
         if cat.prevalence is not None:
             p = cat.prevalence
-            parts.append(
-                f"<h2>{html.escape(_prevalence_title(p))}</h2>"
-                + _table(["label", "judge", "human", "corrected", "CI"], _prevalence_rows(p))
-                + _notes_html(prevalence_notes(p))
-            )
+            parts.append(f"<h2>{html.escape(_prevalence_title(p))}</h2>" + _table(PREVALENCE_HEAD, prevalence_rows(p)))
     if report.value is not None:
         v = report.value
         parts.append(
@@ -542,10 +592,12 @@ def render_html(
     frame: Frame | pd.DataFrame,
     title: str = "Judge–human agreement",
     extra: Sequence[str] = ("reason", "comment"),
+    cell_href: CellHref | None = None,
 ) -> str:
-    """One self-contained HTML page: headline, charts, classification report, slices, ceiling, gallery; ordered
-    labels best first."""
-    report = best_first(report)
+    """One self-contained HTML page: headline, confusion heatmap, charts, classification report, slices,
+    ceiling, gallery; ordered labels best first. ``cell_href``: where each confusion count's records are (a
+    store report's pages link them to its record explorer)."""
+    report = one_label(best_first(report))
     c = report.counts
     parts = [f"<h1>{html.escape(title)}</h1>"]
     parts.append(
@@ -562,6 +614,8 @@ def render_html(
             f"<h2>Per group ({len(rows)}; the headline is their unweighted mean)</h2>"
             + _table(["group", "n", *names, "note"], rows, "sortable")
         )
+    if report.categorical is not None and report.categorical.labels:
+        parts.append(confusion_table(report.categorical, cell_href))
     parts.append('<div class="charts">' + "".join(_charts(report, frame)) + "</div>")
     parts += _html_sections(report)
     for col, sub in report.slices.items():
@@ -580,7 +634,7 @@ def render_html(
 def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
     """A short Markdown summary: counts, headline table, ceiling, then every note (prevalence, ceiling,
     slices, report)."""
-    report = best_first(report)
+    report = one_label(best_first(report))
     d = decimals
     c = report.counts
     lines = [

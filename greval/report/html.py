@@ -20,7 +20,7 @@ from greval.report import plots
 from greval.report.explorer import links
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.models import MetricRow, StoreReport
-from greval.report.stats import CONFIDENCE, MEAN_RESAMPLES
+from greval.report.stats import CONFIDENCE
 from greval.report.tables import (
     CORRECTED_HEAD,
     FACT_HEAD,
@@ -212,8 +212,8 @@ def _corrected(page: Page) -> str:
     return (
         "<h2>Prevalence-corrected system scores</h2><p class=note>The judge's label shares over all its "
         "verdicts, and corrected for its error rates measured on the human-labelled items "
-        "(greval.agreement's prevalence correction; CI: bootstrap). Mean: Σ share × label score.</p>"
-        + html_table(head, rows)
+        "(greval.agreement's prevalence correction; CI: bootstrap; the agreement page's prevalence is the "
+        "'all' row). Mean: Σ share × label score.</p>" + html_table(head, rows)
     )
 
 
@@ -290,10 +290,10 @@ def _per_metric(page: Page) -> str:
 def _footer(page: Page) -> str:
     """Every note of the report, then how its figures were computed."""
     return _notes(page.notes(page.rep.notes())) + (
-        f"<p class=note>CIs: percentile bootstrap over records (greval.agreement.bootstrap), {MEAN_RESAMPLES} "
-        f"resamples, seed 0, {CONFIDENCE:.0%}; a pooled (micro) score and a per-item metric's label shares resample "
-        "records with their items. Percentiles: numpy's linear interpolation; std: sample (ddof 1); failed / "
-        "skipped: shares of the records.</p>"
+        f"<p class=note>CIs: percentile bootstrap over records (greval.agreement.bootstrap), {page.rep.bootstrap} "
+        f"resamples (every CI of this report and of its agreement pages), seed 0, {CONFIDENCE:.0%}; a pooled "
+        "(micro) score and a per-item metric's label shares resample records with their items. Percentiles: "
+        "numpy's linear interpolation; std: sample (ddof 1); failed / skipped: shares of the records.</p>"
     )
 
 

@@ -230,6 +230,9 @@ class StoreReport(BaseModel):
     all_versions: bool = Field(
         False, description="Every version of each metric (experiments aside), not only its production version."
     )
+    bootstrap: int = Field(
+        1000, description="Resamples of every bootstrap CI the report shows (scores, shares, agreement, prevalence)."
+    )
 
     def label(self, key: MetricKey) -> str:
         """How a metric row is named where rows of several versions or judges of one name meet: its name, with
@@ -247,8 +250,8 @@ class StoreReport(BaseModel):
         return next(m for m in self.metrics if m.key == key)
 
     def notes(self) -> list[str]:
-        """Every note of the report, once (the same list on every rendering)."""
+        """Every note of the report, once (the same list on every rendering); a corrected share's notes are in
+        its row of the prevalence-corrected table."""
         found = [n for m in self.metrics for n in metric_notes(m.figures)]
         found += [n for g in self.groups for n in g.notes()]
-        found += [f"{m.metric} ({c.system}): {c.note}" for m in self.metrics for c in m.corrected if c.note]
         return list(dict.fromkeys(found))

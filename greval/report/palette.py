@@ -5,7 +5,8 @@ apart for readers with a colour-vision deficiency.
 protanopes, deuteranopes and tritanopes tell its colours apart; :func:`simulate` (Machado, Oliveira & Fernandes
 2009, severity 1) and :func:`delta_e` (CIE76) let a test check it: every pair stays apart under each
 deficiency (tests/test_report.py). Outcome colours are named (:data:`OUTCOME`), so ok / failed are never told
-apart by red and green alone: the bars are labelled too. Pure Python.
+apart by red and green alone: the bars are labelled too. The agreement page's confusion heatmap writes each
+count in black or white, whichever contrasts more with its cell (:func:`ink`, WCAG 2's ratio). Pure Python.
 """
 
 from __future__ import annotations
@@ -79,3 +80,34 @@ def delta_e(a: tuple[float, float, float], b: tuple[float, float, float]) -> flo
     """CIE76 colour difference of two sRGB colours (about 2.3: just noticeable; > 10: clearly apart)."""
     la, lb = lab(a), lab(b)
     return float(sum((x - y) ** 2 for x, y in zip(la, lb, strict=True)) ** 0.5)
+
+
+#: The confusion heatmap's scale: no item (white) to the most items (a dark blue of the same hue as CATEGORICAL's).
+HEAT_LOW, HEAT_HIGH = "#ffffff", "#08306b"
+#: The two text colours a cell is written in: whichever stands out more from its background.
+INK_DARK, INK_LIGHT = "#000000", "#ffffff"
+
+
+def mix(low: str, high: str, t: float) -> str:
+    """The colour ``t`` (0–1) of the way from ``low`` to ``high`` (sRGB, linear in each channel), as ``#rrggbb``."""
+    t = min(1.0, max(0.0, t))
+    channels = (round(255 * (a + (b - a) * t)) for a, b in zip(rgb(low), rgb(high), strict=True))
+    return "#" + "".join(f"{c:02x}" for c in channels)
+
+
+def luminance(colour: str) -> float:
+    """WCAG 2 relative luminance of ``#rrggbb``."""
+    r, g, b = (_linear(c) for c in rgb(colour))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two colours (1–21; text needs 4.5)."""
+    la, lb = sorted((luminance(a), luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def ink(background: str) -> str:
+    """The text colour for ``background``: black or white, whichever contrasts more (always ≥ 4.58: the
+    lesser of the two best cases, at the background where both are equal)."""
+    return max((INK_DARK, INK_LIGHT), key=lambda c: contrast(c, background))

@@ -1,6 +1,6 @@
 """The store report's statistics: means and dataset scores with bootstrap CIs, record-score distributions,
 efficiency means, histograms and prevalence-corrected system shares. Pure, apart from
-:func:`corrected_systems`, which reads the store's labels.
+:func:`prevalence_corrected`, which reads the store's labels.
 
 One bootstrap: every CI here is a percentile interval from :mod:`greval.agreement.bootstrap` (records drawn
 with replacement by numpy's seeded ``default_rng``; the 2.5th and 97.5th percentiles, linear interpolation),
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 #: The percentiles ScoreStats carries (numpy's linear method).
 PERCENTILES = (5, 25, 75, 95)
-#: Resamples and confidence of the CIs of means and dataset scores (seed: the functions' ``seed``, 0).
+#: Resamples and confidence of the CIs of means and dataset scores (seed: the functions' ``seed``, 0); the store
+#: report passes its own count (``--bootstrap``) to every CI it shows, so one page states one count.
 MEAN_RESAMPLES = 2000
 CONFIDENCE = 0.95
 #: Record fields treated as the evaluated system's efficiency figures when present.
@@ -189,7 +191,12 @@ def score_range(spec: BaseSpec, stats: ScoreStats | None) -> tuple[float, float]
 
 
 def score_stats(
-    scores: Sequence[float], records: int | None = None, failed: int = 0, skipped: int = 0, seed: int = 0
+    scores: Sequence[float],
+    records: int | None = None,
+    failed: int = 0,
+    skipped: int = 0,
+    seed: int = 0,
+    resamples: int = MEAN_RESAMPLES,
 ) -> ScoreStats:
     """Statistics of record scores (the one definition for metric, system and group rows).
 
@@ -200,7 +207,7 @@ def score_stats(
     out = ScoreStats(
         records=total,
         n=len(x),
-        mean=mean_ci(x.tolist(), seed=seed),
+        mean=mean_ci(x.tolist(), seed=seed, resamples=resamples),
         failed=failed,
         skipped=skipped,
         failure_rate=failed / total if total else None,
@@ -214,7 +221,7 @@ def score_stats(
     return out
 
 
-def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0) -> ScoreStats:
+def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0, resamples: int = MEAN_RESAMPLES) -> ScoreStats:
     """:func:`score_stats` of record rows (their statuses give the failure and skip counts), in record-id
     order (:func:`in_id_order`: the CI of the mean resamples them)."""
     return score_stats(
@@ -223,6 +230,7 @@ def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0) -> ScoreStats:
         failed=sum(1 for r in rows if r["status"] == "error"),
         skipped=sum(1 for r in rows if r["status"] == "skipped"),
         seed=seed,
+        resamples=resamples,
     )
 
 
@@ -259,17 +267,28 @@ def histogram(scores: Sequence[float], bins: int = 10) -> dict[str, int]:
     return {k: int(c) for k, c in zip(keys, counts, strict=True)}
 
 
-def corrected_systems(
+@dataclass(frozen=True)
+class Corrected:
+    """A metric row's prevalence-corrected shares, computed once (:func:`prevalence_corrected`): the agreement
+    stage's Prevalence over every verdict of the row — what its agreement page shows — and the rows the index's
+    table shows (all records, then each system), made from the same computation."""
+
+    whole: Prevalence | None = None
+    systems: list[CorrectedSystem] = field(default_factory=list)
+
+
+def prevalence_corrected(
     st: Store,
     spec: Spec,
     fig: MetricFigures,
     items: Sequence[dict[str, Any]],
     recs: Sequence[dict[str, Any]],
     resamples: int,
-) -> list[CorrectedSystem]:
-    """Each system's (and all records') label prevalence corrected for the judge's error rates: greval.agreement
-    computes it (``compute_agreement``'s Prevalence, Rogan–Gladen or confusion inversion, with its bootstrap CI);
-    here the agreement frame of the labelled items is completed with every other ok verdict of the metric, so the
+) -> Corrected:
+    """Each system's (and all records') label prevalence corrected for the judge's error rates — THE corrected
+    share of a store's metric, on the index and on its agreement page: greval.agreement computes it
+    (``compute_agreement``'s Prevalence, Rogan–Gladen or confusion inversion, with its bootstrap CI) on the
+    agreement frame of the labelled items completed with every other ok verdict of the metric version, so the
     raw shares are over all the judge's verdicts and the error rates over the labelled ones (per system: the
     system's own labelled items)."""
     from greval.agreement.agreement import MISSING_SLICE, compute_agreement
@@ -277,7 +296,7 @@ def corrected_systems(
 
     found = _all_verdicts_frame(st, spec, fig, items, recs)
     if found is None:
-        return []  # the labels belong to the latest version; this row is an older one
+        return Corrected()
     full, scale = found
     has_systems = bool(full["system"].notna().any())
     options = AgreementOptions(bootstrap=resamples, seed=0, slices=["system"] if has_systems else [])
@@ -290,20 +309,20 @@ def corrected_systems(
         prev = sub.categorical.prevalence if sub.categorical is not None else None
         if prev is not None:
             out.append(_corrected_system(fig.spec, name, prev, scores))
-    return out
+    return Corrected(rep.categorical.prevalence if rep.categorical is not None else None, out)
 
 
 def _all_verdicts_frame(
     st: Store, spec: Spec, fig: MetricFigures, items: Sequence[dict[str, Any]], recs: Sequence[dict[str, Any]]
 ) -> tuple[pd.DataFrame, AgreementScale] | None:
-    """The agreement frame of the labelled items, completed with every other ok verdict of the metric version
-    (human None) and each item's system, with its scale; None when the labels belong to another version than
-    ``fig``'s."""
+    """The agreement frame of the labelled items of ``fig``'s version and judge (the frame its agreement page
+    compares), completed with every other ok verdict of the metric version (human None) and each item's system,
+    with its scale; None when the store names another version."""
     import pandas as pd
 
     from greval.agreement.from_store import store_frame
 
-    frame, scale, sel = store_frame(st, spec.name, fig.judge)
+    frame, scale, sel = store_frame(st, spec.name, fig.judge, version=fig.spec_hash)
     if sel.spec_key != fig.spec_key:
         return None
     frame = frame.drop(columns=[c for c in ("stratum", "probability", "selected") if c in frame.columns])
@@ -327,7 +346,10 @@ def _all_verdicts_frame(
 
 
 def _corrected_system(metric: str, system: str, prev: Prevalence, scores: dict[str, float]) -> CorrectedSystem:
-    """One system's raw and corrected label shares, and the mean label scores of both (Σ share × score)."""
+    """One system's raw and corrected label shares, the mean label scores of both (Σ share × score), and its
+    notes (those of the agreement page's prevalence table, greval.report.agreement.prevalence_notes)."""
+    from greval.report.agreement import prevalence_notes
+
     shares = [
         CorrectedShare(label=lab, raw=q, corrected=e.value, ci_low=e.ci_low, ci_high=e.ci_high, note=e.note)
         for lab, q, e in zip(prev.labels, prev.observed, prev.corrected, strict=True)
@@ -346,5 +368,5 @@ def _corrected_system(metric: str, system: str, prev: Prevalence, scores: dict[s
             if scored and all(s.corrected is not None for s in shares)
             else None
         ),
-        note=prev.note or next((s.note for s in shares if s.note), None),
+        note="; ".join(prevalence_notes(prev)) or None,
     )

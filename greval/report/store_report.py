@@ -16,12 +16,12 @@ greval.report.terminal and greval.report.plots (figures).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from greval.errors import Remedy, UserError
-from greval.report.format import with_names
+from greval.report.format import one_label, with_names
 from greval.report.models import (
     GroupCell,
     GroupTable,
@@ -31,10 +31,12 @@ from greval.report.models import (
     SystemRow,
 )
 from greval.report.stats import (
-    corrected_systems,
+    MEAN_RESAMPLES,
+    Corrected,
     efficiency,
     histogram,
     label_shares,
+    prevalence_corrected,
     record_scores,
     rows_stats,
     score_ci,
@@ -44,6 +46,9 @@ from greval.report.stats import score_stats as score_stats  # named here by docs
 from greval.spec import BaseSpec, CategoricalScale, Spec
 from greval.store.results import MetricFigures, figures_from_rows, item_rows, record_rows
 from greval.store.store import Store
+
+if TYPE_CHECKING:
+    from greval.report.agreement import CellHref
 
 #: Record data by record hash: where the system, group and efficiency fields are read from.
 RecordData = dict[str, dict[str, Any]]
@@ -70,13 +75,14 @@ def build(
         metrics: list[MetricRow] = []
         systems: list[SystemRow] = []
         groups: list[GroupTable] = []
-        pages = None if out_dir is None else Pages(out_dir, names or {}, page_stems([fig for fig, _, _ in found]))
+        figs = [fig for fig, _, _ in found]
+        pages = None if out_dir is None else Pages(out_dir, names or {}, page_stems(figs), explorer_numbers(figs))
         for fig, spec, grp in found:
             metrics.append(metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
             labels = share_labels(spec)
             if group_column:
-                groups.append(group_table(fig, grp, group_column, data, labels))
-            systems += system_rows(fig, grp, data, labels)
+                groups.append(group_table(fig, grp, group_column, data, labels, bootstrap_resamples))
+            systems += system_rows(fig, grp, data, labels, bootstrap_resamples)
     return StoreReport(
         store=str(store_path),
         metrics=metrics,
@@ -86,6 +92,7 @@ def build(
         system_field=system_column,
         groups=groups,
         all_versions=all_versions,
+        bootstrap=bootstrap_resamples,
     )
 
 
@@ -165,29 +172,36 @@ def metric_row(
         spec_hash=fig.spec_hash,
         judge=fig.judge,
         figures=fig,
-        score=score_ci(grp, fig.aggregate),
+        score=score_ci(grp, fig.aggregate, resamples=resamples),
     )
-    row.stats = rows_stats(grp)
+    row.stats = rows_stats(grp, resamples=resamples)
     row.scale_range = score_range(spec, row.stats)
     labels = share_labels(spec)
     if labels is not None:
-        row.shares = label_shares(grp, labels)
+        row.shares = label_shares(grp, labels, resamples=resamples)
     if not fig.distribution:
         row.histogram = histogram(record_scores(grp))
     if isinstance(spec, Spec):
         stem = None if pages is None else pages.stems.get((fig.spec_key, fig.judge_key), spec.name)
-        row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, resamples, pages, stem)
+        labelled = bool(st.submitted_label_count(spec.name))
+        corrected = Corrected()
+        if labelled and isinstance(spec.scale, CategoricalScale):
+            corrected = prevalence_corrected(st, spec, fig, items, grp, resamples)
+        row.corrected = corrected.systems
+        row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, resamples, pages, stem, corrected)
         row.labels = label_sources(st, spec.name)
-        if row.agreement is not None and isinstance(spec.scale, CategoricalScale):
-            row.corrected = corrected_systems(st, spec, fig, items, grp, resamples)
     return row
 
 
 def system_rows(
-    fig: MetricFigures, rows: Sequence[dict[str, Any]], data: RecordData, labels: Sequence[str] | None = None
+    fig: MetricFigures,
+    rows: Sequence[dict[str, Any]],
+    data: RecordData,
+    labels: Sequence[str] | None = None,
+    resamples: int = MEAN_RESAMPLES,
 ) -> list[SystemRow]:
     """One row per system of a metric's record rows (rows with no system are in none); ``labels``: a categorical
-    metric's, for each system's label shares."""
+    metric's, for each system's label shares; ``resamples``: of every CI."""
     by_system: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["system"] is not None:
@@ -201,14 +215,14 @@ def system_rows(
                 spec_hash=fig.spec_hash,
                 judge=fig.judge,
                 system=system,
-                score=score_ci(sg, fig.aggregate),
+                score=score_ci(sg, fig.aggregate, resamples=resamples),
                 judged=len(sg),
                 failed=failed,
                 skipped=sum(1 for r in sg if r["status"] == "skipped"),
                 failure_rate=failed / len(sg),
                 efficiency=efficiency(sg, data),
-                stats=rows_stats(sg),
-                shares=None if labels is None else label_shares(sg, labels),
+                stats=rows_stats(sg, resamples=resamples),
+                shares=None if labels is None else label_shares(sg, labels, resamples=resamples),
             )
         )
     return out
@@ -220,6 +234,7 @@ def group_table(
     column: str,
     data: RecordData,
     labels: Sequence[str] | None = None,
+    resamples: int = MEAN_RESAMPLES,
 ) -> GroupTable:
     """One metric's record rows by (system, group value): stats and mean efficiency per cell. Rows with no
     group value (or, when systems are known, no system value) are counted, not dropped silently. Without any
@@ -248,10 +263,10 @@ def group_table(
             GroupCell(
                 system=s,
                 group=g,
-                score=score_ci(cells[s, g], fig.aggregate),
-                stats=rows_stats(cells[s, g]),
+                score=score_ci(cells[s, g], fig.aggregate, resamples=resamples),
+                stats=rows_stats(cells[s, g], resamples=resamples),
                 efficiency=efficiency(cells[s, g], data),
-                shares=None if labels is None else label_shares(cells[s, g], labels),
+                shares=None if labels is None else label_shares(cells[s, g], labels, resamples=resamples),
             )
             for s, g in keys
         ],
@@ -267,6 +282,23 @@ class Pages:
     out_dir: Path
     names: Mapping[str, str]
     stems: Mapping[tuple[str, str], str]  # (spec key, judge key) -> NAME, NAME@HASH8, NAME@HASH8@JUDGEKEY8 ...
+    #: (spec key, judge key) -> the row's metric number in the record explorer write() puts beside the pages
+    numbers: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    def cell_href(self, key: tuple[str, str]) -> CellHref | None:
+        """Where a confusion count of the row's agreement page opens: the explorer's records where people said
+        the row's label and the judge the column's (None: the row is not in the explorer)."""
+        from greval.report.explorer.links import href
+
+        number = self.numbers.get(key)
+        if number is None:
+            return None
+        return lambda human, judge: href(number, {"human": human, "label": judge})
+
+
+def explorer_numbers(figs: Sequence[MetricFigures]) -> dict[tuple[str, str], int]:
+    """Each metric row's number in the record explorer (its place in the report: write_explorer keeps it)."""
+    return {(f.spec_key, f.judge_key): i for i, f in enumerate(figs)}
 
 
 def page_stems(figs: Sequence[MetricFigures]) -> dict[tuple[str, str], str]:
@@ -284,10 +316,18 @@ def page_stems(figs: Sequence[MetricFigures]) -> dict[tuple[str, str], str]:
 
 
 def _agreement(
-    st: Store, spec: Spec, judge: str, resamples: int, pages: Pages | None, stem: str | None
+    st: Store,
+    spec: Spec,
+    judge: str,
+    resamples: int,
+    pages: Pages | None,
+    stem: str | None,
+    corrected: Corrected | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The judge-vs-human headline for a metric with human labels (None when nobody labelled it), and its page
-    (the HTML, Markdown and JSON of the agreement report, ``stem``.agreement.*) when ``pages`` says where."""
+    (the HTML, Markdown and JSON of the agreement report, ``stem``.agreement.*) when ``pages`` says where. The
+    page's prevalence is the index's (``corrected.whole``: over every verdict of the row, not only the labelled
+    ones): one corrected share, shown on both pages."""
     from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
@@ -298,12 +338,18 @@ def _agreement(
     frame, scale, sel = store_frame(st, spec.name, judge, version=spec.hash)
     slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
     rep = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=0, slices=slices))
-    head = {k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n} for k, e in rep.metrics.items()}
+    if rep.categorical is not None and corrected is not None and corrected.whole is not None:
+        rep.categorical = rep.categorical.model_copy(update={"prevalence": corrected.whole})
+    rep = one_label(rep)  # a κ where people gave one label is undefined on the index and the page alike
+    head = {
+        k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n, "note": e.note} for k, e in rep.metrics.items()
+    }
     if pages is None or stem is None:
         return head, None
     page, shown = f"{stem}.agreement.html", with_names(rep, pages.names)
     title = f"{spec.name} ({spec.hash}): {sel.judge} vs people"
-    (pages.out_dir / page).write_text(render_html(shown, frame, title=title), encoding="utf-8")
+    links = pages.cell_href((sel.spec_key, sel.judge_key))
+    (pages.out_dir / page).write_text(render_html(shown, frame, title=title, cell_href=links), encoding="utf-8")
     (pages.out_dir / f"{stem}.agreement.md").write_text(render_markdown(shown), encoding="utf-8")
     (pages.out_dir / f"{stem}.agreement.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
     return head, page
@@ -332,27 +378,4 @@ def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = Non
     if explorer:
         from greval.report.explorer.write import write_explorer
 
-        write_explorer(rep, out_dir)
-        link_confusions(rep, out_dir)
-
-
-def link_confusions(rep: StoreReport, out_dir: Path) -> None:
-    """Each categorical agreement page gets its confusion matrix as links to the explorer's records (the
-    matrix from the page's own JSON, so the counts are the page's)."""
-    from greval.agreement.models import AgreementReport
-    from greval.report.explorer.links import confusion_section
-    from greval.report.format import best_first
-
-    # a page per metric row (page_stems): its confusion links open that row's records
-    last = {m.agreement_page: i for i, m in enumerate(rep.metrics) if m.agreement_page}
-    for name, i in last.items():
-        page = out_dir / name
-        if not page.with_suffix(".json").exists():
-            continue
-        report = best_first(AgreementReport.model_validate_json(page.with_suffix(".json").read_text()))
-        if report.categorical is None:
-            continue
-        cm = report.categorical.confusion
-        section = confusion_section(i, cm.labels, cm.judge_labels, cm.counts)
-        text = page.read_text(encoding="utf-8")
-        page.write_text(text.replace("<script>", section + "<script>", 1), encoding="utf-8")
+        write_explorer(rep, out_dir)  # the agreement pages' confusion counts link into it (Pages.cell_href)

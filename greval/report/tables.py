@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from greval.report.format import fmt_ci, fmt_number
+from greval.report.format import ONE_LABEL, fmt_ci, fmt_corrected, fmt_number
 from greval.report.models import GroupTable, LabelShare, LabelSource, MetricRow, ScoreStats, Shares, StoreReport
 from greval.store.results import MetricFigures, not_scored
 
@@ -106,16 +106,14 @@ def group_cells(table: GroupTable) -> list[list[str]]:
 
 
 def corrected_rows(rep: StoreReport) -> list[list[str]]:
-    """One row per (metric, system): raw judge mean label score and the corrected one, then per label the raw
-    share → the corrected share [CI]."""
+    """One row per (metric, system): raw judge mean label score and the corrected one, per label the raw share →
+    the corrected share [CI] (greval.report.format.fmt_corrected, as the agreement page writes it), and what the
+    reader must know of them — a judge no better than chance, resamples where the correction is undefined — in
+    the row itself."""
     out = []
     for m in rep.metrics:
         for c in m.corrected:
-            shares = "; ".join(
-                f"{s.label}: {s.raw:.3f} → {fmt_number(s.corrected)}"
-                + (f" {fmt_ci(s)}" if s.corrected is not None and fmt_ci(s) else "")
-                for s in c.shares
-            )
+            shares = "; ".join(f"{s.label}: {s.raw:.3f} → {fmt_corrected(s.corrected, s)}" for s in c.shares)
             out.append(
                 [
                     rep.label(m.key),
@@ -125,6 +123,7 @@ def corrected_rows(rep: StoreReport) -> list[list[str]]:
                     fmt_number(c.raw_score),
                     fmt_number(c.corrected_score),
                     shares,
+                    c.note or "",
                 ]
             )
     return out
@@ -138,6 +137,7 @@ CORRECTED_HEAD = (
     "judge mean",
     "corrected mean",
     "label: raw → corrected [CI]",
+    "note",
 )
 
 
@@ -238,6 +238,8 @@ def agreement_cell(m: MetricRow) -> str:
     for key, name in STATISTIC_NAMES.items():
         e = (m.agreement or {}).get(key)
         if e:
+            if e["value"] is None and str(e.get("note") or "").startswith(ONE_LABEL):
+                return f"{name} {ONE_LABEL} (n={e['n']})"
             lo, hi = e["ci"]
             ci = "" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]"
             return f"{name} {fmt_number(e['value'])}{ci} (n={e['n']})"

@@ -41,7 +41,7 @@ from greval.report.agreement import (
     slice_design_cells,
     slice_design_names,
 )
-from greval.report.format import best_first, fmt_ci, fmt_number
+from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci, one_label
 from greval.report.layout import print_table, say, wrap_plain
 
 if TYPE_CHECKING:
@@ -161,9 +161,10 @@ def _prevalence(console: Console, p: Prevalence, d: int) -> None:
         pt.add_column(col, justify="left" if col == "label" else "right")
     for i, lab in enumerate(p.labels):
         e = p.corrected[i]
-        pt.add_row(lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), fmt_number(e.value, d), fmt_ci(e, d))
+        corrected = "undefined" if e.value is None else fmt_number(e.value, d)
+        pt.add_row(lab, fmt_number(p.observed[i], d), fmt_number(p.human[i], d), corrected, fmt_ci(e, d))
     print_table(pt, console)
-    for note in prevalence_notes(p):  # the same notes the HTML and Markdown pages show
+    for note in prevalence_notes(p):  # the notes the pages show (the HTML in the table's rows)
         say(f"  prevalence: {note}", console, hang=4)
 
 
@@ -231,7 +232,7 @@ def _slices(console: Console, report: AgreementReport, d: int) -> None:
         for k in [*keys, *(f"{n} (1/π)" for n in weighted)]:
             t.add_column(k, justify="right")
         for value, sub in parts.items():
-            cells = [f"{fmt_number(sub.metrics[k].value, d)} {fmt_ci(sub.metrics[k], d)}".strip() for k in keys]
+            cells = [fmt_value_ci(sub.metrics[k], d) for k in keys]
             t.add_row(value, str(sub.counts.items_compared), *cells, *slice_design_cells(sub, weighted, d))
         print_table(t, console)
 
@@ -240,8 +241,8 @@ def print_report(
     console: Console, report: AgreementReport, d: int, name: str = "", *, names: Names | None = None
 ) -> None:
     """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`); ordered labels
-    best first."""
-    report = best_first(report)
+    best first, a κ where people gave one label said undefined."""
+    report = one_label(best_first(report))
     prefix = f"{name}: " if name else ""
     _counts(console, report, prefix, names)
     print_table(_headline(report, d, f"{prefix}judge vs human"), console)

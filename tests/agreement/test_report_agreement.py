@@ -19,7 +19,8 @@ def test_html_and_markdown_reports(tmp_path: Path) -> None:
     g = gallery(rep, f)
     assert g["item"].tolist() == ["i1", "i2", "i4"] and g["reason"].tolist() == ["r1", "r2", "r4"]
     page = render_html(rep, f)
-    assert page.count("data:image/png;base64,") == 3 and "sortable" in page and "r4" in page
+    assert page.count("data:image/png;base64,") == 2 and "sortable" in page and "r4" in page
+    assert page.count('<table class="heatmap">') == 1 and "<a href" not in page  # the confusion: a table, no links
     md = render_markdown(rep)
     assert "| cohen_kappa |" in md
     vf = frame([1.0, 2.0, 3.0, 4.0], [1.5, 2.0, 2.0, 4.5])

@@ -11,6 +11,7 @@ records' fields: question, answer, chunks …, read when a record page or a text
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,13 +289,36 @@ def total_cost(rows: Sequence[Sequence[Any]], priced: bool) -> str:
     return ("≤ " if any(r[col("cost_text")].startswith("≤") for r in spent) else "") + usd_text(total)
 
 
+#: How far apart two scores may be and still be the same score: float noise, not a change (a computed score
+#: recomputed on the same text is the same float; 1e-9 of it is far below the 3 decimals any page shows).
+SAME_SCORE = 1e-9
+
+
+def _same_score(x: Any, y: Any) -> bool:
+    if x is None or y is None:
+        return x is None and y is None
+    return math.isclose(float(x), float(y), rel_tol=SAME_SCORE, abs_tol=SAME_SCORE)
+
+
+def _items_said(row: Sequence[Any]) -> list[tuple[str, str, str]]:
+    """A row's item verdicts as (item id, verdict, status), in item order (a many-metric's items)."""
+    return sorted((str(i[0]), str(i[1]), str(i[3])) for i in row[COLUMNS.index("items")] or [])
+
+
 def changed(a: Sequence[Any], b: Sequence[Any] | None) -> str:
-    """Whether a record's verdict differs between the two sides of a comparison ('changed' / 'same'; '' when
-    side B has no verdict for it). The one definition the comparison page counts too."""
+    """Whether a record changed between the two sides of a comparison ('changed' / 'same'; '' when side B has
+    no verdict for it) — THE definition the comparison page, the terminal and the explorer count: its status,
+    its verdict (a label or a value), its score (a computed or pipeline metric's, or what a judge's label or
+    items score) or one of its items' verdicts differs. A change of score is a change, whatever the kind."""
     if b is None:
         return ""
     col = COLUMNS.index
-    same = a[col("verdict")] == b[col("verdict")] and a[col("status")] == b[col("status")]
+    same = (
+        a[col("status")] == b[col("status")]
+        and a[col("verdict")] == b[col("verdict")]
+        and _same_score(a[col("score")], b[col("score")])
+        and _items_said(a) == _items_said(b)
+    )
     return "same" if same else "changed"
 
 

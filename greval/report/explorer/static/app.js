@@ -41,7 +41,8 @@
     const jobs = [];
     for (let k = 0; k < meta.chunks; k++) jobs.push(load("data/m" + m + "-" + k + ".js", "m" + m + "-" + k));
     await Promise.all(jobs);
-    if (!S.joined[m]) S.joined[m] = [].concat(...(S.rows[m] || []));
+    // the rows in record-id order (as sorting by "record" orders them): the order every unsorted view keeps
+    if (!S.joined[m]) S.joined[m] = sortRows([].concat(...(S.rows[m] || [])), "id", "asc");
     return S.joined[m];
   }
   function recordChunk(rec) { const k = Math.floor(rec / S.meta.records_per_chunk); return load("data/r" + k + ".js", "r" + k); }
@@ -100,6 +101,10 @@
     if (st.q) { const q = st.q.toLowerCase(); tests.push((r) => textOf(r).includes(q)); }
     return (r) => { for (const t of tests) if (!t(r)) return false; return true; };
   }
+  // text sorts as a person reads it ("r2" before "r10"); one collator, not one per comparison
+  const COLLATE = new Intl.Collator(undefined, { numeric: true }).compare;
+  // the sort a view without one asks for: a comparison's changed records first (then record-id order)
+  function sortOf(st) { return st.sort || (S.meta.compare ? "changed" : ""); }
   function sortRows(rows, key, dir) {
     if (!key || !(key in S.col)) return rows;
     const i = S.col[key], sign = dir === "desc" ? -1 : 1;
@@ -108,7 +113,7 @@
       if (x === y) return 0;
       if (x === null || x === "" || x === undefined) return 1;
       if (y === null || y === "" || y === undefined) return -1;
-      return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true })) * sign;
+      return (typeof x === "number" && typeof y === "number" ? x - y : COLLATE(String(x), String(y))) * sign;
     });
   }
 
@@ -191,11 +196,12 @@
   }
   function renderHead(st) {
     const tr = el("tr");
+    const sort = sortOf(st) || "id";  // unsorted: record-id order, said on its column
     for (const [c, name, opt] of columns()) {
-      const key = SORT_BY[c] || c, dir = st.sort === key ? (st.dir === "desc" ? " ↓" : " ↑") : null;
+      const key = SORT_BY[c] || c, on = sort === key, dir = on ? (st.dir === "desc" ? " ↓" : " ↑") : null;
       const b = el("button", { type: "button", "data-sort": key, "data-dir": dir, "aria-label": "sort by " + name, text: name });
-      b.addEventListener("click", () => go({ sort: key, dir: st.sort === key && st.dir !== "desc" ? "desc" : "asc" }));
-      tr.append(el("th", { class: opt || null, "aria-sort": st.sort === key ? (st.dir === "desc" ? "descending" : "ascending") : null }, b));
+      b.addEventListener("click", () => go({ sort: key, dir: on && st.dir !== "desc" ? "desc" : "asc" }));
+      tr.append(el("th", { class: opt || null, "aria-sort": on ? (st.dir === "desc" ? "descending" : "ascending") : null }, b));
     }
     $("#table thead").replaceChildren(tr);
   }
@@ -221,7 +227,7 @@
     S.all = await metricRows(st.m);
     if (st.q) { $("#count").textContent = "searching the records' text …"; await allRecords(); }
     const t0 = performance.now();
-    S.view = sortRows(S.all.filter(predicate(st)), st.sort, st.dir);
+    S.view = sortRows(S.all.filter(predicate(st)), sortOf(st), st.dir);
     S.shown = PAGE;
     renderFilters(st, S.all); renderHead(st); renderRows(st);
     window.GREVAL_LAST = { filter_ms: performance.now() - t0, shown: S.view.length };
@@ -281,8 +287,11 @@
     if (samples && samples.length) box.append(el("div", { class: "field", "data-field": "samples" }, el("h3", { text: "the judge's " + samples.length + " samples" }), el("div", { text: samples.map(sampleText).join("\n") })));
     const humans = cell(row, "humans") || [];
     if (humans.length) {
-      const t = el("table", { class: "humans" }, el("tr", {}, el("th", { text: "item" }), el("th", { text: "annotator" }), el("th", { text: "human label" }), el("th", { text: "comment" })));
-      for (const h of humans) t.append(el("tr", {}, ...h.map((x) => el("td", { text: String(x ?? "") }))));
+      // a record-level metric's labels have no item: no column of blanks
+      const items = m.many || humans.some((h) => h[0] !== "" && h[0] !== null && h[0] !== undefined);
+      const head = (items ? ["item"] : []).concat(["annotator", "human label", "comment"]);
+      const t = el("table", { class: "humans" }, el("tr", {}, ...head.map((x) => el("th", { text: x }))));
+      for (const h of humans) t.append(el("tr", {}, ...(items ? h : h.slice(1)).map((x) => el("td", { text: String(x ?? "") }))));
       box.append(el("h3", { text: "Human labels" }), t);
     } else box.append(el("p", { class: "note", text: "No human label." }));
     const counts = el("p", { class: "note" }, "Counts in: ");
