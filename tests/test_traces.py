@@ -247,6 +247,10 @@ def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch
                                     "--base-url", llm.base_url, "--quiet"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "have no retriever span" in res.output
+    said = " ".join(res.output.split())
+    assert "answer_alignment: 1 record(s) skipped — missing required input: expected_answer — greval reads a " \
+           "trace's expected_answer from the root span's metadata key 'expected_answer'" in said, said  # fmt: skip
+    assert "--map" not in said, said
     with Store(store) as st:
         items = item_rows(st, "chunk_evaluation")
     assert {(r["record_id"][-4:], r["item_id"]) for r in items if r["item_id"]} == {
@@ -419,6 +423,27 @@ def test_phoenix_traces_in_verdicts_back(phoenix: Any, openai_server: OpenAIServ
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert CANARY.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("phoenix") is None, reason="pip install 'greval[phoenix]'")
+def test_phoenix_write_back_says_what_was_not_judged(phoenix: Any, openai_server: OpenAIServer, tmp_path: Path) -> None:
+    """A metric reading what no trace has (triple_evaluation: triples) skips every record: the write-back line
+    says they were not judged and where greval reads that field from a trace — not that they were errors — and
+    the run's note says the same, not to map a column (which would read the project as no table at all)."""
+    openai_server.reset()
+    project = "rag-skips"
+    traces = emit_traces(phoenix, openai_server, project, 3)
+    run = greval_run(phoenix, openai_server, project, tmp_path / "s.sqlite", ("answer_alignment", "triple_evaluation"))
+    said = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode == 1 and "no verdict at all for triple_evaluation" in said, said  # every record skipped
+    where = "greval reads a trace's triples from the root span's metadata key 'triples'"
+    assert (f": 3 span annotation(s) written, 0 already there; 3 record(s) not judged, so not annotated "
+            f"(triple_evaluation: 3 without triples; {where})") in said, said  # fmt: skip
+    assert f"triple_evaluation: 3 record(s) skipped — missing required input: triples — {where}" in said, said
+    assert "were errors" not in said and "--map" not in said, said
+    got = annotations(phoenix, project, [t["root_span_id"] for t in traces], ["answer_alignment", "triple_evaluation"])
+    assert sorted(a["name"] for a in got) == ["answer_alignment"] * 3
 
 
 @pytest.mark.slow
