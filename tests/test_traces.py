@@ -95,6 +95,83 @@ def test_langsmith_runs_map_every_part_of_a_trace() -> None:
     assert any("ChatPromptTemplate (2)" in n for n in notes), notes
 
 
+def test_langsmith_chain_runs_pass_their_documents_on(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Runs recorded by LangChain's tracer (tests/fixtures/traces/make_langsmith_chain_runs.py) whose documents
+    travel in chain runs' outputs, with no retriever run: a graph's retrieve node (``documents``, passed on by
+    two more chains) and a retrieval chain (``context``; a traced list as ``output``) give their chunks, each
+    once, from the run that returned it first; a chain returning chat messages gives none. Judged per chunk,
+    both traces are judged, the third skipped with a note that says where a trace's chunks come from."""
+    path = FIX / "langsmith_chain_runs.jsonl"
+    runs = [json.loads(line) for line in path.read_text().splitlines()]
+    run_id = {r["name"]: r["id"] for r in runs}
+    recs, notes = records(path)
+    graph, chain, chat = recs
+    assert [(c["id"], c["metadata"]["span_id"], c["metadata"]["position"]) for c in graph.items("chunks")] == [
+        ("hb-12", run_id["retrieve"], 0),
+        ("hb-13", run_id["retrieve"], 1),
+    ]
+    assert graph.items("chunks")[0]["text"] == "Employees receive 25 days of paid vacation per year."
+    assert graph.data["answer"] == "New staff get 25 vacation days a year."
+    assert [(c["id"], c["text"]) for c in chain.items("chunks")] == [
+        ("d1", "Travel expenses are approved by the team lead."),
+        ("d2", "Receipts must be uploaded within 30 days."),
+    ]
+    assert chain.items("chunks")[0]["metadata"]["span_id"] == run_id["find_documents"]
+    assert chain.data["answer"] == "Ask your team lead."  # the outputs' answer, not the input beside it
+    assert chat.items("chunks") == []  # {role, content} items are messages, not documents
+    assert [n for n in notes if "no retriever span" in n] == [
+        f"{path} (LangSmith runs): 1 of 3 trace(s) have no retriever span, nor documents in a chain span's "
+        f"outputs (so no chunks): {chat.id}"
+    ]
+    res = CliRunner().invoke(main, ["run", str(path), "-s", "chunk_evaluation", "--store", str(tmp_path / "s.db"),
+                                    "--judge", "openai:judge-test", "--base-url", llm.base_url, "--quiet"],
+                             env={"COLUMNS": "300"})  # fmt: skip
+    assert res.exit_code == 0, res.output
+    with Store(tmp_path / "s.db") as st:
+        items = item_rows(st, "chunk_evaluation")
+    assert sorted((r["record_id"], r["item_id"]) for r in items if r["item_id"]) == sorted(
+        [(graph.id, "hb-12"), (graph.id, "hb-13"), (chain.id, "d1"), (chain.id, "d2")]
+    )
+    said = " ".join(res.output.split())
+    assert "chunk_evaluation: 1 record(s) skipped — missing required input: chunks — greval reads a trace's chunks " \
+           "from its retriever spans' documents" in said, said  # fmt: skip
+    assert "--map" not in said, said  # a column mapping does not apply to a trace export
+
+
+def test_langfuse_chain_observations_pass_their_documents_on(tmp_path: Path) -> None:
+    """A Langfuse CHAIN observation whose output passes LangChain Documents on (``page_content``) gives a trace
+    its chunks when no retriever returned any; a CHAIN whose output is chat messages gives none."""
+    rows = [json.loads(line) for line in (FIX / "langfuse_observations.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["name"] == "retrieve-documents":  # a graph node recorded as a CHAIN, its documents in its state
+            docs = [{"page_content": d.get("pageContent", d.get("page_content")), "metadata": d["metadata"],
+                     "type": "Document"} for d in row["output"]]  # fmt: skip
+            row["type"], row["output"] = "CHAIN", {"question": row["input"], "documents": docs}
+            if row["traceId"] == "lf-trace-1":
+                row["output"] = {"output": [{"role": "assistant", "content": d["page_content"]} for d in docs]}
+    path = tmp_path / "observations.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recs, notes = records(path)
+    assert [c["id"] for c in recs[0].items("chunks")] == ["faq-3"]
+    assert recs[1].items("chunks") == []
+    assert any("1 of 2 trace(s) have no retriever span" in n and "lf-trace-1" in n for n in notes), notes
+
+
+def test_langsmith_runs_without_trace_ids_join_their_root(tmp_path: Path) -> None:
+    """A run whose row has no trace_id is in the trace its dotted_order starts with, else in its topmost
+    ancestor's: the same records as with the ids (not one trace per child run)."""
+    rows = [json.loads(line) for line in (FIX / "langsmith_runs.jsonl").read_text().splitlines()]
+    for n, row in enumerate(r for r in rows if r["parent_run_id"]):
+        del row["trace_id"]
+        if n % 2:
+            del row["dotted_order"]
+    bare = tmp_path / "runs.jsonl"
+    bare.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    want, _ = records(FIX / "langsmith_runs.jsonl")
+    got, _ = records(bare)
+    assert [(r.id, r.hash) for r in got] == [(r.id, r.hash) for r in want]
+
+
 def test_langsmith_dataset_examples_give_questions_and_expected_answers() -> None:
     recs, notes = records(FIX / "langsmith_examples.jsonl")
     assert [r.id for r in recs] == ["e0c1-0", "e0c1-1"]

@@ -6,7 +6,8 @@ An observation: ``id``, ``traceId`` / ``trace_id``, ``parentObservationId``, ``t
 RETRIEVER, or a SPAN whose output is a list of documents → a retriever; SPAN / AGENT / CHAIN …), ``name``,
 ``input`` / ``output`` (JSON or its text), ``startTime`` / ``endTime``, ``usageDetails`` (or the older ``usage``:
 ``input`` / ``output`` / ``total``; or ``promptTokens`` …), ``metadata``, ``level`` / ``statusMessage``. A trace's
-``sessionId`` names the conversation it belongs to.
+``sessionId`` names the conversation it belongs to. A CHAIN / AGENT observation's output may pass LangChain
+Documents on (``page_content``): a trace's chunks when no retriever returned any.
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = 
         start=parse_time(r.get("start_time")),
         end=parse_time(r.get("end_time")),
         input=as_text(r.get("input"), last_user=True),
-        output=None if kind == "retriever" else as_text(r.get("output")),
-        documents=documents_from(r.get("output")) if kind == "retriever" else [],
+        output=None if kind == "retriever" else as_text(r.get("output"), answer=True),
+        documents=documents_from(r.get("output"), strict=kind == "chain") if kind in ("retriever", "chain") else [],
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=total,
@@ -120,7 +121,7 @@ def trace_spans(traces: Iterable[Mapping[str, Any]], label: str) -> Iterator[Spa
             start=start,
             end=end,
             input=as_text(t.get("input"), last_user=True),
-            output=as_text(t.get("output")),
+            output=as_text(t.get("output"), answer=True),
             metadata=dict(meta) if isinstance(meta, Mapping) else {},
             session_id=str(t["session_id"]) if t.get("session_id") else None,
         )

@@ -74,9 +74,9 @@ def _documents(attrs: Mapping[str, Any]) -> list[Document]:
     return out
 
 
-def _value(attrs: Mapping[str, Any], key: str, *, last_user: bool = False) -> str | None:
+def _value(attrs: Mapping[str, Any], key: str) -> str | None:
     node = attrs.get(key)
-    return as_text(node.get("value"), last_user=last_user) if isinstance(node, Mapping) else None
+    return as_text(node.get("value"), answer=key == "output") if isinstance(node, Mapping) else None
 
 
 def span_from_row(row: Mapping[str, Any], where: str) -> Span:

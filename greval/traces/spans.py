@@ -20,6 +20,7 @@ __all__ = [
     "as_int",
     "as_text",
     "documents_from",
+    "looks_like_documents",
     "maybe_json",
     "nest",
     "parse_time",
@@ -135,19 +136,12 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _MESSAGE_KEYS = ("content", "text", "page_content")
-_TEXT_KEYS = (
-    "question",
-    "query",
-    "input",
-    "user_input",
-    "prompt",
-    "prompts",
-    "answer",
-    "output",
-    "result",
-    "response",
-    "text",
-)
+_QUESTION_KEYS = ("question", "query", "input", "user_input", "prompt", "prompts")
+_ANSWER_KEYS = ("answer", "output", "result", "response", "text")
+#: An object's fields read as a step's text, in order: an input's question first; an output's answer first (a
+#: retrieval chain's outputs hold its ``input`` beside its ``answer``).
+_TEXT_KEYS = _QUESTION_KEYS + _ANSWER_KEYS
+_OUTPUT_KEYS = _ANSWER_KEYS + _QUESTION_KEYS
 
 
 def _unwrap(message: Any) -> Any:
@@ -185,9 +179,10 @@ def _role(message: Any) -> str:
     return str(role).lower()
 
 
-def as_text(value: Any, *, last_user: bool = False) -> str | None:
-    """A step's input or output as text: a string as is; from an object its question / answer / … field;
-    from chat messages the last user message (``last_user``) or the last message; ``None`` when none is found."""
+def as_text(value: Any, *, last_user: bool = False, answer: bool = False) -> str | None:
+    """A step's input or output as text: a string as is; from an object its question / answer / … field (its
+    answer first when ``answer``: an output); from chat messages the last user message (``last_user``) or the
+    last message; ``None`` when none is found."""
     value = maybe_json(value)
     if value is None:
         return None
@@ -201,14 +196,14 @@ def as_text(value: Any, *, last_user: bool = False) -> str | None:
         texts = [t for t in (_message_text(m) for m in flat) if t]
         return texts[-1] if texts else None
     if isinstance(value, Mapping):
-        for key in _TEXT_KEYS:
+        for key in _OUTPUT_KEYS if answer else _TEXT_KEYS:
             if key in value:
-                found = as_text(value[key], last_user=last_user)
+                found = as_text(value[key], last_user=last_user, answer=answer)
                 if found:
                     return found
         for key in ("messages", "generations", "choices"):
             if key in value:
-                found = as_text(value[key], last_user=last_user)
+                found = as_text(value[key], last_user=last_user, answer=answer)
                 if found:
                     return found
         if "message" in value:
@@ -274,13 +269,23 @@ def _doc_id(doc: Mapping[str, Any], meta: Mapping[str, Any]) -> str | None:
     return None
 
 
-def documents_from(value: Any) -> list[Document]:
-    """Retrieved documents as LangChain-style tools record them: a list (or ``{"documents": [...]}``) of
-    ``{page_content | content | text, metadata, id?}``; ids and scores also read from the metadata. Items
-    without text are left out."""
+#: Where a step's outputs hold its documents: a retriever's ``documents``; a chain's ``context``
+#: (``create_retrieval_chain``), ``source_documents`` (``RetrievalQA``), a graph state's ``documents`` / ``docs``;
+#: ``output`` (a traced function's list, which LangSmith wraps as ``{"output": [...]}``).
+_DOC_KEYS = ("documents", "docs", "context", "source_documents", "output")
+#: The text keys of a LangChain Document (Python, JS): what makes a chain step's output items documents.
+_PAGE = ("page_content", "pageContent")
+
+
+def documents_from(value: Any, *, strict: bool = False) -> list[Document]:
+    """Retrieved documents as LangChain-style tools record them: a list (or ``{"documents": [...]}`` and the
+    other :data:`_DOC_KEYS`) of ``{page_content | content | text, metadata, id?}`` or LangChain's serialised
+    Document (``{lc, id, kwargs}``); ids and scores also read from the metadata. Items without text are left
+    out. ``strict`` (a chain step's outputs, where a list of ``{content}`` is more often chat messages): only
+    items with a Document's ``page_content`` count."""
     value = maybe_json(value)
     if isinstance(value, Mapping):
-        value = next((value[k] for k in ("documents", "docs", "context", "output") if k in value), None)
+        value = next((value[k] for k in _DOC_KEYS if k in value), None)
         value = maybe_json(value)
     if not isinstance(value, list):
         return []
@@ -291,7 +296,7 @@ def documents_from(value: Any) -> list[Document]:
             item = item["kwargs"]
         if not isinstance(item, Mapping):
             continue
-        text = next((item[k] for k in _DOC_TEXT if isinstance(item.get(k), str)), None)
+        text = next((item[k] for k in (_PAGE if strict else _DOC_TEXT) if isinstance(item.get(k), str)), None)
         if text is None:
             continue
         meta = maybe_json(item.get("metadata"))
