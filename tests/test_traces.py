@@ -280,6 +280,9 @@ def test_nest_and_text() -> None:
     flat = {"retrieval.documents.1.document.id": "b", "retrieval.documents.0.document.id": "a", "input.value": "q"}
     assert nest(flat) == {"retrieval": {"documents": [{"document": {"id": "a"}}, {"document": {"id": "b"}}]},
                           "input": {"value": "q"}}  # fmt: skip
+    # nested (OTLP JSON) numbered levels become lists too (they were dropped: an empty object)
+    otlp = {"retrieval": {"documents": {"1": {"document": {"id": "b"}}, "0": {"document.id": "a"}}}}
+    assert nest(otlp) == {"retrieval": {"documents": [{"document": {"id": "a"}}, {"document": {"id": "b"}}]}}
     msgs = [{"message": {"role": "system", "content": "ctx"}}, {"message": {"role": "user", "content": "why?"}}]
     assert as_text(msgs, last_user=True) == "why?"
     assert as_text('{"question": "q?", "k": 3}') == "q?"

@@ -20,6 +20,7 @@ from typing import Any
 
 from greval.errors import DataError
 from greval.traces.spans import (
+    NO_METADATA,
     Document,
     Span,
     SpanKind,
@@ -47,19 +48,18 @@ def is_example_row(row: Mapping[str, Any]) -> bool:
     return isinstance(inputs, Mapping) and "run_type" not in row and ("outputs" in row or "reference_outputs" in row)
 
 
-def _metadata(row: Mapping[str, Any]) -> dict[str, Any]:
+def _metadata(row: Mapping[str, Any]) -> Mapping[str, Any]:
     extra = maybe_json(row.get("extra"))
     meta = extra.get("metadata") if isinstance(extra, Mapping) else None
     meta = maybe_json(meta if meta is not None else row.get("metadata"))
     if not isinstance(meta, Mapping):
-        return {}
-    return {k: v for k, v in meta.items() if not str(k).lower().startswith(_INTERNAL)}
+        return NO_METADATA
+    return {k: v for k, v in meta.items() if not str(k).lower().startswith(_INTERNAL)} or NO_METADATA
 
 
-def _usage(row: Mapping[str, Any]) -> tuple[int | None, int | None, int | None]:
+def _usage(row: Mapping[str, Any], outputs: Any) -> tuple[int | None, int | None, int | None]:
     prompt, completion, total = (as_int(row.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
     if prompt is None and completion is None and total is None:  # a chat model's usage_metadata in its output
-        outputs = maybe_json(row.get("outputs"))
         gens = outputs.get("generations") if isinstance(outputs, Mapping) else None
         first = gens[0][0] if isinstance(gens, list) and gens and isinstance(gens[0], list) and gens[0] else None
         message = first.get("message") if isinstance(first, Mapping) else None
@@ -84,12 +84,12 @@ def _trace_id(row: Mapping[str, Any], run_id: str, parent: str | None) -> str | 
     return root or None
 
 
-def _documents(kind: SpanKind, outputs: Any) -> list[Document]:
+def _documents(kind: SpanKind, outputs: Any) -> tuple[Document, ...]:
     """A retriever's documents; a chain's too when its outputs pass them on (a graph's retrieve node, a
     retrieval chain's ``context`` / ``source_documents``): LangChain Documents only."""
     if kind == "retriever":
         return documents_from(outputs)
-    return documents_from(outputs, strict=True) if kind == "chain" else []
+    return documents_from(outputs, strict=True) if kind == "chain" else ()
 
 
 def run_span(row: Mapping[str, Any], where: str) -> Span:
@@ -101,7 +101,7 @@ def run_span(row: Mapping[str, Any], where: str) -> Span:
     kind = _KINDS.get(str(row["run_type"]).lower(), "other")
     parent = str(row["parent_run_id"]) if row.get("parent_run_id") else None
     inputs, outputs = maybe_json(row.get("inputs")), maybe_json(row.get("outputs"))
-    prompt, completion, total = _usage(row)
+    prompt, completion, total = _usage(row, outputs)
     meta = _metadata(row)
     return Span(
         trace_id=_trace_id(row, str(run_id), parent) or "",
@@ -154,7 +154,7 @@ def example_spans(rows: Iterable[Mapping[str, Any]], label: str) -> Iterator[Spa
         if not isinstance(inputs, Mapping):
             raise DataError(f"{label}: row {n}: a LangSmith example needs an 'inputs' object")
         ref = maybe_json(row.get("reference_outputs", row.get("outputs")))
-        meta = _metadata(row)
+        meta = dict(_metadata(row))
         expected = as_text(ref, answer=True)
         if expected:
             meta["expected_answer"] = expected

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from sys import intern
 from typing import TYPE_CHECKING, NamedTuple
 
 from greval.dataset.records import HashedRow, hash_row
@@ -27,9 +28,16 @@ __all__ = ["FIELD_ORIGINS", "Places", "TraceRows", "field_origin", "group_sessio
 
 
 def group_traces(spans: Iterable[Span]) -> list[list[Span]]:
-    """Spans grouped by trace id, traces in order of first appearance."""
+    """Spans grouped by trace id, traces in order of first appearance. The ids and names spans repeat are
+    held once (a trace's id on each of its spans, a parent's id on each child, a step's name): a 200,000-step
+    trace is held whole until it becomes a row."""
     traces: dict[str, list[Span]] = {}
     for span in spans:
+        span.trace_id = intern(span.trace_id)
+        span.span_id = intern(span.span_id)
+        span.name = intern(span.name)
+        if span.parent_id is not None:
+            span.parent_id = intern(span.parent_id)
         traces.setdefault(span.trace_id, []).append(span)
     return list(traces.values())
 
