@@ -341,6 +341,23 @@ def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch
     assert CANARY not in res.output and CANARY.encode() not in store.read_bytes()
 
 
+def test_evaluate_an_export_says_where_a_trace_field_comes_from(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """greval.evaluate on a trace export notes a skipped record as `greval run` does: where greval reads the
+    missing field from a trace, not a column mapping."""
+    import greval
+
+    monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+    res = greval.evaluate(str(FIX / "langsmith_runs.jsonl"), "answer_alignment", judge="openai:judge-test",
+                          store=tmp_path / "s.db", progress=False, quiet=True)  # fmt: skip
+    skipped = [n for n in res.notes if "skipped" in n]
+    assert skipped == [
+        "answer_alignment: 1 record(s) skipped — missing required input: expected_answer — greval reads a trace's "
+        "expected_answer from the root span's metadata key 'expected_answer'"
+    ], res.notes
+
+
 # ------------------------------------------------------------------------------------- a real Phoenix
 @pytest.mark.slow
 def test_a_phoenix_that_refuses_the_key_is_one_line(tmp_path: Path) -> None:
