@@ -126,6 +126,12 @@ class DatasetRun(BaseModel):
     ref: str = Field(description="The judge reference used: the flag's, else the spec's, else the default judge.")
     judge: JudgeConfig
     summary: RunSummary
+    origin: Callable[[Sequence[str]], str] | None = Field(
+        None,
+        exclude=True,
+        description="Where the data's records get the fields that skipped ones lacked, in words (a trace source's "
+        "TraceRows.origin; None: a table's columns, which the field mapping names).",
+    )
 
 
 def choose_judge(specs: Sequence[BaseSpec], judge: JudgeChoice, notify: Notify) -> tuple[str, JudgeConfig]:
@@ -219,7 +225,8 @@ def run_dataset(
         if isinstance(records, TraceRows):  # verdicts back to where the traces came from (Phoenix)
             for line in records.after_run(st, summary, specs):
                 emit(DataNote(text=line))
-    return DatasetRun(ref=ref, judge=cfg, summary=summary)
+    origin = records.origin if isinstance(records, TraceRows) else None
+    return DatasetRun(ref=ref, judge=cfg, summary=summary, origin=origin)
 
 
 def _needs_build(cfg: JudgeConfig) -> bool:

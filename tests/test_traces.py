@@ -95,6 +95,83 @@ def test_langsmith_runs_map_every_part_of_a_trace() -> None:
     assert any("ChatPromptTemplate (2)" in n for n in notes), notes
 
 
+def test_langsmith_chain_runs_pass_their_documents_on(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Runs recorded by LangChain's tracer (tests/fixtures/traces/make_langsmith_chain_runs.py) whose documents
+    travel in chain runs' outputs, with no retriever run: a graph's retrieve node (``documents``, passed on by
+    two more chains) and a retrieval chain (``context``; a traced list as ``output``) give their chunks, each
+    once, from the run that returned it first; a chain returning chat messages gives none. Judged per chunk,
+    both traces are judged, the third skipped with a note that says where a trace's chunks come from."""
+    path = FIX / "langsmith_chain_runs.jsonl"
+    runs = [json.loads(line) for line in path.read_text().splitlines()]
+    run_id = {r["name"]: r["id"] for r in runs}
+    recs, notes = records(path)
+    graph, chain, chat = recs
+    assert [(c["id"], c["metadata"]["span_id"], c["metadata"]["position"]) for c in graph.items("chunks")] == [
+        ("hb-12", run_id["retrieve"], 0),
+        ("hb-13", run_id["retrieve"], 1),
+    ]
+    assert graph.items("chunks")[0]["text"] == "Employees receive 25 days of paid vacation per year."
+    assert graph.data["answer"] == "New staff get 25 vacation days a year."
+    assert [(c["id"], c["text"]) for c in chain.items("chunks")] == [
+        ("d1", "Travel expenses are approved by the team lead."),
+        ("d2", "Receipts must be uploaded within 30 days."),
+    ]
+    assert chain.items("chunks")[0]["metadata"]["span_id"] == run_id["find_documents"]
+    assert chain.data["answer"] == "Ask your team lead."  # the outputs' answer, not the input beside it
+    assert chat.items("chunks") == []  # {role, content} items are messages, not documents
+    assert [n for n in notes if "no retriever span" in n] == [
+        f"{path} (LangSmith runs): 1 of 3 trace(s) have no retriever span, nor documents in a chain span's "
+        f"outputs (so no chunks): {chat.id}"
+    ]
+    res = CliRunner().invoke(main, ["run", str(path), "-s", "chunk_evaluation", "--store", str(tmp_path / "s.db"),
+                                    "--judge", "openai:judge-test", "--base-url", llm.base_url, "--quiet"],
+                             env={"COLUMNS": "300"})  # fmt: skip
+    assert res.exit_code == 0, res.output
+    with Store(tmp_path / "s.db") as st:
+        items = item_rows(st, "chunk_evaluation")
+    assert sorted((r["record_id"], r["item_id"]) for r in items if r["item_id"]) == sorted(
+        [(graph.id, "hb-12"), (graph.id, "hb-13"), (chain.id, "d1"), (chain.id, "d2")]
+    )
+    said = " ".join(res.output.split())
+    assert "chunk_evaluation: 1 record(s) skipped — missing required input: chunks — greval reads a trace's chunks " \
+           "from its retriever spans' documents" in said, said  # fmt: skip
+    assert "--map" not in said, said  # a column mapping does not apply to a trace export
+
+
+def test_langfuse_chain_observations_pass_their_documents_on(tmp_path: Path) -> None:
+    """A Langfuse CHAIN observation whose output passes LangChain Documents on (``page_content``) gives a trace
+    its chunks when no retriever returned any; a CHAIN whose output is chat messages gives none."""
+    rows = [json.loads(line) for line in (FIX / "langfuse_observations.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["name"] == "retrieve-documents":  # a graph node recorded as a CHAIN, its documents in its state
+            docs = [{"page_content": d.get("pageContent", d.get("page_content")), "metadata": d["metadata"],
+                     "type": "Document"} for d in row["output"]]  # fmt: skip
+            row["type"], row["output"] = "CHAIN", {"question": row["input"], "documents": docs}
+            if row["traceId"] == "lf-trace-1":
+                row["output"] = {"output": [{"role": "assistant", "content": d["page_content"]} for d in docs]}
+    path = tmp_path / "observations.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recs, notes = records(path)
+    assert [c["id"] for c in recs[0].items("chunks")] == ["faq-3"]
+    assert recs[1].items("chunks") == []
+    assert any("1 of 2 trace(s) have no retriever span" in n and "lf-trace-1" in n for n in notes), notes
+
+
+def test_langsmith_runs_without_trace_ids_join_their_root(tmp_path: Path) -> None:
+    """A run whose row has no trace_id is in the trace its dotted_order starts with, else in its topmost
+    ancestor's: the same records as with the ids (not one trace per child run)."""
+    rows = [json.loads(line) for line in (FIX / "langsmith_runs.jsonl").read_text().splitlines()]
+    for n, row in enumerate(r for r in rows if r["parent_run_id"]):
+        del row["trace_id"]
+        if n % 2:
+            del row["dotted_order"]
+    bare = tmp_path / "runs.jsonl"
+    bare.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    want, _ = records(FIX / "langsmith_runs.jsonl")
+    got, _ = records(bare)
+    assert [(r.id, r.hash) for r in got] == [(r.id, r.hash) for r in want]
+
+
 def test_langsmith_dataset_examples_give_questions_and_expected_answers() -> None:
     recs, notes = records(FIX / "langsmith_examples.jsonl")
     assert [r.id for r in recs] == ["e0c1-0", "e0c1-1"]
@@ -203,6 +280,9 @@ def test_nest_and_text() -> None:
     flat = {"retrieval.documents.1.document.id": "b", "retrieval.documents.0.document.id": "a", "input.value": "q"}
     assert nest(flat) == {"retrieval": {"documents": [{"document": {"id": "a"}}, {"document": {"id": "b"}}]},
                           "input": {"value": "q"}}  # fmt: skip
+    # nested (OTLP JSON) numbered levels become lists too (they were dropped: an empty object)
+    otlp = {"retrieval": {"documents": {"1": {"document": {"id": "b"}}, "0": {"document.id": "a"}}}}
+    assert nest(otlp) == {"retrieval": {"documents": [{"document": {"id": "a"}}, {"document": {"id": "b"}}]}}
     msgs = [{"message": {"role": "system", "content": "ctx"}}, {"message": {"role": "user", "content": "why?"}}]
     assert as_text(msgs, last_user=True) == "why?"
     assert as_text('{"question": "q?", "k": 3}') == "q?"
@@ -247,6 +327,10 @@ def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch
                                     "--base-url", llm.base_url, "--quiet"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "have no retriever span" in res.output
+    said = " ".join(res.output.split())
+    assert "answer_alignment: 1 record(s) skipped — missing required input: expected_answer — greval reads a " \
+           "trace's expected_answer from the root span's metadata key 'expected_answer'" in said, said  # fmt: skip
+    assert "--map" not in said, said
     with Store(store) as st:
         items = item_rows(st, "chunk_evaluation")
     assert {(r["record_id"][-4:], r["item_id"]) for r in items if r["item_id"]} == {
@@ -255,6 +339,23 @@ def test_run_an_export_end_to_end(llm: OpenAIServer, tmp_path: Path, monkeypatch
         ("0002", "hb-40"),
     }
     assert CANARY not in res.output and CANARY.encode() not in store.read_bytes()
+
+
+def test_evaluate_an_export_says_where_a_trace_field_comes_from(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """greval.evaluate on a trace export notes a skipped record as `greval run` does: where greval reads the
+    missing field from a trace, not a column mapping."""
+    import greval
+
+    monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+    res = greval.evaluate(str(FIX / "langsmith_runs.jsonl"), "answer_alignment", judge="openai:judge-test",
+                          store=tmp_path / "s.db", progress=False, quiet=True)  # fmt: skip
+    skipped = [n for n in res.notes if "skipped" in n]
+    assert skipped == [
+        "answer_alignment: 1 record(s) skipped — missing required input: expected_answer — greval reads a trace's "
+        "expected_answer from the root span's metadata key 'expected_answer'"
+    ], res.notes
 
 
 # ------------------------------------------------------------------------------------- a real Phoenix
@@ -419,6 +520,27 @@ def test_phoenix_traces_in_verdicts_back(phoenix: Any, openai_server: OpenAIServ
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert CANARY.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("phoenix") is None, reason="pip install 'greval[phoenix]'")
+def test_phoenix_write_back_says_what_was_not_judged(phoenix: Any, openai_server: OpenAIServer, tmp_path: Path) -> None:
+    """A metric reading what no trace has (triple_evaluation: triples) skips every record: the write-back line
+    says they were not judged and where greval reads that field from a trace — not that they were errors — and
+    the run's note says the same, not to map a column (which would read the project as no table at all)."""
+    openai_server.reset()
+    project = "rag-skips"
+    traces = emit_traces(phoenix, openai_server, project, 3)
+    run = greval_run(phoenix, openai_server, project, tmp_path / "s.sqlite", ("answer_alignment", "triple_evaluation"))
+    said = " ".join((run.stdout + run.stderr).split())
+    assert run.returncode == 1 and "no verdict at all for triple_evaluation" in said, said  # every record skipped
+    where = "greval reads a trace's triples from the root span's metadata key 'triples'"
+    assert (f": 3 span annotation(s) written, 0 already there; 3 record(s) not judged, so not annotated "
+            f"(triple_evaluation: 3 without triples; {where})") in said, said  # fmt: skip
+    assert f"triple_evaluation: 3 record(s) skipped — missing required input: triples — {where}" in said, said
+    assert "were errors" not in said and "--map" not in said, said
+    got = annotations(phoenix, project, [t["root_span_id"] for t in traces], ["answer_alignment", "triple_evaluation"])
+    assert sorted(a["name"] for a in got) == ["answer_alignment"] * 3
 
 
 @pytest.mark.slow

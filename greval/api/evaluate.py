@@ -140,7 +140,10 @@ async def _evaluate(ev: Evaluation, progress: Progress) -> Results:
         if not isinstance(path, Store):
             st.close()
     handle: str | Store = path if isinstance(path, Store) else str(path)
-    results = Results(handle, summary, specs, asked, rows.ids, notes, positional=rows.inputs == len(rows.rows))
+    origin = rows.traces.origin if rows.traces is not None else None  # where a trace's fields come from
+    results = Results(
+        handle, summary, specs, asked, rows.ids, notes, positional=rows.inputs == len(rows.rows), origin=origin
+    )
     if not ev.quiet:
         for note in results.notes:
             say(f"note: {note}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import html
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from greval.errors import DataError, UserError
@@ -45,6 +45,7 @@ class Results:
         ids: Sequence[str],
         notes: Sequence[str] = (),
         positional: bool = True,
+        origin: Callable[[Sequence[str]], str] | None = None,
     ) -> None:
         self.store = store
         self.run = summary
@@ -52,7 +53,7 @@ class Results:
         self.asked = list(asked)
         self.ids = list(ids)
         self.positional = positional
-        found = [n for m in summary.metrics for n in metric_notes(m)]
+        found = [n for m in summary.metrics for n in metric_notes(m, origin=origin)]
         self.notes = list(dict.fromkeys([*notes, *summary.notes, *found]))
 
     # ------------------------------------------------------------------------------------------- basics

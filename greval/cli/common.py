@@ -319,12 +319,15 @@ class ProgressBar(TerminalProgress):
         super().__init__(console, quiet)
 
 
-def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
+def print_summary(
+    summary: Any, retry: Sequence[str] | None = None, origin: Callable[[Sequence[str]], str] | None = None
+) -> None:
     """Per metric: this run's work, then the figures of every record it was given (the same figures
     ``greval report`` and ``greval results`` show), and a note for everything that was not scored.
-    ``retry``: the command that judges failed records again, printed under their note as it is to be typed."""
+    ``retry``: the command that judges failed records again, printed under their note as it is to be typed;
+    ``origin``: where a trace source reads the fields skipped records lacked (``metric_notes``)."""
     from greval.report.format import fmt_number
-    from greval.store.results import metric_notes, not_scored
+    from greval.store.results import RETRY_HINT, metric_notes, not_scored
 
     dup = summary.records - summary.distinct_contents
     from rich.table import Table
@@ -353,7 +356,8 @@ def print_summary(summary: Any, retry: Sequence[str] | None = None) -> None:
     print_table(table)
     for m in summary.metrics:
         failed = m.failed or m.partial
-        for note in metric_notes(m, "this judges them again:") if retry and failed else metric_notes(m):
+        retry_hint = "this judges them again:" if retry and failed else RETRY_HINT
+        for note in metric_notes(m, retry_hint, origin):
             say(f"[yellow]note:[/] {escape(for_terminal(note))}", console, hang=6)
         if retry and failed:
             for line in command_lines(retry, console.width, indent="      "):

@@ -267,7 +267,7 @@ def run_cmd(
             f"{kept} verdict(s) stored ({made} judgement(s) made by this run); re-run the same command to resume",
         )
     summary = done.summary
-    print_summary(summary)
+    print_summary(summary, origin=done.origin)
     for note in summary.notes:  # said once per run, not per verdict
         console.print(f"[yellow]note:[/] {escape(for_terminal(note))}", highlight=False)
     if summary.empty_metrics:

@@ -527,12 +527,18 @@ def not_scored(counts: Mapping[str, Any]) -> str:
 RETRY_HINT = f"a run with {option('retry_errors')} judges them again"
 
 
-def metric_notes(fig: MetricFigures, retry: str = RETRY_HINT) -> list[str]:
+def metric_notes(
+    fig: MetricFigures, retry: str = RETRY_HINT, origin: Callable[[Sequence[str]], str] | None = None
+) -> list[str]:
     """What a reader must know about a metric's figures, in words (the same in every rendering). ``retry``: how
-    failed records are judged again (a command that printed its own command line says where it is)."""
+    failed records are judged again (a command that printed its own command line says where it is); ``origin``:
+    where the records' fields come from, for records skipped for lack of one (None: a table's columns, which
+    ``mapping`` names; a trace source says where in a trace each field is read)."""
     notes = []
     for why, n in fig.skipped_why.items():
-        notes.append(f"{fig.spec}: {n} record(s) skipped — {why}{_map_hint(why)}")
+        names = missing_fields(why)
+        hint = "" if not names else f" — {origin(names)}" if origin else _map_hint(names)
+        notes.append(f"{fig.spec}: {n} record(s) skipped — {why}{hint}")
     if fig.failed or fig.partial:
         kinds = ", ".join(f"{k} ×{v}" for k, v in fig.errors.items())
         hint = f" ({CUT_OFF_HINT})" if ErrorKind.TRUNCATED.value in fig.errors else ""
@@ -571,11 +577,15 @@ def aggregate_notes(fig: MetricFigures) -> list[str]:
     return notes
 
 
-def _map_hint(why: str) -> str:
+def missing_fields(why: str) -> list[str]:
+    """The fields a skipped record lacked, from its stored reason (``missing required input: chunks, …``)."""
     if not why.startswith(MISSING_INPUT):
-        return ""
-    names = [n.strip() for n in why.split(":", 1)[1].split(",") if n.strip().isidentifier()]
-    return " — map a column with " + " ".join(f"{option('mapping')} {n}=COLUMN" for n in names) if names else ""
+        return []
+    return [n.strip() for n in why.split(":", 1)[1].split(",") if n.strip().isidentifier()]
+
+
+def _map_hint(names: Sequence[str]) -> str:
+    return " — map a column with " + " ".join(f"{option('mapping')} {n}=COLUMN" for n in names)
 
 
 class _Tally:

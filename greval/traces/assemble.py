@@ -7,7 +7,9 @@ record (content-addressed: an unchanged trace is never judged twice). Fields:
 - ``question``: the root span's input, else the first LLM span's last user message;
 - ``answer``: the root span's output, else the last LLM span's output;
 - ``chunks``: every retriever span's documents in order, ``{id, text, score, metadata, span_id, position}``
-  (a document retrieved twice is kept once);
+  (a document retrieved twice is kept once); when no retriever span returned any, the documents chain spans
+  passed on in their outputs (LangSmith's graph nodes and retrieval chains), each once, from the step that
+  returned it first;
 - efficiency fields, named as the store report reads them (:data:`greval.report.store_report.EFFICIENCY`):
   ``prompt_tokens`` / ``output_tokens`` / ``tokens`` summed over the LLM spans, ``llm_calls``, ``latency_s`` (the
   root span's duration);
@@ -68,12 +70,14 @@ def session_of(spans: Sequence[Span]) -> str | None:
     return root_of(spans).session_id or next((s.session_id for s in _ordered(spans) if s.session_id), None)
 
 
-def _chunks(retrievers: Sequence[Span]) -> list[dict[str, Any]]:
+def _chunks(spans: Sequence[Span], *, passed_on: bool = False) -> list[dict[str, Any]]:
+    """The documents of ``spans`` in order as chunks, each kept once: by its id, else by its place (a
+    retriever's), or by its text when ``passed_on`` (chain steps hand the same documents from one to the next)."""
     chunks: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for span in retrievers:
+    for span in spans:
         for doc in span.documents:
-            key = doc.id if doc.id is not None else f"{span.span_id}:{doc.position}"
+            key = doc.id if doc.id is not None else doc.text if passed_on else f"{span.span_id}:{doc.position}"
             if key in seen:
                 continue
             seen.add(key)
@@ -89,6 +93,14 @@ def _chunks(retrievers: Sequence[Span]) -> list[dict[str, Any]]:
         for i, c in enumerate(chunks, start=1):
             c.setdefault("id", f"d{i}")
     return chunks
+
+
+def _chain_chunks(spans: Sequence[Span]) -> list[dict[str, Any]]:
+    """Documents chain steps passed on (no retriever step returned any): each from the step that returned it
+    first (the earliest to end — a graph's retrieve node, not the root that hands it back)."""
+    carriers = [s for s in spans if s.kind == "chain" and s.documents]
+    carriers.sort(key=lambda s: (s.end is None, s.end.timestamp() if s.end else 0.0, s.span_id))
+    return _chunks(carriers, passed_on=True)
 
 
 def _sum(values: Sequence[int | None]) -> int | None:
@@ -114,7 +126,7 @@ def assemble(spans: Sequence[Span]) -> Assembled:
         "id": root.trace_id,
         "question": question,
         "answer": answer,
-        "chunks": _chunks(retrievers) or None,
+        "chunks": _chunks(retrievers) or _chain_chunks(spans) or None,
         "prompt_tokens": prompt,
         "output_tokens": output,
         "tokens": total,
@@ -123,8 +135,8 @@ def assemble(spans: Sequence[Span]) -> Assembled:
         "root_span_id": root.span_id,
     }
     missing = [name for name, value in (("question", question), ("answer", answer)) if not value]
-    if not retrievers:
-        missing.append("retriever span (so no chunks)")
+    if row["chunks"] is None and not retrievers:
+        missing.append("retriever span, nor documents in a chain span's outputs (so no chunks)")
     elif row["chunks"] is None:
         missing.append("retrieved documents (so no chunks)")
     for key, value in root.metadata.items():

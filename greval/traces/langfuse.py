@@ -6,7 +6,8 @@ An observation: ``id``, ``traceId`` / ``trace_id``, ``parentObservationId``, ``t
 RETRIEVER, or a SPAN whose output is a list of documents → a retriever; SPAN / AGENT / CHAIN …), ``name``,
 ``input`` / ``output`` (JSON or its text), ``startTime`` / ``endTime``, ``usageDetails`` (or the older ``usage``:
 ``input`` / ``output`` / ``total``; or ``promptTokens`` …), ``metadata``, ``level`` / ``statusMessage``. A trace's
-``sessionId`` names the conversation it belongs to.
+``sessionId`` names the conversation it belongs to. A CHAIN / AGENT observation's output may pass LangChain
+Documents on (``page_content``): a trace's chunks when no retriever returned any.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from greval.traces.spans import (
     documents_from,
     looks_like_documents,
     maybe_json,
+    metadata_of,
     parse_time,
     snake_keys,
 )
@@ -73,7 +75,6 @@ def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = 
         raise DataError(f"{where}: a Langfuse observation needs id and traceId")
     kind = _kind(r)
     prompt, completion, total = _usage(r)
-    meta = maybe_json(r.get("metadata"))
     level = str(r.get("level") or "")
     return Span(
         trace_id=str(tid),
@@ -84,12 +85,12 @@ def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = 
         start=parse_time(r.get("start_time")),
         end=parse_time(r.get("end_time")),
         input=as_text(r.get("input"), last_user=True),
-        output=None if kind == "retriever" else as_text(r.get("output")),
-        documents=documents_from(r.get("output")) if kind == "retriever" else [],
+        output=None if kind == "retriever" else as_text(r.get("output"), answer=True),
+        documents=documents_from(r.get("output"), strict=kind == "chain") if kind in ("retriever", "chain") else (),
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=total,
-        metadata=dict(meta) if isinstance(meta, Mapping) else {},
+        metadata=metadata_of(r.get("metadata")),
         error=str(r.get("status_message") or "error") if level == "ERROR" else None,
         session_id=str(r["session_id"]) if r.get("session_id") else None,
     )
@@ -111,7 +112,6 @@ def trace_spans(traces: Iterable[Mapping[str, Any]], label: str) -> Iterator[Spa
         start = parse_time(t.get("timestamp"))
         latency = t.get("latency")
         end = start + timedelta(seconds=float(latency)) if start and isinstance(latency, int | float) else None
-        meta = maybe_json(t.get("metadata"))
         yield Span(
             trace_id=tid,
             span_id=tid,
@@ -120,8 +120,8 @@ def trace_spans(traces: Iterable[Mapping[str, Any]], label: str) -> Iterator[Spa
             start=start,
             end=end,
             input=as_text(t.get("input"), last_user=True),
-            output=as_text(t.get("output")),
-            metadata=dict(meta) if isinstance(meta, Mapping) else {},
+            output=as_text(t.get("output"), answer=True),
+            metadata=metadata_of(t.get("metadata")),
             session_id=str(t["session_id"]) if t.get("session_id") else None,
         )
         for m, obs in enumerate(t["observations"], start=1):

@@ -11,26 +11,54 @@ OpenInference semantic conventions: ``openinference.span.kind``, ``input.value``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from greval.errors import DataError
-from greval.traces.spans import Document, Span, SpanKind, as_int, as_text, maybe_json, nest, parse_time
+from greval.traces.spans import (
+    Document,
+    Span,
+    SpanKind,
+    as_int,
+    as_text,
+    maybe_json,
+    metadata_of,
+    nest,
+    parse_time,
+)
 
 __all__ = ["is_span_row", "span_from_row"]
 
 _KINDS: dict[str, SpanKind] = {"CHAIN": "chain", "AGENT": "chain", "RETRIEVER": "retriever", "LLM": "llm"}
 
 
+def _context(row: Mapping[str, Any]) -> Any:
+    """The span's ``context`` (REST spans: an object; a span dataframe: ``context.span_id`` columns)."""
+    ctx = row.get("context")
+    if isinstance(ctx, Mapping):
+        return ctx
+    return nest({k: v for k, v in row.items() if str(k).startswith("context.")}).get("context")
+
+
 def is_span_row(row: Mapping[str, Any]) -> bool:
     """Whether a row has the shape of a Phoenix span (REST or dataframe)."""
-    nested = nest({k: v for k, v in row.items() if str(k).startswith("context")})
-    context = nested.get("context")
+    context = _context(row)
     has_ids = isinstance(context, Mapping) and "span_id" in context and "trace_id" in context
     return has_ids and ("span_kind" in row or "attributes" in row or any(str(k).startswith("attributes.") for k in row))
 
 
-def _attributes(row: Mapping[str, Any]) -> dict[str, Any]:
+#: The attributes greval reads (the first part of their dotted names), and for an LLM / a retriever span the
+#: parts under ``llm`` / ``retrieval`` it reads: only these are nested, not the whole of a span's attributes
+#: (an LLM span's invocation parameters and tool schemas are most of them).
+_READ = frozenset(("input", "output", "openinference", "metadata", "session"))
+_READ_BY_KIND: dict[SpanKind, frozenset[str]] = {
+    "llm": frozenset(("llm.input_messages", "llm.output_messages", "llm.token_count")),
+    "retriever": frozenset(("retrieval.documents",)),
+}
+
+
+def _flat_attributes(row: Mapping[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     attrs = maybe_json(row.get("attributes"))
     if isinstance(attrs, Mapping):
@@ -38,7 +66,37 @@ def _attributes(row: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in row.items():
         if str(key).startswith("attributes."):
             flat[str(key).removeprefix("attributes.")] = value
-    return nest({k: v for k, v in flat.items() if not _absent(v)})
+    return flat
+
+
+def _kind_of(row: Mapping[str, Any], flat: Mapping[str, Any]) -> SpanKind:
+    name = row.get("span_kind") or flat.get("openinference.span.kind")
+    if name is None:
+        name = _dig(flat, "openinference", "span", "kind")
+    return _KINDS.get(str(name or "").upper(), "other")
+
+
+@functools.lru_cache(maxsize=8192)
+def _read(key: str, kind: SpanKind) -> bool:
+    """Whether greval reads the attribute ``key`` (flat, or the first level of nested ones) of a ``kind`` span."""
+    head, _, rest = key.partition(".")
+    if head in _READ:
+        return True
+    deeper = _READ_BY_KIND.get(kind, frozenset())
+    return f"{head}.{rest.split('.', 1)[0]}" in deeper if rest else any(d.startswith(f"{head}.") for d in deeper)
+
+
+def _attributes(flat: Mapping[str, Any], kind: SpanKind) -> dict[str, Any]:
+    """The attributes greval reads for a span of ``kind``, nested (:data:`_READ`)."""
+    picked: dict[str, Any] = {}
+    for key, value in flat.items():
+        name = key if type(key) is str else str(key)
+        if _absent(value) or not _read(name, kind):
+            continue
+        if "." not in name and isinstance(value, Mapping) and name not in _READ:  # nested (OTLP JSON): parts read
+            value = {k: v for k, v in value.items() if _read(f"{name}.{k}", kind)}
+        picked[name] = value
+    return nest(picked)
 
 
 def _dig(node: Any, *keys: str) -> Any:
@@ -52,7 +110,7 @@ def _absent(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
-def _documents(attrs: Mapping[str, Any]) -> list[Document]:
+def _documents(attrs: Mapping[str, Any]) -> tuple[Document, ...]:
     retrieval = attrs.get("retrieval")
     docs = retrieval.get("documents") if isinstance(retrieval, Mapping) else None
     out = []
@@ -71,22 +129,22 @@ def _documents(attrs: Mapping[str, Any]) -> list[Document]:
                 position=position,
             )
         )
-    return out
+    return tuple(out)
 
 
-def _value(attrs: Mapping[str, Any], key: str, *, last_user: bool = False) -> str | None:
+def _value(attrs: Mapping[str, Any], key: str) -> str | None:
     node = attrs.get(key)
-    return as_text(node.get("value"), last_user=last_user) if isinstance(node, Mapping) else None
+    return as_text(node.get("value"), answer=key == "output") if isinstance(node, Mapping) else None
 
 
 def span_from_row(row: Mapping[str, Any], where: str) -> Span:
     """One Phoenix span; a DataError naming ``where`` when it has no trace or span id."""
-    ctx = nest({k: v for k, v in row.items() if str(k).startswith("context")}).get("context")
+    ctx = _context(row)
     if not isinstance(ctx, Mapping) or _absent(ctx.get("trace_id")) or _absent(ctx.get("span_id")):
         raise DataError(f"{where}: a Phoenix span needs context.trace_id and context.span_id")
-    attrs = _attributes(row)
-    kind_name = row.get("span_kind") or _dig(attrs, "openinference", "span", "kind")
-    kind = _KINDS.get(str(kind_name or "").upper(), "other")
+    flat = _flat_attributes(row)
+    kind = _kind_of(row, flat)
+    attrs = _attributes(flat, kind)
     found = _dig(attrs, "llm")
     llm: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     found = _dig(llm, "token_count")
@@ -94,7 +152,6 @@ def span_from_row(row: Mapping[str, Any], where: str) -> Span:
     out_text = _value(attrs, "output")
     if kind == "llm":  # the output is often the provider's whole response: prefer the output messages
         out_text = as_text(llm.get("output_messages")) or out_text
-    meta = maybe_json(attrs.get("metadata"))
     status = str(row.get("status_code") or "")
     parent = row.get("parent_id")
     session = _dig(attrs, "session", "id")
@@ -108,11 +165,11 @@ def span_from_row(row: Mapping[str, Any], where: str) -> Span:
         end=parse_time(row.get("end_time")),
         input=as_text(llm.get("input_messages"), last_user=True) if kind == "llm" else _value(attrs, "input"),
         output=out_text,
-        documents=_documents(attrs) if kind == "retriever" else [],
+        documents=_documents(attrs) if kind == "retriever" else (),
         prompt_tokens=as_int(tokens.get("prompt")),
         completion_tokens=as_int(tokens.get("completion")),
         total_tokens=as_int(tokens.get("total")),
-        metadata=dict(meta) if isinstance(meta, Mapping) else {},
+        metadata=metadata_of(attrs.get("metadata")),
         error=str(row.get("status_message") or "") or None if status == "ERROR" else None,
         session_id=None if _absent(session) or not str(session).strip() else str(session),
     )

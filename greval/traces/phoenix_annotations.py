@@ -18,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from greval.store.results import item_rows, record_rows
+from greval.store.results import RETRY_HINT, item_rows, missing_fields, record_rows
+from greval.traces.source import field_origin
 
 if TYPE_CHECKING:
     from phoenix.client import Client
@@ -66,13 +68,16 @@ def _digest(value: Any) -> str:
 
 
 class Wanted:
-    """The annotations a run's verdicts make: on spans, on documents (by record annotation), on sessions."""
+    """The annotations a run's verdicts make: on spans, on documents (by record annotation), on sessions; and
+    the records that make none: failed (``failed``) or not judged for lack of a field (``skipped``: "metric
+    (metric, the fields lacked) -> records)."""
 
     def __init__(self) -> None:
         self.spans: list[dict[str, Any]] = []
         self.docs: dict[str, list[dict[str, Any]]] = {}  # "<root span id>\0<metric>" -> its documents'
         self.sessions: list[dict[str, Any]] = []
-        self.errors = 0
+        self.failed = 0
+        self.skipped: Counter[tuple[str, tuple[str, ...]]] = Counter()
 
 
 def _annotation(spec: BaseSpec, result: dict[str, Any], metadata: dict[str, Any], **where: str) -> dict[str, Any]:
@@ -89,13 +94,13 @@ def _annotations(
     meta = {"source": "greval", "spec_version": spec.hash, "judge": metric.judge}
     for rec in record_rows(items, {metric.spec_key: spec}):
         places = rows.places[rec["record_id"]]
-        if rec["status"] != "ok" and rec["score"] is None and rec["label"] is None:
-            out.errors += 1
+        if rec["status"] == "skipped":
+            out.skipped[spec.name, tuple(missing_fields(str(rec["error"] or "")))] += 1
             continue
         explanation = rec["reason"] if rec["items"] is None else _counts_text(rec["counts"], rec["items"], spec.each)
         result = _result(rec["label"], rec["score"], explanation)
-        if not result:
-            out.errors += 1
+        if (rec["status"] != "ok" and rec["score"] is None and rec["label"] is None) or not result:
+            out.failed += 1
             continue
         mine = [r for r in items if r["record_hash"] == rec["record_hash"] and r["item_id"] and r["status"] == "ok"]
         mine = [r for r in mine if r["label"] is not None or r["score"] is not None]
@@ -216,6 +221,20 @@ def write_back(rows: PhoenixRows, store: Store, summary: RunSummary, specs: Sequ
     if out.sessions:
         there = len(out.sessions) - len(new_sessions)
         line += f"; {len(new_sessions)} session annotation(s) written, {there} already there"
-    if out.errors:
-        line += f"; {out.errors} record verdict(s) were errors and were not written"
-    return [line]
+    return [line + _unwritten(out)]
+
+
+def _unwritten(out: Wanted) -> str:
+    """What the line says of records that got no annotation: not judged, as the trace lacks what the metric
+    reads (and where greval reads that from a trace), or failed (a retry judges them again)."""
+    said = ""
+    if out.skipped:
+        skipped = out.skipped.most_common()
+        kinds = ", ".join(f"{name}: {n} without {' or '.join(lacked) or 'a required input'}" for (name, lacked), n
+                          in skipped)  # fmt: skip
+        fields = sorted({f for (_, lacked), _ in skipped for f in lacked})
+        where = f"; {field_origin(fields)}" if fields else ""
+        said += f"; {sum(out.skipped.values())} record(s) not judged, so not annotated ({kinds}{where})"
+    if out.failed:
+        said += f"; {out.failed} record(s) whose judging failed not annotated ({RETRY_HINT})"
+    return said

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from sys import intern
 from typing import TYPE_CHECKING, NamedTuple
 
 from greval.dataset.records import HashedRow, hash_row
@@ -23,13 +24,20 @@ if TYPE_CHECKING:
     from greval.spec import BaseSpec
     from greval.store.store import Store
 
-__all__ = ["Places", "TraceRows", "group_sessions", "group_traces"]
+__all__ = ["FIELD_ORIGINS", "Places", "TraceRows", "field_origin", "group_sessions", "group_traces"]
 
 
 def group_traces(spans: Iterable[Span]) -> list[list[Span]]:
-    """Spans grouped by trace id, traces in order of first appearance."""
+    """Spans grouped by trace id, traces in order of first appearance. The ids and names spans repeat are
+    held once (a trace's id on each of its spans, a parent's id on each child, a step's name): a 200,000-step
+    trace is held whole until it becomes a row."""
     traces: dict[str, list[Span]] = {}
     for span in spans:
+        span.trace_id = intern(span.trace_id)
+        span.span_id = intern(span.span_id)
+        span.name = intern(span.name)
+        if span.parent_id is not None:
+            span.parent_id = intern(span.parent_id)
         traces.setdefault(span.trace_id, []).append(span)
     return list(traces.values())
 
@@ -43,6 +51,26 @@ def group_sessions(traces: Iterable[Sequence[Span]]) -> list[tuple[str | None, l
         key = f"session\0{session}" if session else f"trace\0{id(trace)}"
         units.setdefault(key, (session, []))[1].append(trace)
     return [(session if len(group) > 1 else None, group) for session, group in units.values()]
+
+
+#: Where greval reads a trace record's fields (greval.traces.assemble); any other field is a root span's metadata key.
+FIELD_ORIGINS = {
+    "question": "the root span's input (or the first LLM span's last user message)",
+    "answer": "the root span's output (or the last LLM span's)",
+    "chunks": "its retriever spans' documents (or the documents its chain spans pass on in their outputs)",
+    "conversation": "the traces that share its session id",
+}
+
+
+def field_origin(names: Sequence[str]) -> str:
+    """Where a trace's record gets the fields ``names``, in words: what a note on records skipped for lack of
+    them says (for a table it names the column mapping, which does not apply to traces)."""
+    where = [f"{n} from {FIELD_ORIGINS.get(n) or _metadata_key(n)}" for n in names]
+    return "greval reads a trace's " + ", and its ".join(where)
+
+
+def _metadata_key(name: str) -> str:
+    return f"the root span's metadata key {name!r}"
 
 
 class Places(NamedTuple):
@@ -112,6 +140,10 @@ class TraceRows:
                 f"and LLM spans): {kinds}"
             )
         return notes
+
+    def origin(self, names: Sequence[str]) -> str:
+        """Where these records get ``names`` (:func:`field_origin`): said of records skipped for lack of them."""
+        return field_origin(names)
 
     def after_run(self, store: Store, summary: RunSummary, specs: Sequence[BaseSpec]) -> list[str]:
         """What to do once a run over these traces has finished (nothing, for an export file); lines to say."""

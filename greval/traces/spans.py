@@ -4,15 +4,17 @@ readers the format modules share (dotted keys to nested values, text out of mess
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 __all__ = [
+    "NO_METADATA",
     "SESSION_KEYS",
     "Document",
     "Span",
@@ -20,7 +22,9 @@ __all__ = [
     "as_int",
     "as_text",
     "documents_from",
+    "looks_like_documents",
     "maybe_json",
+    "metadata_of",
     "nest",
     "parse_time",
     "session_from",
@@ -30,20 +34,31 @@ __all__ = [
 SpanKind = Literal["chain", "retriever", "llm", "other"]
 
 
-class Document(BaseModel):
-    """One retrieved document: becomes a chunk ``{id, text, score, metadata, span_id, position}``."""
+#: A step's metadata when it has none (one shared empty mapping, not a dict per step).
+NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
-    model_config = ConfigDict(frozen=True)
 
-    id: str | None = None
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One retrieved document: becomes a chunk ``{id, text, score, metadata, span_id, position}``.
+    ``position``: its index in the step's documents (Phoenix document annotations)."""
+
     text: str
+    position: int
+    id: str | None = None
     score: float | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    position: int = Field(description="Its index in the retriever span's documents (Phoenix document annotations).")
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
-class Span(BaseModel):
-    """One step of a trace, whatever tool recorded it."""
+@dataclass(slots=True, kw_only=True)
+class Span:
+    """One step of a trace, whatever tool recorded it. Slotted, not a pydantic model: a 200,000-step trace is
+    held whole before it becomes a row, and the readers give each field its type (a model took ~1.7 kB and a
+    validation per step).
+
+    ``input`` / ``output``: the step's text in and out (a question, an answer); ``documents``: what a retriever
+    step returned (or a chain step passed on in its outputs); ``session_id``: the conversation the trace
+    belongs to (traces sharing one become one conversation)."""
 
     trace_id: str
     span_id: str
@@ -52,17 +67,15 @@ class Span(BaseModel):
     kind: SpanKind = "other"
     start: datetime | None = None
     end: datetime | None = None
-    input: str | None = Field(None, description="The step's input as text (a question, a user message).")
-    output: str | None = Field(None, description="The step's output as text (an answer, a completion).")
-    documents: list[Document] = Field(default_factory=list)
+    input: str | None = None
+    output: str | None = None
+    documents: tuple[Document, ...] = ()
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=lambda: NO_METADATA)
     error: str | None = None
-    session_id: str | None = Field(
-        None, description="The conversation the trace belongs to (traces sharing one become one conversation)."
-    )
+    session_id: str | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -94,60 +107,76 @@ def maybe_json(value: Any) -> Any:
     return value
 
 
-def _listify(node: Any) -> Any:
-    """Dicts whose keys are all 0, 1, 2 … (OpenInference's ``retrieval.documents.0.…``) become lists."""
-    if isinstance(node, dict):
-        node = {k: _listify(v) for k, v in node.items()}
-        if node and all(isinstance(k, str) and k.isdigit() for k in node):
-            return [node[k] for k in sorted(node, key=int)]
-        return node
-    if isinstance(node, list):
-        return [_listify(v) for v in node]
-    return node
+def _numbered(node: dict[str, Any]) -> bool:
+    """Whether a level's keys are all 0, 1, 2 … (OpenInference's ``retrieval.documents.0.…``): a list."""
+    first = next(iter(node), None)
+    return isinstance(first, str) and first.isdigit() and all(isinstance(k, str) and k.isdigit() for k in node)
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _nested(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return _nest(value)
+    if hasattr(value, "tolist"):  # numpy arrays from Parquet
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return [_nest(v) if isinstance(v, Mapping) else v for v in value]
+    return value
+
+
+@functools.lru_cache(maxsize=8192)
+def _path(key: str) -> tuple[tuple[str, ...], str]:
+    """A dotted key's levels and last part (an export repeats the same few keys on every span)."""
+    *levels, last = key.split(".")
+    return tuple(levels), last
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any] | list[Any]:
+    """:func:`nest`, where a level numbered at the top is a list too. Each level a dotted key makes is made a
+    list once, after its keys are all in (children first); nested values come back already done, so nothing is
+    walked twice (walking the whole result again at every depth made deep attributes quadratic)."""
+    out: dict[str, Any] = {}
+    made: list[tuple[dict[str, Any], str, dict[str, Any]]] = []  # (parent, key, level) as dotted keys made them
+    for key, value in flat.items():
+        if type(value) not in _PLAIN:
+            value = _nested(value)
+        levels, last = _path(key if type(key) is str else str(key))
+        cur = out
+        for part in levels:
+            nxt = cur.get(part)
+            if type(nxt) is not dict:
+                nxt = cur[part] = {}
+                made.append((cur, part, nxt))
+            cur = nxt
+        old = cur.get(last)
+        if type(old) is dict and isinstance(value, dict):
+            old.update(value)
+        else:
+            cur[last] = value
+    for parent, part, level in reversed(made):
+        if parent.get(part) is level and _numbered(level):
+            parent[part] = [level[k] for k in sorted(level, key=int)]
+    return [out[k] for k in sorted(out, key=int)] if _numbered(out) else out
 
 
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     """Dotted keys to nested values, inside nested values too: ``{"a.b": 1, "c": [{"d.e": 2}]}`` →
-    ``{"a": {"b": 1}, "c": [{"d": {"e": 2}}]}``; numbered levels become lists. Phoenix writes attributes flat
-    (REST), nested (OTLP JSON) or half-way (a span dataframe's ``attributes.retrieval.documents`` column)."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        if isinstance(value, Mapping):
-            value = nest(value)
-        elif isinstance(value, list | tuple):
-            value = [nest(v) if isinstance(v, Mapping) else v for v in value]
-        elif hasattr(value, "tolist"):  # numpy arrays from Parquet
-            value = [nest(v) if isinstance(v, Mapping) else v for v in value.tolist()]
-        cur = out
-        parts = str(key).split(".")
-        for part in parts[:-1]:
-            nxt = cur.get(part)
-            if not isinstance(nxt, dict):
-                nxt = cur[part] = {}
-            cur = nxt
-        last = parts[-1]
-        if isinstance(cur.get(last), dict) and isinstance(value, dict):
-            cur[last].update(value)
-        else:
-            cur[last] = value
-    result = _listify(out)
+    ``{"a": {"b": 1}, "c": [{"d": {"e": 2}}]}``; numbered levels (``retrieval.documents.0.…``) become lists.
+    Phoenix writes attributes flat (REST), nested (OTLP JSON) or half-way (a span dataframe's
+    ``attributes.retrieval.documents`` column)."""
+    result = _nest(flat)
     return result if isinstance(result, dict) else {}
 
 
 _MESSAGE_KEYS = ("content", "text", "page_content")
-_TEXT_KEYS = (
-    "question",
-    "query",
-    "input",
-    "user_input",
-    "prompt",
-    "prompts",
-    "answer",
-    "output",
-    "result",
-    "response",
-    "text",
-)
+_QUESTION_KEYS = ("question", "query", "input", "user_input", "prompt", "prompts")
+_ANSWER_KEYS = ("answer", "output", "result", "response", "text")
+#: An object's fields read as a step's text, in order: an input's question first; an output's answer first (a
+#: retrieval chain's outputs hold its ``input`` beside its ``answer``).
+_TEXT_KEYS = _QUESTION_KEYS + _ANSWER_KEYS
+_OUTPUT_KEYS = _ANSWER_KEYS + _QUESTION_KEYS
 
 
 def _unwrap(message: Any) -> Any:
@@ -185,9 +214,13 @@ def _role(message: Any) -> str:
     return str(role).lower()
 
 
-def as_text(value: Any, *, last_user: bool = False) -> str | None:
-    """A step's input or output as text: a string as is; from an object its question / answer / … field;
-    from chat messages the last user message (``last_user``) or the last message; ``None`` when none is found."""
+_USER_ROLES = frozenset(("user", "human", "humanmessage"))
+
+
+def as_text(value: Any, *, last_user: bool = False, answer: bool = False) -> str | None:
+    """A step's input or output as text: a string as is; from an object its question / answer / … field (its
+    answer first when ``answer``: an output); from chat messages the last user message (``last_user``) or the
+    last message; ``None`` when none is found."""
     value = maybe_json(value)
     if value is None:
         return None
@@ -196,19 +229,19 @@ def as_text(value: Any, *, last_user: bool = False) -> str | None:
     if isinstance(value, list):
         flat = [m for v in value for m in (v if isinstance(v, list) else [v])]
         if last_user:
-            users = [m for m in flat if _role(m) in ("user", "human", "humanmessage")]
-            flat = users or flat
-        texts = [t for t in (_message_text(m) for m in flat) if t]
-        return texts[-1] if texts else None
+            users = [m for m in reversed(flat) if _role(m) in _USER_ROLES]
+            if users:
+                return next((t for t in map(_message_text, users) if t), None)
+        return next((t for t in map(_message_text, reversed(flat)) if t), None)
     if isinstance(value, Mapping):
-        for key in _TEXT_KEYS:
+        for key in _OUTPUT_KEYS if answer else _TEXT_KEYS:
             if key in value:
-                found = as_text(value[key], last_user=last_user)
+                found = as_text(value[key], last_user=last_user, answer=answer)
                 if found:
                     return found
         for key in ("messages", "generations", "choices"):
             if key in value:
-                found = as_text(value[key], last_user=last_user)
+                found = as_text(value[key], last_user=last_user, answer=answer)
                 if found:
                     return found
         if "message" in value:
@@ -243,9 +276,15 @@ def parse_time(value: Any) -> datetime | None:
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 
 
+@functools.lru_cache(maxsize=4096)
+def _snake(key: str) -> str:
+    return _CAMEL.sub(r"_\1", key).lower()
+
+
 def snake_keys(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Top-level keys in snake_case (Langfuse's API and UI write ``traceId``, its blob export ``trace_id``)."""
-    return {_CAMEL.sub(r"_\1", str(k)).lower(): v for k, v in row.items()}
+    """Top-level keys in snake_case (Langfuse's API and UI write ``traceId``, its blob export ``trace_id``);
+    each key spelt once (an export repeats the same few keys on every row)."""
+    return {_snake(str(k)): v for k, v in row.items()}
 
 
 def as_int(value: Any) -> int | None:
@@ -274,16 +313,26 @@ def _doc_id(doc: Mapping[str, Any], meta: Mapping[str, Any]) -> str | None:
     return None
 
 
-def documents_from(value: Any) -> list[Document]:
-    """Retrieved documents as LangChain-style tools record them: a list (or ``{"documents": [...]}``) of
-    ``{page_content | content | text, metadata, id?}``; ids and scores also read from the metadata. Items
-    without text are left out."""
+#: Where a step's outputs hold its documents: a retriever's ``documents``; a chain's ``context``
+#: (``create_retrieval_chain``), ``source_documents`` (``RetrievalQA``), a graph state's ``documents`` / ``docs``;
+#: ``output`` (a traced function's list, which LangSmith wraps as ``{"output": [...]}``).
+_DOC_KEYS = ("documents", "docs", "context", "source_documents", "output")
+#: The text keys of a LangChain Document (Python, JS): what makes a chain step's output items documents.
+_PAGE = ("page_content", "pageContent")
+
+
+def documents_from(value: Any, *, strict: bool = False) -> tuple[Document, ...]:
+    """Retrieved documents as LangChain-style tools record them: a list (or ``{"documents": [...]}`` and the
+    other :data:`_DOC_KEYS`) of ``{page_content | content | text, metadata, id?}`` or LangChain's serialised
+    Document (``{lc, id, kwargs}``); ids and scores also read from the metadata. Items without text are left
+    out. ``strict`` (a chain step's outputs, where a list of ``{content}`` is more often chat messages): only
+    items with a Document's ``page_content`` count."""
     value = maybe_json(value)
     if isinstance(value, Mapping):
-        value = next((value[k] for k in ("documents", "docs", "context", "output") if k in value), None)
+        value = next((value[k] for k in _DOC_KEYS if k in value), None)
         value = maybe_json(value)
     if not isinstance(value, list):
-        return []
+        return ()
     out = []
     for position, item in enumerate(value):
         item = maybe_json(item)
@@ -291,14 +340,20 @@ def documents_from(value: Any) -> list[Document]:
             item = item["kwargs"]
         if not isinstance(item, Mapping):
             continue
-        text = next((item[k] for k in _DOC_TEXT if isinstance(item.get(k), str)), None)
+        text = next((item[k] for k in (_PAGE if strict else _DOC_TEXT) if isinstance(item.get(k), str)), None)
         if text is None:
             continue
         meta = maybe_json(item.get("metadata"))
         meta = dict(meta) if isinstance(meta, Mapping) else {}
         score = next((x for x in (item.get(k, meta.get(k)) for k in _DOC_SCORES) if isinstance(x, int | float)), None)
         out.append(Document(id=_doc_id(item, meta), text=text, score=score, metadata=meta, position=position))
-    return out
+    return tuple(out)
+
+
+def metadata_of(value: Any) -> Mapping[str, Any]:
+    """A step's metadata (JSON text parsed) as a dict, or the shared empty mapping."""
+    value = maybe_json(value)
+    return dict(value) if isinstance(value, Mapping) and value else NO_METADATA
 
 
 def looks_like_documents(value: Any) -> bool:
