@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from scipy.stats import bootstrap
 
 from greval.agreement import AgreementOptions, AgreementReport, AgreementScale, compute_agreement
+from greval.agreement.bootstrap import RESAMPLES
 from greval.cli import main
 from greval.cli.agreement import agreement
 from greval.dataset.records import Record
@@ -90,7 +91,7 @@ def _store(
         )
 
 
-def _percentile_bootstrap(statistic: Any, n: int, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def _percentile_bootstrap(statistic: Any, n: int, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
     """The percentile bootstrap written out: ``resamples`` draws of n record indices with replacement from
     numpy's default_rng(seed), the statistic of each, and the 2.5th and 97.5th percentiles (linear)."""
     draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))

@@ -25,6 +25,10 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 MAX_CELLS = 1 << 23
+
+#: The resamples of every bootstrap CI greval shows when none are asked for: the run summary's and report's
+#: scores, agreement, the gate, ``Results.summary`` — one default, so every surface prints the same interval.
+RESAMPLES = 1000
 """Elements in one batch's largest arrays (8 Mi: 64 MiB as int64 or float64)."""
 
 ResampleStatistic = Callable[[IntArray, IntArray], dict[str, Val]]

@@ -11,6 +11,7 @@ import html
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from greval.agreement import bootstrap
 from greval.errors import DataError, UserError
 from greval.runner import RunSummary
 from greval.spec import BaseSpec, CategoricalScale, Spec
@@ -127,7 +128,7 @@ class Results:
             index = pd.MultiIndex.from_tuples(keys, names=["record_id", "item_id"])
         return pd.DataFrame([cells.get(k, {}) for k in keys], index=index, columns=columns)
 
-    def scores(self, *, resamples: int = 2000, seed: int = 0) -> list[ScoreRow]:
+    def scores(self, *, resamples: int = bootstrap.RESAMPLES, seed: int = 0) -> list[ScoreRow]:
         """Each metric's figures and dataset score with its bootstrap CI (:mod:`greval.report.scores`)."""
         from greval.report.scores import score_rows
 

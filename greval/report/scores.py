@@ -91,7 +91,7 @@ def score_rows(
     items: Sequence[Mapping[str, Any]],
     systems: Sequence[SystemFilter] = (),
     *,
-    resamples: int = 2000,
+    resamples: int = bs.RESAMPLES,
     seed: int = 0,
 ) -> list[ScoreRow]:
     """Each metric's (version, judge) figures and dataset score with its CI: over every record of ``items``
@@ -138,7 +138,7 @@ def paired_change(
     baseline: Sequence[Mapping[str, Any]],
     pooling: str,
     *,
-    resamples: int = 2000,
+    resamples: int = bs.RESAMPLES,
     seed: int = 0,
 ) -> PairedChange:
     """:class:`PairedChange` of two sets of one metric's record rows. Each side's score is

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 PERCENTILES = (5, 25, 75, 95)
 #: Resamples and confidence of the CIs of means and dataset scores (seed: the functions' ``seed``, 0); the store
 #: report passes its own count (``--bootstrap``) to every CI it shows, so one page states one count.
-MEAN_RESAMPLES = 2000
+MEAN_RESAMPLES = RESAMPLES = bootstrap.RESAMPLES  # one default for every CI (greval.agreement.bootstrap.RESAMPLES)
 CONFIDENCE = 0.95
 #: Record fields treated as the evaluated system's efficiency figures when present.
 EFFICIENCY = ("llm_calls", "prompt_tokens", "output_tokens", "tokens", "latency", "latency_s", "completion_time")

@@ -32,6 +32,7 @@ from greval.report.models import (
 )
 from greval.report.stats import (
     MEAN_RESAMPLES,
+    RESAMPLES,
     Corrected,
     efficiency,
     histogram,
@@ -58,7 +59,7 @@ def build(
     store_path: str | Path,
     specs: Sequence[str] = (),
     system_column: str | None = "system",
-    bootstrap_resamples: int = 1000,
+    bootstrap_resamples: int = RESAMPLES,
     out_dir: Path | None = None,
     group_column: str | None = None,
     names: Mapping[str, str] | None = None,
