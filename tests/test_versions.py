@@ -168,11 +168,16 @@ def test_an_experiment_on_new_records_under_the_production_version_stays_out_of_
     path = tmp_path / "s.sqlite"
     with Store(path) as st:
         run([sc.spec()], records[:6], st, cfg)
-        before = (load_results(st).to_json(), [f.model_dump_json() for f in figures(st)])
+        def read() -> Any:
+            key, _, judge = spec_and_judge(st, "supported")
+            pushed = [repr(c) for c in candidates(st, key, judge.key)]
+            return load_results(st).to_json(), [f.model_dump_json() for f in figures(st)], pushed
+
+        before = read()
         calls = llm.stats()["total"]
         side = run([sc.spec()], records, st, cfg, options=RunOptions(experiment="side run"))
         assert llm.stats()["total"] - calls == 6 and side.metrics[0].records == 12  # its own figures: all 12
-        assert (load_results(st).to_json(), [f.model_dump_json() for f in figures(st)]) == before
+        assert read() == before
         assert {r.id for r in st.records()} == {r.id for r in records[:6]}
         assert st.metric_version("supported").production  # the experiment changed no production version
         calls = llm.stats()["total"]

@@ -17,6 +17,8 @@ from greval.agreement.ceiling import ceiling
 from greval.agreement.design import design_report, respondents
 from greval.agreement.headline import headline, n_for, pooled_headline
 from greval.agreement.models import (
+    KAPPAS,
+    ONE_LABEL,
     AgreementOptions,
     AgreementReport,
     AgreementScale,
@@ -132,7 +134,35 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
         unit = resampling.resample_unit(grouped, options, prep.multi_row_items, prep.groups_are_records)
         report.bootstrap = bootstrap_info(unit, len(prep.group_names) if grouped else n, options)
         report.notes.append(bootstrap_note(report.bootstrap))
+    return _one_label(report)
+
+
+def _one_label(report: AgreementReport) -> AgreementReport:
+    """κ where people gave a single label is undefined — value None, the note "undefined: one label (people
+    gave only …)": κ is then 0 whatever the judge answers (its chance agreement equals its agreement), a
+    "0.000 [0.000, 0.000]" that reads as "no better than chance" and says nothing. The one rule every surface
+    shows (terminal, JSON, the report's pages); both sides constant is already undefined in the statistics."""
+    only = _one_human_label(report)
+    if only is None:
+        return report
+    note = f"{ONE_LABEL} (people gave only {only})"
+    for name in KAPPAS:
+        e = report.metrics.get(name)
+        if e is not None and e.value is not None:
+            report.metrics[name] = e.model_copy(update={"value": None, "ci_low": None, "ci_high": None, "note": note})
     return report
+
+
+def _one_human_label(report: AgreementReport) -> str | None:
+    """The one label (or value) people gave on the compared items, when they gave one only; else None."""
+    cat = report.categorical
+    if cat is not None:
+        used = [lab for lab, row in zip(cat.confusion.labels, cat.confusion.counts, strict=True) if sum(row)]
+        return repr(used[0]) if len(used) == 1 else None
+    human = report.value.human if report.value is not None else None
+    if human is not None and human.count and human.min is not None and human.min == human.max:
+        return f"{human.min:g}"
+    return None
 
 
 def _per_group(

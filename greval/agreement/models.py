@@ -25,6 +25,12 @@ INVALID_LABEL = "<invalid>"
 """The judge's column of invalid answers in a confusion matrix (invalid answers kept as wrong)."""
 
 
+#: What a κ says where people gave a single label: nothing (greval.agreement.agreement makes it undefined).
+ONE_LABEL = "undefined: one label"
+#: The κ statistics of an agreement report.
+KAPPAS = ("cohen_kappa", "linear_kappa", "quadratic_kappa")
+
+
 class AgreementScale(BaseModel):
     """What the judge and the humans answer on.
 

@@ -33,7 +33,7 @@ from greval.agreement.models import (
 from greval.agreement.prepare import Prepared, is_null, prepare
 from greval.agreement.stats import rankdata
 from greval.dataset.frame import Frame
-from greval.report.format import best_first, fmt_ci, fmt_corrected, fmt_number, fmt_value_ci, one_label
+from greval.report.format import best_first, fmt_ci, fmt_corrected, fmt_number, fmt_value_ci
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -597,7 +597,7 @@ def render_html(
     """One self-contained HTML page: headline, confusion heatmap, charts, classification report, slices,
     ceiling, gallery; ordered labels best first. ``cell_href``: where each confusion count's records are (a
     store report's pages link them to its record explorer)."""
-    report = one_label(best_first(report))
+    report = best_first(report)
     c = report.counts
     parts = [f"<h1>{html.escape(title)}</h1>"]
     parts.append(
@@ -634,7 +634,7 @@ def render_html(
 def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
     """A short Markdown summary: counts, headline table, ceiling, then every note (prevalence, ceiling,
     slices, report)."""
-    report = one_label(best_first(report))
+    report = best_first(report)
     d = decimals
     c = report.counts
     lines = [

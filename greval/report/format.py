@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from greval.agreement.models import ONE_LABEL
 from greval.errors import render_options
 
 M = TypeVar("M", bound=BaseModel)
@@ -45,49 +46,10 @@ def fmt_ci(e: Interval, d: int = 3) -> str:
 
 def fmt_value_ci(e: Estimated, d: int = 3) -> str:
     """Value and CI in one cell: "0.712 [0.650, 0.770]", or just "—" when undefined ("undefined: one label"
-    for a κ where people gave one label: :func:`one_label`)."""
+    for a κ where people gave one label: the agreement stage's rule)."""
     if e.value is None and str(getattr(e, "note", None) or "").startswith(ONE_LABEL):
         return ONE_LABEL
     return f"{fmt_number(e.value, d)} {fmt_ci(e, d)}".strip()
-
-
-#: What a κ says where people gave a single label: nothing (see :func:`one_label`).
-ONE_LABEL = "undefined: one label"
-#: The κ statistics of an agreement report.
-KAPPAS = ("cohen_kappa", "linear_kappa", "quadratic_kappa")
-
-
-def one_label(report: Any) -> Any:
-    """An agreement report (greval.agreement.AgreementReport) whose κ's are undefined — value None, the note
-    "undefined: one label (people gave only …)" — where people gave a single label, in the report and in each
-    of its slices (a system where people used one label). κ is then 0 whatever the judge answers (its chance
-    agreement equals its agreement): a "0.000 [0.000, 0.000]" that reads as "no better than chance" and says
-    nothing. Both sides constant is already undefined in the stage; other figures unchanged."""
-    update: dict[str, Any] = {}
-    only = _one_human_label(report)
-    if only is not None:
-        note = f"{ONE_LABEL} (people gave only {only})"
-        update["metrics"] = {
-            k: e.model_copy(update={"value": None, "ci_low": None, "ci_high": None, "note": note})
-            if k in KAPPAS and e.value is not None
-            else e
-            for k, e in report.metrics.items()
-        }
-    if report.slices:
-        update["slices"] = {c: {v: one_label(r) for v, r in sub.items()} for c, sub in report.slices.items()}
-    return report.model_copy(update=update) if update else report
-
-
-def _one_human_label(report: Any) -> str | None:
-    """The one label (or value) people gave on the compared items, when they gave one only; else None."""
-    cat = report.categorical
-    if cat is not None:
-        used = [lab for lab, row in zip(cat.confusion.labels, cat.confusion.counts, strict=True) if sum(row)]
-        return repr(used[0]) if len(used) == 1 else None
-    human = report.value.human if report.value is not None else None
-    if human is not None and human.count and human.min is not None and human.min == human.max:
-        return f"{human.min:g}"
-    return None
 
 
 def fmt_corrected(value: float | None, ci: Interval, d: int = 3) -> str:

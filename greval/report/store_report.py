@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greval.errors import Remedy, UserError
-from greval.report.format import one_label, with_names
+from greval.report.format import with_names
 from greval.report.models import (
     GroupCell,
     GroupTable,
@@ -341,7 +341,6 @@ def _agreement(
     rep = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=0, slices=slices))
     if rep.categorical is not None and corrected is not None and corrected.whole is not None:
         rep.categorical = rep.categorical.model_copy(update={"prevalence": corrected.whole})
-    rep = one_label(rep)  # a κ where people gave one label is undefined on the index and the page alike
     head = {
         k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n, "note": e.note} for k, e in rep.metrics.items()
     }

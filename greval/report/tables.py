@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from greval.report.format import ONE_LABEL, fmt_ci, fmt_corrected, fmt_number
+from greval.agreement.models import ONE_LABEL
+from greval.report.format import fmt_ci, fmt_corrected, fmt_number
 from greval.report.models import GroupTable, LabelShare, LabelSource, MetricRow, ScoreStats, Shares, StoreReport
 from greval.store.results import MetricFigures, not_scored
 

@@ -41,7 +41,7 @@ from greval.report.agreement import (
     slice_design_cells,
     slice_design_names,
 )
-from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci, one_label
+from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
 from greval.report.layout import print_table, say, wrap_plain
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def print_report(
 ) -> None:
     """Print a report as compact rich tables (reusable by other commands, e.g. `greval spec try`); ordered labels
     best first, a κ where people gave one label said undefined."""
-    report = one_label(best_first(report))
+    report = best_first(report)
     prefix = f"{name}: " if name else ""
     _counts(console, report, prefix, names)
     print_table(_headline(report, d, f"{prefix}judge vs human"), console)

@@ -68,7 +68,21 @@ class IdVerdict(TypedDict):
 
 
 class VerdictLookups(StoreFile):
-    """Reads of the ``verdicts`` table for annotation and agreement."""
+    """Reads of the ``verdicts`` table for annotation and agreement: what a reader sees, without the judgements an
+    experiment made under a version that is not its own (greval.store.versions)."""
+
+    def _shown(self, spec_key: str, alias: str = "verdicts") -> str:
+        """The condition that leaves out what experiments made under ``spec_key`` (none for a version only
+        experiments judged: what the user named), as `` AND …``; empty when nothing is hidden."""
+        if not self._rows("SELECT 1 FROM experiment_verdicts LIMIT 1"):
+            return ""
+        if self._rows("SELECT 1 FROM specs WHERE spec_key=? AND experiment=1", (spec_key,)):
+            return ""
+        a = alias  # qualified: inside the subquery a bare column would be experiment_verdicts' own
+        return (
+            " AND NOT EXISTS (SELECT 1 FROM experiment_verdicts e WHERE e.spec_key = "
+            f"{a}.spec_key AND e.judge_key = {a}.judge_key AND e.record_hash = {a}.record_hash)"
+        )
 
     def verdict_judges(self, spec_key: str, *, ok_only: bool = False, newest_first: bool = False) -> list[VerdictJudge]:
         """The judges with verdicts of a metric version (only ok ones: ``ok_only``), most verdicts first, or
@@ -76,6 +90,7 @@ class VerdictLookups(StoreFile):
         rows = self._rows(
             "SELECT j.judge_key, j.label, j.identity, COUNT(*) AS n, MAX(v.updated_at) AS last FROM verdicts v"
             " JOIN judges j ON j.judge_key = v.judge_key WHERE v.spec_key=?"
+            + self._shown(spec_key, "v")
             + (" AND v.status='ok'" if ok_only else "")
             + " GROUP BY j.judge_key ORDER BY "
             + ("last DESC" if newest_first else "n DESC")
@@ -88,7 +103,7 @@ class VerdictLookups(StoreFile):
         """One judge's ok verdicts of a metric version, by record hash then item id."""
         rows = self._rows(
             "SELECT record_hash, item_id, record_id, label, value, confidence, reason, token_confidence FROM verdicts"
-            " WHERE spec_key=? AND judge_key=? AND status='ok' ORDER BY record_hash, item_id",
+            f" WHERE spec_key=? AND judge_key=? AND status='ok'{self._shown(spec_key)} ORDER BY record_hash, item_id",
             (spec_key, judge_key),
         )
         return [
@@ -103,7 +118,7 @@ class VerdictLookups(StoreFile):
         asked once are absent."""
         rows = self._rows(
             "SELECT record_hash, item_id, samples FROM verdicts"
-            " WHERE spec_key=? AND judge_key=? AND samples IS NOT NULL",
+            f" WHERE spec_key=? AND judge_key=? AND samples IS NOT NULL{self._shown(spec_key)}",
             (spec_key, judge_key),
         )
         out: dict[tuple[str, str], list[Any]] = {}
@@ -137,7 +152,8 @@ class VerdictLookups(StoreFile):
         why: an error's kind (``error`` when unknown), or ``skipped``."""
         rows = self._rows(
             "SELECT CASE WHEN status='error' THEN COALESCE(error_kind, 'error') ELSE status END AS why, COUNT(*)"
-            " FROM verdicts WHERE spec_key=? AND judge_key=? AND status<>'ok' GROUP BY why ORDER BY why",
+            f" FROM verdicts WHERE spec_key=? AND judge_key=? AND status<>'ok'{self._shown(spec_key)}"
+            " GROUP BY why ORDER BY why",
             (spec_key, judge_key),
         )
         return {str(why): int(n) for why, n in rows}
@@ -147,7 +163,8 @@ class VerdictLookups(StoreFile):
         rows = self._rows(
             "SELECT v.record_hash, v.item_id, v.label, v.value, v.confidence, v.reason, j.label, j.identity"
             " FROM verdicts v JOIN judges j ON j.judge_key=v.judge_key WHERE v.spec_key=? AND v.status='ok'"
-            " ORDER BY v.updated_at, v.rowid",
+            + self._shown(spec_key, "v")
+            + " ORDER BY v.updated_at, v.rowid",
             (spec_key,),
         )
         return {
@@ -162,7 +179,8 @@ class VerdictLookups(StoreFile):
         rows = self._rows(
             "SELECT v.record_hash, COALESCE(i.record_id, v.record_id), v.item_id, v.status, v.label, v.value,"
             " v.reason FROM verdicts v LEFT JOIN record_ids i ON i.record_hash = v.record_hash"
-            " WHERE v.spec_key=? AND v.judge_key=? ORDER BY v.record_hash, v.item_id, i.rowid",
+            f" WHERE v.spec_key=? AND v.judge_key=?{self._shown(spec_key, 'v')}"
+            " ORDER BY v.record_hash, v.item_id, i.rowid",
             (spec_key, judge_key),
         )
         return [
@@ -172,4 +190,5 @@ class VerdictLookups(StoreFile):
 
     def judged_hashes(self, spec_key: str) -> set[str]:
         """The contents a metric version has verdicts on (any judge, any status)."""
-        return {h for (h,) in self._rows("SELECT DISTINCT record_hash FROM verdicts WHERE spec_key=?", (spec_key,))}
+        sql = f"SELECT DISTINCT record_hash FROM verdicts WHERE spec_key=?{self._shown(spec_key)}"
+        return {h for (h,) in self._rows(sql, (spec_key,))}

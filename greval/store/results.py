@@ -155,11 +155,11 @@ class Scope(BaseModel):
         return store.reader_keys(self.spec, all_versions=self.all_versions)
 
     def hides(self, store: Store, keys: Sequence[str] | None) -> bool:
-        """Whether what experiments made is left out: always, but in a read of an experiment run, of one
-        version without a run (asked by key: align's own reads), or of a version only experiments judged."""
+        """Whether what experiments made is left out: always, but in a read of an experiment run or of versions
+        only experiments judged (asked for by name: what the user wants to see)."""
         if self.run_id is not None:
             return store.run_kind(self.run_id) != "experiment" and store.has_hidden()
-        if self.spec_key is not None or (keys and set(keys) <= store.experiment_keys()):
+        if keys and set(keys) <= store.experiment_keys():
             return False
         return store.has_hidden()
 

@@ -44,10 +44,14 @@ def test_categorical_matches_libraries(k: int, pairs: list[tuple[int, int]]) -> 
         ref_lin = skm.cohen_kappa_score(h, j, labels=codes, weights="linear")
         ref_quad = skm.cohen_kappa_score(h, j, labels=codes, weights="quadratic")
     assert close(value(rep, "macro_f1"), skm.f1_score(h, j, labels=codes, average="macro", zero_division=0))
-    if len(set(h) | set(j)) > 1:
+    if len(set(h)) > 1:
         assert close(value(rep, "cohen_kappa"), ref_k)
         assert close(value(rep, "linear_kappa"), ref_lin)
         assert close(value(rep, "quadratic_kappa"), ref_quad)
+    elif len(set(j)) > 1:  # people gave one label: κ is 0 whatever the judge says (the libraries), undefined here
+        assert all(value(rep, k) is None for k in ("cohen_kappa", "linear_kappa", "quadratic_kappa"))
+        assert str(rep.metrics["cohen_kappa"].note).startswith("undefined: one label")
+    if len(set(h) | set(j)) > 1:
         data = np.vstack([h, j]).astype(float)
         assert close(
             value(rep, "alpha_nominal"),
@@ -86,9 +90,12 @@ def test_value_matches_libraries(pairs: list[tuple[int, int]]) -> None:
             assert close(value(rep, name), fn(j, h)[0])
         else:
             assert value(rep, name) is None and "constant" in str(rep.metrics[name].note)
-    if len(set(h) | set(j)) > 1:
+    if len(set(h)) > 1:
         ref = skm.cohen_kappa_score(h.astype(int) - 1, j.astype(int) - 1, labels=list(range(5)), weights="quadratic")
         assert close(value(rep, "quadratic_kappa"), ref)
+    elif len(set(j)) > 1:  # people gave one value: κ undefined (see above)
+        assert value(rep, "quadratic_kappa") is None
+    if len(set(h) | set(j)) > 1:
         data = np.vstack([h, j])
         assert close(value(rep, "alpha_interval"), krippendorff.alpha(data, level_of_measurement="interval"))
         assert close(value(rep, "alpha_ordinal"), krippendorff.alpha(data, level_of_measurement="ordinal"))
