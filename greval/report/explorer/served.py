@@ -3,8 +3,8 @@ report`` writes, built off the request path.
 
 A request is answered at once from the last build; its HTML pages say when that build was made and whether a
 newer one is under way. While someone views /ui, a background thread looks at the store (at most every
-CHECK_EVERY seconds) and, when it changed, has a child process build the next report: one build at a time, at a
-lower CPU priority, never sooner after the last than that one took (at most half the time is spent building).
+CHECK_EVERY seconds) and, when it changed, has a child process build the next report: one build at a time, at the
+lowest CPU priority, never sooner after the last than that one took (at most half the time is spent building).
 Judging requests share no lock, no interpreter and no memory with a build: before, each view rebuilt the report
 inside the request, behind one lock (views of 16–181 s under judging traffic, the run 3× slower, the server's
 memory 110 → 327 MB).
@@ -146,13 +146,12 @@ class ServedReport:
         self._failure: str | None = None
         self._failed: Any = None  # the store's activity when the last build failed
         self._retry = -math.inf  # monotonic clock: when that build may be tried again all the same
-        self._viewed = -math.inf  # monotonic clock: the last request, the last look, the next build allowed
-        self._looked = -math.inf
-        self._ready = -math.inf
+        # the monotonic clock's time of the last request, of the last look at the store, and before which no
+        # build starts
+        self._viewed = self._looked = self._ready = -math.inf
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.builds = 0  # builds started (one at a time)
 
     # ------------------------------------------------------------------------------------ requests
     def file(self, path: str) -> Answer | None:
@@ -187,7 +186,7 @@ class ServedReport:
         if self._building is not None:
             started = _ago(now - self._building)
             parts.append(f"A newer one is being built (started {started}): reload the page once it is done.")
-        elif self._changed:
+        elif self._changed and self._failure is None:
             due = max(self._looked + CHECK_EVERY, self._ready) - time.monotonic()
             parts.append(f"The store has changed since: a newer one is built in {max(0, math.ceil(due))} s.")
         if self._failure is not None:
@@ -197,7 +196,7 @@ class ServedReport:
     def _not_yet(self) -> str:
         """Why there is no report yet (the lock held)."""
         if self._building is None and self._failure is not None:
-            return f"It cannot be built yet: {self._failure}."
+            return f"It cannot be built yet: {self._failure.rstrip('.')}."
         started = f" (started {_ago(time.time() - self._building)})" if self._building is not None else ""
         return f"It is being built{started}."
 
@@ -241,7 +240,6 @@ class ServedReport:
             if not self._changed or not again or self._closed:
                 return
             self._building = at = time.time()
-            self.builds += 1
         started = time.monotonic()
         folder, problem = self._run()
         self._ended(folder, stamp, at, time.monotonic() - started, problem)
@@ -318,10 +316,10 @@ def _redact(line: str) -> str:
 def child() -> None:
     """The build process (:data:`BUILD_CODE`): its job (store, system column, resamples, folder) read as JSON
     from standard input, the report's files written into the folder; a failure is one line on standard error
-    (the store's password masked) and exit status 1. It runs at a lower CPU priority than the server."""
+    (the store's password masked) and exit status 1. It runs at the lowest CPU priority (nice 19)."""
     job = json.loads(sys.stdin.read())
     with contextlib.suppress(OSError, AttributeError):
-        os.nice(10)
+        os.nice(19)  # the lowest: judging requests come first, a page may show an older build meanwhile
     try:
         from greval.report.store_report import build, write
         from greval.store.backend import display
