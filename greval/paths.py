@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from greval.errors import UserError
 
 _PKG = Path(__file__).resolve().parent
 
@@ -82,3 +87,44 @@ def rewrite_private(path: Path) -> IO[bytes]:
         os.close(fd)
         raise
     return os.fdopen(fd, "wb")
+
+
+def output_dir(path: Path) -> None:
+    """A folder greval writes the user's files into (a report's, an export's): :func:`private_dir`, and a folder
+    that cannot be made (a file in the way, no permission) is one line naming it."""
+    try:
+        private_dir(path)
+        if not path.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    except OSError as exc:
+        raise UserError(f"cannot write into {path}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def private_output(path: Path) -> Iterator[Path]:
+    """A new file beside ``path``, readable by the owner only (0600), for the block to write (its missing
+    directories made 0700); renamed onto ``path`` when the block ends, removed when it raises. Everything greval
+    writes for the user (exports, reports, pages, evidence) goes through here: the data in them is the user's
+    alone, and a reader never sees half a file. A file that was at ``path`` is replaced, so it ends 0600 too."""
+    output_dir(path.parent)
+    part = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.part")
+    try:
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as exc:  # a folder that cannot be made, a file in the way, no permission: the user's to fix
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        os.fchmod(fd, 0o600)  # exactly: a umask cannot take the owner's own access away either
+    finally:
+        os.close(fd)
+    try:
+        yield part
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
+def write_private(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through :func:`private_output`: 0600, whole or not at all."""
+    with private_output(path) as part:
+        part.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)

@@ -80,15 +80,17 @@ async def run_pass(srv: OpenAIServer, data: list[dict[str, Any]], conc: int, sto
 class Served:
     """`greval serve` in its own process, on a free port."""
 
-    def __init__(self, srv: OpenAIServer, store: Path, conc: int, log: Path) -> None:
+    def __init__(self, srv: OpenAIServer, store: Path, conc: int, log: Path, src: Path | None = None) -> None:
+        """``src``: the greval source tree the server runs (default: this checkout's)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        env = {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONPATH": str(src or Path(__file__).resolve().parents[1])}
         cmd = [sys.executable, "-m", "greval", "serve", "-s", SPEC, "--store", str(store), "-c", str(conc)]
         cmd += ["--judge", "openai:judge-test", "--base-url", srv.base_url, "--port", str(self.port)]
         cmd += ["--max-records", "100000", "--max-body", str(1 << 28), "--requests-per-key", "100000"]
         self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=self.log)
+        # run from the source tree: `python -m` puts the working directory before PYTHONPATH
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=self.log, cwd=env["PYTHONPATH"])
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -957,3 +957,83 @@ def test_notes_name_option_fields_and_the_cli_shows_flags() -> None:
     assert shown.notes == ["pass --pair-by to compare runs"] and shown.metrics[headline].note == "--seed"
     assert noted.notes == ["pass `pair_by` to compare runs"]  # the report itself (and its JSON) keeps the field
     assert "pass --pair-by to compare runs" in render_html(shown, f) and "--seed" in render_markdown(shown)
+
+
+# ------------------------------------------------------------------------------------------------- file modes
+def test_every_file_greval_writes_for_the_user_is_0600_in_folders_it_makes_0700(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """Reports, explorers, comparisons, exports, agreement pages and JUnit files hold the user's records, verdicts
+    and labels: each file 0600, each folder greval creates 0700, whatever the umask lets through (before: 0644 and
+    0755). A folder that exists keeps its mode (it is the user's); a file greval replaces (written beside it,
+    then renamed) is 0600 like a new one, and nothing half-written is left beside it."""
+    import os
+    import stat
+
+    store = tmp_path / "s.sqlite"
+    _store(llm, store)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    mine.chmod(0o755)
+    old = mine / "verdicts.csv"
+    old.write_text("an older export\n")
+    old.chmod(0o644)
+    s = ["--store", str(store)]
+    commands = [
+        ["report", *s, "-o", str(mine / "new" / "report"), "--bootstrap", "50"],
+        ["report", *s, "--compare", "system=basic", "system=local", "-o", str(mine / "cmp"), "--bootstrap", "50"],
+        ["results", "export", *s, "-o", str(old)],
+        ["results", "export", *s, "-o", str(mine / "exports" / "v.jsonl")],
+        ["results", "export", *s, "-o", str(mine / "v.parquet"), "--level", "record"],
+        ["agreement", *s, "--spec", "answer_alignment", "--html", str(mine / "pages" / "a.html"), "--bootstrap", "50"],
+        [
+            "agreement",
+            *s,
+            "--spec",
+            "answer_alignment",
+            "--json",
+            str(mine / "a.json"),
+            "--markdown",
+            str(mine / "a.md"),
+        ],
+        ["gate", *s, "--spec", "answer_alignment", "--min", "kappa>=0.99", "--junit", str(mine / "ci" / "gate.xml")],
+    ]
+    mask = os.umask(0o022)
+    try:
+        for args in commands:
+            res = CliRunner().invoke(main, args)
+            assert res.exit_code == 0, (args, res.output)
+    finally:
+        os.umask(mask)
+    modes = {
+        str(p.relative_to(mine)): oct(stat.S_IMODE(p.stat().st_mode)) for p in mine.rglob("*") if not p.is_symlink()
+    }
+    files = {p for p in modes if (mine / p).is_file()}
+    expected = {"verdicts.csv", "exports/v.jsonl", "v.parquet", "pages/a.html", "a.json", "a.md", "ci/gate.xml"}
+    expected |= {"new/report/index.html", "new/report/report.json", "new/report/overview.png", "cmp/index.html"}
+    expected |= {"new/report/answer_alignment.agreement.html", "new/report/explorer/index.html"}
+    assert expected <= files and any(p.startswith("new/report/explorer/data/") for p in files)
+    assert {p: m for p, m in modes.items() if m != ("0o600" if p in files else "0o700")} == {}
+    assert not [p for p in files if p.endswith(".part")]
+    assert oct(stat.S_IMODE(mine.stat().st_mode)) == "0o755"
+    assert old.read_text().startswith("spec,")  # replaced by the export
+
+
+def test_an_output_greval_cannot_write_is_one_line(llm: OpenAIServer, tmp_path: Path) -> None:
+    """A report folder, export, page or JUnit file under a path greval cannot write (a file where a folder
+    should be) is one line naming it, exit 2, no traceback (before: FileNotFoundError / NotADirectoryError)."""
+    store = tmp_path / "s.sqlite"
+    _store(llm, store)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    s = ["--store", str(store)]
+    commands = [
+        ["report", *s, "-o", str(blocked / "report"), "--bootstrap", "20"],
+        ["results", "export", *s, "-o", str(blocked / "v.csv")],
+        ["agreement", *s, "--spec", "answer_alignment", "--html", str(blocked / "a.html"), "--bootstrap", "20"],
+        ["gate", *s, "--spec", "answer_alignment", "--min", "kappa>=0.1", "--junit", str(blocked / "gate.xml")],
+    ]
+    for args in commands:
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2 and "Traceback" not in res.output, (args, res.output)
+        assert re.search(f"cannot write into {re.escape(str(blocked))}(/report)?: Not a directory", res.output)

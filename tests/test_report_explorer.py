@@ -348,18 +348,20 @@ def test_serve_shows_the_report_and_explorer_under_ui(
     import httpx
 
     from greval.report.explorer import served
-    from tests.test_serve import rows, serving
+    from tests.test_serve import rows, serving, ui_until
 
     monkeypatch.setattr(served, "CHECK_EVERY", 0.0)
+    monkeypatch.setattr(served, "MIN_GAP", 0.0)
     store = tmp_path / "served.sqlite"
     with serving(llm, store) as url, httpx.Client(base_url=url, timeout=60) as http:
         assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(3)}).status_code == 200
-        r = http.get("/ui", follow_redirects=True)
-        assert r.status_code == 200 and "greval report" in r.text and "explorer/index.html" in r.text
+        assert http.get("/ui").headers["location"] == "/ui/"
+        r = ui_until(http, "/ui/", "Report of the store as of")  # built in the background (tests/test_serve.py)
+        assert "greval report" in r.text and "explorer/index.html" in r.text
         meta = http.get("/ui/explorer/data/meta.js")
         assert meta.headers["content-type"].startswith("text/javascript") and '"records":3' in meta.text
         assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2, 3)}).status_code == 200
-        assert '"records":5' in http.get("/ui/explorer/data/meta.js").text  # rebuilt: the store changed
+        ui_until(http, "/ui/explorer/data/meta.js", '"records":5')  # rebuilt: the store changed
         for bad in ("/ui/../../etc/passwd", "/ui/%2e%2e/%2e%2e/etc/passwd", "/ui/nothing.js"):
             assert http.get(bad).status_code == 404, bad
         page = browser.new_page()

@@ -549,3 +549,215 @@ def test_warming_imports_what_the_first_judge_call_would_import_inside_the_event
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "True", done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------------------------------------------ /ui
+def build_processes() -> list[int]:
+    """This process's children building a /ui report (greval.report.explorer.served.child)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            mine = proc.name.isdigit() and b"served import child" in (proc / "cmdline").read_bytes()
+            if mine and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.append(int(proc.name))
+    return found
+
+
+def ui_get(http: httpx.Client, path: str, within: float = 2.0) -> httpx.Response:
+    """GET ``path``: a /ui request is answered from the last build, never after one (``within`` seconds)."""
+    t0 = time.monotonic()
+    r = http.get(path)
+    assert time.monotonic() - t0 < within, (path, time.monotonic() - t0)
+    no_traceback(r)
+    return r
+
+
+def ui_until(http: httpx.Client, path: str, wanted: str, timeout: float = 90) -> httpx.Response:
+    """GET ``path`` until it answers 200 with ``wanted`` in it (each answer at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = ui_get(http, path)
+        if r.status_code == 200 and wanted in r.text:
+            return r
+        assert time.monotonic() < deadline, (path, wanted, r.status_code, r.text[:500])
+        time.sleep(0.2)
+
+
+@pytest.fixture()
+def quick_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/ui looks at the store on every view and builds again as soon as the store changed."""
+    from greval.report.explorer import served
+
+    monkeypatch.setattr(served, "CHECK_EVERY", 0.0)
+    monkeypatch.setattr(served, "MIN_GAP", 0.0)
+    monkeypatch.setattr(served, "RESAMPLES", 50)
+
+
+@pytest.fixture()
+def slow_builds(quick_builds: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quick_builds``, each build 3 s slower than it is (a sleep in the build process before the real build),
+    so that requests meet a build under way."""
+    from greval.report.explorer import served
+
+    monkeypatch.setattr(served, "BUILD_CODE", "import time; time.sleep(3); " + served.BUILD_CODE)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    from tests.test_report_explorer import ARGS, CHROMIUM
+
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (CI installs it)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.mark.browser
+def test_ui_answers_at_once_from_the_last_build_while_the_next_is_built_in_the_background(
+    llm: OpenAIServer, tmp_path: Path, slow_builds: None, chromium: Any
+) -> None:
+    """Before, a view after a change rebuilt the whole report inside the request, behind one lock (16–181 s a
+    view under judging traffic). Now every /ui request and every judging request is answered at once: before the
+    first build a page saying it is being built (503, reloading itself), then the last build with when it was
+    made and that a newer one is under way; one build at a time, in a child process; shown in Chromium."""
+    store = tmp_path / "s.sqlite"
+    peak: list[int] = []
+    stop = threading.Event()
+
+    def count() -> None:  # how many builds run at once, sampled throughout
+        while not stop.wait(0.05):
+            peak.append(len(build_processes()))
+
+    sampler = threading.Thread(target=count, daemon=True)
+    sampler.start()
+    with serving(llm, store) as url, httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(3)}).status_code == 200
+        first = ui_get(http, "/ui/")
+        assert first.status_code == 503 and "being built" in first.text and "reloads itself" in first.text
+        assert first.headers["retry-after"] == "2"
+        assert ui_get(http, "/ui/explorer/data/meta.js").status_code == 503
+        page = ui_until(http, "/ui/", "Report of the store as of").text
+        assert "greval report" in page and "explorer/index.html" in page and "being built" not in page
+        assert '"records":3' in ui_get(http, "/ui/explorer/data/meta.js").text
+        # new verdicts: the next view still gets the last build at once, and says a newer one is being built
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2, 3)}).status_code == 200
+        ui_until(http, "/ui/", "A newer one is being built")
+        assert '"records":3' in ui_get(http, "/ui/explorer/data/meta.js").text
+        t0 = time.monotonic()  # judging meanwhile does not wait for the build
+        r = http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2, 5)})
+        assert r.status_code == 200 and time.monotonic() - t0 < 2.0
+        ui_until(http, "/ui/explorer/data/meta.js", '"records":7')
+        browser = chromium.new_page()
+        errors: list[str] = []
+        browser.on("pageerror", lambda e: errors.append(str(e)))
+        browser.goto(url + "/ui/explorer/index.html#m=0")
+        browser.wait_for_selector("body[data-ready=list]")
+        assert browser.locator("#count").inner_text() == "7 of 7 records"
+        assert browser.locator("#greval-served").inner_text().startswith("Report of the store as of ")
+        browser.goto(url + "/ui/")
+        assert "Report of the store as of" in browser.locator("#greval-served").inner_text()
+        assert errors == []
+        browser.close()
+    stop.set()
+    sampler.join()
+    assert max(peak) == 1 and build_processes() == []  # builds ran, one at a time; none outlived the server
+
+
+HOSTILE_PATHS = [
+    "/ui/%00",
+    "/ui/" + "a" * 5000,
+    "/ui/" + "a/" * 2500,
+    "/ui/" + "x" * 300 + ".js",
+    "/ui/" + "é" * 200,
+    "/ui/explorer/%00.js",
+    "/ui/index.html%00.png",
+    "/ui/%0a",
+    "/ui/..%5c..%5cetc%5cpasswd",
+    "/ui/%2e%2e/%2e%2e/etc/passwd",
+    "/ui/%2fetc%2fpasswd",
+    "/ui//etc/passwd",
+    "/ui/%ff%fe",
+    "/ui/%c0%ae%c0%ae/etc/passwd",
+]
+
+
+def test_hostile_ui_paths_are_a_404_before_and_after_a_build(
+    llm: OpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A NUL, a path longer than a file name may be, a backslash, dots: a JSON 404, never a 500 (before: a NUL
+    was "embedded null byte" and a 5,000-character path "File name too long", both 500s). A store with no
+    verdict yet has no report: its page says why."""
+    from greval.report.explorer import served
+
+    caplog.set_level(logging.ERROR, logger="greval.serve")
+    with serving(llm, tmp_path / "s.sqlite") as url, httpx.Client(base_url=url, timeout=30) as http:
+        for when in ("before", "after"):
+            for path in HOSTILE_PATHS + (["/ui/nothing.js", "/ui/explorer/data/m9-9.js"] if when == "after" else []):
+                r = http.get(path)
+                assert r.status_code == 404, (when, path[:50], r.status_code, r.text[:300])
+                assert r.json()["error"]["kind"] == "not_found" and len(r.text) < 1000
+                no_traceback(r)
+            if when == "before":
+                deadline = time.monotonic() + 60
+                while "no verdicts yet" not in (r := ui_get(http, "/ui/")).text:
+                    assert r.status_code == 503 and time.monotonic() < deadline, r.text[:500]
+                    time.sleep(0.2)
+                assert "cannot be built yet" in r.text
+                assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(1)}).is_success
+                ui_until(http, "/ui/", "Report of the store as of")
+    assert "internal error" not in caplog.text
+    assert served.report_path("a/../b") is None and served.report_path("./a//b/") == "a/b"
+
+
+def test_a_failed_build_is_said_on_the_page_and_the_last_build_stays(
+    llm: OpenAIServer, tmp_path: Path, quick_builds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that fails (here the build process is made to fail with one line on stderr, as a real failure
+    ends) leaves the last build served, says so on the page with the line (an API key in it redacted); the
+    store's next change builds again."""
+    from greval.report.explorer import served
+
+    real = served.BUILD_CODE
+    store = tmp_path / "s.sqlite"
+    with serving(llm, store) as url, httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2)}).status_code == 200
+        ui_until(http, "/ui/", "Report of the store as of")
+        fail = "import sys; sys.exit('cannot read the store: token sk-abcdefghijklmnopqrstuvwxyz123456 refused')"
+        monkeypatch.setattr(served, "BUILD_CODE", fail)
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(1, 2)}).status_code == 200
+        page = ui_until(http, "/ui/", "The last build failed: cannot read the store").text
+        assert "sk-abcdefghijklmnopqrstuvwxyz123456" not in page and "[REDACTED]" in page
+        assert '"records":2' in ui_get(http, "/ui/explorer/data/meta.js").text  # the last build, still served
+        monkeypatch.setattr(served, "BUILD_CODE", real)  # tried again once the store changes
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(1, 3)}).status_code == 200
+        ui_until(http, "/ui/explorer/data/meta.js", '"records":4')
+        assert "The last build failed" not in ui_get(http, "/ui/").text
+
+
+def test_a_build_under_way_ends_with_the_server_and_leaves_no_folder(
+    llm: OpenAIServer, tmp_path: Path, quick_builds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping the server ends the build process under way (it is the server's child) and removes every
+    report folder it made."""
+    import tempfile
+
+    from greval.report.explorer import served
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(served, "BUILD_CODE", "import time; time.sleep(120); " + served.BUILD_CODE)
+    with serving(llm, tmp_path / "s.sqlite") as url, httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(1)}).status_code == 200
+        assert ui_get(http, "/ui/").status_code == 503
+        deadline = time.monotonic() + 30
+        while not build_processes():
+            assert time.monotonic() < deadline, "no build started"
+            time.sleep(0.1)
+        assert [p.name.startswith("greval-ui-") for p in temp.iterdir()] == [True]
+        t0 = time.monotonic()
+    assert build_processes() == [] and list(temp.iterdir()) == []
+    assert time.monotonic() - t0 < 15

@@ -330,6 +330,54 @@ def test_a_new_store_and_its_wal_and_shm_are_readable_by_their_owner_only(tmp_pa
     assert oct(mine.stat().st_mode & 0o777) == "0o644"
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_an_export_is_the_owner_s_alone_and_a_failed_one_leaves_the_file_it_would_replace(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """An export holds the store's records and verdicts: 0600 in folders greval makes 0700, even under umask 0
+    (before: 0644 / 0755, 0666 under umask 0). An export greval replaces is written beside it and renamed: the
+    new file is 0600 whatever the old one was, and an export that fails midway (here the store's rows end in
+    an error after the first) leaves the old file as it was, with nothing beside it."""
+    import greval.store.export as export
+
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    store = tmp_path / "s.sqlite"
+    with Store(store) as st:
+        run(resolve_specs(["answer_alignment"]), fixture_records()[:3], st, cfg)
+    out = tmp_path / "new" / "dir" / f"v.{fmt}"
+    mask = os.umask(0)
+    try:
+        assert export.export_results(store, out) == 3
+        first = (
+            oct(out.stat().st_mode & 0o777),
+            [oct(d.stat().st_mode & 0o777) for d in (out.parent, out.parent.parent)],
+        )
+        out.chmod(0o644)
+        before = out.read_bytes()
+        real = export.result_rows
+
+        def failing(*args: Any) -> Any:
+            rows = real(*args)
+            yield next(iter(rows))
+            raise OSError("no space left on device")
+
+        monkeypatch.setattr(export, "result_rows", failing)
+        with pytest.raises(OSError, match="no space"):
+            export.export_results(store, out)
+        failed = (
+            out.read_bytes() == before,
+            oct(out.stat().st_mode & 0o777),
+            sorted(p.name for p in out.parent.iterdir()),
+        )
+        monkeypatch.setattr(export, "result_rows", real)
+        assert export.export_results(store, out) == 3
+    finally:
+        os.umask(mask)
+    assert first == ("0o600", ["0o700", "0o700"])
+    assert failed == (True, "0o644", [out.name])
+    assert oct(out.stat().st_mode & 0o777) == "0o600" and sorted(p.name for p in out.parent.iterdir()) == [out.name]
+
+
 _SQL = re.compile(
     r"\b(SELECT\s+[\w*(]|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX)"
     r"|ALTER\s+TABLE|DROP\s+TABLE)"

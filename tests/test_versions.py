@@ -168,6 +168,7 @@ def test_an_experiment_on_new_records_under_the_production_version_stays_out_of_
     path = tmp_path / "s.sqlite"
     with Store(path) as st:
         run([sc.spec()], records[:6], st, cfg)
+
         def read() -> Any:
             key, _, judge = spec_and_judge(st, "supported")
             pushed = [repr(c) for c in candidates(st, key, judge.key)]

@@ -11,6 +11,7 @@ import yaml
 
 from greval.align.decide import fmt_gain, fmt_gain_ci
 from greval.align.models import REPORT_NAME, AlignResult
+from greval.paths import write_private
 from greval.report.format import fmt_ci, fmt_number
 from greval.spec import Spec, parse_spec
 
@@ -85,15 +86,15 @@ def write_outputs(result: AlignResult, out: Path, html: Path | None) -> dict[str
     files: dict[str, str] = {}
     evidence = out.with_name(out.name.removesuffix(".yaml").removesuffix(".yml") + ".evidence.json")
     if result.adopted and result.new_spec is not None:
-        out.write_text(spec_yaml(result.new_spec, lineage(result, evidence.name)), encoding="utf-8")
+        write_private(out, spec_yaml(result.new_spec, lineage(result, evidence.name)))
         files["spec"] = str(out)
     files["evidence"] = str(evidence)
     if html is not None:
         files["html"] = str(html)
     done = result.model_copy(update={"files": files})
-    evidence.write_text(done.model_dump_json(indent=2), encoding="utf-8")
+    write_private(evidence, done.model_dump_json(indent=2))
     if html is not None:
-        html.write_text(render_page(done), encoding="utf-8")
+        write_private(html, render_page(done))
     return files
 
 

@@ -41,6 +41,7 @@ from greval.cli.flags import FLAGS
 from greval.dataset.frame import Frame
 from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
+from greval.paths import write_private
 from greval.report.agreement import render_consistency_markdown, render_html, render_markdown
 from greval.report.format import with_names
 from greval.report.terminal import print_comparison, print_consistency, print_report
@@ -295,5 +296,5 @@ def _write_json(console: Console, outputs: Outputs, result: Result | AgreementBa
 
 
 def _write(console: Console, path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    write_private(path, text)
     console.print(f"wrote {path}")

@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from greval.annotation.server import DEFAULT_PORT
 from greval.cli.common import judge_options
+from greval.paths import output_dir
 
 if TYPE_CHECKING:
     from greval.annotation.argilla import Connection
@@ -135,7 +136,7 @@ def _quickstart(opts: _Options) -> None:
     argilla = _review(opts, store_path, done)
 
     report_dir = work / "report"
-    report_dir.mkdir(exist_ok=True)
+    output_dir(report_dir)
     rep = build(store_path, [SPEC], bootstrap_resamples=opts.bootstrap, out_dir=report_dir, names=FLAGS)
     write(rep, report_dir, FLAGS)  # the same files `greval report -o report_dir` writes
     metric = rep.metrics[0]

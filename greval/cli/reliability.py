@@ -15,6 +15,7 @@ from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.llm.config import JudgeChoice, JudgeConfig, default_judge
 from greval.llm.local import judge_session
+from greval.paths import write_private
 from greval.quality.reliability import (
     Order,
     Perturbation,
@@ -141,5 +142,5 @@ def reliability_cmd(
         rep = reliability(specs, target, records, st, cfg, members, opts)
     print_report(out, rep, FLAGS)
     if json_out:
-        Path(json_out).write_text(rep.model_dump_json(indent=2), encoding="utf-8")
+        write_private(Path(json_out), rep.model_dump_json(indent=2))
         console.print(f"wrote {json_out}")

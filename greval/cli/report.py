@@ -10,6 +10,7 @@ import click
 
 from greval.cli.common import console, out, store_option
 from greval.cli.flags import FLAGS
+from greval.paths import output_dir
 from greval.report.store_report import build, write
 from greval.report.terminal import print_notes, print_store_report
 from greval.store.backend import display
@@ -76,7 +77,7 @@ def report_cmd(
       greval report --store greval.sqlite --group-column film   # method × film tables
     """
     out_dir = Path(output)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(out_dir)
     if compare:
         _compare(store, compare, out_dir, resamples, system_column)
         return

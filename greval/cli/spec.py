@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 from greval.cli.flags import FLAGS
 from greval.cli.lazy import Lazy, LazyGroup
 from greval.errors import UserError
+from greval.paths import write_private
 
 SPEC_COMMANDS: dict[str, Lazy] = {
     "lint": Lazy(
@@ -145,7 +146,7 @@ def spec_schema(output: str | None) -> None:
 
     text = json.dumps(spec_json_schema(), indent=2, ensure_ascii=False)
     if output:
-        Path(output).write_text(text + "\n", encoding="utf-8")
+        write_private(Path(output), text + "\n")
         console.print(f"wrote {output}")
     else:
         click.echo(text)
@@ -280,10 +281,7 @@ def spec_new(
     note = f"Drafted by `greval spec new` with {cfg.label}. Review every step and description before use."
     text = render_spec_yaml(outcome.data, schema_ref, note)
     spec = check_written(text, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_private(path, text)
     for n in outcome.notes:
         console.print(f"[yellow]note:[/] {n}", highlight=False)
     _print_findings(outcome.findings, console)
@@ -363,7 +361,7 @@ def spec_try(
     )
     print_try(out, target, report, frame, summary, FLAGS)
     if json_out:
-        Path(json_out).write_text(report.model_dump_json(indent=2), encoding="utf-8")
+        write_private(Path(json_out), report.model_dump_json(indent=2))
         console.print(f"wrote {json_out}")
 
 

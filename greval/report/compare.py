@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from greval.errors import UserError, option
+from greval.paths import write_private
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.models import MetricRow
 from greval.report.scores import PairedChange, SystemFilter, paired_change, run_items
@@ -384,7 +385,6 @@ def write(comp_built: Built, out_dir: Path) -> None:
     """index.html (the comparison), comparison.json and the explorer with both verdicts."""
     from greval.report.explorer.write import write_comparison_explorer
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "index.html").write_text(render_page(comp_built.comparison), encoding="utf-8")
-    (out_dir / "comparison.json").write_text(comp_built.comparison.model_dump_json(indent=2), encoding="utf-8")
+    write_private(out_dir / "index.html", render_page(comp_built.comparison))
+    write_private(out_dir / "comparison.json", comp_built.comparison.model_dump_json(indent=2))
     write_comparison_explorer(comp_built, out_dir)

@@ -10,6 +10,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from greval.agreement.gate import Check
+from greval.paths import write_private
 
 
 def junit_xml(suite: str, classname: str, checks: Sequence[Check], notes: Sequence[str] = ()) -> bytes:
@@ -43,4 +44,4 @@ def write_junit(
     path: str | Path, suite: str, classname: str, checks: Sequence[Check], notes: Sequence[str] = ()
 ) -> None:
     """Write :func:`junit_xml` to ``path``."""
-    Path(path).write_bytes(junit_xml(suite, classname, checks, notes))
+    write_private(Path(path), junit_xml(suite, classname, checks, notes))

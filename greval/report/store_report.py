@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from greval.errors import Remedy, UserError
+from greval.paths import write_private
 from greval.report.format import with_names
 from greval.report.models import (
     GroupCell,
@@ -349,9 +350,9 @@ def _agreement(
     page, shown = f"{stem}.agreement.html", with_names(rep, pages.names)
     title = f"{spec.name} ({spec.hash}): {sel.judge} vs people"
     links = pages.cell_href((sel.spec_key, sel.judge_key))
-    (pages.out_dir / page).write_text(render_html(shown, frame, title=title, cell_href=links), encoding="utf-8")
-    (pages.out_dir / f"{stem}.agreement.md").write_text(render_markdown(shown), encoding="utf-8")
-    (pages.out_dir / f"{stem}.agreement.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
+    write_private(pages.out_dir / page, render_html(shown, frame, title=title, cell_href=links))
+    write_private(pages.out_dir / f"{stem}.agreement.md", render_markdown(shown))
+    write_private(pages.out_dir / f"{stem}.agreement.json", rep.model_dump_json(indent=2))
     return head, page
 
 
@@ -371,10 +372,10 @@ def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = Non
     from greval.report.html import render_index, render_markdown
     from greval.report.plots import overview_png
 
-    (out_dir / "index.html").write_text(render_index(rep, names, explorer), encoding="utf-8")
-    (out_dir / "report.json").write_text(rep.model_dump_json(indent=2), encoding="utf-8")
-    (out_dir / "overview.png").write_bytes(overview_png(rep))
-    (out_dir / "report.md").write_text(render_markdown(rep, "overview.png", names), encoding="utf-8")
+    write_private(out_dir / "index.html", render_index(rep, names, explorer))
+    write_private(out_dir / "report.json", rep.model_dump_json(indent=2))
+    write_private(out_dir / "overview.png", overview_png(rep))
+    write_private(out_dir / "report.md", render_markdown(rep, "overview.png", names))
     if explorer:
         from greval.report.explorer.write import write_explorer
 

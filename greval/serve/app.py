@@ -464,7 +464,7 @@ def create_app(
             # uvicorn has let the requests in flight finish; judgements whose client went away are stored too.
             await service.drain(settings.drain_timeout)
             service.close()
-            ui.close()
+            await run_in_threadpool(ui.close)  # ends the report build under way, if any
 
     app = FastAPI(
         title="greval serve",
@@ -499,20 +499,24 @@ def create_app(
                 )
 
     ui = ServedReport(store_path)
+    app.state.ui = ui
 
     @app.get("/ui", include_in_schema=False)
     async def ui_root() -> RedirectResponse:
         return RedirectResponse("/ui/")
 
     @app.get("/ui/{path:path}", include_in_schema=False)
-    async def ui_file(path: str) -> Response:
+    async def ui_file(request: Request, path: str) -> Response:
         """The store's report and record explorer (greval.report.explorer.served), as `greval report` writes
-        them, rebuilt when the store changes."""
-        found = await run_in_threadpool(ui.file, path)
+        them: the last build at once, the next one built in the background when the store changed."""
+        # the route's pattern ends in `$`, which also matches before a final newline: "/ui/\n" is not "/ui/"
+        whole = request.scope["path"] == "/ui/" + path
+        found = await run_in_threadpool(ui.file, path) if whole else None
         if found is None:
-            raise ServeError(404, "not_found", f"no file {path!r} in the report", "path")
-        body, kind = found
-        return Response(body, media_type=kind, headers={"Cache-Control": "no-cache"})
+            shown = path if len(path) <= 100 else path[:100] + "…"
+            raise ServeError(404, "not_found", f"no file {shown!r} in the report", "path")
+        headers = {"Cache-Control": "no-cache", **found.headers}
+        return Response(found.body, status_code=found.status, media_type=found.media_type, headers=headers)
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, Any]:

@@ -5,19 +5,20 @@ read from the store: an export's memory does not grow with the store (a test hol
 the peak of a small one's). Every file has the same columns in the same order, whatever the rows hold; a
 JSON value (``outputs``, a record's ``counts``) is JSON text in CSV and Parquet and an object in JSONL. The
 file is written beside its destination and moved there once complete: an export that fails leaves no half
-file behind.
+file behind. It is readable by the owner only (0600, :func:`greval.paths.private_output`): it holds their
+records and verdicts, as the store does.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from greval.errors import UserError
+from greval.paths import private_output
 from greval.store.backend import batched
 from greval.store.results import ITEM_COLUMNS, RECORD_COLUMNS, result_rows
 from greval.store.store import Store
@@ -80,15 +81,8 @@ def export_results(
     if kind is None:
         raise UserError(f"unknown export format {(fmt or out.suffix.lstrip('.'))!r}; use csv, jsonl or parquet")
     columns = ITEM_COLUMNS if level == "item" else RECORD_COLUMNS
-    part = out.with_name(out.name + ".part")
-    with Store(store) as st:
-        rows = result_rows(st, spec, level, all_versions=all_versions)
-        try:
-            n = _WRITERS[kind](rows, columns, part)
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-    os.replace(part, out)
+    with Store(store) as st, private_output(out) as part:
+        n = _WRITERS[kind](result_rows(st, spec, level, all_versions=all_versions), columns, part)
     return n
 
 

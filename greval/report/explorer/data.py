@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from greval.llm.prices import CallsCost, Price, calls_cost, price_for, usd_text
+from greval.paths import output_dir, write_private
 from greval.report.models import MetricRow
 from greval.report.stats import score_bins
 from greval.report.tables import agreement_cell, summary_cell
@@ -347,7 +348,7 @@ def _numbers(metrics: Sequence[MetricData]) -> dict[tuple[str, str], int]:
 def _write_rows(out: Path, i: int, rows: Sequence[list[Any]]) -> int:
     for k in range(0, len(rows), ROWS_PER_CHUNK):
         text = js_call("GREVAL.rows", i, k // ROWS_PER_CHUNK, rows[k : k + ROWS_PER_CHUNK])
-        (out / f"m{i}-{k // ROWS_PER_CHUNK}.js").write_text(text, encoding="utf-8")
+        write_private(out / f"m{i}-{k // ROWS_PER_CHUNK}.js", text)
     return -(-len(rows) // ROWS_PER_CHUNK)
 
 
@@ -356,9 +357,7 @@ def _write_records(out: Path, numbers: Mapping[tuple[str, str], int], data: Mapp
     for k in range(0, len(ordered), RECORDS_PER_CHUNK):
         chunk = ordered[k : k + RECORDS_PER_CHUNK]
         part = {n: {"id": rid, "fields": record_fields(data.get(h, {}))} for (rid, h), n in chunk}
-        (out / f"r{k // RECORDS_PER_CHUNK}.js").write_text(
-            js_call("GREVAL.records", k // RECORDS_PER_CHUNK, part), encoding="utf-8"
-        )
+        write_private(out / f"r{k // RECORDS_PER_CHUNK}.js", js_call("GREVAL.records", k // RECORDS_PER_CHUNK, part))
     return -(-len(ordered) // RECORDS_PER_CHUNK)
 
 
@@ -392,7 +391,7 @@ def write_data(
     """Write meta.js, the row chunks and the record chunks under ``out`` (explorer/data); ``paired``: a
     comparison's (pair key of each of side A's rows, side B's rows by pair key) per metric; ``pricing``: what
     the records' calls cost. Returns the files written."""
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     numbers = _numbers(metrics)
     metas, files = [], 0
     for i, m in enumerate(metrics):
@@ -413,5 +412,5 @@ def write_data(
         "prices": pricing.source,
         "metrics": metas,
     }
-    (out / "meta.js").write_text(js_call("GREVAL.meta", meta), encoding="utf-8")
+    write_private(out / "meta.js", js_call("GREVAL.meta", meta))
     return files + 1

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast, get_args
 
+from greval.paths import write_private
 from greval.spec import BaseSpec, Spec
 from greval.types import Method
 
@@ -85,7 +86,7 @@ def write_prompts(
             methods.update(c[0] for c in shown)
         chunks.setdefault(number // per_chunk, {})[number] = shown
     static = {m: prompt.static(cast(Method, m)) for m in sorted(methods)}  # each checked against _METHODS
-    (out / f"p{index}.js").write_text(js_call("GREVAL.prompt", index, static), encoding="utf-8")
+    write_private(out / f"p{index}.js", js_call("GREVAL.prompt", index, static))
     for k, part in chunks.items():
-        (out / f"q{index}-{k}.js").write_text(js_call("GREVAL.prompts", index, k, part), encoding="utf-8")
+        write_private(out / f"q{index}-{k}.js", js_call("GREVAL.prompts", index, k, part))
     return 1 + len(chunks)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from greval.paths import write_private
 from greval.report.explorer.data import MetricData, Pricing, Where, write_data
 from greval.report.explorer.links import FOLDER
 from greval.report.models import MetricRow, StoreReport
@@ -21,9 +22,8 @@ STATIC = Path(__file__).parent / "static"
 
 def copy_static(folder: Path) -> None:
     """The explorer's page and script (the package's own files: nothing is fetched from a network)."""
-    folder.mkdir(parents=True, exist_ok=True)
     for name in ("index.html", "app.js", "app.css"):
-        shutil.copyfile(STATIC / name, folder / name)
+        write_private(folder / name, (STATIC / name).read_bytes())
 
 
 def pricing() -> Pricing:
