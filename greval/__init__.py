@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from greval.api import Results, aevaluate, evaluate
     from greval.dataset.records import Record, load_records
-    from greval.errors import DataError, SpecError, UserError
+    from greval.errors import DataError, GrevalError, SpecError, StoreUnavailable, UserError
     from greval.judge.evaluators import compile, compile_suite
     from greval.judge.judge import Judge
     from greval.llm.config import JudgeConfig, make_chat_model
@@ -34,6 +34,8 @@ _WHERE = {
     "evaluate": "greval.api",
     "Record": "greval.dataset.records",
     "DataError": "greval.errors",
+    "GrevalError": "greval.errors",
+    "StoreUnavailable": "greval.errors",
     "SpecError": "greval.errors",
     "UserError": "greval.errors",
     "load_records": "greval.dataset.records",
@@ -88,6 +90,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BaseSpec",
     "DataError",
+    "GrevalError",
     "ItemVerdict",
     "Judge",
     "JudgeConfig",
@@ -99,6 +102,7 @@ __all__ = [
     "Spec",
     "SpecError",
     "Store",
+    "StoreUnavailable",
     "UserError",
     "aevaluate",
     "arun",

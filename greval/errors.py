@@ -1,4 +1,9 @@
-"""User-facing errors: the CLI prints them in one line and exits 2, without a traceback."""
+"""greval's errors. Every exception greval raises on purpose is a :class:`GrevalError`, so a caller can catch
+"any greval failure" in one clause; the families under it say whose it is: :class:`UserError` (a mistake in the
+user's input: the CLI prints it in one line and exits 2, without a traceback), :class:`StoreUnavailable` (a store
+that stopped answering), and the stages' own (a judge call, the local judge, the Argilla server, a served
+request). Failures that are data — a judgement's error verdict, a skipped record — stay data: they are stored and
+counted, never raised."""
 
 from __future__ import annotations
 
@@ -7,7 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
-class UserError(Exception):
+class GrevalError(Exception):
+    """The root of every exception greval raises on purpose (``except greval.GrevalError``)."""
+
+
+class UserError(GrevalError):
     """A mistake in the user's input (a file, a flag, a spec) rather than a bug in greval; ``remedy``: a greval
     command that would fix it, as facts (the CLI writes it out after the message)."""
 
@@ -51,7 +60,7 @@ class LimitExceeded(DataError):
         self.limit = limit
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(GrevalError):
     """The store stopped answering (a PostgreSQL server gone for longer than the wait allowed, a SQLite file
     that cannot be written): not the user's mistake, but printed the same way, in one line (with what is
     stored and how to resume), and exit code 75 (EX_TEMPFAIL: try again later)."""

@@ -152,3 +152,27 @@ def test_a_remedy_is_written_as_the_command_to_type() -> None:
     plain = Remedy("review", {"spec": "my spec", "blind": ""})
     assert error_text(UserError("x", remedy=plain)) == "x; run `greval review --spec 'my spec' --blind`"
     assert error_text(f"give {option('pair_by')}") == for_terminal(f"give {option('pair_by')}")
+
+
+def test_every_exception_greval_defines_is_a_greval_error() -> None:
+    """A caller of greval.evaluate can catch any greval failure in one clause: every exception class defined in
+    greval (each module imported) derives from greval.GrevalError; UserError and the other families are under it."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import greval
+
+    defined: list[type[BaseException]] = []
+    for info in pkgutil.walk_packages(greval.__path__, "greval."):
+        if info.name.startswith(("greval.testing", "greval.__main__")):
+            continue  # helpers for tests (their errors are aiohttp's), and the entry point (runs the CLI)
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__ == info.name:
+                defined.append(cls)
+    assert len(defined) >= 20
+    outside = sorted(f"{c.__module__}.{c.__qualname__}" for c in defined if not issubclass(c, greval.GrevalError))
+    assert outside == []
+    assert issubclass(greval.UserError, greval.GrevalError) and issubclass(greval.StoreUnavailable, greval.GrevalError)
+    assert "GrevalError" in greval.__all__

@@ -8,9 +8,10 @@ the decision (the winner and the current spec on the test part), so the search c
 from __future__ import annotations
 
 from greval.align.models import Cost
+from greval.errors import GrevalError
 
 
-class OutOfBudget(Exception):
+class OutOfBudget(GrevalError):
     """The next spend would cross the budget: the search stops proposing."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from greval.align.models import Answer, Unit
+from greval.errors import GrevalError
 
 
 class Tracer(Protocol):
@@ -20,7 +21,7 @@ class Tracer(Protocol):
     def touched(self, phase: str, keys: Iterable[str]) -> None: ...
 
 
-class LeakError(AssertionError):
+class LeakError(GrevalError, AssertionError):
     """A step asked for a record or unit outside its view: a bug, never a user's mistake."""
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from greval.errors import Remedy, option
+from greval.errors import GrevalError, Remedy, option
 from greval.paths import annotation_dir, data_dir
 
 ARGILLA_SERVER_VERSION = "2.8.0"
@@ -43,7 +43,7 @@ _MARKER = ".greval-requirements.sha256"
 SETUP_ESTIMATE = "1–10 min: about 1 with pip's cache warm, up to 10 with an empty one on a busy machine"
 
 
-class AnnotationServerError(Exception):
+class AnnotationServerError(GrevalError):
     """A problem the user can act on; the CLI prints the message as one line, without a traceback (and the
     ``remedy``, a greval command that would fix it, as a command line)."""
 

@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from greval.cli.flags import error_text, for_terminal
 from greval.dataset.limits import ReadLimits, parse_size, size_text
-from greval.errors import UserError
+from greval.errors import GrevalError, UserError
 from greval.progress import TerminalProgress
 from greval.report import layout
 from greval.report.layout import wrap_plain as wrap_plain  # the CLI's modules import it from here
@@ -138,7 +138,7 @@ def command_line(args: Sequence[str]) -> str:
     return " ".join([greval_command(), *(shlex.quote(a) for a in shown)])
 
 
-class Terminated(KeyboardInterrupt):
+class Terminated(GrevalError, KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: what runs stops cleanly and records that it was interrupted."""
 
 

@@ -19,6 +19,7 @@ import json
 import os
 from pathlib import Path
 
+from greval.errors import GrevalError
 from greval.paths import data_dir
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 
-class LocalJudgeError(RuntimeError):
+class LocalJudgeError(GrevalError, RuntimeError):
     """A user-facing problem with the local judge (missing model, failed build, server died).
 
     The message is meant to be shown as is, without a traceback.

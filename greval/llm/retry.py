@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from greval.errors import UserError, option
+from greval.errors import GrevalError, UserError, option
 from greval.llm.limiter import AdaptiveLimiter
 from greval.types import ErrorKind
 
@@ -52,7 +52,7 @@ class RetryPolicy(BaseModel):
 
 
 # ------------------------------------------------------------------------------------------ kinds
-class JudgeError(Exception):
+class JudgeError(GrevalError):
     """An error greval raises about one judgement, with its kind (see :class:`ErrorKind`)."""
 
     kind: ErrorKind = ErrorKind.UNKNOWN

@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from greval.dataset.records import Record
-from greval.errors import DataError, StoreUnavailable, UserError, option
+from greval.errors import DataError, GrevalError, StoreUnavailable, UserError, option
 from greval.judge.schemas import input_model, record_fields
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, redact
@@ -114,7 +114,7 @@ def key_id(key: str) -> str:
 CLOSE = {"Connection": "close"}
 
 
-class ServeError(Exception):
+class ServeError(GrevalError):
     """A request greval refuses or cannot answer: status, kind, message, the field at fault, extra headers."""
 
     def __init__(

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Self, cast, get_args
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from greval.errors import GrevalError
 from greval.spec.kinds import register_kind
 from greval.spec.model import IDENT, BaseSpec, StrictModel
 
@@ -463,7 +464,7 @@ def load_table(path: Path, p: TripleParams) -> RelationshipTable:
     return _load_table(str(path), st.st_mtime_ns, st.st_size, p)
 
 
-class TableUnavailable(Exception):
+class TableUnavailable(GrevalError):
     """The relationship table of a spec read back from a store (reported on, never run) could not be read."""
 
 

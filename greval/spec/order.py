@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from greval.errors import SpecError
+from greval.errors import GrevalError, SpecError
 from greval.spec.model import BaseSpec
 
 
@@ -14,7 +14,7 @@ def field_at(where: str, path: str) -> str:
     return ".".join(p for p in (where, path) if p).replace(".[", "[")
 
 
-class Cycle(Exception):
+class Cycle(GrevalError):
     """A dependency cycle: ``root`` is where the search started, ``path`` the loop (first name repeated)."""
 
     def __init__(self, root: str, path: list[str]) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from greval.errors import GrevalError
+
 #: What one spec file may hold once its aliases are expanded, so a hostile file fails in milliseconds
 #: instead of exhausting memory: real specs are a few hundred values deep in single digits.
 MAX_DEPTH = 100
@@ -19,7 +21,7 @@ MAX_CHARS = 20_000_000
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class RefusedYAML(yaml.MarkedYAMLError):
+class RefusedYAML(GrevalError, yaml.MarkedYAMLError):
     """Well-formed YAML that greval refuses (duplicate key, alias bomb, too deep): not a syntax error."""
 
 

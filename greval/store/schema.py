@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from greval.dataset.compact import Pairs
 from greval.dataset.records import Record
+from greval.errors import GrevalError
 from greval.store.backend import batched
 from greval.types import ErrorKind
 
@@ -203,7 +204,7 @@ def _key_of(lines: Iterable[str]) -> str:
     return digest.hexdigest()[:24]
 
 
-class _NotById(Exception):
+class _NotById(GrevalError):
     """The lines cannot be sorted by their ids alone (see :func:`_lines_by_id`)."""
 
 

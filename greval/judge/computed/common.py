@@ -7,10 +7,11 @@ import math
 import re
 from typing import Any
 
+from greval.errors import GrevalError
 from greval.types import RECORD_ITEM, ErrorKind, ItemVerdict
 
 
-class ComputeError(Exception):
+class ComputeError(GrevalError):
     """A record this metric cannot score (e.g. a field of the wrong type): an error verdict, not a crash.
 
     ``kind`` is the verdict's :class:`~greval.types.ErrorKind`: the record's data by default; ``UNKNOWN``
