@@ -4,9 +4,10 @@
 # The two builds run side by side, each printing its progress (prefixed by its name) as it goes.
 # Into the active virtual environment, else ./.venv (scripts/_python.sh). A second run skips pip when greval
 # is installed already, editable from this checkout with the same pyproject.toml (scripts/_install_stamp.py).
-#   --all   also the embedding metric's libraries (sentence-transformers with torch's CPU build, ~750 MB) and
-#           the Phoenix server's own environment (arize-phoenix, ~850 MB, made once in greval's data dir: the
-#           traces tests start it); the tests and CI use it, the quick start does not.
+#   --all   also the embedding metric's libraries (sentence-transformers with torch's CPU build, ~750 MB), the
+#           docs site's tools (the docs extra: mkdocs) and the Phoenix server's own environment (arize-phoenix,
+#           ~850 MB, made once in greval's data dir: the traces tests start it); the tests and CI use it, the
+#           quick start does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=0
@@ -70,6 +71,10 @@ stop_build() { kill "$BUILD" 2>/dev/null || true; }
 if [ "$ALL" = 1 ]; then
   pip_step embeddings "$TORCH .[embeddings]" "installing the embedding metric's libraries (torch CPU, sentence-transformers)" \
     install_embeddings || { stop_build; exit 1; }
+fi
+if [ "$ALL" = 1 ]; then
+  pip_step docs ".[docs]" "installing the docs site's tools (mkdocs; tests/test_docs.py builds the site)" \
+    "$PY" -m pip install -e '.[docs]' || { stop_build; exit 1; }
 fi
 if [ "$ALL" = 1 ]; then
   echo "preparing the Phoenix server's environment for the traces tests (once; log: $LOGS/phoenix.log)"
