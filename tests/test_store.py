@@ -356,8 +356,8 @@ def test_an_export_is_the_owner_s_alone_and_a_failed_one_leaves_the_file_it_woul
         before = out.read_bytes()
         real = export.result_rows
 
-        def failing(*args: Any) -> Any:
-            rows = real(*args)
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            rows = real(*args, **kwargs)
             yield next(iter(rows))
             raise OSError("no space left on device")
 

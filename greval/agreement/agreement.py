@@ -134,14 +134,16 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
         unit = resampling.resample_unit(grouped, options, prep.multi_row_items, prep.groups_are_records)
         report.bootstrap = bootstrap_info(unit, len(prep.group_names) if grouped else n, options)
         report.notes.append(bootstrap_note(report.bootstrap))
-    return _one_label(report)
+    return _one_label(report) if options.protocol != "per-group" else report
 
 
 def _one_label(report: AgreementReport) -> AgreementReport:
     """κ where people gave a single label is undefined — value None, the note "undefined: one label (people
     gave only …)": κ is then 0 whatever the judge answers (its chance agreement equals its agreement), a
     "0.000 [0.000, 0.000]" that reads as "no better than chance" and says nothing. The one rule every surface
-    shows (terminal, JSON, the report's pages); both sides constant is already undefined in the statistics."""
+    shows (terminal, JSON, the report's pages); both sides constant is already undefined in the statistics.
+    Not applied to the per-group protocol's figures (means of the groups' own, as the papers it follows define
+    them)."""
     only = _one_human_label(report)
     if only is None:
         return report
