@@ -18,26 +18,55 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
 _lock = threading.Lock()
 
 
-def _quiet_exit() -> None:
-    # Pooled keep-alive connections of the background loop are dropped with the process; Python would
-    # otherwise print a ResourceWarning for each one at shutdown.
-    warnings.simplefilter("ignore", ResourceWarning)
+#: How long the exit waits for greval's loop to close what it holds (its HTTP connections), seconds.
+EXIT_CLOSE_S = 2.0
 
 
-atexit.register(_quiet_exit)
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop's thread: run until :func:`_shut_down` stops it, then close it."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="greval-loop", daemon=True).start()
+            _thread = threading.Thread(target=_serve, args=(loop,), name="greval-loop", daemon=True)
+            _thread.start()
             _loop = loop
         return _loop
+
+
+def _shut_down() -> None:
+    """At exit: greval's loop shut down as ``asyncio.run`` shuts its loop down — the async generators that
+    hold the loop's HTTP clients (greval.llm.sdk) closed, with their pooled connections — then stopped.
+
+    Without it Python collects the open connections at shutdown and prints a ``ResourceWarning: unclosed
+    transport`` for each (seen with ``-W always::ResourceWarning`` or ``-X dev``). A loop that does not finish
+    within :data:`EXIT_CLOSE_S` (a call that blocks it) is left to the process's end, its warnings silenced."""
+    loop, thread = _loop, _thread
+    if loop is None or thread is None or loop.is_closed() or not loop.is_running():
+        return
+    done = asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop)
+    try:
+        done.result(timeout=EXIT_CLOSE_S)
+    except BaseException:  # a blocked loop, or Ctrl-C during the exit: the connections go with the process
+        done.cancel()
+        warnings.simplefilter("ignore", ResourceWarning)
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(EXIT_CLOSE_S)  # the loop closed too: nothing of it left for the interpreter's teardown
+
+
+atexit.register(_shut_down)
 
 
 #: How often a waiting caller runs its ``poll`` callback (seconds).
