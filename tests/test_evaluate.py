@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -147,6 +148,60 @@ def test_bad_input_is_one_line(judged: OpenAIServer) -> None:
         frame, "answer_alignment", judge="openai:judge-test", map={"expected_answer": "reference", "answer": "response"}
     )
     assert res.to_pandas()["answer_alignment.status"].tolist() == ["ok"]
+
+
+def test_odd_ids_are_said_or_refused_never_turned_silently_into_other_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40: a pandas column of integers with one missing value holds floats, and its ids became '1.0',
+    '2.0' and a content hash; a tuple id became its repr. Computed metrics: no judge needed."""
+    store = tmp_path / "s.sqlite"
+
+    def frame(ids: list[Any]) -> pd.DataFrame:
+        answers = [{"answer": f"Fact {i} is true.", "expected_answer": f"Fact {i} is true."} for i in range(len(ids))]
+        return pd.DataFrame([{"id": i, **a} for i, a in zip(ids, answers, strict=True)])
+
+    # a column of integers with a missing value (pandas: 1.0, 2.0, NaN): the integers, and the record without
+    # an id known by its content hash, as in data without ids; each said in a note (printed, in Results.notes)
+    res = greval.evaluate(frame([1, 2, None]), "rouge_l", store=store, progress=False)
+    ids = res.to_pandas().index.tolist()
+    assert ids[:2] == ["1", "2"] and len(ids[2]) == 16
+    notes = [
+        "the DataFrame: 2 id(s) held as whole-number floats (as pandas stores a column of integers with a missing "
+        "value) were read as integers: 1.0 → 1, 2.0 → 2",
+        f"the DataFrame: 1 record(s) have no 'id' while others have one: each is known by its content hash instead "
+        f"(record 3 → {ids[2]}); give every record an id to choose them",
+    ]
+    assert res.notes == notes
+    err = capsys.readouterr().err
+    assert all(f"note: {n}" in err for n in notes), err
+    res = greval.evaluate(
+        [{"id": math.nan, "answer": "a", "expected_answer": "a"}, {"id": "x", "answer": "b", "expected_answer": "b"}],
+        "rouge_l",
+        store=store,
+        progress=False,
+        quiet=True,
+    )
+    assert res.notes[0].startswith("the list: 1 record(s) have no 'id' while others have one")
+    # named as the id column, a missing id is refused (as before)
+    with pytest.raises(DataError, match=r"^the DataFrame: record 3: the id column 'id' is empty$"):
+        greval.evaluate(frame([1, 2, None]), "rouge_l", store=store, id_column="id", progress=False)
+    # an id holding several values: refused, not its repr
+    for odd, shown in (((("a", 1)), "a tuple (('a', 1))"), ([1, 2], "a list ([1, 2])"), (b"x", "a bytes (b'x')")):
+        with pytest.raises(DataError) as bad:
+            greval.evaluate(
+                [{"id": odd, "answer": "a", "expected_answer": "a"}], "rouge_l", store=store, progress=False
+            )
+        assert str(bad.value) == (
+            f"the list: record 1: the id 'id' is {shown}, not one value: give each record a text or number id"
+        )
+    # unchanged: no id column at all (content ids), text and integer ids (no note)
+    plain = greval.evaluate(frame(["a", "b"]).drop(columns="id"), "rouge_l", store=store, progress=False)
+    assert len(plain.to_pandas().index[0]) == 16 and plain.notes == []
+    assert greval.evaluate(frame([7, 8]), "rouge_l", store=store, progress=False).to_pandas().index.tolist() == [
+        "7",
+        "8",
+    ]
 
 
 def test_agreement_from_a_column_labels_or_the_store_is_greval_agreements_report(
