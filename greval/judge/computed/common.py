@@ -46,8 +46,8 @@ def library(module: str, package: str) -> ModuleType:
                 _IMPORTED[module] = importlib.import_module(module)
             except ImportError as exc:
                 raise ComputeError(
-                    f"importing {module} ({package}, a dependency of greval) failed: {exc}; reinstall it "
-                    f"(pip install --force-reinstall {package})",
+                    f"importing {module} ({package}, a dependency of greval) failed: {exc}; reinstall {package} "
+                    "with pip",
                     ErrorKind.UNKNOWN,
                 ) from None
         return _IMPORTED[module]
