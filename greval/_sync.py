@@ -10,38 +10,109 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import contextvars
 import threading
+import time
 import warnings
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 _loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
 _lock = threading.Lock()
 
 
-def _quiet_exit() -> None:
-    # Pooled keep-alive connections of the background loop are dropped with the process; Python would
-    # otherwise print a ResourceWarning for each one at shutdown.
-    warnings.simplefilter("ignore", ResourceWarning)
+#: How long the exit waits for greval's loop to close what it holds (its HTTP connections), seconds.
+EXIT_CLOSE_S = 2.0
 
 
-atexit.register(_quiet_exit)
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop's thread: run until :func:`_shut_down` stops it, then close it."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
+    global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="greval-loop", daemon=True).start()
+            _thread = threading.Thread(target=_serve, args=(loop,), name="greval-loop", daemon=True)
+            _thread.start()
             _loop = loop
         return _loop
 
 
+def _shut_down() -> None:
+    """At exit: greval's loop shut down as ``asyncio.run`` shuts its loop down — the async generators that
+    hold the loop's HTTP clients (greval.llm.sdk) closed, with their pooled connections — then stopped.
+
+    Without it Python collects the open connections at shutdown and prints a ``ResourceWarning: unclosed
+    transport`` for each (seen with ``-W always::ResourceWarning`` or ``-X dev``). A loop that does not finish
+    within :data:`EXIT_CLOSE_S` (a call that blocks it) is left to the process's end, its warnings silenced."""
+    loop, thread = _loop, _thread
+    if loop is None or thread is None or loop.is_closed() or not loop.is_running():
+        return
+    done = asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop)
+    try:
+        done.result(timeout=EXIT_CLOSE_S)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(EXIT_CLOSE_S)  # the loop closed too: nothing of it left for the interpreter's teardown
+    except BaseException:  # a blocked loop, or Ctrl-C during the exit: the connections go with the process
+        done.cancel()
+        warnings.simplefilter("ignore", ResourceWarning)
+
+
+atexit.register(_shut_down)
+
+
 #: How often a waiting caller runs its ``poll`` callback (seconds).
 POLL_S = 0.1
+
+
+@dataclass(frozen=True, eq=False)
+class _Call:
+    """One :func:`run_sync` call in progress: its coroutine ended (``finished``), and nothing it made would be
+    lost by leaving it now (``saved``, :func:`work_saved`)."""
+
+    finished: threading.Event = field(default_factory=threading.Event)
+    saved: threading.Event = field(default_factory=threading.Event)
+
+
+_calls: set[_Call] = set()  # the run_sync calls whose coroutine runs now
+_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("greval_sync_call", default=None)
+
+
+def work_saved() -> None:
+    """Say, from a coroutine :func:`run_sync` runs, that what it made is stored: what remains (a run's closing
+    bookkeeping) may be abandoned without losing any of it (:func:`wait_saved`). A no-op elsewhere."""
+    call = _call.get()
+    if call is not None:
+        call.saved.set()
+
+
+def busy() -> bool:
+    """Whether a synchronous caller is waiting for a coroutine on greval's loop (a run going on)."""
+    return bool(_calls)
+
+
+def wait_saved(timeout: float) -> bool:
+    """Wait, at most ``timeout`` seconds, until every coroutine :func:`run_sync` runs now has stored what it made
+    (:func:`work_saved`) or ended. For a command's second Ctrl-C, which ends the process without waiting for the
+    rest. True when all did in time."""
+    deadline = time.monotonic() + timeout
+    for call in list(_calls):
+        while not (call.saved.is_set() or call.finished.is_set()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            call.saved.wait(min(left, 0.05))
+    return True
 
 
 def run_sync(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = None) -> T:
@@ -61,14 +132,18 @@ def run_sync(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = 
         raise RuntimeError(
             "greval: a sync call from greval's own event loop would wait for itself; await the async API"
         )
-    finished = threading.Event()
+    call = _Call()
+    finished = call.finished
 
     async def until_done() -> T:
+        _call.set(call)  # this task's context: work_saved() in the coroutine reaches this call
         try:
             return await coro
         finally:
             finished.set()
+            _calls.discard(call)
 
+    _calls.add(call)
     future = asyncio.run_coroutine_threadsafe(until_done(), _background_loop())
     try:
         while not finished.wait(POLL_S):
@@ -78,12 +153,14 @@ def run_sync(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = 
     except BaseException:
         # Ctrl-C (or any error) in this thread: cancel the coroutine and wait for its own cleanup — a run
         # records its status and summary in the store — before the caller closes what it uses. A second
-        # Ctrl-C stops the wait.
+        # Ctrl-C stops the wait (the command line ends the process then: greval.cli.common.run_signals).
         future.cancel()
         with contextlib.suppress(KeyboardInterrupt):
             while not finished.wait(0.1):
                 pass
         raise
+    finally:
+        _calls.discard(call)
 
 
 async def on_greval_loop(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = None) -> T:

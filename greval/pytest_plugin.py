@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from greval.api import Results
+    from greval.report.scores import ScoreRow
     from greval.spec import BaseSpec
 
 #: How many of the worst records a failed check names.
@@ -81,6 +82,7 @@ class GrevalCheck:
     ) -> Results:
         from greval.api import evaluate
         from greval.errors import UserError
+        from greval.runner import RunOptions
 
         try:
             results = evaluate(
@@ -90,23 +92,45 @@ class GrevalCheck:
                 store=self.store(),
                 map=map,
                 id_column=id_column,
+                options=RunOptions(retry_errors=True),  # a judge that failed last time is asked again
                 progress=False,
             )
+            rows = {r.metric: r for r in results.scores()}
+            broken = [t for m in results.asked if (t := judge_failure(results, rows[m], worst)) is not None]
+            if broken:  # no score is checked over records the judge failed on
+                pytest.fail("\n".join(broken), pytrace=False)
             failed = [c for c in results.checks(min_score=min_score, max_score=max_score, ci=ci) if not c[1].passed]
         except UserError as exc:
             pytest.fail(f"greval: {exc}", pytrace=False)
         if failed:
-            pytest.fail("\n".join(failure(results, metric, chk.text, worst) for metric, chk in failed), pytrace=False)
+            text = "\n".join(failure(results, rows[metric], chk.text, worst) for metric, chk in failed)
+            pytest.fail(text, pytrace=False)
         return results
 
 
-def failure(results: Results, metric: str, text: str, worst: int) -> str:
+def judge_failure(results: Results, row: ScoreRow, worst: int) -> str | None:
+    """The judge's failures on a metric as a test failure's message (None: it failed on no record): how many
+    records it failed on, and the first ``worst`` of them with their errors — an error, not a low score."""
+    f = row.figures
+    broken = f.failed + f.partial
+    if not broken:
+        return None
+    lines = [
+        f"greval: {row.metric}: the judge failed on {broken} of {f.records} records (errors, not low scores: no "
+        "score is checked; the next run asks again)"
+    ]
+    frame = results.worst(row.metric, f.records)
+    for r in [r for r in frame.to_dict("records") if isinstance(r["error"], str) and r["error"]][:worst]:
+        lines.append(f"    {r['record_id']}  {r['status']}  {_short(str(r['error']))}")
+    return "\n".join(lines)
+
+
+def failure(results: Results, row: ScoreRow, text: str, worst: int) -> str:
     """A failed check as a test failure's message: the condition, the score with its CI and counts, and the
     worst records with their verdicts and reasons."""
     from greval.report.format import fmt_number
 
-    row = next(r for r in results.scores() if r.metric == metric)
-    f, s = row.figures, row.score
+    metric, f, s = row.metric, row.figures, row.score
     ci = f"95% CI [{fmt_number(s.ci_low)}, {fmt_number(s.ci_high)}]" if s.ci_low is not None else "no CI"
     unscored = f", {f.failed + f.partial} failed, {f.skipped} skipped" if f.failed + f.partial + f.skipped else ""
     lines = [

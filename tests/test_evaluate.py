@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -146,6 +150,60 @@ def test_bad_input_is_one_line(judged: OpenAIServer) -> None:
     assert res.to_pandas()["answer_alignment.status"].tolist() == ["ok"]
 
 
+def test_odd_ids_are_said_or_refused_never_turned_silently_into_other_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40: a pandas column of integers with one missing value holds floats, and its ids became '1.0',
+    '2.0' and a content hash; a tuple id became its repr. Computed metrics: no judge needed."""
+    store = tmp_path / "s.sqlite"
+
+    def frame(ids: list[Any]) -> pd.DataFrame:
+        answers = [{"answer": f"Fact {i} is true.", "expected_answer": f"Fact {i} is true."} for i in range(len(ids))]
+        return pd.DataFrame([{"id": i, **a} for i, a in zip(ids, answers, strict=True)])
+
+    # a column of integers with a missing value (pandas: 1.0, 2.0, NaN): the integers, and the record without
+    # an id known by its content hash, as in data without ids; each said in a note (printed, in Results.notes)
+    res = greval.evaluate(frame([1, 2, None]), "rouge_l", store=store, progress=False)
+    ids = res.to_pandas().index.tolist()
+    assert ids[:2] == ["1", "2"] and len(ids[2]) == 16
+    notes = [
+        "the DataFrame: 2 id(s) held as whole-number floats (as pandas stores a column of integers with a missing "
+        "value) were read as integers: 1.0 → 1, 2.0 → 2",
+        f"the DataFrame: 1 record(s) have no 'id' while others have one: each is known by its content hash instead "
+        f"(record 3 → {ids[2]}); give every record an id to choose them",
+    ]
+    assert res.notes == notes
+    err = capsys.readouterr().err
+    assert all(f"note: {n}" in err for n in notes), err
+    res = greval.evaluate(
+        [{"id": math.nan, "answer": "a", "expected_answer": "a"}, {"id": "x", "answer": "b", "expected_answer": "b"}],
+        "rouge_l",
+        store=store,
+        progress=False,
+        quiet=True,
+    )
+    assert res.notes[0].startswith("the list: 1 record(s) have no 'id' while others have one")
+    # named as the id column, a missing id is refused (as before)
+    with pytest.raises(DataError, match=r"^the DataFrame: record 3: the id column 'id' is empty$"):
+        greval.evaluate(frame([1, 2, None]), "rouge_l", store=store, id_column="id", progress=False)
+    # an id holding several values: refused, not its repr
+    for odd, shown in (((("a", 1)), "a tuple (('a', 1))"), ([1, 2], "a list ([1, 2])"), (b"x", "a bytes (b'x')")):
+        with pytest.raises(DataError) as bad:
+            greval.evaluate(
+                [{"id": odd, "answer": "a", "expected_answer": "a"}], "rouge_l", store=store, progress=False
+            )
+        assert str(bad.value) == (
+            f"the list: record 1: the id 'id' is {shown}, not one value: give each record a text or number id"
+        )
+    # unchanged: no id column at all (content ids), text and integer ids (no note)
+    plain = greval.evaluate(frame(["a", "b"]).drop(columns="id"), "rouge_l", store=store, progress=False)
+    assert len(plain.to_pandas().index[0]) == 16 and plain.notes == []
+    assert greval.evaluate(frame([7, 8]), "rouge_l", store=store, progress=False).to_pandas().index.tolist() == [
+        "7",
+        "8",
+    ]
+
+
 def test_agreement_from_a_column_labels_or_the_store_is_greval_agreements_report(
     judged: OpenAIServer, tmp_path: Path
 ) -> None:
@@ -213,3 +271,68 @@ def test_a_judge_config_and_spec_objects_work_and_computed_metrics_need_no_judge
     spec = greval.load_spec(Path(__file__).resolve().parents[1] / "metric_specs" / "answer_alignment.yaml")
     res = greval.evaluate(rows(3), [spec, "rouge_l"], judge=cfg, progress=False)
     assert res.calls == 3 and res.metrics == ["answer_alignment", "rouge_l"]
+
+
+#: A plain script (issue 40): three greval.evaluate calls, then a judge of the user's own ChatOpenAI. It counts
+#: its own TCP connections to the test server (Linux's /proc) after each step and, last of all at exit (its
+#: atexit hook is registered before greval is imported, so it runs after greval's own), what is still open.
+CONNECTIONS_SCRIPT = """
+import atexit, os, sys
+from pathlib import Path
+
+PORT = int(sys.argv[1])
+
+
+def open_to_server():
+    inodes = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if int(cols[2].rsplit(":", 1)[1], 16) == PORT:
+                inodes.add(cols[9])
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        n += link.startswith("socket:[") and link[8:-1] in inodes
+    return n
+
+
+atexit.register(lambda: print("open at exit", open_to_server(), flush=True))
+
+import greval
+from langchain_openai import ChatOpenAI
+
+for k in range(3):
+    data = [{"id": f"{k}-{i}", "question": f"q {k} {i}?", "expected_answer": "a", "answer": "a"} for i in range(12)]
+    res = greval.evaluate(data, "answer_alignment", judge="openai:judge-test", concurrency=4, progress=False)
+    print("calls", res.calls, "open after run", open_to_server(), flush=True)
+model = ChatOpenAI(model="judge-test", base_url=os.environ["OPENAI_BASE_URL"], api_key="sk-test")
+judge = greval.compile(greval.resolve_specs(["answer_alignment"])[0], model)
+judge.invoke({"question": "q?", "expected_answer": "a", "answer": "a"})
+print("open after invoke", open_to_server(), flush=True)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="counts connections through Linux's /proc")
+def test_a_plain_script_closes_each_runs_connections_and_the_rest_at_exit(judged: OpenAIServer, tmp_path: Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text(CONNECTIONS_SCRIPT)
+    port = int(judged.base_url.rsplit(":", 1)[1].split("/")[0])
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-W", "error::ResourceWarning", str(script), str(port)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # Each run's judge is built for it, and its connections end with it (a notebook's 10th call holds none).
+    assert lines[:3] == ["calls 12 open after run 0"] * 3, done.stdout
+    assert lines[3] != "open after invoke 0", done.stdout  # the user's model keeps its pool for the next call
+    assert lines[4] == "open at exit 0", done.stdout  # … until the process ends: closed, not dropped
+    assert "ResourceWarning" not in done.stderr and "unclosed" not in done.stderr, done.stderr

@@ -159,3 +159,40 @@ def test_a_pytest_run_that_does_not_use_it_imports_nothing_of_greval(tmp_path: P
         subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=True)
         loaded.append(set(json.loads((folder / "modules.json").read_text())))
     assert loaded[0] - loaded[1] == {"greval", "greval.pytest_plugin"}
+
+
+JUDGE_FAILS = """
+from pathlib import Path
+
+DATA = Path(__file__).parent / "rag.jsonl"
+
+
+def test_alignment_is_good_enough(greval_check):
+    greval_check(DATA, "answer_alignment", min_score=0.0, id_column="id")
+"""
+
+
+def test_a_judge_that_fails_fails_the_check_saying_so_and_the_next_run_asks_again(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 40: the judge failing on a record (here HTTP 400 on r3) is said as a failure of the judge, with the
+    record and its error, not a low score; and no score over the other records passes the check meanwhile
+    (min_score=0.0 passed before). Fixed, the next run asks only for what failed."""
+    llm.script([{"match": "fact 3?", "action": {"type": "fault", "status": 400}}])
+    folder = suite(tmp_path, "fails", JUDGE_FAILS)
+    args = ["--greval-judge", "openai:judge-test"]
+    done = pytest_run(folder, llm, *args)
+    out = done.stdout
+    assert "1 failed" in out, out + done.stderr
+    head = (
+        "greval: answer_alignment: the judge failed on 1 of 8 records (errors, not low scores: no score is "
+        "checked; the next run asks again)"
+    )
+    assert head in out, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("    r3  ")]
+    assert len(lines) == 1 and "error" in lines[0] and "400" in lines[0], out
+    assert "Traceback" not in out
+    llm.reset()
+    again = pytest_run(folder, llm, *args)
+    assert "1 passed" in again.stdout, again.stdout + again.stderr
+    assert llm.stats()["total"] == 1  # only r3's judgement asked again

@@ -32,6 +32,7 @@ from greval.llm.retry import RetryPolicy
 from greval.runner.driver import run
 from greval.runner.judging import GROUP_DELAY_S
 from greval.runner.options import RunOptions
+from greval.runner.plan import plan_work
 from greval.spec import parse_spec, resolve_specs
 from greval.store.schema import call_answers
 from greval.store.store import Store, spec_keys
@@ -259,6 +260,53 @@ def test_ctrl_c_and_sigterm_mark_the_run_interrupted_and_keep_what_was_judged(
             assert r["status"] == "interrupted" and r["finished_at"] is not None
             assert json.loads(r["summary"])["metrics"][0]["ok"] == kept >= stored
             assert f"{kept} verdict(s) stored" in lines[0]
+
+
+@pytest.mark.slow
+def test_a_second_signal_ends_a_large_run_within_seconds_with_the_resume_line_and_loses_no_verdict(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """Issue 40: after the first Ctrl-C a large run stores its dataset's snapshot (every record: seconds at
+    50k records, a minute at 100k under load) and printed nothing meanwhile; the second Ctrl-C closed the store
+    under that work ('Cannot operate on a closed database' tracebacks, "0 verdict(s) stored"), and a run once
+    kept judging through two SIGINTs and a SIGTERM. Now the first says at once what happens, the second ends the
+    process within seconds with the command that resumes, once the verdicts received are committed."""
+    n, concurrency = 50_000, 8
+    data = tmp_path / "data.jsonl"
+    rows = ({"id": f"r{i}", "question": f"Q {i}?", "expected_answer": f"A {i}.", "answer": f"A {i}."} for i in range(n))
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = tmp_path / "s.sqlite"
+    llm.configure(latency=0.3)
+    proc = _start_run(data, store, llm, "-c", str(concurrency))
+    _wait_for_verdicts(store, 20, timeout=120)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert proc.poll() is None, "the first signal's bookkeeping ended before the second signal: no second signal"
+    proc.send_signal(signal.SIGINT)
+    second = time.monotonic()
+    time.sleep(0.3)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - second
+    print(f"ended {took:.2f} s after the second signal")
+    assert took < 5, f"the process ended {took:.1f} s after the second signal"
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Task exception" not in err, err
+    assert err.count("stopping:") == 1, err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("interrupted:")]
+    assert "every verdict received is stored; to resume, run again: " in line and str(store) in line, line
+    time.sleep(0.6)  # the abandoned calls answered (to no one)
+    answered = llm.stats()["by_status"].get("200", 0)
+    with Store(store) as st:
+        stored = st.db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0]
+        assert st.db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
+        [r] = st.runs()
+        assert r["status"] == "interrupted"  # its process is gone: reported as interrupted
+        left = plan_work(resolve_specs(["answer_alignment"]), load_records(data), st, cfg(llm)).judgements
+    # The only answers not stored: those of the calls the first signal abandoned (at most -c of them in flight).
+    assert 0 <= answered - stored <= concurrency, (answered, stored)
+    assert left == n - stored  # the re-run judges exactly what is missing
 
 
 def test_a_killed_run_is_marked_interrupted_when_the_store_is_next_opened(llm: OpenAIServer, tmp_path: Path) -> None:

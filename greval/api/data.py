@@ -80,7 +80,13 @@ def _table(data: Any) -> tuple[Iterable[Mapping[str, Any]], str] | None:
 def read_data(
     data: Any, mapping: Mapping[str, str] | None = None, id_column: str | None = None, limit: int | None = None
 ) -> Rows:
-    """The data's records, mapped (``mapping``: greval field → column) and hashed, in the data's order."""
+    """The data's records, mapped (``mapping``: greval field → column) and hashed, in the data's order.
+
+    Ids come from ``id_column`` (else an ``id`` column, else each record's content hash) as
+    :func:`greval.dataset.records.map_rows` reads them: ``1.0`` from a pandas column of integers with a missing
+    value is ``1``; a record without an id among records with one (that missing value) is known by its content
+    hash, as every record of data without ids is — a note names each change, and ``id_column`` given makes a
+    missing id an error instead; a tuple, list, dict or bytes is refused rather than turned into its text."""
     table = _table(data)
     if table is not None:
         rows, where = table

@@ -111,7 +111,6 @@ COMMANDS: dict[str, Lazy] = {
 def main() -> None:
     """greval — LLM judges for RAG and GraphRAG that people can check.
 
-    \b
     Write a metric as a YAML spec, run it over your dataset, review the verdicts in Argilla, and measure
     how well the judge agrees with people.
 

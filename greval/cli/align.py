@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 OBJECTIVES = ["kappa", "weighted_kappa", "accuracy", "macro_f1", "spearman", "mae"]
 
 
+def _check_folders(out: Path | None, html: Path | None) -> None:
+    """--out / --html into a folder that does not exist: one line now, not a traceback after the whole search
+    (the files are written once it ends)."""
+    from greval.errors import UserError
+
+    for flag, path in (("--out", out), ("--html", html)):
+        if path is not None and not path.parent.is_dir():
+            raise UserError(f"{flag} {path}: the folder {path.parent} does not exist; create it, or write elsewhere")
+
+
 def _shots(value: str) -> tuple[int, ...]:
     try:
         shots = tuple(int(x) for x in value.split(",") if x.strip())
@@ -301,6 +311,7 @@ def align_cmd(
     from greval.llm.config import JudgeChoice
     from greval.store.store import Store
 
+    _check_folders(out, html)
     options = AlignOptions(
         objective=objective,
         folds=folds,

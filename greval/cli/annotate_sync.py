@@ -263,8 +263,15 @@ def pull_cmd(
 @click.option("--record-id", "record_id_col", required=True, help="Column holding the record id.")
 @click.option("--label", "label_col", required=True, help="Column holding the label (or integer value).")
 @click.option("--item-id", "item_id_col", default=None, help="Column holding the chunk / triple id (many specs).")
-@click.option("--annotator", "annotator_col", default=None, help="Column naming the annotator.")
-@click.option("--annotator-name", default=None, help="One annotator name for every row.")
+@click.option(
+    "--annotator",
+    "annotator_col",
+    default=None,
+    help="Column naming the annotator.  [required: this or --annotator-name]",
+)
+@click.option(
+    "--annotator-name", default=None, help="One annotator name for every row.  [required: this or --annotator]"
+)
 @click.option("--comment", "comment_col", default=None, help="Column with the annotator's comment.")
 @click.option("--to-argilla", is_flag=True, help="Also store them in Argilla as the annotators' answers.")
 @connection_options
@@ -287,7 +294,10 @@ def import_labels_cmd(
     data_dir: Path | None,
     limits: ReadLimits,
 ) -> None:
-    """Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla."""
+    """Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla.
+
+    Each label needs its annotator: a column of the file (--annotator COL) or one name for every row
+    (--annotator-name NAME); give exactly one of the two."""
     with opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=to_argilla) as (store, conn):
         res = import_labels(
             store,

@@ -4,12 +4,14 @@ run summary, and the exit for Ctrl-C / SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -144,6 +146,72 @@ class Terminated(GrevalError, KeyboardInterrupt):
 
 def on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
+
+
+#: How long a second Ctrl-C / SIGTERM waits for the verdicts already received to be committed (seconds).
+SAVE_WAIT_S = 5.0
+
+
+@contextlib.contextmanager
+def run_signals(resume: str, stop_display: Callable[[], None]) -> Iterator[None]:
+    """Ctrl-C and SIGTERM during a run. The first stops it cleanly, and says so at once: no new call, the verdicts
+    received committed, the run recorded 'interrupted' with its summary (on a large dataset that bookkeeping
+    takes seconds), then the usual line. The second ends the process within seconds, whatever the run is doing:
+    once what was received is committed (at most :data:`SAVE_WAIT_S`), ``stop_display`` (the progress bar),
+    one line with ``resume`` (the command to type again), exit 130 / 143. The run is left 'running' with a
+    dead process, which the store reports as interrupted when next opened; its re-run judges only what is
+    missing. A signal after the run (greval's loop idle) is handled as before. Only the main thread receives
+    signals: elsewhere this does nothing; a signal ignored (nohup) stays ignored."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = _RunSignals(resume, stop_display)
+    ours = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is not signal.SIG_IGN]
+    before = {sig: signal.signal(sig, handler) for sig in ours}
+    try:
+        yield
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)
+
+
+@dataclass
+class _RunSignals:
+    """The signal handler of :func:`run_signals`: how many signals came, what to say and do at each."""
+
+    resume: str
+    stop_display: Callable[[], None]
+    received: int = 0
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        import signal
+
+        from greval import _sync
+
+        self.received += 1
+        exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        if self.received == 1:
+            console.print(
+                "[yellow]stopping:[/] no new call; storing what was received and recording the run "
+                "(Ctrl-C again to stop at once)",
+                highlight=False,
+            )
+            raise exc
+        if not _sync.busy():
+            raise exc
+        saved = _sync.wait_saved(SAVE_WAIT_S if self.received == 2 else 0.0)  # a third signal: no more waiting
+        self.stop_display()
+        kept = "every verdict received is stored" if saved else "the verdicts of its last moments may be asked again"
+        again = escape(for_terminal(self.resume))
+        console.print(
+            f"[yellow]interrupted:[/] stopped at once; {kept}; to resume, run again: {again}", highlight=False
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(143 if isinstance(exc, Terminated) else 130)  # the run's loop thread is not waited for
 
 
 def interrupted_exit(exc: BaseException, message: str) -> NoReturn:

@@ -13,6 +13,7 @@ from rich.markup import escape
 from greval.cli.common import (
     ProgressBar,
     call_options,
+    command_line,
     console,
     interrupted_exit,
     judge_options,
@@ -20,6 +21,7 @@ from greval.cli.common import (
     parse_map,
     print_summary,
     read_limit_options,
+    run_signals,
     say_judge_build,
     store_option,
     store_wait_option,
@@ -237,8 +239,9 @@ def run_cmd(
         shards=shards,
         ray_address=ray_address,
     )
+    resume = command_line(click.get_current_context().meta.get("greval.argv", sys.argv[1:]))
     try:
-        with ProgressBar(quiet) as hook:
+        with ProgressBar(quiet) as hook, run_signals(resume, lambda: hook.__exit__(None, None, None)):
             done = run_dataset(
                 specs,
                 data,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -90,12 +91,41 @@ def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "
         raise DataError(f"{where}: {_surrogate_field(data)}") from None
     except RecursionError:
         raise DataError(f"{where}: nested too deeply") from None
-    rid = row.get(id_key) if id_key else None
-    if id_key and _missing(rid):
+    if not id_key:
+        return HashedRow(digest[:16], digest, data)
+    rid = row.get(id_key)
+    if _missing(rid):
         raise DataError(f"{where}: the id column {id_key!r} is empty")
-    if id_key and _SURROGATES.search(str(rid)):
-        raise DataError(f"{where}: {_surrogate_field({id_key: str(rid)})}")
-    return HashedRow(str(rid) if id_key else digest[:16], digest, data)
+    text = id_text(rid, f"{where}: the id {id_key!r}")
+    if _SURROGATES.search(text):
+        raise DataError(f"{where}: {_surrogate_field({id_key: text})}")
+    return HashedRow(text, digest, data)
+
+
+def whole_float(value: Any) -> bool:
+    """A whole number held as a float (``1.0``): what pandas makes of a column of integers with a missing value."""
+    if not isinstance(value, numbers.Real) or isinstance(value, numbers.Integral):
+        return False
+    number = float(value)
+    # beyond 2**53 a float is not the integer it was written as
+    return math.isfinite(number) and number.is_integer() and abs(number) <= 2**53
+
+
+def id_text(value: Any, what: str) -> str:
+    """A record's id as the text people, the store and Argilla see: a string as it is, a number as written,
+    a whole number held as a float as the integer (``1.0`` → ``1``, said in a note: :func:`map_rows`). A value
+    holding several values (a list, a tuple, a dict, bytes) is refused: its text (``"('a', 1)"``) would be an
+    id the data never had."""
+    if type(value) is str:
+        return value
+    if whole_float(value):
+        return str(int(value))
+    if isinstance(value, list | tuple | dict | set | frozenset | bytes | bytearray) or getattr(value, "ndim", False):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+        raise DataError(
+            f"{what} is a {type(value).__name__} ({shown}), not one value: give each record a text or number id"
+        )
+    return str(value)
 
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -357,12 +387,15 @@ def map_rows(
 
     Every row is mapped, normalised and hashed (a broken row is a DataError however far in it is); a row
     repeating an earlier one exactly is skipped, and ``notes`` gets the line saying so once the rows are read
-    to their end."""
+    to their end. Ids (:func:`id_text`, :class:`_IdCheck`): a whole number held as a float is the integer, a
+    record without an id among records with one is known by its content hash, each with a note; an id holding
+    several values is refused."""
     mapping = dict(mapping or {})
     taken = set(mapping.values())
     read = Pairs()  # (id, hash) of each row yielded, compactly: ~100 bytes a row with its index, not ~270
     by_id = Positions(read.ids.__getitem__)  # id -> its row in `read` (ids compared exactly on a digest match)
     repeated: list[int] = []
+    ids = _IdCheck(where, id_column)
     for n, row in enumerate(rows):
         if limit is not None and len(read) >= limit:
             break
@@ -377,6 +410,7 @@ def map_rows(
         if id_column and n == 0 and id_column not in mapped:
             raise DataError(f"{where}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
         rec = hash_row(mapped, id_column, where=f"{where}: record {n + 1}")
+        ids.check(mapped, n + 1, rec)
         known = by_id.setdefault(rec.id, len(read))
         if known is not None:
             if read.hashes[known] != rec.hash:
@@ -387,12 +421,59 @@ def map_rows(
         yield rec
     if not read:
         raise DataError(f"{where}: no records")
+    if notes is not None:
+        notes += ids.notes()
     if repeated and notes is not None:
         shown = ", ".join(map(str, repeated[:5])) + (f" … ({len(repeated)} in all)" if len(repeated) > 5 else "")
         notes.append(
             f"{where}: {len(repeated)} row(s) repeat an earlier row exactly (same id and content), "
             f"read once: rows {shown}"
         )
+
+
+class _IdCheck:
+    """What :func:`map_rows` says about a dataset's ids, once read: whole numbers held as floats (the integers are
+    used) and records without an id among records with one (each known by its content hash, the id a dataset
+    without ids gets throughout). A note says so; neither is refused — one record without an id would
+    otherwise stop a large file — except where ``id_column`` names the column: an empty id is refused there
+    (:func:`hash_row`)."""
+
+    def __init__(self, where: str, id_column: str | None) -> None:
+        self.where, self.column = where, id_column or "id"
+        self.given = False  # some record has an id
+        self.missing: list[tuple[int, str]] = []  # (record number, its content id) of the first few without
+        self.unnamed = 0  # how many records have none
+        self.floats: list[Any] = []  # the first few ids held as whole-number floats
+        self.whole = 0  # how many
+
+    def check(self, row: Mapping[str, Any], n: int, rec: HashedRow) -> None:
+        value = row.get(self.column)
+        if whole_float(value):
+            self.whole += 1
+            if len(self.floats) < 3:
+                self.floats.append(value)
+        if not _missing(value):
+            self.given = True
+        elif self.column == "id":
+            self.unnamed += 1
+            if len(self.missing) < 3:
+                self.missing.append((n, rec.id))
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.whole:
+            shown = ", ".join(f"{float(v)!r} → {int(v)}" for v in self.floats) + (" …" if self.whole > 3 else "")
+            out.append(
+                f"{self.where}: {self.whole} id(s) held as whole-number floats (as pandas stores a column of "
+                f"integers with a missing value) were read as integers: {shown}"
+            )
+        if self.given and self.unnamed:
+            shown = ", ".join(f"record {n} → {rid}" for n, rid in self.missing) + (" …" if self.unnamed > 3 else "")
+            out.append(
+                f"{self.where}: {self.unnamed} record(s) have no {self.column!r} while others have one: each is "
+                f"known by its content hash instead ({shown}); give every record an id to choose them"
+            )
+        return out
 
 
 class DataFile:

@@ -162,6 +162,13 @@ class OpenAIChat:
             http_client=http_client,
         )
 
+    async def aclose(self) -> None:
+        """Close the connections this judge's direct calls opened on the running loop (a run's end; the judge
+        can still be called: it opens new ones). The openai SDK is not imported for a judge that never called."""
+        sdk = sys.modules.get("greval.llm.sdk")
+        if sdk is not None:
+            await sdk.close_built(self)
+
     def payload(self, messages: Sequence[Message], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The request ``ChatOpenAI._get_request_payload`` builds for these settings, the bound ``kwargs``
         and plain text messages (for a model :func:`native_reason` lets through)."""

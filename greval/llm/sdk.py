@@ -10,7 +10,10 @@ langchain-openai shares one cached ``httpx`` client per base URL across the whol
 greval's background loop (``invoke``) and then under ``asyncio.run`` (``ainvoke``) reused a connection of
 the first loop in the second ("… is bound to a different event loop"). Calls therefore go through a copy of
 the SDK client made for the running loop (same key, base URL, headers, timeout and retries; its own connection
-pool), created lazily on the loop's first call and closed when ``asyncio.run`` shuts that loop down.
+pool), created lazily on the loop's first call and closed when ``asyncio.run`` shuts that loop down (greval's
+own background loop is shut down the same way at exit: greval._sync). A client greval builds for one run
+(:func:`loop_built`) is closed by :func:`close_built` when the run ends: a notebook calling
+``greval.evaluate`` again and again would otherwise keep every earlier run's connections open.
 
 **No parameter transform.** The request goes out through the SDK client's ``post`` (what
 ``chat.completions.create`` itself ends with), without ``create``'s parameter transform: that walks every
@@ -33,7 +36,7 @@ from openai._models import construct_type
 from openai.resources.chat.completions import AsyncCompletions
 from openai.types.chat import ChatCompletion
 
-__all__ = ["loop_built", "loop_client", "send"]
+__all__ = ["close_built", "loop_built", "loop_client", "send"]
 
 
 @dataclass
@@ -46,6 +49,8 @@ class _LoopClients:
     # client for -> that client; held weakly: a model and its client can go, the pool stays for the next model
     # that shares it
     copies: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
+    # what loop_built built a client for -> the HTTP client it made for it (closed by close_built)
+    built: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
     closer: AsyncIterator[None] | None = None
 
 
@@ -96,10 +101,22 @@ async def loop_built(key: Any, build: Callable[[Any], Any], timeout: float) -> A
     state = await _loop_state()
     client = state.copies.get(key)
     if client is None:
-        http = openai.DefaultAsyncHttpxClient(timeout=timeout)
+        http = state.built[key] = openai.DefaultAsyncHttpxClient(timeout=timeout)
         state.pools[id(http)] = (http, http)
         client = state.copies[key] = build(http)
     return client
+
+
+async def close_built(key: Any) -> None:
+    """Close the HTTP client :func:`loop_built` made for ``key`` on the running loop, and its connections (the
+    end of the run it was built for); the next call with ``key`` builds a new one."""
+    state = _LOOP_CLIENTS.get(asyncio.get_running_loop())
+    http = state.built.pop(key, None) if state is not None else None
+    if state is None or http is None:
+        return
+    state.copies.pop(key, None)
+    state.pools.pop(id(http), None)
+    await http.aclose()
 
 
 async def send(client: Any, payload: dict[str, Any]) -> Any:

@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from greval._sync import run_sync
+from greval._sync import run_sync, work_saved
 from greval.errors import DataError, UserError, option
 from greval.judge.options import CallOptions
 from greval.judge.outcome import config_for
@@ -89,6 +89,9 @@ async def arun(
         status = "interrupted"
         raise
     finally:
+        # Every verdict received is committed by now (judge_plan's end): a command's second Ctrl-C may end the
+        # process without waiting for the bookkeeping below (a large dataset's snapshot: seconds, on 100k records).
+        work_saved()
         # Every run ends with a status and a summary, however it ended (no run stays 'running').
         if totals is None:  # the judging failed: what the limiter saw here, none of the shards' (on Ray)
             totals = EngineTotals() if on_ray else EngineTotals.of(calls)

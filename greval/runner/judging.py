@@ -24,6 +24,7 @@ from greval.judge.evaluators import Evaluator, make_evaluator
 from greval.judge.options import CallOptions
 from greval.judge.outcome import NoCall
 from greval.llm.config import JudgeConfig, judge_model
+from greval.llm.openai_chat import OpenAIChat
 from greval.runner.job import RunJob
 from greval.runner.options import ProgressHook
 from greval.runner.plan import drawn_items
@@ -139,6 +140,7 @@ class _Judging:
         self.ahead = [s for s in job.levels[0] if s.needs_model] if job.levels else []
         self.batch = max(1, min(job.options.concurrency, CLAIM_BATCH))
         self.judges: dict[str, Evaluator] = {}
+        self.built: object = None  # the chat model built here (None: the caller's own, or none needed)
 
     async def run(self) -> None:
         plan, specs = self.job.plan, self.job.specs
@@ -169,6 +171,8 @@ class _Judging:
                 raise
         finally:
             gc.unfreeze()
+            if isinstance(self.built, OpenAIChat):  # the judge built for this run: its connections end with it
+                await self.built.aclose()
 
     def _evaluators(self) -> dict[str, Evaluator]:
         """Every spec's evaluator. The chat model is built only when some judge call is still needed (the
@@ -176,6 +180,7 @@ class _Judging:
         no key, no server and no network."""
         job = self.job
         chat = job.model or (judge_model(job.cfg) if job.plan.judgements > 0 else None)
+        self.built = None if job.model is not None else chat
         return {
             s.name: NoCall(s) if chat is None and s.needs_model else make_evaluator(s, chat, self.calls)
             for s in job.specs

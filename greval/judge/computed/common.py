@@ -3,8 +3,11 @@ verdict, and reading a field as texts."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
+import threading
+from types import ModuleType
 from typing import Any
 
 from greval.errors import GrevalError
@@ -21,6 +24,34 @@ class ComputeError(GrevalError):
     def __init__(self, message: str, kind: ErrorKind = ErrorKind.INVALID_INPUT) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+_IMPORT_LOCK = threading.Lock()
+_IMPORTED: dict[str, ModuleType] = {}
+
+
+def library(module: str, package: str) -> ModuleType:
+    """``module`` (of the pip package ``package``), imported by one thread at a time, once per process.
+
+    Computed metrics score in worker threads, and a run starts several at once: nltk's package imports its
+    submodules from its ``__init__``, so ROUGE (rouge-score imports nltk) and BLEU (nltk.tokenize) importing
+    it in two threads at once could leave one of them a partially initialised module ("cannot import name
+    'sent_tokenize' … most likely due to a circular import"), and the run failed. An import that fails is
+    this metric's error verdict on every record, with the reason, instead of a crashed run."""
+    found = _IMPORTED.get(module)
+    if found is not None:
+        return found
+    with _IMPORT_LOCK:
+        if module not in _IMPORTED:
+            try:
+                _IMPORTED[module] = importlib.import_module(module)
+            except ImportError as exc:
+                raise ComputeError(
+                    f"importing {module} ({package}, a dependency of greval) failed: {exc}; reinstall {package} "
+                    "with pip",
+                    ErrorKind.UNKNOWN,
+                ) from None
+        return _IMPORTED[module]
 
 
 def record_verdict(score: float | None, reason: str, label: str | None = None) -> ItemVerdict:

@@ -67,6 +67,14 @@ def field_values(p: FieldStatsParams, data: Mapping[str, Any]) -> tuple[list[flo
     return [as_number(value, p.field)], [p.field], False
 
 
+def deciding(value: float, threshold: float) -> str:
+    """``value`` as a reason shows it against ``threshold``: short (``0.85``), unless the short form would hide
+    which side of the threshold it is on — the mean of 0.9 and 0.7 is 0.7999999999999999 in floating point,
+    flagged below 0.8, and "0.8" would read as not below — then every digit (Python's shortest exact form)."""
+    short = f"{value:g}"
+    return short if (float(short) < threshold) == (value < threshold) else repr(float(value))
+
+
 def field_stats(p: FieldStatsParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
     """The field's value (or the mean of its values) as the score, labelled ``flagged`` below the threshold."""
     values, wheres, is_list = field_values(p, data)
@@ -79,7 +87,7 @@ def field_stats(p: FieldStatsParams, data: Mapping[str, Any]) -> tuple[list[Item
                     item_id=f"value:{i}",
                     label="flagged" if low else "ok",
                     score=v,
-                    reason=f"{where} = {v:g} {'<' if low else '≥'} {p.threshold:g}",
+                    reason=f"{where} = {deciding(v, p.threshold)} {'<' if low else '≥'} {p.threshold:g}",
                 )
             )
     flagged = sum(v < p.threshold for v in values)
@@ -89,12 +97,13 @@ def field_stats(p: FieldStatsParams, data: Mapping[str, Any]) -> tuple[list[Item
         reason = f"{p.field}: no values"
     elif is_list:
         reason = (
-            f"mean {score:g} of {len(values)} values ({p.field}"
+            f"mean {deciding(score, p.threshold)} {'<' if score < p.threshold else '≥'} {p.threshold:g} "
+            f"of {len(values)} values ({p.field}"
             + (f"[].{p.key}" if p.key else "[]")
             + f"), {flagged} below {p.threshold:g}"
         )
     else:
-        reason = f"{p.field} = {score:g} " + ("<" if flagged else "≥") + f" {p.threshold:g}"
+        reason = f"{p.field} = {deciding(score, p.threshold)} " + ("<" if flagged else "≥") + f" {p.threshold:g}"
     outputs = {
         "n": len(values),
         "mean": score,

@@ -3,21 +3,20 @@ as valor-lite does). Both score a prediction against one or more reference texts
 
 from __future__ import annotations
 
-import warnings
+import sys
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from greval.judge.computed.common import ComputeError, record_verdict, texts, units_of
+from greval.judge.computed.common import ComputeError, library, record_verdict, texts, units_of
 from greval.spec.computed import BleuParams, RougeParams
 from greval.types import ItemVerdict
 
 
 @lru_cache(maxsize=16)
 def _rouge_scorer(types: tuple[str, ...], use_stemmer: bool) -> Any:
-    from rouge_score import rouge_scorer
-
-    return rouge_scorer.RougeScorer(list(types), use_stemmer=use_stemmer)
+    scorer: Any = library("rouge_score.rouge_scorer", "rouge-score").RougeScorer(list(types), use_stemmer=use_stemmer)
+    return scorer
 
 
 def _prediction_and_references(data: Mapping[str, Any], prediction: str, reference: str) -> tuple[str, list[str]]:
@@ -69,24 +68,29 @@ def bleu(p: BleuParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dic
 
 def bleu_score(prediction: str, references: Sequence[str], p: BleuParams) -> tuple[float, list[str], list[list[str]]]:
     """nltk sentence BLEU with the spec's tokenizer, weights and smoothing; the tokens for the outputs."""
-    from nltk.tokenize import RegexpTokenizer
-    from nltk.translate import bleu_score as nltk_bleu
-
-    tok = RegexpTokenizer(p.tokenizer)
+    tokenize = library("nltk.tokenize", "nltk")
+    nltk_bleu = library("nltk.translate.bleu_score", "nltk")
+    tok = tokenize.RegexpTokenizer(p.tokenizer)
 
     def split(text: str) -> list[str]:
         return list(tok.tokenize(text.lower() if p.lowercase else text))
 
     hyp = split(prediction)
     refs = [split(r) for r in references]
-    smoothing = None if p.smoothing == "none" else getattr(nltk_bleu.SmoothingFunction(), p.smoothing)
-    if smoothing is None and hyp and refs:
+    unsmoothed = p.smoothing == "none"
+    smoothing = _no_smoothing if unsmoothed else getattr(nltk_bleu.SmoothingFunction(), p.smoothing)
+    if unsmoothed and hyp and refs:
         # Unsmoothed BLEU is a geometric mean: one order with no match makes it 0. nltk returns ~1e-155 there
         # (it substitutes the smallest float for the zero precision), which reads as a score; 0 it is.
         for order, weight in enumerate(p.weights, start=1):
             if weight > 0 and nltk_bleu.modified_precision(refs, hyp, order).numerator == 0:
                 return 0.0, hyp, refs
-    with warnings.catch_warnings():  # nltk warns on every zero n-gram overlap; the reason says so instead
-        warnings.simplefilter("ignore")
-        value = nltk_bleu.sentence_bleu(refs, hyp, weights=tuple(p.weights), smoothing_function=smoothing)
+    value = nltk_bleu.sentence_bleu(refs, hyp, weights=tuple(p.weights), smoothing_function=smoothing)
     return max(float(value), 0.0), hyp, refs
+
+
+def _no_smoothing(p_n: Sequence[Any], *args: Any, **kwargs: Any) -> list[Any]:
+    """nltk's ``SmoothingFunction().method0`` (no smoothing, what ``smoothing_function=None`` uses) without its
+    warning on each zero n-gram overlap: silencing that with ``warnings.catch_warnings`` in a worker thread
+    swapped the whole process's warning filters under the other threads (it is not thread-safe)."""
+    return [p if p.numerator != 0 else sys.float_info.min for p in p_n]

@@ -268,7 +268,7 @@ def fact_span_consistency(
                 f"({', '.join(a.cites)} ~ {', '.join(b.cites)})",
             )
         )
-    items.extend(_unpaired(p, c) for c in claims if c.index not in paired)
+    items.extend(_unpaired(p, c, claims) for c in claims if c.index not in paired)
     mean = fmean(scores) if scores else None
     outputs = {**_counts(claims), "pairs": len(scores), "unscored_pairs": unscored, "mean": mean}
     outputs.update({k: sum(it.label == k for it in items) for k in ("alone", "no_fact")})
@@ -283,14 +283,21 @@ def fact_span_consistency(
     return [record_verdict(mean, reason), *items], outputs
 
 
-def _unpaired(p: FactSpanConsistencyParams, c: ClaimEvidence) -> ItemVerdict:
-    """The item verdict of a claim in no scored pair: why it was not compared."""
+def _unpaired(p: FactSpanConsistencyParams, c: ClaimEvidence, claims: Sequence[ClaimEvidence]) -> ItemVerdict:
+    """The item verdict of a claim in no scored pair: why it was not compared — under the word rule, the claim
+    that came closest to being its fact and by how much it missed (the rule pairs "Patient has diabetes" with
+    "Diabetes diagnosis" only at min_claim_overlap 0.25, where it also pairs different facts sharing words)."""
     if c.label is not None:
         return _unscored(c)
     if p.fact_key is not None and _fact(c, p.fact_key) is None:
         return ItemVerdict(item_id=f"claim:{c.index}", label="no_fact", reason=f"{short(c.text, 60)}: no {p.fact_key}")
-    return ItemVerdict(
-        item_id=f"claim:{c.index}",
-        label="alone",
-        reason=f"{short(c.text, 60)}: no other claim of its fact cites a span that resolves",
-    )
+    why = "no other claim of its fact cites a span that resolves"
+    if p.fact_key is None:
+        near = [(jaccard(c.text, o.text)[0] or 0.0, o.index) for o in claims if o.index != c.index]
+        sim, other = max(near, key=lambda t: (t[0], -t[1]), default=(0.0, None))
+        if other is not None and sim < p.min_claim_overlap:
+            why = (
+                f"no other claim shares min_claim_overlap {p.min_claim_overlap:g} of its words (closest: claim "
+                f"{other}, {sim:.2f}); name each claim's fact with fact_key to pair claims worded differently"
+            )
+    return ItemVerdict(item_id=f"claim:{c.index}", label="alone", reason=f"{short(c.text, 60)}: {why}")

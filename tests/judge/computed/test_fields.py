@@ -69,3 +69,20 @@ def test_field_stats_non_numbers_are_per_record_errors(
     (bad,) = res.verdicts
     assert bad.status == "error" and bad.error_kind is ErrorKind.INVALID_INPUT
     assert (bad.error or "").startswith(message), bad.error
+
+
+def test_field_stats_shows_the_digits_that_decide_a_flag() -> None:
+    """Issue 40: the mean of 0.5, 0.9 and 1.0 is 0.7999999999999999 in floating point: flagged below 0.8, and the
+    reason said "mean 0.8". The reason now shows the digits where the short form would read as the other side."""
+    data = {"claims": [{"confidence": 0.5}, {"confidence": 0.9}, {"confidence": 1.0}]}
+    res = computed_judge(spec("field_stats", {"field": "claims", "key": "confidence"}), data)
+    record = res.verdicts[0]
+    assert record.label == "flagged" and record.score == 0.7999999999999999
+    assert record.reason == "mean 0.7999999999999999 < 0.8 of 3 values (claims[].confidence), 1 below 0.8"
+    one = computed_judge(spec("field_stats", {"threshold": 0.3}), {"confidence": 0.1 + 0.2})  # 0.30000000000000004
+    assert one.verdicts[0].label == "ok" and one.verdicts[0].reason == "confidence = 0.3 ≥ 0.3"  # the same side
+    short = computed_judge(
+        spec("field_stats", {"field": "claims", "key": "confidence"}), {"claims": [{"confidence": 0.75}]}
+    )
+    assert short.verdicts[0].reason == "mean 0.75 < 0.8 of 1 values (claims[].confidence), 1 below 0.8"
+    assert [v.reason for v in short.verdicts[1:]] == ["claims[0].confidence = 0.75 < 0.8"]

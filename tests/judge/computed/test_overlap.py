@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,3 +91,73 @@ def test_documented_worked_examples_of_rouge_and_bleu() -> None:
     assert computed_score(b2) == pytest.approx(math.sqrt(5 / 6 * 3 / 5))  # brevity penalty 1 (same length)
     b4 = computed_judge(spec("bleu"), data)
     assert computed_score(b4) == 0.0 and b4.outputs["units"] == 1  # no shared 4-gram, no smoothing
+
+
+#: A fresh process scoring ROUGE-L, BLEU and a citation metric on greval's worker threads (ComputedEvaluator, as a
+#: run's workers do), in the order that broke runs (issue 40): ROUGE's first record is importing nltk (through
+#: rouge-score) when BLEU's first records start (nltk.tokenize). Prints each verdict's status, score and reason.
+_TOGETHER = """
+import asyncio, json, sys
+import greval
+from greval.judge.computed import ComputedEvaluator
+
+specs = {s.name: s for s in greval.resolve_specs(["rouge_l", "bleu", "citation_coverage"])}
+record = {"question": "q?", "expected_answer": "Fact is true.", "answer": "Fact is true [1].", "chunks": ["Fact."]}
+
+
+async def main():
+    judges = {name: ComputedEvaluator(spec) for name, spec in specs.items()}
+    first = asyncio.ensure_future(judges["rouge_l"].ajudge(record))
+    while "nltk" not in sys.modules and not first.done():
+        await asyncio.sleep(0.0005)
+    rest = [judges[n].ajudge(record) for n in ("bleu", "citation_coverage", "bleu", "rouge_l")]
+    out = await asyncio.gather(first, *rest, return_exceptions=True)
+    print(json.dumps([
+        repr(r) if isinstance(r, BaseException) else [r.ok, r.verdicts[0].score, r.verdicts[0].reason] for r in out
+    ]))
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_rouge_and_bleu_scored_together_in_fresh_processes_never_crash_on_nltks_import() -> None:
+    """20 fresh processes (two at a time: ~3 s each here): every verdict scored, the same in each. Before the
+    one-at-a-time import (greval.judge.computed.common.library) nearly every process lost ROUGE's or BLEU's
+    verdicts to nltk's "partially initialized module" ImportError, which failed the whole run."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+
+    def fresh(_: int) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-c", _TOGETHER]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(fresh, range(20)))
+    outputs = []
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+        outputs.append(json.loads(done.stdout.splitlines()[-1]))
+    crashed = [o for o in outputs if any(isinstance(r, str) for r in o)]
+    assert not crashed, f"{len(crashed)} of 20 processes crashed, e.g. {crashed[0]}"
+    assert all(o == outputs[0] for o in outputs)
+    assert all(ok for ok, _, _ in outputs[0])
+
+
+def test_a_library_that_cannot_be_imported_is_each_records_error_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broken install (simulated: the module entry set to None makes Python's own import raise ImportError,
+    as a missing package does) is an error verdict naming the package, not a crashed run."""
+    import nltk.tokenize  # type: ignore[import-untyped]  # noqa: F401  # nltk whole: only BLEU's module is missing
+
+    from greval.judge.computed import common
+
+    monkeypatch.setattr(common, "_IMPORTED", {}, raising=False)  # what this process imported before: forgotten
+    monkeypatch.setitem(sys.modules, "nltk.translate.bleu_score", None)
+    res = computed_judge(spec("bleu"), {"answer": PRED, "expected_answer": REF})
+    assert not res.ok
+    error = res.verdicts[0].error or ""
+    assert res.verdicts[0].error_kind == "unknown"
+    assert error.startswith("importing nltk.translate.bleu_score (nltk, a dependency of greval) failed: ")
+    assert error.endswith("; reinstall nltk with pip")

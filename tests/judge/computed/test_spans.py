@@ -167,6 +167,31 @@ def test_fact_span_consistency_worked_example() -> None:
     assert paired.outputs["pairs"] == 1 and computed_score(paired) == 1.0
 
 
+def test_fact_span_consistency_says_why_the_seeds_own_example_is_not_paired_by_default() -> None:
+    """Issue 40: the clinical seed's example ("Patient has diabetes" ~ "Diabetes diagnosis", Jaccard 0.90 in the
+    seed, 50/60 here) is not one fact under the default word rule, and each claim said "no other claim of its
+    fact cites a span that resolves" — both do. Each now names the claim that came closest and by how much."""
+    claims = [{k: v for k, v in c.items() if k != "fact"} for c in FACT_CLAIMS[:2]]
+    res = computed_judge(spec("fact_span_consistency"), {"claims": claims, "chunks": FACT_CHUNKS})
+    items = {v.item_id: v for v in res.verdicts if v.item_id}
+    assert computed_score(res) is None and res.outputs["alone"] == 2
+    assert items["claim:1"].reason == (
+        "Patient has diabetes: no other claim shares min_claim_overlap 0.5 of its words (closest: claim 2, 0.25); "
+        "name each claim's fact with fact_key to pair claims worded differently"
+    )
+    assert "(closest: claim 1, 0.25)" in (items["claim:2"].reason or "")
+    named = [{**c, "fact": "diabetes"} for c in claims]  # what the message says to do
+    assert computed_score(
+        computed_judge(spec("fact_span_consistency", {"fact_key": "fact"}), {"claims": named, "chunks": FACT_CHUNKS})
+    ) == pytest.approx(50 / 60)
+    # a claim whose fact has a partner that cites nothing that resolves keeps the reason it had
+    ok = computed_judge(
+        spec("fact_span_consistency", {"fact_key": "fact"}), {"claims": FACT_CLAIMS, "chunks": FACT_CHUNKS}
+    )
+    [six] = [v for v in ok.verdicts if v.item_id == "claim:6"]
+    assert six.reason == "Allergic to penicillin: no other claim of its fact cites a span that resolves"
+
+
 def test_fact_span_consistency_unions_a_claims_spans_and_keeps_chunks_apart() -> None:
     s = spec("fact_span_consistency", {"fact_key": "fact"})
 
