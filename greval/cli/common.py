@@ -37,7 +37,11 @@ def _console(stderr: bool) -> Console:
     with ``| less``), else COLUMNS, else 80 (a file, CI). Nothing printed is cut or wrapped by rich itself
     (soft wrap): tables fit with every word whole (:func:`print_table`), prose that must fit is wrapped between
     words (:func:`say`)."""
-    return Console(stderr=stderr, soft_wrap=True)
+    made = Console(stderr=stderr, soft_wrap=True)
+    # rich keeps a COLUMNS set when the console is made as a fixed width; greval looks the width up at each
+    # print instead (a test's COLUMNS, or a terminal resized during a run), as the docstring says.
+    made._width = None
+    return made
 
 
 console = _console(stderr=True)
