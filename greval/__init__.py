@@ -7,18 +7,19 @@ The data's path through the package: spec (``greval.spec``) -> judge (``greval.j
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from greval._lazy import attach
 
 if TYPE_CHECKING:
-    from greval.api import Results, aevaluate, evaluate
     from greval.dataset.records import Record, load_records
     from greval.errors import DataError, GrevalError, SpecError, StoreUnavailable, UserError
+    from greval.flows import Results, aevaluate, evaluate
+    from greval.flows.run import arun, run
     from greval.judge.evaluators import compile, compile_suite
     from greval.judge.judge import Judge
     from greval.llm.config import JudgeConfig, make_chat_model
-    from greval.runner.driver import arun, run
     from greval.runner.options import RunOptions, RunSummary
     from greval.spec import BaseSpec, Spec, load_spec_file, parse_spec, resolve_specs
     from greval.store.export import export_results
@@ -29,9 +30,9 @@ if TYPE_CHECKING:
 # Names are imported on first use (PEP 562): `import greval` and the `greval` command stay light, and a
 # Ctrl-C while a command starts is handled instead of landing in the middle of an import.
 _WHERE = {
-    "Results": "greval.api",
-    "aevaluate": "greval.api",
-    "evaluate": "greval.api",
+    "Results": "greval.flows.results",
+    "aevaluate": "greval.flows.evaluation",
+    "evaluate": "greval.flows.evaluation",
     "Record": "greval.dataset.records",
     "DataError": "greval.errors",
     "GrevalError": "greval.errors",
@@ -50,8 +51,8 @@ _WHERE = {
     "load_results": "greval.store.results",
     "RunOptions": "greval.runner.options",
     "RunSummary": "greval.runner.options",
-    "arun": "greval.runner.driver",
-    "run": "greval.runner.driver",
+    "arun": "greval.flows.run",
+    "run": "greval.flows.run",
     "BaseSpec": "greval.spec",
     "Spec": "greval.spec",
     "load_spec_file": "greval.spec",
@@ -73,18 +74,6 @@ def load_spec(path: str | Path) -> BaseSpec:
         names = ", ".join(s.name for s in specs)
         raise SpecError(str(path), "", f"holds {len(specs)} specs ({names}); load_spec_file() returns them all")
     return specs[0]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'greval' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    """What ``dir(greval)`` and completion show: the public names (most loaded on use), not the module's own
-    imports."""
-    return sorted({*__all__, "__version__"})
 
 
 __all__ = [
@@ -120,3 +109,5 @@ __all__ = [
     "run",
 ]
 __version__ = "0.1.0"
+
+__getattr__, __dir__ = attach(__name__, _WHERE, [*__all__, "__version__"])

@@ -71,6 +71,11 @@ class StoreUnavailable(GrevalError):
         return super().__str__().translate(_ONE_LINE)
 
 
+class Terminated(GrevalError, KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: what runs stops cleanly and records that it was interrupted (the CLI's
+    signal handler raises it; exit code 143 instead of 130)."""
+
+
 def first_line(exc: BaseException) -> str:
     """An exception as one line for a user-facing message: its text's first line, else its type's name."""
     text = str(exc).strip()

@@ -24,7 +24,7 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from greval.api import Results
+    from greval.flows import Results
     from greval.report.scores import ScoreRow
     from greval.spec import BaseSpec
 
@@ -80,8 +80,8 @@ class GrevalCheck:
         id_column: str | None = None,
         worst: int = WORST,
     ) -> Results:
-        from greval.api import evaluate
         from greval.errors import UserError
+        from greval.flows import evaluate
         from greval.runner import RunOptions
 
         try:

@@ -887,7 +887,7 @@ def test_review_loop_end_to_end(env: Env, openai_server: OpenAIServer) -> None:
         num += (judged[rid] == truth(rid)) / p
         den += 1 / p
     with Store(path) as st:
-        from greval.review import review_status
+        from greval.flows.review import review_status
 
         got = review_status(st, None, spec.name, resamples=300)
     acc = got.estimate("accuracy")

@@ -529,7 +529,7 @@ def test_spec_try_with_human_labels_in_their_own_file(llm: OpenAIServer, tmp_pat
 def test_human_labels_spelled_like_missing_values_are_kept(tmp_path: Path) -> None:
     """`spec try --human-file`: a label "NA" / "None" / "null" is a label, not a missing answer; only an empty
     cell is missing (as in `greval agreement`)."""
-    from greval.quality.trial import humans_from_file
+    from greval.flows.trial import humans_from_file
 
     path = tmp_path / "labels.csv"
     path.write_text("id,label\nr1,NA\nr2,None\nr3,null\nr4,\nr5,3\n")

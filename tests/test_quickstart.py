@@ -346,12 +346,12 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
 def _labelled_store(llm: OpenAIServer, work: Path) -> Path:
     """The quick start's example judged by the test server, 20 labels imported, 3 pulled from Argilla."""
     from greval.annotation.labels_import import import_labels
+    from greval.cli.workspace import write_workspace
     from greval.dataset.records import load_records
     from greval.llm.config import JudgeConfig
     from greval.runner.driver import run
     from greval.spec import load_spec_file
     from greval.store.store import Store
-    from greval.workflows import write_workspace
 
     write_workspace(work)
     path = work / "greval.sqlite"

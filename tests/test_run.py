@@ -895,45 +895,6 @@ def test_a_row_repeated_exactly_is_read_once_and_said(llm: OpenAIServer, tmp_pat
     assert "judging 2 records (1 share their content with another: judged once)" in text
 
 
-def test_run_dataset_says_each_step_as_events_and_fills_the_judge_from_the_spec(
-    llm: OpenAIServer, tmp_path: Path
-) -> None:
-    """The loop `greval run` and `greval quickstart` share, without the command line: the data's notes and the
-    plan arrive as typed events before any call, the flags win over the spec's judge block, which fills the
-    rest, and a second run plans nothing."""
-    from greval.llm.config import JudgeChoice
-    from greval.spec import JudgeDefaults
-    from greval.workflows import DataNote, RunEvent, RunPlanned, run_dataset
-
-    data = tmp_path / "d.jsonl"
-    row = {"id": "a", "question": "q?", "answer": "x", "expected_answer": "x"}
-    data.write_text("".join(json.dumps(r) + "\n" for r in [row, {**row, "id": "b", "answer": "y"}, row]))
-    (spec,) = resolve_specs(["answer_alignment"])
-    spec = spec.model_copy(update={"judge": JudgeDefaults(temperature=0.4, max_tokens=64, samples=1)})
-    choice = JudgeChoice(ref="openai:judge-test", base_url=llm.base_url, max_tokens=99, timeout=10)
-    said: list[RunEvent] = []
-    messages: list[str] = []
-    done = run_dataset(
-        [spec], data, tmp_path / "s.sqlite", choice, notify=messages.append, on_event=said.append, concurrency=2
-    )
-    assert [type(e) for e in said] == [DataNote, RunPlanned] and "read once" in said[0].text
-    assert said[1] == RunPlanned(
-        records=2,
-        distinct_contents=2,
-        specs=["answer_alignment"],
-        judge="openai:judge-test",
-        needs_judge=True,
-        judgements=2,
-        computed=0,
-    )
-    assert (done.judge.temperature, done.judge.max_tokens, done.judge.timeout) == (0.4, 99, 10)
-    assert done.ref == "openai:judge-test" and done.summary.metrics[0].judged == 2 and messages == []
-    assert llm.stats()["total"] == 2
-    said.clear()
-    again = run_dataset([spec], data, tmp_path / "s.sqlite", choice, notify=messages.append, on_event=said.append)
-    assert isinstance(said[-1], RunPlanned) and said[-1].judgements == 0 and again.summary.calls == 0
-
-
 # ------------------------------------------------------------------------------- streamed records (issue 12)
 _RERUN_PROBE = """
 import json, sys

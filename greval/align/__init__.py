@@ -15,31 +15,26 @@ through the run path), ``output`` and ``page`` (files), ``api`` (:func:`align`, 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from greval._lazy import attach
 
 if TYPE_CHECKING:
-    from greval.align.api import Target, aalign, align, plan, run_options
+    from greval.align.align import Target, aalign, align, plan, run_options
     from greval.align.models import AlignOptions, AlignPlan, AlignResult, Decision, Objective
 
 _WHERE = {
-    "Target": "greval.align.api",
-    "aalign": "greval.align.api",
-    "align": "greval.align.api",
-    "plan": "greval.align.api",
-    "run_options": "greval.align.api",
+    "Target": "greval.align.align",
+    "aalign": "greval.align.align",
+    "align": "greval.align.align",
+    "plan": "greval.align.align",
+    "run_options": "greval.align.align",
     "AlignOptions": "greval.align.models",
     "AlignPlan": "greval.align.models",
     "AlignResult": "greval.align.models",
     "Decision": "greval.align.models",
     "Objective": "greval.align.models",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'greval.align' has no attribute {name!r}")
 
 
 __all__ = [
@@ -54,3 +49,5 @@ __all__ = [
     "plan",
     "run_options",
 ]
+
+__getattr__, __dir__ = attach(__name__, _WHERE, __all__)

@@ -9,9 +9,11 @@ import functools
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -20,8 +22,8 @@ from rich.markup import escape
 
 from greval.cli.flags import error_text, for_terminal
 from greval.dataset.limits import ReadLimits, parse_size, size_text
-from greval.errors import GrevalError, UserError
-from greval.progress import TerminalProgress
+from greval.errors import Terminated, UserError
+from greval.flows.progress import TerminalProgress
 from greval.report import layout
 from greval.report.layout import wrap_plain as wrap_plain  # the CLI's modules import it from here
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from greval.flows.run import RunEvent, RunPlanned
     from greval.llm.config import JudgeChoice
 
 
@@ -58,17 +61,40 @@ def print_table(table: Table, to: Console | None = None) -> None:
     layout.print_table(table, to or out)
 
 
-def say_judge_build() -> None:
-    """Before the embedded judge's first build starts: how long it takes and how to avoid it."""
-    from greval.llm.local import BUILD_ESTIMATE
+def print_run_event(event: RunEvent, planned: Callable[[RunPlanned], None] | None = None) -> None:
+    """What a run says before it judges, on stderr: a note on the data, the judge layer's words, what it is
+    about to do (``planned`` prints it, by default :func:`planned_line`) and, before a first build of the
+    embedded judge, how long it takes and how to avoid it."""
+    from greval.flows.run import DataNote, JudgeNote
 
-    say(
-        "[yellow]note:[/] the embedded judge's llama-server is not built yet: it is built now, once (a C++ "
-        f"build, {BUILD_ESTIMATE}; Ctrl-C keeps the work done for the next time). To skip it, name a judge: "
-        "--judge openai:gpt-4o-mini with OPENAI_API_KEY set, or any OpenAI-compatible server with "
-        "--judge openai:MODEL --base-url URL.",
-        console,
-        hang=6,
+    if isinstance(event, DataNote):  # nothing the user gave disappears without a word
+        console.print(f"[yellow]note:[/] {escape(for_terminal(event.text))}", highlight=False)
+    elif isinstance(event, JudgeNote):
+        notice(event.text)
+    else:
+        if planned is not None:
+            planned(event)
+        else:
+            console.print(planned_line(event), highlight=False)
+        if (note := event.build_note()) is not None:
+            say(f"[yellow]note:[/] {escape(for_terminal(note))}", console, hang=6)
+
+
+def planned_line(event: RunPlanned) -> str:
+    """``greval run``'s line before it judges: records, metrics, judge, store and the work left."""
+    from greval.store.backend import display
+
+    work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
+    work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
+    work += [f"{event.skipped} to skip (a required input is absent)"] if event.skipped else []
+    dup = event.records - event.distinct_contents
+    same = f" ({dup} share their content with another: judged once)" if dup > 0 else ""
+    idle = "" if event.judgements else " (no call to make)"
+    return (
+        f"{'judging' if event.needs_judge else 'scoring'} [bold]{event.records}[/] records{same} with "
+        f"{', '.join(event.specs)} — "
+        + (f"judge {escape(event.judge)}{idle}, " if event.needs_judge else "")
+        + f"store {escape(display(event.store))}, {', '.join(work)}"
     )
 
 
@@ -119,6 +145,22 @@ def fail(message: str | Exception, exit_code: int | None = None) -> NoReturn:
     sys.exit(code)
 
 
+def greval_argv() -> list[str]:
+    """How to type greval so that the printed commands work as printed: ``greval`` when that is this
+    environment's command on PATH, else its full path (scripts/quickstart.sh run outside a virtual
+    environment installs into ./.venv, whose bin/ is not on PATH), else ``python -m greval``."""
+    mine = Path(sys.prefix) / "bin" / "greval"
+    found = shutil.which("greval")
+    if found and mine.exists() and Path(found).resolve() == mine.resolve():
+        return ["greval"]
+    return [str(mine)] if mine.exists() else [sys.executable, "-m", "greval"]
+
+
+def greval_command() -> str:
+    """:func:`greval_argv` as the shell takes it."""
+    return shlex.join(greval_argv())
+
+
 #: Flags whose value is a secret (--api-key …): masked wherever a command line is printed.
 _SECRET_FLAG = re.compile(r"--[\w-]*(key|password|token|secret)s?", re.IGNORECASE)
 
@@ -127,7 +169,6 @@ def command_line(args: Sequence[str]) -> str:
     """greval's arguments as a command the user can type again: greval's command first, then each argument
     quoted for the shell, with secrets masked (a URL's password, the value of an --api-key-like flag)."""
     from greval.store.backend import display
-    from greval.workflows import greval_command
 
     shown: list[str] = []
     secret = False
@@ -142,10 +183,6 @@ def command_line(args: Sequence[str]) -> str:
         secret = not secret and not eq and bool(_SECRET_FLAG.fullmatch(arg))
         shown.append(arg)
     return " ".join([greval_command(), *(shlex.quote(a) for a in shown)])
-
-
-class Terminated(GrevalError, KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: what runs stops cleanly and records that it was interrupted."""
 
 
 def on_sigterm(signum: int, frame: Any) -> None:
@@ -221,7 +258,8 @@ class _RunSignals:
 def interrupted_exit(exc: BaseException, message: str) -> NoReturn:
     """One line, then the shell's code for the signal (130 for Ctrl-C, 143 for SIGTERM)."""
     console.print(f"[yellow]interrupted:[/] {message}", highlight=False)
-    sys.exit(143 if isinstance(exc, Terminated) else 130)
+    terminated = isinstance(exc, Terminated) or getattr(exc, "terminated", False)  # flows.run.RunInterrupted
+    sys.exit(143 if terminated else 130)
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -385,7 +423,7 @@ def judge_args(judge: JudgeChoice, ref: str | None = None) -> list[str]:
 
 
 class ProgressBar(TerminalProgress):
-    """The run's progress bar on the command line's stderr console (greval.progress draws it)."""
+    """The run's progress bar on the command line's stderr console (greval.flows.progress draws it)."""
 
     def __init__(self, quiet: bool) -> None:
         super().__init__(console, quiet)

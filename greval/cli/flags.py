@@ -87,7 +87,7 @@ FLAGS: dict[str, str] = {
     "body_timeout": "--body-timeout",
     "header_timeout": "--header-timeout",
     "max_connections": "--max-connections",
-    # greval gate (greval.gate.GateRequest)
+    # greval gate (greval.gate.gate.GateRequest)
     "baseline": "--baseline",
     "max_drop": "--max-drop",
     "systems": "--system",

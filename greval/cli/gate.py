@@ -103,9 +103,9 @@ def gate_cmd(
       greval gate --store runs.sqlite --spec faithfulness --baseline 20250101-120000-ab12cd --max-drop 0.02
       greval gate --store runs.sqlite --spec answer_alignment --min "kappa>=0.6" --ci lower --junit gate.xml
     """
-    from greval.agreement.gate import Condition, GateResult, Side
-    from greval.gate import GateRequest, run_gate
-    from greval.report.junit import write_junit
+    from greval.gate.checks import Condition, GateResult, Side
+    from greval.gate.gate import GateRequest, run_gate
+    from greval.gate.junit import write_junit
     from greval.report.scores import SystemFilter
     from greval.store.store import Store
 

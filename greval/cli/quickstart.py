@@ -26,10 +26,10 @@ if TYPE_CHECKING:
     from greval.annotation.argilla import Connection
     from greval.annotation.push import PushResult
     from greval.annotation.server import ServerInfo
+    from greval.flows.run import DatasetRun
     from greval.llm.config import JudgeChoice
     from greval.store.annotation import ReviewCounts
     from greval.store.store import Store
-    from greval.workflows import DatasetRun
 
 DEFAULT_BOOTSTRAP = 1000
 
@@ -100,8 +100,7 @@ class _Options:
 
     def again(self, judge_ref: str) -> list[str]:
         """This quick start as a command that judges its failed records again (with the judge it used)."""
-        from greval.cli.common import judge_args
-        from greval.workflows import greval_argv
+        from greval.cli.common import greval_argv, judge_args
 
         argv = [*greval_argv(), "quickstart", "--dir", str(self.work), *judge_args(self.judge, judge_ref)]
         argv += ["--port", str(self.port)] if self.port != DEFAULT_PORT else []
@@ -121,9 +120,9 @@ def _quickstart(opts: _Options) -> None:
     from greval.agreement.models import AgreementReport
     from greval.cli.common import out
     from greval.cli.flags import FLAGS
+    from greval.cli.workspace import SPEC, write_workspace
     from greval.report.store_report import build, write
     from greval.report.terminal import print_labels, print_report
-    from greval.workflows import SPEC, write_workspace
 
     t0 = time.perf_counter()
     work = opts.work
@@ -155,32 +154,27 @@ def _quickstart(opts: _Options) -> None:
 
 def _judge(opts: _Options, store_path: Path) -> DatasetRun:
     """Step 2: judge the example into the store; the summary, and how to judge failed records again."""
-    from greval.cli.common import ProgressBar, console, notice, print_summary, say_judge_build
+    from greval.cli.common import ProgressBar, print_run_event, print_summary
+    from greval.cli.workspace import SPEC
+    from greval.dataset.source import DataSource
+    from greval.flows.run import RunEvent, RunPlanned, run_dataset
     from greval.runner import RunOptions
     from greval.spec import load_spec_file
-    from greval.workflows import SPEC, DataNote, RunEvent, run_dataset
 
-    def said(event: RunEvent) -> None:
-        if isinstance(event, DataNote):
-            console.print(f"[yellow]note:[/] {escape(event.text)}", highlight=False)
-            return
+    def step(event: RunPlanned) -> None:
         _step(
             f"[bold]2/5[/] judging {event.records} records with {SPEC} — judge {escape(event.judge)}: "
             f"{event.judgements} judgement(s) to make"
         )
-        if event.builds_judge:
-            say_judge_build()
 
+    def said(event: RunEvent) -> None:
+        print_run_event(event, step)
+
+    source = DataSource(data=opts.work / "records.jsonl")
+    specs = load_spec_file(opts.work / "attribution.yaml")
     with ProgressBar(False) as hook:
         done = run_dataset(
-            load_spec_file(opts.work / "attribution.yaml"),
-            opts.work / "records.jsonl",
-            store_path,
-            opts.judge,
-            options=RunOptions(retry_errors=opts.retry_errors),
-            notify=notice,
-            on_event=said,
-            progress=hook,
+            source, specs, opts.judge, store_path, RunOptions(retry_errors=opts.retry_errors), said, progress=hook
         )
     print_summary(done.summary, retry=opts.again(done.ref))
     return done
@@ -201,8 +195,8 @@ def _review(opts: _Options, store_path: Path, done: DatasetRun) -> _Argilla | No
     from greval.annotation.argilla import connect
     from greval.annotation.pull import pull
     from greval.annotation.push import push
+    from greval.cli.workspace import SPEC
     from greval.store.store import Store
-    from greval.workflows import SPEC
 
     with Store(store_path) as st:
         if opts.no_argilla:
@@ -256,8 +250,8 @@ def _import_labels(st: Store, work: Path, conn: Connection | None) -> int:
     """The example's human labels: with Argilla, of the first IMPORTED records only (the others wait there, with
     the judge's suggestion, for the user's own label), into the store and Argilla; else all, into the store."""
     from greval.annotation.labels_import import import_labels
+    from greval.cli.workspace import IMPORTED, SPEC, first_records, write_csv
     from greval.dataset.tables import read_rows
-    from greval.workflows import IMPORTED, SPEC, first_records, write_csv
 
     labels_file = work / "human_labels.csv"
     rows = first_records(read_rows(labels_file), None if conn is None else IMPORTED)
@@ -274,7 +268,7 @@ def _start_argilla(port: int, data: Path | None) -> _Argilla:
     """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
     from greval.annotation import server
     from greval.cli.common import fail
-    from greval.workflows import SPEC
+    from greval.cli.workspace import SPEC
 
     current = server.status(data)
     if current.running and current.url:
@@ -318,7 +312,8 @@ class _Lines:
 def _closing(opts: _Options, store: Path, page: Path, done: DatasetRun, argilla: _Argilla | None) -> list[str]:
     """Where everything is and what to type next: plain lines that fit the output's width, every command
     complete and runnable from any directory."""
-    from greval.workflows import SPEC, greval_argv
+    from greval.cli.common import greval_argv
+    from greval.cli.workspace import SPEC
 
     gv, out = greval_argv(), _Lines()
     data_dir = ["--data-dir", str(argilla.info.data_dir)] if argilla is not None and argilla.custom_data else []
@@ -355,8 +350,8 @@ def _closing(opts: _Options, store: Path, page: Path, done: DatasetRun, argilla:
 
 def _own_data(out: _Lines, opts: _Options, done: DatasetRun, up: bool, data_dir: list[str]) -> None:
     """The commands that do the same on the user's own data, and what the predefined metrics read."""
-    from greval.cli.common import judge_args
-    from greval.workflows import OWN_SPECS, greval_argv
+    from greval.cli.common import greval_argv, judge_args
+    from greval.cli.workspace import OWN_SPECS
 
     gv, first, judge = greval_argv(), OWN_SPECS[0], judge_args(opts.judge, done.ref)
     out.text(

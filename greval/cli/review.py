@@ -68,7 +68,7 @@ def review(
         return
     if store_path is None or spec_name is None:
         raise UserError("greval review needs --store PATH and --spec NAME (or a subcommand: status)")
-    from greval.review import next_round
+    from greval.flows.review import next_round
 
     bar = PushBar(console)
     with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
@@ -140,7 +140,7 @@ def status_cmd(
       greval review status --store runs.sqlite --spec answer_alignment --target "kappa±0.05"
     """
     from greval.agreement.stopping import Target
-    from greval.review import review_status
+    from greval.flows.review import review_status
 
     goal = Target.parse(target) if target else None
     with opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=not no_pull) as (store, conn):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -17,17 +16,15 @@ from greval.cli.common import (
     console,
     interrupted_exit,
     judge_options,
-    notice,
     parse_map,
+    print_run_event,
     print_summary,
     read_limit_options,
     run_signals,
-    say_judge_build,
     store_option,
     store_wait_option,
 )
 from greval.cli.flags import for_terminal
-from greval.store.backend import display
 
 if TYPE_CHECKING:
     from greval.dataset.limits import ReadLimits
@@ -192,11 +189,11 @@ def run_cmd(
           --store postgresql://greval@db.internal/greval --ray-address auto
     """
     from greval.dataset.sample import Sample
+    from greval.dataset.source import DataSource
+    from greval.flows.run import RunInterrupted, run_dataset
     from greval.llm.retry import RetryPolicy
     from greval.runner.options import RunOptions
     from greval.spec import resolve_specs
-    from greval.store.store import Store
-    from greval.workflows import DataNote, RunEvent, run_dataset
 
     if sample_seed is not None and sample_n is None and sample_items is None:
         raise click.UsageError("--sample-seed chooses a sample: give --sample N and / or --sample-items N with it")
@@ -204,28 +201,8 @@ def run_cmd(
         raise click.UsageError("--ray-address and --shards go with --engine ray")
     specs = resolve_specs(spec_refs)
     asked = [s.name for s in resolve_specs(spec_refs, with_dependencies=False)]  # the others are pulled in
-
-    def said(event: RunEvent) -> None:
-        if isinstance(event, DataNote):  # nothing the user gave disappears without a word
-            console.print(f"[yellow]note:[/] {escape(for_terminal(event.text))}", highlight=False)
-            return
-        work = [f"{event.judgements} judgement(s) to make"] if event.needs_judge else []
-        work += [f"{event.computed} computed score(s) to make"] if event.computed or not event.needs_judge else []
-        work += [f"{event.skipped} to skip (a required input is absent)"] if event.skipped else []
-        dup = event.records - event.distinct_contents
-        same = f" ({dup} share their content with another: judged once)" if dup > 0 else ""
-        idle = "" if event.judgements else " (no call to make)"
-        console.print(
-            f"{'judging' if event.needs_judge else 'scoring'} [bold]{event.records}[/] records{same} with "
-            f"{', '.join(event.specs)} — "
-            + (f"judge {escape(event.judge)}{idle}, " if event.needs_judge else "")
-            + f"store {escape(display(store))}, {', '.join(work)}",
-            highlight=False,
-        )
-        if event.builds_judge:
-            say_judge_build()
-
     opts = RunOptions(
+        **({"concurrency": concurrency} if concurrency is not None else {}),
         adaptive=not no_adaptive,
         method=method,
         retry=RetryPolicy(max_attempts=max_attempts),
@@ -239,36 +216,15 @@ def run_cmd(
         shards=shards,
         ray_address=ray_address,
     )
+    source = DataSource(data=data, mapping=parse_map(maps) or None, id_column=id_column, limit=limit, limits=limits)
     resume = command_line(click.get_current_context().meta.get("greval.argv", sys.argv[1:]))
     try:
         with ProgressBar(quiet) as hook, run_signals(resume, lambda: hook.__exit__(None, None, None)):
             done = run_dataset(
-                specs,
-                data,
-                store,
-                judge,
-                options=opts,
-                concurrency=concurrency,
-                mapping=parse_map(maps),
-                id_column=id_column,
-                limit=limit,
-                asked=asked,
-                limits=limits,
-                store_wait=store_wait,
-                notify=notice,
-                on_event=said,
-                progress=hook,
+                source, specs, judge, store, opts, print_run_event, asked=asked, progress=hook, store_wait=store_wait
             )
-    except KeyboardInterrupt as exc:
-        # The run recorded itself as interrupted, with its summary, before run_dataset returned.
-        with Store(store) as st:
-            metrics = (st.last_run_summary(os.getpid()) or {}).get("metrics", [])
-        kept = sum(m.get("verdicts", 0) for m in metrics)
-        made = sum(m.get("judged", 0) for m in metrics)
-        interrupted_exit(
-            exc,
-            f"{kept} verdict(s) stored ({made} judgement(s) made by this run); re-run the same command to resume",
-        )
+    except RunInterrupted as exc:  # the run recorded itself as interrupted, with its summary
+        interrupted_exit(exc, f"{exc.stored}; re-run the same command to resume")
     summary = done.summary
     print_summary(summary, origin=done.origin)
     for note in summary.notes:  # said once per run, not per verdict

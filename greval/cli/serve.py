@@ -124,6 +124,7 @@ def serve_cmd(
         )
     import uvicorn
 
+    from greval.flows.run import choose_judge
     from greval.llm.local import serve_judge
     from greval.llm.retry import RetryPolicy
     from greval.runner.options import RunOptions
@@ -131,7 +132,6 @@ def serve_cmd(
     from greval.serve.connections import protocol
     from greval.spec import bundled_specs, resolve_specs
     from greval.spec.model import Spec
-    from greval.workflows import choose_judge
 
     keys = [*api_keys, *(k.strip() for k in os.environ.get("GREVAL_SERVE_KEYS", "").split(",") if k.strip())]
     check_binding(host, keys)

@@ -18,6 +18,7 @@ from greval.cli.common import (
     out,
     parse_map,
     print_error,
+    print_run_event,
     print_table,
     read_limit_options,
     store_option,
@@ -334,34 +335,26 @@ def spec_try(
     For chunk / triple metrics the human column holds one label per item: a list in item order or a
     mapping {item_id: label}.
     """
-    from functools import partial
-
-    from greval.llm.config import default_judge
-    from greval.llm.local import judge_session
-    from greval.quality.trial import print_try, try_spec
+    from greval.flows.trial import TrialRequest, print_try, try_spec
 
     specs, target = _load_target(spec_file, spec_name)
-    report, frame, summary = try_spec(
-        specs,
-        target,
-        data_file,
-        human_column,
-        judge_ref=judge.ref or next((s.judge.model for s in specs if s.judge.model), None) or default_judge(notice),
-        judge_params=judge.with_defaults(target.judge).params(),
-        session=partial(judge_session, notify=console.print),
-        mapping=parse_map(maps),
-        id_column=id_column,
-        limit=limit,
-        store=store,
-        bootstrap=bootstrap,
+    request = TrialRequest(
+        data_file=data_file,
+        human_column=human_column,
         human_file=human_file,
         human_id_column=human_id_column,
         annotator_column=annotator_column,
+        mapping=parse_map(maps) or None,
+        id_column=id_column,
+        limit=limit,
         limits=limits,
+        store=store,
+        bootstrap=bootstrap,
     )
-    print_try(out, target, report, frame, summary, FLAGS)
+    done = try_spec(specs, target, request, judge, print_run_event)
+    print_try(out, target, done.report, done.frame, done.summary, FLAGS)
     if json_out:
-        write_private(Path(json_out), report.model_dump_json(indent=2))
+        write_private(Path(json_out), done.report.model_dump_json(indent=2))
         console.print(f"wrote {json_out}")
 
 

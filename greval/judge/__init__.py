@@ -11,8 +11,9 @@ the log-probability arithmetic import no LangChain.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from greval._lazy import attach
 
 if TYPE_CHECKING:
     from greval.judge.evaluators import Evaluator, compile, compile_suite, make_evaluator, register_evaluator
@@ -30,14 +31,6 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'greval.judge' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
-
-
 __all__ = ["CallOptions", "Evaluator", "Judge", "compile", "compile_suite", "make_evaluator", "register_evaluator"]
+
+__getattr__, __dir__ = attach(__name__, _WHERE, __all__)

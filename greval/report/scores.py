@@ -1,5 +1,5 @@
 """Dataset scores of a run's records, with their CIs — per metric, and per system — and the paired change of a
-score against a baseline on the same records: what :class:`greval.api.Results` summarises and ``greval gate``
+score against a baseline on the same records: what :class:`greval.flows.results.Results` summarises and ``greval gate``
 tests.
 
 Every figure is the one greval defines elsewhere: the record rows and :class:`MetricFigures` of

@@ -45,9 +45,9 @@ from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
 from greval.report.layout import print_table, say, wrap_plain
 
 if TYPE_CHECKING:
+    from greval.flows.review import ReviewStatus
     from greval.report.compare import Comparison
     from greval.report.models import StoreReport
-    from greval.review import ReviewStatus
 
 HEADLINE_SLICE = {
     "categorical": ("accuracy", "cohen_kappa", "quadratic_kappa", "f1", "roc_auc", "pr_auc"),
@@ -450,7 +450,7 @@ def _review_estimates(out: Console, err: Console, st: ReviewStatus) -> None:
 
 
 def print_review_status(out: Console, err: Console, st: ReviewStatus, names: Names | None = None) -> None:
-    """Where a review stands (greval.review.review_status): labels so far, the design, the estimates, the
+    """Where a review stands (greval.flows.review.review_status): labels so far, the design, the estimates, the
     stopping advice on ``out``; what was pulled, the legend and the notes on ``err``."""
     out.print(
         f"Review of {st.spec!r} (judge {st.judge}) in dataset {st.dataset!r}: {st.rounds} round(s); "

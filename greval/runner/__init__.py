@@ -10,8 +10,9 @@ the judge stack only comes with the judging.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from greval._lazy import attach
 
 if TYPE_CHECKING:
     from greval.runner.driver import arun, run
@@ -79,16 +80,6 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'greval.runner' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
-
-
 __all__ = [
     "CLAIM_BATCH",
     "CLAIM_POLL_S",
@@ -119,3 +110,5 @@ __all__ = [
     "unique_contents",
     "work_of",
 ]
+
+__getattr__, __dir__ = attach(__name__, _WHERE, __all__)

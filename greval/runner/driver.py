@@ -36,7 +36,7 @@ from greval.store.store import Store
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-__all__ = ["arun", "run"]
+__all__ = ["arun", "check_arguments", "run"]
 
 
 async def arun(
@@ -64,7 +64,7 @@ async def arun(
     ``local`` or ``gguf:PATH`` (:meth:`JudgeConfig.parse`) without a ``base_url`` or ``model`` is served by the
     embedded llama.cpp server while calls are to be made, as ``greval run`` does (what it starts is said through
     ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency."""
-    _check_arguments(specs, records)
+    check_arguments(specs, records)
     opts = options or RunOptions()
     specs = order_specs(specs)
     wanted = {s.name: config_for(s, cfg).key for s in specs}
@@ -99,7 +99,7 @@ async def arun(
     return summary
 
 
-def _check_arguments(specs: object, records: object) -> None:
+def check_arguments(specs: object, records: object) -> None:
     """What a newcomer from Ragas / DeepEval types first (metric names, a DataFrame) gets one line pointing to
     :func:`greval.evaluate`, which takes both, instead of an AttributeError deep in the plan."""
     hint = "greval.evaluate(data, metrics) takes metric names and a DataFrame, a list of dicts or a file"

@@ -9,8 +9,9 @@ it), and only what runs the server needs aiohttp (the ``testing`` extra): withou
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from greval._lazy import attach
 
 if TYPE_CHECKING:
     from greval.testing.openai.app import build_app
@@ -28,8 +29,4 @@ _HOMES: Final = {
     "generate_instance": "greval.testing.openai.schema_gen",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = attach(__name__, _HOMES, __all__)

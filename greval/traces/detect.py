@@ -16,6 +16,7 @@ from typing import Any
 
 from greval.dataset.limits import ReadLimits
 from greval.dataset.records import DataFile
+from greval.dataset.source import DataSource, Opened, register_recogniser
 from greval.dataset.tables import check_file, iter_rows, read_json
 from greval.errors import DataError, UserError, option
 from greval.traces import langfuse, langsmith
@@ -23,7 +24,7 @@ from greval.traces.openinference import is_span_row
 from greval.traces.source import TraceRows, group_traces
 from greval.traces.spans import Span
 
-__all__ = ["FORMATS", "open_data", "sniff"]
+__all__ = ["FORMATS", "open_data", "recognise", "sniff"]
 
 #: Export kind -> what the notes call it.
 FORMATS = {
@@ -125,3 +126,21 @@ def open_data(
         return DataFile(data, mapping, id_column, limit, limits)
     label = f"{path} ({FORMATS[fmt]})"
     return TraceRows(label, lambda: group_traces(_spans(path, fmt, label, limits)), limit)
+
+
+def recognise(source: DataSource) -> Opened | None:
+    """A Phoenix project or a recognised trace export, opened (None: a plain table, read by the source itself)
+    — the recogniser this module registers with :mod:`greval.dataset.source`."""
+    opened = open_data(source.data, source.mapping, source.id_column, source.limit, source.limits)
+    if not isinstance(opened, TraceRows):
+        return None
+    return Opened(
+        rows=opened,
+        where=str(source.data),
+        read_notes=lambda: list(opened.notes),
+        origin=opened.origin,
+        after_run=opened.after_run,
+    )
+
+
+register_recogniser(recognise)

@@ -42,7 +42,7 @@ def test_gate_exits_0_or_1_on_the_agreement_report_with_one_line_why(llm: Any, t
 def test_gate_tests_the_design_weighted_figure_on_a_non_random_sample() -> None:
     """On an uncertain-first sample the gate reads the 1/π-weighted κ (and says so), not the plain one; a
     figure without a weighted counterpart is tested as it is, with a note that the sample was not random."""
-    from greval.agreement.gate import Condition, evaluate
+    from greval.gate.checks import Condition, evaluate
 
     scale = AgreementScale(kind="categorical", labels=["fail", "pass"])
     rows = [

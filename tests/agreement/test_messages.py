@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from greval.agreement import AgreementOptions, AgreementScale, compute_agreement, compute_consistency
-from greval.agreement.gate import evaluate
 from greval.agreement.stopping import Target
 from greval.agreement.tables import CONTRACT
 from greval.cli import main
 from greval.cli.flags import FLAGS
 from greval.errors import DataError, UserError
+from greval.gate.checks import evaluate
 
 AGREEMENT = Path(__file__).resolve().parents[2] / "greval" / "agreement"
 

@@ -28,7 +28,7 @@ def test_review_advice_says_why_there_is_none_yet() -> None:
     labels; no estimate while some judged items had no chance of selection; capped at the items left; exact
     once every judged item is labelled."""
     from greval.agreement.stopping import Target
-    from greval.review import ReviewStatus, StratumCount, advice_for, narrow_interval_notes
+    from greval.flows.review import ReviewStatus, StratumCount, advice_for, narrow_interval_notes
 
     def status(strata: dict[str, StratumCount], labelled: int, population: int, uncovered: int = 0) -> ReviewStatus:
         return ReviewStatus(

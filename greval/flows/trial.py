@@ -1,4 +1,5 @@
-"""`greval spec try`: run a draft on a few human-labelled records and show the judge's agreement with them."""
+"""`greval spec try`: run a draft on a few human-labelled records and show the judge's agreement with them —
+through the front door (greval.flows.run), as an experiment run."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from greval._sync import run_sync
+from pydantic import BaseModel, ConfigDict, Field
+
+from greval.agreement.models import AgreementReport
 from greval.dataset.limits import ReadLimits
+from greval.dataset.source import DataSource
 from greval.errors import UserError, option, render_options
-from greval.spec import CategoricalScale, Spec
+from greval.flows.run import JudgeRef, RunEvent, run_dataset
+from greval.runner.options import RunOptions, RunSummary
+from greval.spec import BaseSpec, CategoricalScale, Spec
 
 
 def human_frame(
@@ -125,55 +131,70 @@ def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[st
     return out, humans
 
 
+class TrialRequest(BaseModel):
+    """What ``spec try`` judges and compares: the labelled data and where its people's answers are."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data_file: str
+    human_column: str
+    human_file: str | None = Field(None, description="People's answers in a table of their own (else a column).")
+    human_id_column: str | None = None
+    annotator_column: str | None = None
+    mapping: dict[str, str] | None = None
+    id_column: str | None = None
+    limit: int | None = 20
+    limits: ReadLimits | None = None
+    store: str | None = Field(None, description="Keep the verdicts here (an experiment run), else a temporary store.")
+    bootstrap: int = 200
+
+
+class TrialResult(BaseModel):
+    """The agreement of the draft with people, the frame it was computed on, and the run's summary."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    report: AgreementReport
+    frame: Any = Field(description="The agreement stage's long frame (a pandas DataFrame).")
+    summary: RunSummary
+
+
 def try_spec(
-    specs: Sequence[Any],
+    specs: Sequence[BaseSpec],
     target: Spec,
-    data_file: str,
-    human_column: str,
-    *,
-    judge_ref: str,
-    judge_params: Mapping[str, Any],
-    session: Callable[..., Any],
-    mapping: Mapping[str, str] | None = None,
-    id_column: str | None = None,
-    limit: int | None = 20,
-    store: str | None = None,
-    bootstrap: int = 200,
-    human_file: str | None = None,
-    human_id_column: str | None = None,
-    annotator_column: str | None = None,
-    limits: ReadLimits | None = None,
-) -> tuple[Any, Any, Any]:
-    """Run the specs on the labelled records and compute agreement of ``target`` with the human answers
-    (a column of the data file, or of ``human_file`` joined on the record id; ``limits`` bound reading
-    both)."""
+    request: TrialRequest,
+    judge: JudgeRef = None,
+    on_event: Callable[[RunEvent], None] | None = None,
+) -> TrialResult:
+    """Judge the labelled records with ``specs`` through the front door — an experiment run, never what a reader
+    of the store reads by default — and compute the agreement of ``target`` with the people's answers (a column
+    of the data file, or of ``request.human_file`` joined on the record id)."""
     from greval.agreement import AgreementOptions, compute_agreement
+    from greval.agreement.from_store import agreement_scale
     from greval.dataset.records import load_records
     from greval.judge.outcome import config_for
-    from greval.runner.driver import arun
     from greval.store.store import Store, spec_keys
 
-    loaded = load_records(data_file, mapping, id_column, limit, limits=limits)
-    if human_file:
+    r = request
+    loaded = load_records(r.data_file, r.mapping, r.id_column, r.limit, limits=r.limits)
+    if r.human_file:
         records = loaded
-        humans = humans_from_file(human_file, human_column, human_id_column, annotator_column, limits)
-        if not any(r.id in humans for r in records):
-            raise UserError(f"{human_file}: no human answer for any of the {len(records)} record ids")
+        humans = humans_from_file(r.human_file, r.human_column, r.human_id_column, r.annotator_column, r.limits)
+        if not any(rec.id in humans for rec in records):
+            raise UserError(f"{r.human_file}: no human answer for any of the {len(records)} record ids")
     else:
-        records, humans = split_human(loaded, human_column)
+        records, humans = split_human(loaded, r.human_column)
     with tempfile.TemporaryDirectory(prefix="greval-try-") as tmp:
-        path = store or str(Path(tmp) / "try.sqlite")
-        with session(judge_ref, **judge_params) as cfg, Store(path) as st:
-            summary = run_sync(arun(specs, records, st, cfg, dataset=data_file))
-            keys = spec_keys(specs)
-            jkey = config_for(target, cfg).key
-            results = {r.hash: st.result(keys[target.name], jkey, r) for r in records}
+        path = r.store or str(Path(tmp) / "try.sqlite")
+        source = DataSource(data=records, name=r.data_file)
+        done = run_dataset(source, specs, judge, path, RunOptions(experiment="spec try"), on_event)
+        key, jkey = spec_keys(specs)[target.name], config_for(target, done.judge).key
+        with Store(path) as st:
+            results = {rec.hash: st.result(key, jkey, rec) for rec in records}
     frame = human_frame(target, records, results, humans)
     frame["human"] = frame["human"].map(_plain)
-    from greval.agreement.from_store import agreement_scale
-
-    report = compute_agreement(frame, agreement_scale(target), AgreementOptions(bootstrap=bootstrap))
-    return report, frame, summary
+    report = compute_agreement(frame, agreement_scale(target), AgreementOptions(bootstrap=r.bootstrap))
+    return TrialResult(report=report, frame=frame, summary=done.summary)
 
 
 def _plain(v: Any) -> Any:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from greval.agreement.gate import Check
+from greval.gate.checks import Check
 from greval.paths import write_private
 
 

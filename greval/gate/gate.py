@@ -3,7 +3,7 @@
 Two kinds of condition, on any metric the store has:
 
 - **agreement** (``kappa>=0.6``, ``accuracy>0.8`` …, judge metrics with human labels): on the report
-  ``greval agreement --store`` prints (:mod:`greval.agreement.gate`);
+  ``greval agreement --store`` prints (:mod:`greval.gate.checks`);
 - **dataset score** (``score>=0.3``: the score the run summary prints, judge, computed and pipeline metrics
   alike) on the records of one run — the latest finished run of the metric unless a run is named — over every
   record, or per system (``COLUMN=VALUE``); and the score's **change against a baseline** (another run, or
@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from greval.agreement.gate import Check, Condition, GateResult, Side, check
 from greval.agreement.models import Estimate
 from greval.errors import Remedy, UserError, option
+from greval.gate.checks import Check, Condition, GateResult, Side, check
 from greval.report.scores import SystemFilter, in_system, paired_change, run_items, score_rows, system_values
 from greval.spec import Spec
 from greval.store.results import item_rows, record_rows
@@ -90,8 +90,8 @@ def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition]
     """The agreement report ``greval agreement --store`` prints, and the conditions on it."""
     from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
-    from greval.agreement.gate import evaluate
     from greval.agreement.models import AgreementOptions
+    from greval.gate.checks import evaluate
 
     version = store.metric_version(req.spec)
     if not isinstance(spec := store.any_spec(version.spec_key), Spec):

@@ -21,8 +21,8 @@ from greval.store.store import Store
 if TYPE_CHECKING:
     import pandas as pd
 
-    from greval.agreement.gate import Check
     from greval.agreement.models import AgreementReport
+    from greval.gate.checks import Check
     from greval.report.scores import ScoreRow
 
 #: What the wide frame shows of each metric, one column each: ``METRIC.score`` …
@@ -145,8 +145,8 @@ class Results:
         """(metric, check) for each metric asked for and each bound given: its dataset score (the point value,
         or an end of its 95 % CI) ``>= min_score`` / ``<= max_score`` — the test ``greval gate`` makes of
         ``score>=X`` (an undefined score fails, saying why)."""
-        from greval.agreement.gate import check
         from greval.agreement.models import Estimate
+        from greval.gate.checks import check
 
         if ci not in ("value", "lower", "upper"):
             raise UserError(f"ci {ci!r}: 'value', 'lower' or 'upper'")

@@ -1,30 +1,37 @@
 """``greval.evaluate(data, metrics)``: judge a DataFrame, a list of dicts, a Hugging Face Dataset or a file
 with metrics given by name, file or spec object, in one call, from a script, a notebook or async code.
 
-The run is greval's one run path (:func:`greval.runner.arun`), so every verdict goes to a store and a second
-call on the same records pays nothing: by default a file in greval's data directory, shared by every call of
-this user. The judge is chosen as ``greval run`` chooses it (:func:`greval.workflows.choose_judge`). It runs on
-greval's own event loop (:mod:`greval._sync`): from synchronous code, also inside Jupyter's running loop, the
-caller waits; ``await aevaluate(...)`` leaves the caller's loop free.
+The run goes through greval's one front door (:func:`greval.flows.run.arun_dataset`, as ``greval run`` does),
+so every verdict goes to a store and a second call on the same records pays nothing: by default a file in
+greval's data directory, shared by every call of this user; the judge is chosen, a local judge built and
+served, and a Ctrl-C ends (:class:`~greval.flows.run.RunInterrupted`: one line, what is stored and how to resume)
+exactly as there. It runs on greval's own event loop (:mod:`greval._sync`): from synchronous code, also inside
+Jupyter's running loop, the caller waits; ``await aevaluate(...)`` leaves the caller's loop free.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from greval._sync import on_greval_loop, run_sync
-from greval.api.data import Rows, check_inputs, read_data
-from greval.api.results import Results
-from greval.errors import UserError
+from greval.dataset.source import DataSource
+from greval.errors import UserError, render_options
+from greval.flows.progress import progress_for
+from greval.flows.results import Results
+from greval.flows.run import (
+    DatasetRun,
+    JudgeNote,
+    RunEvent,
+    RunPlanned,
+    arun_dataset_on_loop,
+    run_dataset,
+)
 from greval.llm.config import JudgeChoice, JudgeConfig
-from greval.progress import Progress, progress_for
-from greval.runner import RunOptions
+from greval.runner.options import RunOptions
 from greval.spec import BaseSpec
 from greval.store.store import Store
 
@@ -97,62 +104,51 @@ def resolve_metrics(metrics: Sequence[Metric] | Metric) -> tuple[list[BaseSpec],
     return order_specs(ordered), asked
 
 
-def _judge(specs: Sequence[BaseSpec], judge: str | JudgeConfig | JudgeChoice | None) -> tuple[str, JudgeConfig]:
-    """The judge's reference and config: a config as given, else ``greval run``'s choice (a name, else
-    ``GREVAL_JUDGE``, else the specs' judge, else the default judge)."""
-    from greval.workflows import choose_judge
+def _events(quiet: bool) -> Callable[[RunEvent], None]:
+    """What the run says, as a line on stderr (the judge chosen, a local judge started, the build note, a note
+    on the data), unless ``quiet``; option fields written as this function's keyword names."""
 
-    if isinstance(judge, JudgeConfig):
-        return judge.label, judge
-    choice = judge if isinstance(judge, JudgeChoice) else JudgeChoice(ref=judge or os.environ.get("GREVAL_JUDGE"))
-    return choose_judge(specs, choice, say)
+    def said(event: RunEvent) -> None:
+        if isinstance(event, RunPlanned):
+            note = event.build_note()
+            if note is not None:
+                say(f"note: {render_options(note, KEYWORDS)}")
+        elif isinstance(event, JudgeNote):
+            say(render_options(event.text, KEYWORDS))
+        elif not quiet:
+            say(f"note: {render_options(event.text, KEYWORDS)}")
+
+    return said
 
 
-async def _evaluate(ev: Evaluation, progress: Progress) -> Results:
-    """The whole call, on greval's loop: metrics, data, judge, the run, the results."""
-    from greval.runner import arun, plan_work
-    from greval.workflows import run_options
+#: How this function's messages name an option field: as its keyword (``judge=``), not a command-line flag.
+KEYWORDS = {"judge": "judge=", "base_url": "base_url=", "mapping": "map=", "id_column": "id_column="}
 
-    specs, asked = resolve_metrics(ev.metrics)
-    rows = read_data(ev.data, ev.map, ev.id_column)
-    check_inputs([s for s in specs if s.name in asked], rows, ev.map)
-    ref, cfg = _judge(specs, ev.judge)
-    opts = run_options(ev.options, ref, ev.concurrency)
-    path = ev.store if ev.store is not None else default_store()
-    st = path if isinstance(path, Store) else Store(path)
-    try:
-        plan = plan_work(specs, rows.rows, st, cfg, opts.retry_errors, opts.sample)
-        # a local judge is served by the runner while calls are needed (what it starts is said through say)
-        summary = await arun(
-            specs,
-            rows.rows,
-            st,
-            cfg,
-            options=opts,
-            dataset=rows.where,
-            progress=progress,
-            plan=plan,
-            asked=asked,
-            notify=say,
-        )
-        notes = rows.notes + _after(rows, st, summary, specs)
-    finally:
-        if not isinstance(path, Store):
-            st.close()
-    handle: str | Store = path if isinstance(path, Store) else str(path)
-    origin = rows.traces.origin if rows.traces is not None else None  # where a trace's fields come from
+
+def _results(ev: Evaluation, done: DatasetRun, specs: Sequence[BaseSpec], asked: Sequence[str]) -> Results:
+    """The call's Results (the run's notes said on stderr unless quiet: the data's were said as they came)."""
+    handle: str | Store = ev.store if isinstance(ev.store, Store) else str(ev.store or default_store())
+    positional = done.inputs is not None and done.inputs == len(done.ids)
     results = Results(
-        handle, summary, specs, asked, rows.ids, notes, positional=rows.inputs == len(rows.rows), origin=origin
+        handle, done.summary, specs, asked, done.ids, done.notes, positional=positional, origin=done.origin
     )
     if not ev.quiet:
         for note in results.notes:
-            say(f"note: {note}")
+            if note not in done.notes:
+                say(f"note: {note}")
     return results
 
 
-def _after(rows: Rows, st: Store, summary: Any, specs: Sequence[BaseSpec]) -> list[str]:
-    """Verdicts back to where traces came from (a Phoenix project), as ``greval run`` does."""
-    return list(rows.traces.after_run(st, summary, specs)) if rows.traces is not None else []
+def _call(ev: Evaluation) -> tuple[dict[str, Any], list[BaseSpec], list[str]]:
+    """The front door's arguments for this call: (keyword arguments, specs, the names asked for)."""
+    specs, asked = resolve_metrics(ev.metrics)
+    source = DataSource(data=ev.data, mapping=ev.map, id_column=ev.id_column)
+    options = ev.options or RunOptions()
+    if ev.concurrency is not None:
+        options = options.model_copy(update={"concurrency": ev.concurrency})
+    store = ev.store if ev.store is not None else default_store()
+    args = {"source": source, "specs": specs, "judge": ev.judge, "store": store, "options": options}
+    return {**args, "on_event": _events(ev.quiet), "asked": asked, "strict_inputs": True}, specs, asked
 
 
 def evaluate(
@@ -194,8 +190,10 @@ def evaluate(
         options=options,
         quiet=quiet,
     )
+    args, specs, asked = _call(ev)
     with progress_for(progress) as bar:
-        return run_sync(_evaluate(ev, bar), poll=bar.poll)
+        done = run_dataset(**args, progress=bar, poll=bar.poll)
+    return _results(ev, done, specs, asked)
 
 
 async def aevaluate(
@@ -224,5 +222,7 @@ async def aevaluate(
         options=options,
         quiet=quiet,
     )
+    args, specs, asked = _call(ev)
     with progress_for(progress) as bar:
-        return await on_greval_loop(_evaluate(ev, bar), poll=bar.poll)
+        done = await arun_dataset_on_loop(**args, progress=bar, poll=bar.poll)
+    return _results(ev, done, specs, asked)
