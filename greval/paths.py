@@ -28,9 +28,9 @@ def metric_specs_dir() -> Path:
     return _bundled("metric_specs")
 
 
-def annotation_dir() -> Path:
+def argilla_server_dir() -> Path:
     """The embedded Argilla server's code (runs in its own virtual environment)."""
-    return _bundled("annotation")
+    return _bundled("argilla_server")
 
 
 def examples_dir() -> Path:

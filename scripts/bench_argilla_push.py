@@ -2,7 +2,7 @@
 
 Builds a store with N synthetic record-level verdicts (no model calls) and starts two argilla-server 2.8.0
 processes at once: greval's embedded server as `greval annotate up` runs it (with greval's ingest patches,
-annotation/ingest_patch.py) and the same server with ``--stock`` (argilla-server's own validation). Each
+argilla_server/ingest_patch.py) and the same server with ``--stock`` (argilla-server's own validation). Each
 paired round times greval's push to the first and a plain SDK ``records.log`` of the same records to the
 second (order alternating); then one update round; then an annotator answers every record and greval pulls
 them. Prints records/s side by side and the median ratio.

