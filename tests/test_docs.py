@@ -397,7 +397,7 @@ def prepare(page: str, work: Path, env: dict[str, str], stack: contextlib.ExitSt
         serve = next(c for c in SHELL_COMMANDS if c.block.page == page and c.argv[1:2] == ["serve"])
         url = stack.enter_context(serving(serve.argv, work, env))
         return {"http://127.0.0.1:8000": url}
-    if page == "README.md":
+    if page in ("README.md", "docs/python.md"):
         (work / "rag.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RAG_RECORDS), encoding="utf-8")
     elif page == "docs/agreement.md":  # "labels.csv" with an id, the judge's verdict and a person's label per row
         rows = [("a", "yes", "yes"), ("b", "no", "no"), ("c", "yes", "no"), ("d", "no", "no"), ("e", "yes", "yes")]

@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING
 from greval._lazy import attach
 
 if TYPE_CHECKING:
-    from greval.align.align import Target, aalign, align, plan, run_options
+    from greval.align.entry import Target, aalign, align, plan, run_options
     from greval.align.models import AlignOptions, AlignPlan, AlignResult, Decision, Objective
 
 _WHERE = {
-    "Target": "greval.align.align",
-    "aalign": "greval.align.align",
-    "align": "greval.align.align",
-    "plan": "greval.align.align",
-    "run_options": "greval.align.align",
+    "Target": "greval.align.entry",
+    "aalign": "greval.align.entry",
+    "align": "greval.align.entry",
+    "plan": "greval.align.entry",
+    "run_options": "greval.align.entry",
     "AlignOptions": "greval.align.models",
     "AlignPlan": "greval.align.models",
     "AlignResult": "greval.align.models",

@@ -305,7 +305,7 @@ def align_cmd(
       greval align --store greval.sqlite --spec attribution --judge openai:gpt-4o-mini --budget-calls 2000
       greval align --store s.sqlite --spec faithfulness --optimizer-judge openai:gpt-4o --objective accuracy
     """
-    from greval.align.align import Target, aalign, plan, run_options
+    from greval.align.entry import Target, aalign, plan, run_options
     from greval.align.models import AlignOptions
     from greval.align.output import write_outputs
     from greval.llm.config import JudgeChoice

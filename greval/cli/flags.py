@@ -23,6 +23,7 @@ FLAGS: dict[str, str] = {
     "mapping": "--map",
     "engine": "--engine",
     "retry_errors": "--retry-errors",
+    "promote": "--promote",
     "Sample.records": "--sample",
     "Sample.items": "--sample-items",
     "spec": "--spec",

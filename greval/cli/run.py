@@ -139,6 +139,27 @@ if TYPE_CHECKING:
     help="With --engine ray: split the pending records into N tasks [the cluster's CPU count]. --concurrency is "
     "divided among them (at least 1 each).",
 )
+@click.option(
+    "--promote",
+    is_flag=True,
+    help="When the run finishes, make the versions it judged their metrics' production versions (what gate, "
+    "agreement, report and export read by default). Without it, a run of an edited spec file leaves production "
+    "where it was and says so; a metric's first run always sets it.",
+)
+@click.option(
+    "--experiment",
+    "experiment",
+    default=None,
+    metavar="WHAT",
+    help="Record this run as an experiment (e.g. --experiment 'judge gpt-4o'): stored and resumable, but never what "
+    "a reader reads by default, and it changes no production version. Compare it with `greval report --compare`.",
+)
+@click.option(
+    "--dataset-name",
+    default=None,
+    metavar="NAME",
+    help="A name for this dataset, kept with the run: `greval history` compares runs of the same name.",
+)
 @read_limit_options
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run_cmd(
@@ -164,6 +185,9 @@ def run_cmd(
     engine: str,
     ray_address: str | None,
     shards: int | None,
+    promote: bool,
+    experiment: str | None,
+    dataset_name: str | None,
     limits: ReadLimits,
     quiet: bool,
 ) -> None:
@@ -199,6 +223,8 @@ def run_cmd(
         raise click.UsageError("--sample-seed chooses a sample: give --sample N and / or --sample-items N with it")
     if engine != "ray" and (ray_address is not None or shards is not None):
         raise click.UsageError("--ray-address and --shards go with --engine ray")
+    if promote and experiment is not None:
+        raise click.UsageError("--promote and --experiment: an experiment never changes a production version")
     specs = resolve_specs(spec_refs)
     asked = [s.name for s in resolve_specs(spec_refs, with_dependencies=False)]  # the others are pulled in
     opts = RunOptions(
@@ -215,6 +241,9 @@ def run_cmd(
         engine="ray" if engine == "ray" else "local",
         shards=shards,
         ray_address=ray_address,
+        promote=promote,
+        experiment=experiment,
+        dataset_name=dataset_name,
     )
     source = DataSource(data=data, mapping=parse_map(maps) or None, id_column=id_column, limit=limit, limits=limits)
     resume = command_line(click.get_current_context().meta.get("greval.argv", sys.argv[1:]))

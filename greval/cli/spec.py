@@ -41,6 +41,14 @@ SPEC_COMMANDS: dict[str, Lazy] = {
         "Lint spec files for what makes judges unreliable; print FILE: FIELD: [rule] message.",
     ),
     "list": Lazy("greval.cli.spec:spec_list", "List the predefined metric specs shipped with greval."),
+    "promote": Lazy(
+        "greval.cli.versions:spec_promote",
+        "Make a stored version of a metric its production version: what readers read by default.",
+    ),
+    "versions": Lazy(
+        "greval.cli.versions:spec_versions",
+        "List a metric's stored versions: production, experiments, verdicts, runs.",
+    ),
     "new": Lazy(
         "greval.cli.spec:spec_new",
         "Draft a new metric spec with the judge model: evaluation steps and scale descriptions.",

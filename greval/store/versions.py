@@ -69,6 +69,19 @@ class Promotion(BaseModel):
     run_id: str | None = None
 
 
+class VersionRow(BaseModel):
+    """One stored version of a metric, as ``greval spec versions`` lists it."""
+
+    name: str
+    spec_key: str
+    spec_hash: str
+    declared_at: float = Field(description="When a run (or a server) last declared it.")
+    production: bool
+    experiment: bool
+    verdicts: int = Field(description="Its verdicts a reader sees (an experiment's own: all of them).")
+    runs: int = Field(description="Finished runs, experiments included, whose summary lists it.")
+
+
 class Follow(BaseModel):
     """What a finished run did to the production versions of its metrics, and what to tell its user."""
 
@@ -167,6 +180,37 @@ class SpecVersions(StoreFile):
             return [str(k) for (k,) in self._rows("SELECT spec_key FROM specs WHERE experiment=0 ORDER BY name")]
         return list(self.production_keys().values())
 
+    def version_rows(self, name: str) -> list[VersionRow]:
+        """Every stored version of ``name``, oldest first (a name the store lacks: one line with did you mean)."""
+        rows = self._rows(
+            "SELECT s.spec_key, s.spec_hash, s.created_at, s.experiment, (SELECT COUNT(*) FROM verdicts v"
+            " WHERE v.spec_key = s.spec_key AND (s.experiment = 1 OR NOT EXISTS (SELECT 1 FROM experiment_verdicts e"
+            " WHERE e.spec_key = v.spec_key AND e.judge_key = v.judge_key AND e.record_hash = v.record_hash)))"
+            " FROM specs s WHERE s.name=? ORDER BY s.created_at, s.rowid",
+            (name,),
+        )
+        if not rows:
+            raise UserError(self._no_metric(name))
+        production = self.production_key(name)
+        runs: dict[str, int] = {}
+        for (summary,) in self._rows("SELECT summary FROM runs WHERE status='finished' AND summary IS NOT NULL"):
+            for m in _summary_metrics(summary):
+                if m.get("spec") == name and m.get("spec_key"):
+                    runs[str(m["spec_key"])] = runs.get(str(m["spec_key"]), 0) + 1
+        return [
+            VersionRow(
+                name=name,
+                spec_key=k,
+                spec_hash=h,
+                declared_at=float(at),
+                production=k == production,
+                experiment=bool(exp),
+                verdicts=int(n),
+                runs=runs.get(k, 0),
+            )
+            for k, h, at, exp, n in rows
+        ]
+
     def promotions(self, name: str | None = None) -> list[Promotion]:
         """Every change of production versions, oldest first (of one metric: ``name``)."""
         where, params = (" WHERE p.name=?", (name,)) if name else ("", ())
@@ -234,6 +278,12 @@ class SpecVersions(StoreFile):
                 (name, spec_key, now, source, note, run_id),
             )
             db.execute("UPDATE specs SET experiment=0 WHERE spec_key=?", (spec_key,))
+            # what experiments judged of it on the store's records (not an experiment's own) is production's now
+            db.execute(
+                "DELETE FROM experiment_verdicts WHERE spec_key=?"
+                " AND record_hash IN (SELECT record_hash FROM record_ids)",
+                (spec_key,),
+            )
 
         self._write(write)
         spec_hash = str(self._rows("SELECT spec_hash FROM specs WHERE spec_key=?", (spec_key,))[0][0])
@@ -272,4 +322,24 @@ class SpecVersions(StoreFile):
         return str(rows[0][0]) if rows else spec_key
 
 
-__all__ = ["Follow", "Promotion", "PromotionSource", "RunKind", "SpecVersions", "Version", "parse_ref"]
+def _summary_metrics(summary: str) -> list[dict[str, object]]:
+    """A stored run summary's metric entries (none when it cannot be read)."""
+    import json
+
+    try:
+        found = json.loads(summary).get("metrics", [])
+    except (ValueError, AttributeError):
+        return []
+    return [m for m in found if isinstance(m, dict)] if isinstance(found, list) else []
+
+
+__all__ = [
+    "Follow",
+    "Promotion",
+    "PromotionSource",
+    "RunKind",
+    "SpecVersions",
+    "Version",
+    "VersionRow",
+    "parse_ref",
+]

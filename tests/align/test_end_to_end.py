@@ -17,7 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from greval.align.align import align
+from greval.align.entry import align
 from greval.align.models import AlignOptions, AlignResult
 from greval.cli import main
 from greval.spec import parse_spec
