@@ -3,6 +3,7 @@ construction — an align killed anywhere, or finished, changes nothing a reader
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -240,3 +241,36 @@ def test_readers_name_the_version_they_read(llm: Any, tmp_path: Path) -> None:
     assert code == 0 and f"{ref} (production)" in " ".join(text.split()), text
     code, text = _cli("results", "export", "--store", str(path), "-o", str(tmp_path / "x.csv"), "--spec", "supported")
     assert code == 0 and f"{ref} (production)" in " ".join(text.split()), text
+
+
+def test_the_command_line_promotes_lists_and_runs_experiments(llm: Any, tmp_path: Path) -> None:
+    """greval run --promote / --experiment and greval spec versions / promote, end to end on the command line."""
+    import yaml
+
+    llm.script(sc.rules(6))
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in sc.records(6)))
+    v1, v2 = tmp_path / "v1.yaml", tmp_path / "v2.yaml"
+    v1.write_text(yaml.safe_dump(_spec("Read it.").model_dump(mode="json", exclude_none=True)))
+    v2.write_text(yaml.safe_dump(_spec("Read it twice.").model_dump(mode="json", exclude_none=True)))
+    store = str(tmp_path / "s.sqlite")
+    judge = ["--judge", "openai:scripted-judge", "--base-url", llm.base_url, "--store", store, "--quiet"]
+    assert _cli("run", str(data), "-s", str(v1), *judge)[0] == 0
+    code, text = _cli("run", str(data), "-s", str(v2), *judge)
+    assert code == 0 and "production version stays" in " ".join(text.split())
+    code, text = _cli("run", str(data), "-s", str(v2), *judge, "--experiment", "side")
+    assert code == 0
+    with Store(store) as st:
+        h1, h2 = (st.metric_version("supported").spec_hash, _spec("Read it twice.").hash)
+        assert {r["kind"] for r in st.runs()} == {"run", "experiment"}
+    code, text = _cli("spec", "versions", "supported", "--store", store)
+    assert code == 0 and h1 in text and h2 in text and "production" in text
+    code, text = _cli("spec", "promote", f"supported@{h2[:8]}", "--store", store, "--note", "better steps")
+    assert code == 0 and f"production version is now {h2}" in " ".join(text.split())
+    with Store(store) as st:
+        assert st.metric_version("supported").spec_hash == h2
+        assert st.promotions("supported")[-1].note == "better steps"
+    code, text = _cli("run", str(data), "-s", str(v1), *judge, "--promote")
+    assert code == 0 and f"production version is now {h1}" in " ".join(text.split())
+    code, text = _cli("run", str(data), "-s", str(v1), *judge, "--promote", "--experiment", "x")
+    assert code == 2 and "never changes a production version" in text
