@@ -67,6 +67,10 @@ COMMANDS: dict[str, Lazy] = {
         "greval.cli.gate:gate_cmd",
         "Exit 0 if every condition on a metric holds, 1 if not (one line per failed condition).",
     ),
+    "history": Lazy(
+        "greval.cli.history:history_cmd",
+        "A metric's history: every run's score and agreement with CIs, its production versions, drops flagged.",
+    ),
     "local-judge": Lazy(
         "greval.cli.local_judge:local_judge",
         "Build and run the offline judge (llama.cpp's llama-server with a bundled small model).",
