@@ -4,6 +4,7 @@ Chromium."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import time
 from pathlib import Path
@@ -104,7 +105,7 @@ def test_five_runs_of_two_versions_with_one_promotion(five_runs: tuple[Path, dic
         judged = labels[point.run_id]
         scores = np.array([1.0 if judged[i] == "yes" else 0.0 for i in ids])
         assert point.score.mean == pytest.approx(scores.mean())
-        ci = _percentile(lambda idx: float(scores[idx].mean()), len(ids))
+        ci = _percentile(lambda idx, scores=scores: float(scores[idx].mean()), len(ids))
         assert ci is not None and (point.score.ci_low, point.score.ci_high) == pytest.approx(ci)
         people = [truth[i] for i in ids]
         guessed = [judged[i] for i in ids]
@@ -121,7 +122,7 @@ def test_five_runs_of_two_versions_with_one_promotion(five_runs: tuple[Path, dic
         assert ci is not None and (point.agreement.ci_low, point.agreement.ci_high) == pytest.approx(ci)
     # a drop: a production run's interval wholly below the previous production run's
     prod = [p for p in h.runs if p.production]
-    for before, now in zip(prod, prod[1:], strict=False):
+    for before, now in itertools.pairwise(prod):
         assert now.score_drop == (now.score.ci_high is not None and now.score.ci_high < (before.score.ci_low or 0))
 
 
