@@ -155,7 +155,7 @@ def _cursors(st: Store) -> list[str]:
 @pytest.mark.parametrize(
     "read",
     [
-        pytest.param(lambda st: results._stream(st, None, None, None, None), id="figures"),
+        pytest.param(lambda st: results._stream(st, results.Scope()), id="figures"),
         pytest.param(lambda st: results.result_rows(st, None, "item"), id="items"),
         pytest.param(lambda st: results.result_rows(st, None, "record"), id="records"),
     ],
