@@ -108,24 +108,48 @@ def _sum(values: Sequence[int | None]) -> int | None:
     return sum(known) if known else None
 
 
+def _token_counts(root: Span, llms: Sequence[Span]) -> tuple[int | None, int | None, int | None]:
+    """(prompt, output, total) tokens summed over the LLM spans; without one, the root's own counts (LangSmith
+    puts a trace's totals on its root run)."""
+    if not llms:
+        return root.prompt_tokens, root.completion_tokens, root.total_tokens
+    prompt = _sum([s.prompt_tokens for s in llms])
+    output = _sum([s.completion_tokens for s in llms])
+    total = _sum([s.total_tokens if s.total_tokens is not None else _sum([s.prompt_tokens, s.completion_tokens])
+                  for s in llms])  # fmt: skip
+    return prompt, output, total
+
+
+def _gaps(row: dict[str, Any], retrievers: Sequence[Span]) -> list[str]:
+    """What the row lacks, each a short phrase: question, answer, chunks (and why there are none)."""
+    missing = [name for name in ("question", "answer") if not row[name]]
+    if row["chunks"] is None and not retrievers:
+        missing.append("retriever span, nor documents in a chain span's outputs (so no chunks)")
+    elif row["chunks"] is None:
+        missing.append("retrieved documents (so no chunks)")
+    return missing
+
+
+def _add_metadata(row: dict[str, Any], root: Span, missing: list[str]) -> None:
+    """The root span's metadata keys as fields of their own, unless one would replace a field of the trace."""
+    for key, value in root.metadata.items():
+        if key in RESERVED:
+            missing.append(f"metadata key {key!r} (a field greval fills from the spans)")
+        elif value is not None:
+            row[key] = value
+
+
 def assemble(spans: Sequence[Span]) -> Assembled:
     """The row of one trace's spans (all of one trace id)."""
     spans = _ordered(spans)
     root = root_of(spans)
     llms = [s for s in spans if s.kind == "llm"]
     retrievers = [s for s in spans if s.kind == "retriever"]
-    question = root.input or next((s.input for s in llms if s.input), None)
-    answer = root.output or next((s.output for s in reversed(llms) if s.output), None)
-    prompt = _sum([s.prompt_tokens for s in llms])
-    output = _sum([s.completion_tokens for s in llms])
-    total = _sum([s.total_tokens if s.total_tokens is not None else _sum([s.prompt_tokens, s.completion_tokens])
-                  for s in llms])  # fmt: skip
-    if not llms:  # no LLM span: the root's own counts (LangSmith puts a trace's totals on its root run)
-        prompt, output, total = root.prompt_tokens, root.completion_tokens, root.total_tokens
+    prompt, output, total = _token_counts(root, llms)
     row: dict[str, Any] = {
         "id": root.trace_id,
-        "question": question,
-        "answer": answer,
+        "question": root.input or next((s.input for s in llms if s.input), None),
+        "answer": root.output or next((s.output for s in reversed(llms) if s.output), None),
         "chunks": _chunks(retrievers) or _chain_chunks(spans) or None,
         "prompt_tokens": prompt,
         "output_tokens": output,
@@ -134,16 +158,8 @@ def assemble(spans: Sequence[Span]) -> Assembled:
         "latency_s": None if root.seconds is None else round(root.seconds, 6),
         "root_span_id": root.span_id,
     }
-    missing = [name for name, value in (("question", question), ("answer", answer)) if not value]
-    if row["chunks"] is None and not retrievers:
-        missing.append("retriever span, nor documents in a chain span's outputs (so no chunks)")
-    elif row["chunks"] is None:
-        missing.append("retrieved documents (so no chunks)")
-    for key, value in root.metadata.items():
-        if key in RESERVED:
-            missing.append(f"metadata key {key!r} (a field greval fills from the spans)")
-        elif value is not None:
-            row[key] = value
+    missing = _gaps(row, retrievers)
+    _add_metadata(row, root, missing)
     skipped = Counter(s.name or s.kind for s in spans if s is not root and s.kind == "other")
     return Assembled(
         trace_id=root.trace_id,
