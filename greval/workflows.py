@@ -223,13 +223,14 @@ def run_dataset(
 
 
 def _needs_build(cfg: JudgeConfig) -> bool:
-    """Whether serving this judge builds llama-server first (a GREVAL_LLAMA_SERVER that is wrong is said when
-    the judge is served). llm.local is imported only for a local judge, as the runner does."""
+    """Whether serving this judge builds llama-server first: no prebuilt engine (the xllamacpp wheel) and no
+    build yet (a GREVAL_LLAMA_* setting that is wrong is said when the judge is served). llm.local is imported
+    only for a local judge, as the runner does."""
     if cfg.provider not in ("local", "gguf"):
         return False
-    from greval.llm.local import LocalJudgeError, find_llama_server
+    from greval.llm.local import LocalJudgeError, find_engine
 
     try:
-        return find_llama_server() is None
+        return find_engine() is None
     except LocalJudgeError:
         return False

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from greval.annotation import server
 from greval.cli import main
-from greval.llm.local import find_llama_server
+from greval.llm.local import find_engine
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 
@@ -42,8 +42,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 @pytest.mark.llama
 @pytest.mark.argilla
 def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
-    if find_llama_server() is None and not os.environ.get("GREVAL_BUILD_LLAMA"):
-        pytest.skip("llama-server is not built (CI builds it with `greval local-judge build`)")
+    if find_engine() is None and not os.environ.get("GREVAL_BUILD_LLAMA"):
+        pytest.skip("no local judge engine: the xllamacpp wheel (scripts/setup.sh) or `greval local-judge build`")
     work, data = tmp_path / "ws", tmp_path / "argilla"
     port = server.free_port()
     cmd = [

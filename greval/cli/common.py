@@ -55,12 +55,13 @@ def print_table(table: Table, to: Console | None = None) -> None:
 def say_judge_build() -> None:
     """Before the embedded judge's first build starts: how long it takes and how to avoid it."""
     from greval.llm.local import BUILD_ESTIMATE
+    from greval.llm.local.engine import why_build
 
     say(
-        "[yellow]note:[/] the embedded judge's llama-server is not built yet: it is built now, once (a C++ "
-        f"build, {BUILD_ESTIMATE}; Ctrl-C keeps the work done for the next time). To skip it, name a judge: "
-        "--judge openai:gpt-4o-mini with OPENAI_API_KEY set, or any OpenAI-compatible server with "
-        "--judge openai:MODEL --base-url URL.",
+        f"[yellow]note:[/] {escape(why_build())}, and the embedded judge's llama-server is not built yet: it is "
+        f"built now, once (a C++ build, {BUILD_ESTIMATE}; Ctrl-C keeps the work done for the next time). To skip "
+        "it, name a judge: --judge openai:gpt-4o-mini with OPENAI_API_KEY set, or any OpenAI-compatible server "
+        "with --judge openai:MODEL --base-url URL.",
         console,
         hang=6,
     )
