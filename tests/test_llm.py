@@ -1164,6 +1164,50 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(kind: str, tmp_path: Path
             proc.wait()
 
 
+_PARENT = """
+import sys
+from greval.llm.local import Engine, LocalJudgeServer, find_engine
+engine = find_engine()
+server = LocalJudgeServer("local", engine=engine, threads=1, parallel=1, ctx_size=256)
+server.start()
+print(server.base_url, server.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.llama
+@pytest.mark.parametrize("kind", ENGINES)
+def test_a_killed_parent_takes_its_server_with_it(kind: str) -> None:
+    """SIGKILL of the Python that started the judge's server (no atexit, no finally): the server process stops
+    too (the kernel's parent-death signal), on either engine — the wheel's server waits for that signal with
+    every thread's copy of it blocked."""
+    import urllib.request
+
+    env = {**os.environ, **_engine_env(kind)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    base_url, pid = proc.stdout.readline().split()
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=5) as response:
+        assert response.status == 200
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie nobody reaped yet (State: Z): either way it serves no more
+            state = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            break
+        if "\nState:\tZ" in state:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(int(pid), signal.SIGKILL)
+        raise AssertionError(f"the {kind} server (pid {pid}) outlived its parent by 30 s")
+
+
 def test_judge_names_mean_the_same_judge_in_python_as_on_the_command_line(tmp_path: Path, home: Path) -> None:
     """Issue 29, item 12: ``JudgeConfig.parse`` of a local judge name is the judge ``--judge`` names (identified by
     the model's content, answers capped), so Python and the command line share verdicts; a chat model for a local

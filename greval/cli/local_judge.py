@@ -79,6 +79,7 @@ def serve_command(model_spec: str, threads: int | None, parallel: int | None, ct
     try:
         click.echo(f"base_url: {info.base_url}")
         click.echo(f"model:    {info.model}  ({info.identity})")
+        click.echo(f"engine:   {info.engine}")
         click.echo(f"slots:    {info.parallel} x {info.ctx_size} tokens, {info.threads} threads, pid {info.pid}")
         click.echo(f"log:      {info.log_path}")
         click.echo("Ctrl-C to stop.", err=True)
