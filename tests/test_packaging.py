@@ -177,12 +177,13 @@ def test_a_second_setup_does_not_reinstall_greval(tmp_path: Path) -> None:
     """scripts/setup.sh where greval is installed already, editable from this checkout with the same
     pyproject.toml (its stamp written by the first setup's pip step): pip is not run again (17 s of a 30 s second
     quick start); a stamp for other requirements, or none, means install. The venv here has no pip at all, so a
-    pip step would fail. The builds are found in greval's data directory, not made."""
+    pip step would fail. The judge's engine (the xllamacpp wheel) and the Argilla environment are found, not made."""
     from greval.annotation import server
-    from greval.llm.local import find_engine
+    from greval.llm.local import wheel_version
 
-    if find_engine() is None or not server.venv_ready():
-        pytest.skip("needs the judge's engine and the Argilla environment made (scripts/setup.sh)")
+    [engine] = _pyproject_local_extra()
+    if f"xllamacpp=={wheel_version()}" != engine or not server.venv_ready():
+        pytest.skip(f"needs the judge's engine ({engine}) and the Argilla environment made (scripts/setup.sh)")
     py = _venv_seeing_this_checkout(tmp_path / "v")
     stamp = [str(py), "-I", "scripts/_install_stamp.py"]
     setup = (ROOT / "scripts" / "setup.sh").read_text()
@@ -200,6 +201,16 @@ def test_a_second_setup_does_not_reinstall_greval(tmp_path: Path) -> None:
     assert "installing greval into" in res.stdout and "not reinstalled" in res.stdout, res.stdout
     assert (tmp_path / "logs" / "pip.log").read_text() == ""
     assert "setup done" in res.stdout and seconds < 60
+    assert f"the judge's engine: {engine} installed already" in res.stdout, res.stdout  # the wheel: no build
+    assert not (tmp_path / "logs" / "llama-server.log").exists()
+
+
+def _pyproject_local_extra() -> list[str]:
+    """The requirements of pyproject.toml's ``local`` extra (the judge's engine scripts/setup.sh installs)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return list(extras.get("local", []))
 
 
 # ------------------------------------------------------------------ the README's Python examples
