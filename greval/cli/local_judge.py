@@ -24,7 +24,7 @@ from greval.llm.local import (
 
 @click.group("local-judge")
 def local_judge() -> None:
-    """Run the offline judge (llama.cpp's server with a bundled small model), or build its server from source."""
+    """Build and run the offline judge (llama.cpp's llama-server with a bundled small model)."""
 
 
 @local_judge.command("build")
