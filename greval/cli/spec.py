@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 
+from greval.cli.bundle import gathered
+from greval.cli.bundles import DataFlags
 from greval.cli.common import (
     console,
     judge_options,
     notice,
     out,
-    parse_map,
     print_error,
     print_run_event,
     print_table,
@@ -26,7 +27,6 @@ from greval.cli.common import (
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
-    from greval.dataset.limits import ReadLimits
     from greval.llm.config import JudgeChoice
     from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
@@ -302,7 +302,7 @@ def spec_new(
 
 @click.command("try")
 @click.argument("spec_file", type=click.Path())
-@click.option("--data", "data_file", required=True, type=click.Path(), help="Records with human labels.")
+@click.option("--data", "data", required=True, type=click.Path(), help="Records with human labels.")
 @click.option("--human-column", required=True, help="Column with the human label / value (dotted path ok).")
 @click.option(
     "--human-file", type=click.Path(), default=None, help="Human answers in their own table, joined on record id."
@@ -318,22 +318,19 @@ def spec_new(
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Write the full agreement report.")
 @judge_options
 @read_limit_options
+@gathered("data", DataFlags)
 def spec_try(
     spec_file: str,
-    data_file: str,
     human_column: str,
     human_file: str | None,
     human_id_column: str | None,
     annotator_column: str | None,
     spec_name: str | None,
-    limit: int,
     store: str | None,
-    maps: Sequence[str],
-    id_column: str | None,
     bootstrap: int,
     json_out: str | None,
     judge: JudgeChoice,
-    limits: ReadLimits,
+    data: DataFlags,
 ) -> None:
     """Judge a few human-labelled records with a draft spec and print judge–human agreement.
 
@@ -347,15 +344,15 @@ def spec_try(
 
     specs, target = _load_target(spec_file, spec_name)
     request = TrialRequest(
-        data_file=data_file,
+        data_file=data.data,
         human_column=human_column,
         human_file=human_file,
         human_id_column=human_id_column,
         annotator_column=annotator_column,
-        mapping=parse_map(maps) or None,
-        id_column=id_column,
-        limit=limit,
-        limits=limits,
+        mapping=data.mapping(),
+        id_column=data.id_column,
+        limit=data.limit,
+        limits=data.limits,
         store=store,
         bootstrap=bootstrap,
     )
