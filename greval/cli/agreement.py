@@ -125,7 +125,7 @@ class ComputeFlags:
         return AgreementOptions(
             invalid=self.invalid,
             protocol=self.protocol,
-            bootstrap=self.resamples,
+            resamples=self.resamples,
             seed=self.seed,
             slices=slices,
             mapping=self.mapping(),
@@ -143,7 +143,7 @@ class ComputeFlags:
         """The options of a store's agreement: what applies to stored verdicts and labels."""
         return AgreementOptions(
             invalid=self.invalid,
-            bootstrap=self.resamples,
+            resamples=self.resamples,
             seed=self.seed,
             mapping=self.mapping(),
             slices=slices,

@@ -240,7 +240,7 @@ class SearchFlags:
             label_order=not self.no_label_order,
             budget_calls=self.budget_calls,
             budget_tokens=self.budget_tokens,
-            bootstrap=self.resamples,
+            resamples=self.resamples,
         )
 
 
