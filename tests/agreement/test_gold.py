@@ -1,0 +1,358 @@
+"""Gold labels and reviewer quality (greval.agreement.gold): label models recover simulated annotators within
+their sampling error, every per-reviewer figure equals scikit-learn's on the same items, ties are reported and
+never broken, and the ceiling is the agreement stage's."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import accuracy_score, cohen_kappa_score
+
+from greval.agreement import AgreementOptions, AgreementScale, compute_agreement
+from greval.agreement.gold import Answers, estimate_gold
+from greval.agreement.gold.quality import labels_per_hour
+from greval.agreement.models import AgreementReport, GoldChoice, ReviewerRow
+from greval.errors import DataError
+from tests.agreement.conftest import DATA, TOL
+
+SUMMEVAL = DATA / "summeval" / "summaries_expert_scores.jsonl"
+YES_NO = AgreementScale(labels=["no", "yes"])
+
+
+def _crowd(seed: int, n: int, confusions: dict[str, list[list[float]]], prior: list[float]) -> tuple[Answers, Any]:
+    """Every annotator answers every item, drawing from their confusion row of the item's true label."""
+    rng = np.random.default_rng(seed)
+    k = len(prior)
+    truth = rng.choice(k, size=n, p=prior)
+    by_item = {
+        f"i{i}": {w: int(rng.choice(k, p=np.asarray(m)[truth[i]])) for w, m in confusions.items()} for i in range(n)
+    }
+    return Answers([f"L{c}" for c in range(k)], by_item), truth
+
+
+def test_dawid_skene_recovers_simulated_confusion_matrices() -> None:
+    """Six annotators with known, asymmetric confusion matrices label 2,000 items (seed 0). Each estimated cell
+    P(label | true) is within 4 binomial standard errors of the true one, sqrt(p(1 − p) / n_c) with n_c the
+    simulated items of that true label: the error of the best possible estimate, the share counted with the
+    true labels known. Dawid–Skene does not know them; with six annotators it recovers ≥ 95 % of them (checked),
+    so its error stays near that bound (largest cell 2.4 standard errors here, 3.0 over seeds 0–4, measured)
+    and 4 standard errors over 54 cells leaves room, yet fails a transposed matrix (rows true vs columns
+    answered swapped: 7 standard errors off on annotator a's first row) or a majority-vote count."""
+    confusions = {
+        "a": [[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]],
+        "b": [[0.7, 0.2, 0.1], [0.2, 0.7, 0.1], [0.3, 0.1, 0.6]],
+        "c": [[0.8, 0.1, 0.1], [0.05, 0.9, 0.05], [0.2, 0.2, 0.6]],
+        "d": [[0.6, 0.2, 0.2], [0.3, 0.5, 0.2], [0.2, 0.2, 0.6]],
+        "e": [[0.85, 0.1, 0.05], [0.1, 0.85, 0.05], [0.05, 0.15, 0.8]],
+        "f": [[0.75, 0.05, 0.2], [0.15, 0.75, 0.1], [0.1, 0.1, 0.8]],
+    }
+    prior = [0.5, 0.3, 0.2]
+    answers, truth = _crowd(0, 2000, confusions, prior)
+    gold = estimate_gold(answers, GoldChoice(method="dawid-skene"))
+    n_c = np.bincount(truth, minlength=3)
+    for who, true in confusions.items():
+        est, p = np.asarray(gold.model_confusion[who]), np.asarray(true)
+        se = np.sqrt(p * (1 - p) / n_c[:, None])
+        assert np.all(np.abs(est - p) <= 4 * se), (who, est.round(3).tolist())
+        assert np.allclose(est.sum(axis=1), 1.0)
+    # its gold is nearer the truth than people's majority, and every item has a posterior
+    majority = estimate_gold(answers, GoldChoice(method="majority"))
+    right = [sum(g.codes[f"i{i}"] == truth[i] for i in range(len(truth))) for g in (gold, majority)]
+    assert right[0] >= 0.95 * len(truth) and right[0] > right[1]
+    assert all(g.posterior is not None and 0 < g.posterior <= 1 for g in gold.items.values())
+
+
+def test_mace_recovers_simulated_competences() -> None:
+    """MACE's own model (seed 1): annotator w knows the label with probability θ_w, else guesses from ξ_w. 400
+    items, four annotators; each estimated competence is within 4 binomial standard errors sqrt(θ(1 − θ) / n)
+    of θ (the error of the share of items the annotator knew, were it observed; the largest here is 2.4, for
+    the weakest annotator, measured), and its implied confusion rows (θ on the diagonal plus (1 − θ)·ξ) sum
+    to 1."""
+    rng = np.random.default_rng(1)
+    k, n = 3, 400
+    theta = {"a": 0.9, "b": 0.7, "c": 0.5, "d": 0.3}
+    guess = {"a": [0.6, 0.2, 0.2], "b": [0.2, 0.6, 0.2], "c": [1 / 3] * 3, "d": [0.2, 0.2, 0.6]}
+    truth = rng.integers(0, k, size=n)
+    by_item = {
+        f"i{i}": {w: int(truth[i]) if rng.random() < t else int(rng.choice(k, p=guess[w])) for w, t in theta.items()}
+        for i in range(n)
+    }
+    gold = estimate_gold(Answers(["x", "y", "z"], by_item), GoldChoice(method="mace"), seed=0)
+    for w, t in theta.items():
+        assert abs(gold.competence[w] - t) <= 4 * np.sqrt(t * (1 - t) / n), (w, gold.competence[w])
+        assert np.allclose(np.asarray(gold.model_confusion[w]).sum(axis=1), 1.0)
+    assert gold.competence["a"] > gold.competence["b"] > gold.competence["c"] > gold.competence["d"]
+
+
+def _people(rows: list[tuple[str, str, str, str]]) -> pd.DataFrame:
+    """(item, annotator, human, judge) rows."""
+    return pd.DataFrame(rows, columns=["item", "annotator", "human", "judge"])
+
+
+def test_majority_ties_are_reported_never_broken() -> None:
+    frame = _people(
+        [
+            ("i1", "ann", "yes", "yes"),
+            ("i1", "bob", "no", "yes"),  # a tie: no gold, left out and counted
+            ("i2", "ann", "yes", "yes"),
+            ("i2", "bob", "yes", "yes"),
+            ("i3", "ann", "no", "yes"),
+            ("i3", "bob", "no", "yes"),
+            ("i3", "cy", "yes", "yes"),
+        ]
+    )
+    report = compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice(method="majority"))
+    rev = report.reviewers
+    assert rev is not None
+    gold = {g.item: g for g in rev.gold_labels}
+    assert gold["i1"].label is None and gold["i1"].tied == ["no", "yes"] and gold["i1"].posterior is None
+    assert gold["i3"].label == "no" and gold["i3"].posterior == pytest.approx(2 / 3)
+    assert report.counts.items_tied_majority == 1 and report.counts.items_compared == 2
+    assert rev.counts.tied == 1 and rev.counts.with_gold == 2
+    assert any("1 item(s) whose gold label is tied" in n for n in report.notes)
+
+
+def test_a_label_model_tie_is_reported() -> None:
+    """Two equally good annotators, perfectly symmetric answers: on the items they split, Dawid–Skene's
+    posteriors are equal, and the item is a tie (never given the first label)."""
+    rows = []
+    for i in range(8):
+        a, b = ("yes", "yes") if i < 3 else ("no", "no") if i < 6 else ("yes", "no") if i == 6 else ("no", "yes")
+        if i in (0, 3):
+            a, b = ("no", "no") if i == 0 else ("yes", "yes")
+        rows += [(f"i{i}", "ann", a, "yes"), (f"i{i}", "bob", b, "yes")]
+    report = compute_agreement(
+        _people(rows), YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice(method="dawid-skene")
+    )
+    assert report.reviewers is not None
+    gold = {g.item: g for g in report.reviewers.gold_labels}
+    assert gold["i6"].label is None and gold["i6"].tied == ["no", "yes"]
+    assert gold["i7"].label is None
+    assert gold["i1"].label == "yes" and gold["i4"].label == "no"
+
+
+def _two_annotators(seed: int = 3, n: int = 80) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        t = int(rng.integers(3))
+        judge = t if rng.random() < 0.75 else int(rng.integers(3))
+        for who, acc in (("ann", 0.85), ("bob", 0.7)):
+            if rng.random() < 0.9:
+                said = t if rng.random() < acc else int(rng.integers(3))
+                rows.append((f"i{i}", who, f"L{said}", f"L{judge}"))
+    return _people(rows)
+
+
+def test_two_annotator_ceiling_equals_greval_agreement_human_human() -> None:
+    """Two people: the pair's κ in the reviewers table is `greval agreement`'s human–human κ (the ceiling, with
+    or without a gold) and scikit-learn's on every item both labelled — disagreements included, though a
+    majority of two leaves those items out of the judge comparison as ties."""
+    frame = _two_annotators()
+    scale = AgreementScale(labels=["L0", "L1", "L2"])
+    options = AgreementOptions(bootstrap=200)
+    plain = compute_agreement(frame, scale, options)
+    report = compute_agreement(frame, scale, options, gold=GoldChoice(method="majority"))
+    assert plain.ceiling is not None and report.ceiling is not None and report.reviewers is not None
+    (pair,) = report.reviewers.pairs
+    wide = frame.pivot(index="item", columns="annotator", values="human").dropna()
+    expected = cohen_kappa_score(wide["ann"], wide["bob"])
+    assert abs(pair.estimate.value - expected) <= TOL  # type: ignore[operator]
+    assert pair.estimate.n == len(wide)
+    assert plain.ceiling.human_pairwise_mean.value == pair.estimate.value
+    assert report.ceiling.human_pairwise_mean.value == pair.estimate.value
+    assert pair.estimate.ci_low is not None and pair.estimate.ci_low < pair.estimate.value < pair.estimate.ci_high  # type: ignore[operator]
+    assert report.counts.items_tied_majority == int((wide["ann"] != wide["bob"]).sum())
+
+
+def _row(report: AgreementReport, name: str) -> ReviewerRow:
+    assert report.reviewers is not None
+    return next(r for r in report.reviewers.rows if r.name == name)
+
+
+def _check_rows_against_sklearn(report: AgreementReport, frame: pd.DataFrame, labels: list[str]) -> None:
+    """Every person's and the judge's figures on that person's items, and the judge's own row, as
+    scikit-learn computes them from the gold the report lists."""
+    assert report.reviewers is not None
+    gold = {g.item: g.label for g in report.reviewers.gold_labels if g.label is not None}
+    judge = frame.groupby("item")["judge"].first()
+    for row in report.reviewers.rows[:-1]:
+        mine = frame[(frame["annotator"] == row.name) & frame["item"].isin(gold)]
+        g = [gold[i] for i in mine["item"]]
+        j = [judge[i] for i in mine["item"]]
+        assert row.n == len(mine)
+        for figures, said in ((row.figures, list(mine["human"])), (row.judge, j)):
+            assert abs(figures["accuracy"].value - accuracy_score(g, said)) <= TOL  # type: ignore[operator]
+            assert abs(figures["cohen_kappa"].value - cohen_kappa_score(g, said, labels=labels)) <= TOL  # type: ignore[operator]
+            if "quadratic_kappa" in figures:
+                qk = cohen_kappa_score(g, said, labels=labels, weights="quadratic")
+                assert abs(figures["quadratic_kappa"].value - qk) <= TOL  # type: ignore[operator]
+        d = row.difference["cohen_kappa"].value
+        assert abs(d - (row.judge["cohen_kappa"].value - row.figures["cohen_kappa"].value)) <= TOL  # type: ignore[operator]
+        counts = pd.crosstab(pd.Categorical(g, labels), pd.Categorical(list(mine["human"]), labels), dropna=False)
+        assert row.confusion is not None and row.confusion.counts == counts.to_numpy().tolist()
+    last = report.reviewers.rows[-1]
+    assert last.role == "judge" and last.n == report.counts.items_compared
+    for name, est in last.figures.items():  # the judge's own row is the headline, CIs included
+        assert est == report.metrics[name]
+
+
+def test_reviewer_figures_equal_scikit_learn_and_the_judge_row_is_the_headline() -> None:
+    frame = _two_annotators(seed=5, n=120)
+    extra = frame[frame["annotator"] == "ann"].assign(annotator="cy")
+    flip = np.random.default_rng(0).random(len(extra)) < 0.3
+    extra.loc[flip, "human"] = "L0"
+    frame = pd.concat([frame, extra], ignore_index=True)
+    labels = ["L0", "L1", "L2"]
+    for method in ("majority", "dawid-skene"):
+        report = compute_agreement(
+            frame, AgreementScale(labels=labels), AgreementOptions(bootstrap=100), gold=GoldChoice(method=method)
+        )  # type: ignore[arg-type]
+        _check_rows_against_sklearn(report, frame, labels)
+        rows = report.reviewers.rows  # type: ignore[union-attr]
+        assert [r.name for r in rows] == ["cy", "ann", "bob", "judge"]  # the ceiling's order: shortest name first
+        assert all(r.judge_vs in ("better", "as well", "worse") for r in rows[:-1])
+
+
+def test_adjudicated_gold_wins_and_adjudicators_are_not_reviewers() -> None:
+    frame = _people(
+        [
+            ("i1", "ann", "yes", "yes"),
+            ("i1", "bob", "no", "yes"),
+            ("i1", "sam", "no", "yes"),  # the adjudicator settles the split
+            ("i2", "ann", "yes", "no"),
+            ("i2", "bob", "yes", "no"),  # no adjudication: majority
+            ("i3", "ann", "no", "no"),
+            ("i3", "bob", "yes", "no"),  # split, not adjudicated: a tie
+            ("i4", "ann", "no", "no"),
+            ("i4", "bob", "yes", "no"),
+            ("i4", "sam", "yes", "no"),
+            ("i4", "tom", "no", "no"),  # two adjudicators who disagree: a tie, not broken
+        ]
+    )
+    choice = GoldChoice.parse("adjudicated:sam,tom")
+    report = compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=choice)
+    rev = report.reviewers
+    assert rev is not None
+    gold = {g.item: g for g in rev.gold_labels}
+    assert (gold["i1"].label, gold["i1"].source) == ("no", "adjudicator")
+    assert (gold["i2"].label, gold["i2"].source) == ("yes", "majority")
+    assert gold["i3"].label is None and gold["i4"].label is None and gold["i4"].source == "adjudicator"
+    assert rev.counts.adjudicated == 1 and rev.counts.tied == 2
+    assert [r.name for r in rev.rows] == ["ann", "bob", "judge"]
+    assert report.ceiling is not None and report.ceiling.n_annotators == 2
+    assert {(p.a, p.b) for p in rev.pairs} == {("ann", "bob")}
+    with pytest.raises(DataError, match=r"^`gold` adjudicated: zed answered nothing here"):
+        compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice.parse("adjudicated:zed"))
+    with pytest.raises(DataError, match=r"needs the adjudicators' names"):
+        compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice.parse("adjudicated"))
+
+
+def test_one_annotator_as_the_gold() -> None:
+    frame = _people(
+        [
+            ("i1", "ann", "yes", "yes"),
+            ("i1", "bob", "no", "yes"),
+            ("i2", "ann", "no", "yes"),
+            ("i2", "bob", "no", "yes"),
+            ("i3", "bob", "yes", "no"),  # ann did not label it: no gold
+        ]
+    )
+    report = compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice.parse("ann"))
+    assert report.reviewers is not None
+    assert report.counts.items_compared == 2 and report.reviewers.counts.without_gold == 1
+    assert any("1 labelled item(s) without a gold (annotator ann did not label them)" in n for n in report.notes)
+    assert _row(report, "ann").figures["accuracy"].value == 1.0
+    with pytest.raises(DataError, match=r"^`gold` 'zed': no such annotator; annotators are ann, bob$"):
+        compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice.parse("zed"))
+
+
+def test_a_label_model_needs_named_annotators() -> None:
+    frame = _people([("i1", "a", "yes", "yes"), ("i1", "b", "no", "yes")]).drop(columns="annotator")
+    with pytest.raises(DataError, match=r"^`gold` dawid-skene tells people apart: give the annotator column"):
+        compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice(method="dawid-skene"))
+    report = compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice(method="majority"))
+    assert report.counts.items_tied_majority == 1
+
+
+def test_labels_per_hour_counts_work_not_breaks() -> None:
+    """Answers at 0, 60 and 120 s, a two-hour break, then two more 30 s apart: 4 answers over 180 s of work."""
+    times = [0.0, 60.0, 120.0, 7320.0, 7350.0, 7380.0]
+    est = labels_per_hour(times)
+    assert est.value == pytest.approx(4 / (180 / 3600)) and est.n == 6
+    assert labels_per_hour([5.0]).value is None
+    frame = _people([(f"i{i}", "ann", "yes", "yes") for i in range(6)]).assign(
+        answered_at=[pd.Timestamp(1_700_000_000 + t, unit="s").isoformat() for t in times]
+    )
+    report = compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice(method="majority"))
+    lph = _row(report, "ann").labels_per_hour
+    assert lph is not None and lph.value == pytest.approx(80.0)
+
+
+def test_without_a_gold_the_report_is_unchanged() -> None:
+    """No gold: no reviewers key in the JSON (a report reads as before there was a gold)."""
+    frame = _two_annotators()
+    report = compute_agreement(frame, AgreementScale(labels=["L0", "L1", "L2"]), AgreementOptions(bootstrap=50))
+    assert report.reviewers is None and "reviewers" not in json.loads(report.model_dump_json())
+    assert AgreementReport.model_validate_json(report.model_dump_json()) == report
+
+
+def _summeval() -> pd.DataFrame:
+    rows = [json.loads(line) for line in SUMMEVAL.read_text(encoding="utf-8").splitlines()]
+    out = []
+    for r in rows:
+        item = f"{r['doc_id']}/{r['system_id']}"
+        judge = str(round(r["scores"]["relevance"]))
+        for dim in ("coherence", "consistency", "fluency"):
+            out.append((item, dim, str(round(r["scores"][dim])), judge))
+    return _people(out)
+
+
+@pytest.mark.skipif(not SUMMEVAL.exists(), reason=f"SummEval data not found at {DATA} (needs ../shared/data)")
+@pytest.mark.parametrize("method", ["majority", "dawid-skene"])
+def test_summeval_reviewer_figures_equal_an_independent_computation(method: str) -> None:
+    """No data set under ../shared/data holds several annotators' individual labels on the same items:
+    SummEval gives the mean of its 3 experts per dimension, UniEval's files per-item means too, BEGIN one label
+    per response. So this check is built on SummEval with what it has: its 1,600 summaries rated 1–5 on four
+    dimensions, each expert mean rounded (a mean of three whole numbers is never halfway), and the coherence,
+    consistency and fluency ratings read as three "reviewers" of the same summaries, relevance as the "judge".
+    They are not annotators of one question — the check is of the computation on real, skewed 5-label data
+    with ties, not of these raters: majority ties (three different ratings) are reported; each reviewer's and
+    the judge's accuracy, κ and quadratic κ against the gold, their confusion with it, and every pair's
+    quadratic κ (the ceiling's) equal scikit-learn's."""
+    frame = _summeval()
+    labels = ["1", "2", "3", "4", "5"]
+    scale = AgreementScale(labels=labels, ordered=True)
+    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=0), gold=GoldChoice(method=method))  # type: ignore[arg-type]
+    assert report.reviewers is not None and report.ceiling is not None
+    if method == "majority":
+        expected_ties = sum(
+            1
+            for _, g in frame.groupby("item")["human"]
+            if Counter(g).most_common(2)[-1][1] == Counter(g).most_common(1)[0][1] and len(set(g)) > 1
+        )
+        assert expected_ties > 0 and report.reviewers.counts.tied == expected_ties
+        assert report.counts.items_tied_majority == expected_ties
+    _check_rows_against_sklearn(report, frame, labels)
+    wide = frame.pivot(index="item", columns="annotator", values="human")
+    for pair in report.reviewers.pairs:
+        qk = cohen_kappa_score(wide[pair.a], wide[pair.b], labels=labels, weights="quadratic")
+        assert abs(pair.estimate.value - qk) <= TOL  # type: ignore[operator]
+    assert [(p.a, p.b, p.estimate.value) for p in report.reviewers.pairs] == [
+        (p.a, p.b, p.value) for p in report.ceiling.human_pairs
+    ]
+
+
+def test_reviewers_json_round_trips(tmp_path: Path) -> None:
+    frame = _two_annotators()
+    report = compute_agreement(
+        frame, AgreementScale(labels=["L0", "L1", "L2"]), AgreementOptions(bootstrap=20), gold=GoldChoice.parse("ann")
+    )
+    again = AgreementReport.model_validate_json(report.model_dump_json())
+    assert again == report and again.reviewers is not None and again.reviewers.gold.annotator == "ann"
