@@ -12,14 +12,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 from sklearn.metrics import accuracy_score, cohen_kappa_score
 
 from greval.agreement import AgreementOptions, AgreementScale, compute_agreement
 from greval.agreement.gold import Answers, estimate_gold
 from greval.agreement.gold.quality import labels_per_hour
 from greval.agreement.models import AgreementReport, GoldChoice, ReviewerRow
+from greval.cli import main
 from greval.errors import DataError
-from tests.agreement.conftest import DATA, TOL
+from greval.store.store import Store
+from tests import test_report_explorer
+from tests.agreement.conftest import DATA, TOL, judged_store
+
+_page = test_report_explorer._page
+browser = test_report_explorer.browser  # the module's Chromium (a fixture)
 
 SUMMEVAL = DATA / "summeval" / "summaries_expert_scores.jsonl"
 YES_NO = AgreementScale(labels=["no", "yes"])
@@ -356,3 +363,120 @@ def test_reviewers_json_round_trips(tmp_path: Path) -> None:
     )
     again = AgreementReport.model_validate_json(report.model_dump_json())
     assert again == report and again.reviewers is not None and again.reviewers.gold.annotator == "ann"
+
+
+# ------------------------------------------------------------------------------------------- the command line
+def _team_csv(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
+    frame = _two_annotators(seed=11, n=90).rename(columns={"item": "id", "annotator": "who", "human": "label"})
+    path = tmp_path / "team.csv"
+    frame.to_csv(path, index=False)
+    return path, frame.rename(columns={"id": "item", "who": "annotator", "label": "human"})
+
+
+def test_cli_gold_in_file_mode_prints_writes_and_refuses(tmp_path: Path) -> None:
+    path, frame = _team_csv(tmp_path)
+    base = ["agreement", str(path), "--judge", "judge", "--human", "label", "--item", "id", "--bootstrap", "60"]
+    out, md = tmp_path / "a.json", tmp_path / "a.md"
+    res = CliRunner().invoke(
+        main, [*base, "--annotator", "who", "--gold", "majority", "--json", str(out), "--markdown", str(md)]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    expected = compute_agreement(
+        frame, AgreementScale(labels=["L0", "L1", "L2"]), AgreementOptions(bootstrap=60), GoldChoice(method="majority")
+    )
+    assert data["reviewers"] == json.loads(expected.model_dump_json())["reviewers"]
+    assert "Reviewers against the gold: majority" in res.output and "The judge agrees with the gold" in res.output
+    assert "The judge agrees with the gold" in md.read_text() and "| ann | bob |" in md.read_text()
+    plain = tmp_path / "plain.json"
+    res = CliRunner().invoke(main, [*base, "--annotator", "who", "--json", str(plain)])
+    assert res.exit_code == 0 and "reviewers" not in json.loads(plain.read_text()) and "Reviewers" not in res.output
+    for extra, message in (
+        (["--gold", "mace"], "error: --gold mace tells people apart: give the annotator column (--annotator)"),
+        (["--annotator", "who", "--gold", "zed"], "error: --gold 'zed': no such annotator; annotators are ann, bob"),
+        (["--annotator", "who", "--gold", "majority", "--judge", "label"], "error: --gold compares one judge"),
+    ):
+        res = CliRunner().invoke(main, [*base, *extra])
+        assert res.exit_code == 2 and res.output.startswith(message), res.output
+        assert "Traceback" not in res.output
+
+
+def test_cli_gold_from_the_store_with_an_adjudicator_and_answer_times(llm: Any, tmp_path: Path) -> None:
+    """Two reviewers and an adjudicator on a judged store (answer times as Argilla stores them): the judge is
+    compared with the adjudicated gold (scikit-learn's κ on the gold the report lists), the adjudicator is no
+    reviewer, and each reviewer's labels per hour come from their answer times."""
+    import sqlite3
+
+    store = tmp_path / "s.sqlite"
+    ann = judged_store(llm, store)
+    labels = ["Correct", "Acceptable", "Not Acceptable", "Incorrect"]
+    extra = []
+    for n, row in enumerate(ann):
+        if row["spec_name"] != "answer_alignment":
+            continue
+        bob = labels[(n + (n % 3 == 0)) % 4]  # agrees with ann on two items in three
+        extra.append({**row, "annotator": "bob", "label": bob, "answered_at": 1_700_000_000.0 + 90 * n})
+        if bob != row["label"] and n % 2:
+            extra.append({**row, "annotator": "sam", "label": bob, "answered_at": 1_700_100_000.0 + 60 * n})
+    with Store(store) as st:
+        st.put_human_labels(extra)
+    out, page = tmp_path / "a.json", tmp_path / "a.html"
+    args = ["agreement", "--store", str(store), "--spec", "answer_alignment", "--bootstrap", "50"]
+    res = CliRunner().invoke(main, [*args, "--gold", "adjudicated:sam", "--json", str(out), "--html", str(page)])
+    assert res.exit_code == 0, res.output
+    rev = json.loads(out.read_text())["reviewers"]
+    assert [r["name"] for r in rev["rows"]] == ["ann", "bob", "judge"]
+    assert rev["counts"]["adjudicated"] == sum(1 for e in extra if e["annotator"] == "sam") > 0
+    bob_times = sorted(e["answered_at"] for e in extra if e["annotator"] == "bob")
+    assert rev["rows"][1]["labels_per_hour"]["value"] == pytest.approx(labels_per_hour(bob_times).value)
+    assert rev["rows"][0]["labels_per_hour"] is None  # ann's answers carry no time
+    gold = {g["item"]: g["label"] for g in rev["gold_labels"] if g["label"] is not None}
+    db = sqlite3.connect(store)
+    verdicts = dict(
+        db.execute(
+            "SELECT record_id, label FROM verdicts WHERE spec_name='answer_alignment' AND status='ok'"
+        ).fetchall()
+    )
+    items = sorted(gold)
+    report = json.loads(out.read_text())
+    kappa = cohen_kappa_score([gold[i] for i in items], [verdicts[i] for i in items])
+    assert report["metrics"]["cohen_kappa"]["value"] == pytest.approx(kappa, abs=1e-12)
+    assert report["ceiling"]["n_annotators"] == 2
+    assert "Reviewers against the gold: adjudicated (sam; else majority)" in page.read_text()
+
+
+def test_the_reviewers_table_reads_in_chromium(browser: Any, tmp_path: Path) -> None:
+    """The agreement page's reviewers table, as a reader sees it, holds the report's figures: each reviewer's
+    κ, the judge's on the same items and their difference, each with its CI."""
+    from greval.report.agreement import render_html
+    from greval.report.format import fmt_value_ci
+
+    frame = _two_annotators(seed=2, n=70)
+    report = compute_agreement(
+        frame,
+        AgreementScale(labels=["L0", "L1", "L2"]),
+        AgreementOptions(bootstrap=80),
+        GoldChoice(method="dawid-skene"),
+    )
+    path = tmp_path / "page.html"
+    path.write_text(render_html(report, frame), encoding="utf-8")
+    page = _page(browser)
+    page.goto(path.as_uri())
+    rows = page.evaluate(
+        """() => {
+            const h = [...document.querySelectorAll('h2')].find((e) => e.textContent.startsWith('Reviewers'));
+            const t = h.nextElementSibling;
+            const head = [...t.querySelectorAll('th')].map((c) => c.innerText.trim());
+            return [...t.querySelectorAll('tbody tr')].map((r) =>
+                Object.fromEntries([...r.children].map((c, i) => [head[i], c.innerText.trim()])));
+        }"""
+    )
+    assert report.reviewers is not None and page.errors == []
+    assert [r["reviewer"] for r in rows] == ["ann", "bob", "judge (every item)"]
+    for shown, row in zip(rows, report.reviewers.rows, strict=True):
+        assert shown["cohen_kappa [CI]"] == fmt_value_ci(row.figures["cohen_kappa"])
+        if row.role == "annotator":
+            assert shown["judge cohen_kappa, same items [CI]"] == fmt_value_ci(row.judge["cohen_kappa"])
+            assert shown["judge − reviewer [CI]"] == fmt_value_ci(row.difference["cohen_kappa"])
+            assert shown["judge is"] == row.judge_vs
+    assert page.locator("text=The judge agrees with the gold").count() == 2
