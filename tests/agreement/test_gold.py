@@ -480,3 +480,54 @@ def test_the_reviewers_table_reads_in_chromium(browser: Any, tmp_path: Path) -> 
             assert shown["judge − reviewer [CI]"] == fmt_value_ci(row.difference["cohen_kappa"])
             assert shown["judge is"] == row.judge_vs
     assert page.locator("text=The judge agrees with the gold").count() == 2
+
+
+def test_the_gallery_shows_the_gold_the_judge_was_compared_with() -> None:
+    """The page's disagreements are with the gold: ann's labels here, though bob and cy outvote her on i1."""
+    from greval.report.agreement import gallery
+
+    frame = _people(
+        [
+            ("i1", "ann", "yes", "no"),
+            ("i1", "bob", "no", "no"),
+            ("i1", "cy", "no", "no"),
+            ("i2", "ann", "no", "no"),
+            ("i2", "bob", "no", "no"),
+        ]
+    )
+    report = compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0), gold=GoldChoice.parse("ann"))
+    shown = gallery(report, frame)
+    assert shown[["item", "human", "judge"]].values.tolist() == [["i1", "yes", "no"]]
+    plain = compute_agreement(frame, YES_NO, AgreementOptions(bootstrap=0))
+    assert gallery(plain, frame).empty  # against the majority the judge never departs
+
+
+def test_value_scale_reviewers_equal_scipy() -> None:
+    """Ratings 1–5 on a value scale: each distinct value a category for the gold (majority), each reviewer's and
+    the judge's Pearson r against it as scipy computes it, exact agreement and MAE as numpy does."""
+    from scipy.stats import pearsonr
+
+    rng = np.random.default_rng(4)
+    rows = []
+    for i in range(80):
+        t = int(rng.integers(1, 6))
+        judge = int(np.clip(t + rng.integers(-1, 2), 1, 5))
+        for who, noise in (("ann", 0.2), ("bob", 0.5), ("cy", 0.8)):
+            said = int(np.clip(t + (rng.integers(-1, 2) if rng.random() < noise else 0), 1, 5))
+            rows.append((f"i{i}", who, said, judge))
+    frame = _people(rows)  # type: ignore[arg-type]
+    scale = AgreementScale(kind="value", min=1, max=5)
+    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=50), gold=GoldChoice(method="majority"))
+    assert report.reviewers is not None and report.reviewers.metric == "pearson"
+    gold = {g.item: float(g.label) for g in report.reviewers.gold_labels if g.label is not None}
+    judge = frame.groupby("item")["judge"].first()
+    for row in report.reviewers.rows[:-1]:
+        mine = frame[(frame["annotator"] == row.name) & frame["item"].isin(gold)]
+        g = np.array([gold[i] for i in mine["item"]])
+        for figures, said in (
+            (row.figures, mine["human"].to_numpy(float)),
+            (row.judge, judge[mine["item"]].to_numpy(float)),
+        ):
+            assert abs(figures["pearson"].value - pearsonr(g, said).statistic) <= 1e-12  # type: ignore[operator]
+            assert abs(figures["mae"].value - np.mean(np.abs(said - g))) <= 1e-12  # type: ignore[operator]
+            assert abs(figures["exact_agreement"].value - np.mean(said == g)) <= 1e-12  # type: ignore[operator]
