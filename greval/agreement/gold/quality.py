@@ -53,7 +53,8 @@ def reviewers_report(
     pooled = options.model_copy(update={"protocol": "pooled", "pos_label": None})
     people = [a for a in chosen.answers.annotators if a not in chosen.adjudicators]
     rows = [_person_row(prep, chosen, who, names, metric, pooled) for who in people]
-    rows.append(_judge_row(prep, names, pooled))
+    if prep.has_judge:  # a judge known by its scores alone has no labels to set beside people's
+        rows.append(_judge_row(prep, names, pooled))
     gold = chosen.gold
     codes = gold.codes
     return ReviewersReport(
@@ -103,17 +104,19 @@ def _person_row(
     idx = np.array([r for r, i in enumerate(prep.items) if who in by_item.get(i, {})], dtype=np.int64)
     codes = np.array([by_item[prep.items[r]][who] for r in idx], dtype=np.int64)
     person = _person(prep, idx, codes, chosen, options)
-    judge = _judge(prep, idx, options)
+    judge = _judge(prep, idx, options) if prep.has_judge else None
 
     def paired(b: bs.Batch) -> dict[str, BatchVal]:
-        p, j = person(b), judge(b)
-        out = {f"person|{n}": p[n] for n in names} | {f"judge|{n}": j[n] for n in names}
-        for n in names:
-            out[f"diff|{n}"] = j[n][0] - p[n][0], j[n][1]
+        p = person(b)
+        out = {f"person|{n}": p[n] for n in names}
+        if judge is not None:
+            j = judge(b)
+            out |= {f"judge|{n}": j[n] for n in names}
+            out |= {f"diff|{n}": (j[n][0] - p[n][0], j[n][1]) for n in names}
         return out
 
     est = _estimates(paired, prep, idx, options)
-    diff = {n: est[f"diff|{n}"] for n in names}
+    diff = {n: est[f"diff|{n}"] for n in names if f"diff|{n}" in est}
     gold = [chosen.gold.codes[prep.items[r]] for r in idx]
     return ReviewerRow(
         name=who,
@@ -121,7 +124,7 @@ def _person_row(
         n=len(idx),
         answers=chosen.given.get(who, 0),
         figures={n: est[f"person|{n}"] for n in names},
-        judge={n: est[f"judge|{n}"] for n in names},
+        judge={n: est[f"judge|{n}"] for n in names if f"judge|{n}" in est},
         difference=diff,
         judge_vs=_judge_vs(diff.get(metric)),
         confusion=_confusion(chosen.gold.labels, gold, codes),
