@@ -18,7 +18,7 @@ import numpy as np
 
 from greval.agreement.models import GoldChoice, GoldLabel, LabelModel
 from greval.agreement.stats import FloatArray
-from greval.errors import DataError, option
+from greval.errors import DataError, UserError, option
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,7 +160,12 @@ def _crowdkit(
 def _fit(
     answers: Answers, method: LabelModel, seed: int
 ) -> tuple[FloatArray, dict[str, list[list[float]]], dict[str, float]]:
-    from crowdkit.aggregation import MACE, DawidSkene
+    try:
+        from crowdkit.aggregation import MACE, DawidSkene
+    except ImportError:
+        raise UserError(
+            f"the {method} gold needs crowd-kit, which is not installed: pip install 'greval[crowd]'"
+        ) from None
 
     k = len(answers.labels)
     data, workers, used = _long(answers)
