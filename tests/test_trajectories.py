@@ -125,6 +125,9 @@ def test_langchain_messages_plain_steps_bare_calls_and_json_text_read_alike() ->
     # a tool result given as an object is its JSON text
     obj = normalise_trajectory([{"kind": "tool_result", "output": {"temp": 18, "unit": "C"}}], "t")
     assert obj[0]["content"] == '{"temp": 18, "unit": "C"}'
+    # a trajectory written out as text (not JSON) stays text, as it was read before trajectories were data
+    log = "Thought: look it up\nAction: get_weather(Paris)\nObservation: 18 C"
+    assert Record.from_mapping({"trajectory": log}).data["trajectory"] == log
 
 
 def test_step_ids_are_the_steps_own_else_their_place_and_stay_put() -> None:
@@ -152,7 +155,7 @@ def test_step_ids_are_the_steps_own_else_their_place_and_stay_put() -> None:
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        ("not a list", "trajectory must be a list of messages, steps or tool calls"),
+        ('{"steps": 3}', "trajectory must be a list of messages, steps or tool calls"),
         (["hi"], "trajectory: item 1 must be an object (a message, a step or a tool call), got str"),
         ([{"role": "robot", "content": "x"}], "trajectory: item 1 is neither a message (role user, assistant"),
         ([{"kind": "dance"}], "trajectory: item 1 is neither a message"),

@@ -83,7 +83,7 @@ def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "
             data[key] = normalise_triples(value, where)
         elif key == CONVERSATION:
             data[key] = normalise_conversation(value, where)
-        elif key in (TRAJECTORY, EXPECTED_TRAJECTORY):
+        elif key in (TRAJECTORY, EXPECTED_TRAJECTORY) and not _plain_text(value):
             data[key] = normalise_trajectory(value, f"{where}: {key}")
         else:
             data[key] = value if plain or not hasattr(value, "tolist") else value.tolist()
@@ -361,6 +361,12 @@ STEP_ALIASES: dict[str, str] = {
 }  # fmt: skip
 _STEP_TEXT = ("content", "text", "value", "output", "result", "observation")
 _CALL_ARGS = ("arguments", "args", "input", "parameters")
+
+
+def _plain_text(value: Any) -> bool:
+    """Text that is not JSON (an agent's log written out): kept as it is, as any text field, for a judge to read
+    (the trajectory metrics give such a record an error verdict)."""
+    return isinstance(value, str) and value.lstrip()[:1] not in ("[", "{")
 
 
 def call_arguments(raw: Any) -> tuple[Any, str | None]:

@@ -569,6 +569,11 @@ def test_a_reference_calling_a_tool_the_agent_never_had_is_the_records_error() -
     assert computed_score(fine) == 1.0
 
 
+def test_a_trajectory_kept_as_text_is_the_records_error() -> None:
+    res = computed_judge(spec("tool_call_f1"), {"trajectory": "called search, then book", "expected_trajectory": [A]})
+    assert error_of(res) == "trajectory must be a list of messages, steps or tool calls"
+
+
 def test_a_reference_that_is_not_a_trajectory_is_the_records_error() -> None:
     res = computed_judge(spec("trajectory_match"), {"trajectory": run_of([A]), "reference_calls": [{"args": {}}]})
     assert res.error == "missing required input: expected_trajectory"  # the default field is absent: skipped
