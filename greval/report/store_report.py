@@ -15,6 +15,7 @@ greval.report.terminal and greval.report.plots (figures).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from greval.errors import Remedy, UserError
 from greval.paths import write_private
 from greval.report.format import with_names
 from greval.report.models import (
+    ExperimentRow,
     GroupCell,
     GroupTable,
     LabelSource,
@@ -65,12 +67,15 @@ def build(
     group_column: str | None = None,
     names: Mapping[str, str] | None = None,
     all_versions: bool = False,
+    experiments: bool = False,
 ) -> StoreReport:
     """Compute the report (and, with ``out_dir``, write the per-metric agreement pages); ``group_column``: a
     record field to cross with the systems (one system × group table per metric); ``names``: how the agreement
     pages write option fields named in notes (greval.report.format.with_names; the CLI passes its flags). Each
     metric's production version, or (``all_versions``) every version but those only experiments judged.
-    ``bootstrap_resamples``: of every CI of the report and its pages (seed 0)."""
+    ``bootstrap_resamples``: of every CI of the report and its pages (seed 0). ``experiments``: list the
+    store's experiment runs under their own heading (off by default: a default report reads what every default
+    reader reads, the same before and after an align)."""
     boot = Resampling(resamples=bootstrap_resamples)
     with Store(store_path) as st:
         items, data, found = metric_groups(
@@ -87,6 +92,7 @@ def build(
             if group_column:
                 groups.append(group_table(fig, grp, group_column, data, labels, boot))
             systems += system_rows(fig, grp, data, labels, boot)
+        tried = experiment_rows(st.runs(), specs) if experiments else []
     return StoreReport(
         store=str(store_path),
         metrics=metrics,
@@ -97,7 +103,31 @@ def build(
         groups=groups,
         all_versions=all_versions,
         bootstrap=bootstrap_resamples,
+        experiments=tried,
     )
+
+
+def experiment_rows(runs: Sequence[Mapping[str, Any]], specs: Sequence[str] = ()) -> list[ExperimentRow]:
+    """The experiment runs among ``runs`` (of ``specs`` when given), oldest first, each with the scores its own
+    stored summary holds (the figures its run printed: greval.store.results, one definition)."""
+    out: list[ExperimentRow] = []
+    for run in runs:
+        names = json.loads(run["specs"] or "[]")
+        if run.get("kind") != "experiment" or (specs and not set(specs) & set(names)):
+            continue
+        summ = json.loads(run["summary"] or "{}")
+        scores = {f"{m['spec']}@{(m.get('spec_key') or '')[:8]}": m.get("mean_score") for m in summ.get("metrics", [])}
+        out.append(
+            ExperimentRow(
+                run_id=run["run_id"],
+                started_at=run["started_at"],
+                status=run["status"],
+                purpose=run.get("purpose") or "side run",
+                records=summ.get("records"),
+                scores=scores,
+            )
+        )
+    return out
 
 
 MetricGroup = tuple[MetricFigures, BaseSpec, list[dict[str, Any]]]
