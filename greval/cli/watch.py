@@ -143,6 +143,11 @@ def _when(at: float) -> str:
     help="Data directory of the embedded Argilla (as given to `annotate up`).",
 )
 @judge_options
+@click.option(
+    "--logprobs",
+    is_flag=True,
+    help="Ask the judge for token log-probabilities: each verdict's confidence, what orders the review's doubt.",
+)
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=None, help="Model calls in flight at most.")
 @click.option(
     "--engine",
@@ -242,6 +247,7 @@ def _options(kw: dict[str, Any]) -> WatchOptions:
         **({"concurrency": kw["concurrency"]} if kw["concurrency"] else {}),
         engine="ray" if kw["engine"] == "ray" else "local",
         ray_address=kw["ray_address"],
+        logprobs=10 if kw["logprobs"] else None,
     )
     return WatchOptions(
         source=kw["source"],

@@ -137,6 +137,7 @@ class _Pass:
     report: PassReport
     touched: dict[str, set[float]] = field(default_factory=dict)
     latest: bool = True
+    summaries: dict[str, RunSummary] = field(default_factory=dict)  # run id -> its summary (what write-back reads)
 
 
 @dataclass(eq=False)
@@ -176,7 +177,6 @@ class Watch:
         self.expr = opts.rules.expr()
         self.hook = load_webhook()
         self.health = Health(self.src.label)
-        self._summaries: dict[str, RunSummary] = {}  # run id -> its summary (what write-back reads)
         store.register_watch(self.id, self.src.label, opts.model_dump(mode="json", exclude={"run"}))
 
     def close(self) -> None:
@@ -366,7 +366,7 @@ class Watch:
         outcomes = self._outcomes(p, chunk, names, done.summary, since)
         self.store.record_outcomes(self.id, outcomes)
         runs[done.summary.run_id] = [t.row for t in chunk]
-        self._summaries[done.summary.run_id] = done.summary
+        p.summaries[done.summary.run_id] = done.summary
         p.report.judged += sum(1 for o in outcomes if o.status != "skipped")
 
     def _event(self, report: PassReport) -> Callable[[RunEvent], None]:
@@ -417,7 +417,7 @@ class Watch:
             mine = [by_id[r.id].seen.spans for r in rows if r.id in by_id]
             back = self.src.rows(mine)
             list(back)  # where each record's verdicts go
-            for line in back.after_run(self.store, self._summaries[run_id], p.specs):
+            for line in back.after_run(self.store, p.summaries[run_id], p.specs):
                 if "record(s)" in line:  # what was not judged or failed (the count of what went back is summed)
                     p.report.say(line)
         judged = {m: self.store.item_states(self.id, m, list(by_id)) for m in p.asked}
@@ -427,7 +427,8 @@ class Watch:
 
     # ----------------------------------------------------------------------------------------- windows
     def _windows(self, p: _Pass) -> None:
-        """Figures of the windows this pass touched and of each metric's latest; alarms; the review share."""
+        """Figures of the windows this pass touched, closed or people labelled since, and of each metric's latest;
+        alarms; the review share."""
         now = time.time()
         for m in p.asked:
             scope = Scope(self.id, m, p.keys[m], next(s.hash for s in p.specs if s.name == m), p.judges[m],
@@ -441,7 +442,8 @@ class Watch:
                     if n:
                         p.report.reviewed += n
             latest = self.store.item_windows(self.id, m)[-1:] if p.latest else []
-            wanted = sorted({*p.touched.get(m, set()), *latest, *closed})
+            relabelled = self.store.relabelled_windows(self.id, m)
+            wanted = sorted({*p.touched.get(m, set()), *latest, *closed, *relabelled})
             for w, new in evaluate(self.store, scope, wanted, self.opts.baseline, self.opts.resamples):
                 p.report.windows.append(w)
                 if new:

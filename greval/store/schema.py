@@ -131,7 +131,7 @@ CREATE TABLE IF NOT EXISTS watch_traces (
 CREATE TABLE IF NOT EXISTS watch_items (
     watch_id TEXT NOT NULL, metric TEXT NOT NULL, trace_id TEXT NOT NULL, window_start REAL NOT NULL,
     status TEXT NOT NULL, decided_at REAL NOT NULL, record_id TEXT, record_hash TEXT, run_id TEXT, judged_at REAL,
-    tokens INTEGER, usd REAL,
+    tokens INTEGER, usd REAL, review_batch INTEGER,
     PRIMARY KEY (watch_id, metric, trace_id));
 CREATE INDEX IF NOT EXISTS watch_items_by_window ON watch_items(watch_id, metric, window_start);
 CREATE INDEX IF NOT EXISTS watch_items_by_time ON watch_items(watch_id, decided_at);

@@ -280,7 +280,17 @@ class WatchState(StoreFile):
     def window_items(self, watch_id: str, metric: str, windows: Sequence[float]) -> list[dict[str, Any]]:
         """The watch's items of ``metric`` in ``windows``: trace id, window, status, record id / hash, run, spend."""
         out: list[dict[str, Any]] = []
-        cols = ["trace_id", "window_start", "status", "record_id", "record_hash", "run_id", "tokens", "usd"]
+        cols = [
+            "trace_id",
+            "window_start",
+            "status",
+            "record_id",
+            "record_hash",
+            "run_id",
+            "tokens",
+            "usd",
+            "review_batch",
+        ]
         for chunk in batched(sorted(set(windows)), 200):
             rows = self._rows(
                 f"SELECT {', '.join(cols)} FROM watch_items WHERE watch_id=? AND metric=?"
@@ -308,6 +318,18 @@ class WatchState(StoreFile):
             WindowRow(float(a), float(b), k, json.loads(f) if f else None, al, at, po, ro, ru)
             for a, b, k, f, al, at, po, ro, ru in reversed(rows)
         ]
+
+    def relabelled_windows(self, watch_id: str, metric: str) -> list[float]:
+        """Windows of ``metric`` whose records people labelled since the window's figures were computed (their
+        agreement is computed again)."""
+        rows = self._rows(
+            "SELECT DISTINCT w.window_start FROM watch_windows w JOIN watch_items i ON i.watch_id = w.watch_id"
+            " AND i.metric = w.metric AND i.window_start = w.window_start JOIN human_labels h"
+            " ON h.spec_name = i.metric AND h.record_hash = i.record_hash AND h.record_id = i.record_id"
+            " WHERE w.watch_id=? AND w.metric=? AND h.updated_at > w.updated_at ORDER BY w.window_start",
+            (watch_id, metric),
+        )
+        return [float(r[0]) for r in rows]
 
     def watch_metrics(self, watch_id: str) -> list[str]:
         """The metrics a watch has windows of."""
@@ -394,35 +416,34 @@ class WatchState(StoreFile):
         return sorted(units, key=lambda u: (u.record_hash, u.item_id))
 
     def windows_to_route(self, watch_id: str, metric: str, seconds: float, closed_before: float) -> list[float]:
-        """Windows of ``metric`` with judged items, closed (their end before ``closed_before``), not routed yet."""
+        """Windows of ``metric`` closed (their end before ``closed_before``) with judged items no review batch has
+        considered yet (a window's first batch, or traces that reached the source after it was routed)."""
+        done = ",".join(f"'{s}'" for s in DONE)
         rows = self._rows(
-            "SELECT DISTINCT i.window_start FROM watch_items i LEFT JOIN watch_windows w ON w.watch_id = i.watch_id"
-            " AND w.metric = i.metric AND w.window_start = i.window_start WHERE i.watch_id=? AND i.metric=?"
-            " AND i.window_start + ? <= ? AND w.routed_at IS NULL ORDER BY i.window_start",
+            "SELECT DISTINCT window_start FROM watch_items WHERE watch_id=? AND metric=? AND window_start + ? <= ?"
+            f" AND review_batch IS NULL AND status IN ({done}) ORDER BY window_start",
             (watch_id, metric, seconds, closed_before),
         )
         return [float(r[0]) for r in rows]
 
     def queue_review(
-        self, watch_id: str, metric: str, window: tuple[float, float], push: Mapping[str, Any],
-        units: Sequence[Mapping[str, Any]],
+        self, watch_id: str, metric: str, window: tuple[float, float], batch: tuple[int, Sequence[str]],
+        push: Mapping[str, Any], units: Sequence[Mapping[str, Any]],
     ) -> bool:  # fmt: skip
-        """Add one window's selection to the watch's review push (made on the first window), in the same
-        transaction as the window's routed mark; False when the window was routed already (nothing written)."""
+        """Add one review batch of a window — its number, and the traces it considered — to the watch's review push
+        (made by the first), marking those traces in the same transaction; False when one of them was considered
+        by a batch already (nothing written: routed exactly once)."""
         now = time.time()
-        window_start = window[0]
+        number, traces = batch
         with self._tx() as db:
-            db.execute(
-                "INSERT INTO watch_windows (watch_id, metric, window_start, window_end, updated_at) VALUES (?,?,?,?,?)"
-                " ON CONFLICT DO NOTHING",
-                (watch_id, metric, window_start, window[1], now),
-            )
-            done = db.execute(
-                "SELECT routed_at FROM watch_windows WHERE watch_id=? AND metric=? AND window_start=?",
-                (watch_id, metric, window_start),
-            ).fetchone()
-            if done[0] is not None:
-                return False
+            for chunk in batched(list(traces), 500):
+                taken = db.execute(
+                    "SELECT COUNT(*) FROM watch_items WHERE watch_id=? AND metric=? AND review_batch IS NOT NULL"
+                    f" AND trace_id IN ({','.join('?' * len(chunk))})",
+                    (watch_id, metric, *chunk),
+                ).fetchone()[0]
+                if taken:
+                    return False
             db.execute(
                 "INSERT INTO annotation_pushes (push_id, spec_name, spec_key, spec_hash, judge_key, dataset, workspace,"
                 " api_url, strategy, params, population, selected, pushed, status, attempts, created_at, updated_at)"
@@ -442,9 +463,19 @@ class WatchState(StoreFile):
                     for u in units
                 ],
             )  # fmt: skip
+            db.executemany(
+                "UPDATE watch_items SET review_batch=? WHERE watch_id=? AND metric=? AND trace_id=?",
+                [(number, watch_id, metric, t) for t in traces],
+            )
             db.execute(
-                "UPDATE watch_windows SET routed_at=?, review_units=? WHERE watch_id=? AND metric=? AND window_start=?",
-                (now, len(units), watch_id, metric, window_start),
+                "INSERT INTO watch_windows (watch_id, metric, window_start, window_end, updated_at) VALUES (?,?,?,?,?)"
+                " ON CONFLICT DO NOTHING",
+                (watch_id, metric, window[0], window[1], now),
+            )
+            db.execute(
+                "UPDATE watch_windows SET routed_at=?, review_units=COALESCE(review_units, 0)+?"
+                " WHERE watch_id=? AND metric=? AND window_start=?",
+                (now, len(units), watch_id, metric, window[0]),
             )
         return True
 

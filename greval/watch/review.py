@@ -60,25 +60,24 @@ def designed(units: int, share: float) -> int:
 
 
 def route_window(store: Store, scope: Scope, spec: BaseSpec, start: float, routing: Routing) -> int | None:
-    """Select a closed window's review units and queue them (None: routed before, or not a judge metric)."""
+    """Select the review units of a closed window's traces no batch has considered yet (its first batch, or its
+    late arrivals: a batch of their own, its own design) and queue them; how many (None: not a judge metric, or
+    another pass routed them first)."""
     if not isinstance(spec, Spec):
         return None
     from greval.annotation.dataset import argilla_id
     from greval.annotation.push import unit_of  # (Argilla's client comes with them: only once a window closes)
 
     rows = store.window_items(scope.watch_id, scope.metric, [start])
-    hashes = sorted({str(r["record_hash"]) for r in rows if r["status"] in DONE and r["record_hash"]})
-    cands = store.window_units(scope.spec_key, scope.judge_key, hashes)
+    batch = [r for r in rows if r["status"] in DONE and r["review_batch"] is None and r["record_hash"]]
+    number = 1 + max((int(r["review_batch"]) for r in rows if r["review_batch"] is not None), default=0)
+    cands = store.window_units(scope.spec_key, scope.judge_key, sorted({str(r["record_hash"]) for r in batch}))
     units = [unit_of(c) for c in cands]
     dataset = watch_dataset(spec.name, routing.dataset)
     push_id = watch_push_id(scope.watch_id, scope, dataset)
     before = store.push_params(push_id) or {}
-    label = window_label(start)
-    picks = (
-        review_round(units, {}, designed(len(units), routing.share), routing.control_share, routing.seed, 1)
-        if units
-        else []
-    )
+    name = window_label(start) + ("" if number == 1 else f" late {number}")
+    picks = review_round(units, {}, designed(len(units), routing.share), routing.control_share, routing.seed, number)
     ids = store.record_ids({p.unit.record_hash for p in picks})
     by_key = {(c.record_hash, c.item_id): c for c in cands}
     offset = int(before.get("selected", 0))
@@ -88,7 +87,7 @@ def route_window(store: Store, scope: Scope, spec: BaseSpec, start: float, routi
             "item_id": p.unit.item_id,
             "record_id": (ids.get(p.unit.record_hash) or [by_key[p.unit.key].record_id])[0],
             "argilla_id": argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
-            "stratum": f"{label} {p.selection}",
+            "stratum": f"{name} {p.selection}",
             "probability": p.probability,
             "rank": offset + p.rank,
         }
@@ -110,7 +109,10 @@ def route_window(store: Store, scope: Scope, spec: BaseSpec, start: float, routi
         "params": params, "population": len(units),
     }  # fmt: skip
     window = (start, start + scope.seconds)
-    return len(chosen) if store.queue_review(scope.watch_id, scope.metric, window, push, chosen) else None
+    queued = store.queue_review(
+        scope.watch_id, scope.metric, window, (number, [r["trace_id"] for r in batch]), push, chosen
+    )
+    return len(chosen) if queued else None
 
 
 def deliver(

@@ -13,6 +13,8 @@ raises :class:`SourceError`, which the watch retries with back-off.
 from __future__ import annotations
 
 import base64
+import functools
+import itertools
 import json
 import os
 import re
@@ -29,7 +31,7 @@ from greval.errors import DataError, GrevalError, first_line
 from greval.traces.assemble import root_of
 from greval.traces.openinference import span_from_row
 from greval.traces.source import TraceRows
-from greval.traces.spans import Span
+from greval.traces.spans import Span, parse_time
 
 if TYPE_CHECKING:
     from greval.traces.phoenix import PhoenixAddress
@@ -120,23 +122,32 @@ def _rowid(global_id: str) -> int:
         ) from None
 
 
+def _settled(cutoff: float, row: Mapping[str, Any]) -> bool:
+    """Whether a root span ended before ``cutoff`` (Unix seconds; one without an end counts as ended)."""
+    ended = parse_time(row.get("end_time"))
+    return ended is None or ended.timestamp() <= cutoff
+
+
 def _cursor(rowid: int) -> str:
     return base64.b64encode(f"Span:{rowid}".encode()).decode()
 
 
 class PhoenixSource(WatchSource):
     """A Phoenix project, read through its REST API: root spans in the order Phoenix stored them (``sort=id``),
-    then each page's spans, at most ``max_spans`` per trace."""
+    then each page's spans, at most ``max_spans`` per trace. A root span that ended less than ``settle_s`` ago is
+    left, with every root after it, for the next pass: Phoenix stores the spans it receives a batch at a time, so
+    a trace's last spans may land just after its root."""
 
     writes_back = True
 
-    def __init__(self, addr: PhoenixAddress, max_spans: int) -> None:
+    def __init__(self, addr: PhoenixAddress, max_spans: int, settle_s: float = 0.0) -> None:
         import httpx
 
         from greval.traces.phoenix import KEY_ENV, TIMEOUT_S
 
         self.addr = addr
         self.max_spans = max_spans
+        self.settle_s = settle_s
         self.label = addr.label
         self.key = f"phoenix {addr.base_url} {addr.project}" + (f" root={addr.root}" if addr.root else "")
         key = os.environ.get(KEY_ENV)
@@ -190,11 +201,11 @@ class PhoenixSource(WatchSource):
     def pages(self, after: list[Any] | None, size: int) -> Iterator[Page]:
         last = int(after[0]) if after else 0
         while True:
-            roots = self._roots(last, size)
-            if not roots:
-                return
-            yield self._page(roots)
-            last = _rowid(str(roots[-1]["id"]))
+            found = self._roots(last, size)
+            roots = list(itertools.takewhile(functools.partial(_settled, time.time() - self.settle_s), found))
+            if roots:
+                yield self._page(roots)
+                last = _rowid(str(roots[-1]["id"]))
             if len(roots) < size:
                 return
 
@@ -486,7 +497,7 @@ def open_source(ref: str, max_spans: int, settle_s: float, limits: ReadLimits | 
     from greval.traces.phoenix import is_phoenix_ref, parse_address
 
     if is_phoenix_ref(ref):
-        return PhoenixSource(parse_address(ref), max_spans)
+        return PhoenixSource(parse_address(ref), max_spans, settle_s)
     return FolderSource(Path(ref), max_spans, settle_s, limits)
 
 
