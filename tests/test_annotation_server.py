@@ -419,12 +419,42 @@ def test_status_recomputed_in_process_after_dataset_update(env: Env) -> None:
 
 
 def test_port_taken_is_one_line_exit_2(env: Env, tmp_path: Path) -> None:
+    """Another data directory's server on the port: one line naming it (greval's, with its data directory)."""
     port = int(env.info.url.rsplit(":", 1)[1])
     result = CliRunner().invoke(annotate, ["up", "--port", str(port), "--data-dir", str(tmp_path / "other")])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output
     assert lines[0].startswith("error: port") and "Traceback" not in result.output
+    holder = f"greval's Argilla server of another data directory, {env.info.data_dir} (pid {env.info.pid})"
+    assert f"is taken by {holder}" in lines[0], lines[0]
+
+
+def test_a_port_held_by_another_program_is_named(tmp_path: Path) -> None:
+    """Issue 40, item 7: a port held by a program that is not greval's (a real listener: Python's HTTP server)
+    is named by its command line and pid, where `up` says the port is taken; a free port has no holder."""
+    port = server.free_port()
+    assert server.port_holder("127.0.0.1", port) is None
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while server.port_free("127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        holder = f"python -m http.server {port} --bind 127.0.0.1 (pid {proc.pid})"
+        assert server.port_holder("127.0.0.1", port) == holder
+        result = CliRunner().invoke(annotate, ["up", "--port", str(port), "--data-dir", str(tmp_path / "d")])
+    finally:
+        proc.terminate()
+        proc.wait()
+    assert result.exit_code == 2, result.output
+    assert (
+        result.output.strip()
+        == f"error: port {port} on 127.0.0.1 is taken by {holder}; choose another with --port or stop it"
+    )
 
 
 def test_restart_keeps_everything(env: Env) -> None:

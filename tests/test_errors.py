@@ -56,7 +56,7 @@ _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 #: Files outside cli/ that may write --flags, which flags, and why: every one is the command line of another
 #: program greval starts, or tells the user to run; none is a greval flag.
 OTHER_PROGRAMS: dict[str, tuple[set[str] | None, str]] = {
-    "greval/llm/local/server.py": (
+    "greval/llm/local/engine.py": (
         {
             "--model",
             "--alias",

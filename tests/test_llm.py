@@ -1,10 +1,11 @@
 """How a model is called (greval.llm): robust under servers that misbehave, through real HTTP (langchain-openai ->
 the local test server) - an error about one request is that judgement's typed error and the run goes on; rate
 limiting cuts concurrency once per episode; a judge works in any event loop; no API key reaches a log, file or the
-store - and the embedded local judge: model resolution, build bookkeeping, and the real llama-server. The server
-tests check plumbing (schemas honoured, usage reported, timeouts, slots, ``n``), never whether the tiny model's
-labels are right. They skip only when llama-server is not built and ``GREVAL_BUILD_LLAMA`` is not set; CI builds
-it first with ``greval local-judge build``.
+store - and the embedded local judge: model resolution, its engine (the xllamacpp wheel, else llama-server built
+from source), build bookkeeping, and the real server on each engine. The server tests check plumbing (schemas
+honoured, usage reported, timeouts, slots, ``n``), never whether the tiny model's labels are right. They skip an
+engine that is not here: the wheel not installed (scripts/setup.sh installs it), llama-server not built and
+``GREVAL_BUILD_LLAMA`` not set (``greval local-judge build`` builds it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -41,13 +43,17 @@ from greval.judge.evaluators import compile
 from greval.judge.judge import Judge
 from greval.llm.limiter import AdaptiveLimiter
 from greval.llm.local import (
+    Engine,
     LocalJudgeError,
     LocalJudgeServer,
     bundled_model_path,
+    ensure_engine,
     ensure_llama_server,
+    find_engine,
     find_llama_server,
     model_identity,
     resolve_local_model,
+    wheel_version,
 )
 from greval.llm.retry import (
     CallFailed,
@@ -607,6 +613,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GREVAL_HOME", str(path))
     for name in (
         "GREVAL_LLAMA_SERVER",
+        "GREVAL_LLAMA_ENGINE",
         "GREVAL_LLAMA_THREADS",
         "GREVAL_LLAMA_PARALLEL",
         "GREVAL_LLAMA_SDIST",
@@ -799,13 +806,69 @@ def test_run_without_a_judge_says_what_the_first_build_costs_before_starting_it(
     data.write_text(json.dumps({"id": "r1", "question": "Q?", "answer": "A.", "expected_answer": "A."}) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GREVAL_JUDGE"))}
     env |= {"GREVAL_HOME": str(home), "GREVAL_LLAMA_SDIST": str(tmp_path / "missing.tar.gz"), "COLUMNS": "300"}
+    env["GREVAL_LLAMA_ENGINE"] = "build"  # what a platform without the xllamacpp wheel does
     res = _cli(["run", str(data), "-s", "answer_alignment", "--store", str(tmp_path / "s.sqlite")], tmp_path, env)
     assert res.returncode == 2, res.stdout + res.stderr
     err = res.stderr
-    note = err.index("llama-server is not built yet")
+    note = err.index("note: GREVAL_LLAMA_ENGINE=build, and the embedded judge's llama-server is not built yet")
     assert BUILD_ESTIMATE in err[note:] and "--judge openai:gpt-4o-mini" in err[note:]
     assert note < err.index("GREVAL_LLAMA_SDIST points to a missing file")  # said before the build started
     assert "Traceback" not in err
+
+
+def test_without_a_wheel_the_build_is_the_fallback_said_in_one_line(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 40, item 6: where pip has no xllamacpp wheel, serving the judge builds llama-server from source, and
+    one line says why before the build starts. A platform without the wheel cannot be had here: the installed
+    wheel is hidden from greval (its version lookup answers "not installed"); the build stops at once (its
+    source package is missing)."""
+    from greval.llm.local import engine
+
+    monkeypatch.setattr(engine, "wheel_version", lambda: None)
+    monkeypatch.setenv("GREVAL_LLAMA_SDIST", str(tmp_path / "missing.tar.gz"))
+    assert find_engine() is None
+    with pytest.raises(LocalJudgeError, match="GREVAL_LLAMA_SDIST points to a missing file"):
+        ensure_engine(progress=True)
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert err[0] == (
+        "llama-server: no prebuilt engine is installed (the xllamacpp wheel: pip install xllamacpp, where it has "
+        "one): building llama-server from source instead"
+    ), err
+    monkeypatch.setenv("GREVAL_LLAMA_ENGINE", "wheel")
+    with pytest.raises(LocalJudgeError, match="GREVAL_LLAMA_ENGINE=wheel, but xllamacpp is not installed"):
+        find_engine()
+    monkeypatch.setenv("GREVAL_LLAMA_ENGINE", "gpu")
+    with pytest.raises(LocalJudgeError, match="GREVAL_LLAMA_ENGINE must be one of auto, wheel, build; got 'gpu'"):
+        find_engine()
+
+
+def test_the_wheel_takes_no_extra_llama_server_arguments(tmp_path: Path, home: Path) -> None:
+    server = LocalJudgeServer(_fake_gguf(tmp_path / "m.gguf"), engine=Engine("wheel", "xllamacpp"), extra_args=["-v"])
+    with pytest.raises(LocalJudgeError, match="extra llama-server arguments need a llama-server binary"):
+        server.start()
+    assert not server.running
+
+
+@pytest.mark.slow
+@pytest.mark.llama
+def test_a_first_run_with_the_wheel_builds_nothing(tmp_path: Path, home: Path) -> None:
+    """Issue 40, item 6: with the xllamacpp wheel installed (what scripts/setup.sh installs), `greval run` with
+    no judge and an empty data directory serves the embedded judge at once: no note of a build, no C++ build
+    (nothing under llama.cpp/; a build would stop at once here, its source package missing), the engine named."""
+    _engine("wheel")
+    data = tmp_path / "rag.jsonl"
+    data.write_text(json.dumps({"id": "r1", "question": "Q?", "answer": "A.", "expected_answer": "A."}) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GREVAL_JUDGE", "GREVAL_LLAMA"))}
+    env |= {"GREVAL_HOME": str(home), "GREVAL_LLAMA_SDIST": str(tmp_path / "missing.tar.gz"), "COLUMNS": "300"}
+    res = _cli(["run", str(data), "-s", "answer_alignment", "--store", str(tmp_path / "s.sqlite")], tmp_path, env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "not built yet" not in out and "building llama-server" not in out
+    assert re.search(r"local judge gguf:\S+ at http://127\.0\.0\.1:\d+/v1 \(xllamacpp \S+ \(prebuilt wheel\);", out), (
+        out
+    )
+    assert not (home / "llama.cpp").exists()
 
 
 def test_second_builder_waits_for_the_lock(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -846,10 +909,18 @@ def test_server_that_dies_at_start_is_reported(tmp_path: Path, home: Path) -> No
     assert oct(server.log_path.parent.stat().st_mode & 0o777) == "0o700"
 
 
-def test_cli_status_without_build(home: Path) -> None:
+def test_cli_status_says_which_engine_serves(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheel when installed (nothing built in this data directory); with the build chosen and none made,
+    none yet, and how one comes."""
     result = CliRunner().invoke(local_judge, ["status"])
     assert result.exit_code == 0, result.output
-    assert "llama-server: not built" in result.output
+    version = wheel_version()
+    if version is not None:
+        assert f"engine: xllamacpp {version} (prebuilt wheel)" in result.output
+    monkeypatch.setenv("GREVAL_LLAMA_ENGINE", "build")
+    result = CliRunner().invoke(local_judge, ["status"])
+    assert result.exit_code == 0, result.output
+    assert "engine: none yet (pip install xllamacpp, or the first use builds llama-server from source" in result.output
 
 
 def test_cli_serve_bad_model_is_one_line(home: Path) -> None:
@@ -866,6 +937,9 @@ def test_cli_serve_bad_model_is_one_line(home: Path) -> None:
 MAX_TOKENS = 48
 
 
+ENGINES = ["wheel", "build"]
+
+
 def _server_binary() -> Path:
     binary = find_llama_server()
     if binary is not None:
@@ -875,10 +949,28 @@ def _server_binary() -> Path:
     pytest.skip("llama-server is not built: run `greval local-judge build` or set GREVAL_BUILD_LLAMA=1")
 
 
-@pytest.fixture(scope="module")
-def judge() -> Iterator[LocalJudgeServer]:
-    binary = _server_binary()
-    with LocalJudgeServer("local", binary=binary, threads=2, parallel=2, ctx_size=1024) as server:
+def _engine(kind: str) -> Engine:
+    """One of the two engines, or a skip when it is not here."""
+    if kind == "build":
+        return Engine("build", "llama-server (built)", _server_binary())
+    version = wheel_version()
+    if version is None:
+        pytest.skip("the xllamacpp wheel is not installed (scripts/setup.sh installs it)")
+    return Engine("wheel", f"xllamacpp {version}")
+
+
+def _engine_env(kind: str) -> dict[str, str]:
+    """The environment that makes greval serve the local judge with that engine (skipped when not here)."""
+    engine = _engine(kind)
+    if engine.binary is not None:
+        return {"GREVAL_LLAMA_SERVER": str(engine.binary), "GREVAL_LLAMA_ENGINE": "build"}
+    return {"GREVAL_LLAMA_ENGINE": "wheel"}
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def judge(request: pytest.FixtureRequest) -> Iterator[LocalJudgeServer]:
+    engine = _engine(request.param)
+    with LocalJudgeServer("local", engine=engine, threads=2, parallel=2, ctx_size=1024) as server:
         yield server
 
 
@@ -1032,11 +1124,11 @@ def test_logprobs_and_streaming_usage(judge: LocalJudgeServer) -> None:
 
 @pytest.mark.slow
 @pytest.mark.llama
-def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ENGINES)
+def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(kind: str, tmp_path: Path) -> None:
     import urllib.request
 
-    binary = _server_binary()
-    env = {**os.environ, "GREVAL_LLAMA_SERVER": str(binary)}
+    env = {**os.environ, **_engine_env(kind)}
     code = "from greval.cli.local_judge import local_judge; local_judge()"
     # A job started in the background by a non-interactive shell inherits SIGINT as *ignored*; a real Ctrl-C
     # comes from a terminal, so give the child the default disposition. stderr goes to a file so a chatty
@@ -1064,10 +1156,56 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(judge: LocalJudgeServer, 
         except subprocess.TimeoutExpired:
             raise AssertionError("serve did not stop on SIGINT; its stderr:\n" + err_path.read_text()) from None
         assert code == 0, err_path.read_text()
+        with pytest.raises(OSError):  # the server process stopped with it
+            urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=5)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+_PARENT = """
+import sys
+from greval.llm.local import Engine, LocalJudgeServer, find_engine
+engine = find_engine()
+server = LocalJudgeServer("local", engine=engine, threads=1, parallel=1, ctx_size=256)
+server.start()
+print(server.base_url, server.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.llama
+@pytest.mark.parametrize("kind", ENGINES)
+def test_a_killed_parent_takes_its_server_with_it(kind: str) -> None:
+    """SIGKILL of the Python that started the judge's server (no atexit, no finally): the server process stops
+    too (the kernel's parent-death signal), on either engine — the wheel's server waits for that signal with
+    every thread's copy of it blocked."""
+    import urllib.request
+
+    env = {**os.environ, **_engine_env(kind)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    base_url, pid = proc.stdout.readline().split()
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=5) as response:
+        assert response.status == 200
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie nobody reaped yet (State: Z): either way it serves no more
+            state = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            break
+        if "\nState:\tZ" in state:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(int(pid), signal.SIGKILL)
+        raise AssertionError(f"the {kind} server (pid {pid}) outlived its parent by 30 s")
 
 
 def test_judge_names_mean_the_same_judge_in_python_as_on_the_command_line(tmp_path: Path, home: Path) -> None:
@@ -1091,8 +1229,9 @@ def test_judge_names_mean_the_same_judge_in_python_as_on_the_command_line(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.llama
+@pytest.mark.parametrize("kind", ENGINES)
 def test_the_embedded_judge_from_python_is_served_around_the_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 29, item 12: ``greval.run(..., JudgeConfig.parse("local"))`` serves the embedded judge for the run's
     calls and stops it afterwards, as ``greval run --judge local`` does, saying so through any callable taking a
@@ -1102,7 +1241,9 @@ def test_the_embedded_judge_from_python_is_served_around_the_run(
 
     import greval
 
-    monkeypatch.setenv("GREVAL_LLAMA_SERVER", str(_server_binary()))
+    monkeypatch.delenv("GREVAL_LLAMA_SERVER", raising=False)
+    for name, value in _engine_env(kind).items():
+        monkeypatch.setenv(name, value)
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GREVAL_JUDGE"):
         monkeypatch.delenv(var, raising=False)
     rows = [{"id": f"r{i}", "question": f"Is {i} even?", "answer": "yes" if i % 2 == 0 else "no"} for i in range(2)]
@@ -1118,6 +1259,7 @@ def test_the_embedded_judge_from_python_is_served_around_the_run(
     said = capsys.readouterr().out
     assert "starting the embedded local judge (llama.cpp)" in said
     assert summary.judge == model_identity(bundled_model_path()) and f"local judge {summary.judge} at " in said
+    assert ("(xllamacpp " if kind == "wheel" else "(llama-server from GREVAL_LLAMA_SERVER;") in said, said
     assert summary.metrics[0].judged == 2 and summary.calls >= 2
     base_url = said.split(" at ", 1)[1].split()[0]
     with pytest.raises(urllib.error.URLError):  # stopped with the run

@@ -178,12 +178,13 @@ def test_a_second_setup_does_not_reinstall_greval(tmp_path: Path) -> None:
     """scripts/setup.sh where greval is installed already, editable from this checkout with the same
     pyproject.toml (its stamp written by the first setup's pip step): pip is not run again (17 s of a 30 s second
     quick start); a stamp for other requirements, or none, means install. The venv here has no pip at all, so a
-    pip step would fail. The builds are found in greval's data directory, not made."""
+    pip step would fail. The judge's engine (the xllamacpp wheel) and the Argilla environment are found, not made."""
     from greval.annotation import server
-    from greval.llm.local import find_llama_server
+    from greval.llm.local import wheel_version
 
-    if find_llama_server() is None or not server.venv_ready():
-        pytest.skip("needs llama-server built and the Argilla environment made (scripts/setup.sh)")
+    [engine] = _pyproject_local_extra()
+    if f"xllamacpp=={wheel_version()}" != engine or not server.venv_ready():
+        pytest.skip(f"needs the judge's engine ({engine}) and the Argilla environment made (scripts/setup.sh)")
     py = _venv_seeing_this_checkout(tmp_path / "v")
     stamp = [str(py), "-I", "scripts/_install_stamp.py"]
     setup = (ROOT / "scripts" / "setup.sh").read_text()
@@ -201,6 +202,16 @@ def test_a_second_setup_does_not_reinstall_greval(tmp_path: Path) -> None:
     assert "installing greval into" in res.stdout and "not reinstalled" in res.stdout, res.stdout
     assert (tmp_path / "logs" / "pip.log").read_text() == ""
     assert "setup done" in res.stdout and seconds < 60
+    assert f"the judge's engine: {engine} installed already" in res.stdout, res.stdout  # the wheel: no build
+    assert not (tmp_path / "logs" / "llama-server.log").exists()
+
+
+def _pyproject_local_extra() -> list[str]:
+    """The requirements of pyproject.toml's ``local`` extra (the judge's engine scripts/setup.sh installs)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return list(extras.get("local", []))
 
 
 # ------------------------------------------------------------------ the README's Python examples
@@ -221,7 +232,7 @@ def test_the_readme_python_examples_run_and_type_check(llm: OpenAIServer, tmp_pa
     """Each Python example of the README runs as a user would run it (a fresh interpreter, the model from
     OPENAI_BASE_URL / OPENAI_API_KEY, here the local test server; files in the current directory) and passes
     ``mypy --strict`` against this checkout's greval: the public API's types are what the README shows."""
-    from greval.llm.local import find_llama_server
+    from greval.llm.local import find_engine
 
     blocks = readme_python_blocks()
     assert blocks, "the README has no ```python block"
@@ -229,9 +240,9 @@ def test_the_readme_python_examples_run_and_type_check(llm: OpenAIServer, tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GREVAL_JUDGE"))}
     env |= {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(ROOT)}
     env |= {"GREVAL_HOME": str(tmp_path / "home"), "MYPYPATH": str(ROOT)}
-    llama = find_llama_server()  # the embedded judge's build (this data directory's), for the local example
-    if llama is not None:
-        env["GREVAL_LLAMA_SERVER"] = str(llama)
+    llama = find_engine()  # the embedded judge's engine (the wheel, or this data directory's build)
+    if llama is not None and llama.binary is not None:
+        env["GREVAL_LLAMA_SERVER"] = str(llama.binary)
     files, unrun = [], []
     for i, block in enumerate(blocks, 1):
         path = tmp_path / f"readme_example_{i}.py"
@@ -250,7 +261,7 @@ def test_the_readme_python_examples_run_and_type_check(llm: OpenAIServer, tmp_pa
     res = subprocess.run(mypy, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"mypy --strict on the README examples:\n{res.stdout}{res.stderr}"
     if unrun:
-        pytest.skip(f"llama-server is not built: README example(s) {unrun} type-checked but not run")
+        pytest.skip(f"no local judge engine: README example(s) {unrun} type-checked but not run")
 
 
 def test_dir_greval_lists_the_public_names_without_importing_them() -> None:

@@ -6,6 +6,7 @@ labels came from, and the Argilla environment's setup output kept in a log."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -14,6 +15,8 @@ import shlex
 import sqlite3
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from click.testing import CliRunner
 
 from greval.annotation import server
 from greval.cli import main
-from greval.llm.local import find_llama_server
+from greval.llm.local import find_engine
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 
@@ -39,8 +42,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 @pytest.mark.llama
 @pytest.mark.argilla
 def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
-    if find_llama_server() is None and not os.environ.get("GREVAL_BUILD_LLAMA"):
-        pytest.skip("llama-server is not built (CI builds it with `greval local-judge build`)")
+    if find_engine() is None and not os.environ.get("GREVAL_BUILD_LLAMA"):
+        pytest.skip("no local judge engine: the xllamacpp wheel (scripts/setup.sh) or `greval local-judge build`")
     work, data = tmp_path / "ws", tmp_path / "argilla"
     port = server.free_port()
     cmd = [
@@ -533,3 +536,66 @@ def test_tables_fit_the_width_with_every_word_whole() -> None:
         words = [w for line in text.splitlines() for w in re.split(r"[│┃━┡┩╇┏┓┳┗┛┻─└┘┴┌┐┬├┤┼\s:,]+", line) if w]
         assert {"attribution", "Fully", "attributable", "openai", "judge-test"} <= set(words), (width, text)
         assert not {"attributi", "attributa", "on", "ble"} & set(words), (width, text)
+
+
+# ------------------------------------------------------------------ issue 40, item 7: the Argilla port, checked first
+@contextlib.contextmanager
+def _foreign_listener(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A real program that is not greval listening on ``port`` (Python's own HTTP server)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while server.port_free("127.0.0.1", port):
+            assert proc.poll() is None and time.monotonic() < deadline, "the listener did not start"
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def test_a_port_given_and_taken_is_said_before_any_judging(llm: OpenAIServer, tmp_path: Path) -> None:
+    """`quickstart --port P` with P held by another program: one line naming that program (its command and pid),
+    exit 2, before step 2 — no judge call (it died at step 3 after 72 minutes)."""
+    port = server.free_port()
+    cmd = ["quickstart", "--dir", str(tmp_path / "ws"), "--port", str(port), "--argilla-data", str(tmp_path / "a")]
+    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url]
+    with _foreign_listener(port) as holder:
+        result = CliRunner().invoke(main, cmd, env={"COLUMNS": "300"})
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert lines == [
+        f"error: port {port} is taken by python -m http.server {port} --bind 127.0.0.1 (pid {holder.pid}): choose "
+        "another --port, or stop it"
+    ], result.output
+    assert llm.stats()["total"] == 0 and not (tmp_path / "ws" / "greval.sqlite").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.argilla
+def test_the_default_port_taken_by_another_program_gives_argilla_a_free_one(llm: OpenAIServer, tmp_path: Path) -> None:
+    """The default port (6900) held by a program that is not this data directory's Argilla (here a real HTTP
+    server this test starts, or whatever holds it already): named in one line before step 2, and the embedded
+    Argilla takes a free port; the quick start finishes."""
+    data = tmp_path / "argilla"
+    cmd = ["quickstart", "--dir", str(tmp_path / "ws"), "--argilla-data", str(data), "--bootstrap", "50"]
+    cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url]
+    with contextlib.ExitStack() as stack:
+        if server.port_free("127.0.0.1", server.DEFAULT_PORT):
+            stack.enter_context(_foreign_listener(server.DEFAULT_PORT))
+        holder = server.port_holder("127.0.0.1", server.DEFAULT_PORT)
+        try:
+            result = CliRunner().invoke(main, cmd, env={"COLUMNS": "300"})
+        finally:
+            server.stop(data)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    note = text.index(f"note: port {server.DEFAULT_PORT} is taken by {holder}: the embedded Argilla takes ")
+    assert note < text.index("2/5 judging")  # said before any long step
+    taken = re.search(r"the embedded Argilla takes (\d+)", text)
+    assert taken is not None and int(taken.group(1)) != server.DEFAULT_PORT
+    assert f"Argilla     http://127.0.0.1:{taken.group(1)} " in text  # where it runs, in the closing lines

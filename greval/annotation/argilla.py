@@ -200,15 +200,8 @@ def ensure_dataset(
     if found is None:
         if not create:
             raise AnnotationError(f"no Argilla dataset {name!r} in workspace {ws!r}; push first")
-        settings = ds.build_settings(spec, conn.client, blind=blind, annotators_per_record=annotators_per_record or 1)
-        try:
-            rg.Dataset(name=name, settings=settings, workspace=ws, client=conn.client).create()
-        except Exception as exc:
-            raise AnnotationError(f"cannot create the Argilla dataset {name!r} in {ws!r}: {_short(exc)}") from None
-        found = find_dataset(conn, name, ws)
+        found = _create_dataset(conn, spec, name, ws, blind, annotators_per_record or 1)
         created = True
-        if found is None:
-            raise AnnotationError(f"the Argilla dataset {name!r} vanished right after it was created")
     did = str(found["id"])
     questions = _questions(conn, did)
     q = questions.get(ds.QUESTION)
@@ -220,38 +213,9 @@ def ensure_dataset(
     change: DistributionChange | None = None
     current = (found.get("distribution") or {}).get("min_submitted")
     if create:
-        want = (
-            spec.scale.names
-            if isinstance(spec.scale, CategoricalScale)
-            else list(range(spec.scale.min, spec.scale.max + 1))
-        )
-        have = _options(q)
-        if [str(x) for x in have] != [str(x) for x in want]:
-            raise AnnotationError(
-                f"Argilla dataset {name!r} asks for {have} but spec {spec.name!r} has {want}; "
-                f"push to a new dataset with {option('dataset')}"
-            )
+        _check_options(q, spec, name)
         if not created and annotators_per_record is not None and current not in (None, annotators_per_record):
-            progress = dataset_progress(conn, did)
-            done = f"; {progress[0]} of {progress[1]} records are completed" if progress else ""
-            if not force:
-                raise AnnotationError(
-                    f"Argilla dataset {name!r} needs {current} submitted answer(s) per record{done}; "
-                    f"{option('annotators_per_record')} {annotators_per_record} would change that and recount "
-                    f"every record's progress: pass {option('force')} to apply it (or leave "
-                    f"{option('annotators_per_record')} out to keep {current})"
-                )
-            resp = conn.http.patch(
-                f"/api/v1/datasets/{did}",
-                json={"distribution": {"strategy": "overlap", "min_submitted": annotators_per_record}},
-            )
-            _check(resp, f"change {option('annotators_per_record')} of {name!r}")
-            change = DistributionChange(
-                before=int(current),
-                after=annotators_per_record,
-                completed=progress[0] if progress else None,
-                total=progress[1] if progress else None,
-            )
+            change = _change_distribution(conn, did, name, int(current), annotators_per_record, force)
     comment = questions.get(ds.COMMENT)
     return DatasetHandle(
         id=did,
@@ -264,6 +228,63 @@ def ensure_dataset(
         created=created,
         distribution_change=change,
         annotators_per_record=change.after if change else (int(current) if current is not None else None),
+    )
+
+
+def _create_dataset(
+    conn: Connection, spec: Spec, name: str, ws: str, blind: bool, annotators_per_record: int
+) -> dict[str, Any]:
+    """A new dataset asking the spec's question; what the server lists for it."""
+    settings = ds.build_settings(spec, conn.client, blind=blind, annotators_per_record=annotators_per_record)
+    try:
+        rg.Dataset(name=name, settings=settings, workspace=ws, client=conn.client).create()
+    except Exception as exc:
+        raise AnnotationError(f"cannot create the Argilla dataset {name!r} in {ws!r}: {_short(exc)}") from None
+    found = find_dataset(conn, name, ws)
+    if found is None:
+        raise AnnotationError(f"the Argilla dataset {name!r} vanished right after it was created")
+    return found
+
+
+def _check_options(q: dict[str, Any], spec: Spec, name: str) -> None:
+    """The dataset's question offers the spec's labels (or its values), in the spec's order."""
+    want = (
+        spec.scale.names
+        if isinstance(spec.scale, CategoricalScale)
+        else list(range(spec.scale.min, spec.scale.max + 1))
+    )
+    have = _options(q)
+    if [str(x) for x in have] != [str(x) for x in want]:
+        raise AnnotationError(
+            f"Argilla dataset {name!r} asks for {have} but spec {spec.name!r} has {want}; "
+            f"push to a new dataset with {option('dataset')}"
+        )
+
+
+def _change_distribution(
+    conn: Connection, did: str, name: str, current: int, annotators_per_record: int, force: bool
+) -> DistributionChange:
+    """A dataset's submitted answers per record set to ``annotators_per_record`` (refused without ``force``:
+    the server recounts every record's progress)."""
+    progress = dataset_progress(conn, did)
+    done = f"; {progress[0]} of {progress[1]} records are completed" if progress else ""
+    if not force:
+        raise AnnotationError(
+            f"Argilla dataset {name!r} needs {current} submitted answer(s) per record{done}; "
+            f"{option('annotators_per_record')} {annotators_per_record} would change that and recount "
+            f"every record's progress: pass {option('force')} to apply it (or leave "
+            f"{option('annotators_per_record')} out to keep {current})"
+        )
+    resp = conn.http.patch(
+        f"/api/v1/datasets/{did}",
+        json={"distribution": {"strategy": "overlap", "min_submitted": annotators_per_record}},
+    )
+    _check(resp, f"change {option('annotators_per_record')} of {name!r}")
+    return DistributionChange(
+        before=current,
+        after=annotators_per_record,
+        completed=progress[0] if progress else None,
+        total=progress[1] if progress else None,
     )
 
 

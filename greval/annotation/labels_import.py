@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from greval.agreement.models import AgreementScale
+from greval.agreement.prepare.answers import in_bounds, label_text, value_of
 from greval.annotation import dataset as ds
 from greval.annotation.argilla import DEFAULT_BATCH, Connection, batches, bulk_upsert, ensure_dataset, ensure_user
 from greval.annotation.errors import AnnotationError
@@ -58,6 +60,130 @@ def _resolve_records(store: Store, spec_key: str, ids: set[str]) -> dict[str, Re
     return out
 
 
+@dataclass(frozen=True)
+class LabelColumns:
+    """Which columns of a label file hold what: the record id and the label always; the item id (for a spec
+    that labels each item), the annotator (else every row is one named person's) and a comment when given."""
+
+    record_id: str
+    label: str
+    item_id: str | None = None
+    annotator: str | None = None
+    comment: str | None = None
+
+    def named(self) -> list[tuple[str, str | None]]:
+        """(option field, column) of each: what a message about a column names."""
+        return [
+            ("record_id_col", self.record_id),
+            ("label_col", self.label),
+            ("item_id_col", self.item_id),
+            ("annotator_col", self.annotator),
+            ("comment_col", self.comment),
+        ]
+
+
+def _check_columns(path: Path, rows: list[dict[str, Any]], columns: LabelColumns, spec: Spec) -> None:
+    """Every column given is in the file, and a spec that labels each item has its item column."""
+    cols = list(rows[0])
+    for name, col in columns.named():
+        if col is not None and col not in cols:
+            raise AnnotationError(f"{option(name)} {col!r}: no such column in {path.name} (has: {_few(cols, 12)})")
+    if spec.each and columns.item_id is None:
+        raise AnnotationError(f"spec {spec.name!r} labels each of the {spec.each}: give {option('item_id_col')} COL")
+
+
+def _records_of(store: Store, spec_key: str, rows: list[dict[str, Any]], column: str) -> dict[str, Record]:
+    """The stored record each row names (record id -> record); a row naming none is an error."""
+    recs = _resolve_records(store, spec_key, {v for r in rows if (v := _cell(r[column])) is not None})
+    missing_ids = [i for i in (_cell(r[column]) for r in rows) if i is None or i not in recs]
+    if missing_ids:
+        raise AnnotationError(
+            f"{len(missing_ids)} row(s) name records not in {store.name}: {_few(str(i) for i in missing_ids)}"
+        )
+    return recs
+
+
+def _answer(cell: Any, spec: Spec) -> tuple[str | None, float | None] | None:
+    """A label cell on the spec's scale: (label, None) on a categorical one, (None, value) on a value one (a
+    whole number in min..max, as Argilla's rating question takes it); None when it is not on the scale. Read
+    as the agreement stage reads an answer (``agreement.prepare.answers``): 2, 2.0 and "2" are one label."""
+    text = label_text(cell, {})
+    scale = spec.scale
+    if isinstance(scale, CategoricalScale):
+        return (text, None) if text is not None and text in scale.names else None
+    values = AgreementScale(kind="value", min=scale.min, max=scale.max)
+    value = value_of(text, values)
+    if value is None or not value.is_integer() or not in_bounds(value, values):
+        return None
+    return None, value
+
+
+def _scale_words(spec: Spec) -> str:
+    scale = spec.scale
+    return ", ".join(scale.names) if isinstance(scale, CategoricalScale) else f"integers {scale.min}-{scale.max}"
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How the rows become human labels: the spec, the records they name, who answered, the dataset."""
+
+    spec: Spec
+    columns: LabelColumns
+    recs: Mapping[str, Record]
+    annotator_name: str | None
+    dataset: str
+
+
+def _read_labels(rows: list[dict[str, Any]], how: _Reading) -> list[dict[str, Any]]:
+    """The rows as ``human_labels`` rows; an item its record lacks or a label off the scale is an error
+    naming them all."""
+    spec, columns = how.spec, how.columns
+    out: list[dict[str, Any]] = []
+    bad_labels: list[str] = []
+    bad_items: list[str] = []
+    for r in rows:
+        rec = how.recs[str(_cell(r[columns.record_id]))]
+        item_id = ""
+        if spec.each and columns.item_id:
+            item_id = _cell(r[columns.item_id]) or ""
+            if item_id not in {str(it.get("id")) for it in rec.items(spec.each)}:
+                bad_items.append(f"{rec.id}/{item_id or '?'}")
+                continue
+        answer = _answer(r[columns.label], spec)
+        if answer is None:
+            bad_labels.append(str(_cell(r[columns.label])))
+            continue
+        annotator = how.annotator_name if how.annotator_name is not None else _cell(r[str(columns.annotator)])
+        if not annotator:
+            raise AnnotationError(f"record {rec.id}: empty annotator in column {columns.annotator!r}")
+        out.append(
+            {
+                "spec_name": spec.name,
+                "dataset": how.dataset,
+                "record_hash": rec.hash,
+                "item_id": item_id,
+                "annotator": annotator,
+                "record_id": rec.id,
+                "spec_hash": spec.hash,
+                "label": answer[0],
+                "value": answer[1],
+                "comment": _cell(r[columns.comment]) if columns.comment else None,
+                "status": "submitted",
+                "source": "import",
+                "answered_at": None,
+            }
+        )
+    if bad_items:
+        raise AnnotationError(
+            f"{len(bad_items)} row(s) name {spec.each} that their record does not have: {_few(bad_items)}"
+        )
+    if bad_labels:
+        raise AnnotationError(
+            f"{len(bad_labels)} label(s) not on the scale of {spec.name!r} ({_scale_words(spec)}): {_few(bad_labels)}"
+        )
+    return out
+
+
 def import_labels(
     store: Store,
     path: Path,
@@ -81,99 +207,21 @@ def import_labels(
     answers also go to (``conn`` given), so a later pull of that dataset updates these rows."""
     if (annotator_col is None) == (annotator_name is None):
         raise AnnotationError(f"give exactly one of {option('annotator_col')} COL or {option('annotator_name')} NAME")
+    columns = LabelColumns(record_id_col, label_col, item_id_col, annotator_col, comment_col)
     version, spec = store.reader_spec(spec_name)
-    spec_key = version.spec_key
     rows = read_rows(path, limits)
     if not rows:
         raise AnnotationError(f"{path}: no rows")
-    cols = list(rows[0])
-    for name, col in (
-        ("record_id_col", record_id_col),
-        ("label_col", label_col),
-        ("item_id_col", item_id_col),
-        ("annotator_col", annotator_col),
-        ("comment_col", comment_col),
-    ):
-        if col is not None and col not in cols:
-            raise AnnotationError(f"{option(name)} {col!r}: no such column in {path.name} (has: {_few(cols, 12)})")
-    if spec.each and item_id_col is None:
-        raise AnnotationError(f"spec {spec.name!r} labels each of the {spec.each}: give {option('item_id_col')} COL")
+    _check_columns(path, rows, columns, spec)
     label_dataset = (dataset or spec.name) if conn is not None else "import"
-    ids = {v for r in rows if (v := _cell(r[record_id_col])) is not None}
-    recs = _resolve_records(store, spec_key, ids)
-    missing_ids = [i for i in (_cell(r[record_id_col]) for r in rows) if i is None or i not in recs]
-    if missing_ids:
-        raise AnnotationError(
-            f"{len(missing_ids)} row(s) name records not in {store.name}: {_few(str(i) for i in missing_ids)}"
-        )
-    scale = spec.scale
-    categorical = isinstance(scale, CategoricalScale)
-    allowed_labels = scale.names if isinstance(scale, CategoricalScale) else []
-    lo_hi = (scale.min, scale.max) if not isinstance(scale, CategoricalScale) else (0, 0)
-    out: list[dict[str, Any]] = []
-    bad_labels: list[str] = []
-    bad_items: list[str] = []
-    for r in rows:
-        rec = recs[str(_cell(r[record_id_col]))]
-        item_id = ""
-        if spec.each and item_id_col:
-            item_id = _cell(r[item_id_col]) or ""
-            if item_id not in {str(it.get("id")) for it in rec.items(spec.each)}:
-                bad_items.append(f"{rec.id}/{item_id or '?'}")
-                continue
-        raw = _cell(r[label_col])
-        label: str | None = None
-        value: float | None = None
-        if categorical:
-            if raw is None or raw not in allowed_labels:
-                bad_labels.append(str(raw))
-                continue
-            label = raw
-        else:
-            try:
-                num = float(raw) if raw is not None else math.nan
-            except ValueError:
-                num = math.nan
-            lo, hi = lo_hi
-            if math.isnan(num) or num != int(num) or not lo <= num <= hi:
-                bad_labels.append(str(raw))
-                continue
-            value = float(int(num))
-        annotator = annotator_name if annotator_name is not None else _cell(r[str(annotator_col)])
-        if not annotator:
-            raise AnnotationError(f"record {rec.id}: empty annotator in column {annotator_col!r}")
-        out.append(
-            {
-                "spec_name": spec.name,
-                "dataset": label_dataset,
-                "record_hash": rec.hash,
-                "item_id": item_id,
-                "annotator": annotator,
-                "record_id": rec.id,
-                "spec_hash": spec.hash,
-                "label": label,
-                "value": value,
-                "comment": _cell(r[comment_col]) if comment_col else None,
-                "status": "submitted",
-                "source": "import",
-                "answered_at": None,
-            }
-        )
-    if bad_items:
-        raise AnnotationError(
-            f"{len(bad_items)} row(s) name {spec.each} that their record does not have: {_few(bad_items)}"
-        )
-    if bad_labels:
-        allowed = ", ".join(allowed_labels) if categorical else f"integers {lo_hi[0]}-{lo_hi[1]}"
-        raise AnnotationError(
-            f"{len(bad_labels)} label(s) not on the scale of {spec.name!r} ({allowed}): {_few(bad_labels)}"
-        )
+    recs = _records_of(store, version.spec_key, rows, columns.record_id)
+    out = _read_labels(rows, _Reading(spec, columns, recs, annotator_name, label_dataset))
     stored = store.put_human_labels(out)
     result = ImportResult(
         rows=len(rows), stored=stored, annotators=dict(Counter(r["annotator"] for r in out)), dataset=label_dataset
     )
     if conn is not None:
-        result.to_argilla = _import_to_argilla(store, conn, spec_key, spec, out, recs, label_dataset, workspace)
+        result.to_argilla = _import_to_argilla(store, conn, version.spec_key, spec, out, recs, label_dataset, workspace)
     return result
 
 

@@ -22,6 +22,7 @@ from greval.annotation import dataset as ds
 from greval.annotation.argilla import (
     DEFAULT_BATCH,
     Connection,
+    DatasetHandle,
     DistributionChange,
     batches,
     bulk_upsert,
@@ -29,6 +30,7 @@ from greval.annotation.argilla import (
 )
 from greval.annotation.errors import AnnotationError
 from greval.annotation.selection import Pick, Strategy, Unit, select
+from greval.dataset.records import Record
 from greval.errors import option
 from greval.spec import Spec
 from greval.store.lookups import UnitVerdict
@@ -237,10 +239,9 @@ def deliver(
     """Record ``picks`` as one push and upsert them into Argilla, except the units ``already_there`` (sent by
     an earlier push to the same dataset: they are recorded in this push's selection, not sent again)."""
     t0 = time.perf_counter()
-    spec = to.spec
     by_key = {(c.record_hash, c.item_id): c for c in cands}
     handle = ensure_dataset(
-        conn, spec, to.dataset, to.workspace, blind=blind, annotators_per_record=annotators_per_record, force=force
+        conn, to.spec, to.dataset, to.workspace, blind=blind, annotators_per_record=annotators_per_record, force=force
     )
     params = {
         **to.params,
@@ -249,36 +250,8 @@ def deliver(
     }
     # Every id of each selected content (one Argilla record stands for all of them).
     ids = store.record_ids({p.unit.record_hash for p in picks})
-
-    def ids_of(c: UnitVerdict) -> tuple[str, ...]:
-        return tuple(ids.get(c.record_hash) or [c.record_id])
-
-    name = to.dataset
-    push_id = _push_id(to.spec_key, to.judge.key, f"{conn.url}|{handle.workspace}|{name}", to.strategy, params, picks)
-    store.start_push(
-        push_id,
-        spec_name=spec.name,
-        spec_key=to.spec_key,
-        spec_hash=spec.hash,
-        judge_key=to.judge.key,
-        dataset=name,
-        workspace=handle.workspace,
-        api_url=conn.url,
-        strategy=to.strategy,
-        params=json.dumps(params, sort_keys=True),
-        population=len(cands),
-        units=[
-            {
-                "record_hash": p.unit.record_hash,
-                "item_id": p.unit.item_id,
-                "record_id": ids_of(by_key[p.unit.key])[0],
-                "argilla_id": ds.argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
-                "stratum": p.selection,
-                "probability": p.probability,
-                "rank": p.rank,
-            }
-            for p in picks
-        ],
+    push_id = _record_push(
+        store, conn, to, handle, params=params, population=len(cands), picks=picks, by_key=by_key, ids=ids
     )
     if handle.created:  # a new dataset (another server, a fresh data directory): nothing is there yet
         already_there = frozenset()
@@ -291,23 +264,8 @@ def deliver(
     if on_start:
         on_start(len(to_send))
     for batch in batches(to_send, max(1, min(batch_size, 1000))):
-        items = []
-        for p in batch:
-            c = by_key[p.unit.key]
-            ref = ds.VerdictRef(
-                record=records[c.record_hash],
-                item_id=c.item_id,
-                label=c.label,
-                value=c.value,
-                confidence=c.best_confidence,
-                reason=c.reason,
-                judge=to.judge.label,
-                judge_model=to.judge.model,
-                selection=p.selection,
-                probability=p.probability,
-                record_ids=ids_of(c),
-            )
-            items.append(ds.record_payload(spec, ref, handle, blind=blind))
+        refs = [_verdict_ref(to, p, by_key[p.unit.key], records, ids) for p in batch]
+        items = [ds.record_payload(to.spec, ref, handle, blind=blind) for ref in refs]
         bulk_upsert(conn, handle.id, items, done - len(there), len(to_send))
         done += len(batch)
         store.mark_pushed(push_id, [p.unit.key for p in batch], done)
@@ -316,7 +274,7 @@ def deliver(
     store.finish_push(push_id)
     return PushResult(
         push_id=push_id,
-        dataset=name,
+        dataset=to.dataset,
         workspace=handle.workspace,
         strategy=to.strategy,
         population=len(cands),
@@ -327,4 +285,71 @@ def deliver(
         created=handle.created,
         distribution_change=handle.distribution_change,
         sent=len(to_send),
+    )
+
+
+def _ids_of(ids: Mapping[str, list[str]], c: UnitVerdict) -> tuple[str, ...]:
+    """Every record id of a verdict's content (its own when the store knows no other)."""
+    return tuple(ids.get(c.record_hash) or [c.record_id])
+
+
+def _record_push(
+    store: Store,
+    conn: Connection,
+    to: Delivery,
+    handle: DatasetHandle,
+    *,
+    params: Mapping[str, Any],
+    population: int,
+    picks: Sequence[Pick],
+    by_key: Mapping[tuple[str, str], UnitVerdict],
+    ids: Mapping[str, list[str]],
+) -> str:
+    """The push and its selection recorded before anything is sent; its id (the same push, the same id)."""
+    spec, name = to.spec, to.dataset
+    push_id = _push_id(to.spec_key, to.judge.key, f"{conn.url}|{handle.workspace}|{name}", to.strategy, params, picks)
+    store.start_push(
+        push_id,
+        spec_name=spec.name,
+        spec_key=to.spec_key,
+        spec_hash=spec.hash,
+        judge_key=to.judge.key,
+        dataset=name,
+        workspace=handle.workspace,
+        api_url=conn.url,
+        strategy=to.strategy,
+        params=json.dumps(params, sort_keys=True),
+        population=population,
+        units=[
+            {
+                "record_hash": p.unit.record_hash,
+                "item_id": p.unit.item_id,
+                "record_id": _ids_of(ids, by_key[p.unit.key])[0],
+                "argilla_id": ds.argilla_id(spec.name, p.unit.record_hash, p.unit.item_id),
+                "stratum": p.selection,
+                "probability": p.probability,
+                "rank": p.rank,
+            }
+            for p in picks
+        ],
+    )
+    return push_id
+
+
+def _verdict_ref(
+    to: Delivery, p: Pick, c: UnitVerdict, records: Mapping[str, Record], ids: Mapping[str, list[str]]
+) -> ds.VerdictRef:
+    """What one picked unit's Argilla record shows: its record, the judge's verdict and how it was chosen."""
+    return ds.VerdictRef(
+        record=records[c.record_hash],
+        item_id=c.item_id,
+        label=c.label,
+        value=c.value,
+        confidence=c.best_confidence,
+        reason=c.reason,
+        judge=to.judge.label,
+        judge_model=to.judge.model,
+        selection=p.selection,
+        probability=p.probability,
+        record_ids=_ids_of(ids, c),
     )

@@ -464,6 +464,57 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return int(sock.getsockname()[1])
 
 
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on TCP ``port`` (any address), from Linux's /proc/net tables."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as fh:
+            next(fh, None)  # the header
+            for line in fh:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(inode)
+    return inodes
+
+
+def _listening_pid(port: int) -> int | None:
+    """The process holding a socket that listens on ``port``, if this user may see it (Linux /proc)."""
+    targets = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    if not targets:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in targets:
+                        return int(proc.name)
+    return None
+
+
+def port_holder(host: str, port: int) -> str | None:
+    """Who holds ``port`` on ``host``, in words: greval's Argilla server (with its data directory) or the
+    program (its command line, shortened, and pid); "another program" when it cannot be told; None when the
+    port is free."""
+    if port_free(host, port):
+        return None
+    pid = _listening_pid(port)
+    if pid is None:
+        return "another program (not one of this user's, or it cannot be told which)"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return f"another program (pid {pid})"
+    argv = [a for a in argv if a]
+    if any(Path(a).name == "serve.py" for a in argv) and "--data-dir" in argv:
+        data = argv[argv.index("--data-dir") + 1] if argv.index("--data-dir") + 1 < len(argv) else "?"
+        return f"greval's Argilla server of another data directory, {data} (pid {pid})"
+    command = " ".join([Path(argv[0]).name, *argv[1:]]) if argv else "?"
+    return f"{command[:80]}{'…' if len(command) > 80 else ''} (pid {pid})"
+
+
 def healthy(url: str, timeout: float = 2.0) -> bool:
     # Imported here: urllib.request brings http.client, email and ssl (~30 ms), which `greval annotate status`
     # and `down` need only when a server is running.
@@ -573,9 +624,10 @@ def _spawn(
     d: Path, port: int, host: str, timeout: float, on_line: Callable[[str], None] | None, *, stock: bool = False
 ) -> ServerInfo:
     """Start serve.py and wait until it answers. The caller holds the data directory's lock."""
-    if not port_free(host, port):
+    holder = port_holder(host, port)
+    if holder is not None:
         raise PortInUseError(
-            f"port {port} on {host} is already in use; choose another with {option('port')} or stop what is using it"
+            f"port {port} on {host} is taken by {holder}; choose another with {option('port')} or stop it"
         )
     python = ensure_venv(on_line)
     url = _url(host, port)

@@ -1,8 +1,8 @@
-"""``greval local-judge``: build, serve and inspect the embedded llama.cpp judge (greval.llm.local)."""
+"""``greval local-judge``: serve, inspect and (where no prebuilt engine installs) build the embedded llama.cpp
+judge (greval.llm.local)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
@@ -11,12 +11,11 @@ import click
 from greval.cli.common import fail
 from greval.llm.local import (
     DEFAULT_CTX_SIZE,
-    ENV_SERVER,
     LocalJudgeError,
     build_info,
     bundled_model_path,
     ensure_llama_server,
-    find_llama_server,
+    find_engine,
     llama_server_dir,
     model_identity,
     start_local_judge,
@@ -32,7 +31,10 @@ def local_judge() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even if a build exists.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 def build_command(force: bool, quiet: bool) -> None:
-    """Build llama-server once into greval's data folder (several minutes on 2 cores)."""
+    """Build llama-server from source once into greval's data folder (minutes: a C++ build).
+
+    Only needed where pip has no xllamacpp wheel (the prebuilt engine scripts/setup.sh installs); with both,
+    the wheel serves unless GREVAL_LLAMA_ENGINE=build."""
     started = time.monotonic()
     try:
         path = ensure_llama_server(progress=not quiet, force=force)
@@ -77,6 +79,7 @@ def serve_command(model_spec: str, threads: int | None, parallel: int | None, ct
     try:
         click.echo(f"base_url: {info.base_url}")
         click.echo(f"model:    {info.model}  ({info.identity})")
+        click.echo(f"engine:   {info.engine}")
         click.echo(f"slots:    {info.parallel} x {info.ctx_size} tokens, {info.threads} threads, pid {info.pid}")
         click.echo(f"log:      {info.log_path}")
         click.echo("Ctrl-C to stop.", err=True)
@@ -95,17 +98,19 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 @local_judge.command("status")
 def status_command() -> None:
-    """Show whether llama-server is built and which model the local judge uses."""
+    """Show which engine serves the local judge (prebuilt or built) and which model it uses."""
     try:
-        binary = find_llama_server()
+        engine = find_engine()
     except LocalJudgeError as exc:
-        fail(str(exc), 1)  # the build failed: not the user's mistake, but no traceback either
-    if binary is None:
-        click.echo(f"llama-server: not built (run `greval local-judge build`; goes to {llama_server_dir()})")
+        fail(str(exc), 1)  # a wrong GREVAL_LLAMA_* setting: not a flag's mistake, but no traceback either
+    if engine is None:
+        click.echo(
+            "engine: none yet (pip install xllamacpp, or the first use builds llama-server from source into "
+            f"{llama_server_dir()}: `greval local-judge build`)"
+        )
     else:
-        source = f"from ${ENV_SERVER}" if os.environ.get(ENV_SERVER) else "built"
-        click.echo(f"llama-server: {binary} ({source})")
-        info = build_info() if not os.environ.get(ENV_SERVER) else None
+        click.echo(f"engine: {engine.label}" + (f": {engine.binary}" if engine.binary is not None else ""))
+        info = build_info() if engine.kind == "build" else None
         if info:
             click.echo(f"  llama-cpp-python {info.get('llama_cpp_python_version')}, "
                        f"built {info.get('built_at')} in {info.get('build_seconds')} s")  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 from rich.markup import escape
 
 from greval.annotation.server import DEFAULT_PORT
@@ -83,7 +84,8 @@ def quickstart_cmd(
     """
     data = Path(argilla_data).expanduser().resolve() if argilla_data else None
     work = Path(workdir).expanduser().resolve()  # every path printed works from any directory
-    _quickstart(_Options(work, judge, port, no_argilla, bootstrap, data, retry_errors))
+    given = click.get_current_context().get_parameter_source("port") is not ParameterSource.DEFAULT
+    _quickstart(_Options(work, judge, port, no_argilla, bootstrap, data, retry_errors, port_given=given))
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class _Options:
     bootstrap: int = DEFAULT_BOOTSTRAP
     argilla_data: Path | None = None
     retry_errors: bool = False
+    port_given: bool = False  # --port on the command line: a taken one is an error, not replaced
 
     def again(self, judge_ref: str) -> list[str]:
         """This quick start as a command that judges its failed records again (with the judge it used)."""
@@ -125,6 +128,7 @@ def _quickstart(opts: _Options) -> None:
     from greval.report.terminal import print_labels, print_report
 
     t0 = time.perf_counter()
+    port = _argilla_port(opts)  # before any long step: a taken port is said now, not after the judging
     work = opts.work
     written = write_workspace(work)
     _step(
@@ -132,7 +136,7 @@ def _quickstart(opts: _Options) -> None:
     )
     store_path = work / "greval.sqlite"
     done = _judge(opts, store_path)
-    argilla = _review(opts, store_path, done)
+    argilla = _review(opts, store_path, done, port)
 
     report_dir = work / "report"
     output_dir(report_dir)
@@ -189,7 +193,7 @@ class _Argilla:
     notes: list[str] = field(default_factory=list)
 
 
-def _review(opts: _Options, store_path: Path, done: DatasetRun) -> _Argilla | None:
+def _review(opts: _Options, store_path: Path, done: DatasetRun, port: int) -> _Argilla | None:
     """Steps 3 and 4: push the verdicts to the embedded Argilla, import the example's labels of the first
     records (into the store and Argilla), fetch the user's own answers, count what waits for a label."""
     from greval.annotation.argilla import connect
@@ -204,7 +208,7 @@ def _review(opts: _Options, store_path: Path, done: DatasetRun) -> _Argilla | No
             stored = _import_labels(st, opts.work, None)
             _step(f"[bold]4/5[/] human labels: {stored} stored from human_labels.csv")
             return None
-        argilla = _start_argilla(opts.port, opts.argilla_data)
+        argilla = _start_argilla(port, opts)
         conn = connect(argilla.info.url, argilla.info.api_key, workspace=argilla.info.workspace)
         try:
             pushed = push(st, conn, SPEC)
@@ -264,13 +268,32 @@ def _import_labels(st: Store, work: Path, conn: Connection | None) -> int:
     return imported.stored
 
 
-def _start_argilla(port: int, data: Path | None) -> _Argilla:
+def _argilla_port(opts: _Options) -> int:
+    """The embedded Argilla's port, chosen before any long step. Its own server (this data directory's) is
+    reused by step 3 whatever the port; a port held by anything else is named in one line: given with --port,
+    an error; the default, replaced by a free port."""
+    from greval.annotation import server
+    from greval.cli.common import fail
+
+    if opts.no_argilla or server.status(opts.argilla_data).running:
+        return opts.port
+    holder = server.port_holder(server.DEFAULT_HOST, opts.port)
+    if holder is None:
+        return opts.port
+    if opts.port_given:
+        fail(f"port {opts.port} is taken by {holder}: choose another --port, or stop it", 2)
+    port = server.free_port()
+    _step(f"[yellow]note:[/] {escape(f'port {opts.port} is taken by {holder}: the embedded Argilla takes {port}')}")
+    return port
+
+
+def _start_argilla(port: int, opts: _Options) -> _Argilla:
     """Start (or reuse) the embedded Argilla, saying honestly which of the three it does."""
     from greval.annotation import server
     from greval.cli.common import fail
     from greval.cli.workspace import SPEC
 
-    current = server.status(data)
+    current = server.status(opts.argilla_data)
     if current.running and current.url:
         doing = f"reusing the server running at {current.url}"
     elif server.venv_ready():
@@ -278,12 +301,23 @@ def _start_argilla(port: int, data: Path | None) -> _Argilla:
     else:
         doing = f"creating its environment (once, {server.SETUP_ESTIMATE}), then starting it …"
     _step(f"[bold]3/5[/] embedded Argilla: {doing}")
+
+    def on_line(line: str) -> None:
+        _step(f"      {escape(line)}")
+
     try:
-        info = server.start(port, data, on_line=lambda line: _step(f"      {escape(line)}"))
+        try:
+            info = server.start(port, opts.argilla_data, on_line=on_line)
+        except server.PortInUseError:
+            if opts.port_given:
+                raise
+            # taken while the judge ran: the default port is anyone's, so take another
+            info = server.start(server.free_port(), opts.argilla_data, on_line=on_line)
     except server.AnnotationServerError as exc:
         # Its message may carry a build log's last lines: printed as they are, not as rich markup.
         fail(exc)
-    return _Argilla(info=info, custom_data=info.data_dir != server.default_data_dir(), dataset=SPEC)
+    custom = info.data_dir != server.default_data_dir()
+    return _Argilla(info=info, custom_data=custom, dataset=SPEC)
 
 
 class _Lines:

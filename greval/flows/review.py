@@ -74,6 +74,46 @@ def _panel(store: Store, spec_key: str, primary: str, units: list[Unit]) -> tupl
     return out, len(others)
 
 
+def _earlier_rounds(
+    store: Store,
+    spec_name: str,
+    name: str,
+    *,
+    judge_key_now: str,
+    seed: int | None,
+    control_share: float,
+    blind: bool,
+    notes: list[str],
+) -> tuple[int, int | None, dict[tuple[str, str], tuple[str, float]]]:
+    """What the review's rounds so far fix for the next one: its number, the seed (the review's own) and each
+    unit pushed so far with its selection and inclusion probability; a judge or a blindness that differs from
+    theirs is refused, and a seed or control share that differs is said in ``notes``."""
+    last = store.latest_push_to(spec_name, name, STRATEGY)
+    if last is None:
+        return 1, seed, {}
+    push_id, judge_key, params_text = last
+    if judge_key != judge_key_now:
+        raise AnnotationError(
+            f"the review in dataset {name!r} follows another judge's verdicts ({judge_key}); "
+            f"choose it with {option('judge')}, or start a new review with {option('dataset')} NAME"
+        )
+    params = json.loads(params_text)
+    round_no = int(params.get("round", 0)) + 1
+    stored_seed, stored_share = int(params.get("seed", 0)), float(params.get("control_share", control_share))
+    if seed is not None and seed != stored_seed:
+        ignored = f"{option('seed')} {seed} ignored"
+        notes.append(f"the review keeps its seed {stored_seed} ({ignored}): one design, one order")
+    if stored_share != control_share:
+        notes.append(f"control share {control_share:g} this round (earlier rounds: {stored_share:g})")
+    if bool(params.get("blind", False)) != blind:
+        was = "blind" if params.get("blind") else "with the judge's verdict shown"
+        raise AnnotationError(
+            f"the review in dataset {name!r} was pushed {was}: keep it so ({option('blind')} as before), or start "
+            f"a new review with {option('dataset')} NAME"
+        )
+    return round_no, stored_seed, store.push_units(push_id)
+
+
 def next_round(
     store: Store,
     conn: Connection,
@@ -93,35 +133,18 @@ def next_round(
     """Select the next ``batch`` units of a review and push them (the first call starts the review)."""
     spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
     name = review_dataset(spec.name, dataset)
-    last = store.latest_push_to(spec.name, name, STRATEGY)
-    previous: dict[tuple[str, str], str] = {}
-    before: dict[tuple[str, str], tuple[str, float]] = {}
     notes: list[str] = []
-    round_no = 1
-    if last is not None:
-        push_id, judge_key, params_text = last
-        if judge_key != jinfo.key:
-            raise AnnotationError(
-                f"the review in dataset {name!r} follows another judge's verdicts ({judge_key}); "
-                f"choose it with {option('judge')}, or start a new review with {option('dataset')} NAME"
-            )
-        params = json.loads(params_text)
-        round_no = int(params.get("round", 0)) + 1
-        stored_seed, stored_share = int(params.get("seed", 0)), float(params.get("control_share", control_share))
-        if seed is not None and seed != stored_seed:
-            ignored = f"{option('seed')} {seed} ignored"
-            notes.append(f"the review keeps its seed {stored_seed} ({ignored}): one design, one order")
-        if stored_share != control_share:
-            notes.append(f"control share {control_share:g} this round (earlier rounds: {stored_share:g})")
-        if bool(params.get("blind", False)) != blind:
-            was = "blind" if params.get("blind") else "with the judge's verdict shown"
-            raise AnnotationError(
-                f"the review in dataset {name!r} was pushed {was}: keep it so ({option('blind')} as before), or start "
-                f"a new review with {option('dataset')} NAME"
-            )
-        seed = stored_seed
-        before = store.push_units(push_id)
-        previous = {k: stratum for k, (stratum, _) in before.items()}
+    round_no, seed, before = _earlier_rounds(
+        store,
+        spec.name,
+        name,
+        judge_key_now=jinfo.key,
+        seed=seed,
+        control_share=control_share,
+        blind=blind,
+        notes=notes,
+    )
+    previous = {k: stratum for k, (stratum, _) in before.items()}
     seed = 0 if seed is None else seed
     cands = candidates(store, spec_key, jinfo.key)
     units, panel = _panel(store, spec_key, jinfo.key, [unit_of(c) for c in cands])

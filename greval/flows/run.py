@@ -83,10 +83,11 @@ class RunPlanned(BaseModel):
         if not self.builds_judge:
             return None
         from greval.llm.local import BUILD_ESTIMATE
+        from greval.llm.local.engine import why_build
 
         return (
-            "the embedded judge's llama-server is not built yet: it is built now, once (a C++ build, "
-            f"{BUILD_ESTIMATE}; an interrupt keeps the work done for the next time). To skip it, name a judge: "
+            f"{why_build()}, and the embedded judge's llama-server is not built yet: it is built now, once (a C++ "
+            f"build, {BUILD_ESTIMATE}; an interrupt keeps the work done for the next time). To skip it, name a judge: "
             f"{option('judge')} openai:gpt-4o-mini with OPENAI_API_KEY set, or any OpenAI-compatible server with "
             f"{option('judge')} openai:MODEL {option('base_url')} URL."
         )
@@ -345,14 +346,15 @@ def _planned(plan: Plan, specs: Sequence[BaseSpec], cfg: JudgeConfig, st: Store)
 
 
 def _needs_build(cfg: JudgeConfig) -> bool:
-    """Whether serving this judge builds its engine first (a GREVAL_LLAMA_SERVER that is wrong is said when the
-    judge is served). llm.local is imported only for a local judge, as the runner does."""
+    """Whether serving this judge builds llama-server first: no prebuilt engine (the xllamacpp wheel) and no build
+    yet (a GREVAL_LLAMA_* setting that is wrong is said when the judge is served). llm.local is imported only for
+    a local judge, as the runner does."""
     if cfg.provider not in ("local", "gguf"):
         return False
-    from greval.llm.local import LocalJudgeError, find_llama_server
+    from greval.llm.local import LocalJudgeError, find_engine
 
     try:
-        return find_llama_server() is None
+        return find_engine() is None
     except LocalJudgeError:
         return False
 

@@ -230,61 +230,66 @@ class Judge:
                 self._method_index += 1
             return self.method != failed
 
-    async def ask(
+    def _may_retry(self, exc: Exception, method: Method, asked_logprobs: bool) -> bool:
+        """Whether a failed request is sent again: without log-probabilities when the provider refused them, with
+        the next structured-output method when it refused this one. Raises when no method is left."""
+        if self.logprobs is not None and asked_logprobs and logprobs_refused(exc):
+            # Refused for every judge of the run (calls already in flight hear it too): ask without.
+            self.logprobs.refuse(redact(str(exc)))
+            return True
+        if not isinstance(exc, UnsupportedMethod):
+            return False
+        if self._fall_back(method):
+            return True
+        # No structured-output method left: every call of this judge would fail the same way.
+        tried = ", ".join(self.methods)
+        raise JudgeUnavailable(
+            f"the judge model accepts none of the structured-output methods ({tried}) — {exc}",
+            ErrorKind.UNSUPPORTED,
+        ) from None
+
+    async def _send(
         self,
         data: Mapping[str, Any],
         deps: Mapping[str, JudgeResult] | None,
         item_ids: Sequence[str] | None,
         log: list[CallLog],
-    ) -> Answer:
-        """One request, with transport retries, method fallback and re-asking on unparsable answers."""
-        last_error = "no answer"
-        stopped: str | None = None
-        for _ in range(self.policy.parse_attempts):
-            while True:
-                method = self.method
-                attempts = 0
+    ) -> tuple[ChatReply, CallLog, Method, bool]:
+        """One answer from the model, with transport retries and method fallback: the reply, its entry in
+        ``log`` (every request is logged, failed ones too), the method it was asked with and whether it asked
+        for log-probabilities."""
+        while True:
+            method = self.method
+            attempts = 0
 
-                def count() -> None:
-                    nonlocal attempts
-                    attempts += 1
+            def count() -> None:
+                nonlocal attempts
+                attempts += 1
 
-                messages = self.messages(method, data, deps, item_ids)
-                asked_logprobs = self.asks_logprobs
-                caller = self.caller(method)
-                start = time.perf_counter()
+            messages = self.messages(method, data, deps, item_ids)
+            asked_logprobs = self.asks_logprobs
+            caller = self.caller(method)
+            start = time.perf_counter()
 
-                async def send(c: Caller = caller, m: list[Message] = messages) -> Any:
-                    return await c(m)
+            async def send(c: Caller = caller, m: list[Message] = messages) -> Any:
+                return await c(m)
 
-                try:
-                    msg: ChatReply = await call_with_retries(send, self.policy, self.limiter, count)
-                except Exception as exc:
-                    # Every request is logged, failed ones too (with their attempts and the redacted error).
-                    log.append(
-                        CallLog(
-                            method=method,
-                            items=list(item_ids or []),
-                            attempts=attempts,
-                            latency_ms=(time.perf_counter() - start) * 1000,
-                            error=describe_error(exc),
-                        )
+            try:
+                msg: ChatReply = await call_with_retries(send, self.policy, self.limiter, count)
+            except Exception as exc:
+                # Every request is logged, failed ones too (with their attempts and the redacted error).
+                log.append(
+                    CallLog(
+                        method=method,
+                        items=list(item_ids or []),
+                        attempts=attempts,
+                        latency_ms=(time.perf_counter() - start) * 1000,
+                        error=describe_error(exc),
                     )
-                    if self.logprobs is not None and asked_logprobs and logprobs_refused(exc):
-                        # Refused for every judge of the run (calls already in flight hear it too): ask without.
-                        self.logprobs.refuse(redact(str(exc)))
-                        continue
-                    if not isinstance(exc, UnsupportedMethod):
-                        raise
-                    if self._fall_back(method):
-                        continue
-                    # No structured-output method left: every call of this judge would fail the same way.
-                    tried = ", ".join(self.methods)
-                    raise JudgeUnavailable(
-                        f"the judge model accepts none of the structured-output methods ({tried}) — {exc}",
-                        ErrorKind.UNSUPPORTED,
-                    ) from None
-                break
+                )
+                if self._may_retry(exc, method, asked_logprobs):
+                    continue
+                raise
             usage = getattr(msg, "usage_metadata", None) or {}
             entry = CallLog(
                 method=method,
@@ -296,6 +301,20 @@ class Judge:
                 attempts=attempts,
             )
             log.append(entry)
+            return msg, entry, method, asked_logprobs
+
+    async def ask(
+        self,
+        data: Mapping[str, Any],
+        deps: Mapping[str, JudgeResult] | None,
+        item_ids: Sequence[str] | None,
+        log: list[CallLog],
+    ) -> Answer:
+        """One request, with transport retries, method fallback and re-asking on unparsable answers."""
+        last_error = "no answer"
+        stopped: str | None = None
+        for _ in range(self.policy.parse_attempts):
+            msg, entry, method, asked_logprobs = await self._send(data, deps, item_ids, log)
             stopped = finish_reason(msg)
             if stopped == "content_filter":  # withheld, not garbled: asking again gets the same refusal
                 filtered = Filtered("the provider's content filter withheld the answer (finish_reason=content_filter)")

@@ -251,6 +251,33 @@ class _Verifier(Judge):
 _Key = tuple[str, int | None]  # (step name, variant index or None when the step runs once)
 
 
+@dataclasses.dataclass
+class _RecordRun:
+    """One record's pass through a pipeline: its variants (one per ``max_over`` value), and what each step's
+    run (a key) produced, why it failed and the calls it made."""
+
+    rec: Record
+    variants: list[Any]
+    max_over: str | None
+    extracted: dict[_Key, tuple[str, list[str]]] = dataclasses.field(default_factory=dict)
+    ext_errors: dict[_Key, Failed] = dataclasses.field(default_factory=dict)
+    ext_logs: dict[_Key, list[CallLog]] = dataclasses.field(default_factory=dict)
+    verdicts: dict[_Key, list[ItemVerdict]] = dataclasses.field(default_factory=dict)
+    ver_errors: dict[_Key, Failed] = dataclasses.field(default_factory=dict)
+    ver_logs: dict[_Key, list[CallLog]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.variants)
+
+    def fields(self, v: int | None) -> dict[str, Any]:
+        """The record's fields as variant ``v`` reads them (its own ``max_over`` value)."""
+        data = dict(self.rec.data)
+        if v is not None and self.max_over is not None:
+            data[self.max_over] = self.variants[v]
+        return data
+
+
 class PipelineEvaluator:
     """Runs a pipeline spec on a record: extract steps concurrently, then verify steps, then the formula."""
 
@@ -290,95 +317,83 @@ class PipelineEvaluator:
         only_items: Sequence[str] | None = None,
     ) -> JudgeResult:
         """Judge one record. Model trouble never raises: a failed step leaves an explicit error verdict."""
-        spec = self.spec
-        rec, result, deps = begin(spec, record, deps)
+        rec, result, deps = begin(self.spec, record, deps)
         if deps is None:
             return result
-        variants = self._variants(rec.data)
-        n = len(variants)
-
-        def fields(v: int | None) -> dict[str, Any]:
-            data = dict(rec.data)
-            if v is not None and spec.aggregate.max_over is not None:
-                data[spec.aggregate.max_over] = variants[v]
-            return data
-
+        run = _RecordRun(rec, self._variants(rec.data), self.spec.aggregate.max_over)
         # 1. extract: every list at once (a list read per max_over value is extracted once per value)
-        ext_keys = [k for e in self.extractors.values() for k in self._keys(e.step, n)]
-        extracted: dict[_Key, tuple[str, list[str]]] = {}
-        ext_errors: dict[_Key, Failed] = {}
-        ext_logs: dict[_Key, list[CallLog]] = {k: [] for k in ext_keys}
-
-        async def extract(key: _Key) -> None:
-            source = self.extractors[key[0]].step.from_
-            if fields(key[1]).get(source) in (None, "", []):  # an optional field left empty: nothing to list
-                extracted[key] = (f"no {source} to extract from", [])
-                return
-            try:
-                extracted[key] = await self.extractors[key[0]].extract(fields(key[1]), ext_logs[key])
-            except Exception as exc:
-                ext_errors[key] = failure_of(exc)  # typed and redacted like every other failure
-
-        await asyncio.gather(*(extract(k) for k in ext_keys))
-
+        ext_keys = [k for e in self.extractors.values() for k in self._keys(e.step, run.n)]
+        run.ext_logs = {k: [] for k in ext_keys}
+        await asyncio.gather(*(self._extract(run, k) for k in ext_keys))
         # 2. verify: every verify step at once, each one call per step (plus re-asks), all items together
-        ver_keys = [k for j in self.verifiers.values() for k in self._keys(j.step, n)]
-        verdicts: dict[_Key, list[ItemVerdict]] = {}
-        ver_errors: dict[_Key, Failed] = {}
-        ver_logs: dict[_Key, list[CallLog]] = {}
-
-        async def verify(key: _Key) -> None:
-            step = self.verifiers[key[0]].step
-            if step.each in ITEM_FIELDS:
-                items = rec.items(step.each)
-                field = step.each
-            else:
-                varies = self.spec.varies(self.spec.extract_step(step.each))
-                src: _Key = (step.each, key[1] if varies else None)
-                if src not in extracted:
-                    kind = ext_errors[src].kind if src in ext_errors else ErrorKind.UNKNOWN
-                    ver_errors[key] = Failed(kind, f"the extraction '{self._id(src, n)}' failed")
-                    return
-                items = [{"id": f"s{i}", "text": t} for i, t in enumerate(extracted[src][1], 1)]
-                field = "chunks"  # the generated judge's item field; the prompt names the items properly
-            if not items:  # nothing to judge: the aggregate's `empty` value applies
-                verdicts[key] = []
-                return
-            synthetic = Record(id=rec.id, hash=rec.hash, data={field: items, "fields": fields(key[1])})
-            res = await self.verifiers[key[0]].ajudge(synthetic, deps)
-            ver_logs[key] = res.calls
-            if res.error:  # the generated judge could not start (it has its items and no dependency of its own)
-                ver_errors[key] = Failed(ErrorKind.UNKNOWN, res.error)
-            else:
-                verdicts[key] = res.verdicts
-
-        await asyncio.gather(*(verify(k) for k in ver_keys))
-
+        ver_keys = [k for j in self.verifiers.values() for k in self._keys(j.step, run.n)]
+        await asyncio.gather(*(self._verify(run, k, deps) for k in ver_keys))
         # 3. keep everything, in step order: extraction rows, item verdicts, texts, calls; then the score
-        for key in ext_keys:
-            sid = self._id(key, n)
-            if key in extracted:
-                reason, items = extracted[key]
-                result.verdicts.append(ItemVerdict(item_id=sid, value=len(items), reason=reason))
-                result.outputs[sid] = items
-            else:
-                failed = ext_errors.get(key, Failed(ErrorKind.UNKNOWN, "no answer"))
-                result.verdicts += error_verdicts(failed, [sid], f"extraction failed: {failed.text}")
-            for c in ext_logs[key]:
-                c.items = [sid]
-            result.calls.extend(ext_logs[key])
-        for key in ver_keys:
-            prefix = self._id(key, n)
-            for v in verdicts.get(key, []):
-                result.verdicts.append(v.model_copy(update={"item_id": f"{prefix}:{v.item_id}"}))
-            for c in ver_logs.get(key, []):
-                c.items = [f"{prefix}:{i}" for i in c.items]
-            result.calls.extend(ver_logs.get(key, []))
-        verdict, units = self._score(verdicts, ver_errors, n)
+        self._keep(result, run, ext_keys, ver_keys)
+        verdict, units = self._score(run.verdicts, run.ver_errors, run.n)
         result.verdicts.insert(0, verdict)
         if units is not None:
             result.outputs[UNITS] = units
         return result
+
+    async def _extract(self, run: _RecordRun, key: _Key) -> None:
+        source = self.extractors[key[0]].step.from_
+        if run.fields(key[1]).get(source) in (None, "", []):  # an optional field left empty: nothing to list
+            run.extracted[key] = (f"no {source} to extract from", [])
+            return
+        try:
+            run.extracted[key] = await self.extractors[key[0]].extract(run.fields(key[1]), run.ext_logs[key])
+        except Exception as exc:
+            run.ext_errors[key] = failure_of(exc)  # typed and redacted like every other failure
+
+    async def _verify(self, run: _RecordRun, key: _Key, deps: Mapping[str, JudgeResult]) -> None:
+        step = self.verifiers[key[0]].step
+        rec = run.rec
+        if step.each in ITEM_FIELDS:
+            items = rec.items(step.each)
+            field = step.each
+        else:
+            varies = self.spec.varies(self.spec.extract_step(step.each))
+            src: _Key = (step.each, key[1] if varies else None)
+            if src not in run.extracted:
+                kind = run.ext_errors[src].kind if src in run.ext_errors else ErrorKind.UNKNOWN
+                run.ver_errors[key] = Failed(kind, f"the extraction '{self._id(src, run.n)}' failed")
+                return
+            items = [{"id": f"s{i}", "text": t} for i, t in enumerate(run.extracted[src][1], 1)]
+            field = "chunks"  # the generated judge's item field; the prompt names the items properly
+        if not items:  # nothing to judge: the aggregate's `empty` value applies
+            run.verdicts[key] = []
+            return
+        synthetic = Record(id=rec.id, hash=rec.hash, data={field: items, "fields": run.fields(key[1])})
+        res = await self.verifiers[key[0]].ajudge(synthetic, deps)
+        run.ver_logs[key] = res.calls
+        if res.error:  # the generated judge could not start (it has its items and no dependency of its own)
+            run.ver_errors[key] = Failed(ErrorKind.UNKNOWN, res.error)
+        else:
+            run.verdicts[key] = res.verdicts
+
+    def _keep(self, result: JudgeResult, run: _RecordRun, ext_keys: list[_Key], ver_keys: list[_Key]) -> None:
+        """The steps' rows and calls into ``result``, in step order: each extraction (its count and texts, or its
+        error), then each verify step's item verdicts under its prefix."""
+        for key in ext_keys:
+            sid = self._id(key, run.n)
+            if key in run.extracted:
+                reason, items = run.extracted[key]
+                result.verdicts.append(ItemVerdict(item_id=sid, value=len(items), reason=reason))
+                result.outputs[sid] = items
+            else:
+                failed = run.ext_errors.get(key, Failed(ErrorKind.UNKNOWN, "no answer"))
+                result.verdicts += error_verdicts(failed, [sid], f"extraction failed: {failed.text}")
+            for c in run.ext_logs[key]:
+                c.items = [sid]
+            result.calls.extend(run.ext_logs[key])
+        for key in ver_keys:
+            prefix = self._id(key, run.n)
+            for v in run.verdicts.get(key, []):
+                result.verdicts.append(v.model_copy(update={"item_id": f"{prefix}:{v.item_id}"}))
+            for c in run.ver_logs.get(key, []):
+                c.items = [f"{prefix}:{i}" for i in c.items]
+            result.calls.extend(run.ver_logs.get(key, []))
 
     def _score(
         self, verdicts: dict[_Key, list[ItemVerdict]], errors: dict[_Key, Failed], n: int

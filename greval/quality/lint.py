@@ -229,74 +229,107 @@ def _check_labels(data: dict[str, Any], add: Callable[[str, str, str], None]) ->
     return [name for _, name, _ in labels]
 
 
-def _check_text(data: dict[str, Any], labels: list[str], add: Callable[[str, str, str], None]) -> None:
+@dataclass(frozen=True)
+class _SpecText:
+    """The spec's prose as the text rules read it: description, instructions, steps and output descriptions."""
+
+    description: str
+    steps: list[str]
+    outputs: dict[str, Any]
+    text: str
+    declared: dict[str, str]
+    each: Any
+
+    @property
+    def lower(self) -> str:
+        return self.text.lower()
+
+
+def _spec_text(data: dict[str, Any]) -> _SpecText:
     description = _as_text(data.get("description"))
-    instructions = _as_text(data.get("instructions"))
     raw_steps = data.get("steps")
     steps = [s for s in raw_steps if isinstance(s, str)] if isinstance(raw_steps, list) else []
     outputs = data.get("outputs")
-    out_text = " ".join(
-        _as_text(o.get("description"))
-        for o in (outputs.values() if isinstance(outputs, dict) else [])
-        if isinstance(o, dict)
-    )
-    text = "\n".join([description, instructions, *steps, out_text])
-    lower = text.lower()
-    declared = _raw_inputs(data.get("inputs"))
+    outs = outputs if isinstance(outputs, dict) else {}
+    out_text = " ".join(_as_text(o.get("description")) for o in outs.values() if isinstance(o, dict))
     target = data.get("target")
-    each = target.get("each") if isinstance(target, dict) else None
+    return _SpecText(
+        description=description,
+        steps=steps,
+        outputs=outs,
+        text="\n".join([description, _as_text(data.get("instructions")), *steps, out_text]),
+        declared=_raw_inputs(data.get("inputs")),
+        each=target.get("each") if isinstance(target, dict) else None,
+    )
 
-    if description.strip() and _words(description) < MIN_DESCRIPTION_WORDS:
-        add("description", "description-short", f"{description.strip()!r} does not say what is measured")
 
-    # Inputs referenced but not declared: standard fields by their usual wording, any field as {name}/`name`.
+def _check_undeclared(t: _SpecText, labels: list[str], add: Callable[[str, str, str], None]) -> None:
+    """Inputs referenced but not declared: standard fields by their usual wording, any field as {name}/`name`."""
+    lower = t.lower
     without_expected = _EXPECTED_SPAN.sub(" ", lower)
     for name in STANDARD_INPUTS:
-        if name in declared:
+        if name in t.declared:
             continue
         hay = without_expected if name == "answer" else lower
         m = re.search(_STRONG[name], hay, re.I)
         if m:
             add("inputs", "input-undeclared", f"the text mentions {m.group(0)!r} but '{name}' is not an input")
-    for m in _PLACEHOLDER.finditer(text):
+    known = (t.declared, STANDARD_INPUTS, labels, t.outputs, ("reason", "label", "value", "verdicts", "id"))
+    for m in _PLACEHOLDER.finditer(t.text):
         name = m.group(1) or m.group(2)
-        if name not in declared and name not in STANDARD_INPUTS and name not in labels:
-            outs = outputs if isinstance(outputs, dict) else {}
-            if name not in outs and name not in ("reason", "label", "value", "verdicts", "id"):
-                add("inputs", "input-undeclared", f"the text refers to {m.group(0)} but '{name}' is not an input")
-    # Declared inputs never mentioned.
-    for name in declared:
-        if name == each:
+        if not any(name in names for names in known):
+            add("inputs", "input-undeclared", f"the text refers to {m.group(0)} but '{name}' is not an input")
+
+
+def _check_unused(t: _SpecText, add: Callable[[str, str, str], None]) -> None:
+    """Declared inputs never mentioned."""
+    lower = t.lower
+    for name in t.declared:
+        if name == t.each:
             continue
         pattern = _LOOSE.get(name, "") or ""
         custom = r"\b" + re.escape(name.lower()) + r"\b|\b" + re.escape(name.lower().replace("_", " ")) + r"\b"
         pattern = f"{pattern}|{custom}" if pattern else custom
         # The input's own description names it in the author's words ("the dialogue message"): count those.
-        own = [w for w in re.findall(r"[a-z]{6,}", declared[name].lower())]
+        own = [w for w in re.findall(r"[a-z]{6,}", t.declared[name].lower())]
         if not re.search(pattern, lower, re.I) and not any(re.search(rf"\b{w}\b", lower) for w in own):
             add(f"inputs.{name}", "input-unused", f"input '{name}' is never mentioned in the description or steps")
 
-    # Steps and the scale.
-    if steps:
-        scale = data.get("scale")
-        mentions = False
-        values: list[int] = []
-        if isinstance(scale, dict) and isinstance(scale.get("min"), int) and isinstance(scale.get("max"), int):
-            values = list(range(scale["min"], scale["max"] + 1))
-        for s in steps:
-            low = s.lower()
-            if _SCALE_WORDS.search(s):
-                mentions = True
-            if any(re.search(r"(?<![\w-])" + re.escape(lab.lower()) + r"(?![\w-])", low) for lab in labels if lab):
-                mentions = True
-            if any(re.search(rf"(?<![\w.]){v}(?![\w.])", s) for v in values):
-                mentions = True
-        if not mentions:
-            what = "a label name" if labels else "a value"
-            add("steps", "steps-no-scale", f"no step mentions {what} or the scale; end with how to choose the verdict")
-        for i, s in enumerate(steps):
-            if _words(s) > MAX_STEP_WORDS or len(s) > MAX_STEP_CHARS:
-                add(f"steps[{i}]", "step-too-long", f"{_words(s)} words in one step; split it into smaller steps")
+
+def _step_mentions_scale(step: str, labels: list[str], values: list[int]) -> bool:
+    low = step.lower()
+    return bool(
+        _SCALE_WORDS.search(step)
+        or any(re.search(r"(?<![\w-])" + re.escape(lab.lower()) + r"(?![\w-])", low) for lab in labels if lab)
+        or any(re.search(rf"(?<![\w.]){v}(?![\w.])", step) for v in values)
+    )
+
+
+def _check_steps(
+    data: dict[str, Any], steps: list[str], labels: list[str], add: Callable[[str, str, str], None]
+) -> None:
+    """Steps and the scale: some step says how to choose the verdict, and no step is too long to follow."""
+    if not steps:
+        return
+    scale = data.get("scale")
+    values: list[int] = []
+    if isinstance(scale, dict) and isinstance(scale.get("min"), int) and isinstance(scale.get("max"), int):
+        values = list(range(scale["min"], scale["max"] + 1))
+    if not any(_step_mentions_scale(s, labels, values) for s in steps):
+        what = "a label name" if labels else "a value"
+        add("steps", "steps-no-scale", f"no step mentions {what} or the scale; end with how to choose the verdict")
+    for i, s in enumerate(steps):
+        if _words(s) > MAX_STEP_WORDS or len(s) > MAX_STEP_CHARS:
+            add(f"steps[{i}]", "step-too-long", f"{_words(s)} words in one step; split it into smaller steps")
+
+
+def _check_text(data: dict[str, Any], labels: list[str], add: Callable[[str, str, str], None]) -> None:
+    t = _spec_text(data)
+    if t.description.strip() and _words(t.description) < MIN_DESCRIPTION_WORDS:
+        add("description", "description-short", f"{t.description.strip()!r} does not say what is measured")
+    _check_undeclared(t, labels, add)
+    _check_unused(t, add)
+    _check_steps(data, t.steps, labels, add)
 
 
 _COVERED_BY_LINT = ("overlap", "not covered", "lies outside", "runs backwards", "duplicate label")

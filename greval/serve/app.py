@@ -19,7 +19,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -451,6 +451,30 @@ def create_app(
     service = JudgeService(specs, store_path, judge_config, options, model=model, store_wait=settings.store_wait)
     metrics = Metrics()
     models = {s.name: input_model(s, service.closure([s.name])[:-1], closed=True) for s in service.specs}
+    ui = ServedReport(store_path)
+    app = FastAPI(
+        title="greval serve",
+        description="LLM-judge metrics over HTTP, sharing greval's verdict store and cache.",
+        lifespan=_lifespan(service, ui, settings),
+    )
+    app.state.service = service
+    app.state.metrics = metrics
+    _add_error_handlers(app)
+    app.state.ui = ui
+    _add_ui_routes(app, ui)
+    _add_operations_routes(app, service, metrics)
+    _add_v1_routes(app, service, models, settings, langserve)
+    if langserve:
+        add_judge_routes(app, service, models, settings)
+    app.add_middleware(Guard, settings=settings, metrics=metrics)
+    return app
+
+
+def _lifespan(
+    service: JudgeService, ui: ServedReport, settings: ServeSettings
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's life: the store opened and the judge warmed first; at the end the judgements in flight
+    drained, the store closed and a report build under way ended."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -466,13 +490,11 @@ def create_app(
             service.close()
             await run_in_threadpool(ui.close)  # ends the report build under way, if any
 
-    app = FastAPI(
-        title="greval serve",
-        description="LLM-judge metrics over HTTP, sharing greval's verdict store and cache.",
-        lifespan=lifespan,
-    )
-    app.state.service = service
-    app.state.metrics = metrics
+    return lifespan
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as greval's JSON error, its kind kept for the access log."""
 
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
@@ -491,16 +513,8 @@ def create_app(
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail, default=str)
         return JSONResponse({"error": {"kind": kind, "message": detail}}, status_code=exc.status_code)
 
-    def known(names: Sequence[str]) -> None:
-        for name in names:
-            if name not in service.by_name:
-                raise ServeError(
-                    404, "unknown_spec", f"no served spec {name!r} (served: {', '.join(service.by_name)})", "spec"
-                )
 
-    ui = ServedReport(store_path)
-    app.state.ui = ui
-
+def _add_ui_routes(app: FastAPI, ui: ServedReport) -> None:
     @app.get("/ui", include_in_schema=False)
     async def ui_root() -> RedirectResponse:
         return RedirectResponse("/ui/")
@@ -518,6 +532,8 @@ def create_app(
         headers = {"Cache-Control": "no-cache", **found.headers}
         return Response(found.body, status_code=found.status, media_type=found.media_type, headers=headers)
 
+
+def _add_operations_routes(app: FastAPI, service: JudgeService, metrics: Metrics) -> None:
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "inflight": service.inflight}
@@ -527,31 +543,28 @@ def create_app(
         text = metrics.render(service.stats, service.inflight)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+
+def _known(service: JudgeService, names: Sequence[str]) -> None:
+    """A 404 for a spec the server does not serve."""
+    for name in names:
+        if name not in service.by_name:
+            raise ServeError(
+                404, "unknown_spec", f"no served spec {name!r} (served: {', '.join(service.by_name)})", "spec"
+            )
+
+
+def _add_v1_routes(
+    app: FastAPI,
+    service: JudgeService,
+    models: dict[str, type[BaseModel]],
+    settings: ServeSettings,
+    langserve: bool,
+) -> None:
+    """greval's own API: judge records, the served specs, a record's stored verdicts."""
+
     @app.post("/v1/judge", response_model=JudgeResponse, tags=["greval"])
     async def judge(body: JudgeRequest) -> JudgeResponse:
-        names = [body.spec] if isinstance(body.spec, str) else list(body.spec)
-        if not names:
-            raise ServeError(422, "invalid_request", "spec: name at least one spec", "spec")
-        known(names)
-        if len(body.records) > settings.max_records:
-            raise ServeError(
-                413,
-                "too_many_records",
-                f"{len(body.records)} records: at most {settings.max_records} per request (the server's "
-                f"{option('max_records')})",
-                "records",
-            )
-        records = [to_record(r, i) for i, r in enumerate(body.records)]
-        try:
-            got = await service.judge(names, records)
-        except Exception as exc:
-            raise _judge_failure(exc) from None
-        results = [
-            RecordVerdicts(id=r.id, hash=r.hash, cached=all(v.cached for v in g.values()), verdicts=g)
-            for r, g in zip(records, got, strict=True)
-        ]
-        calls = sum(v.calls for g in got for v in g.values())
-        return JudgeResponse(results=results, calls=calls)
+        return await _judge(service, settings, body)
 
     @app.get("/v1/specs", tags=["greval"])
     async def list_specs() -> list[dict[str, Any]]:
@@ -571,40 +584,67 @@ def create_app(
 
     @app.get("/v1/specs/{name}", tags=["greval"])
     async def show_spec(name: str) -> dict[str, Any]:
-        known([name])
-        s = service.by_name[name]
-        answer: dict[str, Any] | None = None
-        if isinstance(s, Spec):
-            from greval.spec.verdict import verdict_models
-
-            answer = verdict_models(s)[0].model_json_schema()
-        return {
-            "name": s.name,
-            "kind": s.kind,
-            "hash": s.hash,
-            "key": service.keys[s.name],
-            "judge_key": service.cfgs[s.name].key,
-            "judge": service.cfgs[s.name].label,
-            "spec": s.model_dump(mode="json"),
-            "input_schema": models[name].model_json_schema(),
-            "verdict_schema": ServedVerdict.model_json_schema(),
-            "answer_schema": answer,
-        }
+        _known(service, [name])
+        return _spec_page(service, models, name)
 
     @app.get("/v1/results", tags=["greval"])
     async def results(record_id: str, spec: str | None = None) -> dict[str, Any]:
         names = [spec] if spec else [s.name for s in service.specs]
-        known(names)
+        _known(service, names)
         try:
             stored = service.stored(names, record_id)
         except StoreUnavailable as exc:
             raise _judge_failure(exc) from None
         return {"record_id": record_id, "verdicts": [v.model_dump(mode="json") for v in stored]}
 
-    if langserve:
-        add_judge_routes(app, service, models, settings)
-    app.add_middleware(Guard, settings=settings, metrics=metrics)
-    return app
+
+async def _judge(service: JudgeService, settings: ServeSettings, body: JudgeRequest) -> JudgeResponse:
+    """``POST /v1/judge``: the records judged (the store first) by each named spec."""
+    names = [body.spec] if isinstance(body.spec, str) else list(body.spec)
+    if not names:
+        raise ServeError(422, "invalid_request", "spec: name at least one spec", "spec")
+    _known(service, names)
+    if len(body.records) > settings.max_records:
+        raise ServeError(
+            413,
+            "too_many_records",
+            f"{len(body.records)} records: at most {settings.max_records} per request (the server's "
+            f"{option('max_records')})",
+            "records",
+        )
+    records = [to_record(r, i) for i, r in enumerate(body.records)]
+    try:
+        got = await service.judge(names, records)
+    except Exception as exc:
+        raise _judge_failure(exc) from None
+    results = [
+        RecordVerdicts(id=r.id, hash=r.hash, cached=all(v.cached for v in g.values()), verdicts=g)
+        for r, g in zip(records, got, strict=True)
+    ]
+    calls = sum(v.calls for g in got for v in g.values())
+    return JudgeResponse(results=results, calls=calls)
+
+
+def _spec_page(service: JudgeService, models: dict[str, type[BaseModel]], name: str) -> dict[str, Any]:
+    """``GET /v1/specs/{name}``: the spec, its keys and judge, and the schemas of what it reads and answers."""
+    s = service.by_name[name]
+    answer: dict[str, Any] | None = None
+    if isinstance(s, Spec):
+        from greval.spec.verdict import verdict_models
+
+        answer = verdict_models(s)[0].model_json_schema()
+    return {
+        "name": s.name,
+        "kind": s.kind,
+        "hash": s.hash,
+        "key": service.keys[s.name],
+        "judge_key": service.cfgs[s.name].key,
+        "judge": service.cfgs[s.name].label,
+        "spec": s.model_dump(mode="json"),
+        "input_schema": models[name].model_json_schema(),
+        "verdict_schema": ServedVerdict.model_json_schema(),
+        "answer_schema": answer,
+    }
 
 
 def add_judge_routes(

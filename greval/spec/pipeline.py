@@ -192,6 +192,25 @@ def _unknown_keys(path: str, data: Mapping[str, Any], fields: set[str], context:
             raise ValueError(f"@{path or key}: unknown field '{key}'{context}{extra}")
 
 
+def _step_of(verifies: Mapping[str, VerifyStep], path: str, name: str) -> VerifyStep:
+    """The verify step an aggregate names at ``path``."""
+    if name not in verifies:
+        hint = difflib.get_close_matches(name, list(verifies), n=1)
+        extra = f" (did you mean '{hint[0]}'?)" if hint else f"; verify steps: {', '.join(verifies)}"
+        raise ValueError(f"@aggregate.{path}: '{name}' is not a verify step{extra}")
+    return verifies[name]
+
+
+def _labels_of(path: str, step: VerifyStep, labels: Sequence[str]) -> None:
+    """Each of ``labels`` (named at ``path``) is a label of ``step``."""
+    known = step.scale().names
+    for lab in labels:
+        if lab not in known:
+            raise ValueError(
+                f"@aggregate.{path}: '{lab}' is not a label of step '{step.key}' (labels: {', '.join(known)})"
+            )
+
+
 @register_kind("pipeline")
 class PipelineSpec(BaseSpec):
     """A declared multi-step metric: extract lists, verify each item, aggregate the verdict counts."""
@@ -252,22 +271,39 @@ class PipelineSpec(BaseSpec):
 
     @model_validator(mode="after")
     def _consistent(self) -> PipelineSpec:
-        declared = list(self.inputs)
+        self._check_steps()
+        verifies = {s.key: s for s in self.steps if isinstance(s, VerifyStep)}
+        if not verifies:
+            raise ValueError("@steps: declare at least one verify step (the aggregate counts its verdicts)")
+        self._check_aggregate(verifies)
+        if self.name in self.depends_on:
+            raise ValueError("@depends_on: a metric cannot depend on itself")
+        if self.dataset_aggregate == "micro" and not self.poolable:
+            raise ValueError(
+                "@dataset_aggregate: ranked_precision cannot be pooled over items (it is a mean over ranks); "
+                "use macro (the mean of the record scores)"
+            )
+        return self
 
-        def field(path: str, name: str) -> None:
-            if name not in self.inputs:
-                hint = difflib.get_close_matches(name, declared, n=1)
-                extra = f" (did you mean '{hint[0]}'?)" if hint else f"; inputs: {', '.join(declared)}"
-                raise ValueError(f"@{path}: '{name}' is not among the inputs{extra}")
+    def _input(self, path: str, name: str) -> None:
+        """``name`` (read at ``path``) is a declared input."""
+        if name not in self.inputs:
+            declared = list(self.inputs)
+            hint = difflib.get_close_matches(name, declared, n=1)
+            extra = f" (did you mean '{hint[0]}'?)" if hint else f"; inputs: {', '.join(declared)}"
+            raise ValueError(f"@{path}: '{name}' is not among the inputs{extra}")
 
+    def _check_steps(self) -> None:
+        """Each step reads declared inputs (a verify step: an earlier extraction or a record's items), and no
+        two steps share a name."""
         extracts: set[str] = set()
         verify_keys: set[str] = set()
         for i, step in enumerate(self.steps):
             if isinstance(step, ExtractStep):
                 where = f"steps[{i}].extract"
-                field(f"{where}.from", step.from_)
+                self._input(f"{where}.from", step.from_)
                 for j, c in enumerate(step.context):
-                    field(f"{where}.context[{j}]", c)
+                    self._input(f"{where}.context[{j}]", c)
                 if step.name in extracts or step.name in ITEM_FIELDS:
                     raise ValueError(f"@{where}.name: '{step.name}' names two extract steps (or a record field)")
                 if step.name == UNITS:
@@ -280,38 +316,22 @@ class PipelineSpec(BaseSpec):
                         f"@{where}.each: '{step.each}' is neither an earlier extract step nor chunks / triples"
                     )
                 if step.each in ITEM_FIELDS:
-                    field(f"{where}.each", step.each)
+                    self._input(f"{where}.each", step.each)
                 for j, a in enumerate(step.against):
-                    field(f"{where}.against[{j}]", a)
+                    self._input(f"{where}.against[{j}]", a)
                 if step.key in verify_keys or (step.key in extracts and step.key != step.each):
                     raise ValueError(
                         f"@{where}.name: '{step.key}' is taken by another step; give this verify step its own name"
                     )
                 verify_keys.add(step.key)
-        verifies = {s.key: s for s in self.steps if isinstance(s, VerifyStep)}
-        if not verifies:
-            raise ValueError("@steps: declare at least one verify step (the aggregate counts its verdicts)")
+
+    def _check_aggregate(self, verifies: Mapping[str, VerifyStep]) -> None:
+        """The aggregate names verify steps and their labels, and ``max_over`` an input some step reads."""
         agg = self.aggregate
-
-        def step_of(path: str, name: str) -> VerifyStep:
-            if name not in verifies:
-                hint = difflib.get_close_matches(name, list(verifies), n=1)
-                extra = f" (did you mean '{hint[0]}'?)" if hint else f"; verify steps: {', '.join(verifies)}"
-                raise ValueError(f"@aggregate.{path}: '{name}' is not a verify step{extra}")
-            return verifies[name]
-
-        def labels_of(path: str, step: VerifyStep, labels: Sequence[str]) -> None:
-            known = step.scale().names
-            for lab in labels:
-                if lab not in known:
-                    raise ValueError(
-                        f"@aggregate.{path}: '{lab}' is not a label of step '{step.key}' (labels: {', '.join(known)})"
-                    )
-
         if isinstance(agg, RatioAggregate | RankedPrecisionAggregate):
-            labels_of("positive", step_of("step", agg.step), agg.positive)
+            _labels_of("positive", _step_of(verifies, "step", agg.step), agg.positive)
         elif isinstance(agg, ScoreMeanAggregate):
-            if step_of("step", agg.step).scale().scores() is None:
+            if _step_of(verifies, "step", agg.step).scale().scores() is None:
                 raise ValueError(f"@aggregate.step: score_mean needs label scores in step '{agg.step}'")
         else:
             for part in ("tp", "fp", "fn"):
@@ -319,19 +339,11 @@ class PipelineSpec(BaseSpec):
                     name, dot, lab = str(ref).partition(".")
                     if not dot:
                         raise ValueError(f"@aggregate.{part}: '{ref}' must be 'step.label'")
-                    labels_of(part, step_of(part, name), [lab])
+                    _labels_of(part, _step_of(verifies, part, name), [lab])
         if agg.max_over is not None:
-            field("aggregate.max_over", agg.max_over)
+            self._input("aggregate.max_over", agg.max_over)
             if not any(agg.max_over in _reads(s) for s in self.steps):
                 raise ValueError(f"@aggregate.max_over: no step reads '{agg.max_over}'")
-        if self.name in self.depends_on:
-            raise ValueError("@depends_on: a metric cannot depend on itself")
-        if self.dataset_aggregate == "micro" and not self.poolable:
-            raise ValueError(
-                "@dataset_aggregate: ranked_precision cannot be pooled over items (it is a mean over ranks); "
-                "use macro (the mean of the record scores)"
-            )
-        return self
 
     # ------------------------------------------------------------------------------ derived facts
     @property

@@ -427,7 +427,6 @@ def _record_row(sp: BaseSpec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any
         whole = [r for r in grp if r["item_id"] == ""]
         grp = whole or grp
     first = grp[0]
-    many = judged and each is not None
     item_grp = [r for r in grp if r["item_id"] != ""] if each else []
     row: dict[str, Any] = {
         "spec": first["spec"],
@@ -444,36 +443,48 @@ def _record_row(sp: BaseSpec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any
         "tokens_in": first.get("tokens_in"),
         "tokens_cached": first.get("tokens_cached"),
         "tokens_out": first.get("tokens_out"),
+        "counts": None,
+        "units_missing": False,
     }
-    row["counts"] = None
-    row["units_missing"] = False
-    if many:
-        assert isinstance(sp, Spec)
-        ok = [r for r in grp if r["status"] == "ok"]
-        labels = [r["label"] for r in ok]
-        values = [None if r["value"] is None else float(r["value"]) for r in ok]
-        row["label"] = None
-        row["value"] = None
-        row["score"] = aggregate_items(sp, labels, values)
-        row["units"] = item_units(sp, labels, values)
-        if isinstance(sp.scale, CategoricalScale):
-            row["counts"] = label_counts(sp, Counter(lab for lab in labels if lab is not None)).model_dump(
-                exclude_none=True
-            )
-        row["reason"] = None
-        row["error"] = "; ".join(sorted({str(r["error"]) for r in grp if r["error"]})) or None
+    if isinstance(sp, Spec) and each is not None:
+        row.update(_pooled_items(sp, grp))
     else:
-        for col in ("label", "value", "score", "reason", "error"):
-            row[col] = first[col]
-        stored = None
-        if not judged:  # a judge metric's outputs are the judge's, whatever their names
-            stored = first["stored_units"] if "stored_units" in first else (first.get("outputs") or {}).get(UNITS)
-        if isinstance(stored, int | float) and not isinstance(stored, bool):
-            row["units"] = stored
-        else:  # a record-level score is one unit; an item metric stored before units were recorded weighs 1 too
-            row["units"] = 1
-            row["units_missing"] = has_items and row["score"] is not None and sp.poolable
+        row.update(_one_verdict(sp, first, has_items))
     return row
+
+
+def _pooled_items(sp: Spec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A judge's per-item record: its score pools the items' ok verdicts (the spec's aggregate)."""
+    ok = [r for r in grp if r["status"] == "ok"]
+    labels = [r["label"] for r in ok]
+    values = [None if r["value"] is None else float(r["value"]) for r in ok]
+    out: dict[str, Any] = {
+        "label": None,
+        "value": None,
+        "score": aggregate_items(sp, labels, values),
+        "units": item_units(sp, labels, values),
+    }
+    if isinstance(sp.scale, CategoricalScale):
+        out["counts"] = label_counts(sp, Counter(lab for lab in labels if lab is not None)).model_dump(
+            exclude_none=True
+        )
+    out["reason"] = None
+    out["error"] = "; ".join(sorted({str(r["error"]) for r in grp if r["error"]})) or None
+    return out
+
+
+def _one_verdict(sp: BaseSpec, first: Mapping[str, Any], has_items: bool) -> dict[str, Any]:
+    """A record scored once (a record-level judge, a computed or pipeline metric): its row's verdict and units."""
+    out = {col: first[col] for col in ("label", "value", "score", "reason", "error")}
+    stored = None
+    if not isinstance(sp, Spec):  # a judge metric's outputs are the judge's, whatever their names
+        stored = first["stored_units"] if "stored_units" in first else (first.get("outputs") or {}).get(UNITS)
+    if isinstance(stored, int | float) and not isinstance(stored, bool):
+        out["units"] = stored
+    else:  # a record-level score is one unit; an item metric stored before units were recorded weighs 1 too
+        out["units"] = 1
+        out["units_missing"] = has_items and out["score"] is not None and sp.poolable
+    return out
 
 
 class MetricFigures(BaseModel):

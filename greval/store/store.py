@@ -89,6 +89,127 @@ def _json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=default)
 
 
+_JudgementKey = tuple[str, str, str]
+"""(spec_key, judge_key, record_hash): one judgement's row."""
+
+
+def _judgement_so_far(db: DB, key: _JudgementKey) -> Any:
+    """A partial judgement's stored row (what its earlier calls cost and produced), None when there is none."""
+    return db.execute(
+        "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls, updated_at, tokens_cached"
+        " FROM judgements"
+        " WHERE spec_key=? AND judge_key=? AND record_hash=?",
+        key,
+    ).fetchone()
+
+
+def _upsert_judgement(
+    db: DB, key: _JudgementKey, result: JudgeResult, prev: Any, run_id: str | None, now: float
+) -> None:
+    """The judgement's row; a resumed many-judge (``prev``) keeps what its earlier calls cost and produced."""
+    status = "ok" if result.ok else ("skipped" if not_applicable(result) else "error")
+    calls = [c.model_dump() for c in result.calls]  # each call's answer (raw) is stored here alone
+    outputs = dict(result.outputs)
+    t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
+    t_cached: int | None = result.tokens_cached
+    if prev is not None:
+        outputs = {**json.loads(prev[0] or "{}"), **outputs}
+        t_in += prev[1] or 0
+        t_out += prev[2] or 0
+        # earlier calls judged before schema 6 recorded no cached tokens: the sum is not known either
+        t_cached = None if prev[7] is None and prev[1] else result.tokens_cached + (prev[7] or 0)
+        lat += prev[3] or 0.0
+        att += prev[4] or 0
+        calls = json.loads(prev[5] or "[]") + calls
+    # Schema 5: raw, model and params stay NULL (the answers are in calls, the judge in judges); an older
+    # row judged again loses its copies with the rest of what it said.
+    db.execute(
+        "INSERT INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
+        " tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
+        " error_kind, tokens_cached) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        " ON CONFLICT (spec_key, judge_key, record_hash) DO UPDATE SET status=excluded.status,"
+        " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=NULL, model=NULL,"
+        " params=NULL, tokens_in=excluded.tokens_in,"
+        " tokens_out=excluded.tokens_out, latency_ms=excluded.latency_ms, attempts=excluded.attempts,"
+        " run_id=excluded.run_id, updated_at=excluded.updated_at, error_kind=excluded.error_kind,"
+        " tokens_cached=excluded.tokens_cached",
+        (
+            *key,
+            status,
+            result.error,
+            _json(outputs),
+            _json(calls),
+            t_in,
+            t_out,
+            lat,
+            att,
+            run_id,
+            now,
+            now,
+            # The judgement's own error (a failed call); one whose items failed has no text, no kind.
+            None if result.error is None else stored_kind(status, None, result.error),
+            t_cached,
+        ),
+    )
+
+
+def _replace_verdicts(
+    db: DB, key: _JudgementKey, record_id: str, result: JudgeResult, *, partial: bool, run_id: str | None, now: float
+) -> None:
+    """The judgement's verdict rows: an earlier verdict it no longer has is deleted (unless ``partial``)."""
+    verdicts = result.verdicts
+    # Item verdicts supersede an earlier record-level error row (item id '').
+    drop_record_row = any(v.item_id for v in verdicts)
+    if not partial:
+        keep = [v.item_id for v in verdicts] or [""]
+        db.execute(
+            "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
+            f" AND (item_id NOT IN ({','.join('?' * len(keep))}) OR (? AND item_id=''))",
+            (*key, *keep, drop_record_row),
+        )
+    elif drop_record_row:
+        db.execute("DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND item_id=''", key)
+    if result.error is not None and not verdicts:
+        # A metric that does not apply to this record (an input it requires is absent) is "skipped":
+        # done, not failed; the record's content hash changes when the input is added.
+        status = "skipped" if not_applicable(result) else "error"
+        verdicts = [ItemVerdict(item_id=RECORD_ITEM, status=status, error=result.error)]
+    db.executemany(
+        "INSERT INTO verdicts (spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id,"
+        " status, label, value, score, confidence, reason, error, samples, run_id, created_at, updated_at,"
+        " error_kind, token_confidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+        " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
+        " spec_name=excluded.spec_name, spec_hash=excluded.spec_hash, record_id=excluded.record_id,"
+        " status=excluded.status, label=excluded.label, value=excluded.value, score=excluded.score,"
+        " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
+        " error_kind=excluded.error_kind, samples=excluded.samples, run_id=excluded.run_id,"
+        " updated_at=excluded.updated_at, token_confidence=excluded.token_confidence",
+        [
+            (
+                *key,
+                v.item_id,
+                result.spec,
+                result.spec_hash,
+                record_id,
+                v.status,
+                v.label,
+                v.value,
+                v.score,
+                v.confidence,
+                v.reason,
+                v.error,
+                _json(v.samples) if v.samples else None,
+                run_id,
+                now,
+                now,
+                stored_kind(v.status, v.error_kind, v.error),
+                v.token_confidence,
+            )
+            for v in verdicts
+        ],
+    )
+
+
 class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchState):
     """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
     (``postgresql://…``, shared by many machines); one connection per Store.
@@ -641,139 +762,29 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchSt
         now: float,
     ) -> None:
         """The statements of one :meth:`put_result`, inside the caller's transaction."""
-        judge_key = cfg.key  # a property that hashes the config: computed once
-        skipped = not_applicable(result)
-        status = "ok" if result.ok else ("skipped" if skipped else "error")
-        calls = [c.model_dump() for c in result.calls]  # each call's answer (raw) is stored here alone
+        key = (spec_key, cfg.key, record.hash)  # cfg.key is a property that hashes the config: computed once
         if (record.id, record.hash) not in self._stored:
             # The record goes in with its first verdict, in the same transaction: a run needs no up-front
             # pass over the dataset before its first call, and no verdict lacks its record (an experiment's
             # record without its id: see greval.store.versions).
             self._insert_records(db, [record], ids=not self._experiment(run_id))
-        prev = (
-            db.execute(
-                "SELECT outputs, tokens_in, tokens_out, latency_ms, attempts, calls, updated_at, tokens_cached"
-                " FROM judgements"
-                " WHERE spec_key=? AND judge_key=? AND record_hash=?",
-                (spec_key, judge_key, record.hash),
-            ).fetchone()
-            if partial
-            else None
-        )
+        prev = _judgement_so_far(db, key) if partial else None
         if prev is not None and prev[6] == now:
             return  # this very write committed already (its answer lost with the connection): not merged twice
         # An experiment's new judgement is hidden from readers until a run or a server reuses it (store.versions);
         # one it makes again of a judgement a run made stays the run's.
-        hide = self._experiment(run_id) and not self._judged_by_a_run(db, spec_key, judge_key, record.hash)
-        outputs = dict(result.outputs)
-        t_in, t_out, lat, att = result.tokens_in, result.tokens_out, result.latency_ms, result.attempts
-        t_cached: int | None = result.tokens_cached
-        if prev is not None:  # a resumed many-judge: keep what the earlier calls cost and produced
-            outputs = {**json.loads(prev[0] or "{}"), **outputs}
-            t_in += prev[1] or 0
-            t_out += prev[2] or 0
-            # earlier calls judged before schema 6 recorded no cached tokens: the sum is not known either
-            t_cached = None if prev[7] is None and prev[1] else result.tokens_cached + (prev[7] or 0)
-            lat += prev[3] or 0.0
-            att += prev[4] or 0
-            calls = json.loads(prev[5] or "[]") + calls
-        # Schema 5: raw, model and params stay NULL (the answers are in calls, the judge in judges); an older
-        # row judged again loses its copies with the rest of what it said.
+        hide = self._experiment(run_id) and not self._judged_by_a_run(db, *key)
+        _upsert_judgement(db, key, result, prev, run_id, now)
         db.execute(
-            "INSERT INTO judgements (spec_key, judge_key, record_hash, status, error, outputs, calls,"
-            " tokens_in, tokens_out, latency_ms, attempts, run_id, created_at, updated_at,"
-            " error_kind, tokens_cached) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-            " ON CONFLICT (spec_key, judge_key, record_hash) DO UPDATE SET status=excluded.status,"
-            " error=excluded.error, outputs=excluded.outputs, calls=excluded.calls, raw=NULL, model=NULL,"
-            " params=NULL, tokens_in=excluded.tokens_in,"
-            " tokens_out=excluded.tokens_out, latency_ms=excluded.latency_ms, attempts=excluded.attempts,"
-            " run_id=excluded.run_id, updated_at=excluded.updated_at, error_kind=excluded.error_kind,"
-            " tokens_cached=excluded.tokens_cached",
-            (
-                spec_key,
-                judge_key,
-                record.hash,
-                status,
-                result.error,
-                _json(outputs),
-                _json(calls),
-                t_in,
-                t_out,
-                lat,
-                att,
-                run_id,
-                now,
-                now,
-                # The judgement's own error (a failed call); one whose items failed has no text, no kind.
-                None if result.error is None else stored_kind(status, None, result.error),
-                t_cached,
-            ),
-        )
-        db.execute(
-            "DELETE FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=? AND owner=?",
-            (spec_key, judge_key, record.hash, self.owner),
+            "DELETE FROM claims WHERE spec_key=? AND judge_key=? AND record_hash=? AND owner=?", (*key, self.owner)
         )
         if hide:
             db.execute(
                 "INSERT INTO experiment_verdicts (spec_key, judge_key, record_hash, run_id) VALUES (?,?,?,?)"
                 " ON CONFLICT DO NOTHING",
-                (spec_key, judge_key, record.hash, run_id),
+                (*key, run_id),
             )
-        verdicts = result.verdicts
-        # Item verdicts supersede an earlier record-level error row (item id '').
-        drop_record_row = any(v.item_id for v in verdicts)
-        if not partial:
-            keep = [v.item_id for v in verdicts] or [""]
-            db.execute(
-                "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=?"
-                f" AND (item_id NOT IN ({','.join('?' * len(keep))}) OR (? AND item_id=''))",
-                (spec_key, judge_key, record.hash, *keep, drop_record_row),
-            )
-        elif drop_record_row:
-            db.execute(
-                "DELETE FROM verdicts WHERE spec_key=? AND judge_key=? AND record_hash=? AND item_id=''",
-                (spec_key, judge_key, record.hash),
-            )
-        if result.error is not None and not verdicts:
-            # A metric that does not apply to this record (an input it requires is absent) is "skipped":
-            # done, not failed; the record's content hash changes when the input is added.
-            verdicts = [ItemVerdict(item_id=RECORD_ITEM, status="skipped" if skipped else "error", error=result.error)]
-        db.executemany(
-            "INSERT INTO verdicts (spec_key, judge_key, record_hash, item_id, spec_name, spec_hash, record_id,"
-            " status, label, value, score, confidence, reason, error, samples, run_id, created_at, updated_at,"
-            " error_kind, token_confidence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-            " ON CONFLICT(spec_key, judge_key, record_hash, item_id) DO UPDATE SET"
-            " spec_name=excluded.spec_name, spec_hash=excluded.spec_hash, record_id=excluded.record_id,"
-            " status=excluded.status, label=excluded.label, value=excluded.value, score=excluded.score,"
-            " confidence=excluded.confidence, reason=excluded.reason, error=excluded.error,"
-            " error_kind=excluded.error_kind, samples=excluded.samples, run_id=excluded.run_id,"
-            " updated_at=excluded.updated_at, token_confidence=excluded.token_confidence",
-            [
-                (
-                    spec_key,
-                    judge_key,
-                    record.hash,
-                    v.item_id,
-                    result.spec,
-                    result.spec_hash,
-                    record.id,
-                    v.status,
-                    v.label,
-                    v.value,
-                    v.score,
-                    v.confidence,
-                    v.reason,
-                    v.error,
-                    _json(v.samples) if v.samples else None,
-                    run_id,
-                    now,
-                    now,
-                    stored_kind(v.status, v.error_kind, v.error),
-                    v.token_confidence,
-                )
-                for v in verdicts
-            ],
-        )
+        _replace_verdicts(db, key, record.id, result, partial=partial, run_id=run_id, now=now)
 
     def result(self, spec_key: str, judge_key: str, record: Record) -> JudgeResult | None:
         """A stored judgement (to feed metrics that depend on it when a run resumes)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from greval.judge.computed.common import ComputeError, record_verdict, short, texts, units_of, word_tokens
@@ -53,32 +54,96 @@ def _units(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ClaimCites]
     return [claim_citations(u, reading) for u in sentences], "sentence"
 
 
-def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
-    """Citation coverage (sentences or items citing something) and validity (citations that resolve)."""
+@dataclass(frozen=True)
+class _Tally:
+    """What the units cite and how much of it resolves: every figure ``citations`` reports is read from here."""
+
+    unit_name: str  # "sentence" or "item"
+    units: list[str]  # each unit's text (a placeholder when it has none)
+    cites: list[Citation]  # every citation, in unit order
+    problems: list[str | None]  # per citation: None when it resolves, else why not
+    uncited: list[int]  # the units citing nothing
+    evidenced: int  # units with at least one valid citation
+    tokens: int  # the units' word tokens, citation markup left out
+
+    @property
+    def n(self) -> int:
+        return len(self.units)
+
+    @property
+    def valid(self) -> int:
+        return sum(1 for x in self.problems if x is None)
+
+    def figures(self) -> dict[str, float | None]:
+        n, units, cites = self.n, self.units, self.cites
+        return {
+            "coverage": (n - len(self.uncited)) / n if units else None,
+            "validity": self.valid / len(cites) if cites else None,
+            "evidence_coverage": self.evidenced / n if units else None,
+            "density_per_sentence": len(cites) / n if units else None,
+            "density_per_100_tokens": 100.0 * len(cites) / self.tokens if self.tokens else None,
+        }
+
+    def invalid(self) -> list[str]:
+        return [f"{c.text}: {w}" for c, w in zip(self.cites, self.problems, strict=True) if w]
+
+
+def _tally(p: CitationParams, data: Mapping[str, Any]) -> _Tally:
     chunks = [c for c in data.get("chunks") or [] if isinstance(c, Mapping)]
     reads, unit_name = _units(p, data)
-    units = [r.text or f"{unit_name} {i} (no text)" for i, r in enumerate(reads, start=1)]
-    per_unit = [r.citations for r in reads]
-    # Density counts the words the units say, without their citation markup (see word_tokens).
-    tokens = sum(len(word_tokens(r.words)) for r in reads)
     cites: list[Citation] = []
     problems: list[str | None] = []
     uncited: list[int] = []
     evidenced = 0
-    for i, found in enumerate(per_unit):
+    for i, r in enumerate(reads):
+        found = r.citations
         if not found:
             uncited.append(i)
         why = [check_citation(c, chunks, p) for c in found]
         evidenced += any(w is None for w in why)
         cites.extend(found)
         problems.extend(why)
-    valid = sum(1 for x in problems if x is None)
-    n = len(units)
-    coverage = (n - len(uncited)) / n if units else None
-    evidence_coverage = evidenced / n if units else None
-    validity = valid / len(cites) if cites else None
-    per_sentence = len(cites) / n if units else None
-    per_100 = 100.0 * len(cites) / tokens if tokens else None
+    return _Tally(
+        unit_name=unit_name,
+        units=[r.text or f"{unit_name} {i} (no text)" for i, r in enumerate(reads, start=1)],
+        cites=cites,
+        problems=problems,
+        uncited=uncited,
+        evidenced=evidenced,
+        # Density counts the words the units say, without their citation markup (see word_tokens).
+        tokens=sum(len(word_tokens(r.words)) for r in reads),
+    )
+
+
+def _headline(p: CitationParams, t: _Tally) -> tuple[float | None, str, int]:
+    """The record's score (the share ``p.score`` names), its reason and the units it pools."""
+    n, name, cites = t.n, t.unit_name, t.cites
+    cov_text = f"{n - len(t.uncited)}/{n} {name}s cite" if t.units else f"no {name}s"
+    val_text = f"{t.valid}/{len(cites)} citations valid" if cites else "no citations found"
+    ev_text = f"{t.evidenced}/{n} {name}s have a valid citation" if t.units else f"no {name}s"
+    score = t.figures()[p.score]
+    if p.score == "validity":
+        reason, units_n = f"{val_text}; {cov_text}", len(cites)
+    elif p.score == "coverage":
+        reason, units_n = f"{cov_text}; {val_text}", n
+    elif p.score == "evidence_coverage":
+        reason, units_n = f"{ev_text}; {val_text}", n
+    elif p.score == "density_per_sentence":
+        units_n = 1
+        reason = f"{len(cites)} citations in {n} {name}s" if t.units else f"no {name}s"
+    else:
+        units_n = 1
+        reason = f"{len(cites)} citations in {t.tokens} word tokens" if t.tokens else "no word tokens"
+    invalid = t.invalid()
+    if invalid:
+        reason += f" (first invalid: {short(invalid[0], 120)})"
+    return score, reason, units_n
+
+
+def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+    """Citation coverage (sentences or items citing something) and validity (citations that resolve)."""
+    t = _tally(p, data)
+    score, reason, units_n = _headline(p, t)
     items = [
         ItemVerdict(
             item_id=f"citation:{i}",
@@ -86,42 +151,19 @@ def citations(p: CitationParams, data: Mapping[str, Any]) -> tuple[list[ItemVerd
             score=1.0 if why is None else 0.0,
             reason=f"{c.text}: " + ("resolves" if why is None else why),
         )
-        for i, (c, why) in enumerate(zip(cites, problems, strict=True), start=1)
+        for i, (c, why) in enumerate(zip(t.cites, t.problems, strict=True), start=1)
     ]
-    cov_text = f"{n - len(uncited)}/{n} {unit_name}s cite" if units else f"no {unit_name}s"
-    val_text = f"{valid}/{len(cites)} citations valid" if cites else "no citations found"
-    ev_text = f"{evidenced}/{n} {unit_name}s have a valid citation" if units else f"no {unit_name}s"
-    first_bad = next((f"{c.text}: {w}" for c, w in zip(cites, problems, strict=True) if w), None)
-    score: float | None
-    if p.score == "validity":
-        score, reason, units_n = validity, f"{val_text}; {cov_text}", len(cites)
-    elif p.score == "coverage":
-        score, reason, units_n = coverage, f"{cov_text}; {val_text}", n
-    elif p.score == "evidence_coverage":
-        score, reason, units_n = evidence_coverage, f"{ev_text}; {val_text}", n
-    elif p.score == "density_per_sentence":
-        score, units_n = per_sentence, 1
-        reason = f"{len(cites)} citations in {n} {unit_name}s" if units else f"no {unit_name}s"
-    else:
-        score, units_n = per_100, 1
-        reason = f"{len(cites)} citations in {tokens} word tokens" if tokens else "no word tokens"
-    if first_bad:
-        reason += f" (first invalid: {short(first_bad, 120)})"
     outputs: dict[str, Any] = {
-        "coverage": coverage,
-        "validity": validity,
-        "evidence_coverage": evidence_coverage,
-        "density_per_sentence": per_sentence,
-        "density_per_100_tokens": per_100,
+        **t.figures(),
         "units": units_of(score, units_n),
-        "segments": n,
-        "cited_segments": n - len(uncited),
-        "evidenced_segments": evidenced,
-        "tokens": tokens,
-        "citations": len(cites),
-        "valid_citations": valid,
-        "uncited": [short(units[i]) for i in uncited[:20]],
-        "invalid": [f"{c.text}: {w}" for c, w in zip(cites, problems, strict=True) if w][:20],
+        "segments": t.n,
+        "cited_segments": t.n - len(t.uncited),
+        "evidenced_segments": t.evidenced,
+        "tokens": t.tokens,
+        "citations": len(t.cites),
+        "valid_citations": t.valid,
+        "uncited": [short(t.units[i]) for i in t.uncited[:20]],
+        "invalid": t.invalid()[:20],
     }
     return [record_verdict(score, reason), *items], outputs
 

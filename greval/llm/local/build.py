@@ -1,8 +1,9 @@
 """Finding and building llama.cpp's ``llama-server``: once, from source, into greval's data folder.
 
-No prebuilt binary runs on our machines, so we build it from the ``vendor/llama.cpp`` tree of the
-``llama-cpp-python`` source package on PyPI, with a fixed portable x86-64 instruction set: a native build picks
-up instructions (AMX) that some VMs report but do not enable, and crashes on the first request.
+The fallback engine (:mod:`greval.llm.local.engine`): the local judge runs on the ``xllamacpp`` wheel where pip
+has one, and on this build elsewhere. It is built from the ``vendor/llama.cpp`` tree of the ``llama-cpp-python``
+source package on PyPI, with a fixed portable x86-64 instruction set: a native build picks up instructions (AMX)
+that some VMs report but do not enable, and crashes on the first request.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def llama_server_dir(version: str = LLAMA_CPP_PYTHON_VERSION) -> Path:
     return data_dir() / "llama.cpp" / version
 
 
-def _env_override() -> Path | None:
+def env_override() -> Path | None:
+    """``$GREVAL_LLAMA_SERVER``: a llama-server binary to use as it is (None: unset); a bad path is an error."""
     value = os.environ.get(ENV_SERVER, "").strip()
     if not value:
         return None
@@ -82,7 +84,7 @@ def _env_override() -> Path | None:
 
 def find_llama_server(version: str = LLAMA_CPP_PYTHON_VERSION) -> Path | None:
     """The llama-server to use without building: ``$GREVAL_LLAMA_SERVER`` or a finished build, else None."""
-    override = _env_override()
+    override = env_override()
     if override is not None:
         return override
     root = llama_server_dir(version)
@@ -166,6 +168,11 @@ class _Reporter:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def say(message: str) -> None:
+    """One line about llama-server on stderr (whole: a log keeps it as one line), as the build's lines begin."""
+    print(f"llama-server: {message}", file=sys.stderr, flush=True)
 
 
 def _step_line(done: int, total: int, elapsed: float) -> str:

@@ -1,7 +1,8 @@
-"""The llama-server child process: start it on a free port, wait for ``/health``, stop it (also at exit).
+"""The local judge's server process: start it on a free port, wait for ``/health``, stop it (also at exit).
 
-llama-server speaks the OpenAI chat API (json_schema response formats, ``n`` > 1, logprobs, parallel
-slots), so the same ChatOpenAI judge code runs against it unchanged.
+The process is llama.cpp's server, from the xllamacpp wheel or a llama-server binary
+(:mod:`greval.llm.local.engine`). It speaks the OpenAI chat API (json_schema response formats, ``n`` > 1,
+logprobs, parallel slots), so the same judge code runs against it unchanged.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
 from greval.llm.gguf import model_identity, resolve_local_model
-from greval.llm.local.build import ensure_llama_server, find_llama_server
 from greval.llm.local.common import LocalJudgeError, env_int, log_tail
+from greval.llm.local.engine import Engine, Launch, ensure_engine, find_engine
 from greval.paths import data_dir, rewrite_private
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class LocalJudgeInfo:
     threads: int
     parallel: int
     ctx_size: int
+    engine: str = ""  # what runs the server (Engine.label): the wheel, a build, or $GREVAL_LLAMA_SERVER
 
 
 class LocalJudgeServer:
@@ -88,7 +90,8 @@ class LocalJudgeServer:
 
     Use as a context manager (``with LocalJudgeServer() as judge: judge.base_url``) or via
     :func:`start_local_judge` + :meth:`stop`. ``ctx_size`` is per parallel slot, so each
-    concurrent request gets that much context.
+    concurrent request gets that much context. ``binary`` (a llama-server) or ``engine`` choose what runs it
+    (default: :func:`greval.llm.local.engine.find_engine`, building llama-server only where nothing else serves).
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class LocalJudgeServer:
         startup_timeout: float = 120.0,
         extra_args: Sequence[str] = (),
         build: bool = True,
+        engine: Engine | None = None,
     ) -> None:
         if isinstance(model, Path):
             self.model_path = resolve_local_model(f"gguf:{model}")
@@ -114,7 +118,7 @@ class LocalJudgeServer:
             raise LocalJudgeError("threads and parallel must be at least 1, and ctx_size at least 64")
         self.ctx_size = ctx_size
         self.requested_port = port
-        self._binary = binary
+        self._engine = Engine("binary", f"llama-server {binary}", Path(binary)) if binary is not None else engine
         self._build = build
         self._log_path = log_path
         self.startup_timeout = startup_timeout
@@ -125,23 +129,23 @@ class LocalJudgeServer:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def _resolve_binary(self) -> Path:
-        if self._binary is not None:
-            if not Path(self._binary).is_file():
-                raise LocalJudgeError(f"llama-server binary not found: {self._binary}")
-            return Path(self._binary)
-        found = find_llama_server()
+    def _resolve_engine(self) -> Engine:
+        if self._engine is not None:
+            if self._engine.binary is not None and not self._engine.binary.is_file():
+                raise LocalJudgeError(f"llama-server binary not found: {self._engine.binary}")
+            return self._engine
+        found = find_engine()
         if found is not None:
             return found
         if not self._build:
-            raise LocalJudgeError("llama-server is not built yet: run `greval local-judge build`")
-        return ensure_llama_server(progress=True)
+            raise LocalJudgeError("no local judge engine: pip install xllamacpp, or run `greval local-judge build`")
+        return ensure_engine(progress=True)
 
     def start(self) -> LocalJudgeInfo:
-        """Start llama-server and wait until ``/health`` says the model is loaded."""
+        """Start the server and wait until ``/health`` says the model is loaded."""
         if self._info is not None:
             return self._info
-        binary = self._resolve_binary()
+        engine = self._resolve_engine()
         identity = model_identity(self.model_path)
         alias = self.model_path.stem
         attempts = 3 if self.requested_port == 0 else 1
@@ -149,8 +153,8 @@ class LocalJudgeServer:
         for _ in range(attempts):
             port = self.requested_port or _free_port()
             try:
-                self._launch(binary, port, alias)
-                self._wait_healthy(port)
+                self._launch(engine, port, alias)
+                self._wait_healthy(engine, port)
             except LocalJudgeError as exc:
                 self.stop()
                 last_error = exc
@@ -170,6 +174,7 @@ class LocalJudgeServer:
                 threads=self.threads,
                 parallel=self.parallel,
                 ctx_size=self.ctx_size,
+                engine=engine.label,
             )
             return self._info
         assert last_error is not None
@@ -182,25 +187,19 @@ class LocalJudgeServer:
             return self._log_path
         return data_dir() / "logs" / f"llama-server-{self.requested_port or 'auto'}.log"
 
-    def _launch(self, binary: Path, port: int, alias: str) -> None:
+    def _launch(self, engine: Engine, port: int, alias: str) -> None:
         if self._log_path is None:
             self._log_path = data_dir() / "logs" / f"llama-server-{port}.log"
-        cmd = [
-            str(binary),
-            "--model", str(self.model_path),
-            "--alias", alias,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--threads", str(self.threads),
-            "--threads-batch", str(self.threads),
-            "--parallel", str(self.parallel),
-            "--ctx-size", str(self.ctx_size * self.parallel),
-            "--no-kv-unified",
-            "--jinja",
-            "--no-webui",
-            "--offline",
-            *self.extra_args,
-        ]  # fmt: skip
+        launch = Launch(
+            model=str(self.model_path),
+            alias=alias,
+            host="127.0.0.1",
+            port=port,
+            threads=self.threads,
+            parallel=self.parallel,
+            ctx_total=self.ctx_size * self.parallel,
+        )
+        cmd = engine.command(launch, self.extra_args)
         # Our explicit flags decide; stray LLAMA_ARG_* variables in the caller's shell should not.
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
         # OpenMP threads spin while waiting by default; on a shared 2-core machine that makes each
@@ -220,7 +219,7 @@ class LocalJudgeServer:
         )
         _LIVE.add(self)
 
-    def _wait_healthy(self, port: int) -> None:
+    def _wait_healthy(self, engine: Engine, port: int) -> None:
         assert self._proc is not None
         url = f"http://127.0.0.1:{port}/health"
         deadline = time.monotonic() + self.startup_timeout
@@ -228,8 +227,8 @@ class LocalJudgeServer:
             code = self._proc.poll()
             if code is not None:
                 raise LocalJudgeError(
-                    f"llama-server exited with code {code} while starting. Log: {self.log_path}\n"
-                    + log_tail(self.log_path, 15).rstrip()
+                    f"the local judge's server ({engine.label}) exited with code {code} while starting. "
+                    f"Log: {self.log_path}\n" + log_tail(self.log_path, 15).rstrip()
                 )
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
@@ -238,12 +237,13 @@ class LocalJudgeServer:
                         return
             except urllib.error.HTTPError as exc:
                 if exc.code != 503:  # 503 = still loading the model
-                    raise LocalJudgeError(f"llama-server /health answered HTTP {exc.code}") from None
+                    raise LocalJudgeError(f"the local judge's server /health answered HTTP {exc.code}") from None
             except (urllib.error.URLError, OSError, ValueError):
                 pass
             time.sleep(0.1)
         raise LocalJudgeError(
-            f"llama-server did not become healthy within {self.startup_timeout:.0f} s. Log: {self.log_path}"
+            f"the local judge's server ({engine.label}) did not become healthy within {self.startup_timeout:.0f} s. "
+            f"Log: {self.log_path}"
         )
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -339,7 +339,7 @@ def start_local_judge(
     port: int = 0,
     **kwargs: Any,
 ) -> LocalJudgeServer:
-    """Start a local judge (building llama-server first if needed) and return it running.
+    """Start a local judge (building llama-server first only where no other engine serves) and return it running.
 
     The result carries ``base_url``, ``model``, ``identity`` and ``pid``; call ``stop()`` when
     done, or use it in a ``with`` block. ``threads``/``parallel`` default to

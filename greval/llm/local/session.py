@@ -30,10 +30,13 @@ def serve_judge(cfg: JudgeConfig, notify: Notify, needed: bool = True) -> Iterat
         try:
             server = LocalJudgeServer(model=None if cfg.provider == "local" else cfg.model)
             notify("starting the embedded local judge (llama.cpp) …")
-            info = stack.enter_context(server)
+            info = stack.enter_context(server).info
         except LocalJudgeError as exc:
             raise UserError(str(exc)) from None
-        notify(f"local judge {info.identity} at {info.base_url} ({info.threads} threads, {info.parallel} slots)")
+        notify(
+            f"local judge {info.identity} at {info.base_url} ({info.engine}; {info.threads} threads, "
+            f"{info.parallel} slots)"
+        )
         yield cfg.model_copy(update={"model": info.model, "base_url": info.base_url})
 
 
