@@ -14,8 +14,8 @@ secret never shown), hostile sources as one line and a retry, the page in Chromi
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import http.server
+import importlib.util
 import json
 import math
 import os
@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -50,7 +50,9 @@ SECRET = "hook-SECRET-4d2f9a-never-print"
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def emit(folder: Path, n: int, *, start: int = 0, per_file: int = 50, drift_after: int | None = None) -> list[dict[str, Any]]:
+def emit(
+    folder: Path, n: int, *, start: int = 0, per_file: int = 50, drift_after: int | None = None
+) -> list[dict[str, Any]]:
     """Run the RAG app (its own process, no LLM call) writing ``n`` traces as OTLP JSON files into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "tests.watch_app", "--otlp-dir", str(folder), "--n", str(n), "--start", str(start),
@@ -118,7 +120,7 @@ def test_the_filter_language_reads_paths_and_never_evaluates_python() -> None:
         assert parse_where(text).matches(fields), text
     assert not parse_where('attributes.route == "chat" or tokens > 5000').matches(fields)
     bad = {
-        'attributes.route ==': "expected a value or a path, found 'the end' at character 20",
+        "attributes.route ==": "expected a value or a path, found 'the end' at character 20",
         '__import__("os").system("true")': "unexpected '.' at character 17",
         '__import__("os")': "unexpected '(' at character 11",
         "a === b": "unexpected '=' at character 5",
@@ -291,7 +293,7 @@ def test_the_daily_budget_is_never_exceeded(llm: OpenAIServer, tmp_path: Path) -
 class _Hook(http.server.BaseHTTPRequestHandler):
     """A local webhook receiver: keeps each POST's path, headers and JSON body."""
 
-    got: list[dict[str, Any]] = []
+    got: ClassVar[list[dict[str, Any]]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -337,10 +339,13 @@ def test_a_drift_raises_an_alarm_once_as_exit_code_junit_and_webhook(llm: OpenAI
     store, junit = tmp_path / "s.sqlite", tmp_path / "watch.xml"
     with webhook() as (url, got):
         config = tmp_path / "watch.yaml"
-        config.write_text(f"webhook:\n  url: {url}/hooks/{SECRET}\n  headers: {{Authorization: 'Bearer ${{HOOK_TOKEN}}'}}\n")
+        config.write_text(
+            f"webhook:\n  url: {url}/hooks/{SECRET}\n  headers: {{Authorization: 'Bearer ${{HOOK_TOKEN}}'}}\n"
+        )
         env = {"GREVAL_WATCH_CONFIG": str(config), "HOOK_TOKEN": SECRET + "-token"}
         args = ["--source", str(tmp_path / "land"), "-s", "answer_alignment", "--store", str(store), "--once",
-                "--window", "2s", "--settle", "0s", "--junit", str(junit), "--bootstrap", "500", *judge_args(llm)]  # fmt: skip
+                "--window", "2s", "--settle", "0s", "--junit", str(junit), "--bootstrap", "500",
+                *judge_args(llm)]  # fmt: skip
         res = watch(*args, env=env)
         again = watch(*args, env=env)
     assert res.exit_code == 1, res.output
@@ -417,7 +422,8 @@ def test_each_closed_window_sends_its_designed_share_to_review(llm: OpenAIServer
             for i, p in enumerate(picked)
         )  # fmt: skip
     status = CliRunner().invoke(main, ["review", "status", "--store", str(store), "--spec", "answer_alignment",
-                                       "--dataset", "answer_alignment-watch", "--no-pull"], env={"COLUMNS": "200"})  # fmt: skip
+                                       "--dataset", "answer_alignment-watch", "--no-pull"],
+                                env={"COLUMNS": "200"})  # fmt: skip
     assert status.exit_code == 0, status.output
     assert f"{len(picked)} of {len(picked)} selected items labelled" in status.output
     assert f"{window_label(windows[0].window_start)} uncertain" in status.output
@@ -483,7 +489,10 @@ def test_an_unreachable_phoenix_is_a_line_per_try_then_exit_75(tmp_path: Path) -
     res = watch("--source", f"phoenix://127.0.0.1:{port}/rag", "-s", "answer_alignment", "--store",
                 str(tmp_path / "s.db"), "--once", "--retries", "2")  # fmt: skip
     assert res.exit_code == 75
-    down = f"phoenix http://127.0.0.1:{port} project 'rag': cannot reach Phoenix (ConnectError: [Errno 111] Connection refused)"
+    down = (
+        f"phoenix http://127.0.0.1:{port} project 'rag': cannot reach Phoenix"
+        " (ConnectError: [Errno 111] Connection refused)"
+    )
     assert res.output.splitlines() == [
         f"{down}; trying again in 1 s",
         f"{down}; trying again in 2 s",
@@ -582,18 +591,19 @@ def test_a_live_phoenix_drifting_watched_killed_and_restarted(openai_server: Ope
 
     openai_server.reset()
     store, port = tmp_path / "s.sqlite", free_port()
-    env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "PHOENIX_API_KEY": CANARY, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OPENAI_API_KEY": TEST_KEY, "PHOENIX_API_KEY": CANARY, "COLUMNS": "200",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
     px = PhoenixServer()  # not started: its port is known, nothing answers there yet
-    with OpenAIServer() as judge, contextlib.closing(_Stops(px)):
+    with OpenAIServer() as judge, contextlib.closing(_Stops(px)), contextlib.ExitStack() as files:
         judge.script(judge_rules())
         judge.configure(logprobs="on")
         cmd = [sys.executable, "-m", "greval", "watch", "--source", f"phoenix://127.0.0.1:{px.port}/rag", "-s",
                "answer_alignment", "--store", str(store), "--every", "1s", "--window", "4s", "--settle", "1s",
                "--review-share", "0.25", "--logprobs", "-c", "2", "--health-port", str(port), "--bootstrap", "300",
                "--judge", "openai:judge-test", "--base-url", judge.base_url]  # fmt: skip
-        logs = [open(tmp_path / f"watch-{i}.log", "w") for i in range(2)]
+        logs = [files.enter_context((tmp_path / f"watch-{i}.log").open("w")) for i in range(2)]
         proc = subprocess.Popen(cmd, env=env, stdout=logs[0], stderr=subprocess.STDOUT, cwd=tmp_path)
-        status, body = _until(lambda: (s := _health(port))[0] == 503 and s, 60)
+        _, body = _until(lambda: (s := _health(port))[0] == 503 and s, 60)
         assert "cannot reach Phoenix" in body["last_error"] and body["retry_in_s"] >= 1 and proc.poll() is None
         px.start()
         app = subprocess.Popen(
@@ -615,8 +625,6 @@ def test_a_live_phoenix_drifting_watched_killed_and_restarted(openai_server: Ope
         assert proc.wait(timeout=60) == 0
         calls = judge.stats()["total"]
         annotations = _phoenix_annotations(px.url, [t["root_span_id"] for t in traces])
-    for log in logs:
-        log.close()
     lines = [(tmp_path / f"watch-{i}.log").read_text() for i in range(2)]
     assert "stopped: every page read is committed" in lines[1]
     # judged once: one judgement per trace; the judge was asked again only for what was in flight at the kill
