@@ -209,9 +209,15 @@ def test_once_twice_judges_nothing_the_second_time(
     emit(land, 40, per_file=20)
     args = ["--source", str(land), "-s", "answer_alignment", "--store", store, "--once", "--settle", "0s",
             *judge_args(llm)]  # fmt: skip
-    first = watch(*args)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("openai:judge-test: {input: 2.0, output: 8.0}\n")
+    first = watch(*args, env={"GREVAL_PRICES": str(prices)})
     assert first.exit_code == 0, first.output
     assert "40 trace(s) read, 40 chosen, 40 judged" in first.output
+    with Store(store) as st:  # each trace's cost is kept, budget or not: the page's cost per window
+        [cost] = st.query("SELECT COUNT(*) AS n, MIN(usd) AS least, SUM(usd) AS usd FROM watch_items")
+    assert cost["n"] == 40 and cost["least"] > 0, cost
+    assert f"${cost['usd']:.4f} " in first.output  # the window's cost, as the table shows it
     assert llm.stats()["total"] == 40  # one call per trace: the scripted answers parse
     second = watch(*args)
     assert second.exit_code == 0, second.output
@@ -679,3 +685,44 @@ def _phoenix_annotations(url: str, span_ids: list[str]) -> list[dict[str, Any]]:
 
     found = Client(base_url=url).spans.get_span_annotations(span_ids=span_ids, project_identifier="rag")
     return [dict(a) for a in found]
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def test_a_long_running_watch_holds_no_more_memory_after_10000_spans(tmp_path: Path) -> None:
+    """A watch kept open, as ``--every`` keeps it, reads 10,200 spans (3,400 traces of 3 spans) landing in ten
+    batches of four files, a pass per batch. What it holds after a pass (the interpreter's allocated blocks, after
+    a collection) stays flat: from the second pass to the tenth it grows by fewer blocks than one per span read
+    (spans are read a page at a time and let go; what remains is the store's bounded cache of recent records).
+    The process's RSS after each pass is printed, not asserted (the allocator keeps what it once used)."""
+    import gc
+
+    from greval.flows.watch import Watch
+    from greval.llm.config import JudgeChoice
+    from greval.watch.options import WatchOptions
+    from greval.watch.sampling import Rules
+    from greval.watch.service import rss_mb
+
+    staged, land = tmp_path / "staged", tmp_path / "land"
+    emit(staged, 3400, per_file=85)
+    files = sorted(staged.glob("*.json"))
+    assert len(files) == 40
+    land.mkdir()
+    opts = WatchOptions(source=str(land), specs=("rouge_l",), rules=Rules(rate=0.1), settle_s=0.0, page_size=100)
+    held: list[int] = []
+    rss: list[float | None] = []
+    read = 0
+    with Store(tmp_path / "s.sqlite") as st:
+        w = Watch(st, opts, JudgeChoice(), stop=threading.Event())
+        try:
+            for batch in range(10):
+                for f in files[batch * 4 : batch * 4 + 4]:
+                    f.rename(land / f.name)  # lands whole, its mtime kept: read in the order it was written
+                read += w.once(latest=False).read
+                gc.collect()
+                held.append(sys.getallocatedblocks())
+                rss.append(rss_mb())
+        finally:
+            w.close()
+    assert read == 3400
+    print("allocated blocks after each pass:", held, "RSS MiB:", rss)
+    assert held[-1] - held[1] < 3400 * 3 * 0.8, held

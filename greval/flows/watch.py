@@ -203,7 +203,7 @@ class Watch:
     def _start(self) -> _Pass:
         specs, asked, notes = production_specs(self.store, self.opts.specs)
         _, cfg = choose_judge(specs, self.judge, lambda text: None)
-        price = price_for(cfg.label, load_prices()) if self.opts.limits.usd_per_day is not None else None
+        price = price_for(cfg.label, load_prices())  # each trace's cost, budget or not: the page shows it
         if self.opts.limits.usd_per_day is not None and price is None and any(s.needs_model for s in specs):
             raise UserError(f"a budget in US dollars needs the judge's price: {cfg.label} is in no price table")
         stored = self.store.watch_positions(self.id)
