@@ -20,7 +20,7 @@ from greval.report import plots
 from greval.report.explorer import links
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.models import MetricRow, StoreReport
-from greval.report.stats import CONFIDENCE
+from greval.report.stats import LEVEL
 from greval.report.tables import (
     CORRECTED_HEAD,
     FACT_HEAD,
@@ -291,7 +291,7 @@ def _footer(page: Page) -> str:
     """Every note of the report, then how its figures were computed."""
     return _notes(page.notes(page.rep.notes())) + (
         f"<p class=note>CIs: percentile bootstrap over records (greval.agreement.bootstrap), {page.rep.bootstrap} "
-        f"resamples (every CI of this report and of its agreement pages), seed 0, {CONFIDENCE:.0%}; a pooled "
+        f"resamples (every CI of this report and of its agreement pages), seed 0, {LEVEL:.0%}; a pooled "
         "(micro) score and a per-item metric's label shares resample records with their items. Percentiles: "
         "numpy's linear interpolation; std: sample (ddof 1); failed / skipped: shares of the records.</p>"
     )

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from greval.agreement.bootstrap import Resampling
 from greval.llm.prices import usd_text
 from greval.paths import output_dir, write_private
 from greval.report.explorer.data import Where, write_data
@@ -113,7 +114,7 @@ def _explorer(
             rec["group"] = label.get((str(rec["record_id"]), str(rec["record_hash"])))
             rec["system"] = None
         fig = figures_from_rows(items, specs)[0]
-        row = metric_row(st, fig, specs[scope.spec_key], items, recs, 200, None)
+        row = metric_row(st, fig, specs[scope.spec_key], items, recs, Resampling(resamples=200), None)
         numbers[metric] = len(metrics)
         metrics.append(metric_data(st, row, specs[scope.spec_key], recs, items))
         data.update({r.hash: r.data for r in st.records({str(i["record_hash"]) for i in items})})

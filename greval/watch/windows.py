@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
+from greval.agreement.bootstrap import Resampling
 from greval.agreement.models import Estimate
 from greval.errors import UserError
 from greval.report.format import fmt_ci, fmt_number
@@ -154,12 +155,13 @@ def judged_items(store: Store, scope: Scope, rows: Sequence[Mapping[str, Any]]) 
 def _figures(
     store: Store, scope: Scope, items: Sequence[dict[str, Any]], resamples: int, seed: int
 ) -> tuple[MeanCI, str | None, Estimate | None]:
-    rows = score_rows(store, items, resamples=resamples, seed=seed) if items else []
+    boot = Resampling(resamples=resamples, seed=seed)
+    rows = score_rows(store, items, resampling=boot) if items else []
     score = rows[0].score if rows else MeanCI(n=0, mean=None, std=None, note="no verdicts")
     if not items:
         return score, None, None
     figure, agreement = agreement_on(
-        store, scope.metric, scope.spec_key, scope.judge_key, list(items), resamples, seed, weighted=True
+        store, scope.metric, scope.spec_key, scope.judge_key, list(items), boot, weighted=True
     )
     return score, figure, agreement
 
