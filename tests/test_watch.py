@@ -626,7 +626,7 @@ def test_a_live_phoenix_drifting_watched_killed_and_restarted(openai_server: Ope
         assert len(traces) == 96
         _until(lambda: _written(store) == 96, 120)
         _until(lambda: rows(store, "SELECT COUNT(*) FROM watch_windows WHERE routed_at IS NULL")[0][0] <= 1, 60)
-        assert _health(port)[0] == 200
+        _until(lambda: _health(port)[0] == 200, 30)  # polled: a loaded machine may hold one answer past 5 s
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         calls = judge.stats()["total"]
