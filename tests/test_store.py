@@ -29,7 +29,7 @@ from greval.runner.driver import run
 from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
 from greval.store.results import MetricFigures, figures, item_rows
-from greval.store.schema import SCHEMA_VERSION, error_kind
+from greval.store.schema import SCHEMA_VERSION, WATCH_TABLES, error_kind
 from greval.store.store import _HOST, Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
 from greval.types import CallLog, ErrorKind, ItemVerdict, JudgeResult
@@ -54,8 +54,11 @@ def old_store(tmp_path: Path) -> Path:
     return path
 
 
-#: What schema 7 added (the loop's state), undone to make a schema-6-or-older store from a fresh one.
+#: What schema 8 added (greval watch's tables), undone to make a schema-7 store from a fresh one.
+AS_SCHEMA_7 = tuple(f"DROP TABLE {table}" for table in WATCH_TABLES)
+#: What schema 7 added (the loop's state), undone too to make a schema-6-or-older store from a fresh one.
 AS_SCHEMA_6 = (
+    *AS_SCHEMA_7,
     "ALTER TABLE runs DROP COLUMN kind",
     "ALTER TABLE runs DROP COLUMN purpose",
     "ALTER TABLE runs DROP COLUMN dataset_name",
@@ -474,6 +477,37 @@ def test_a_schema_5_store_gets_the_cached_tokens_column(
 
 
 # --------------------------------------------------------------------------- the dataset score (issue 16)
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_schema_7_store_gets_the_watch_tables_and_keeps_what_it_held(
+    llm: OpenAIServer, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Schema 8 added greval watch's tables: a schema-7 store (SQLite when opened, PostgreSQL by ``greval store
+    migrate``) gets them, empty, keeps every verdict and production version, and a watch then records in it."""
+    from greval.errors import UserError
+
+    ref = str(tmp_path / "v7.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(ref) as st:
+        run(resolve_specs(["answer_alignment"]), fixture_records()[:3], st, cfg, options=FAST)
+        before = st.query("SELECT record_hash, status, label FROM verdicts ORDER BY record_hash")
+        production = st.promotions("answer_alignment")
+        for stmt in AS_SCHEMA_7:
+            st.db.execute(stmt)
+        st.db.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
+    if backend == "postgresql":
+        with pytest.raises(UserError, match=rf"schema 7, this greval needs {SCHEMA_VERSION}$"):
+            Store(ref)
+        res = _cli("store", "migrate", "--store", ref)
+        assert res.exit_code == 0 and f"schema 7 → {SCHEMA_VERSION}" in res.output, res.output
+    with Store(ref) as st:
+        assert st.version == SCHEMA_VERSION == 8
+        assert st.query("SELECT record_hash, status, label FROM verdicts ORDER BY record_hash") == before
+        assert st.promotions("answer_alignment") == production
+        assert [st.query(f"SELECT COUNT(*) AS n FROM {table}") for table in WATCH_TABLES] == [[{"n": 0}]] * 6
+        st.register_watch("w1", "folder /land", {"rate": 0.5})
+        assert [(w["watch_id"], w["config"]) for w in st.watches()] == [("w1", {"rate": 0.5})]
+
+
 def _factscore_rows(n_triples: Sequence[int]) -> list[dict[str, Any]]:
     """Records with different numbers of triples, so that pooling the triples (micro) and averaging the
     records' shares (macro) give different dataset scores."""

@@ -103,6 +103,11 @@ COMMANDS: dict[str, Lazy] = {
         "greval.cli.store:store",
         "Inspect, migrate and copy stores (a SQLite file, or a PostgreSQL database shared by a team).",
     ),
+    "watch": Lazy(
+        "greval.cli.watch:watch",
+        "Judge a live system's traces as they come: sampled, judged by each metric's production version, written "
+        "back, a share sent to people, every window compared with its baseline.",
+    ),
 }
 
 

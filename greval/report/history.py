@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -147,7 +147,24 @@ def _agreement(
     store: Store, name: str, key: str, judge_key: str, items: Sequence[dict[str, Any]], resampling: Resampling
 ) -> tuple[str | None, Estimate | None]:
     """The run's agreement figure on its labelled records (None when people labelled none of them)."""
+    return agreement_on(store, name, key, judge_key, items, resampling)
+
+
+def agreement_on(
+    store: Store,
+    name: str,
+    key: str,
+    judge_key: str,
+    items: Sequence[dict[str, Any]],
+    resampling: Resampling,
+    *,
+    weighted: bool = False,
+) -> tuple[str | None, Estimate | None]:
+    """A metric's agreement figure (:data:`AGREEMENT_FIGURE`) on the labelled records among ``items``: a run's, or a
+    ``greval watch`` window's (None when people labelled none of them). ``weighted``: on a non-random sample of
+    labels (a review design), the design-weighted figure, as ``greval gate`` tests it (else the plain one)."""
     from greval.agreement.agreement import compute_agreement
+    from greval.agreement.design import report_name
     from greval.agreement.from_store import store_frame
     from greval.agreement.models import AgreementOptions
     from greval.errors import UserError
@@ -164,7 +181,22 @@ def _agreement(
     if frame.empty:
         return figure, None
     report = compute_agreement(frame, scale, AgreementOptions(**resampling.model_dump()))
+    design = {report_name(d.name): d for d in report.design.estimates} if weighted and report.design else {}
+    if figure in design:
+        d = design[figure]
+        plain = report.metrics.get(figure)
+        return figure, Estimate(value=d.weighted, n=plain.n if plain else 0, ci_low=d.ci_low, ci_high=d.ci_high)
     return figure, report.metrics.get(figure)
+
+
+def worse(
+    figure: str | None, low: float | None, high: float | None, base_low: float | None, base_high: float | None
+) -> bool:
+    """Whether an interval lies wholly on the worse side of a baseline's (below it; above it for an error such as
+    MAE, :data:`LOWER_IS_BETTER`): the drop :func:`build_history` flags, and ``greval watch``'s alarm."""
+    if figure in LOWER_IS_BETTER:
+        return _below(base_high, low)
+    return _below(high, base_low)
 
 
 def _flag_drops(points: list[RunPoint]) -> None:
@@ -174,11 +206,10 @@ def _flag_drops(points: list[RunPoint]) -> None:
         if not p.production:
             continue
         if last is not None:
-            p.score_drop = _below(p.score.ci_high, last.score.ci_low)
+            p.score_drop = worse(None, p.score.ci_low, p.score.ci_high, last.score.ci_low, last.score.ci_high)
             if p.agreement is not None and last.agreement is not None:
-                worse: Literal["below", "above"] = "above" if p.agreement_figure in LOWER_IS_BETTER else "below"
                 a, b = p.agreement, last.agreement
-                p.agreement_drop = _below(a.ci_high, b.ci_low) if worse == "below" else _below(b.ci_high, a.ci_low)
+                p.agreement_drop = worse(p.agreement_figure, a.ci_low, a.ci_high, b.ci_low, b.ci_high)
         last = p
 
 
@@ -186,4 +217,4 @@ def _below(high: float | None, low: float | None) -> bool:
     return high is not None and low is not None and high < low
 
 
-__all__ = ["AGREEMENT_FIGURE", "History", "Period", "RunPoint", "build_history"]
+__all__ = ["AGREEMENT_FIGURE", "History", "Period", "RunPoint", "agreement_on", "build_history", "worse"]

@@ -16,7 +16,11 @@ experiments declared (``specs.experiment``), and each metric's *production* vers
 of it, the latest per name is the one readers default to); a migrated store's align runs become experiments and
 each metric's production version is the one readers read before (its latest version declared by any other run);
 ``experiment_verdicts`` lists the judgements an experiment made under a version that is not its own, hidden from
-readers until a run or a server reuses them.
+readers until a run or a server reuses them; 8 keeps ``greval watch``'s state (:mod:`greval.store.watch`): each
+watch's source (``watches``), its cursor per metric (``watch_cursors``: how far the watch has read its source; the
+metric ``''`` is the sampling's own), what it counted per window and stratum (``watch_strata``), the traces its
+sampling chose (``watch_traces``), each chosen trace's way through a metric (``watch_items``: admitted, held back by
+the daily budget, judged, written back; its tokens and cost) and each window's figures and alarm (``watch_windows``).
 A store written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
@@ -39,7 +43,7 @@ from greval.types import ErrorKind
 if TYPE_CHECKING:
     from greval.store.backend import DB, Dialect
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
@@ -111,6 +115,31 @@ CREATE TABLE IF NOT EXISTS annotation_selection (
     PRIMARY KEY (push_id, record_hash, item_id));
 CREATE INDEX IF NOT EXISTS annotation_selection_by_unit
     ON annotation_selection(spec_name, record_hash, item_id);
+CREATE TABLE IF NOT EXISTS watches (
+    watch_id TEXT PRIMARY KEY, source TEXT NOT NULL, config TEXT NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS watch_cursors (
+    watch_id TEXT NOT NULL, metric TEXT NOT NULL, position TEXT NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (watch_id, metric));
+CREATE TABLE IF NOT EXISTS watch_strata (
+    watch_id TEXT NOT NULL, window_start REAL NOT NULL, stratum TEXT NOT NULL, seen INTEGER NOT NULL,
+    matched INTEGER NOT NULL, sampled INTEGER NOT NULL,
+    PRIMARY KEY (watch_id, window_start, stratum));
+CREATE TABLE IF NOT EXISTS watch_traces (
+    watch_id TEXT NOT NULL, trace_id TEXT NOT NULL, window_start REAL NOT NULL, stratum TEXT NOT NULL,
+    PRIMARY KEY (watch_id, trace_id));
+CREATE TABLE IF NOT EXISTS watch_items (
+    watch_id TEXT NOT NULL, metric TEXT NOT NULL, trace_id TEXT NOT NULL, window_start REAL NOT NULL,
+    status TEXT NOT NULL, decided_at REAL NOT NULL, record_id TEXT, record_hash TEXT, run_id TEXT, judged_at REAL,
+    tokens INTEGER, usd REAL, review_batch INTEGER,
+    PRIMARY KEY (watch_id, metric, trace_id));
+CREATE INDEX IF NOT EXISTS watch_items_by_window ON watch_items(watch_id, metric, window_start);
+CREATE INDEX IF NOT EXISTS watch_items_by_time ON watch_items(watch_id, decided_at);
+CREATE TABLE IF NOT EXISTS watch_windows (
+    watch_id TEXT NOT NULL, metric TEXT NOT NULL, window_start REAL NOT NULL, window_end REAL NOT NULL,
+    spec_key TEXT, figures TEXT, alarm TEXT, alarmed_at REAL, posted_at REAL, routed_at REAL, review_units INTEGER,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (watch_id, metric, window_start));
 """
 
 # Schema 1 -> 2: records kept one id per content (a second id with the same content vanished), runs linked
@@ -362,6 +391,8 @@ def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
     if version < 7:
         _script(db, _MIGRATE_6_7, dialect)
         _migrate_6_7(db, dialect)
+    if version < 8:
+        _migrate_7_8(db, dialect)
     set_version(db)
 
 
@@ -551,3 +582,17 @@ def _migrate_6_7(db: DB, dialect: Dialect) -> None:
         "INSERT INTO promotions (name, spec_key, at, source, note, run_id) VALUES (?,?,?,?,?,NULL)",
         [(name, key, now, "migration", "the version greval read by default before") for name, key in latest.items()],
     )
+
+
+#: The tables schema 8 added (greval watch's state): nothing older holds anything to carry over.
+WATCH_TABLES = ("watches", "watch_cursors", "watch_strata", "watch_traces", "watch_items", "watch_windows")
+
+
+def _migrate_7_8(db: DB, dialect: Dialect) -> None:
+    """Schema 7 -> 8: ``greval watch``'s tables, empty (SQLite made them when it opened the file: its DDL runs on
+    every open; PostgreSQL's are made here)."""
+    if dialect != "postgresql":
+        return
+    for stmt in statements(ddl(dialect)):
+        if any(f"EXISTS {t} " in stmt or f"ON {t}(" in stmt for t in WATCH_TABLES):
+            db.execute(stmt)

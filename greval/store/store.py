@@ -13,8 +13,8 @@ reader (``greval.store.results``).
 
 A :class:`Store` is this module's writes and reads of verdicts, runs and records, plus its parts: the tables
 and migrations (``schema.py``), the connection (``connection.py``), human labels (``labels.py``), Argilla
-pushes (``annotation.py``) and the verdict reads of later stages (``lookups.py``). Only ``greval.store``
-holds SQL.
+pushes (``annotation.py``), the verdict reads of later stages (``lookups.py``) and ``greval watch``'s state
+(``watch.py``). Only ``greval.store`` holds SQL.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from greval.store.labels import HumanLabels
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
 from greval.store.versions import RunKind, SpecVersions, Version
+from greval.store.watch import WatchState
 from greval.types import PROMPT_LAYOUT, RECORD_ITEM, ErrorKind, ItemVerdict, JudgeResult, not_applicable
 
 #: Records a connection remembers having stored (see Store._stored), and records stored per transaction.
@@ -209,7 +210,7 @@ def _replace_verdicts(
     )
 
 
-class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions):
+class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchState):
     """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
     (``postgresql://…``, shared by many machines); one connection per Store.
 

@@ -24,7 +24,7 @@ from greval.traces.openinference import is_span_row
 from greval.traces.source import TraceRows, group_traces
 from greval.traces.spans import Span
 
-__all__ = ["FORMATS", "open_data", "recognise", "sniff"]
+__all__ = ["FORMATS", "open_data", "recognise", "sniff", "spans_of"]
 
 #: Export kind -> what the notes call it.
 FORMATS = {
@@ -85,7 +85,9 @@ def sniff(path: Path, kind: str, limits: ReadLimits | None = None) -> str | None
     return None
 
 
-def _spans(path: Path, fmt: str, label: str, limits: ReadLimits | None) -> Iterator[Span]:
+def spans_of(path: Path, fmt: str, label: str, limits: ReadLimits | None) -> Iterator[Span]:
+    """The spans of an export file of kind ``fmt`` (:func:`sniff`), streamed in file order (a trace download is
+    read whole); what ``greval run`` groups into traces, and ``greval watch`` too, a trace's spans up to a cap."""
     from greval.traces.phoenix import export_spans
 
     if fmt == "langfuse-traces":
@@ -125,7 +127,7 @@ def open_data(
     if fmt is None:
         return DataFile(data, mapping, id_column, limit, limits)
     label = f"{path} ({FORMATS[fmt]})"
-    return TraceRows(label, lambda: group_traces(_spans(path, fmt, label, limits)), limit)
+    return TraceRows(label, lambda: group_traces(spans_of(path, fmt, label, limits)), limit)
 
 
 def recognise(source: DataSource) -> Opened | None:
