@@ -1,0 +1,160 @@
+"""Agents reviewed by people (issue 45): a per-step trajectory spec pushed to Argilla (one Argilla record per
+agent step, the trajectory shown step by step, the judge's verdict as the suggestion), answered by two
+reviewers through the Argilla SDK, pulled back as per-step human labels, and `greval agreement` on them.
+
+Real argilla-server 2.8.0 (embedded, one for this module), real argilla SDK, real verdicts from the local
+OpenAI-compatible test server (scripted per step).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from greval.annotation import dataset as ds
+from greval.annotation import server
+from greval.dataset.records import Record
+from greval.llm.config import JudgeConfig
+from greval.runner.driver import run
+from greval.spec import Spec, resolve_specs
+from greval.store.store import Store
+from greval.testing.openai_server import OpenAIServer
+from tests.conftest import TEST_KEY
+
+import greval.cli.annotate_sync  # noqa: F401  (attaches push / pull)  # isort: skip
+
+rg = pytest.importorskip("argilla")
+
+pytestmark = [pytest.mark.slow, pytest.mark.argilla]
+
+
+def call(cid: str, name: str, **args: Any) -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+#: Two trips (OpenAI message lists). trip-1's steps: s1 user, s2 s3 calls, s4 s5 results, s6 call, s7 result,
+#: s8 final answer; trip-2's: s1 user, s2 call, s3 result, s4 call, s5 result, s6 final answer.
+TRIPS = [
+    {"id": "trip-1", "trajectory": [
+        {"role": "user", "content": "Which is warmer today, Paris or Lyon? Book two nights there."},
+        {"role": "assistant", "tool_calls": [call("c1", "get_weather", city="Paris"),
+                                             call("c2", "get_weather", city="Lyon")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Paris: 18 C, cloudy"},
+        {"role": "tool", "tool_call_id": "c2", "content": "Lyon: 24 C, sunny <b>hot</b>"},
+        {"role": "assistant", "tool_calls": [call("c3", "book_hotel", city="Lyon", nights=2,
+                                                  guest={"name": "Ada", "tags": ["quiet"]})]},
+        {"role": "tool", "tool_call_id": "c3", "content": "Booked: Hotel Rhone, 2 nights"},
+        {"role": "assistant", "content": "Lyon is warmer (24 C). Hotel Rhone is booked for two nights."}]},
+    {"id": "trip-2", "trajectory": [
+        {"role": "user", "content": "Book one night in Nice if it is sunny there."},
+        {"role": "assistant", "tool_calls": [call("c1", "book_hotel", city="Nice", nights=0)]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Error: nights must be at least 1"},
+        {"role": "assistant", "tool_calls": [call("c2", "get_weather", city="Nice")]},
+        {"role": "tool", "tool_call_id": "c2", "content": "Nice: 21 C, sunny"},
+        {"role": "assistant", "content": "It is sunny in Nice, and your night is booked."}]},
+]  # fmt: skip
+
+#: The judge's verdict on each agent step (scripted).
+JUDGED = {
+    "trip-1": {"s2": "Useful", "s3": "Useful", "s6": "Useful", "s8": "Useful"},
+    "trip-2": {"s2": "Harmful", "s4": "Useful", "s6": "Harmful"},
+}
+
+
+def step_verdicts(labels: dict[str, str]) -> dict[str, Any]:
+    return {"verdicts": [{"id": s, "reason": f"why {s} is {lab}", "label": lab} for s, lab in labels.items()]}
+
+
+@dataclass
+class Env:
+    info: server.ServerInfo
+    store_path: Path
+    spec: Spec
+    records: dict[str, Record]
+
+    def cli(self, *args: str, ok: bool = True) -> Any:
+        from greval.cli import main
+
+        env = {"ARGILLA_API_URL": self.info.url, "ARGILLA_API_KEY": self.info.api_key}
+        result = CliRunner().invoke(main, list(args), env=env)
+        if ok:
+            assert result.exit_code == 0, (result.output, result.exception)
+        return result
+
+    def client(self, api_key: str | None = None) -> Any:
+        return rg.Argilla(api_url=self.info.url, api_key=api_key or self.info.api_key)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("annotation_trajectory")
+    spec = next(s for s in resolve_specs(["step_usefulness"]) if isinstance(s, Spec))
+    records = {t["id"]: Record.from_mapping(t) for t in TRIPS}
+    store_path = tmp / "store.sqlite"
+    openai_server.reset()
+    openai_server.script(
+        [
+            {"match": f"Item ids: {', '.join(labels)}", "action": {"type": "respond", "content": step_verdicts(labels)}}
+            for labels in JUDGED.values()
+        ]
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", TEST_KEY)
+        cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
+        with Store(store_path) as st:
+            assert run([spec], list(records.values()), st, cfg).failed == 0
+    openai_server.reset()
+    with server.running_server(data=tmp / "argilla") as info:
+        yield Env(info=info, store_path=store_path, spec=spec, records=records)
+
+
+def _records(env: Env, name: str) -> list[Any]:
+    dataset = env.client().datasets(name, workspace=env.info.workspace)
+    assert dataset is not None
+    return list(dataset.records(with_suggestions=True, with_responses=True))
+
+
+def _by_step(env: Env, name: str) -> dict[tuple[str, str], Any]:
+    return {(dict(r.metadata)["record_id"], dict(r.metadata)["item_id"]): r for r in _records(env, name)}
+
+
+# ----------------------------------------------------------------------------------------------- push
+def test_a_per_step_spec_is_pushed_one_argilla_record_per_agent_step(env: Env) -> None:
+    """`greval annotate push` of step_usefulness (target each: steps) made a KeyError ('steps' had no title for
+    the field under review); now each agent step is one Argilla record with the judge's verdict suggested."""
+    out = env.cli("annotate", "push", "--store", str(env.store_path), "--spec", env.spec.name).output
+    assert "Pushed 7 of 7 items" in out, out
+    got = _by_step(env, env.spec.name)
+    assert set(got) == {(rid, sid) for rid, labels in JUDGED.items() for sid in labels}
+    for (rid, sid), rec in got.items():
+        assert rec.suggestions[ds.QUESTION].value == JUDGED[rid][sid]
+        assert rec.fields[ds.REASON_FIELD] == f"why {sid} is {JUDGED[rid][sid]}"
+    dataset = env.client().datasets(env.spec.name, workspace=env.info.workspace)
+    fields = {f.name: f for f in dataset.settings.fields}
+    assert fields[ds.ITEM_FIELD].title == "Under review: agent step"
+    assert fields["trajectory"].use_markdown and fields[ds.ITEM_FIELD].use_markdown
+    assert "answer" not in fields  # a trajectory spec reads the trajectory, not an answer field it never had
+    assert "Each record is one agent step" in (dataset.settings.guidelines or "")
+
+    booking = got["trip-1", "s6"].fields
+    assert booking[ds.ITEM_FIELD].startswith("**Step 6** · tool call `book_hotel` · id `s6` · call `c3`\n\n```json\n")
+    pretty = json.dumps({"city": "Lyon", "nights": 2, "guest": {"name": "Ada", "tags": ["quiet"]}}, indent=2)
+    assert f"```json\n{pretty}\n```" in booking[ds.ITEM_FIELD]  # the arguments as indented JSON, nested ones too
+    shown = booking["trajectory"]
+    heads = [line for line in shown.splitlines() if line.startswith(("**Step", "<details>"))]
+    # every step, numbered
+    assert len(heads) == 8 and all(re.search(rf"Step {n}\b", h) for n, h in enumerate(heads, start=1))
+    assert heads[5].endswith("**◀ under review**") and sum("under review" in h for h in heads) == 1
+    # a tool result folded, its text escaped (a tool's output cannot inject markup into the page)
+    assert "<details><summary>Step 5 · tool result (get_weather, c2) · id s5</summary>" in shown
+    assert "<pre>Lyon: 24 C, sunny &lt;b&gt;hot&lt;/b&gt;</pre>\n\n</details>" in shown
+    assert got["trip-2", "s6"].fields[ds.ITEM_FIELD] == (
+        "**Step 6** · final answer · id `s6`\n\nIt is sunny in Nice, and your night is booked."
+    )
