@@ -224,3 +224,59 @@ def test_per_step_answers_come_back_as_per_step_labels_and_agreement_is_per_step
     assert metrics["accuracy"]["value"] == pytest.approx(sum(j == h for j, h in pairs) / len(pairs))
     kappa = skm.cohen_kappa_score([h for _, h in pairs], [j for j, _ in pairs])
     assert metrics["cohen_kappa"]["value"] == pytest.approx(kappa)
+
+
+# ------------------------------------------------------------------------------------------ browser
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+def test_a_person_reads_the_trajectory_and_labels_a_step_by_clicks_in_argilla(env: Env, tmp_path: Path) -> None:
+    """Argilla's own page (headless Chromium): the trajectory field shows the steps numbered, the tool calls'
+    arguments as code, the tool results folded (opened by a click); the person changes the judge's suggested
+    label of the step under review by clicks, submits, and the pull stores that step's label."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    from tests.test_annotation_browser import ARGS
+
+    info, name = env.info, "steps-in-the-browser"  # a dataset of its own: nobody has answered it yet
+    env.cli("annotate", "push", "--store", str(env.store_path), "--spec", env.spec.name, "--dataset", name)
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{info.url}/sign-in")
+            page.fill("input[name=Username]", info.username)
+            page.fill("input[name=Password]", info.password)
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda url: "sign-in" not in url, timeout=30_000)
+            page.get_by_text(name, exact=True).first.click()
+            page.wait_for_url("**/annotation-mode**", timeout=30_000)
+            page.get_by_text("Step 1", exact=False).first.wait_for(timeout=60_000)
+            shown = page.locator("details").first
+            assert shown.get_attribute("open") is None  # a tool result, folded
+            assert not shown.locator("pre").is_visible()
+            shown.locator("summary").click()
+            assert shown.locator("pre").is_visible() and "C" in shown.locator("pre").inner_text()
+            assert page.locator("pre code").count() >= 2  # the tool calls' arguments as code blocks
+            head = page.locator("p", has_text="◀ under review").first.inner_text()  # the step in the trajectory
+            rid = "trip-1" if "Paris" in page.content() else "trip-2"
+            sid = re.search(r"id (s\d+)", head)[1]  # type: ignore[index]
+            judged = JUDGED[rid][sid]
+            assert page.locator(f"input[id='verdict_{judged}']").is_checked()  # the judge's verdict, suggested
+            mine = next(lab for lab in ("Useful", "Redundant", "Harmful") if lab != judged)
+            page.locator(f"label[for='verdict_{mine}']").click()
+            page.screenshot(path=str(tmp_path / "argilla-trajectory.png"), full_page=True)
+            page.click("button.button--submit")
+            page.get_by_text("submitted", exact=False).first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1500)
+        finally:
+            browser.close()
+    env.cli("annotate", "pull", "--store", str(env.store_path), "--spec", env.spec.name, "--dataset", name)
+    with Store(env.store_path) as st:
+        rows = st.query(
+            "SELECT * FROM human_labels WHERE spec_name=? AND dataset=? AND status='submitted'", (env.spec.name, name)
+        )
+    assert [(r["annotator"], r["record_id"], r["item_id"], r["label"]) for r in rows] == [
+        (info.username, rid, sid, mine)
+    ]
