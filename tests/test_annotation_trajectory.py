@@ -225,6 +225,19 @@ def test_per_step_answers_come_back_as_per_step_labels_and_agreement_is_per_step
     kappa = skm.cohen_kappa_score([h for _, h in pairs], [j for j, _ in pairs])
     assert metrics["cohen_kappa"]["value"] == pytest.approx(kappa)
 
+    # per trajectory: `--level record` scores each trajectory the way the spec scores it from its steps (the share
+    # of Useful steps), each person's from their own labels, the people's mean against the judge's
+    res = env.cli("agreement", "--store", str(env.store_path), "--spec", env.spec.name, "--bootstrap", "0",
+                  "--level", "record", "--json", str(report))  # fmt: skip
+    share = lambda labels: sum(lab == "Useful" for lab in labels) / len(labels)  # noqa: E731
+    errors = []
+    for rid, labels in JUDGED.items():
+        people = [share([who[k] for k in who if k[0] == rid]) for who in (ALICE, BOB) if any(k[0] == rid for k in who)]
+        errors.append(abs(share(list(labels.values())) - sum(people) / len(people)))
+    data = json.loads(report.read_text())
+    assert data["counts"]["items_compared"] == len(JUDGED)
+    assert data["metrics"]["mae"]["value"] == pytest.approx(sum(errors) / len(errors))
+
 
 # ------------------------------------------------------------------------------------------ browser
 CHROMIUM = "/usr/bin/chromium"
