@@ -63,6 +63,7 @@ TRIPS = [
         {"role": "assistant", "content": "It is sunny in Nice, and your night is booked."}]},
 ]  # fmt: skip
 
+TRIPS_BY_ID = {t["id"]: t for t in TRIPS}
 #: The judge's verdict on each agent step (scripted).
 JUDGED = {
     "trip-1": {"s2": "Useful", "s3": "Useful", "s6": "Useful", "s8": "Useful"},
@@ -111,7 +112,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer) -
         mp.setenv("OPENAI_API_KEY", TEST_KEY)
         cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
         with Store(store_path) as st:
-            assert run([spec], list(records.values()), st, cfg).failed == 0
+            assert run([spec, *resolve_specs(["agent_task_completion"])], list(records.values()), st, cfg).failed == 0
     openai_server.reset()
     with server.running_server(data=tmp / "argilla") as info:
         yield Env(info=info, store_path=store_path, spec=spec, records=records)
@@ -160,6 +161,18 @@ def test_a_per_step_spec_is_pushed_one_argilla_record_per_agent_step(env: Env) -
     assert got["trip-2", "s6"].fields[ds.ITEM_FIELD] == (
         "**Step 6** · final answer · id `s6`\n\nIt is sunny in Nice, and your night is booked."
     )
+
+
+def test_a_record_level_trajectory_spec_is_one_argilla_record_per_trajectory(env: Env) -> None:
+    """agent_task_completion (one verdict per trajectory): the same step-by-step field, no step marked."""
+    env.cli("annotate", "push", "--store", str(env.store_path), "--spec", "agent_task_completion")
+    got = {dict(r.metadata)["record_id"]: r for r in _records(env, "agent_task_completion")}
+    assert set(got) == set(TRIPS_BY_ID) and all(dict(r.metadata)["item_id"] == "-" for r in got.values())
+    shown = got["trip-2"].fields["trajectory"]
+    assert shown.startswith("**Step 1** · user · id `s1`\n\nBook one night in Nice") and "under review" not in shown
+    assert "**Step 2** · tool call `book_hotel` · id `s2` · call `c1`\n\n```json\n" in shown
+    assert "<details><summary>Step 3 · tool result (book_hotel, c1) · id s3</summary>" in shown
+    assert ds.ITEM_FIELD not in got["trip-2"].fields
 
 
 # ------------------------------------------------------------------------------------------- review
