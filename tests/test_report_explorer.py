@@ -610,3 +610,82 @@ def test_a_prompt_that_cannot_be_rebuilt_exactly_says_why(tmp_path: Path) -> Non
     assert set(notes) == {"answer_alignment", "chunk_evaluation", "triple_evaluation"}
     assert all(n.startswith("Judged with an earlier prompt layout than this greval's") for n in notes.values())
     assert list((out / "explorer" / "data").glob("[pq]*.js")) == []
+
+
+@pytest.mark.browser
+def test_a_record_page_shows_a_trajectory_step_by_step_with_its_verdicts(
+    llm: OpenAIServer, browser: Any, tmp_path: Path
+) -> None:
+    """An agent's record (issue 45): its steps numbered, each tool call as code (the tool's name, its arguments as
+    indented JSON), each tool result folded until opened, and beside each agent step the judge's per-step verdict,
+    the computed metric's verdict on it and a person's label; markup in a tool's output stays text."""
+    from greval.spec import Spec, resolve_specs
+    from tests.test_annotation_trajectory import JUDGED, TRIPS, step_verdicts
+
+    llm.script(
+        [
+            {"match": f"Item ids: {', '.join(labels)}", "action": {"type": "respond", "content": step_verdicts(labels)}}
+            for labels in JUDGED.values()
+        ]
+    )
+    reference = [
+        {"name": "get_weather", "arguments": {"city": "Nice"}},
+        {"name": "book_hotel", "arguments": {"city": "Nice", "nights": 1}},
+    ]
+    rows = [{**t, "expected_trajectory": reference} if t["id"] == "trip-2" else t for t in TRIPS]
+    data = tmp_path / "agents.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    store = tmp_path / "agents.sqlite"
+    args = ["run", str(data), "-s", "step_usefulness", "-s", "first_wrong_step", "--store", str(store),
+            "--judge", "openai:judge-test", "--base-url", llm.base_url]  # fmt: skip
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    spec = next(s for s in resolve_specs(["step_usefulness"]) if isinstance(s, Spec))
+    with Store(store) as st:
+        rec_hash = st.query("SELECT record_hash FROM verdicts WHERE record_id='trip-2' LIMIT 1")[0]["record_hash"]
+        label = {"spec_name": spec.name, "dataset": "import", "record_id": "trip-2", "record_hash": rec_hash,
+                 "item_id": "s6", "annotator": "ann1", "spec_hash": spec.hash, "label": "Useful", "value": None,
+                 "comment": "the booking did happen", "status": "submitted", "source": "import",
+                 "answered_at": 1.0}  # fmt: skip
+        st.put_human_labels([label])
+    out = _report(store, tmp_path / "report")
+    metrics = [m["name"] for m in _meta(out)["metrics"]]
+    page = _page(browser)
+    for name in ("step_usefulness", "first_wrong_step"):
+        page.goto((out / "explorer" / "index.html").as_uri() + f"#m={metrics.index(name)}&q=Nice")
+        page.wait_for_selector("body[data-ready=list]")
+        page.locator("#table tbody a").first.click()
+        page.wait_for_selector("body[data-ready=record]")
+        assert page.locator("#record h2").first.inner_text() == "Record trip-2"
+        traj = page.locator("[data-field=trajectory]")  # (the reference trajectory is shown too, below it)
+        steps = traj.locator("ol.steps > li")
+        assert steps.count() == 6
+        heads = [steps.nth(i).locator(".step-head").first.inner_text() for i in range(6)]
+        assert [h.split(" · ")[0] for h in heads] == [f"Step {n}" for n in range(1, 7)]
+        assert heads[1].startswith("Step 2 · tool call book_hotel s2 · call c1"), heads[1]
+        args = traj.locator("[data-step=s2] pre.args code").inner_text()
+        assert json.loads(args) == {"city": "Nice", "nights": 0} and args == json.dumps(json.loads(args), indent=2)
+        result = traj.locator("[data-step=s3] details")
+        assert result.get_attribute("open") is None and not traj.locator("[data-step=s3] pre.result").is_visible()
+        result.locator("summary").click()
+        assert traj.locator("[data-step=s3] pre.result").inner_text() == "Error: nights must be at least 1"
+        side = {s: traj.locator(f"[data-step={s}] .side").inner_text() if traj.locator(f"[data-step={s}] .side").count()
+                else "" for s in ("s1", "s2", "s3", "s4", "s6")}  # fmt: skip
+        if name == "step_usefulness":  # each agent step its verdict; the user's step and the results none
+            assert side["s1"] == side["s3"] == ""
+            for sid, lab in JUDGED["trip-2"].items():
+                assert side[sid].startswith(f"judge: {lab}\nwhy {sid} is {lab}"), side[sid]
+            assert "human — ann1: Useful" in side["s6"]
+        else:  # the computed metric's item is step:s2, its first wrong step
+            assert side["s2"].startswith("judge: first wrong") and side["s4"] == ""
+    # a tool's output that is markup stays text
+    page.goto((out / "explorer" / "index.html").as_uri() + f"#m={metrics.index('step_usefulness')}&q=Paris")
+    page.wait_for_selector("body[data-ready=list]")
+    page.locator("#table tbody a").first.click()
+    page.wait_for_selector("body[data-ready=record]")
+    traj.locator("[data-step=s5] summary").click()
+    assert traj.locator("[data-step=s5] pre.result").inner_text() == "Lyon: 24 C, sunny <b>hot</b>"
+    assert page.locator("[data-field=trajectory] b").count() == 0
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: the nested arguments wrap, no sideways scroll
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
+    assert page.errors == []

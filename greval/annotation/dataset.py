@@ -2,8 +2,9 @@
 
 A categorical scale becomes a ``LabelQuestion`` with the same labels, a value scale a ``RatingQuestion``
 with the same integers; the spec's description, steps and described scale become the guidelines, so the
-person reads what the judge read. A "many" spec (one verdict per chunk / triple / assistant turn) becomes one
-Argilla record per item. A conversation is a chat field (its turns as messages, each with its id). This module
+person reads what the judge read. A "many" spec (one verdict per chunk / triple / assistant turn / agent step)
+becomes one Argilla record per item. A conversation is a chat field (its turns as messages, each with its id); a
+trajectory a markdown field, step by step (``trajectory.py``). This module
 only builds settings and record payloads; talking to the server is in ``argilla.py``.
 """
 
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import argilla as rg
 
-from greval.dataset.records import CONVERSATION, Record
+from greval.annotation.trajectory import step_markdown, trajectory_markdown
+from greval.dataset.records import CONVERSATION, EXPECTED_TRAJECTORY, TRAJECTORY, Record
 from greval.errors import UserError, option
 from greval.judge.prompt import NOUNS, describe_scale, tool_call_text
 from greval.spec import CategoricalScale, Spec, ValueScale
@@ -78,8 +80,12 @@ _TITLES = {
     "triples": "Knowledge-graph triples",
     "source": "Source text",
     "conversation": "Conversation",
+    "trajectory": "Trajectory (what the agent did)",
+    "expected_trajectory": "Reference trajectory",
 }
-_UNDER_REVIEW = {"chunks": "chunk", "triples": "triple", "turns": "assistant turn"}
+_UNDER_REVIEW = {"chunks": "chunk", "triples": "triple", "turns": "assistant turn", "steps": "agent step"}
+#: Fields shown as markdown: items under their ids, a trajectory step by step.
+_MARKDOWN = ("chunks", "triples", TRAJECTORY, EXPECTED_TRAJECTORY)
 
 
 class ScaleDoesNotFit(UserError):
@@ -171,6 +177,12 @@ def guidelines(spec: Spec, *, blind: bool = False) -> str:
             f"Each record is one {noun} (field *Under review*, its id as in the conversation); judge only that "
             "turn, reading the conversation up to it."
         )
+    elif spec.each == "steps":
+        how.append(
+            f"Each record is one {noun} (field *Under review*; in the trajectory it is the step marked "
+            "*under review*); judge only that step, reading the trajectory up to it. Tool results are folded: "
+            "open one to read it."
+        )
     elif noun:
         how.append(
             f"Each record is one {noun} (field *Under review*); judge only that {noun}, "
@@ -208,7 +220,7 @@ def field_names(spec: Spec) -> list[str]:
     (question and answer always, unless the spec reads a conversation), then the judge's reasoning."""
     names = [ITEM_FIELD] if spec.each else []
     inputs = [n for n in spec.inputs if n != spec.each]
-    for must in ("answer", "question") if CONVERSATION not in spec.inputs else ():
+    for must in ("answer", "question") if not {CONVERSATION, TRAJECTORY} & set(spec.inputs) else ():
         if must not in inputs:
             inputs.insert(0, must)
     names += inputs
@@ -245,7 +257,7 @@ def build_settings(
                 )
             )
         else:
-            markdown = name in ("chunks", "triples")
+            markdown = name in _MARKDOWN
             fields.append(
                 rg.TextField(
                     client=client,
@@ -340,10 +352,13 @@ def chat_messages(conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, s
 
 
 def render_item(field_name: str, item: Mapping[str, Any], number: int | None = None) -> str:
-    """The chunk, triple or assistant turn (its turn ``number`` in the conversation) under review, in markdown."""
+    """The chunk, triple, assistant turn or agent step (its ``number`` in the conversation / trajectory) under
+    review, in markdown."""
     if field_name == "turns":
         where = f"turn {number}, " if number is not None else ""
         return f"**Assistant turn {item.get('id', '')}** ({where}{item.get('role', '')})\n\n" + turn_markdown(item)
+    if field_name == "steps":  # numbered as in the trajectory; the field's title says it is an agent step
+        return step_markdown(item, number or 0)
     if field_name == "triples":
         return (
             f"**Triple {item.get('id', '')}**\n\n**{item.get('subject', '')}**"
@@ -358,8 +373,9 @@ def _under_review(spec: Spec, ref: VerdictRef) -> str:
     item = next((it for it in ref.record.items(each) if str(it.get("id")) == ref.item_id), None)
     if item is None:
         return f"(item {ref.item_id} not found)"
-    conv = ref.record.data.get(CONVERSATION)
-    turns = conv if each == "turns" and isinstance(conv, list) else []
+    whole = {"turns": CONVERSATION, "steps": TRAJECTORY}.get(each)
+    conv = ref.record.data.get(whole) if whole else None
+    turns = conv if isinstance(conv, list) else []
     number = next((n for n, t in enumerate(turns, start=1) if t.get("id") == item.get("id")), None)
     return render_item(each, item, number)
 
@@ -379,6 +395,9 @@ def record_fields(spec: Spec, ref: VerdictRef, *, blind: bool, known: set[str] |
             value = render_chunks(data[name])
         elif name == "triples" and isinstance(data.get(name), list):
             value = render_triples(data[name])
+        elif name in (TRAJECTORY, EXPECTED_TRAJECTORY) and isinstance(data.get(name), list):
+            marked = ref.item_id if spec.each == "steps" and name == TRAJECTORY else None
+            value = trajectory_markdown(data[name], marked)
         else:
             raw = data.get(name)
             value = "" if raw is None else _text(raw)

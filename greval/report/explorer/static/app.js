@@ -235,7 +235,7 @@
   }
 
   // ------------------------------------------------------------------------------------------------ a record
-  const ORDER = ["question", "expected_answer", "answer", "chunks", "triples", "turns"];
+  const ORDER = ["question", "expected_answer", "answer", "chunks", "triples", "turns", "trajectory", "expected_trajectory"];
   function fieldBlock(name, value) {
     const box = el("div", { class: "field", "data-field": name }, el("h3", { text: name.replace(/_/g, " ") }));
     box.append(el("div", { text: typeof value === "string" ? value : JSON.stringify(value, null, 2) }));
@@ -247,21 +247,56 @@
     if ("content" in it) return (it.role ? it.role + ": " : "") + String(it.content);
     return JSON.stringify(it);
   }
+  // an item's verdict (v: [item id, verdict, reason, status, samples]) and its people's labels, beside the item
+  function itemSide(v, humans, id) {
+    const said = humans.filter((h) => String(h[0]) === id).map((h) => h[1] + ": " + h[2]);
+    return el("div", { class: "side" }, v ? el("div", { class: "verdict", text: "judge: " + v[1] + (v[3] !== "ok" ? " (" + v[3] + ")" : "") }) : null,
+      v && v[2] ? el("div", { class: "note", text: v[2] }) : null,
+      v && v[4] && v[4].length ? el("div", { class: "note samples", text: "samples: " + v[4].map(sampleText).join("; ") }) : null,
+      said.length ? el("div", { class: "human", text: "human — " + said.join("; ") }) : null);
+  }
   function itemsBlock(name, list, row) {
     const byItem = Object.fromEntries((cell(row, "items") || []).map((x) => [String(x[0]), x]));
     const humans = cell(row, "humans") || [];
     const ol = el("ol", { class: "items" });
     for (const it of list) {
       const id = String(it.id ?? "");
-      const v = byItem[id];
-      const said = humans.filter((h) => String(h[0]) === id).map((h) => h[1] + ": " + h[2]);
-      const side = el("div", {}, v ? el("div", { class: "verdict", text: "judge: " + v[1] + (v[3] !== "ok" ? " (" + v[3] + ")" : "") }) : null,
-        v && v[2] ? el("div", { class: "note", text: v[2] }) : null,
-        v && v[4] && v[4].length ? el("div", { class: "note samples", text: "samples: " + v[4].map(sampleText).join("; ") }) : null,
-        said.length ? el("div", { text: "human — " + said.join("; ") }) : null);
-      ol.append(el("li", { "data-item": id }, el("div", {}, el("span", { class: "id", text: id }), " ", el("span", { text: itemText(it) })), side));
+      ol.append(el("li", { "data-item": id }, el("div", {}, el("span", { class: "id", text: id }), " ", el("span", { text: itemText(it) })), itemSide(byItem[id], humans, id)));
     }
     return el("div", { class: "field", "data-field": name }, el("h3", { text: name + " (" + list.length + ")" }), ol);
+  }
+  // a trajectory (greval's steps {id, kind, …}): numbered, tool calls as code, tool results folded, each agent
+  // step with its verdicts (a judged metric's item is the step id, a computed one's "step:<id>") and labels
+  const KIND = { user: "user", system: "system", assistant: "agent message", tool_call: "tool call", tool_result: "tool result", final_answer: "final answer" };
+  function isTrajectory(v) { return Array.isArray(v) && v.length > 0 && v.every((s) => s && typeof s === "object" && "kind" in s && "id" in s); }
+  function stepText(v) { return v === null || v === undefined ? "" : typeof v === "string" ? v : JSON.stringify(v, null, 2); }
+  function stepHead(s, n) {
+    const head = el("span", { class: "step-head" }, el("span", { class: "n", text: "Step " + n }), " · " + (KIND[s.kind] || String(s.kind).replace(/_/g, " ")));
+    if (s.kind === "tool_call") head.append(" ", el("code", { class: "tool", text: String(s.name ?? "") }));
+    if (s.kind === "tool_result" && s.name) head.append(" (" + s.name + ")");
+    head.append(" ", el("span", { class: "id", text: String(s.id) + (s.call_id ? " · call " + s.call_id : "") }));
+    return head;
+  }
+  function stepBody(s, n) {
+    if (s.kind === "tool_call") {
+      const bad = s.arguments_error || typeof s.arguments === "string";
+      const args = bad ? String(s.arguments ?? "") : JSON.stringify(s.arguments ?? {}, null, 2);
+      return el("div", {}, stepHead(s, n), el("pre", { class: "args" }, el("code", { text: args })),
+        s.arguments_error ? el("div", { class: "note", text: "arguments " + s.arguments_error }) : null);
+    }
+    if (s.kind === "tool_result") return el("details", {}, el("summary", {}, stepHead(s, n)), el("pre", { class: "result", text: stepText(s.content) }));
+    return el("div", {}, stepHead(s, n), el("div", { class: "content", text: stepText(s.content) }));
+  }
+  function trajectoryBlock(name, steps, row) {
+    const byItem = Object.fromEntries((cell(row, "items") || []).map((x) => [String(x[0]).replace(/^step:/, ""), x]));
+    const humans = (cell(row, "humans") || []).map((h) => [String(h[0] ?? "").replace(/^step:/, "")].concat(h.slice(1)));
+    const ol = el("ol", { class: "steps" });
+    steps.forEach((s, i) => {
+      const id = String(s.id), v = byItem[id], side = itemSide(v, humans, id);
+      const sided = side.childNodes.length > 0;  // a step nobody judged takes the whole width
+      ol.append(el("li", { "data-step": id, "data-kind": s.kind, class: [v ? "judged" : "", sided ? "sided" : ""].join(" ").trim() || null }, stepBody(s, i + 1), sided ? side : null));
+    });
+    return el("div", { class: "field", "data-field": name }, el("h3", { text: name.replace(/_/g, " ") + " (" + steps.length + " steps)" }), ol);
   }
   function sampleText(s) {
     if (s === null || s === undefined) return "";
@@ -358,7 +393,8 @@
     const names = ORDER.filter((n) => n in f).concat(Object.keys(f).filter((n) => !ORDER.includes(n)));
     for (const n of names) {
       const v = f[n];
-      if (Array.isArray(v) && v.length && typeof v[0] === "object" && v[0] !== null && "id" in v[0]) fields.append(itemsBlock(n, v, row));
+      if (isTrajectory(v)) fields.append(trajectoryBlock(n, v, row));
+      else if (Array.isArray(v) && v.length && typeof v[0] === "object" && v[0] !== null && "id" in v[0]) fields.append(itemsBlock(n, v, row));
       else fields.append(fieldBlock(n, v));
     }
     const judged = [el("div", {}, verdictBlock(st, row), promptBlock(st, key))];
