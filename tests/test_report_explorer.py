@@ -610,3 +610,153 @@ def test_a_prompt_that_cannot_be_rebuilt_exactly_says_why(tmp_path: Path) -> Non
     assert set(notes) == {"answer_alignment", "chunk_evaluation", "triple_evaluation"}
     assert all(n.startswith("Judged with an earlier prompt layout than this greval's") for n in notes.values())
     assert list((out / "explorer" / "data").glob("[pq]*.js")) == []
+
+
+# ------------------------------------------------------------------------------------------------ a long table
+LONG = 400  # records: many screens of rows
+
+
+@pytest.fixture(scope="module")
+def long_report(openai_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A store of LONG records judged by the test server on answer_alignment, and its report: (store, report)."""
+    openai_server.reset()
+    openai_server.configure(latency=0.0, json_schema=True, tools=True)
+    work = tmp_path_factory.mktemp("long")
+    data = work / "records.jsonl"
+    rows = [
+        {"id": f"v{i}", "question": f"What is item {i}?", "answer": f"Item {i}.", "expected_answer": f"It is {i}."}
+        for i in range(LONG)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = work / "long.sqlite"
+    args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", "openai:judge-test"]
+    args += ["--base-url", openai_server.base_url]
+    res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "sk-test"})
+    assert res.exit_code == 0, res.output
+    return store, _report(store, work / "report")
+
+
+def _exported(store: Path, tmp_path: Path) -> dict[str, str]:
+    """`greval results export --level record`: record id -> its verdict."""
+    out = tmp_path / "records.csv"
+    res = CliRunner().invoke(main, ["results", "export", "--store", str(store), "-o", str(out), "--level", "record"])
+    assert res.exit_code == 0, res.output
+    return {r["record_id"]: r["label"] for r in csv.DictReader(out.open())}
+
+
+DRAWN = """() => [...document.querySelectorAll('#table tbody tr')].map((tr) =>
+  [parseInt(tr.getAttribute('aria-rowindex'), 10), tr.cells[0].innerText, tr.cells[1].innerText])"""
+
+
+def _scroll_through(page: Any) -> tuple[list[list[Any]], int]:
+    """Every row drawn while the page scrolls from the top of the table to its end, a screen at a time, in order
+    of row index (each once); and the most rows drawn at once."""
+    page.evaluate("window.scrollTo(0, 0)")
+    seen: dict[int, list[Any]] = {}
+    most = 0
+    while True:
+        page.wait_for_timeout(50)  # the window follows the scroll in the next frame
+        drawn = page.evaluate(DRAWN)
+        most = max(most, len(drawn))
+        seen.update({i: row for i, *row in drawn})
+        at_end = page.evaluate("window.scrollY + window.innerHeight >= document.documentElement.scrollHeight - 1")
+        if at_end:
+            return [seen[i] for i in sorted(seen)], most
+        page.evaluate("window.scrollBy(0, window.innerHeight * 0.9)")
+
+
+def _ids(rows: list[list[Any]]) -> list[str]:
+    return [r[0] for r in rows]
+
+
+def _natural(rid: str) -> int:
+    return int(rid[1:])
+
+
+@pytest.mark.browser
+def test_a_long_table_draws_a_window_and_scrolling_reaches_every_record(
+    long_report: tuple[Path, Path], browser: Any, tmp_path: Path
+) -> None:
+    """400 records: the table draws only the rows around the screen (a few dozen), the page is as tall as the
+    whole table, and scrolling to its end draws every record once, in record-id order, each with the verdict
+    `greval results export` gives it; a filter and a sort are scrolled through the same way."""
+    store, out = long_report
+    exported = _exported(store, tmp_path)
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{LONG} of {LONG} records"
+    assert page.get_attribute("#table", "aria-rowcount") == str(LONG + 1)
+    first = page.locator("#table tbody tr").count()
+    assert 10 <= first <= 80  # a window, not the table
+    row = page.evaluate("document.querySelector('#table tbody tr').getBoundingClientRect().height")
+    table = page.evaluate("document.querySelector('#table tbody').getBoundingClientRect().height")
+    assert table == pytest.approx(LONG * row, abs=LONG * 0.05 + 2)  # the rows not drawn keep their place
+    rows, most = _scroll_through(page)
+    assert most <= 80
+    assert _ids(rows) == sorted(exported, key=_natural)  # every record, once, in record-id order
+    assert {rid: verdict for rid, verdict in rows} == exported  # the verdicts export gives
+    last = page.evaluate("document.querySelector('#table tbody tr:last-child').getBoundingClientRect().bottom")
+    assert last <= page.evaluate("window.innerHeight") + 1  # the last row on screen at the page's end
+
+    # a filter: the records export gives that label, every one reached
+    label = sorted(set(exported.values()))[0]
+    page.evaluate("window.scrollTo(0, 0)")
+    page.select_option("#f-label", label)
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('label=')")
+    wanted = sorted((rid for rid, v in exported.items() if v == label), key=_natural)
+    assert page.locator("#count").inner_text() == f"{len(wanted)} of {LONG} records"
+    assert _ids(_scroll_through(page)[0]) == wanted
+
+    # a sort: the record column turned round, every record reached in that order
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('label=')")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.locator("#table thead button[data-sort=id]").click()  # record-id order is ascending: now descending
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('dir=desc')")
+    assert _ids(_scroll_through(page)[0]) == sorted(exported, key=_natural, reverse=True)
+    assert page.errors == []
+
+
+@pytest.mark.browser
+def test_the_keyboard_reaches_every_row_of_a_long_table(long_report: tuple[Path, Path], browser: Any) -> None:
+    """Tab from row to row past the rows first drawn, the arrow keys, End and Home move the focus through the
+    whole table (its rows drawn as the focus comes); j from a record page and Esc bring back to the table with
+    that record's row on screen and focused."""
+    _, out = long_report
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    ids = sorted((f"v{i}" for i in range(LONG)), key=_natural)
+    focused = "document.activeElement.closest('#table tbody tr') && document.activeElement.innerText"
+    drawn = page.locator("#table tbody tr").count()
+    page.locator("#table tbody a").first.focus()
+    for i in range(1, drawn + 20):  # past the rows drawn when the page opened
+        page.keyboard.press("Tab")
+        assert page.evaluate(focused) == ids[i]
+    on_screen = """() => { const r = document.activeElement.getBoundingClientRect();
+        return r.top >= 0 && r.bottom <= window.innerHeight; }"""
+    assert page.evaluate(on_screen)
+    page.keyboard.press("End")
+    assert page.evaluate(focused) == ids[-1] and page.evaluate(on_screen)
+    page.keyboard.press("ArrowUp")
+    assert page.evaluate(focused) == ids[-2]
+    page.keyboard.press("Home")
+    assert page.evaluate(focused) == ids[0] and page.evaluate(on_screen)
+    for i in range(1, 40):
+        page.keyboard.press("ArrowDown")
+        assert page.evaluate(focused) == ids[i]
+    assert page.locator("#table tbody tr").count() <= 80
+    # a record page, j to the next record twice, Esc: back at that record's row
+    page.keyboard.press("Enter")
+    page.wait_for_selector("body[data-ready=record]")
+    assert page.locator("#record h2").first.inner_text() == f"Record {ids[39]}"
+    for _ in range(2):
+        page.evaluate("document.body.dataset.ready = ''")
+        page.keyboard.press("j")
+        page.wait_for_selector("body[data-ready=record]")
+    assert page.locator("#record h2").first.inner_text() == f"Record {ids[41]}"
+    page.keyboard.press("Escape")
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.evaluate(focused) == ids[41] and page.evaluate(on_screen)
+    assert page.errors == []
