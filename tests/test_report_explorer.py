@@ -616,24 +616,27 @@ def test_a_prompt_that_cannot_be_rebuilt_exactly_says_why(tmp_path: Path) -> Non
 LONG = 400  # records: many screens of rows
 
 
-@pytest.fixture(scope="module")
-def long_report(openai_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A store of LONG records judged by the test server on answer_alignment, and its report: (store, report)."""
-    openai_server.reset()
-    openai_server.configure(latency=0.0, json_schema=True, tools=True)
-    work = tmp_path_factory.mktemp("long")
+def _judged_report(server: OpenAIServer, work: Path, n: int) -> tuple[Path, Path]:
+    """A store of ``n`` records judged by the test server on answer_alignment, and its report: (store, report)."""
+    server.reset()
+    server.configure(latency=0.0, json_schema=True, tools=True)
     data = work / "records.jsonl"
     rows = [
         {"id": f"v{i}", "question": f"What is item {i}?", "answer": f"Item {i}.", "expected_answer": f"It is {i}."}
-        for i in range(LONG)
+        for i in range(n)
     ]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     store = work / "long.sqlite"
     args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", "openai:judge-test"]
-    args += ["--base-url", openai_server.base_url]
+    args += ["--base-url", server.base_url, "-c", "32"]
     res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "sk-test"})
     assert res.exit_code == 0, res.output
     return store, _report(store, work / "report")
+
+
+@pytest.fixture(scope="module")
+def long_report(openai_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _judged_report(openai_server, tmp_path_factory.mktemp("long"), LONG)
 
 
 def _exported(store: Path, tmp_path: Path) -> dict[str, str]:
@@ -759,4 +762,92 @@ def test_the_keyboard_reaches_every_row_of_a_long_table(long_report: tuple[Path,
     page.keyboard.press("Escape")
     page.wait_for_selector("body[data-ready=list]")
     assert page.evaluate(focused) == ids[41] and page.evaluate(on_screen)
+    assert page.errors == []
+
+
+# ------------------------------------------------------------------------------------------------ 10,000 records
+MANY = 10_000  # issue 46: the size the filter is measured at (scripts/bench_explorer.py)
+
+NEXT_FRAME = "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+
+#: The rows drawn, the rows on the screen, and the row at the middle of the screen with the row the scroll position
+#: says is there (row 0's place plus that many row heights: a row's height the median of the rows drawn).
+AT_SCREEN = """() => {
+  const body = document.querySelector('#table tbody'), rows = [...body.rows];
+  const hs = rows.map((tr) => tr.getBoundingClientRect().height).sort((a, b) => a - b), h = hs[hs.length >> 1];
+  const mid = window.innerHeight / 2, hit = document.elementFromPoint(200, mid).closest('#table tbody tr');
+  const at = (tr) => parseInt(tr.getAttribute('aria-rowindex'), 10) - 2;
+  const onScreen = (b) => b.bottom > 0 && b.top < innerHeight;
+  const shown = rows.filter((tr) => onScreen(tr.getBoundingClientRect()));
+  return {
+    drawn: rows.map((tr) => [at(tr), tr.cells[0].innerText, tr.cells[1].innerText]),
+    shown: shown.map(at),
+    middle: hit ? at(hit) : null,
+    expected: Math.floor((mid - body.getBoundingClientRect().top) / h),
+  };
+}"""
+
+
+@pytest.fixture(scope="module")
+def many_report(openai_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _judged_report(openai_server, tmp_path_factory.mktemp("many"), MANY)
+
+
+def _check_screens(page: Any, order: list[str], verdicts: dict[str, str]) -> None:
+    """At the top, at fractions of the way down and at the end of the table: the rows drawn are a window of a few
+    dozen, each the record the view has at its place with its verdict, and the rows on the screen are the ones the
+    scroll position says (the row at the screen's middle is the one that many row heights down)."""
+    for frac in (0.0, 0.137, 0.5, 0.861, 1.0):
+        page.evaluate(f"window.scrollTo(0, {frac} * (document.documentElement.scrollHeight - window.innerHeight))")
+        page.evaluate(NEXT_FRAME)
+        got = page.evaluate(AT_SCREEN)
+        assert 10 <= len(got["drawn"]) <= 80, (frac, len(got["drawn"]))
+        assert [(rid, v) for _, rid, v in got["drawn"]] == [(order[i], verdicts[order[i]]) for i, _, _ in got["drawn"]]
+        assert got["shown"] and got["shown"] == list(range(got["shown"][0], got["shown"][-1] + 1))
+        if frac < 1.0:  # at the end the middle of the screen may be below the last row
+            # one row's leeway: the first row drawn after the rows not drawn is half a collapsed border shorter
+            assert abs(got["middle"] - got["expected"]) <= 1, (frac, got["middle"], got["expected"])
+        if frac == 0.0:
+            assert got["shown"][0] == 0
+        if frac == 1.0:
+            assert got["shown"][-1] == len(order) - 1  # the last record is on the screen at the end
+
+
+@pytest.mark.browser
+def test_a_10000_record_explorer_scrolls_and_filters_to_the_store_s_figures(
+    many_report: tuple[Path, Path], browser: Any, tmp_path: Path
+) -> None:
+    """10,000 records: wherever the table is scrolled, the rows on screen are the right records with the verdicts
+    `greval results export` gives, a window of them drawn; a label filter's count is the store's figure for that
+    label (greval.store.results.figures, what the run summary and the report show) and only a window is drawn for
+    it; the filtered and the re-sorted tables scroll right too."""
+    from greval.store.results import figures
+
+    store, out = many_report
+    exported = _exported(store, tmp_path)
+    with Store(store) as st:
+        [fig] = figures(st, "answer_alignment")
+    assert sum(fig.distribution.values()) == MANY
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{MANY} of {MANY} records"
+    order = sorted(exported, key=_natural)
+    _check_screens(page, order, exported)
+
+    for label, count in sorted(fig.distribution.items()):
+        page.evaluate("window.scrollTo(0, 0)")
+        page.evaluate("document.body.dataset.ready = ''")
+        page.select_option("#f-label", label)
+        page.wait_for_function("document.body.dataset.ready === 'list'")
+        assert page.locator("#count").inner_text() == f"{count} of {MANY} records"
+        assert page.evaluate("window.GREVAL_LAST.shown") == count and page.evaluate("window.GREVAL_LAST.drawn") <= 80
+        _check_screens(page, [rid for rid in order if exported[rid] == label], exported)
+
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('label=')")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.locator("#table thead button[data-sort=id]").click()  # record-id order is ascending: now descending
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('dir=desc')")
+    _check_screens(page, order[::-1], exported)
     assert page.errors == []

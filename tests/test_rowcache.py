@@ -30,7 +30,8 @@ from tests.test_run import FAST, cfg
 
 #: Rows that take every path of normalising and hashing: ids given, numeric, whole-number floats, absent; chunks
 #: as strings, objects (content / page_content, metadata), JSON text; triples as lists and objects; a
-#: conversation with tool calls and content parts; blank, missing and nested fields; text beyond ASCII.
+#: conversation with tool calls and content parts; blank, missing and nested fields; text beyond ASCII; trajectories
+#: (messages with a tool call whose arguments are not JSON, a reference of bare calls, a plain-text log).
 SAMPLE: list[dict[str, Any]] = [
     {"id": "a1", "question": "What?", "answer": "This.", "chunks": ["one", "two"], "blank": "  ", "none": None},
     {"id": 7, "question": "Q", "chunks": [{"id": "x", "text": "t", "source": "s"}, {"content": "c"}]},
@@ -46,11 +47,22 @@ SAMPLE: list[dict[str, Any]] = [
         ],
     },
     {"id": "ü-2", "question": "Grüße, 東京?", "answer": "ok", "meta": {"nested": [1, 2.5, True, None]}, "n": 10**20},
+    {
+        "id": "t1",
+        "trajectory": [
+            {"role": "user", "content": "Book it."},
+            {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "b", "arguments": "{"}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "done"},
+            {"role": "assistant", "content": "Booked."},
+        ],
+        "expected_trajectory": [{"name": "b", "arguments": {"x": 1}}],
+    },
+    {"id": "t2", "trajectory": "a plain-text log, kept as text"},
 ]
 
 #: The sha256 of the SAMPLE's (id, content hash) pairs under each hashing scheme. Never edit an entry: when a
 #: change to normalising or hashing changes this digest, bump HASH_SCHEME and add the new scheme's digest.
-SCHEME_DIGESTS = {1: "7ca022695ef3799f023e1a3515839354fb534399cdff405f6e4d9612631daa10"}
+SCHEME_DIGESTS = {1: "0f5252657e27db96b26ecd72fd89e76472e6ed5872d84a1a9c0ca66590044603"}
 
 
 def _sample_digest() -> str:
