@@ -280,6 +280,37 @@ def test_entries_are_the_users_alone(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(entry.stat().st_mode) == 0o600
 
 
+def test_the_cache_is_bounded_by_entries_and_bytes(tmp_path: Path) -> None:
+    """The least recently used entries go first (a read from an entry counts as a use); the entry just written
+    stays even when it alone is over the byte bound."""
+    files = []
+    for i in range(4):
+        files.append(tmp_path / f"d{i}.jsonl")
+        _write(files[-1], 20 + i)
+    cache = RowCache(tmp_path / "cache", min_bytes=0, max_entries=2)
+
+    def entry(f: Path, c: RowCache = cache) -> Path:
+        key = DataFile(f, cache=c)._key()
+        assert key is not None
+        return c.entry_path(key)
+
+    for f in files[:2]:
+        list(DataFile(f, cache=cache))
+    os.utime(entry(files[0]), ns=(1, 1))
+    os.utime(entry(files[1]), ns=(2, 2))
+    list(DataFile(files[0], cache=cache))  # from its entry: now the most recently used
+    list(DataFile(files[2], cache=cache))  # a third entry: the least recently used (files[1]'s) goes
+    assert sorted(cache.folder().iterdir()) == sorted([entry(files[0]), entry(files[2])])
+    one = entry(files[2]).stat().st_size
+    small = RowCache(tmp_path / "cache", min_bytes=0, max_bytes=one + 10)
+    list(DataFile(files[3], cache=small))  # with the others over the bound: only it stays
+    assert list(small.folder().iterdir()) == [entry(files[3], small)]
+    tiny = RowCache(tmp_path / "cache", min_bytes=0, max_bytes=1)
+    list(DataFile(files[0], cache=tiny))
+    assert list(tiny.folder().iterdir()) == [entry(files[0], tiny)]
+    assert len(list(DataFile(files[0], cache=tiny))) == 23  # from it
+
+
 def test_an_entry_that_cannot_be_written_is_a_note(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     _write(data)

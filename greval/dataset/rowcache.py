@@ -19,7 +19,8 @@ entry with a note, a stale one silently) and the entry written again:
 
 A row read again from its offset is hashed again and must give the id and hash the entry holds (else the file
 changed while the run read it: a DataError, as for any file read twice). Entries are 0600 in a 0700 folder
-(they hold record ids); the least recently used beyond :attr:`RowCache.max_entries` are deleted. Only plain
+(they hold record ids); the least recently used beyond :attr:`RowCache.max_entries` entries or
+:attr:`RowCache.max_bytes` bytes are deleted. Only plain
 JSON Lines files are cached (the format read as a stream; the others are read whole into memory anyway).
 """
 
@@ -63,8 +64,10 @@ class RowCache:
     directory: Path | None = None
     #: Smaller files are read again each time (parsing 1 MB of rows takes milliseconds).
     min_bytes: int = MiB
-    #: Entries kept at most: the least recently used beyond it are deleted when one is written.
+    #: Entries kept at most, and their bytes at most (~50 a row): the least recently used beyond either are
+    #: deleted when one is written (the one written is kept, whatever its size).
     max_entries: int = 16
+    max_bytes: int = 1024 * MiB
 
     def folder(self) -> Path:
         return self.directory if self.directory is not None else data_dir() / "rowcache"
@@ -247,12 +250,18 @@ def _corrupt(key: ReadKey, where: Path, why: str) -> str:
 
 
 def _evict(cache: RowCache, keep: Path) -> None:
-    """Delete the least recently used entries beyond ``max_entries`` (``keep``, just written, stays)."""
+    """Delete the least recently used entries beyond ``max_entries`` or ``max_bytes`` (``keep``, just written,
+    stays)."""
     try:
-        found = [(p.stat().st_mtime_ns, p) for p in cache.folder().glob(f"*{_SUFFIX}") if p != keep]
+        found = [(st.st_mtime_ns, st.st_size, p) for p in cache.folder().glob(f"*{_SUFFIX}") for st in [p.stat()]]
+        total = keep.stat().st_size
     except OSError:
         return
-    found.sort(reverse=True)
-    for _, p in found[max(0, cache.max_entries - 1) :]:
+    found.sort(reverse=True)  # the most recently used first
+    kept = 1
+    for _, size, p in (f for f in found if f[2] != keep):
+        if kept < cache.max_entries and total + size <= cache.max_bytes:
+            kept, total = kept + 1, total + size
+            continue
         with contextlib.suppress(OSError):
             p.unlink()
