@@ -75,9 +75,10 @@ def main() -> None:
                 f"  {way:<6} median of {a.rounds}: {statistics.median(w for w, _ in xs):6.2f} s wall "
                 f"{statistics.median(c for _, c in xs):6.2f} s CPU"
             )
-        ratios = [c[0] / f[0] for c, f in zip(got["cached"], got["full"], strict=True)]
-        shown = ", ".join(f"{x:.3f}" for x in ratios)
-        print(f"  cached ÷ full (wall), per round: {shown}; median {statistics.median(ratios):.3f}")
+        for i, what in enumerate(("wall", "CPU")):
+            ratios = [c[i] / f[i] for c, f in zip(got["cached"], got["full"], strict=True)]
+            shown = ", ".join(f"{x:.3f}" for x in ratios)
+            print(f"  cached ÷ full ({what}), per round: {shown}; median {statistics.median(ratios):.3f}")
     print(f"done, {load()}")
 
 
