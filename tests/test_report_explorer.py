@@ -629,7 +629,8 @@ def _judged_report(server: OpenAIServer, work: Path, n: int) -> tuple[Path, Path
     store = work / "long.sqlite"
     args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", "openai:judge-test"]
     args += ["--base-url", server.base_url, "-c", "32"]
-    res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "sk-test"})
+    # greval's data directory in the work folder: a file this size gets a row cache entry (greval.dataset.rowcache)
+    res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "sk-test", "GREVAL_HOME": str(work / "home")})
     assert res.exit_code == 0, res.output
     return store, _report(store, work / "report")
 
