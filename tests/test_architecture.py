@@ -1,7 +1,7 @@
 """The package's import contract and shape, held by tests (docs/architecture.md lists which test holds which
 rule): nothing outside ``cli/`` imports ``greval.cli``; no ``_private`` module or name is imported across
 packages (``greval/_sync.py`` and ``greval/_lazy.py`` are the shared private modules); every package but
-``cli/`` and ``testing/`` stays readable: no function over 80 lines, none of radon's rank E or F. The shape
+``testing/`` (cli/ included) stays readable: no function over 80 lines, none of radon's rank E or F. The shape
 tests print what they hold and the worst functions (``pytest tests/test_architecture.py -rP`` shows it), and a
 failure lists every function over the bound, worst first."""
 
@@ -74,9 +74,9 @@ def test_no_relative_import_leaves_its_package() -> None:
     assert not upward, upward
 
 
-#: Where the shape rules do not reach: click commands (one parameter per flag, until their option bundles land)
-#: and the test helpers.
-SHAPE_EXEMPT = ("cli", "testing")
+#: Where the shape rules do not reach: the test helpers (servers and fixtures written for tests, not users). The
+#: click commands are held too, now that their options travel in bundles.
+SHAPE_EXEMPT = ("testing",)
 #: radon's rank E starts above this cyclomatic complexity.
 MAX_COMPLEXITY = 30
 

@@ -286,3 +286,40 @@ def test_results_runs_says_which_runs_are_experiments(llm: Any, tmp_path: Path) 
     flat = " ".join(text.split())
     assert code == 0 and "experiment: judge gpt-4o" in flat and "(week 1)" in flat
     assert flat.count("experiment:") == 1
+
+
+def test_the_report_lists_experiments_only_under_their_own_heading_and_only_when_asked(
+    llm: Any, tmp_path: Path
+) -> None:
+    """An experiment run of an edited version: the default report is byte-identical to before it (every default
+    reader is), and `report --experiments` lists it apart, with the score its own run printed, under its heading;
+    no metric row of the report counts it."""
+    llm.script(sc.rules(6))
+    cfg = sc.judge(llm.base_url)
+    path = tmp_path / "s.sqlite"
+    scored = {"yes": {"description": "The answer is supported.", "score": 1}, "no": {"description": "No.", "score": 0}}
+    edited = parse_spec({**sc.spec().model_dump(mode="json", exclude_none=True), "scale": {"kind": "categorical",
+                         "labels": scored}, "description": "Whether the answer is supported, strictly."})  # fmt: skip
+    assert isinstance(edited, Spec)
+    with Store(path) as st:
+        run([sc.spec()], sc.records(6), st, cfg)
+    code, _ = _cli("report", "--store", str(path), "-o", str(tmp_path / "before"))
+    assert code == 0
+    with Store(path) as st:
+        side = run([edited], sc.records(6), st, cfg, options=RunOptions(experiment="stricter wording"))
+    printed = side.metrics[0].mean_score
+    assert printed is not None
+    code, _ = _cli("report", "--store", str(path), "-o", str(tmp_path / "after"))
+    assert code == 0
+    for name in ("report.json", "report.md"):
+        assert (tmp_path / "after" / name).read_text() == (tmp_path / "before" / name).read_text()
+    code, text = _cli("report", "--store", str(path), "-o", str(tmp_path / "exp"), "--experiments")
+    assert code == 0
+    rep = json.loads((tmp_path / "exp" / "report.json").read_text())
+    assert [m["metric"] for m in rep["metrics"]] == ["supported"]  # one row: the production version
+    (exp,) = rep["experiments"]
+    assert exp["purpose"] == "stricter wording" and exp["run_id"] == side.run_id
+    assert exp["scores"] == {f"supported@{side.metrics[0].spec_key[:8]}": printed}
+    assert "Experiments" in " ".join(text.split())
+    assert "<h2 id=experiments>Experiments</h2>" in (tmp_path / "exp" / "index.html").read_text()
+    assert "## Experiments" in (tmp_path / "exp" / "report.md").read_text()

@@ -159,7 +159,7 @@ def _report(prep: Prepared, options: AgreementOptions) -> AgreementReport:
         )
     report.metrics = est  # without the bias figures the categorical section took
     report.ceiling = ceiling(prep, options) if prep.has_judge else None
-    if options.bootstrap > 0:
+    if options.resamples > 0:
         grouped = prep.groups is not None
         unit = resampling.resample_unit(grouped, options, prep.multi_row_items, prep.groups_are_records)
         report.bootstrap = bootstrap_info(unit, len(prep.group_names) if grouped else n, options)
@@ -251,9 +251,7 @@ def _design(
         prep.h if codes else prep.hv,
         prep.j_nom if codes else prep.jv,
         scale.labels if codes else None,
-        options.bootstrap,
-        options.seed,
-        options.confidence,
+        options.resampling,
         notes,
         domain,
     )

@@ -10,6 +10,9 @@ terms by one matrix product) and returns one value per resample; a *per-resample
 indices of one resample at a time (what is not vectorised: Spearman, Kendall, per-group correlations ...).
 The draws are the same either way: numpy's Generator gives the same integers for one (R, m) call as for R
 calls of size m (a test checks it).
+
+How many resamples, their seed and the CI's level travel as one value, :class:`Resampling`: every function
+above the draws takes one (its public keywords ``resamples=`` / ``seed=`` build it, :meth:`Resampling.of`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
 
 from greval.agreement.stats import Val
 
@@ -25,11 +29,13 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 MAX_CELLS = 1 << 23
+"""Elements in one batch's largest arrays (8 Mi: 64 MiB as int64 or float64)."""
 
 #: The resamples of every bootstrap CI greval shows when none are asked for: the run summary's and report's
 #: scores, agreement, the gate, ``Results.summary`` — one default, so every surface prints the same interval.
 RESAMPLES = 1000
-"""Elements in one batch's largest arrays (8 Mi: 64 MiB as int64 or float64)."""
+#: The level of every CI greval shows (a 95 % interval).
+LEVEL = 0.95
 
 ResampleStatistic = Callable[[IntArray, IntArray], dict[str, Val]]
 """Statistics of one resample from its (row indices, cluster-instance ids)."""
@@ -140,9 +146,9 @@ class Batch:
         return np.asarray(low == high)
 
 
-def percentile_ci(samples: FloatArray | list[float], confidence: float) -> tuple[float, float]:
-    """Percentile interval of the bootstrap distribution."""
-    tail = (1.0 - confidence) / 2.0
+def percentile_ci(samples: FloatArray | list[float], level: float) -> tuple[float, float]:
+    """Percentile interval of the bootstrap distribution (``level``: 0.95 for a 95 % interval)."""
+    tail = (1.0 - level) / 2.0
     lo, hi = np.quantile(np.asarray(samples, dtype=float), [tail, 1.0 - tail])
     return float(lo), float(hi)
 
@@ -154,7 +160,7 @@ class CI:
         self.low, self.high, self.note = low, high, note
 
 
-def summarise(samples: dict[str, FloatArray], resamples: int, confidence: float) -> dict[str, CI]:
+def summarise(samples: dict[str, FloatArray], resamples: int, level: float) -> dict[str, CI]:
     """CIs from collected resample values; resamples where a statistic was undefined are counted in a note."""
     out: dict[str, CI] = {}
     for name, vals in samples.items():
@@ -162,7 +168,7 @@ def summarise(samples: dict[str, FloatArray], resamples: int, confidence: float)
         if len(vals) < max(2, resamples // 2):
             out[name] = CI(None, None, f"CI undefined: statistic undefined in {undefined}/{resamples} resamples")
             continue
-        lo, hi = percentile_ci(vals, confidence)
+        lo, hi = percentile_ci(vals, level)
         note = f"{undefined}/{resamples} resamples undefined, CI from the rest" if undefined else None
         out[name] = CI(lo, hi, note)
     return out
@@ -196,10 +202,54 @@ def collect(
 def run(
     resampler: Resampler,
     statistic: ResampleStatistic | None,
-    confidence: float,
+    level: float,
     batched: BatchStatistic | None = None,
 ) -> dict[str, CI]:
     """Bootstrap every statistic that `batched` (per batch) or `statistic` (per resample) returns; keys
     seen in any resample get a CI. The two should return different keys."""
     values = collect(resampler, statistic, batched)
-    return summarise({name: v[np.isfinite(v)] for name, v in values.items()}, resampler.resamples, confidence)
+    return summarise({name: v[np.isfinite(v)] for name, v in values.items()}, resampler.resamples, level)
+
+
+class Resampling(BaseModel):
+    """How a bootstrap CI is drawn, as one value: how many resamples (0 or fewer: no CI), the seed of the
+    draws (the same seed, the same interval) and the interval's level (0.95: a 95 % interval). Frozen: built
+    once where a user's options are read, passed down unchanged."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    resamples: int = Field(RESAMPLES, description="Bootstrap resamples; 0 (or fewer): no CI.")
+    seed: int = Field(0, description="Seed of the draws.")
+    level: float = Field(LEVEL, gt=0.0, lt=1.0, description="The CI's level: 0.95 for a 95 % interval.")
+
+    @classmethod
+    def of(
+        cls,
+        base: Resampling | None = None,
+        *,
+        resamples: int | None = None,
+        seed: int | None = None,
+        level: float | None = None,
+    ) -> Resampling:
+        """``base`` (default: the defaults) with the keywords a caller gave (None: left as it is)."""
+        given = {k: v for k, v in (("resamples", resamples), ("seed", seed), ("level", level)) if v is not None}
+        found = base or cls()
+        return found.model_copy(update=given) if given else found
+
+    def resampler(self, n: int, groups: IntArray | None = None) -> Resampler:
+        """Draws of ``n`` rows, or of whole groups when ``groups`` gives each row's."""
+        return Resampler(n, groups, self.resamples, self.seed)
+
+    def cis(
+        self,
+        n: int,
+        groups: IntArray | None = None,
+        statistic: ResampleStatistic | None = None,
+        batched: BatchStatistic | None = None,
+    ) -> dict[str, CI]:
+        """:func:`run` over :meth:`resampler`'s draws."""
+        return run(self.resampler(n, groups), statistic, self.level, batched)
+
+    def summarise(self, samples: dict[str, FloatArray]) -> dict[str, CI]:
+        """:func:`summarise` of values collected over these resamples."""
+        return summarise(samples, self.resamples, self.level)

@@ -97,13 +97,13 @@ def _ece_brier(sums: FloatArray, bins: int) -> tuple[FloatArray, FloatArray]:
         return np.where(total > 0, gap / total, np.nan), np.where(total > 0, sums[:, 3 * bins] / total, np.nan)
 
 
-def _null_ece(confidence: FloatArray, weight: FloatArray, bins: int, resamples: int, seed: int) -> float | None:
+def _null_ece(confidence: FloatArray, weight: FloatArray, bins: int, resampling: bs.Resampling) -> float | None:
     """95th percentile of the ECE of a perfectly calibrated judge (correct with probability = its confidence)
-    with these confidences and weights."""
-    n = len(confidence)
+    with these confidences and weights (its own draws: the seed's successor)."""
+    n, resamples = len(confidence), resampling.resamples
     if n == 0 or resamples <= 0:
         return None
-    rng = np.random.default_rng(seed + 1)
+    rng = np.random.default_rng(resampling.seed + 1)
     onehot = np.zeros((n, bins), dtype=np.float64)
     onehot[np.arange(n), bin_index(confidence, bins)] = 1.0
     w_bin = weight @ onehot
@@ -127,24 +127,28 @@ def calibration(
     weight: Sequence[float] | FloatArray | None = None,
     groups: Sequence[int] | IntArray | None = None,
     bins: int = 10,
-    resamples: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
+    resampling: bs.Resampling | None = None,
+    *,
+    resamples: int | None = None,
+    seed: int | None = None,
     skipped_without_confidence: int = 0,
     skipped_without_answer: int = 0,
     unit: str = "rows",
 ) -> CalibrationReport:
     """The calibration report of rows that each have a confidence in [0, 1] (see the module doc).
 
-    ``groups``: the bootstrap's cluster of each row (None: rows are independent), named by ``unit``. The
-    ``skipped_*`` counts only reach the report's notes (the caller left those rows out)."""
+    ``groups``: the bootstrap's cluster of each row (None: rows are independent), named by ``unit``;
+    ``resampling`` (or its keywords ``resamples``, ``seed``): the bootstrap of the ECE and Brier CIs, whose
+    level is also the bins' Wilson intervals'. The ``skipped_*`` counts only reach the report's notes (the
+    caller left those rows out)."""
+    boot = bs.Resampling.of(resampling, resamples=resamples, seed=seed)
     y, c, w = _checked(correct, confidence, weight, groups, bins)
     n = len(y)
     notes = _skip_notes(skipped_without_confidence, skipped_without_answer)
     weighted = weight is not None and not bool(np.all(w == 1.0))
     feats = _features(y, c, w, bins)
     sums = feats.sum(axis=0)
-    out_bins, gaps = _bins(sums, c, w, bins, level)
+    out_bins, gaps = _bins(sums, c, w, bins, boot.level)
     skipped = {"n_without_confidence": skipped_without_confidence, "n_without_answer": skipped_without_answer}
     if n == 0:
         empty = Estimate(value=None, n=0, note="no row has a judge answer, a human answer and a confidence")
@@ -153,14 +157,13 @@ def calibration(
         )
     ece_point, brier_point = (float(v[0]) for v in _ece_brier(sums[None, :], bins))
     cis: dict[str, bs.CI] = {}
-    if resamples > 0:
+    if boot.resamples > 0:
 
         def stat(batch: bs.Batch) -> dict[str, FloatArray]:
             ece, brier = _ece_brier(batch.sums(feats), bins)
             return {"ece": ece, "brier": brier}
 
-        g = None if groups is None else np.asarray(groups, dtype=np.int64)
-        cis = bs.run(bs.Resampler(n, g, resamples, seed), None, level, stat)
+        cis = boot.cis(n, None if groups is None else np.asarray(groups, dtype=np.int64), batched=stat)
     if weighted:
         notes.append(
             "rows weighted by 1/π (their inclusion probability), so a non-random sample (e.g. uncertain first) "
@@ -177,8 +180,8 @@ def calibration(
         ece=estimate((ece_point, None), n, cis.get("ece")),
         mce=Estimate(value=max(gaps), n=n),
         brier=estimate((brier_point, None), n, cis.get("brier")),
-        ece_if_calibrated=_null_ece(c, w, bins, resamples, seed),
-        resample_unit=unit if resamples > 0 else None,
+        ece_if_calibrated=_null_ece(c, w, bins, boot),
+        resample_unit=unit if boot.resamples > 0 else None,
         notes=notes,
     )
 
@@ -292,9 +295,7 @@ def calibration_from_frame(frame: Frame, options: AgreementOptions) -> Calibrati
         weight,
         codes,
         bins=options.calibration_bins,
-        resamples=options.bootstrap,
-        seed=options.seed,
-        level=options.confidence,
+        resampling=options.resampling,
         skipped_without_confidence=int((answered & ~present).sum()),
         skipped_without_answer=int((present & ~answered).sum()),
         unit=unit,

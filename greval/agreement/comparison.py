@@ -56,10 +56,10 @@ def compare_agreement(
     groups = aligned[names[0]].groups
     differences = _differences(names, heads, len(order), groups, options)
     info = None
-    if options.bootstrap > 0 and order:
+    if options.resamples > 0 and order:
         info = _paired_info(base, len(order), groups, options)
         notes.append(
-            f"paired differences: {options.bootstrap} resamples of {info.unit} ({info.n_units}), seed {options.seed}"
+            f"paired differences: {options.resamples} resamples of {info.unit} ({info.n_units}), seed {options.seed}"
         )
     return ComparisonReport(
         reports=reports, common_items=len(order), differences=differences, bootstrap=info, notes=notes
@@ -154,7 +154,7 @@ def compare_independent(
     preps = {a: prepare(fa, scale, options), b: prepare(fb, scale, options)}
     heads = {name: headline(p, options) for name, p in preps.items()}
     draws: dict[str, dict[str, FloatArray]] = {}
-    if options.bootstrap > 0 and all(p.counts.items_compared for p in preps.values()):
+    if options.resamples > 0 and all(p.counts.items_compared for p in preps.values()):
         for k, (name, p) in enumerate(preps.items()):
             sampler = resampling.resampler(
                 p.counts.items_compared, p.groups, options.model_copy(update={"seed": options.seed + k})
@@ -168,7 +168,7 @@ def compare_independent(
         ci = None
         if metric in draws.get(a, {}) and metric in draws.get(b, {}):
             diff = draws[b][metric] - draws[a][metric]
-            ci = bs.summarise({metric: diff[np.isfinite(diff)]}, options.bootstrap, options.confidence)[metric]
+            ci = options.resampling.summarise({metric: diff[np.isfinite(diff)]})[metric]
         e = estimate(val, n, ci)
         beyond = None if e.ci_low is None or e.ci_high is None else bool(e.ci_low > 0 or e.ci_high < 0)
         differences.append(Difference(metric=metric, a=a, b=b, estimate=e, beyond_ci=beyond))
@@ -178,7 +178,7 @@ def compare_independent(
             f"{name}: {r.bootstrap.n_units} {r.bootstrap.unit}" for name, r in reports.items() if r.bootstrap
         )
         notes.append(
-            f"independent differences: {options.bootstrap} resamples of each side's own units ({units}), "
+            f"independent differences: {options.resamples} resamples of each side's own units ({units}), "
             f"seeds {options.seed} and {options.seed + 1}"
         )
     return ComparisonReport(reports=reports, common_items=0, differences=differences, notes=notes, paired=False)

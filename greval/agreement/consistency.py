@@ -232,7 +232,7 @@ def compute_consistency(
     label_names = [*(rows.scale.labels or []), INVALID_LABEL]
     notes += _notes(pairs, options)
     info = None
-    if options.bootstrap > 0:
+    if options.resamples > 0:
         grouped = pairs.groups is not None
         info = bootstrap_info(
             resampling.resample_unit(grouped, options), len(pairs.group_names) if grouped else n, options

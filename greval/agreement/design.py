@@ -27,7 +27,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, Field
 
 from greval.agreement import stats as st
-from greval.agreement.bootstrap import percentile_ci
+from greval.agreement.bootstrap import Resampling, percentile_ci
 from greval.agreement.models import DesignEstimate, DesignReport
 from greval.agreement.prepare import label_text, numbers
 from greval.dataset.frame import Frame
@@ -123,18 +123,22 @@ def stratified_counts(
 def design_estimates(
     sample: DesignSample,
     labels: Sequence[str],
-    resamples: int = 1000,
-    seed: int = 0,
-    confidence: float = 0.95,
+    resampling: Resampling | None = None,
     domain: npt.NDArray[np.bool_] | None = None,
+    *,
+    resamples: int | None = None,
+    seed: int | None = None,
 ) -> list[DesignEstimate]:
     """Accuracy, Cohen's κ and each label's prevalence among human labels, weighted by 1/π, beside the
-    unweighted figures, with stratified-bootstrap percentile intervals of the weighted ones.
+    unweighted figures, with stratified-bootstrap percentile intervals of the weighted ones (``resampling``,
+    or its keywords ``resamples``, ``seed``).
 
     ``domain``: the items of a subpopulation (a slice). Its figures use only its items, but the bootstrap
     resamples the whole sample's strata, so the number of the domain's items in a resample varies as it
     would in a new sample (resampling the domain's own items alone would fix that number, and a domain
     with few sampled items would get an interval of no width)."""
+    boot = Resampling.of(resampling, resamples=resamples, seed=seed)
+    resamples = boot.resamples
     human, judge, w, strata = sample.arrays()
     k = len(labels)
     n_codes = k + 1  # code k: a judge answer outside the labels
@@ -148,21 +152,21 @@ def design_estimates(
     plain = _figures(_confusions(human, judge, n_codes, mask[None, :]), k, labels)
     weighted = _figures(_confusions(human, judge, n_codes, (w * mask)[None, :]), k, labels)
     census = np.array([np.all(w[strata == s] == 1.0) for s in range(int(strata.max()) + 1)])
-    boot: dict[str, FloatArray] = {}
+    drawn: dict[str, FloatArray] = {}
     if resamples > 0:
-        counts = stratified_counts(strata, resamples, seed, census)
-        boot = _figures(_confusions(human, judge, n_codes, counts * (w * mask)[None, :]), k, labels)
+        counts = stratified_counts(strata, resamples, boot.seed, census)
+        drawn = _figures(_confusions(human, judge, n_codes, counts * (w * mask)[None, :]), k, labels)
     out = []
     for name in _names(labels):
         est = DesignEstimate(name=name, weighted=_finite(weighted[name][0]), unweighted=_finite(plain[name][0]))
         if n < 2 and name == "kappa":
             est.weighted = est.unweighted = None
             est.note = "κ needs at least 2 labelled items"
-        elif name in boot:
-            vals = boot[name][np.isfinite(boot[name])]
+        elif name in drawn:
+            vals = drawn[name][np.isfinite(drawn[name])]
             undefined = resamples - len(vals)
             if est.weighted is not None and len(vals) >= max(2, resamples // 2):
-                est.ci_low, est.ci_high = percentile_ci(vals, confidence)
+                est.ci_low, est.ci_high = percentile_ci(vals, boot.level)
                 if undefined:
                     est.note = f"{undefined}/{resamples} resamples undefined, CI from the rest"
             elif est.weighted is not None:
@@ -199,9 +203,7 @@ def design_report(
     human: IntArray | FloatArray,
     judge: IntArray | FloatArray,
     labels: Sequence[str] | None,
-    resamples: int,
-    seed: int,
-    confidence: float,
+    resampling: Resampling,
     notes: Sequence[str] = (),
     domain: Collection[str] | None = None,
 ) -> DesignReport | None:
@@ -257,9 +259,7 @@ def design_report(
             np.asarray(judge, dtype=np.float64),
             prob.to_numpy(dtype=np.float64),
             [str(x) for x in strata],
-            resamples,
-            seed,
-            confidence,
+            resampling,
             inside,
         )
     else:
@@ -269,8 +269,10 @@ def design_report(
             probability=[float(x) for x in prob],
             stratum=[str(x) for x in strata],
         )
-        estimates = design_estimates(sample, labels, resamples, seed, confidence, inside)
-    return DesignReport(summary=summary, estimates=estimates, strata=counts, resamples=resamples, notes=notes)
+        estimates = design_estimates(sample, labels, resampling, inside)
+    return DesignReport(
+        summary=summary, estimates=estimates, strata=counts, resamples=resampling.resamples, notes=notes
+    )
 
 
 VALUE_FIGURES = ("mean_human", "mean_judge", "mean_error", "mae", "rmse", "exact", "within_1")
@@ -283,13 +285,13 @@ def design_value_estimates(
     judge: FloatArray,
     probability: FloatArray,
     stratum: Sequence[str],
-    resamples: int = 1000,
-    seed: int = 0,
-    confidence: float = 0.95,
+    resampling: Resampling | None = None,
     domain: npt.NDArray[np.bool_] | None = None,
 ) -> list[DesignEstimate]:
     """:data:`VALUE_FIGURES` weighted by 1/π (Hájek means), beside the unweighted ones, with stratified-bootstrap
     percentile intervals (census strata kept whole, and ``domain`` as in :func:`design_estimates`)."""
+    boot = resampling or Resampling()
+    resamples = boot.resamples
     inside = np.ones(len(human), dtype=np.bool_) if domain is None else np.asarray(domain, dtype=np.bool_)
     if not inside.any():
         return [DesignEstimate(name=name, note="no labelled items") for name in VALUE_FIGURES]
@@ -308,18 +310,18 @@ def design_value_estimates(
 
     plain = figures(mask[None, :])[0]
     weighted = figures((w * mask)[None, :])[0]
-    boot: FloatArray | None = None
+    drawn: FloatArray | None = None
     if resamples > 0:
         census = np.array([np.all(w[strata == s] == 1.0) for s in range(int(strata.max()) + 1)])
         with np.errstate(divide="ignore", invalid="ignore"):  # a resample may hold none of the domain
-            boot = figures(stratified_counts(strata, resamples, seed, census) * (w * mask)[None, :])
+            drawn = figures(stratified_counts(strata, resamples, boot.seed, census) * (w * mask)[None, :])
     out = []
     for i, name in enumerate(VALUE_FIGURES):
         est = DesignEstimate(name=name, weighted=_finite(weighted[i]), unweighted=_finite(plain[i]))
-        if boot is not None:
-            vals = boot[:, i][np.isfinite(boot[:, i])]
+        if drawn is not None:
+            vals = drawn[:, i][np.isfinite(drawn[:, i])]
             if len(vals) >= max(2, resamples // 2):
-                est.ci_low, est.ci_high = percentile_ci(vals, confidence)
+                est.ci_low, est.ci_high = percentile_ci(vals, boot.level)
                 if len(vals) < resamples:
                     est.note = f"{resamples - len(vals)}/{resamples} resamples undefined, CI from the rest"
             else:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from greval.agreement.bootstrap import LEVEL, RESAMPLES, Resampling
 
 Kind = Literal["categorical", "value"]
 Protocol = Literal["pooled", "per-group"]
@@ -71,9 +81,20 @@ class AgreementOptions(BaseModel):
         description="pooled: every statistic over all items; per-group: inside each group, then the unweighted "
         "mean over the groups where it is defined (bootstrap resamples items within each group)",
     )
-    bootstrap: int = Field(1000, ge=0, description="resamples; 0 disables CIs")
+    resamples: int = Field(
+        RESAMPLES,
+        ge=0,
+        validation_alias=AliasChoices("resamples", "bootstrap"),
+        description="bootstrap resamples; 0 disables CIs (also read as `bootstrap`, its earlier name)",
+    )
     seed: int = 0
-    confidence: float = Field(0.95, gt=0.0, lt=1.0)
+    level: float = Field(
+        LEVEL,
+        gt=0.0,
+        lt=1.0,
+        validation_alias=AliasChoices("level", "confidence"),
+        description="the CIs' level, 0.95 for 95 % intervals (also read as `confidence`, its earlier name)",
+    )
     slices: list[str] = Field(default_factory=list)
     mapping: dict[str, str] = Field(default_factory=dict, description="raw label → label, both sides")
     missing_values: list[str] = Field(
@@ -115,6 +136,11 @@ class AgreementOptions(BaseModel):
         if self.select_on is not None and "=" not in self.select_on:
             raise ValueError(f"select_on {self.select_on!r}: expected COL=VALUE, e.g. split=dev")
         return self
+
+    @property
+    def resampling(self) -> Resampling:
+        """The bootstrap of every CI of the report, as one value."""
+        return Resampling(resamples=self.resamples, seed=self.seed, level=self.level)
 
 
 class Estimate(BaseModel):
@@ -294,7 +320,7 @@ class BootstrapInfo(BaseModel):
     n_units: int
     resamples: int
     seed: int
-    confidence: float
+    level: float = Field(validation_alias=AliasChoices("level", "confidence"), description="the CIs' level (0.95)")
 
 
 class ThresholdInfo(BaseModel):

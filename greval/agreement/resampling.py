@@ -61,8 +61,8 @@ def check_protocol(frame: Frame, options: AgreementOptions) -> None:
 def resampler(n: int, groups: IntArray | None, options: AgreementOptions) -> bs.Resampler:
     """Items, whole groups (clusters), or items within groups (per-group protocol)."""
     if options.protocol == "per-group" and groups is not None:
-        return StratifiedResampler(groups, options.bootstrap, options.seed)
-    return bs.Resampler(n, groups, options.bootstrap, options.seed)
+        return StratifiedResampler(groups, options.resamples, options.seed)
+    return options.resampling.resampler(n, groups)
 
 
 def cis(
@@ -76,10 +76,10 @@ def cis(
     """Percentile CIs of `fn` / `batched` over `n` rows (none without resamples or rows). `protocol=False`
     for the figures the per-group protocol leaves pooled (prevalence, ceiling): they never resample within
     groups."""
-    if options.bootstrap <= 0 or n == 0:
+    if options.resamples <= 0 or n == 0:
         return {}
-    sampler = resampler(n, groups, options) if protocol else bs.Resampler(n, groups, options.bootstrap, options.seed)
-    return bs.run(sampler, fn, options.confidence, batched)
+    sampler = resampler(n, groups, options) if protocol else options.resampling.resampler(n, groups)
+    return bs.run(sampler, fn, options.level, batched)
 
 
 def estimate(val: Val, n: int, ci: bs.CI | None) -> Estimate:
@@ -142,14 +142,13 @@ def resample_unit(
 
 
 def bootstrap_info(unit: ResampleUnit, n_units: int, options: AgreementOptions) -> BootstrapInfo:
-    return BootstrapInfo(
-        unit=unit, n_units=n_units, resamples=options.bootstrap, seed=options.seed, confidence=options.confidence
-    )
+    """What the report's CIs resampled (``unit``, how many) and how (the options' resamples, seed, level)."""
+    return BootstrapInfo(unit=unit, n_units=n_units, **options.resampling.model_dump())
 
 
 def bootstrap_note(info: BootstrapInfo) -> str:
     """The report's note on its CIs."""
     return (
-        f"{int(info.confidence * 100)}% percentile bootstrap CIs: {info.resamples} resamples of "
+        f"{int(info.level * 100)}% percentile bootstrap CIs: {info.resamples} resamples of "
         f"{info.unit} ({info.n_units}), seed {info.seed}"
     )

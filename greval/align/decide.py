@@ -37,9 +37,9 @@ def _message(d: Difference, adopted: bool, objective: str, min_gain: float) -> s
     gain = fmt_gain(d.gain)
     where = f"{d.n_units} test unit(s) of {d.n_records} record(s)"
     if adopted:
-        return f"adopted: {name} gain {gain}, {d.confidence:.0%} CI {ci} on {where}, lower bound above {min_gain:g}"
+        return f"adopted: {name} gain {gain}, {d.level:.0%} CI {ci} on {where}, lower bound above {min_gain:g}"
     return (
-        f"no improvement shown: {name} gain {gain}, {d.confidence:.0%} CI {ci} on {where} (the lower bound must "
+        f"no improvement shown: {name} gain {gain}, {d.level:.0%} CI {ci} on {where} (the lower bound must "
         f"exceed {min_gain:g}); the current spec stays"
     )
 
@@ -74,7 +74,7 @@ async def decide(
         judged = await judge(spec, units)
         meter.charge(judged.cost)
         answers.append(judged.answers)
-    diff = scorer.difference(units, answers[0], answers[1], options.bootstrap, options.seed, options.confidence)
+    diff = scorer.paired_gain(units, answers[0], answers[1], options.resampling)
     adopted = diff.ci_low is not None and diff.gain is not None and diff.ci_low > options.min_gain
     return Decision(
         objective=objective,

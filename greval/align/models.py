@@ -11,8 +11,9 @@ import json
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from greval.agreement.bootstrap import LEVEL, RESAMPLES, Resampling
 from greval.spec import Spec
 
 Objective = Literal["kappa", "weighted_kappa", "accuracy", "macro_f1", "spearman", "mae"]
@@ -54,8 +55,24 @@ class AlignOptions(Frozen):
     disagreements: int = Field(6, ge=1, le=50, description="Disagreements the optimizer sees per proposal.")
     budget_calls: int | None = Field(None, ge=0, description="Model calls align may make, at most (None: no limit).")
     budget_tokens: int | None = Field(None, ge=0, description="Tokens align may spend, at most (None: no limit).")
-    bootstrap: int = Field(1000, ge=100, description="Paired bootstrap resamples of the decision.")
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="The decision CI's confidence.")
+    resamples: int = Field(
+        RESAMPLES,
+        ge=100,
+        validation_alias=AliasChoices("resamples", "bootstrap"),
+        description="Paired bootstrap resamples of the decision (also read as `bootstrap`, its earlier name).",
+    )
+    level: float = Field(
+        LEVEL,
+        gt=0.5,
+        lt=1.0,
+        validation_alias=AliasChoices("level", "confidence"),
+        description="The decision CI's level, 0.95 for a 95 % interval (also read as `confidence`, its earlier name).",
+    )
+
+    @property
+    def resampling(self) -> Resampling:
+        """The decision's paired bootstrap, as one value (seeded by :attr:`seed`, as every draw)."""
+        return Resampling(resamples=self.resamples, seed=self.seed, level=self.level)
 
 
 class Annotation(Frozen):
@@ -223,7 +240,7 @@ class Difference(Frozen):
     gain: float | None
     ci_low: float | None = None
     ci_high: float | None = None
-    confidence: float
+    level: float = Field(validation_alias=AliasChoices("level", "confidence"), description="The CI's level (0.95).")
     resamples: int
     unit: str = Field(description="What the bootstrap resamples: records, or units within design strata.")
     n_units: int

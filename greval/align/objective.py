@@ -135,9 +135,15 @@ class Scorer:
         units: Sequence[Unit],
         old: Mapping[str, Answer],
         new: Mapping[str, Answer],
-        resamples: int,
-        seed: int,
-        confidence: float,
+        resamples: int = bs.RESAMPLES,
+        seed: int = 0,
+        level: float = bs.LEVEL,
+    ) -> Difference:
+        """:meth:`paired_gain` with its bootstrap given as numbers."""
+        return self.paired_gain(units, old, new, bs.Resampling(resamples=resamples, seed=seed, level=level))
+
+    def paired_gain(
+        self, units: Sequence[Unit], old: Mapping[str, Answer], new: Mapping[str, Answer], resampling: bs.Resampling
     ) -> Difference:
         """The paired gain new − old (old − new for MAE) with a percentile bootstrap CI: whole records are
         resampled (the same resamples for both versions), or units within the strata of a review design,
@@ -152,12 +158,12 @@ class Scorer:
         gain = None if old_v is None or new_v is None else self.sign * (new_v - old_v)
         groups = sorted({u.record_hash for u in units})
         diffs: list[FloatArray] = []
-        for counts in _resamples(units, resamples, seed, design):
+        for counts in _resamples(units, resampling, design):
             va, _ = a.values(counts * w[None, :])
             vb, _ = b.values(counts * w[None, :])
             d = self.sign * (vb - va)
             diffs.append(d[np.isfinite(d)])
-        ci = bs.summarise({"gain": np.concatenate(diffs) if diffs else np.zeros(0)}, resamples, confidence)["gain"]
+        ci = resampling.summarise({"gain": np.concatenate(diffs) if diffs else np.zeros(0)})["gain"]
         note = ci.note
         if self.objective == "spearman" and design:
             note = "; ".join(x for x in (note, "Spearman is not design-weighted: each unit counts once") if x)
@@ -167,8 +173,8 @@ class Scorer:
             gain=gain,
             ci_low=ci.low if gain is not None else None,
             ci_high=ci.high if gain is not None else None,
-            confidence=confidence,
-            resamples=resamples,
+            level=resampling.level,
+            resamples=resampling.resamples,
             unit="units within design strata" if design else "records",
             n_units=len(units),
             n_records=len(groups),
@@ -240,7 +246,7 @@ def is_design(units: Sequence[Unit]) -> bool:
     return None not in probs and len(probs) > 1
 
 
-def _resamples(units: Sequence[Unit], resamples: int, seed: int, design: bool) -> list[FloatArray]:
+def _resamples(units: Sequence[Unit], resampling: bs.Resampling, design: bool) -> list[FloatArray]:
     """(R × units) counts in batches: whole records drawn with replacement, or units within design strata
     (strata taken whole, every π = 1, kept fixed), as the agreement stage resamples."""
     if design:
@@ -248,9 +254,9 @@ def _resamples(units: Sequence[Unit], resamples: int, seed: int, design: bool) -
         strata = codes.reshape(-1).astype(np.int64)
         p = np.array([u.probability or 1.0 for u in units])
         census = np.array([bool(np.all(p[strata == s] >= 1.0)) for s in range(int(strata.max()) + 1)])
-        return [stratified_counts(strata, resamples, seed, census)]
+        return [stratified_counts(strata, resampling.resamples, resampling.seed, census)]
     _, groups = np.unique(np.array([u.record_hash for u in units], dtype=object), return_inverse=True)
-    sampler = bs.Resampler(len(units), groups.reshape(-1).astype(np.int64), resamples, seed)
+    sampler = resampling.resampler(len(units), groups.reshape(-1).astype(np.int64))
     return [b.unit_weights()[:, sampler.unit_of_row] for b in sampler.batches()]
 
 

@@ -66,7 +66,7 @@ def lineage(result: AlignResult, evidence: str) -> str:
     if d is not None:
         lines.append(
             f"adopted on {d.n_units} test units of {d.n_records} records no search step read: {name} "
-            f"{fmt_number(d.old)} -> {fmt_number(d.new)}, gain {fmt_gain(d.gain)}, {d.confidence:.0%} CI "
+            f"{fmt_number(d.old)} -> {fmt_number(d.new)}, gain {fmt_gain(d.gain)}, {d.level:.0%} CI "
             f"{fmt_gain_ci(d)} ({d.resamples} paired resamples of {d.unit})"
         )
     c = result.decision.ceiling

@@ -28,7 +28,7 @@ def _decision(r: AlignResult) -> str:
             [f"{escape(r.spec)}@{escape(r.new_hash or '')} (winner)", fmt_number(d.new), "", ""],
             ["gain", fmt_gain(d.gain), escape(fmt_gain_ci(d)), escape(d.note or "")],
         ]
-        parts.append(_table([f"on the test part: {name}", "value", f"{d.confidence:.0%} CI", "note"], rows))
+        parts.append(_table([f"on the test part: {name}", "value", f"{d.level:.0%} CI", "note"], rows))
         weighting = "design-weighted (1/π), " if d.weighted else ""
         parts.append(
             f"<p class=note>{d.n_units} test units of {d.n_records} records, which no search step read; "

@@ -130,7 +130,7 @@ class ComputeFlags:
         return AgreementOptions(
             invalid=self.invalid,
             protocol=self.protocol,
-            bootstrap=self.resamples,
+            resamples=self.resamples,
             seed=self.seed,
             slices=slices,
             mapping=self.mapping(),
@@ -148,7 +148,7 @@ class ComputeFlags:
         """The options of a store's agreement: what applies to stored verdicts and labels."""
         return AgreementOptions(
             invalid=self.invalid,
-            bootstrap=self.resamples,
+            resamples=self.resamples,
             seed=self.seed,
             mapping=self.mapping(),
             slices=slices,

@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
 
+from greval.cli.bundle import bundle, gathered
+from greval.cli.bundles import RunFlags
 from greval.cli.common import call_options, console, out, store_option
 
 if TYPE_CHECKING:
-    from greval.align.models import AlignEvent, AlignPlan, AlignResult
+    from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult
     from greval.llm.config import JudgeChoice
 
 OBJECTIVES = ["kappa", "weighted_kappa", "accuracy", "macro_f1", "spearman", "mae"]
-
-
-def _check_folders(out: Path | None, html: Path | None) -> None:
-    """--out / --html into a folder that does not exist: one line now, not a traceback after the whole search
-    (the files are written once it ends)."""
-    from greval.errors import UserError
-
-    for flag, path in (("--out", out), ("--html", html)):
-        if path is not None and not path.parent.is_dir():
-            raise UserError(f"{flag} {path}: the folder {path.parent} does not exist; create it, or write elsewhere")
 
 
 def _shots(value: str) -> tuple[int, ...]:
@@ -175,77 +168,203 @@ def _print_result(r: AlignResult, store: str) -> None:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
 
+@dataclass(frozen=True)
+class JudgeFlags:
+    """The judge whose spec is aligned (default: the one whose verdicts are stored) and the optimizer model
+    that proposes rewrites (default: the judge)."""
+
+    judge_ref: str | None
+    base_url: str | None
+    temperature: float | None
+    max_tokens: int | None
+    timeout: float
+    samples: int | None
+    judge_seed: int | None
+    optimizer_judge: str | None
+    optimizer_base_url: str | None
+
+    def judge(self) -> JudgeChoice:
+        from greval.llm.config import JudgeChoice
+
+        return JudgeChoice(
+            ref=self.judge_ref,
+            base_url=self.base_url,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            timeout=self.timeout,
+            samples=self.samples,
+            seed=self.judge_seed,
+        )
+
+    def optimizer(self) -> JudgeChoice:
+        from greval.llm.config import JudgeChoice
+
+        return JudgeChoice(
+            ref=self.optimizer_judge, base_url=self.optimizer_base_url or self.base_url, timeout=self.timeout
+        )
+
+
+@dataclass(frozen=True)
+class SearchFlags:
+    """How to search and decide, as :class:`greval.align.models.AlignOptions` (--shots is checked there)."""
+
+    objective: str | None
+    folds: int
+    test_share: float
+    rounds: int
+    beam: int
+    rewrites: int
+    shots: str
+    example_tokens: int
+    no_label_order: bool
+    budget_calls: int | None
+    budget_tokens: int | None
+    seed: int
+    min_gain: float
+    resamples: int
+
+    def options(self) -> AlignOptions:
+        from greval.align.models import AlignOptions
+
+        return AlignOptions(
+            objective=self.objective,
+            folds=self.folds,
+            test_share=self.test_share,
+            seed=self.seed,
+            min_gain=self.min_gain,
+            rounds=self.rounds,
+            beam=self.beam,
+            rewrites=self.rewrites,
+            shots=_shots(self.shots),
+            example_tokens=self.example_tokens,
+            label_order=not self.no_label_order,
+            budget_calls=self.budget_calls,
+            budget_tokens=self.budget_tokens,
+            resamples=self.resamples,
+        )
+
+
+@dataclass(frozen=True)
+class OutputFlags:
+    """What align writes (the adopted spec, its evidence and page), or only the plan (--dry-run)."""
+
+    out: Path | None
+    html: Path | None
+    dry_run: bool
+
+    def check(self) -> None:
+        """--out / --html into a folder that does not exist: one line now, not a traceback after the whole
+        search (the files are written once it ends)."""
+        from greval.errors import UserError
+
+        for flag, path in (("--out", self.out), ("--html", self.html)):
+            if path is not None and not path.parent.is_dir():
+                raise UserError(
+                    f"{flag} {path}: the folder {path.parent} does not exist; create it, or write elsewhere"
+                )
+
+    def paths(self, name: str) -> tuple[Path, Path]:
+        """The spec's YAML and the align page: as given, else NAME.aligned.yaml and NAME.align.html beside it."""
+        path = self.out or Path(f"{name}.aligned.yaml")
+        return path, self.html or path.with_name(f"{name}.align.html")
+
+
+JUDGES = bundle(
+    "judges",
+    JudgeFlags,
+    click.option("--judge", "judge_ref", default=None, help="The judge [the one whose verdicts are stored]."),
+    click.option(
+        "--base-url", envvar="OPENAI_BASE_URL", show_envvar=True, help="OpenAI-compatible endpoint of the judge."
+    ),
+    click.option("--temperature", type=float, default=None, help="The judge's temperature [spec, else 0]."),
+    click.option("--max-tokens", type=int, default=None, help="Cap on the judge's answer length."),
+    click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request."),
+    click.option("--samples", type=int, default=None, help="Judge samples per item [1]."),
+    click.option("--judge-seed", type=int, default=None, help="The judge's sampling seed, for servers that honour it."),
+    click.option("--optimizer-judge", default=None, help="A (stronger) model to propose rewrites [the judge]."),
+    click.option("--optimizer-base-url", default=None, help="OpenAI-compatible endpoint of --optimizer-judge."),
+)
+
+SEARCH = bundle(
+    "search",
+    SearchFlags,
+    click.option("--objective", type=click.Choice(OBJECTIVES), default=None, help="[kappa for labels, mae for values]"),
+    click.option("--folds", type=click.IntRange(2, 20), default=5, show_default=True, help="Folds of the search part."),
+    click.option(
+        "--test-share",
+        type=click.FloatRange(0, 1, min_open=True, max_open=True),
+        default=0.3,
+        show_default=True,
+        help="Share of labelled records held out for the decision.",
+    ),
+    click.option("--rounds", type=click.IntRange(1, 10), default=3, show_default=True, help="Search rounds, at most."),
+    click.option("--beam", type=click.IntRange(1, 10), default=2, show_default=True, help="Candidates kept per round."),
+    click.option(
+        "--rewrites",
+        type=click.IntRange(0, 10),
+        default=2,
+        show_default=True,
+        help="Rewrite proposals per parent and round (0: no rewrites).",
+    ),
+    click.option(
+        "--shots", default="1,2", show_default=True, help="Few-shot candidates: examples per label, e.g. 1,2."
+    ),
+    click.option(
+        "--example-tokens",
+        type=click.IntRange(min=0),
+        default=1500,
+        show_default=True,
+        help="Prompt tokens the few-shot examples may take.",
+    ),
+    click.option("--no-label-order", is_flag=True, help="Do not try the labels in reverse order."),
+    click.option(
+        "--budget-calls", type=click.IntRange(min=0), default=None, help="Model calls align may make, at most."
+    ),
+    click.option("--budget-tokens", type=click.IntRange(min=0), default=None, help="Tokens align may spend, at most."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seeds the split, the folds and every draw."),
+    click.option(
+        "--min-gain",
+        type=click.FloatRange(min=0),
+        default=0.0,
+        show_default=True,
+        help="Adopt only when the gain's CI lower bound exceeds this.",
+    ),
+    click.option(
+        "--bootstrap",
+        "resamples",
+        type=click.IntRange(min=100),
+        default=1000,
+        show_default=True,
+        help="Paired bootstrap resamples of the decision.",
+    ),
+)
+
+OUTPUTS = bundle(
+    "outputs",
+    OutputFlags,
+    click.option(
+        "--out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The adopted spec's YAML [NAME.aligned.yaml]; the evidence goes beside it (.evidence.json).",
+    ),
+    click.option(
+        "--html",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The align page [NAME.align.html beside --out].",
+    ),
+    click.option("--dry-run", is_flag=True, help="Print the plan and the estimated calls and tokens; call nothing."),
+)
+
+
 @click.command("align")
 @store_option(must_exist=True, help="The store with the spec's verdicts and people's labels.")
 @click.option("--spec", "spec_ref", required=True, help="The metric: NAME, or NAME@HASH for one version.")
 @click.option("--dataset", "datasets", multiple=True, help="Human-label datasets to use (repeatable; default all).")
-@click.option("--judge", "judge_ref", default=None, help="The judge [the one whose verdicts are stored].")
-@click.option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True, help="OpenAI-compatible endpoint of the judge.")
-@click.option("--temperature", type=float, default=None, help="The judge's temperature [spec, else 0].")
-@click.option("--max-tokens", type=int, default=None, help="Cap on the judge's answer length.")
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds per request.")
-@click.option("--samples", type=int, default=None, help="Judge samples per item [1].")
-@click.option("--judge-seed", type=int, default=None, help="The judge's sampling seed, for servers that honour it.")
-@click.option("--optimizer-judge", default=None, help="A (stronger) model to propose rewrites [the judge].")
-@click.option("--optimizer-base-url", default=None, help="OpenAI-compatible endpoint of --optimizer-judge.")
-@click.option("--objective", type=click.Choice(OBJECTIVES), default=None, help="[kappa for labels, mae for values]")
-@click.option("--folds", type=click.IntRange(2, 20), default=5, show_default=True, help="Folds of the search part.")
-@click.option(
-    "--test-share",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.3,
-    show_default=True,
-    help="Share of labelled records held out for the decision.",
-)
-@click.option("--rounds", type=click.IntRange(1, 10), default=3, show_default=True, help="Search rounds, at most.")
-@click.option("--beam", type=click.IntRange(1, 10), default=2, show_default=True, help="Candidates kept per round.")
-@click.option(
-    "--rewrites",
-    type=click.IntRange(0, 10),
-    default=2,
-    show_default=True,
-    help="Rewrite proposals per parent and round (0: no rewrites).",
-)
-@click.option("--shots", default="1,2", show_default=True, help="Few-shot candidates: examples per label, e.g. 1,2.")
-@click.option(
-    "--example-tokens",
-    type=click.IntRange(min=0),
-    default=1500,
-    show_default=True,
-    help="Prompt tokens the few-shot examples may take.",
-)
-@click.option("--no-label-order", is_flag=True, help="Do not try the labels in reverse order.")
-@click.option("--budget-calls", type=click.IntRange(min=0), default=None, help="Model calls align may make, at most.")
-@click.option("--budget-tokens", type=click.IntRange(min=0), default=None, help="Tokens align may spend, at most.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the split, the folds and every draw.")
-@click.option(
-    "--min-gain",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Adopt only when the gain's CI lower bound exceeds this.",
-)
-@click.option(
-    "--bootstrap",
-    "resamples",
-    type=click.IntRange(min=100),
-    default=1000,
-    show_default=True,
-    help="Paired bootstrap resamples of the decision.",
-)
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="The adopted spec's YAML [NAME.aligned.yaml]; the evidence goes beside it (.evidence.json).",
-)
-@click.option(
-    "--html",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="The align page [NAME.align.html beside --out].",
-)
-@click.option("--dry-run", is_flag=True, help="Print the plan and the estimated calls and tokens; call nothing.")
+@JUDGES
+@SEARCH
+@OUTPUTS
 @click.option(
     "-c",
     "--concurrency",
@@ -255,39 +374,15 @@ def _print_result(r: AlignResult, store: str) -> None:
 )
 @call_options
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@gathered("run", RunFlags)
 def align_cmd(
     store: str,
     spec_ref: str,
     datasets: tuple[str, ...],
-    judge_ref: str | None,
-    base_url: str | None,
-    temperature: float | None,
-    max_tokens: int | None,
-    timeout: float,
-    samples: int | None,
-    judge_seed: int | None,
-    optimizer_judge: str | None,
-    optimizer_base_url: str | None,
-    objective: str | None,
-    folds: int,
-    test_share: float,
-    rounds: int,
-    beam: int,
-    rewrites: int,
-    shots: str,
-    example_tokens: int,
-    no_label_order: bool,
-    budget_calls: int | None,
-    budget_tokens: int | None,
-    seed: int,
-    min_gain: float,
-    resamples: int,
-    out: Path | None,
-    html: Path | None,
-    dry_run: bool,
-    concurrency: int | None,
-    method: str,
-    max_attempts: int,
+    judges: JudgeFlags,
+    search: SearchFlags,
+    outputs: OutputFlags,
+    run: RunFlags,
     quiet: bool,
 ) -> None:
     """Improve a spec from people's labels; adopt it only if it proves better on labels the search never read.
@@ -305,48 +400,20 @@ def align_cmd(
       greval align --store greval.sqlite --spec attribution --judge openai:gpt-4o-mini --budget-calls 2000
       greval align --store s.sqlite --spec faithfulness --optimizer-judge openai:gpt-4o --objective accuracy
     """
+    from greval._sync import run_sync
     from greval.align.entry import Target, aalign, plan, run_options
-    from greval.align.models import AlignOptions
     from greval.align.output import write_outputs
-    from greval.llm.config import JudgeChoice
     from greval.store.store import Store
 
-    _check_folders(out, html)
-    options = AlignOptions(
-        objective=objective,
-        folds=folds,
-        test_share=test_share,
-        seed=seed,
-        min_gain=min_gain,
-        rounds=rounds,
-        beam=beam,
-        rewrites=rewrites,
-        shots=_shots(shots),
-        example_tokens=example_tokens,
-        label_order=not no_label_order,
-        budget_calls=budget_calls,
-        budget_tokens=budget_tokens,
-        bootstrap=resamples,
-    )
-    judge: JudgeChoice = JudgeChoice(
-        ref=judge_ref,
-        base_url=base_url,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        timeout=timeout,
-        samples=samples,
-        seed=judge_seed,
-    )
-    optimizer = JudgeChoice(ref=optimizer_judge, base_url=optimizer_base_url or base_url, timeout=timeout)
+    outputs.check()
+    options = search.options()
+    judge, optimizer = judges.judge(), judges.optimizer()
     target = Target(spec_ref, datasets)
     with Store(store) as st:
-        if dry_run:
+        if outputs.dry_run:
             _print_plan(plan(st, target, judge, optimizer, options))
             return
-        runs = run_options(method, max_attempts)
         bar = RoundBar(quiet)
-        from greval._sync import run_sync
-
         try:
             result = run_sync(
                 aalign(
@@ -355,16 +422,15 @@ def align_cmd(
                     judge,
                     optimizer,
                     options,
-                    runs=runs,
-                    concurrency=concurrency,
+                    runs=run_options(run.method, run.max_attempts),
+                    concurrency=run.concurrency,
                     emit=bar,
                     notify=console.print,
                 )
             )
         finally:
             bar.stop()
-    path = out or Path(f"{target.name}.aligned.yaml")
-    page = html or path.with_name(f"{target.name}.align.html")
+    path, page = outputs.paths(target.name)
     stale = path.exists() and not result.adopted
     result = result.model_copy(update={"files": write_outputs(result, path, page)})
     _print_result(result, store)

@@ -8,21 +8,22 @@ printed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import cast
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from greval.annotation.argilla import DEFAULT_BATCH, Connection, connect
+from greval.annotation.argilla import DEFAULT_BATCH, Connection
 from greval.annotation.errors import AnnotationError
 from greval.annotation.labels_import import import_labels
 from greval.annotation.pull import pull
 from greval.annotation.push import push, unusable_note
 from greval.annotation.selection import STRATEGIES, Strategy
+from greval.cli.bundles import ConnectionFlags, connection_options_for
 from greval.cli.common import read_limit_options
 from greval.cli.common import store_option as common_store_option
 from greval.cli.flags import for_terminal
@@ -30,47 +31,6 @@ from greval.dataset.limits import ReadLimits
 from greval.store.backend import display
 from greval.store.backend import exists as store_exists
 from greval.store.store import Store
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def connection_options_for(dataset_default: str) -> Callable[[F], F]:
-    """--api-url / --api-key (or ARGILLA_API_URL / ARGILLA_API_KEY), --workspace, --data-dir, --dataset (its
-    default named in the help)."""
-
-    def add(func: F) -> F:
-        for opt in reversed(_connection_opts(dataset_default)):
-            func = opt(func)
-        return func
-
-    return add
-
-
-def _connection_opts(dataset_default: str) -> list[Callable[[F], F]]:
-    return [
-        click.option(
-            "--api-url",
-            envvar="ARGILLA_API_URL",
-            default=None,
-            help="An external Argilla [env ARGILLA_API_URL; default: the embedded server].",
-        ),
-        click.option(
-            "--api-key",
-            envvar="ARGILLA_API_KEY",
-            default=None,
-            show_default=False,
-            help="Its API key [env ARGILLA_API_KEY; default: the embedded server's].",
-        ),
-        click.option("--workspace", default=None, help="Argilla workspace [default: the server's]."),
-        click.option("--dataset", default=None, help=f"Argilla dataset name [default: {dataset_default}]."),
-        click.option(
-            "--data-dir",
-            type=click.Path(file_okay=False, path_type=Path),
-            default=None,
-            help="Data directory of the embedded server (as given to `annotate up`).",
-        ),
-    ]
-
 
 connection_options = connection_options_for("the spec's name")
 
@@ -81,16 +41,12 @@ spec_option = click.option("--spec", "spec_name", required=True, help="Metric (s
 
 @contextlib.contextmanager
 def opened(
-    store_path: str,
-    api_url: str | None,
-    api_key: str | None,
-    data_dir: Path | None,
-    workspace: str | None,
-    need_argilla: bool = True,
+    store_path: str, argilla: ConnectionFlags, need_argilla: bool = True
 ) -> Iterator[tuple[Store, Connection | None]]:
+    """The store (which must exist) and, when ``need_argilla``, a connection to the Argilla server."""
     if not store_exists(store_path):
         raise AnnotationError(f"{display(store_path)}: no such store (run `greval run` first)")
-    conn = connect(api_url, api_key, data_dir, workspace) if need_argilla else None
+    conn = argilla.connect() if need_argilla else None
     try:
         with Store(store_path) as store:
             yield store, conn
@@ -172,22 +128,18 @@ def push_cmd(
     force: bool,
     judge: str | None,
     batch_size: int,
-    api_url: str | None,
-    api_key: str | None,
-    workspace: str | None,
-    dataset: str | None,
-    data_dir: Path | None,
+    argilla: ConnectionFlags,
 ) -> None:
     """Push a spec's verdicts to Argilla for people to label (idempotent: re-running updates)."""
     bar = PushBar(Console(stderr=True))
-    with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
+    with opened(store_path, argilla) as (store, conn), bar:
         assert conn is not None
         res = push(
             store,
             conn,
             spec_name,
-            dataset=dataset,
-            workspace=workspace,
+            dataset=argilla.dataset,
+            workspace=argilla.workspace,
             strategy=cast(Strategy, strategy),
             n=n,
             seed=seed,
@@ -225,19 +177,11 @@ def push_cmd(
 @store_option
 @spec_option
 @connection_options
-def pull_cmd(
-    store_path: str,
-    spec_name: str,
-    api_url: str | None,
-    api_key: str | None,
-    workspace: str | None,
-    dataset: str | None,
-    data_dir: Path | None,
-) -> None:
+def pull_cmd(store_path: str, spec_name: str, argilla: ConnectionFlags) -> None:
     """Fetch annotators' answers from Argilla into the store's human labels (idempotent)."""
-    with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn):
+    with opened(store_path, argilla) as (store, conn):
         assert conn is not None
-        res = pull(store, conn, spec_name, dataset=dataset, workspace=workspace)
+        res = pull(store, conn, spec_name, dataset=argilla.dataset, workspace=argilla.workspace)
     click.echo(
         f"Dataset {res.dataset!r}: {res.records} records; {res.submitted} submitted, "
         f"{res.discarded} discarded, {res.drafts} drafts; {res.pending} records without a submitted answer."
@@ -287,18 +231,14 @@ def import_labels_cmd(
     annotator_name: str | None,
     comment_col: str | None,
     to_argilla: bool,
-    api_url: str | None,
-    api_key: str | None,
-    workspace: str | None,
-    dataset: str | None,
-    data_dir: Path | None,
+    argilla: ConnectionFlags,
     limits: ReadLimits,
 ) -> None:
     """Load existing human labels (CSV / TSV / JSONL / JSON) into the store, and optionally into Argilla.
 
     Each label needs its annotator: a column of the file (--annotator COL) or one name for every row
     (--annotator-name NAME); give exactly one of the two."""
-    with opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=to_argilla) as (store, conn):
+    with opened(store_path, argilla, need_argilla=to_argilla) as (store, conn):
         res = import_labels(
             store,
             file,
@@ -310,8 +250,8 @@ def import_labels_cmd(
             annotator_name=annotator_name,
             comment_col=comment_col,
             conn=conn,
-            dataset=dataset,
-            workspace=workspace,
+            dataset=argilla.dataset,
+            workspace=argilla.workspace,
             limits=limits,
         )
     who = ", ".join(f"{a} {k}" for a, k in sorted(res.annotators.items()))

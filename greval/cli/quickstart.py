@@ -20,6 +20,8 @@ from click.core import ParameterSource
 from rich.markup import escape
 
 from greval.annotation.server import DEFAULT_PORT
+from greval.cli.bundle import gathered
+from greval.cli.bundles import RunFlags
 from greval.cli.common import judge_options
 from greval.paths import output_dir
 
@@ -57,6 +59,7 @@ DEFAULT_BOOTSTRAP = 1000
     "--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, show_default=True, help="Bootstrap resamples for CIs."
 )
 @click.option("--retry-errors", is_flag=True, help="Judge again the records an earlier run recorded as errors.")
+@gathered("run", RunFlags)
 def quickstart_cmd(
     workdir: str,
     judge: JudgeChoice,
@@ -64,7 +67,7 @@ def quickstart_cmd(
     no_argilla: bool,
     argilla_data: str | None,
     bootstrap: int,
-    retry_errors: bool,
+    run: RunFlags,
 ) -> None:
     """Run greval's whole loop on a bundled example, offline, in one command.
 
@@ -85,7 +88,7 @@ def quickstart_cmd(
     data = Path(argilla_data).expanduser().resolve() if argilla_data else None
     work = Path(workdir).expanduser().resolve()  # every path printed works from any directory
     given = click.get_current_context().get_parameter_source("port") is not ParameterSource.DEFAULT
-    _quickstart(_Options(work, judge, port, no_argilla, bootstrap, data, retry_errors, port_given=given))
+    _quickstart(_Options(work, judge, port, no_argilla, bootstrap, data, run, port_given=given))
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class _Options:
     no_argilla: bool = False
     bootstrap: int = DEFAULT_BOOTSTRAP
     argilla_data: Path | None = None
-    retry_errors: bool = False
+    run: RunFlags = field(default_factory=RunFlags)
     port_given: bool = False  # --port on the command line: a taken one is an error, not replaced
 
     def again(self, judge_ref: str) -> list[str]:
@@ -162,7 +165,6 @@ def _judge(opts: _Options, store_path: Path) -> DatasetRun:
     from greval.cli.workspace import SPEC
     from greval.dataset.source import DataSource
     from greval.flows.run import RunEvent, RunPlanned, run_dataset
-    from greval.runner import RunOptions
     from greval.spec import load_spec_file
 
     def step(event: RunPlanned) -> None:
@@ -177,9 +179,7 @@ def _judge(opts: _Options, store_path: Path) -> DatasetRun:
     source = DataSource(data=opts.work / "records.jsonl")
     specs = load_spec_file(opts.work / "attribution.yaml")
     with ProgressBar(False) as hook:
-        done = run_dataset(
-            source, specs, opts.judge, store_path, RunOptions(retry_errors=opts.retry_errors), said, progress=hook
-        )
+        done = run_dataset(source, specs, opts.judge, store_path, opts.run.options(), said, progress=hook)
     print_summary(done.summary, retry=opts.again(done.ref))
     return done
 

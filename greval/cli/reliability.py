@@ -9,9 +9,10 @@ from typing import cast
 
 import click
 
-from greval.cli.common import console, judge_options, notice, out, parse_map, read_limit_options, store_option
+from greval.cli.bundle import gathered
+from greval.cli.bundles import DataFlags
+from greval.cli.common import console, judge_options, notice, out, read_limit_options, store_option
 from greval.cli.flags import FLAGS
-from greval.dataset.limits import ReadLimits
 from greval.errors import UserError
 from greval.llm.config import JudgeChoice, JudgeConfig, default_judge
 from greval.llm.local import judge_session
@@ -43,7 +44,7 @@ def _resolve_target(ref: str) -> tuple[list[BaseSpec], Spec]:
 
 @click.command("reliability")
 @click.option("-s", "--spec", "spec_ref", required=True, help="Spec file or predefined metric name.")
-@click.option("--data", "data_file", required=True, type=click.Path(), help="Records to sample from.")
+@click.option("--data", "data", required=True, type=click.Path(), help="Records to sample from.")
 @click.option("--sample", type=int, default=50, show_default=True, help="Records to re-judge (seeded sample).")
 @click.option(
     "--sample-seed", "sample_seed", type=int, default=0, show_default=True, help="Seed of sample and shuffles."
@@ -76,9 +77,9 @@ def _resolve_target(ref: str) -> tuple[list[BaseSpec], Spec]:
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Write the report as JSON.")
 @judge_options
 @read_limit_options
+@gathered("data", DataFlags)
 def reliability_cmd(
     spec_ref: str,
-    data_file: str,
     sample: int,
     sample_seed: int,
     store: str,
@@ -87,12 +88,10 @@ def reliability_cmd(
     panel: Sequence[str],
     logprobs: bool,
     top_logprobs: int,
-    maps: Sequence[str],
-    id_column: str | None,
     concurrency: int,
     json_out: str | None,
     judge: JudgeChoice,
-    limits: ReadLimits,
+    data: DataFlags,
 ) -> None:
     """Position bias and model dependence of a judge: re-judge a sample with chunks / triples and labels
     reordered, report how often verdicts flip, and how well a panel of judge models agrees.
@@ -109,7 +108,7 @@ def reliability_cmd(
     if sample < 1:
         raise UserError("--sample must be at least 1")
     specs, target = _resolve_target(spec_ref)
-    records = load_records(data_file, parse_map(maps), id_column, limits=limits)
+    records = load_records(data.data, data.mapping(), data.id_column, limits=data.limits)
     ref = judge.ref or target.judge.model or default_judge(notice)
     params = judge.with_defaults(target.judge).params()
     opts = ReliabilityOptions(

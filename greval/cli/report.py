@@ -59,6 +59,12 @@ from greval.store.backend import display
     is_flag=True,
     help="Every version of each metric (experiments aside), not only its production version.",
 )
+@click.option(
+    "--experiments",
+    is_flag=True,
+    help="Also list the store's experiment runs (align candidates, spec try, side runs) under their own heading, "
+    "with the scores their runs printed; no other figure of the report counts them.",
+)
 def report_cmd(
     store: str,
     specs: Sequence[str],
@@ -68,6 +74,7 @@ def report_cmd(
     resamples: int,
     compare: tuple[str, str] | None,
     all_versions: bool,
+    experiments: bool,
 ) -> None:
     """Write an HTML report of a store: metrics, systems side by side, judge-vs-human agreement.
 
@@ -90,6 +97,7 @@ def report_cmd(
         group_column=group_column,
         names=FLAGS,
         all_versions=all_versions,
+        experiments=experiments,
     )
     write(rep, out_dir, FLAGS)
     print_store_report(out, rep, display(store))

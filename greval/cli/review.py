@@ -4,12 +4,12 @@ so far and when to stop."""
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import click
 
 from greval.annotation.argilla import DEFAULT_BATCH
-from greval.cli.annotate_sync import PushBar, connection_options_for, opened, store_option
+from greval.cli.annotate_sync import PushBar, opened, store_option
+from greval.cli.bundles import ConnectionFlags, connection_options_for
 from greval.cli.common import console, out
 from greval.cli.common import store_option as common_store_option
 from greval.cli.flags import FLAGS, for_terminal
@@ -47,11 +47,7 @@ def review(
     judge: str | None,
     blind: bool,
     batch_size: int,
-    api_url: str | None,
-    api_key: str | None,
-    workspace: str | None,
-    dataset: str | None,
-    data_dir: Path | None,
+    argilla: ConnectionFlags,
 ) -> None:
     """Push the next round of items people should label for a metric, to its review dataset in Argilla.
 
@@ -71,7 +67,7 @@ def review(
     from greval.flows.review import next_round
 
     bar = PushBar(console)
-    with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn), bar:
+    with opened(store_path, argilla) as (store, conn), bar:
         assert conn is not None
         res = next_round(
             store,
@@ -80,8 +76,8 @@ def review(
             batch=batch,
             control_share=control_share,
             seed=seed,
-            dataset=dataset,
-            workspace=workspace,
+            dataset=argilla.dataset,
+            workspace=argilla.workspace,
             judge=judge,
             blind=blind,
             batch_size=batch_size,
@@ -98,11 +94,16 @@ def review(
         soft_wrap=True,
     )
     again = ["greval", "review", "status", "--store", display(store_path), "--spec", spec_name]
-    for flag, value in (("--dataset", dataset), ("--workspace", workspace), ("--data-dir", data_dir)):
+    for flag, value in (
+        ("--dataset", argilla.dataset),
+        ("--workspace", argilla.workspace),
+        ("--data-dir", argilla.data_dir),
+    ):
         if value is not None:
             again += [flag, str(value)]
-    if api_url is not None and ctx.get_parameter_source("api_url") == click.core.ParameterSource.COMMANDLINE:
-        again += ["--api-url", api_url]  # the key stays where the user keeps it (flag or ARGILLA_API_KEY)
+    url = argilla.api_url
+    if url is not None and ctx.get_parameter_source("api_url") == click.core.ParameterSource.COMMANDLINE:
+        again += ["--api-url", url]  # the key stays where the user keeps it (flag or ARGILLA_API_KEY)
     out.print(f"Label them in Argilla, then: {shlex.join(again)}", highlight=False, soft_wrap=True)
     for note in res.notes:
         console.print(f"note: {for_terminal(note)}", highlight=False, soft_wrap=True)
@@ -127,11 +128,7 @@ def status_cmd(
     no_pull: bool,
     resamples: int,
     seed: int,
-    api_url: str | None,
-    api_key: str | None,
-    workspace: str | None,
-    dataset: str | None,
-    data_dir: Path | None,
+    argilla: ConnectionFlags,
 ) -> None:
     """Pull the review's labels and print agreement so far (design-weighted), the estimated share of each
     label over every judged item, and how many more labels the target interval needs.
@@ -143,8 +140,15 @@ def status_cmd(
     from greval.flows.review import review_status
 
     goal = Target.parse(target) if target else None
-    with opened(store_path, api_url, api_key, data_dir, workspace, need_argilla=not no_pull) as (store, conn):
+    with opened(store_path, argilla, need_argilla=not no_pull) as (store, conn):
         st = review_status(
-            store, conn, spec_name, target=goal, dataset=dataset, workspace=workspace, resamples=resamples, seed=seed
+            store,
+            conn,
+            spec_name,
+            target=goal,
+            dataset=argilla.dataset,
+            workspace=argilla.workspace,
+            resamples=resamples,
+            seed=seed,
         )
     print_review_status(out, console, st, FLAGS)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.markup import escape
 
+from greval.cli.bundle import gathered
+from greval.cli.bundles import MAP_OPTION, DataFlags, RunFlags
 from greval.cli.common import (
     ProgressBar,
     call_options,
@@ -16,7 +18,6 @@ from greval.cli.common import (
     console,
     interrupted_exit,
     judge_options,
-    parse_map,
     print_run_event,
     print_summary,
     read_limit_options,
@@ -27,7 +28,6 @@ from greval.cli.common import (
 from greval.cli.flags import for_terminal
 
 if TYPE_CHECKING:
-    from greval.dataset.limits import ReadLimits
     from greval.llm.config import JudgeChoice
 
 
@@ -53,13 +53,7 @@ if TYPE_CHECKING:
 )
 @click.option("--no-adaptive", is_flag=True, help="Keep concurrency fixed even when rate limited.")
 @call_options
-@click.option(
-    "--map",
-    "maps",
-    multiple=True,
-    metavar="FIELD=COLUMN",
-    help="Read FIELD from COLUMN (dotted paths reach nested JSON), e.g. --map question=query.",
-)
+@MAP_OPTION
 @click.option("--id-column", default=None, help="Column holding record ids [id, else a content hash].")
 @click.option("--limit", type=int, default=None, help="Judge only the first N records.")
 @click.option(
@@ -162,34 +156,16 @@ if TYPE_CHECKING:
 )
 @read_limit_options
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@gathered("data", DataFlags)
+@gathered("run", RunFlags)
 def run_cmd(
-    data: str,
     spec_refs: Sequence[str],
     store: str,
     store_wait: float,
     judge: JudgeChoice,
-    concurrency: int | None,
-    no_adaptive: bool,
-    method: str,
-    max_attempts: int,
-    maps: Sequence[str],
-    id_column: str | None,
-    limit: int | None,
-    sample_n: int | None,
-    sample_items: int | None,
-    sample_seed: int | None,
-    retry_errors: bool,
-    no_direct: bool,
-    logprobs: bool,
-    top_logprobs: int,
-    engine: str,
-    ray_address: str | None,
-    shards: int | None,
-    promote: bool,
-    experiment: str | None,
-    dataset_name: str | None,
-    limits: ReadLimits,
     quiet: bool,
+    data: DataFlags,
+    run: RunFlags,
 ) -> None:
     """Judge DATA (JSONL, JSON, CSV or Parquet) with one or more metric specs.
 
@@ -212,40 +188,14 @@ def run_cmd(
       greval run big.jsonl -s answer_similarity --engine ray --shards 8 \\
           --store postgresql://greval@db.internal/greval --ray-address auto
     """
-    from greval.dataset.sample import Sample
-    from greval.dataset.source import DataSource
     from greval.flows.run import RunInterrupted, run_dataset
-    from greval.llm.retry import RetryPolicy
-    from greval.runner.options import RunOptions
     from greval.spec import resolve_specs
 
-    if sample_seed is not None and sample_n is None and sample_items is None:
-        raise click.UsageError("--sample-seed chooses a sample: give --sample N and / or --sample-items N with it")
-    if engine != "ray" and (ray_address is not None or shards is not None):
-        raise click.UsageError("--ray-address and --shards go with --engine ray")
-    if promote and experiment is not None:
-        raise click.UsageError("--promote and --experiment: an experiment never changes a production version")
+    run.check()
     specs = resolve_specs(spec_refs)
     asked = [s.name for s in resolve_specs(spec_refs, with_dependencies=False)]  # the others are pulled in
-    opts = RunOptions(
-        **({"concurrency": concurrency} if concurrency is not None else {}),
-        adaptive=not no_adaptive,
-        method=method,
-        retry=RetryPolicy(max_attempts=max_attempts),
-        retry_errors=retry_errors,
-        direct=not no_direct,
-        logprobs=top_logprobs if logprobs else None,
-        sample=None
-        if sample_n is None and sample_items is None
-        else Sample(records=sample_n, items=sample_items, seed=sample_seed or 0),
-        engine="ray" if engine == "ray" else "local",
-        shards=shards,
-        ray_address=ray_address,
-        promote=promote,
-        experiment=experiment,
-        dataset_name=dataset_name,
-    )
-    source = DataSource(data=data, mapping=parse_map(maps) or None, id_column=id_column, limit=limit, limits=limits)
+    opts = run.options()
+    source = data.source()
     resume = command_line(click.get_current_context().meta.get("greval.argv", sys.argv[1:]))
     try:
         with ProgressBar(quiet) as hook, run_signals(resume, lambda: hook.__exit__(None, None, None)):

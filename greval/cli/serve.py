@@ -7,10 +7,13 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from greval.cli.bundle import gathered
+from greval.cli.bundles import RunFlags
 from greval.cli.common import call_options, console, judge_options, notice, store_option, store_wait_option
 from greval.store.backend import display
 
@@ -18,9 +21,49 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from greval.llm.config import JudgeChoice
+    from greval.serve.app import ServeSettings
+    from greval.spec import BaseSpec
 
 #: The environment variable a worker process reads its configuration from (``--workers`` > 1).
 SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
+
+
+@dataclass(frozen=True)
+class ServeFlags:
+    """Where the server listens and how it guards itself (:class:`greval.serve.app.ServeSettings`), its worker
+    processes and routes. The API keys are left out of the bundle's repr."""
+
+    host: str
+    port: int
+    api_keys: Sequence[str] = field(repr=False)
+    max_body: int
+    max_records: int
+    requests_per_key: int
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+    store_wait: float
+    workers: int
+    no_playground: bool
+
+    def keys(self) -> list[str]:
+        """The accepted API keys: --api-key's, then GREVAL_SERVE_KEYS's."""
+        env = os.environ.get("GREVAL_SERVE_KEYS", "")
+        return [*self.api_keys, *(k.strip() for k in env.split(",") if k.strip())]
+
+    def settings(self, keys: Sequence[str]) -> ServeSettings:
+        from greval.serve.app import ServeSettings
+
+        return ServeSettings(
+            api_keys=tuple(keys),
+            max_body=self.max_body,
+            max_records=self.max_records,
+            requests_per_key=self.requests_per_key,
+            header_timeout=self.header_timeout,
+            body_timeout=self.body_timeout,
+            max_connections=self.max_connections,
+            store_wait=self.store_wait,
+        )
 
 
 @click.command("serve")
@@ -80,26 +123,9 @@ SETTINGS_ENV = "GREVAL_SERVE_CONFIG"
     "in-flight sharing, limiter and /metrics.",
 )
 @click.option("--no-playground", is_flag=True, help="No LangServe routes (/judges/...): greval's /v1 API only.")
-def serve_cmd(
-    spec_refs: Sequence[str],
-    store: str,
-    judge: JudgeChoice,
-    host: str,
-    port: int,
-    api_keys: Sequence[str],
-    max_body: int,
-    max_records: int,
-    requests_per_key: int,
-    header_timeout: float,
-    body_timeout: float,
-    max_connections: int,
-    store_wait: float,
-    concurrency: int,
-    method: str,
-    max_attempts: int,
-    workers: int,
-    no_playground: bool,
-) -> None:
+@gathered("serving", ServeFlags)
+@gathered("run", RunFlags)
+def serve_cmd(spec_refs: Sequence[str], store: str, judge: JudgeChoice, serving: ServeFlags, run: RunFlags) -> None:
     """Serve metrics over HTTP: greval's JSON API and LangServe routes per spec, sharing the store of `greval run`.
 
     \b
@@ -113,46 +139,18 @@ def serve_cmd(
       greval serve -s answer_alignment -s chunk_evaluation --judge openai:gpt-4o-mini
       GREVAL_SERVE_KEYS=k1,k2 greval serve --host 0.0.0.0 --workers 2 --store /var/lib/greval/greval.sqlite
     """
-    import importlib.util
-
-    from greval.errors import UserError
-
-    missing = [m for m in ("fastapi", "uvicorn", "langserve", "sse_starlette") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise UserError(
-            f"greval serve needs the serve extra ({', '.join(missing)} missing): pip install 'greval[serve]'"
-        )
-    import uvicorn
-
+    _check_extra()
     from greval.flows.run import choose_judge
     from greval.llm.local import serve_judge
-    from greval.llm.retry import RetryPolicy
-    from greval.runner.options import RunOptions
-    from greval.serve.app import ServeSettings, check_binding
-    from greval.serve.connections import protocol
-    from greval.spec import bundled_specs, resolve_specs
-    from greval.spec.model import Spec
+    from greval.serve.app import check_binding
 
-    keys = [*api_keys, *(k.strip() for k in os.environ.get("GREVAL_SERVE_KEYS", "").split(",") if k.strip())]
-    check_binding(host, keys)
-    if spec_refs:
-        specs = resolve_specs(spec_refs)
-    else:
-        every = resolve_specs(list(bundled_specs()), with_dependencies=False)
-        specs = resolve_specs([s.name for s in every if isinstance(s, Spec)])
+    keys = serving.keys()
+    check_binding(serving.host, keys)
+    specs = _served_specs(spec_refs)
     needs_judge = any(s.needs_model for s in specs)
     _, cfg = choose_judge(specs, judge, notice)
-    options = RunOptions(concurrency=concurrency, method=method, retry=RetryPolicy(max_attempts=max_attempts))
-    settings = ServeSettings(
-        api_keys=tuple(keys),
-        max_body=max_body,
-        max_records=max_records,
-        requests_per_key=requests_per_key,
-        header_timeout=header_timeout,
-        body_timeout=body_timeout,
-        max_connections=max_connections,
-        store_wait=store_wait,
-    )
+    options = run.options()
+    settings = serving.settings(keys)
     _access_log()
     with serve_judge(cfg, console.print, needed=needs_judge) as live:
         config = {
@@ -167,22 +165,60 @@ def serve_cmd(
             },
             "options": options.model_dump(mode="json"),
             "settings": settings.model_dump(mode="json"),
-            "langserve": not no_playground,
+            "langserve": not serving.no_playground,
         }
         console.print(
-            f"serving {', '.join(s.name for s in specs)} with judge {live.label} on http://{host}:{port} "
-            f"(store {display(store)}{', API keys required' if keys else ''}; docs at /docs)",
+            f"serving {', '.join(s.name for s in specs)} with judge {live.label} on http://{serving.host}:"
+            f"{serving.port} (store {display(store)}{', API keys required' if keys else ''}; docs at /docs)",
             highlight=False,
         )
-        # uvicorn's graceful shutdown: on SIGTERM / Ctrl-C it stops accepting, lets the requests in flight
-        # finish, then the app's lifespan drains the judgements still running and closes the store.
-        # `http`: uvicorn's h11 protocol with a header deadline and a connection cap (greval.serve.connections).
-        server = {"host": host, "port": port, "access_log": False, "lifespan": "on", "http": protocol(settings)}
-        if workers > 1:
-            os.environ[SETTINGS_ENV] = json.dumps(config)
-            uvicorn.run("greval.cli.serve:app_from_env", factory=True, workers=workers, **server)
-        else:
-            uvicorn.run(_app(config), **server)
+        _run_server(serving, config, settings)
+
+
+def _check_extra() -> None:
+    """The serve extra installed, or one line saying how to install it."""
+    import importlib.util
+
+    from greval.errors import UserError
+
+    missing = [m for m in ("fastapi", "uvicorn", "langserve", "sse_starlette") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(
+            f"greval serve needs the serve extra ({', '.join(missing)} missing): pip install 'greval[serve]'"
+        )
+
+
+def _served_specs(spec_refs: Sequence[str]) -> list[BaseSpec]:
+    """The specs asked for (with their dependencies), else every predefined judge metric."""
+    from greval.spec import bundled_specs, resolve_specs
+    from greval.spec.model import Spec
+
+    if spec_refs:
+        return resolve_specs(spec_refs)
+    every = resolve_specs(list(bundled_specs()), with_dependencies=False)
+    return resolve_specs([s.name for s in every if isinstance(s, Spec)])
+
+
+def _run_server(serving: ServeFlags, config: dict[str, Any], settings: ServeSettings) -> None:
+    """uvicorn's graceful shutdown: on SIGTERM / Ctrl-C it stops accepting, lets the requests in flight finish,
+    then the app's lifespan drains the judgements still running and closes the store. ``http``: uvicorn's h11
+    protocol with a header deadline and a connection cap (greval.serve.connections)."""
+    import uvicorn
+
+    from greval.serve.connections import protocol
+
+    server = {
+        "host": serving.host,
+        "port": serving.port,
+        "access_log": False,
+        "lifespan": "on",
+        "http": protocol(settings),
+    }
+    if serving.workers > 1:
+        os.environ[SETTINGS_ENV] = json.dumps(config)
+        uvicorn.run("greval.cli.serve:app_from_env", factory=True, workers=serving.workers, **server)
+    else:
+        uvicorn.run(_app(config), **server)
 
 
 def _access_log() -> None:

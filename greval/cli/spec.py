@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.markup import escape
 
+from greval.cli.bundle import gathered
+from greval.cli.bundles import DataFlags
 from greval.cli.common import (
     console,
     judge_options,
     notice,
     out,
-    parse_map,
     print_error,
     print_run_event,
     print_table,
@@ -26,8 +27,8 @@ from greval.cli.common import (
 from greval.spec import DEFAULT_SCHEMA_REF
 
 if TYPE_CHECKING:
-    from greval.dataset.limits import ReadLimits
     from greval.llm.config import JudgeChoice
+    from greval.quality.draft import DraftRequest
     from greval.quality.lint import Finding
     from greval.spec import BaseSpec, Spec
 from greval.cli.flags import FLAGS
@@ -238,15 +239,54 @@ def spec_new(
           --labels "Faithful,Partly faithful,Unfaithful" --inputs question,answer,chunks
       greval spec new chunk_relevance -d "How useful each chunk is" --target chunks --min 1 --max 3
     """
+    from greval.llm.config import default_judge
+    from greval.llm.local import judge_session
+    from greval.quality.draft import DRAFT_MAX_TOKENS, check_written, draft_spec, render_spec_yaml
+
+    req = _draft_request(name, description, kind, target, labels, (vmin, vmax), inputs)
+    path = Path(output or f"{name}.yaml")
+    if path.exists() and not force:
+        raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
+    from greval.llm.config import make_chat_model
+
+    ref = judge.ref or default_judge(notice)
+    # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
+    # default cap, e.g. the local judge's, cut drafts off mid-JSON). One sample: a draft is not a vote.
+    params = {**judge.params(), "max_tokens": judge.max_tokens or DRAFT_MAX_TOKENS, "samples": None}
+    with judge_session(ref, console.print, **params) as cfg:
+        console.print(f"drafting [bold]{name}[/] with {cfg.label} …", highlight=False)
+        outcome = draft_spec(req, make_chat_model(cfg))
+    note = f"Drafted by `greval spec new` with {cfg.label}. Review every step and description before use."
+    text = render_spec_yaml(outcome.data, schema_ref, note)
+    spec = check_written(text, str(path))
+    write_private(path, text)
+    for n in outcome.notes:
+        console.print(f"[yellow]note:[/] {n}", highlight=False)
+    _print_findings(outcome.findings, console)
+    console.print(
+        f"[green]wrote[/] {path}: {spec.name} ({spec.hash}), {len(spec.steps)} steps, {outcome.requests} request(s)",
+        highlight=False,
+    )
+
+
+def _draft_request(
+    name: str,
+    description: str,
+    kind: str | None,
+    target: str,
+    labels: str | None,
+    value_range: tuple[int, int],
+    inputs: str | None,
+) -> DraftRequest:
+    """What `spec new` asks the judge to draft, from its flags (a flag that makes no sense: one line)."""
     import re
     from typing import cast
 
     from pydantic import ValidationError
 
-    from greval.llm.config import default_judge
-    from greval.llm.local import judge_session
-    from greval.quality.draft import DRAFT_MAX_TOKENS, DraftRequest, check_written, draft_spec, render_spec_yaml
+    from greval.quality.draft import DraftRequest
 
+    vmin, vmax = value_range
     label_list = [x.strip() for x in labels.split(",") if x.strip()] if labels else []
     chosen = kind or ("categorical" if label_list else "value")
     if chosen == "value" and label_list:
@@ -275,34 +315,12 @@ def spec_new(
     bad = [n for n in req.effective_inputs() if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n)]
     if bad:
         raise UserError(f"--inputs: {bad[0]!r} is not an identifier")
-    path = Path(output or f"{name}.yaml")
-    if path.exists() and not force:
-        raise UserError(f"{path} exists; pass --force to overwrite it or -o for another file")
-    from greval.llm.config import make_chat_model
-
-    ref = judge.ref or default_judge(notice)
-    # A whole spec is a longer answer than a verdict: draft with a budget that fits one (a judge's
-    # default cap, e.g. the local judge's, cut drafts off mid-JSON). One sample: a draft is not a vote.
-    params = {**judge.params(), "max_tokens": judge.max_tokens or DRAFT_MAX_TOKENS, "samples": None}
-    with judge_session(ref, console.print, **params) as cfg:
-        console.print(f"drafting [bold]{name}[/] with {cfg.label} …", highlight=False)
-        outcome = draft_spec(req, make_chat_model(cfg))
-    note = f"Drafted by `greval spec new` with {cfg.label}. Review every step and description before use."
-    text = render_spec_yaml(outcome.data, schema_ref, note)
-    spec = check_written(text, str(path))
-    write_private(path, text)
-    for n in outcome.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
-    _print_findings(outcome.findings, console)
-    console.print(
-        f"[green]wrote[/] {path}: {spec.name} ({spec.hash}), {len(spec.steps)} steps, {outcome.requests} request(s)",
-        highlight=False,
-    )
+    return req
 
 
 @click.command("try")
 @click.argument("spec_file", type=click.Path())
-@click.option("--data", "data_file", required=True, type=click.Path(), help="Records with human labels.")
+@click.option("--data", "data", required=True, type=click.Path(), help="Records with human labels.")
 @click.option("--human-column", required=True, help="Column with the human label / value (dotted path ok).")
 @click.option(
     "--human-file", type=click.Path(), default=None, help="Human answers in their own table, joined on record id."
@@ -318,22 +336,19 @@ def spec_new(
 @click.option("--json", "json_out", type=click.Path(), default=None, help="Write the full agreement report.")
 @judge_options
 @read_limit_options
+@gathered("data", DataFlags)
 def spec_try(
     spec_file: str,
-    data_file: str,
     human_column: str,
     human_file: str | None,
     human_id_column: str | None,
     annotator_column: str | None,
     spec_name: str | None,
-    limit: int,
     store: str | None,
-    maps: Sequence[str],
-    id_column: str | None,
     bootstrap: int,
     json_out: str | None,
     judge: JudgeChoice,
-    limits: ReadLimits,
+    data: DataFlags,
 ) -> None:
     """Judge a few human-labelled records with a draft spec and print judge–human agreement.
 
@@ -347,15 +362,15 @@ def spec_try(
 
     specs, target = _load_target(spec_file, spec_name)
     request = TrialRequest(
-        data_file=data_file,
+        data_file=data.data,
         human_column=human_column,
         human_file=human_file,
         human_id_column=human_id_column,
         annotator_column=annotator_column,
-        mapping=parse_map(maps) or None,
-        id_column=id_column,
-        limit=limit,
-        limits=limits,
+        mapping=data.mapping(),
+        id_column=data.id_column,
+        limit=data.limit,
+        limits=data.limits,
         store=store,
         bootstrap=bootstrap,
     )

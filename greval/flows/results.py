@@ -11,7 +11,7 @@ import html
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from greval.agreement import bootstrap
+from greval.agreement.bootstrap import RESAMPLES, Resampling
 from greval.errors import DataError, UserError
 from greval.runner import RunSummary
 from greval.spec import BaseSpec, CategoricalScale, Spec
@@ -128,12 +128,12 @@ class Results:
             index = pd.MultiIndex.from_tuples(keys, names=["record_id", "item_id"])
         return pd.DataFrame([cells.get(k, {}) for k in keys], index=index, columns=columns)
 
-    def scores(self, *, resamples: int = bootstrap.RESAMPLES, seed: int = 0) -> list[ScoreRow]:
+    def scores(self, *, resamples: int = RESAMPLES, seed: int = 0) -> list[ScoreRow]:
         """Each metric's figures and dataset score with its bootstrap CI (:mod:`greval.report.scores`)."""
         from greval.report.scores import score_rows
 
         with self._open() as st:
-            return score_rows(st, self._items(st), resamples=resamples, seed=seed)
+            return score_rows(st, self._items(st), resampling=Resampling(resamples=resamples, seed=seed))
 
     def checks(
         self,
@@ -208,9 +208,17 @@ class Results:
 
     # ---------------------------------------------------------------------------------------- agreement
     def agreement(
-        self, human: Any = None, *, metric: str | None = None, bootstrap: int = 1000, seed: int = 0
+        self,
+        human: Any = None,
+        *,
+        metric: str | None = None,
+        resamples: int = RESAMPLES,
+        seed: int = 0,
+        bootstrap: int | None = None,
     ) -> AgreementReport:
-        """The judge's agreement with people: the report ``greval agreement`` prints (κ, accuracy … with CIs).
+        """The judge's agreement with people: the report ``greval agreement`` prints (κ, accuracy … with CIs
+        from ``resamples`` bootstrap resamples seeded by ``seed``; ``bootstrap`` is the earlier name of
+        ``resamples``).
 
         ``human``: None for the labels in the store (pulled from Argilla or imported); a field of the records
         (``"human_label"``, a column of the data); labels by record id (a dict, or a Series indexed by record id),
@@ -224,7 +232,7 @@ class Results:
         spec = self.specs[name]
         assert isinstance(spec, Spec)
         done = next(m for m in self.run.metrics if m.spec == name)
-        options = AgreementOptions(bootstrap=bootstrap, seed=seed)
+        options = AgreementOptions(resamples=resamples if bootstrap is None else bootstrap, seed=seed)
         with self._open() as st:
             if human is None:
                 frame, scale, _ = store_frame(st, name, done.judge_key, "item", done.spec_hash)

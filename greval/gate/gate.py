@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from greval.agreement.bootstrap import RESAMPLES, Resampling
 from greval.agreement.models import Estimate
 from greval.errors import Remedy, UserError, option
 from greval.gate.checks import Check, Condition, GateResult, Side, check
@@ -46,8 +47,13 @@ class GateRequest(BaseModel):
     baseline: str | None = Field(None, description="A run id, or NAME@HASH: the score's change is tested.")
     max_drop: float | None = Field(None, ge=0, description="The largest drop of the score allowed vs the baseline.")
     invalid: str = Field("as-wrong", description="How agreement counts a judge answer that is an error.")
-    resamples: int = 1000
-    seed: int = 0
+    resamples: int = Field(RESAMPLES, description="Bootstrap resamples of every CI the conditions test.")
+    seed: int = Field(0, description="Seed of those resamples.")
+
+    @property
+    def resampling(self) -> Resampling:
+        """The bootstrap of every CI the gate tests, as one value."""
+        return Resampling(resamples=self.resamples, seed=self.seed)
 
 
 class GateOutcome(BaseModel):
@@ -101,7 +107,7 @@ def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition]
         )
     named = version.spec_hash if version.named else None
     frame, scale, _ = store_frame(store, version.name, req.judge, "item", named, datasets=req.datasets)
-    options = AgreementOptions(invalid=req.invalid, bootstrap=req.resamples, seed=req.seed)
+    options = AgreementOptions(invalid=req.invalid, **req.resampling.model_dump())
     report = compute_agreement(frame, scale, options)
     notes.append(
         f"{version.said()}: agreement from {report.counts.items_compared} items compared (see `greval agreement`)"
@@ -165,7 +171,7 @@ def _score_checks(store: Store, req: GateRequest, conds: Sequence[Condition], no
                 f"system {system}: no record of run {run['run_id']} has it ({system.column}: "
                 f"{', '.join(found) if found else 'no record has this field'})"
             )
-    rows = score_rows(store, items, req.systems, resamples=req.resamples, seed=req.seed)
+    rows = score_rows(store, items, req.systems, req.resampling)
     version = f"{metric['spec']}@{metric['spec_hash']}"
     production = store.production_key(metric["spec"]) == metric["spec_key"]
     notes.append(
@@ -254,8 +260,7 @@ def _baseline_checks(
             record_rows(now, {metric["spec_key"]: spec}),
             record_rows(before, {base_items[0]["spec_key"]: base_spec}),
             spec.pooling,
-            resamples=req.resamples,
-            seed=req.seed,
+            req.resampling,
         )
         where = f" [{system}]" if system else ""
         est = Estimate(

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from greval.agreement.bootstrap import RESAMPLES, Resampling
 from greval.errors import UserError, option
 from greval.paths import write_private
 from greval.report.format import fmt_ci, fmt_number
@@ -164,7 +165,7 @@ def agreement_change(
     sides: tuple[Side, Side],
     rows: tuple[MetricRow, MetricRow],
     data: Mapping[str, dict[str, Any]],
-    resamples: int,
+    resampling: Resampling,
 ) -> tuple[dict[str, Any] | None, Pairing | None]:
     """Agreement with people on both sides and B − A, as ({statistic: {a, b, difference, ci, n, n_a, n_b}},
     pairing); (None, None) when nobody labelled. Paired sides are ``greval agreement --spec A --spec B``'s
@@ -180,7 +181,7 @@ def agreement_change(
     if fa.empty or fb.empty:
         return None, None
     pairing, fa, fb = _pairing(sides, fa, fb, data)
-    options = AgreementOptions(bootstrap=resamples, seed=0)
+    options = AgreementOptions(**resampling.model_dump())
     compare = compare_independent if pairing == "independent" else compare_agreement
     rep = compare({"A": fa, "B": fb}, scale, options)
     counts = {k: rep.reports[k].counts.items_compared for k in ("A", "B")}
@@ -204,12 +205,12 @@ def _agreement_or_note(
     sides: tuple[Side, Side],
     rows: tuple[MetricRow, MetricRow],
     data: Mapping[str, dict[str, Any]],
-    resamples: int,
+    resampling: Resampling,
 ) -> tuple[dict[str, Any] | None, Pairing | None, str | None]:
     """:func:`agreement_change`, or why the agreement difference is left out (a one-line note the page and
     the terminal show: the comparison of dataset scores and verdicts stands without it)."""
     try:
-        return (*agreement_change(st, sides, rows, data, resamples), None)
+        return (*agreement_change(st, sides, rows, data, resampling), None)
     except UserError as e:
         return None, None, f"agreement with people left out: {e}"
 
@@ -238,13 +239,15 @@ def _side_metrics(st: Store, side: Side, data: dict[str, dict[str, Any]], system
 
 
 def build_comparison(
-    store_path: str, a: str, b: str, resamples: int = 1000, system_column: str | None = "system"
+    store_path: str, a: str, b: str, resamples: int = RESAMPLES, system_column: str | None = "system"
 ) -> Built:
-    """Resolve both sides, pair their records, and compare every metric both sides have."""
+    """Resolve both sides, pair their records, and compare every metric both sides have (``resamples``: of
+    every CI, seed 0)."""
     from greval.report.explorer.data import metric_rows, side_by_side
     from greval.report.explorer.write import metric_data
     from greval.report.store_report import metric_row
 
+    boot = Resampling(resamples=resamples)
     with Store(store_path) as st:
         items = item_rows(st)
         data = {r.hash: r.data for r in st.records()}
@@ -256,17 +259,17 @@ def build_comparison(
         out, metrics, paired = [], [], []
         for name in names:
             (fa, spa, ga), (fb, spb, gb) = ma[name], mb[name]
-            ra = metric_row(st, fa, spa, sa.items, ga, resamples, None)
-            rb = metric_row(st, fb, spb, sb.items, gb, resamples, None)
+            ra = metric_row(st, fa, spa, sa.items, ga, boot, None)
+            rb = metric_row(st, fb, spb, sb.items, gb, boot, None)
             da, db = metric_data(st, ra, spa, ga, sa.items), metric_data(st, rb, spb, gb, sb.items)
             numbers = {(r["record_id"], r["record_hash"]): 0 for r in [*ga, *gb]}
             keys_a = [pair_key(sa, r, data) for r in ga]
             rows_b = dict(zip((pair_key(sb, r, data) for r in gb), metric_rows(db, numbers), strict=True))
-            change = paired_change(rekeyed(gb, sb, data), rekeyed(ga, sa, data), fa.aggregate, resamples=resamples)
+            change = paired_change(rekeyed(gb, sb, data), rekeyed(ga, sa, data), fa.aggregate, boot)
             rows = side_by_side(metric_rows(da, numbers), rows_b, keys_a)
             flips = sum(r[-1] == "changed" for r in rows)
             compared = sum(r[-1] != "" for r in rows)
-            agree, pairing, note = _agreement_or_note(st, (sa, sb), (ra, rb), data, resamples)
+            agree, pairing, note = _agreement_or_note(st, (sa, sb), (ra, rb), data, boot)
             out.append(
                 MetricChange(
                     metric=name,

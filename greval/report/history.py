@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from greval.agreement.bootstrap import RESAMPLES
+from greval.agreement.bootstrap import RESAMPLES, Resampling
 from greval.agreement.models import Estimate
 from greval.report.models import MeanCI
 from greval.report.scores import run_items, score_rows
@@ -78,7 +78,8 @@ def build_history(store: Store, name: str, *, resamples: int = RESAMPLES, seed: 
     store.version_rows(name)  # the metric must exist (a UserError with "did you mean" otherwise)
     promotions = store.promotions(name)
     periods = _periods(promotions)
-    points = [_point(store, name, run, metric, periods, resamples, seed) for run, metric in _runs(store, name)]
+    boot = Resampling(resamples=resamples, seed=seed)
+    points = [_point(store, name, run, metric, periods, boot) for run, metric in _runs(store, name)]
     _flag_drops(points)
     notes = [] if points else [f"no finished run of {name} (experiments aside)"]
     return History(metric=name, runs=points, periods=periods, promotions=promotions, resamples=resamples, notes=notes)
@@ -118,14 +119,13 @@ def _point(
     run: dict[str, Any],
     metric: dict[str, Any],
     periods: Sequence[Period],
-    resamples: int,
-    seed: int,
+    resampling: Resampling,
 ) -> RunPoint:
     key, judge_key = str(metric["spec_key"]), str(metric["judge_key"])
     items = run_items(store, run["run_id"], [(key, judge_key)])
-    rows = score_rows(store, items, resamples=resamples, seed=seed) if items else []
+    rows = score_rows(store, items, resampling=resampling) if items else []
     score = rows[0].score if rows else MeanCI(n=0, mean=None, std=None, note="no verdicts")
-    figure, agreement = _agreement(store, name, key, judge_key, items, resamples, seed)
+    figure, agreement = _agreement(store, name, key, judge_key, items, resampling)
     return RunPoint(
         run_id=run["run_id"],
         at=float(run["started_at"]),
@@ -144,7 +144,7 @@ def _point(
 
 
 def _agreement(
-    store: Store, name: str, key: str, judge_key: str, items: Sequence[dict[str, Any]], resamples: int, seed: int
+    store: Store, name: str, key: str, judge_key: str, items: Sequence[dict[str, Any]], resampling: Resampling
 ) -> tuple[str | None, Estimate | None]:
     """The run's agreement figure on its labelled records (None when people labelled none of them)."""
     from greval.agreement.agreement import compute_agreement
@@ -163,7 +163,7 @@ def _agreement(
         return figure, None
     if frame.empty:
         return figure, None
-    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=seed))
+    report = compute_agreement(frame, scale, AgreementOptions(**resampling.model_dump()))
     return figure, report.metrics.get(figure)
 
 

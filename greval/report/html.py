@@ -20,14 +20,16 @@ from greval.report import plots
 from greval.report.explorer import links
 from greval.report.format import fmt_ci, fmt_number
 from greval.report.models import MetricRow, StoreReport
-from greval.report.stats import CONFIDENCE
+from greval.report.stats import LEVEL
 from greval.report.tables import (
     CORRECTED_HEAD,
+    EXPERIMENTS_HEAD,
     FACT_HEAD,
     METRICS_HEAD,
     STATS_HEAD,
     corrected_rows,
     drop_empty,
+    experiment_cells,
     fact_rows,
     group_cells,
     group_head,
@@ -287,11 +289,32 @@ def _per_metric(page: Page) -> str:
     return "<h2>Per metric</h2>" + "".join(metric_panel(m, page) for m in page.rep.metrics)
 
 
+EXPERIMENTS_NOTE = (
+    "Runs that tried something (align candidates, spec try, side runs of a comparison): stored and paid once, "
+    "never what a reader reads by default, so no figure above counts them. Promote a version "
+    "(greval spec promote NAME@HASH) to make it the metric's production version."
+)
+
+
+def _experiments(page: Page) -> str:
+    rows = experiment_cells(page.rep)
+    if not rows:
+        return ""
+    return f"<h2 id=experiments>Experiments</h2><p class=note>{html.escape(EXPERIMENTS_NOTE)}</p>" + html_table(
+        EXPERIMENTS_HEAD, rows
+    )
+
+
+def _md_experiments(page: Page) -> list[str]:
+    rows = experiment_cells(page.rep)
+    return ["", "## Experiments", "", EXPERIMENTS_NOTE, "", *md_table(EXPERIMENTS_HEAD, rows)] if rows else []
+
+
 def _footer(page: Page) -> str:
     """Every note of the report, then how its figures were computed."""
     return _notes(page.notes(page.rep.notes())) + (
         f"<p class=note>CIs: percentile bootstrap over records (greval.agreement.bootstrap), {page.rep.bootstrap} "
-        f"resamples (every CI of this report and of its agreement pages), seed 0, {CONFIDENCE:.0%}; a pooled "
+        f"resamples (every CI of this report and of its agreement pages), seed 0, {LEVEL:.0%}; a pooled "
         "(micro) score and a per-item metric's label shares resample records with their items. Percentiles: "
         "numpy's linear interpolation; std: sample (ddof 1); failed / skipped: shares of the records.</p>"
     )
@@ -309,6 +332,7 @@ INDEX_SECTIONS: tuple[Callable[[Page], str], ...] = (
     _systems,
     _groups,
     _per_metric,
+    _experiments,
     _footer,
 )
 
@@ -404,6 +428,7 @@ MARKDOWN_SECTIONS: tuple[Callable[[Page], list[str]], ...] = (
     _md_systems,
     _md_corrected,
     _md_groups,
+    _md_experiments,
 )
 
 

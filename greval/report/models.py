@@ -219,6 +219,20 @@ class MetricRow(BaseModel):
         return self.figures.distribution
 
 
+class ExperimentRow(BaseModel):
+    """An experiment run (an align candidate's judging, a `spec try`, a compare side run): stored, paid once, never
+    a reader's default, so the report lists it apart with the figures its own summary holds."""
+
+    run_id: str
+    started_at: float
+    status: str
+    purpose: str = Field(description="What it tried (an align candidate, a spec try, a side run).")
+    records: int | None = Field(None, description="Records in its run summary (None: no summary yet, or killed).")
+    scores: dict[str, float | None] = Field(
+        default_factory=dict, description="Dataset score per metric version judged (NAME@HASH8), as its run printed."
+    )
+
+
 class StoreReport(BaseModel):
     store: str
     metrics: list[MetricRow]
@@ -232,6 +246,9 @@ class StoreReport(BaseModel):
     )
     bootstrap: int = Field(
         1000, description="Resamples of every bootstrap CI the report shows (scores, shares, agreement, prevalence)."
+    )
+    experiments: list[ExperimentRow] = Field(
+        default_factory=list, description="The store's experiment runs, apart from every figure above."
     )
 
     def label(self, key: MetricKey) -> str:

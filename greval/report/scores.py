@@ -24,9 +24,6 @@ from greval.report.stats import score_ci
 from greval.store.results import MetricFigures, dataset_score, figures_from_rows, item_rows, record_rows
 from greval.store.store import Store
 
-#: The CIs' level (the store report's too).
-CONFIDENCE = 0.95
-
 
 class SystemFilter(BaseModel):
     """The records of one system: those whose field ``column`` holds ``value`` (compared as text)."""
@@ -90,12 +87,11 @@ def score_rows(
     store: Store,
     items: Sequence[Mapping[str, Any]],
     systems: Sequence[SystemFilter] = (),
-    *,
-    resamples: int = bs.RESAMPLES,
-    seed: int = 0,
+    resampling: bs.Resampling | None = None,
 ) -> list[ScoreRow]:
-    """Each metric's (version, judge) figures and dataset score with its CI: over every record of ``items``
-    when no system is given, else once per system over its records."""
+    """Each metric's (version, judge) figures and dataset score with its CI (``resampling``: the default
+    bootstrap unless given): over every record of ``items`` when no system is given, else once per system over
+    its records."""
     specs = {key: store.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in items)}
     parts: list[tuple[str | None, Sequence[Mapping[str, Any]]]] = [(None, items)] if not systems else []
     parts += [(str(s), in_system(store, items, s)) for s in systems]
@@ -104,7 +100,7 @@ def score_rows(
         recs = record_rows(part, specs)
         for fig in figures_from_rows(part, specs):
             grp = [r for r in recs if r["spec_key"] == fig.spec_key and r["judge_key"] == fig.judge_key]
-            ci = score_ci(grp, fig.aggregate, seed, resamples)
+            ci = score_ci(grp, fig.aggregate, resampling)
             out.append(
                 ScoreRow(
                     metric=fig.spec, spec_hash=fig.spec_hash, judge=fig.judge, system=system, figures=fig, score=ci
@@ -137,13 +133,16 @@ def paired_change(
     current: Sequence[Mapping[str, Any]],
     baseline: Sequence[Mapping[str, Any]],
     pooling: str,
+    resampling: bs.Resampling | None = None,
     *,
-    resamples: int = bs.RESAMPLES,
-    seed: int = 0,
+    resamples: int | None = None,
+    seed: int | None = None,
 ) -> PairedChange:
     """:class:`PairedChange` of two sets of one metric's record rows. Each side's score is
     :func:`dataset_score` of its paired rows; each resample recomputes both the same way (Σ score·units /
-    Σ units when pooled, the mean of record scores for ``macro``) over the same resampled records."""
+    Σ units when pooled, the mean of record scores for ``macro``) over the same resampled records
+    (``resampling``, or its keywords ``resamples``, ``seed``)."""
+    boot = bs.Resampling.of(resampling, resamples=resamples, seed=seed)
     now, before = _scored(current), _scored(baseline)
     ids = sorted(i for i in now if i in before)  # record-id order: the CI does not follow storage order
     out = PairedChange(
@@ -158,7 +157,7 @@ def paired_change(
         out.note = "no record scored on both sides"
         return out
     out.change = out.current - out.baseline
-    if resamples <= 0:
+    if boot.resamples <= 0:
         return out
     micro = pooling == "micro"
 
@@ -167,7 +166,7 @@ def paired_change(
         return [float(r["score"]) * w, w]
 
     values = np.asarray([columns(now[i]) + columns(before[i]) for i in ids], dtype=np.float64)
-    ci = bs.run(bs.Resampler(len(ids), None, resamples, seed), None, CONFIDENCE, batched=_change(values))["change"]
+    ci = boot.cis(len(ids), batched=_change(values))["change"]
     out.ci_low, out.ci_high, out.note = ci.low, ci.high, ci.note
     return out
 

@@ -4,7 +4,8 @@ efficiency means, histograms and prevalence-corrected system shares. Pure, apart
 
 One bootstrap: every CI here is a percentile interval from :mod:`greval.agreement.bootstrap` (records drawn
 with replacement by numpy's seeded ``default_rng``; the 2.5th and 97.5th percentiles, linear interpolation),
-the resampler every agreement CI uses.
+the resampler every agreement CI uses, drawn as a :class:`~greval.agreement.bootstrap.Resampling` says (default:
+1000 resamples, seed 0, 95 %).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from greval.agreement import bootstrap
+from greval.agreement.bootstrap import Resampling
 from greval.report.models import CorrectedShare, CorrectedSystem, LabelShare, MeanCI, ScoreStats, Shares
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 from greval.store.results import MetricFigures, dataset_score
@@ -29,10 +31,10 @@ if TYPE_CHECKING:
 
 #: The percentiles ScoreStats carries (numpy's linear method).
 PERCENTILES = (5, 25, 75, 95)
-#: Resamples and confidence of the CIs of means and dataset scores (seed: the functions' ``seed``, 0); the store
-#: report passes its own count (``--bootstrap``) to every CI it shows, so one page states one count.
+#: Resamples and level of the CIs of means and dataset scores (seed: 0 unless given); the store report passes
+#: its own count (``--bootstrap``) to every CI it shows, so one page states one count.
 MEAN_RESAMPLES = RESAMPLES = bootstrap.RESAMPLES  # one default for every CI (greval.agreement.bootstrap.RESAMPLES)
-CONFIDENCE = 0.95
+LEVEL = bootstrap.LEVEL
 #: Record fields treated as the evaluated system's efficiency figures when present.
 EFFICIENCY = ("llm_calls", "prompt_tokens", "output_tokens", "tokens", "latency", "latency_s", "completion_time")
 
@@ -48,17 +50,24 @@ def record_scores(rows: Sequence[dict[str, Any]]) -> list[float]:
 
 
 def _percentile_ci(
-    n: int, statistic: Callable[[bootstrap.Batch], bootstrap.FloatArray], seed: int, resamples: int
+    n: int, statistic: Callable[[bootstrap.Batch], bootstrap.FloatArray], resampling: Resampling
 ) -> tuple[float | None, float | None]:
-    """The percentile CI of ``statistic`` over ``resamples`` resamples of ``n`` records (greval.agreement's
-    resampler; None, None when no resample defines it)."""
-    sampler = bootstrap.Resampler(n, None, resamples, seed)
-    ci = bootstrap.run(sampler, None, CONFIDENCE, batched=lambda b: {"value": statistic(b)}).get("value")
+    """The percentile CI of ``statistic`` over resamples of ``n`` records (greval.agreement's resampler; None,
+    None when no resample defines it)."""
+    ci = resampling.cis(n, batched=lambda b: {"value": statistic(b)}).get("value")
     return (None, None) if ci is None else (ci.low, ci.high)
 
 
-def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = MEAN_RESAMPLES) -> MeanCI:
-    """Mean, std and a percentile bootstrap CI; defined, documented results for n < 2."""
+def mean_ci(
+    values: Sequence[float],
+    resampling: Resampling | None = None,
+    *,
+    seed: int | None = None,
+    resamples: int | None = None,
+) -> MeanCI:
+    """Mean, std and a percentile bootstrap CI (``resampling``, or its keywords ``seed``, ``resamples``);
+    defined, documented results for n < 2."""
+    boot = Resampling.of(resampling, resamples=resamples, seed=seed)
     x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
     if len(x) == 0:
         return MeanCI(n=0, mean=None, std=None, note="no scores")
@@ -70,7 +79,7 @@ def mean_ci(values: Sequence[float], seed: int = 0, resamples: int = MEAN_RESAMP
             n=len(x), mean=float(x.mean()), std=0.0, ci_low=float(x[0]), ci_high=float(x[0]), note="all scores equal"
         )
     column = x[:, None]
-    low, high = _percentile_ci(len(x), lambda b: b.sums(column)[:, 0] / len(x), seed, resamples)
+    low, high = _percentile_ci(len(x), lambda b: b.sums(column)[:, 0] / len(x), boot)
     return MeanCI(n=len(x), mean=float(x.mean()), std=std, ci_low=low, ci_high=high)
 
 
@@ -80,20 +89,28 @@ def in_id_order(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (str(r.get("record_id", "")), str(r.get("record_hash", ""))))
 
 
-def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamples: int = MEAN_RESAMPLES) -> MeanCI:
+def score_ci(
+    rows: Sequence[dict[str, Any]],
+    pooling: str,
+    resampling: Resampling | None = None,
+    *,
+    seed: int | None = None,
+    resamples: int | None = None,
+) -> MeanCI:
     """A metric's dataset score (:func:`greval.store.results.dataset_score`, the figure every command shows)
     with a percentile bootstrap CI over records. Micro: records are resampled with their units, and each
     resample's score is Σ score·units / Σ units (a ratio estimator; the record is the sampling unit, since a
     record's items are judged together). Macro: :func:`mean_ci` of the record scores. The rows are taken in
     record-id order, so the CI does not depend on the order the store returns them in (verdicts written
-    concurrently are stored in the order they finished)."""
+    concurrently are stored in the order they finished). ``resampling`` (or its keywords): the bootstrap."""
+    boot = Resampling.of(resampling, resamples=resamples, seed=seed)
     rows = in_id_order(rows)
     score, _, n, units = dataset_score(rows, pooling)
     scored = scored_rows(rows)
     if pooling != "micro" or all(r["units"] == 1 for r in scored):
         # macro, or one unit per record (micro = macro): the mean itself from dataset_score, so that it is the
         # same float everywhere
-        return mean_ci(record_scores(rows), seed, resamples).model_copy(update={"mean": score})
+        return mean_ci(record_scores(rows), boot).model_copy(update={"mean": score})
     used = [r for r in scored if r["units"] > 0]
     x = np.asarray([float(r["score"]) for r in used])
     w = np.asarray([float(r["units"]) for r in used])
@@ -111,7 +128,7 @@ def score_ci(rows: Sequence[dict[str, Any]], pooling: str, seed: int = 0, resamp
         sums = batch.sums(pairs)
         return np.asarray(sums[:, 0] / sums[:, 1], dtype=np.float64)
 
-    low, high = _percentile_ci(len(x), ratio, seed, resamples)
+    low, high = _percentile_ci(len(x), ratio, boot)
     return MeanCI(n=n, mean=score, std=std, ci_low=low, ci_high=high, note=pooled)
 
 
@@ -128,9 +145,7 @@ def label_counts_of(row: dict[str, Any], labels: Sequence[str]) -> list[int] | N
     return None
 
 
-def label_shares(
-    rows: Sequence[dict[str, Any]], labels: Sequence[str], seed: int = 0, resamples: int = MEAN_RESAMPLES
-) -> Shares:
+def label_shares(rows: Sequence[dict[str, Any]], labels: Sequence[str], resampling: Resampling | None = None) -> Shares:
     """Each label's share of a categorical metric's ok verdicts over record rows, with a percentile bootstrap CI
     that resamples records (a per-item metric's records with their items: Σ count / Σ items, a ratio estimator,
     as :func:`score_ci` pools). The counts are the ones MetricFigures.distribution holds (ok verdicts)."""
@@ -153,7 +168,7 @@ def label_shares(
             sums = batch.sums(pairs)
             return {lab: np.asarray(sums[:, i] / sums[:, -1], dtype=np.float64) for i, lab in enumerate(labels)}
 
-        found = bootstrap.run(bootstrap.Resampler(len(counted), None, resamples, seed), None, CONFIDENCE, shares)
+        found = (resampling or Resampling()).cis(len(counted), batched=shares)
         cis = {lab: (ci.low, ci.high) for lab, ci in found.items()}
     else:
         out.note = "one record: no CI"
@@ -195,8 +210,7 @@ def score_stats(
     records: int | None = None,
     failed: int = 0,
     skipped: int = 0,
-    seed: int = 0,
-    resamples: int = MEAN_RESAMPLES,
+    resampling: Resampling | None = None,
 ) -> ScoreStats:
     """Statistics of record scores (the one definition for metric, system and group rows).
 
@@ -207,7 +221,7 @@ def score_stats(
     out = ScoreStats(
         records=total,
         n=len(x),
-        mean=mean_ci(x.tolist(), seed=seed, resamples=resamples),
+        mean=mean_ci(x.tolist(), resampling),
         failed=failed,
         skipped=skipped,
         failure_rate=failed / total if total else None,
@@ -221,7 +235,7 @@ def score_stats(
     return out
 
 
-def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0, resamples: int = MEAN_RESAMPLES) -> ScoreStats:
+def rows_stats(rows: Sequence[dict[str, Any]], resampling: Resampling | None = None) -> ScoreStats:
     """:func:`score_stats` of record rows (their statuses give the failure and skip counts), in record-id
     order (:func:`in_id_order`: the CI of the mean resamples them)."""
     return score_stats(
@@ -229,8 +243,7 @@ def rows_stats(rows: Sequence[dict[str, Any]], seed: int = 0, resamples: int = M
         records=len(rows),
         failed=sum(1 for r in rows if r["status"] == "error"),
         skipped=sum(1 for r in rows if r["status"] == "skipped"),
-        seed=seed,
-        resamples=resamples,
+        resampling=resampling,
     )
 
 
@@ -283,7 +296,7 @@ def prevalence_corrected(
     fig: MetricFigures,
     items: Sequence[dict[str, Any]],
     recs: Sequence[dict[str, Any]],
-    resamples: int,
+    resampling: Resampling,
 ) -> Corrected:
     """Each system's (and all records') label prevalence corrected for the judge's error rates — THE corrected
     share of a store's metric, on the index and on its agreement page: greval.agreement computes it
@@ -299,7 +312,7 @@ def prevalence_corrected(
         return Corrected()
     full, scale = found
     has_systems = bool(full["system"].notna().any())
-    options = AgreementOptions(bootstrap=resamples, seed=0, slices=["system"] if has_systems else [])
+    options = AgreementOptions(**resampling.model_dump(), slices=["system"] if has_systems else [])
     rep = compute_agreement(full, scale, options)
     scores = (spec.scale.scores() if isinstance(spec.scale, CategoricalScale) else None) or {}
     parts: list[tuple[str, AgreementReport]] = [("all", rep)]

@@ -15,15 +15,18 @@ greval.report.terminal and greval.report.plots (figures).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greval.agreement.bootstrap import Resampling
 from greval.errors import Remedy, UserError
 from greval.paths import write_private
 from greval.report.format import with_names
 from greval.report.models import (
+    ExperimentRow,
     GroupCell,
     GroupTable,
     LabelSource,
@@ -32,7 +35,6 @@ from greval.report.models import (
     SystemRow,
 )
 from greval.report.stats import (
-    MEAN_RESAMPLES,
     RESAMPLES,
     Corrected,
     efficiency,
@@ -65,11 +67,16 @@ def build(
     group_column: str | None = None,
     names: Mapping[str, str] | None = None,
     all_versions: bool = False,
+    experiments: bool = False,
 ) -> StoreReport:
     """Compute the report (and, with ``out_dir``, write the per-metric agreement pages); ``group_column``: a
     record field to cross with the systems (one system × group table per metric); ``names``: how the agreement
     pages write option fields named in notes (greval.report.format.with_names; the CLI passes its flags). Each
-    metric's production version, or (``all_versions``) every version but those only experiments judged."""
+    metric's production version, or (``all_versions``) every version but those only experiments judged.
+    ``bootstrap_resamples``: of every CI of the report and its pages (seed 0). ``experiments``: list the
+    store's experiment runs under their own heading (off by default: a default report reads what every default
+    reader reads, the same before and after an align)."""
+    boot = Resampling(resamples=bootstrap_resamples)
     with Store(store_path) as st:
         items, data, found = metric_groups(
             st, store_path, specs, system_column, group_column, all_versions=all_versions
@@ -80,11 +87,12 @@ def build(
         figs = [fig for fig, _, _ in found]
         pages = None if out_dir is None else Pages(out_dir, names or {}, page_stems(figs), explorer_numbers(figs))
         for fig, spec, grp in found:
-            metrics.append(metric_row(st, fig, spec, items, grp, bootstrap_resamples, pages))
+            metrics.append(metric_row(st, fig, spec, items, grp, boot, pages))
             labels = share_labels(spec)
             if group_column:
-                groups.append(group_table(fig, grp, group_column, data, labels, bootstrap_resamples))
-            systems += system_rows(fig, grp, data, labels, bootstrap_resamples)
+                groups.append(group_table(fig, grp, group_column, data, labels, boot))
+            systems += system_rows(fig, grp, data, labels, boot)
+        tried = experiment_rows(st.runs(), specs) if experiments else []
     return StoreReport(
         store=str(store_path),
         metrics=metrics,
@@ -95,7 +103,31 @@ def build(
         groups=groups,
         all_versions=all_versions,
         bootstrap=bootstrap_resamples,
+        experiments=tried,
     )
+
+
+def experiment_rows(runs: Sequence[Mapping[str, Any]], specs: Sequence[str] = ()) -> list[ExperimentRow]:
+    """The experiment runs among ``runs`` (of ``specs`` when given), oldest first, each with the scores its own
+    stored summary holds (the figures its run printed: greval.store.results, one definition)."""
+    out: list[ExperimentRow] = []
+    for run in runs:
+        names = json.loads(run["specs"] or "[]")
+        if run.get("kind") != "experiment" or (specs and not set(specs) & set(names)):
+            continue
+        summ = json.loads(run["summary"] or "{}")
+        scores = {f"{m['spec']}@{(m.get('spec_key') or '')[:8]}": m.get("mean_score") for m in summ.get("metrics", [])}
+        out.append(
+            ExperimentRow(
+                run_id=run["run_id"],
+                started_at=run["started_at"],
+                status=run["status"],
+                purpose=run.get("purpose") or "side run",
+                records=summ.get("records"),
+                scores=scores,
+            )
+        )
+    return out
 
 
 MetricGroup = tuple[MetricFigures, BaseSpec, list[dict[str, Any]]]
@@ -163,7 +195,7 @@ def metric_row(
     spec: BaseSpec,
     items: Sequence[dict[str, Any]],
     grp: Sequence[dict[str, Any]],
-    resamples: int,
+    resampling: Resampling,
     pages: Pages | None,
 ) -> MetricRow:
     """A metric's row: its figures, dataset score, record-score statistics and, when people labelled it, the
@@ -174,13 +206,13 @@ def metric_row(
         spec_hash=fig.spec_hash,
         judge=fig.judge,
         figures=fig,
-        score=score_ci(grp, fig.aggregate, resamples=resamples),
+        score=score_ci(grp, fig.aggregate, resampling),
     )
-    row.stats = rows_stats(grp, resamples=resamples)
+    row.stats = rows_stats(grp, resampling)
     row.scale_range = score_range(spec, row.stats)
     labels = share_labels(spec)
     if labels is not None:
-        row.shares = label_shares(grp, labels, resamples=resamples)
+        row.shares = label_shares(grp, labels, resampling)
     if not fig.distribution:
         row.histogram = histogram(record_scores(grp))
     if isinstance(spec, Spec):
@@ -188,9 +220,9 @@ def metric_row(
         labelled = bool(st.submitted_label_count(spec.name))
         corrected = Corrected()
         if labelled and isinstance(spec.scale, CategoricalScale):
-            corrected = prevalence_corrected(st, spec, fig, items, grp, resamples)
+            corrected = prevalence_corrected(st, spec, fig, items, grp, resampling)
         row.corrected = corrected.systems
-        row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, resamples, pages, stem, corrected)
+        row.agreement, row.agreement_page = _agreement(st, spec, fig.judge, resampling, pages, stem, corrected)
         row.labels = label_sources(st, spec.name)
     return row
 
@@ -200,10 +232,10 @@ def system_rows(
     rows: Sequence[dict[str, Any]],
     data: RecordData,
     labels: Sequence[str] | None = None,
-    resamples: int = MEAN_RESAMPLES,
+    resampling: Resampling | None = None,
 ) -> list[SystemRow]:
     """One row per system of a metric's record rows (rows with no system are in none); ``labels``: a categorical
-    metric's, for each system's label shares; ``resamples``: of every CI."""
+    metric's, for each system's label shares; ``resampling``: of every CI."""
     by_system: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["system"] is not None:
@@ -217,14 +249,14 @@ def system_rows(
                 spec_hash=fig.spec_hash,
                 judge=fig.judge,
                 system=system,
-                score=score_ci(sg, fig.aggregate, resamples=resamples),
+                score=score_ci(sg, fig.aggregate, resampling),
                 judged=len(sg),
                 failed=failed,
                 skipped=sum(1 for r in sg if r["status"] == "skipped"),
                 failure_rate=failed / len(sg),
                 efficiency=efficiency(sg, data),
-                stats=rows_stats(sg, resamples=resamples),
-                shares=None if labels is None else label_shares(sg, labels, resamples=resamples),
+                stats=rows_stats(sg, resampling),
+                shares=None if labels is None else label_shares(sg, labels, resampling),
             )
         )
     return out
@@ -236,7 +268,7 @@ def group_table(
     column: str,
     data: RecordData,
     labels: Sequence[str] | None = None,
-    resamples: int = MEAN_RESAMPLES,
+    resampling: Resampling | None = None,
 ) -> GroupTable:
     """One metric's record rows by (system, group value): stats and mean efficiency per cell. Rows with no
     group value (or, when systems are known, no system value) are counted, not dropped silently. Without any
@@ -265,10 +297,10 @@ def group_table(
             GroupCell(
                 system=s,
                 group=g,
-                score=score_ci(cells[s, g], fig.aggregate, resamples=resamples),
-                stats=rows_stats(cells[s, g], resamples=resamples),
+                score=score_ci(cells[s, g], fig.aggregate, resampling),
+                stats=rows_stats(cells[s, g], resampling),
                 efficiency=efficiency(cells[s, g], data),
-                shares=None if labels is None else label_shares(cells[s, g], labels, resamples=resamples),
+                shares=None if labels is None else label_shares(cells[s, g], labels, resampling),
             )
             for s, g in keys
         ],
@@ -321,7 +353,7 @@ def _agreement(
     st: Store,
     spec: Spec,
     judge: str,
-    resamples: int,
+    resampling: Resampling,
     pages: Pages | None,
     stem: str | None,
     corrected: Corrected | None = None,
@@ -339,7 +371,7 @@ def _agreement(
         return None, None
     frame, scale, sel = store_frame(st, spec.name, judge, version=spec.hash)
     slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
-    rep = compute_agreement(frame, scale, AgreementOptions(bootstrap=resamples, seed=0, slices=slices))
+    rep = compute_agreement(frame, scale, AgreementOptions(**resampling.model_dump(), slices=slices))
     if rep.categorical is not None and corrected is not None and corrected.whole is not None:
         rep.categorical = rep.categorical.model_copy(update={"prevalence": corrected.whole})
     head = {

@@ -5,6 +5,7 @@ greval.report.terminal), so a figure reads the same everywhere.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from greval.agreement.models import ONE_LABEL
@@ -310,4 +311,22 @@ def metrics_cells(m: MetricRow, rep: StoreReport) -> list[str]:
         pooling_text(m.figures),
         dist,
         agreement_cell(m),
+    ]
+
+
+EXPERIMENTS_HEAD = ("run", "started", "status", "what it tried", "records", "scores (its own run's)")
+
+
+def experiment_cells(rep: StoreReport) -> list[list[str]]:
+    """One row per experiment run: what the HTML and Markdown reports both show under "Experiments"."""
+    return [
+        [
+            e.run_id,
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(e.started_at)),
+            e.status,
+            e.purpose,
+            "—" if e.records is None else str(e.records),
+            ", ".join(f"{k}: {fmt_number(v)}" for k, v in e.scores.items()) or "—",
+        ]
+        for e in rep.experiments
     ]

@@ -49,6 +49,7 @@ from greval.report.agreement import (
 )
 from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
 from greval.report.layout import print_table, say, wrap_plain
+from greval.report.tables import EXPERIMENTS_HEAD, experiment_cells
 
 if TYPE_CHECKING:
     from greval.flows.review import ReviewStatus
@@ -440,6 +441,11 @@ def print_store_report(console: Console, rep: StoreReport, store: str) -> None:
     print_metrics(console, rep, store)
     print_stats(console, rep)
     print_labels(console, rep)
+    if rep.experiments:
+        table = Table(*EXPERIMENTS_HEAD, title="Experiments (no figure above counts them)")
+        for row in experiment_cells(rep):
+            table.add_row(*row)
+        print_table(table, console)
 
 
 # ------------------------------------------------------------------------------------------------- review

@@ -410,3 +410,93 @@ def test_batch_size_does_not_change_the_cis() -> None:
     runs = [bs.run(bs.Resampler(300, None, 200, 1, max_cells=c), None, 0.95, three) for c in (1, 1000, 10**7)]
     for name in ("acc", "kappa", "f1"):
         assert len({(r[name].low, r[name].high) for r in runs}) == 1
+
+
+# ------------------------------------------------------------------------------ Resampling: one bundle
+def test_a_resampling_bundle_gives_the_figures_its_keywords_give() -> None:
+    """Issue 41: the resample count, the seed and the CI level travel as one Resampling; the public keyword forms
+    (``resamples=``, ``seed=``) build the same bundle, so either way a figure and its CI are the same."""
+    from greval.agreement.calibration import calibration
+    from greval.agreement.design import DesignSample, design_estimates
+    from greval.report.scores import paired_change
+    from greval.report.stats import mean_ci, score_ci
+
+    rng = np.random.default_rng(3)
+    boot = bs.Resampling(resamples=300, seed=2)
+    x = rng.random(40).tolist()
+    assert mean_ci(x, boot) == mean_ci(x, resamples=300, seed=2) != mean_ci(x, resamples=300, seed=3)
+    rows = [
+        {"record_id": f"r{i}", "record_hash": f"h{i}", "status": "ok", "score": float(s), "units": int(u)}
+        for i, (s, u) in enumerate(zip(rng.random(30), rng.integers(1, 4, 30), strict=True))
+    ]
+    assert score_ci(rows, "micro", boot) == score_ci(rows, "micro", resamples=300, seed=2)
+    later = [{**r, "score": float(rng.random())} for r in rows]
+    assert paired_change(later, rows, "micro", boot) == paired_change(later, rows, "micro", resamples=300, seed=2)
+    conf = rng.random(200)
+    right = rng.random(200) < conf
+    assert calibration(right, conf, resampling=boot) == calibration(right, conf, resamples=300, seed=2)
+    sample = DesignSample(
+        human=[int(v) for v in rng.integers(0, 2, 80)],
+        judge=[int(v) for v in rng.integers(0, 2, 80)],
+        probability=[0.2 if i % 3 else 1.0 for i in range(80)],
+        stratum=["a" if i % 3 else "b" for i in range(80)],
+    )
+    assert design_estimates(sample, ["no", "yes"], boot) == design_estimates(
+        sample, ["no", "yes"], resamples=300, seed=2
+    )
+    assert bs.Resampling.of(boot, seed=5) == bs.Resampling(resamples=300, seed=5, level=bs.LEVEL)
+    assert bs.Resampling.of(None) == bs.Resampling() and bs.Resampling.of(boot) is boot
+
+
+def test_the_ci_level_is_level_and_reports_written_before_still_read() -> None:
+    """Issue 41: one word per idea. ``confidence`` is the judge's confidence in its answer (calibration); the
+    CI's level is ``level`` (and the resample count ``resamples``) in the options and in the report. A level
+    reaches every CI of the report (here 50 %: narrower intervals, the note says so), and JSON written with the
+    earlier names (``bootstrap``, ``confidence``) reads back into the same report."""
+    rng = np.random.default_rng(1)
+    labels = ["a", "b"]
+    human = rng.choice(labels, 200)
+    frame = pd.DataFrame(
+        {
+            "item": range(200),
+            "human": human,
+            "judge": np.where(rng.random(200) < 0.8, human, rng.choice(labels, 200)),
+            "judge_confidence": rng.random(200),
+        }
+    )
+    scale = AgreementScale(labels=labels)
+    wide = compute_agreement(frame, scale, AgreementOptions(bootstrap=200, seed=4))
+    narrow = compute_agreement(frame, scale, AgreementOptions(resamples=200, seed=4, level=0.5))
+    assert narrow.options.level == 0.5 and narrow.options.resampling == bs.Resampling(resamples=200, seed=4, level=0.5)
+    assert narrow.bootstrap is not None and narrow.bootstrap.level == 0.5
+    assert any(n.startswith("50% percentile bootstrap CIs: 200 resamples") for n in narrow.notes)
+
+    def widths(report: Any) -> dict[str, float]:
+        return {
+            k: e.ci_high - e.ci_low for k, e in report.metrics.items() if e.ci_low is not None and e.ci_high is not None
+        }
+
+    w, n = widths(wide), widths(narrow)
+    assert w.keys() == n.keys() and len(w) >= 3 and all(n[k] <= w[k] for k in w) and sum(n.values()) < sum(w.values())
+    cal_w, cal_n = wide.calibration, narrow.calibration
+    assert cal_w is not None and cal_n is not None
+    assert cal_n.ece.ci_high - cal_n.ece.ci_low < cal_w.ece.ci_high - cal_w.ece.ci_low  # type: ignore[operator]
+    written = wide.model_dump_json()
+    assert '"confidence"' not in written and '"level":0.95' in written and '"resamples":200' in written
+    before = written.replace('"level":', '"confidence":').replace(
+        '"options":{"invalid":"as-wrong","protocol":"pooled","resamples"',
+        '"options":{"invalid":"as-wrong","protocol":"pooled","bootstrap"',
+    )
+    assert '"bootstrap":200' in before and '"confidence":0.95' in before
+    assert type(wide).model_validate_json(before) == wide
+
+
+def test_align_s_decision_reads_its_earlier_names() -> None:
+    """The align options and the decision's difference (written in the evidence JSON) read ``bootstrap`` and
+    ``confidence``, their earlier names."""
+    from greval.align.models import AlignOptions, Difference
+
+    assert AlignOptions(bootstrap=500, confidence=0.9).resampling == bs.Resampling(resamples=500, level=0.9)
+    old = {"old": 0.5, "new": 0.6, "gain": 0.1, "confidence": 0.95, "resamples": 1000, "unit": "records"}
+    diff = Difference.model_validate({**old, "n_units": 10, "n_records": 10})
+    assert diff.level == 0.95 and '"level":0.95' in diff.model_dump_json()
