@@ -6,7 +6,9 @@ user + system CPU, peak RSS), as a user runs it:
 * ``run``: ``greval run DATA -s answer_alignment -c 64`` into a new SQLite store, against the local
   OpenAI-compatible test server at 0 ms latency (CPU-bound: the client and the server share the machine;
   the server's CPU during the run is printed beside it);
-* ``rerun``: the same command again on the finished store (nothing to judge: no model call);
+* ``rerun``: the same command again on the finished store (nothing to judge: no model call), after one re-run
+  of each version not counted (the file in the page cache, the row cache's entry written: greval.dataset.rowcache;
+  greval's data directory is the work folder's ``home``);
 * ``export``: ``greval results export`` of the store to CSV (item level);
 * ``plan``: the first run until it has stored its first verdicts (every row planned, judging begun), then
   stopped (SIGINT): its peak RSS and CPU then, what a first run of N rows holds before it judges (a 1M-record
@@ -82,8 +84,10 @@ def write_data(path: Path, n: int) -> None:
 
 
 def measure(cmd: list[str], src: Path, log: Path) -> Cost:
-    """Run ``python -m greval CMD`` with the greval of ``src``; its cost (it must succeed)."""
+    """Run ``python -m greval CMD`` with the greval of ``src``; its cost (it must succeed). greval's data directory
+    is the work folder's ``home`` (the row cache's entries land there, not in the user's)."""
     env = {**os.environ, "PYTHONPATH": str(src), "OPENAI_API_KEY": "sk-bench", "PYTHONUNBUFFERED": "1"}
+    env["GREVAL_HOME"] = str(log.parent / "home")
     with log.open("w") as out:
         started = time.perf_counter()
         # In the log's directory: `python -m` puts the working directory first on sys.path, before PYTHONPATH.
@@ -249,6 +253,11 @@ def main() -> None:
                 if step not in steps:
                     continue
                 costs = {v: [] for v in versions}
+                for v in order if step == "rerun" else ():
+                    # unmeasured: the file in the page cache for both, the row cache's entry written (this)
+                    before = load()
+                    cost = measure(cmd(v), versions[v], work / f"{v}-{step}.log")
+                    print(f"    {step} warm-up {v:<8} {cost}  ({before}; not counted)", flush=True)
                 for r in range(args.rounds):
                     for v in order if r % 2 == 0 else order[::-1]:
                         before = load()

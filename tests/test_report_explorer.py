@@ -689,3 +689,245 @@ def test_a_record_page_shows_a_trajectory_step_by_step_with_its_verdicts(
     page.set_viewport_size({"width": 390, "height": 844})  # a phone: the nested arguments wrap, no sideways scroll
     assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
     assert page.errors == []
+
+
+# ------------------------------------------------------------------------------------------------ a long table
+LONG = 400  # records: many screens of rows
+
+
+def _judged_report(server: OpenAIServer, work: Path, n: int) -> tuple[Path, Path]:
+    """A store of ``n`` records judged by the test server on answer_alignment, and its report: (store, report)."""
+    server.reset()
+    server.configure(latency=0.0, json_schema=True, tools=True)
+    data = work / "records.jsonl"
+    rows = [
+        {"id": f"v{i}", "question": f"What is item {i}?", "answer": f"Item {i}.", "expected_answer": f"It is {i}."}
+        for i in range(n)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = work / "long.sqlite"
+    args = ["run", str(data), "-s", "answer_alignment", "--store", str(store), "--judge", "openai:judge-test"]
+    args += ["--base-url", server.base_url, "-c", "32"]
+    # greval's data directory in the work folder: a file this size gets a row cache entry (greval.dataset.rowcache)
+    res = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": "sk-test", "GREVAL_HOME": str(work / "home")})
+    assert res.exit_code == 0, res.output
+    return store, _report(store, work / "report")
+
+
+@pytest.fixture(scope="module")
+def long_report(openai_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _judged_report(openai_server, tmp_path_factory.mktemp("long"), LONG)
+
+
+def _exported(store: Path, tmp_path: Path) -> dict[str, str]:
+    """`greval results export --level record`: record id -> its verdict."""
+    out = tmp_path / "records.csv"
+    res = CliRunner().invoke(main, ["results", "export", "--store", str(store), "-o", str(out), "--level", "record"])
+    assert res.exit_code == 0, res.output
+    return {r["record_id"]: r["label"] for r in csv.DictReader(out.open())}
+
+
+DRAWN = """() => [...document.querySelectorAll('#table tbody tr')].map((tr) =>
+  [parseInt(tr.getAttribute('aria-rowindex'), 10), tr.cells[0].innerText, tr.cells[1].innerText])"""
+
+
+def _scroll_through(page: Any) -> tuple[list[list[Any]], int]:
+    """Every row drawn while the page scrolls from the top of the table to its end, a screen at a time, in order
+    of row index (each once); and the most rows drawn at once."""
+    page.evaluate("window.scrollTo(0, 0)")
+    seen: dict[int, list[Any]] = {}
+    most = 0
+    while True:
+        page.wait_for_timeout(50)  # the window follows the scroll in the next frame
+        drawn = page.evaluate(DRAWN)
+        most = max(most, len(drawn))
+        seen.update({i: row for i, *row in drawn})
+        at_end = page.evaluate("window.scrollY + window.innerHeight >= document.documentElement.scrollHeight - 1")
+        if at_end:
+            return [seen[i] for i in sorted(seen)], most
+        page.evaluate("window.scrollBy(0, window.innerHeight * 0.9)")
+
+
+def _ids(rows: list[list[Any]]) -> list[str]:
+    return [r[0] for r in rows]
+
+
+def _natural(rid: str) -> int:
+    return int(rid[1:])
+
+
+@pytest.mark.browser
+def test_a_long_table_draws_a_window_and_scrolling_reaches_every_record(
+    long_report: tuple[Path, Path], browser: Any, tmp_path: Path
+) -> None:
+    """400 records: the table draws only the rows around the screen (a few dozen), the page is as tall as the
+    whole table, and scrolling to its end draws every record once, in record-id order, each with the verdict
+    `greval results export` gives it; a filter and a sort are scrolled through the same way."""
+    store, out = long_report
+    exported = _exported(store, tmp_path)
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{LONG} of {LONG} records"
+    assert page.get_attribute("#table", "aria-rowcount") == str(LONG + 1)
+    first = page.locator("#table tbody tr").count()
+    assert 10 <= first <= 80  # a window, not the table
+    row = page.evaluate("document.querySelector('#table tbody tr').getBoundingClientRect().height")
+    table = page.evaluate("document.querySelector('#table tbody').getBoundingClientRect().height")
+    assert table == pytest.approx(LONG * row, abs=LONG * 0.05 + 2)  # the rows not drawn keep their place
+    rows, most = _scroll_through(page)
+    assert most <= 80
+    assert _ids(rows) == sorted(exported, key=_natural)  # every record, once, in record-id order
+    assert {rid: verdict for rid, verdict in rows} == exported  # the verdicts export gives
+    last = page.evaluate("document.querySelector('#table tbody tr:last-child').getBoundingClientRect().bottom")
+    assert last <= page.evaluate("window.innerHeight") + 1  # the last row on screen at the page's end
+
+    # a filter: the records export gives that label, every one reached
+    label = sorted(set(exported.values()))[0]
+    page.evaluate("window.scrollTo(0, 0)")
+    page.select_option("#f-label", label)
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('label=')")
+    wanted = sorted((rid for rid, v in exported.items() if v == label), key=_natural)
+    assert page.locator("#count").inner_text() == f"{len(wanted)} of {LONG} records"
+    assert _ids(_scroll_through(page)[0]) == wanted
+
+    # a sort: the record column turned round, every record reached in that order
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('label=')")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.locator("#table thead button[data-sort=id]").click()  # record-id order is ascending: now descending
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('dir=desc')")
+    assert _ids(_scroll_through(page)[0]) == sorted(exported, key=_natural, reverse=True)
+    assert page.errors == []
+
+
+@pytest.mark.browser
+def test_the_keyboard_reaches_every_row_of_a_long_table(long_report: tuple[Path, Path], browser: Any) -> None:
+    """Tab from row to row past the rows first drawn, the arrow keys, End and Home move the focus through the
+    whole table (its rows drawn as the focus comes); j from a record page and Esc bring back to the table with
+    that record's row on screen and focused."""
+    _, out = long_report
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    ids = sorted((f"v{i}" for i in range(LONG)), key=_natural)
+    focused = "document.activeElement.closest('#table tbody tr') && document.activeElement.innerText"
+    drawn = page.locator("#table tbody tr").count()
+    page.locator("#table tbody a").first.focus()
+    for i in range(1, drawn + 20):  # past the rows drawn when the page opened
+        page.keyboard.press("Tab")
+        assert page.evaluate(focused) == ids[i]
+    on_screen = """() => { const r = document.activeElement.getBoundingClientRect();
+        return r.top >= 0 && r.bottom <= window.innerHeight; }"""
+    assert page.evaluate(on_screen)
+    page.keyboard.press("End")
+    assert page.evaluate(focused) == ids[-1] and page.evaluate(on_screen)
+    page.keyboard.press("ArrowUp")
+    assert page.evaluate(focused) == ids[-2]
+    page.keyboard.press("Home")
+    assert page.evaluate(focused) == ids[0] and page.evaluate(on_screen)
+    for i in range(1, 40):
+        page.keyboard.press("ArrowDown")
+        assert page.evaluate(focused) == ids[i]
+    assert page.locator("#table tbody tr").count() <= 80
+    # a record page, j to the next record twice, Esc: back at that record's row
+    page.keyboard.press("Enter")
+    page.wait_for_selector("body[data-ready=record]")
+    assert page.locator("#record h2").first.inner_text() == f"Record {ids[39]}"
+    for _ in range(2):
+        page.evaluate("document.body.dataset.ready = ''")
+        page.keyboard.press("j")
+        page.wait_for_selector("body[data-ready=record]")
+    assert page.locator("#record h2").first.inner_text() == f"Record {ids[41]}"
+    page.keyboard.press("Escape")
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.evaluate(focused) == ids[41] and page.evaluate(on_screen)
+    assert page.errors == []
+
+
+# ------------------------------------------------------------------------------------------------ 10,000 records
+MANY = 10_000  # issue 46: the size the filter is measured at (scripts/bench_explorer.py)
+
+NEXT_FRAME = "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() => done(true))))"
+
+#: The rows drawn, the rows on the screen, and the row at the middle of the screen with the row the scroll position
+#: says is there (row 0's place plus that many row heights: a row's height the median of the rows drawn).
+AT_SCREEN = """() => {
+  const body = document.querySelector('#table tbody'), rows = [...body.rows];
+  const hs = rows.map((tr) => tr.getBoundingClientRect().height).sort((a, b) => a - b), h = hs[hs.length >> 1];
+  const mid = window.innerHeight / 2, hit = document.elementFromPoint(200, mid).closest('#table tbody tr');
+  const at = (tr) => parseInt(tr.getAttribute('aria-rowindex'), 10) - 2;
+  const onScreen = (b) => b.bottom > 0 && b.top < innerHeight;
+  const shown = rows.filter((tr) => onScreen(tr.getBoundingClientRect()));
+  return {
+    drawn: rows.map((tr) => [at(tr), tr.cells[0].innerText, tr.cells[1].innerText]),
+    shown: shown.map(at),
+    middle: hit ? at(hit) : null,
+    expected: Math.floor((mid - body.getBoundingClientRect().top) / h),
+  };
+}"""
+
+
+@pytest.fixture(scope="module")
+def many_report(openai_server: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _judged_report(openai_server, tmp_path_factory.mktemp("many"), MANY)
+
+
+def _check_screens(page: Any, order: list[str], verdicts: dict[str, str]) -> None:
+    """At the top, at fractions of the way down and at the end of the table: the rows drawn are a window of a few
+    dozen, each the record the view has at its place with its verdict, and the rows on the screen are the ones the
+    scroll position says (the row at the screen's middle is the one that many row heights down)."""
+    for frac in (0.0, 0.137, 0.5, 0.861, 1.0):
+        page.evaluate(f"window.scrollTo(0, {frac} * (document.documentElement.scrollHeight - window.innerHeight))")
+        page.evaluate(NEXT_FRAME)
+        got = page.evaluate(AT_SCREEN)
+        assert 10 <= len(got["drawn"]) <= 80, (frac, len(got["drawn"]))
+        assert [(rid, v) for _, rid, v in got["drawn"]] == [(order[i], verdicts[order[i]]) for i, _, _ in got["drawn"]]
+        assert got["shown"] and got["shown"] == list(range(got["shown"][0], got["shown"][-1] + 1))
+        if frac < 1.0:  # at the end the middle of the screen may be below the last row
+            # one row's leeway: the first row drawn after the rows not drawn is half a collapsed border shorter
+            assert abs(got["middle"] - got["expected"]) <= 1, (frac, got["middle"], got["expected"])
+        if frac == 0.0:
+            assert got["shown"][0] == 0
+        if frac == 1.0:
+            assert got["shown"][-1] == len(order) - 1  # the last record is on the screen at the end
+
+
+@pytest.mark.browser
+def test_a_10000_record_explorer_scrolls_and_filters_to_the_store_s_figures(
+    many_report: tuple[Path, Path], browser: Any, tmp_path: Path
+) -> None:
+    """10,000 records: wherever the table is scrolled, the rows on screen are the right records with the verdicts
+    `greval results export` gives, a window of them drawn; a label filter's count is the store's figure for that
+    label (greval.store.results.figures, what the run summary and the report show) and only a window is drawn for
+    it; the filtered and the re-sorted tables scroll right too."""
+    from greval.store.results import figures
+
+    store, out = many_report
+    exported = _exported(store, tmp_path)
+    with Store(store) as st:
+        [fig] = figures(st, "answer_alignment")
+    assert sum(fig.distribution.values()) == MANY
+    page = _page(browser)
+    page.goto((out / "explorer" / "index.html").as_uri())
+    page.wait_for_selector("body[data-ready=list]")
+    assert page.locator("#count").inner_text() == f"{MANY} of {MANY} records"
+    order = sorted(exported, key=_natural)
+    _check_screens(page, order, exported)
+
+    for label, count in sorted(fig.distribution.items()):
+        page.evaluate("window.scrollTo(0, 0)")
+        page.evaluate("document.body.dataset.ready = ''")
+        page.select_option("#f-label", label)
+        page.wait_for_function("document.body.dataset.ready === 'list'")
+        assert page.locator("#count").inner_text() == f"{count} of {MANY} records"
+        assert page.evaluate("window.GREVAL_LAST.shown") == count and page.evaluate("window.GREVAL_LAST.drawn") <= 80
+        _check_screens(page, [rid for rid in order if exported[rid] == label], exported)
+
+    page.click("text=Clear filters")
+    page.wait_for_function("document.body.dataset.ready === 'list' && !location.hash.includes('label=')")
+    page.evaluate("window.scrollTo(0, 0)")
+    page.locator("#table thead button[data-sort=id]").click()  # record-id order is ascending: now descending
+    page.wait_for_function("document.body.dataset.ready === 'list' && location.hash.includes('dir=desc')")
+    _check_screens(page, order[::-1], exported)
+    assert page.errors == []

@@ -15,17 +15,24 @@ import hashlib
 import json
 import math
 import numbers
+import os
 import re
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict
 
+from greval.dataset import rowcache
 from greval.dataset.compact import Pairs, Positions
 from greval.dataset.limits import ReadLimits
-from greval.dataset.tables import iter_rows
+from greval.dataset.rowcache import RowCache
+from greval.dataset.tables import iter_rows, iter_rows_at, seekable_lines
 from greval.errors import DataError
+
+#: The row cache a :class:`DataFile` uses unless told otherwise (in greval's data directory).
+ROW_CACHE = RowCache()
 
 
 class Record(BaseModel):
@@ -52,13 +59,33 @@ class Record(BaseModel):
         return item_list(self.data, field)
 
 
-class HashedRow(NamedTuple):
+class HashedRow:
     """One dataset row, normalised and hashed but not yet a (validated) :class:`Record`: cheap to drop once
-    the store says its work is done."""
+    the store says its work is done. A row a :class:`DataFile` knows from its row cache
+    (greval.dataset.rowcache) has its id and hash only, and reads its data from the file when first asked."""
 
-    id: str
-    hash: str
-    data: dict[str, Any]
+    __slots__ = ("_at", "_data", "_source", "hash", "id")
+
+    def __init__(self, id: str, hash: str, data: dict[str, Any] | None = None) -> None:
+        self.id = id
+        self.hash = hash
+        self._data = data
+        self._source: _Seeker | None = None
+        self._at = 0
+
+    @classmethod
+    def known(cls, id: str, hash: str, source: _Seeker, at: int) -> HashedRow:
+        """A row known by its id and hash, the ``at``-th of ``source``'s file (its data read when asked)."""
+        row = cls(id, hash)
+        row._source, row._at = source, at
+        return row
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            assert self._source is not None
+            self._data = self._source.data(self._at, self.id, self.hash)
+        return self._data
 
     def items(self, field: str) -> list[dict[str, Any]]:
         """The chunks, triples or assistant turns of this row (empty when absent), as :meth:`Record.items`."""
@@ -66,6 +93,9 @@ class HashedRow(NamedTuple):
 
     def record(self) -> Record:
         return Record(id=self.id, hash=self.hash, data=self.data)
+
+    def __repr__(self) -> str:
+        return f"HashedRow(id={self.id!r}, hash={self.hash!r})"
 
 
 def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "record") -> HashedRow:
@@ -593,9 +623,11 @@ def map_rows(
     id_column: str | None = None,
     limit: int | None = None,
     notes: list[str] | None = None,
+    read: Pairs | None = None,
 ) -> Iterator[HashedRow]:
     """Rows (of a file, a DataFrame, a list …; ``where`` names them in messages) mapped, normalised and
-    hashed, in order: the one path every dataset takes to the runner.
+    hashed, in order: the one path every dataset takes to the runner (``read``, if given, receives the (id,
+    hash) of each row yielded).
 
     Every row is mapped, normalised and hashed (a broken row is a DataError however far in it is); a row
     repeating an earlier one exactly is skipped, and ``notes`` gets the line saying so once the rows are read
@@ -604,7 +636,8 @@ def map_rows(
     several values is refused."""
     mapping = dict(mapping or {})
     taken = set(mapping.values())
-    read = Pairs()  # (id, hash) of each row yielded, compactly: ~100 bytes a row with its index, not ~270
+    if read is None:
+        read = Pairs()  # (id, hash) of each row yielded, compactly: ~100 bytes a row with its index, not ~270
     by_id = Positions(read.ids.__getitem__)  # id -> its row in `read` (ids compared exactly on a digest match)
     repeated: list[int] = []
     ids = _IdCheck(where, id_column)
@@ -612,16 +645,9 @@ def map_rows(
     for n, row in enumerate(rows):
         if limit is not None and len(read) >= limit:
             break
-        mapped = {k: v for k, v in row.items() if k not in taken}
-        for field, column in mapping.items():
-            value = _get(row, column)
-            if value is None and n == 0 and column not in row:
-                raise DataError(
-                    f"{where}: column {column!r} (mapped to {field!r}) not found; columns: {', '.join(map(str, row))}"
-                )
-            mapped[field] = value
-        if id_column and n == 0 and id_column not in mapped:
-            raise DataError(f"{where}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
+        mapped = map_row(row, mapping, taken)
+        if n == 0:
+            _check_columns(row, mapped, mapping, id_column, where)
         rec = hash_row(mapped, id_column, where=f"{where}: record {n + 1}")
         ids.check(mapped, n + 1, rec)
         paths.check(n + 1, rec)
@@ -643,6 +669,28 @@ def map_rows(
             f"{where}: {len(repeated)} row(s) repeat an earlier row exactly (same id and content), "
             f"read once: rows {shown}"
         )
+
+
+def map_row(row: Mapping[str, Any], mapping: Mapping[str, str], taken: set[str]) -> dict[str, Any]:
+    """One row's fields under ``mapping`` (greval field -> column; ``taken``: its columns, which keep no field of
+    their own)."""
+    mapped = {k: v for k, v in row.items() if k not in taken}
+    for field, column in mapping.items():
+        mapped[field] = _get(row, column)
+    return mapped
+
+
+def _check_columns(
+    row: Mapping[str, Any], mapped: Mapping[str, Any], mapping: Mapping[str, str], id_column: str | None, where: str
+) -> None:
+    """The first row has every column the mapping and the id column name."""
+    for field, column in mapping.items():
+        if mapped[field] is None and column not in row:
+            raise DataError(
+                f"{where}: column {column!r} (mapped to {field!r}) not found; columns: {', '.join(map(str, row))}"
+            )
+    if id_column and id_column not in mapped:
+        raise DataError(f"{where}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
 
 
 class _IdCheck:
@@ -730,7 +778,12 @@ class _TrajectoryCheck:
 
 class DataFile:
     """A dataset file read lazily: each iteration reads it again and yields its :class:`HashedRow` s
-    (:func:`hashed_rows`); ``notes`` holds what the last full read noticed (rows read once)."""
+    (:func:`hashed_rows`); ``notes`` holds what the last full read noticed (rows read once).
+
+    With a row ``cache`` (greval.dataset.rowcache; None: none), a plain JSON Lines file read in full before and
+    unchanged since (its every byte digested) is not parsed again: its rows come with their id and hash, each
+    reading its data at its byte offset when asked. :meth:`at` reads chosen rows at their offsets once a read
+    has placed them."""
 
     def __init__(
         self,
@@ -739,18 +792,156 @@ class DataFile:
         id_column: str | None = None,
         limit: int | None = None,
         limits: ReadLimits | None = None,
+        cache: RowCache | None = ROW_CACHE,
     ) -> None:
         self.path = path
         self.mapping = dict(mapping or {})
         self.id_column = id_column
         self.limit = limit
         self.limits = limits
+        self.cache = cache
         self.notes: list[str] = []
+        self._offsets: array[int] | None = None  # each row's byte offset, once a read has placed them
 
     def __iter__(self) -> Iterator[HashedRow]:
-        notes: list[str] = []
-        yield from hashed_rows(self.path, self.mapping, self.id_column, self.limit, notes, self.limits)
-        self.notes = notes
+        key = self._key()
+        if key is None:
+            notes: list[str] = []
+            yield from hashed_rows(self.path, self.mapping, self.id_column, self.limit, notes, self.limits)
+            self.notes = notes
+            return
+        assert self.cache is not None
+        entry, note = rowcache.read(self.cache, key, Path(self.path))
+        if entry is not None:
+            yield from self._known(entry)
+        else:
+            yield from self._placed(key, [note] if note else [])
+
+    def at(self, positions: Iterable[int]) -> Iterator[HashedRow]:
+        """The rows at these positions of the file's rows (ascending), read and hashed again: at their byte
+        offsets once a read has placed them, else by reading the file to each."""
+        if self._offsets is None:
+            wanted = iter(positions)
+            nxt = next(wanted, None)
+            for position, row in enumerate(self):
+                if nxt is None:
+                    return
+                if position == nxt:
+                    yield row
+                    nxt = next(wanted, None)
+            if nxt is not None:
+                raise DataError(f"{self.path}: the file got shorter while the run read it")
+            return
+        seeker = self._seeker(self._offsets)
+        try:
+            for position in positions:
+                if position >= len(self._offsets):
+                    raise DataError(f"{self.path}: the file got shorter while the run read it")
+                yield seeker.row(position)
+        finally:
+            seeker.close()
+
+    def _key(self) -> rowcache.ReadKey | None:
+        """What the row cache knows this read by (None: not cached: no cache, not plain JSON Lines, small)."""
+        if self.cache is None:
+            return None
+        p = Path(self.path)
+        try:
+            if not seekable_lines(p) or not p.is_file() or p.stat().st_size < self.cache.min_bytes:
+                return None
+        except (OSError, DataError):
+            return None  # reported by the read itself
+        limits = self.limits or ReadLimits()
+        return rowcache.ReadKey(os.path.realpath(p), tuple(self.mapping.items()), self.id_column, self.limit, limits)
+
+    def _seeker(self, offsets: array[int]) -> _Seeker:
+        return _Seeker(Path(self.path), offsets, self.mapping, self.id_column, self.limits or ReadLimits())
+
+    def _known(self, entry: rowcache.Entry) -> Iterator[HashedRow]:
+        """The rows of a cache entry, each reading its data when asked."""
+        self._offsets = entry.offsets
+        seeker = self._seeker(entry.offsets)
+        try:
+            for i, (rid, digest) in enumerate(entry.pairs()):
+                yield HashedRow.known(rid, digest, seeker, i)
+        finally:
+            seeker.close()
+        self.notes = entry.notes_for(str(self.path))
+
+    def _placed(self, key: rowcache.ReadKey, notes: list[str]) -> Iterator[HashedRow]:
+        """The file read in full, each row's byte offset noted; then its cache entry written, if the file did not
+        change while it was read (its size and time then as before)."""
+        path, where = Path(self.path), str(self.path)
+        before = path.stat()
+        offsets: array[int] = array("q")
+        read, at = Pairs(), [0]
+
+        def rows() -> Iterator[dict[str, Any]]:
+            for offset, row in iter_rows_at(path, self.limits):
+                at[0] = offset
+                yield row
+
+        said: list[str] = []
+        for row in map_rows(rows(), where, self.mapping, self.id_column, self.limit, said, read):
+            offsets.append(at[0])
+            yield row
+        self._offsets = offsets
+        self.notes = notes + said
+        entry = rowcache.pack(read, offsets, where, said)
+        if entry is None or self.cache is None:
+            return
+        ident = rowcache.identify(path)
+        if (ident.size, ident.mtime_ns) == (before.st_size, before.st_mtime_ns):  # else it changed as it was read
+            failed = rowcache.write(self.cache, key, ident, entry)
+            self.notes += [failed] if failed else []
+
+
+class _Seeker:
+    """Reads rows of a plain JSON Lines file again at their byte offsets (a placed read's), mapped and hashed as
+    :func:`map_rows` does. A row that no longer reads as it did (not JSON, another id or hash) means the file
+    changed while the run read it: a DataError."""
+
+    def __init__(
+        self, path: Path, offsets: array[int], mapping: Mapping[str, str], id_column: str | None, limits: ReadLimits
+    ) -> None:
+        self.path, self.offsets, self.mapping, self.id_column = path, offsets, mapping, id_column
+        self.taken = set(mapping.values())
+        self.most = limits.max_line_bytes
+        self._fh: BinaryIO | None = None
+
+    def row(self, at: int) -> HashedRow:
+        """The ``at``-th row, read and hashed again."""
+        if self._fh is None:
+            self._fh = self.path.open("rb")
+        offset = self.offsets[at]
+        self._fh.seek(offset)
+        raw = self._fh.readline(self.most + 2)
+        try:
+            row = json.loads(raw.decode("utf-8-sig"))
+            if not isinstance(row, dict):
+                raise ValueError("not an object")
+            mapped = map_row(row, self.mapping, self.taken)
+            return hash_row(mapped, self.id_column, where=f"{self.path}: the row at byte {offset}")
+        except (ValueError, RecursionError, DataError):
+            raise self.changed() from None
+
+    def data(self, at: int, rid: str, digest: str) -> dict[str, Any]:
+        """The data of the ``at``-th row, known as (``rid``, ``digest``)."""
+        row = self.row(at)
+        if row.id != rid or row.hash != digest:
+            raise self.changed()
+        return row.data
+
+    def changed(self) -> DataError:
+        return DataError(f"{self.path}: the file changed while the run read it")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def load_records(

@@ -33,7 +33,7 @@ import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from greval.dataset.frame import Frame
 from greval.dataset.limits import ReadLimits, size_text
@@ -53,6 +53,8 @@ FORMATS = {
     ".parquet": "parquet",
     ".pq": "parquet",
 }
+
+_Row = TypeVar("_Row")
 
 #: Keys of a JSON object whose list holds the rows (``{"records": [...]}``), asked in this order.
 _ROW_KEYS = ("records", "data", "items")
@@ -227,7 +229,7 @@ def _too_wide(path: Path, line: int | None, count: int, what: str, limits: ReadL
     )
 
 
-def _guarded(path: Path, rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _guarded(path: Path, rows: Iterator[_Row]) -> Iterator[_Row]:
     """``rows``, with whatever the file itself gets wrong turned into a DataError naming it (what the
     counting stream sees is reported there, with its line; this is the rest: pyarrow's reads, the OS)."""
     gz = path.name.lower().endswith(".gz")
@@ -260,8 +262,16 @@ def _open(path: Path, limits: ReadLimits, *, lines: bool, utf8: bool = False) ->
 
 
 def _jsonl_rows(path: Path, limits: ReadLimits) -> Iterator[dict[str, Any]]:
+    for _, row in _jsonl_lines(path, limits):
+        yield row
+
+
+def _jsonl_lines(path: Path, limits: ReadLimits) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each row of a JSON Lines file with the byte offset its line starts at (blank lines skipped)."""
     with _open(path, limits, lines=True) as fh:
+        end = 0
         for n, raw in enumerate(fh, start=1):
+            start, end = end, end + len(raw)
             line = _decode(raw, path, n)
             if not line.strip():
                 continue
@@ -270,7 +280,23 @@ def _jsonl_rows(path: Path, limits: ReadLimits) -> Iterator[dict[str, Any]]:
                 raise DataError(f"{path}: line {n}: each line must be a JSON object")
             if len(row) > limits.max_columns:
                 raise _too_wide(path, n, len(row), "fields in one object", limits)
-            yield row
+            yield start, row
+
+
+def seekable_lines(path: str | Path) -> bool:
+    """Whether ``path`` is a plain (uncompressed) JSON Lines file: one whose rows :func:`iter_rows_at` can place
+    by byte offset, for a reader to seek to one again."""
+    return table_format(path) == "jsonl" and not Path(path).name.lower().endswith(".gz")
+
+
+def iter_rows_at(path: str | Path, limits: ReadLimits | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`iter_rows` of a plain JSON Lines file (:func:`seekable_lines`), each row with the byte offset its
+    line starts at."""
+    limits = limits or ReadLimits()
+    p, _ = check_file(path)
+    if not seekable_lines(p):
+        raise ValueError(f"{p}: not a plain JSON Lines file")
+    return _guarded(p, _jsonl_lines(p, limits))
 
 
 def _json_rows(path: Path, limits: ReadLimits) -> Iterator[dict[str, Any]]:

@@ -63,7 +63,8 @@ class PlannedRows:
     """Some rows of a run's dataset, in its order, iterated as Records: held as Records, or — past
     :data:`PLAN_HOLD` rows of a dataset file (:class:`DataFile`, which can be read again) — kept by their
     position in the file and read again when iterated, each checked against the content hash it was planned
-    with. Memory then holds a position and a hash per row, not its Record; each iteration reads the file."""
+    with. Memory then holds a position and a hash per row, not its Record; each iteration reads those rows
+    again (at their byte offsets in a plain JSON Lines file: :meth:`DataFile.at`)."""
 
     def __init__(self, source: DataFile | None = None, records: Iterable[Record] = ()) -> None:
         self._source = source
@@ -96,18 +97,11 @@ class PlannedRows:
             yield from self._held
             return
         assert self._source is not None
-        wanted = iter(zip(self._at, self._hashes, strict=True))
-        nxt = next(wanted, None)
-        for position, row in enumerate(self._source):
-            if nxt is None:
-                return
-            if position == nxt[0]:
-                if row.hash != nxt[1]:
-                    raise DataError(f"{self._source.path}: record {row.id!r} changed while the run read the file")
-                yield row.record()
-                nxt = next(wanted, None)
-        if nxt is not None:
-            raise DataError(f"{self._source.path}: the file got shorter while the run read it")
+        # only these rows are read: at their byte offsets once the plan's read placed them (DataFile.at)
+        for row, planned in zip(self._source.at(self._at), self._hashes, strict=True):
+            if row.hash != planned:
+                raise DataError(f"{self._source.path}: record {row.id!r} changed while the run read the file")
+            yield row.record()
 
 
 def work_of(spec: BaseSpec, row: Record | HashedRow) -> Work:

@@ -2,10 +2,14 @@
 // data is shown with textContent (never as markup). Data files are <script>s: the folder opens from disk.
 "use strict";
 (function () {
-  const S = { meta: null, rows: {}, joined: {}, pending: {}, records: {}, statics: {}, prompts: {}, shown: 200, view: [], state: {} };
+  const S = { meta: null, rows: {}, joined: {}, pending: {}, records: {}, statics: {}, prompts: {}, view: [], state: {} };
   const $ = (sel) => document.querySelector(sel);
   const FILTERS = ["system", "group", "status", "label", "value", "bin", "human", "agree", "changed"];
-  const PAGE = 200;
+  // The table draws only the rows on screen and MARGIN more on each side (a window of the view, redrawn as the
+  // page scrolls or focus moves); two spacers (tbody::before / ::after, heights --above / --below) stand for the
+  // rows not drawn, so the page is as tall as the whole table and its scrollbar says where one is.
+  const MARGIN = 8;
+  const W = { lo: 0, hi: 0, rowH: 0, drawn: new Map(), widths: [], queued: false };
 
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -70,7 +74,14 @@
   function go(changes) {
     const st = Object.assign({}, S.state, changes);
     if (!("record" in changes)) delete st.record;
-    location.hash = hashOf(st);
+    navigate(hashOf(st));
+  }
+  function navigate(hash) {
+    // a new history entry without a fragment navigation (which lays the page out to look for an anchor of
+    // that name: a third of a filter's time at 10,000 records); back and forward still reach it (hashchange)
+    if (hash === location.hash) return;
+    history.pushState(null, "", hash);
+    route();
   }
 
   // ------------------------------------------------------------------------------------------------ filtering
@@ -183,7 +194,12 @@
     sel.addEventListener("change", () => go({ [name]: sel.value }));
     return el("label", {}, name, sel);
   }
-  function renderFilters(st, rows) {
+  function syncFilters(st) {
+    // the same metric's filters: only their values follow the address
+    for (const sel of $("#selects").querySelectorAll("select")) { const v = st[sel.dataset.filter] || ""; if (sel.value !== v) sel.value = v; }
+    const q = $("#q"); if (document.activeElement !== q && q.value !== (st.q || "")) q.value = st.q || "";
+  }
+  function renderFilters(st) {
     const m = S.meta.metrics[st.m], box = $("#selects"); box.replaceChildren();
     const vals = m.values;
     if (vals.system.length) box.append(options("system", vals.system, st.system));
@@ -201,26 +217,109 @@
       const key = SORT_BY[c] || c, on = sort === key, dir = on ? (st.dir === "desc" ? " ↓" : " ↑") : null;
       const b = el("button", { type: "button", "data-sort": key, "data-dir": dir, "aria-label": "sort by " + name, text: name });
       b.addEventListener("click", () => go({ sort: key, dir: on && st.dir !== "desc" ? "desc" : "asc" }));
-      tr.append(el("th", { class: opt || null, "aria-sort": on ? (st.dir === "desc" ? "descending" : "ascending") : null }, b));
+      tr.append(el("th", { class: opt || null, "data-col": c, "aria-sort": on ? (st.dir === "desc" ? "descending" : "ascending") : null }, b));
     }
+    tr.setAttribute("aria-rowindex", 1);
     $("#table thead").replaceChildren(tr);
   }
-  function renderRows(st) {
-    const body = $("#table tbody"), frag = document.createDocumentFragment();
-    for (const r of S.view.slice(0, S.shown)) {
-      const tr = el("tr", { class: [cell(r, "agree"), S.meta.compare ? cell(r, "changed") : ""].join(" ").trim() || null, "data-rec": cell(r, "rec") });
-      for (const [c, , opt] of columns()) {
-        const v = cell(r, c), num = typeof v === "number" || c === "cost_text";
-        const td = el("td", { class: [opt, num ? "num" : "", c === "reason" ? "reason" : "", c === "agree" ? "agree" : ""].join(" ").trim() || null });
-        if (c === "id") td.append(el("a", { href: hashOf(Object.assign({}, st, { record: cell(r, "rec") })), text: String(v) }));
-        else { td.textContent = fmt(v, c); if (c === "reason") td.title = fmt(v, c); if (c === "cost_text" && costTitle(fmt(v, c), S.meta.metrics[st.m])) td.title = costTitle(fmt(v, c), S.meta.metrics[st.m]); }
-        tr.append(td);
-      }
-      frag.append(tr);
+  function rowOf(r, i, st, cols, m) {
+    const tr = el("tr", { class: [cell(r, "agree"), S.meta.compare ? cell(r, "changed") : ""].join(" ").trim() || null, "data-rec": cell(r, "rec"), "aria-rowindex": i + 2 });
+    for (const [c, , opt] of cols) {
+      const v = cell(r, c), num = typeof v === "number" || c === "cost_text";
+      const td = el("td", { class: [opt, num ? "num" : "", c === "reason" ? "reason" : "", c === "agree" ? "agree" : ""].join(" ").trim() || null });
+      if (c === "id") td.append(el("a", { href: hashOf(Object.assign({}, st, { record: cell(r, "rec") })), text: String(v) }));
+      else { td.textContent = fmt(v, c); if (c === "reason") td.title = fmt(v, c); if (c === "cost_text" && costTitle(fmt(v, c), m)) td.title = costTitle(fmt(v, c), m); }
+      tr.append(td);
     }
-    body.replaceChildren(frag);
-    $("#more").hidden = S.view.length <= S.shown;
+    return tr;
+  }
+  // the rows [lo, hi) of the view drawn: rows still in the window are kept (a focused link keeps its focus),
+  // the others dropped, the new ones added at either end; the spacers sized for the rows not drawn
+  function drawWindow(lo, hi) {
+    const body = $("#table tbody"), st = S.state, cols = columns(), m = S.meta.metrics[st.m];
+    for (const [i, tr] of W.drawn) if (i < lo || i >= hi) { tr.remove(); W.drawn.delete(i); }
+    const before = document.createDocumentFragment(), after = document.createDocumentFragment();
+    for (let i = lo; i < hi; i++) {
+      if (W.drawn.has(i)) continue;
+      const tr = rowOf(S.view[i], i, st, cols, m);
+      W.drawn.set(i, tr);
+      (i < W.lo ? before : after).append(tr);
+    }
+    body.prepend(before); body.append(after);
+    W.lo = lo; W.hi = hi;
+    // a spacer only where rows are not drawn (a view that fits its window lays out as a plain table)
+    body.toggleAttribute("data-above", lo > 0);
+    body.toggleAttribute("data-below", hi < S.view.length);
+    body.style.setProperty("--above", lo * W.rowH + "px");
+    body.style.setProperty("--below", (S.view.length - hi) * W.rowH + "px");
+  }
+  // the rows on screen (from the table's place on the page and the row height), and MARGIN more each side
+  function wanted(focus) {
+    const n = S.view.length, h = W.rowH || 30;
+    const top = $("#table tbody").getBoundingClientRect().top;  // where row 0 is (the spacer above counts)
+    let a = Math.max(0, Math.floor(-top / h)), b = Math.max(a + 1, Math.ceil((window.innerHeight - top) / h));
+    // a focused row off screen: a screenful ending (or starting) at it, where the browser will scroll to show it
+    if (focus !== undefined && focus >= b) { a = focus + 1 - (b - a); b = focus + 1; }
+    else if (focus !== undefined && focus < a) { b = focus + (b - a); a = focus; }
+    return [Math.max(0, Math.min(n, a - MARGIN)), Math.max(0, Math.min(n, b + MARGIN))];
+  }
+  function rowHeight() {
+    // one row's height (rows are one line: white-space nowrap), from the rows drawn
+    const rows = $("#table tbody").rows;
+    if (!$("#list").hidden && rows.length) W.rowH = (rows[rows.length - 1].getBoundingClientRect().bottom - rows[0].getBoundingClientRect().top) / rows.length;
+  }
+  function lockWidths() {
+    // before the window first moves in a view: the columns' widths kept from narrowing as rows come and go
+    // (a wider cell still widens its column; the reason column takes what is left)
+    if (W.widths.length) return;
+    for (const th of $("#table thead").rows[0].cells) {
+      const w = th.getBoundingClientRect().width;
+      W.widths.push(w);
+      if (th.dataset.col !== "reason") th.style.minWidth = w + "px";
+    }
+  }
+  function renderRows() {
+    // a new view (filter, sort, metric): drawn anew around the current scroll position; the row height is
+    // measured on the first (the browser lays the page out once, for the frame)
+    const body = $("#table tbody");
+    body.replaceChildren(); W.drawn = new Map(); W.widths = []; W.lo = W.hi = 0;
+    $("#table").setAttribute("aria-rowcount", S.view.length + 1);
+    drawWindow(...wanted());
+    if (!W.rowH) { rowHeight(); drawWindow(...wanted()); }
+    const st = S.state;
     $("#count").textContent = S.view.length + " of " + S.all.length + " records" + (st.q ? " matching “" + st.q + "”" : "");
+  }
+  function follow(focus) {
+    // the window moved with the page (scroll, resize) or the focus (a row's link, Tab or the arrows)
+    if ($("#list").hidden || !S.view.length) return;
+    if (!W.rowH) rowHeight();
+    const [lo, hi] = wanted(focus);
+    if (lo < W.lo || hi > W.hi || (focus === undefined && (lo > W.lo + MARGIN || hi < W.hi - MARGIN))) {
+      lockWidths();
+      drawWindow(lo, hi);
+    }
+  }
+  function onScroll() {
+    if (W.queued) return;
+    W.queued = true;
+    requestAnimationFrame(() => { W.queued = false; follow(); });
+  }
+  function rowIndex(node) {
+    const tr = node && node.closest && node.closest("#table tbody tr");
+    return tr ? parseInt(tr.getAttribute("aria-rowindex"), 10) - 2 : -1;
+  }
+  function focusRow(i) {
+    // move to the i-th row of the view (drawing it first) and focus its record link
+    if (i < 0 || i >= S.view.length) return;
+    follow(i);
+    const tr = W.drawn.get(i), a = tr && tr.querySelector("a");
+    if (a) a.focus();
+  }
+  function onScreen(tr) { const b = tr.getBoundingClientRect(); return b.top >= 0 && b.bottom <= window.innerHeight; }
+  function scrollToRow(i) {
+    const top = $("#table tbody").getBoundingClientRect().top + window.scrollY + i * (W.rowH || 30);
+    window.scrollTo(0, Math.max(0, top - window.innerHeight / 3));
+    follow();
   }
   async function showList(st) {
     $("#record").hidden = true; $("#list").hidden = false;
@@ -228,9 +327,12 @@
     if (st.q) { $("#count").textContent = "searching the records' text …"; await allRecords(); }
     const t0 = performance.now();
     S.view = sortRows(S.all.filter(predicate(st)), sortOf(st), st.dir);
-    S.shown = PAGE;
-    renderFilters(st, S.all); renderHead(st); renderRows(st);
-    window.GREVAL_LAST = { filter_ms: performance.now() - t0, shown: S.view.length };
+    if (S.filtersFor !== st.m) { renderFilters(st); S.filtersFor = st.m; } else syncFilters(st);
+    renderHead(st); renderRows();
+    const back = S.back; S.back = undefined;  // back from a record: its row drawn, on screen and focused
+    const at = back === undefined ? -1 : S.view.findIndex((r) => String(cell(r, "rec")) === String(back));
+    if (at >= 0) { const tr = W.drawn.get(at); if (!tr || !onScreen(tr)) scrollToRow(at); focusRow(at); }
+    window.GREVAL_LAST = { filter_ms: performance.now() - t0, shown: S.view.length, drawn: W.drawn.size };
     document.body.dataset.ready = "list";
   }
 
@@ -407,10 +509,17 @@
 
   // ------------------------------------------------------------------------------------------------ wiring
   async function route() {
+    if (location.hash === S.routed) return;  // once per address (navigate and hashchange may both ask)
+    S.routed = location.hash;
+    const was = S.state.record;
     S.state = readHash();
+    if (was !== undefined && was !== "" && !(S.state.record !== undefined && S.state.record !== "")) S.back = was;
     document.body.dataset.ready = "";
-    renderNav(S.state); renderFigures(S.state);
-    $("#title").textContent = S.meta.metrics[S.state.m].name;
+    if (S.navFor !== S.state.m) {  // what depends on the metric alone is drawn when it changes
+      renderNav(S.state); renderFigures(S.state);
+      $("#title").textContent = S.meta.metrics[S.state.m].name;
+      S.navFor = S.state.m;
+    }
     try {
       if (S.state.record !== undefined && S.state.record !== "") await showRecord(S.state);
       else await showList(S.state);
@@ -421,9 +530,25 @@
     $("#store").textContent = "store " + S.meta.store + " · " + S.meta.records + " records" + (priced ? " · costs at " + S.meta.prices : "");
     let timer = null;
     $("#q").addEventListener("input", (e) => { clearTimeout(timer); timer = setTimeout(() => go({ q: e.target.value }), 150); });
-    $("#clear").addEventListener("click", () => { location.hash = hashOf({ m: S.state.m }); });
-    $("#more").addEventListener("click", () => { S.shown += PAGE; renderRows(S.state); });
+    $("#clear").addEventListener("click", () => navigate(hashOf({ m: S.state.m })));
     window.addEventListener("hashchange", route);
+    window.addEventListener("scroll", onScroll, { passive: true });
+    window.addEventListener("resize", () => {
+      W.rowH = 0; W.widths = [];
+      for (const th of $("#table thead").rows[0]?.cells || []) th.style.minWidth = "";
+      onScroll();
+    });
+    // Tab (or a click) onto a row's link draws the rows around it first, so the next Tab finds the next row;
+    // the arrow keys move between the rows' links
+    $("#table tbody").addEventListener("focusin", (e) => { const i = rowIndex(e.target); if (i >= 0) follow(i); });
+    $("#table tbody").addEventListener("keydown", (e) => {
+      const i = rowIndex(e.target);
+      if (i < 0 || e.altKey || e.ctrlKey || e.metaKey) return;
+      const to = { ArrowDown: i + 1, ArrowUp: i - 1, Home: 0, End: S.view.length - 1 }[e.key];
+      if (to === undefined) return;
+      e.preventDefault();
+      focusRow(Math.max(0, Math.min(S.view.length - 1, to)));
+    });
     document.addEventListener("keydown", (e) => {
       const typing = /INPUT|SELECT|TEXTAREA/.test((e.target && e.target.tagName) || "");
       if (e.key === "/" && !typing) { e.preventDefault(); $("#q").focus(); }
