@@ -1,0 +1,260 @@
+"""Teams of reviewers (issue 43): reviewers as real Argilla users, a push with overlap assigning each record to
+N of them, and each reviewer's progress read back from Argilla.
+
+Real argilla-server 2.8.0 (embedded, one per module), real argilla SDK, real verdicts from the local
+OpenAI-compatible test server. Reviewers log in with the password greval wrote to their file (as a person
+would) and answer through the REST endpoints Argilla's UI uses.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from greval.annotation import dataset as ds
+from greval.annotation import server
+from greval.annotation.assign import ASSIGNED, assign
+from greval.annotation.errors import AnnotationError
+from greval.annotation.progress import BREAK_SECONDS, median_gap
+from greval.dataset.records import Record
+from greval.llm.config import JudgeConfig
+from greval.runner.driver import run
+from greval.spec import Spec, resolve_specs
+from greval.store.store import Store
+from greval.testing.openai_server import OpenAIServer
+from tests.conftest import TEST_KEY
+
+rg = pytest.importorskip("argilla")
+
+SPEC = "answer_alignment"
+
+
+def _records(n: int) -> list[Record]:
+    return [
+        Record.from_mapping(
+            {"id": f"r{i}", "question": f"Question {i}?", "answer": f"Answer {i}.", "expected_answer": f"E{i}."}
+        )
+        for i in range(n)
+    ]
+
+
+@dataclass
+class Env:
+    info: server.ServerInfo
+    store_path: Path
+    tmp: Path
+    spec: Spec
+    keys: dict[str, str] = field(default_factory=dict)  # reviewer -> API key (read after logging in)
+
+    def cli(self, *args: str, ok: bool = True, external: bool = False) -> Any:
+        """``greval annotate ARGS`` through the main CLI; the embedded server by its data directory, or
+        (``external``) by URL and key as any other Argilla."""
+        from greval.cli import main
+
+        env = {"ARGILLA_API_URL": None, "ARGILLA_API_KEY": None, "COLUMNS": "200"}
+        where = ["--api-url", self.info.url, "--api-key", self.info.api_key] if external else []
+        where = where or ["--data-dir", str(self.info.data_dir)]
+        result = CliRunner().invoke(main, ["annotate", *args, *where], env=env)
+        if ok:
+            assert result.exit_code == 0, (result.output, result.exception)
+        return result
+
+    def http(self, api_key: str | None = None) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.info.url, headers={"X-Argilla-Api-Key": api_key or self.info.api_key}, timeout=30
+        )
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, openai_server: OpenAIServer) -> Iterator[Env]:
+    tmp = tmp_path_factory.mktemp("reviewers")
+    spec = next(s for s in resolve_specs([SPEC]) if isinstance(s, Spec))
+    store_path = tmp / "store.sqlite"
+    openai_server.reset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", TEST_KEY)
+        cfg = JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url, timeout=10)
+        with Store(store_path) as st:
+            assert run([spec], _records(12), st, cfg).failed == 0
+    with server.running_server(data=tmp / "argilla") as info:
+        yield Env(info=info, store_path=store_path, tmp=tmp, spec=spec)
+
+
+def _passwords(env: Env, path: Path | None = None) -> dict[str, dict[str, str]]:
+    path = path or env.info.data_dir / "reviewers.json"
+    return dict(json.loads(path.read_text())[env.info.url])
+
+
+def _login(env: Env, name: str, password: str) -> str:
+    """A reviewer logs in with username and password (Argilla's /token), and reads their own API key."""
+    with httpx.Client(base_url=env.info.url, timeout=30) as http:
+        resp = http.post("/api/v1/token", data={"username": name, "password": password})
+        assert resp.status_code == 201, resp.text
+        me = http.get("/api/v1/me", headers={"Authorization": f"Bearer {resp.json()['access_token']}"})
+    assert me.status_code == 200 and me.json()["username"] == name
+    return str(me.json()["api_key"])
+
+
+# ------------------------------------------------------------------------------------- assignment
+def test_assignment_is_balanced_distinct_seeded_and_keeps_what_exists() -> None:
+    ids = [f"id{i:02d}" for i in range(12)]
+    a = assign(ids, ["ann1", "ann2", "ann3"], 2, seed=7)
+    assert set(a) == set(ids) and all(len(set(p)) == 2 for p in a.values())
+    assert Counter(p for ps in a.values() for p in ps) == {"ann1": 8, "ann2": 8, "ann3": 8}
+    assert assign(list(reversed(ids)), ["ann3", "ann1", "ann2"], 2, seed=7) == a  # order of inputs does not matter
+    assert any(assign(ids, ["ann1", "ann2", "ann3"], 2, seed=s) != a for s in range(1, 6))  # the seed does
+    odd = assign(ids[:7], ["a", "b", "c"], 2, seed=1)
+    loads = Counter(p for ps in odd.values() for p in ps)
+    assert sum(loads.values()) == 14 and max(loads.values()) - min(loads.values()) <= 1
+    # A record keeps its reviewers; a fourth reviewer joins: the new records go to the least loaded.
+    more = assign([*ids, "id12", "id13"], ["ann1", "ann2", "ann3", "ann4"], 2, seed=7, existing=a)
+    assert {k: more[k] for k in ids} == a and "ann4" in more["id12"] and "ann4" in more["id13"]
+    with pytest.raises(AnnotationError, match=r"overlap\W* 3 needs at least 3 annotators; the workspace has 2: a, b"):
+        assign(ids, ["a", "b"], 3)
+
+
+def test_median_gap_leaves_breaks_out() -> None:
+    assert median_gap([0.0, 10.0, 30.0, 30.0 + BREAK_SECONDS + 1, 40.0 + BREAK_SECONDS]) == (10.0, 3)
+    assert median_gap([5.0]) == (None, 0)
+
+
+# ------------------------------------------------------------------------------------------ users
+def _cells(out: str, columns: int) -> list[list[str]]:
+    """The body rows of a rich table, as cell texts."""
+    lines = [line for line in out.splitlines() if line.count("│") == columns + 1]
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in lines]
+
+
+def test_users_add_writes_a_private_password_and_never_prints_it(env: Env) -> None:
+    for name in ("ann1", "ann2", "ann3"):
+        out = env.cli("users", "add", name, "--role", "annotator").output
+        assert f"Added {name} as annotator" in out and "readable by you only" in out
+    out = env.cli("users", "add", "judy", "--role", "adjudicator").output
+    assert f"workspace '{env.info.workspace}-adjudication'" in out
+    path = env.info.data_dir / "reviewers.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    saved = _passwords(env)
+    assert {n: v["role"] for n, v in saved.items()} == {
+        "ann1": "annotator",
+        "ann2": "annotator",
+        "ann3": "annotator",
+        "judy": "adjudicator",
+    }
+    for name, v in saved.items():
+        assert v["password"] not in out
+        env.keys[name] = _login(env, name, v["password"])  # the written password is the real one
+    log = (env.info.data_dir / server.LOG_FILE).read_text()
+    assert not any(v["password"] in log for v in saved.values())
+
+    listed = env.cli("users", "list").output
+    rows = {r[0]: r[1:] for r in _cells(listed, 3)}
+    assert rows["ann1"] == ["annotator", "annotator"] and rows["judy"] == ["adjudicator", "annotator"]
+    assert rows[env.info.username] == ["-", "owner"]
+
+    dup = env.cli("users", "add", "ann1", "--role", "annotator", ok=False)
+    assert dup.exit_code == 2 and "an Argilla user 'ann1' already exists" in dup.output
+    assert len(dup.output.strip().splitlines()) == 1
+
+
+def test_users_add_on_an_external_server_with_its_own_passwords_file(env: Env) -> None:
+    """The same command by URL and key (any Argilla), into another workspace (team-b, created)."""
+    pw = env.tmp / "private" / "team.json"
+    add = ("users", "add", "ext1", "--role", "annotator", "--workspace", "team-b", "--passwords-file", str(pw))
+    out = env.cli(*add, external=True).output
+    assert "Added ext1 as annotator (Argilla user, workspace 'team-b')" in out and str(pw) in out
+    assert stat.S_IMODE(pw.stat().st_mode) == 0o600 and stat.S_IMODE(pw.parent.stat().st_mode) == 0o700
+    _login(env, "ext1", _passwords(env, pw)["ext1"]["password"])
+    rows = {r[0]: r[1:] for r in _cells(env.cli("users", "list", "--workspace", "team-b", external=True).output, 3)}
+    assert rows["ext1"] == ["annotator", "annotator"] and rows["ann1"] == ["-", "annotator"]
+    bad = env.cli("users", "add", "no way", "--role", "annotator", ok=False)
+    assert bad.exit_code == 2 and "reviewer name 'no way': use letters" in bad.output
+
+
+# ------------------------------------------------------------------------------------ push --overlap
+def _dataset(env: Env) -> list[dict[str, Any]]:
+    with env.http() as http:
+        found = [d for d in http.get("/api/v1/me/datasets").json()["items"] if d["name"] == SPEC]
+        assert len(found) == 1
+        items = http.get(f"/api/v1/datasets/{found[0]['id']}/records", params={"include": "responses"}).json()
+    return list(items["items"])
+
+
+def test_push_with_overlap_assigns_two_of_three_balanced_and_a_repush_duplicates_nothing(env: Env) -> None:
+    out = env.cli("push", "--store", str(env.store_path), "--spec", SPEC, "--overlap", "2", "--seed", "3").output
+    assert "Pushed 12 of 12 items" in out and "Assigned to reviewers (records each): ann1 8, ann2 8, ann3 8." in out
+    recs = _dataset(env)
+    assert len(recs) == 12
+    assigned = {r["external_id"]: r["metadata"][ASSIGNED] for r in recs}
+    assert all(len(set(p)) == 2 and set(p) <= {"ann1", "ann2", "ann3"} for p in assigned.values())
+    dataset = rg.Argilla(api_url=env.info.url, api_key=env.info.api_key).datasets(SPEC, workspace=env.info.workspace)
+    assert dataset.settings.distribution.min_submitted == 2
+    # ann1 sees the property (visible to annotators) and can filter their own queue by it.
+    with env.http(env.keys["ann1"]) as http:
+        meta = http.get(f"/api/v1/me/datasets/{dataset.id}/metadata-properties").json()["items"]
+    assert ASSIGNED in {m["name"] for m in meta}
+
+    again = env.cli("push", "--store", str(env.store_path), "--spec", SPEC, "--overlap", "2", "--seed", "99").output
+    assert "Pushed 12 of 12 items" in again
+    after = _dataset(env)
+    assert len(after) == 12 and {r["external_id"]: r["metadata"][ASSIGNED] for r in after} == assigned
+    plain = env.cli("push", "--store", str(env.store_path), "--spec", SPEC).output  # without --overlap: kept too
+    assert "Pushed 12 of 12 items" in plain
+    assert {r["external_id"]: r["metadata"][ASSIGNED] for r in _dataset(env)} == assigned
+
+    bad = env.cli(
+        "push", "--store", str(env.store_path), "--spec", SPEC, "--overlap", "2", "--reviewers", "ann1,zed", ok=False
+    )
+    assert bad.exit_code == 2 and "zed not an annotator" in bad.output
+
+
+# ----------------------------------------------------------------------------------------- status
+def _answer(env: Env, user: str, record_id: str, status: str, label: str | None) -> None:
+    values = {ds.QUESTION: {"value": label}} if label is not None else {}
+    with env.http(env.keys[user]) as http:
+        resp = http.post(f"/api/v1/records/{record_id}/responses", json={"status": status, "values": values})
+    assert resp.status_code == 201, resp.text
+
+
+def _table(out: str) -> dict[str, list[str]]:
+    return {r[0]: r[1:] for r in _cells(out, 7)}
+
+
+def test_status_per_reviewer_matches_argilla(env: Env) -> None:
+    recs = sorted(_dataset(env), key=lambda r: r["external_id"])
+    mine = {u: [r for r in recs if u in r["metadata"][ASSIGNED]] for u in ("ann1", "ann2", "ann3")}
+    labels = ["Correct", "Incorrect"]
+    for k, r in enumerate(mine["ann1"][:4]):  # four answers a second apart: about 1 s per label
+        _answer(env, "ann1", r["id"], "submitted", labels[k % 2])
+        time.sleep(1.0)
+    _answer(env, "ann1", mine["ann1"][4]["id"], "discarded", None)
+    _answer(env, "ann2", mine["ann2"][0]["id"], "submitted", "Correct")
+    _answer(env, "ann2", mine["ann2"][1]["id"], "draft", "Correct")
+
+    out = env.cli("status", "--spec", SPEC).output
+    table = _table(out)
+    with env.http() as http:
+        did = next(d["id"] for d in http.get("/api/v1/me/datasets").json()["items"] if d["name"] == SPEC)
+        progress = {u["username"]: u for u in http.get(f"/api/v1/datasets/{did}/users/progress").json()["users"]}
+    for user in ("ann1", "ann2"):
+        p = progress[user]
+        want = {s: p["completed"][s] + p["pending"][s] for s in ("submitted", "discarded", "draft")}
+        assigned, submitted, discarded, drafts, _, _ = table[user]
+        assert (int(submitted), int(discarded), int(drafts)) == (want["submitted"], want["discarded"], want["draft"])
+        assert int(assigned) == len(mine[user]) == 8
+    assert table["ann1"][:5] == ["8", "4", "1", "0", "3"] and table["ann2"][:5] == ["8", "1", "0", "1", "7"]
+    assert table["ann3"][:5] == ["8", "0", "0", "0", "8"] and table["ann3"][5] == "-"
+    med = float(table["ann1"][5].split()[0])
+    assert 0.9 <= med < 5 and "(n=4)" in table["ann1"][5]  # 3 gaps of ~1 s, then the discard right after
+    done = sum(1 for r in _dataset(env) if sum(x["status"] == "submitted" for x in r["responses"]) >= 2)
+    assert f"Dataset 'answer_alignment': {done} of 12 records completed" in out
+    assert "median gap between a reviewer's consecutive submitted or discarded answers" in out
