@@ -258,3 +258,54 @@ def test_status_per_reviewer_matches_argilla(env: Env) -> None:
     done = sum(1 for r in _dataset(env) if sum(x["status"] == "submitted" for x in r["responses"]) >= 2)
     assert f"Dataset 'answer_alignment': {done} of 12 records completed" in out
     assert "median gap between a reviewer's consecutive submitted or discarded answers" in out
+
+
+# ------------------------------------------------------------------------------------- guidelines
+RATED: dict[str, Any] = {
+    "name": "coherence",
+    "description": "How coherent the answer is.",
+    "steps": ["Read the answer.", "Rate it on the scale."],
+    "inputs": ["question", "answer"],
+    "scale": {"kind": "value", "min": 1, "max": 5, "ranges": {"1-2": "poor", "3": "fair", "4-5": "good"}},
+}
+
+
+def test_guidelines_come_from_the_spec_and_follow_its_changes(env: Env) -> None:
+    """Description, steps, ranges and the few-shot examples reach Argilla's guidelines and the question; a
+    changed spec updates both on the existing (published) dataset; an unchanged one touches nothing."""
+    from greval.annotation.argilla import connect, ensure_dataset
+    from greval.spec import parse_spec
+
+    first = parse_spec(RATED)
+    assert isinstance(first, Spec)
+    conn = connect(env.info.url, env.info.api_key, workspace=env.info.workspace)
+    try:
+        handle = ensure_dataset(conn, first, "coherence-review", None)
+        assert handle.created and handle.updated == ()
+        changed = parse_spec(
+            {
+                **RATED,
+                "description": "How coherent and well ordered the answer is.\nJump-free reasoning counts.",
+                "scale": {**RATED["scale"], "ranges": {"1-2": "incoherent", "3": "fair", "4-5": "coherent"}},
+                "examples": [
+                    {
+                        "inputs": {"question": "Why is the sky blue?", "answer": "Rayleigh scattering of sunlight."},
+                        "output": {"reasoning": "One clear causal step.", "score": 5},
+                    }
+                ],
+            }
+        )
+        assert isinstance(changed, Spec)
+        assert ensure_dataset(conn, changed, "coherence-review", None).updated == ("guidelines", "question")
+        assert ensure_dataset(conn, changed, "coherence-review", None).updated == ()
+    finally:
+        conn.close()
+    back = rg.Argilla(api_url=env.info.url, api_key=env.info.api_key).datasets(
+        "coherence-review", workspace=env.info.workspace
+    )
+    text = back.settings.guidelines
+    assert "How coherent and well ordered the answer is." in text and "1. Read the answer." in text
+    assert "- 1-2: incoherent" in text and "## Examples (the judge's few-shot examples)" in text
+    assert "Rayleigh scattering of sunlight." in text and '"score": 5' in text
+    q = back.settings.questions[ds.QUESTION]
+    assert q.title == "How coherent and well ordered the answer is." and "incoherent" in (q.description or "")

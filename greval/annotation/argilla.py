@@ -164,6 +164,7 @@ class DatasetHandle:
     created: bool = False
     distribution_change: DistributionChange | None = None
     annotators_per_record: int | None = None  # the dataset's setting after this call (None: unknown)
+    updated: tuple[str, ...] = ()  # what this call brought in line with the spec ("guidelines", "question")
 
 
 def dataset_progress(conn: Connection, dataset_id: str) -> tuple[int, int] | None:
@@ -211,9 +212,11 @@ def ensure_dataset(
             f"greval - choose another name with {option('dataset')}"
         )
     change: DistributionChange | None = None
+    updated: tuple[str, ...] = ()
     current = (found.get("distribution") or {}).get("min_submitted")
     if create:
         _check_options(q, spec, name)
+        updated = sync_texts(conn, found, q, spec, blind)
         if not created and annotators_per_record is not None and current not in (None, annotators_per_record):
             change = _change_distribution(conn, did, name, int(current), annotators_per_record, force)
     comment = questions.get(ds.COMMENT)
@@ -228,7 +231,26 @@ def ensure_dataset(
         created=created,
         distribution_change=change,
         annotators_per_record=change.after if change else (int(current) if current is not None else None),
+        updated=updated,
     )
+
+
+def sync_texts(
+    conn: Connection, found: Mapping[str, Any], q: Mapping[str, Any], spec: Spec, blind: bool
+) -> tuple[str, ...]:
+    """The dataset's guidelines and its question's title and description made the spec's (argilla-server 2.8
+    updates both on a published dataset; a field's description it cannot change after publishing)."""
+    done = []
+    text = ds.guidelines(spec, blind=blind)
+    if found.get("guidelines") != text:
+        _check(conn.http.patch(f"/api/v1/datasets/{found['id']}", json={"guidelines": text}), "update the guidelines")
+        done.append("guidelines")
+    title, desc = ds.question_text(spec)
+    if q.get("title") != title or q.get("description") != desc:
+        body = {"title": title, "description": desc}
+        _check(conn.http.patch(f"/api/v1/questions/{q['id']}", json=body), "update the question")
+        done.append("question")
+    return tuple(done)
 
 
 def _create_dataset(

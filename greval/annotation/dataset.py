@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import argilla as rg
 
-from greval.dataset.records import CONVERSATION, Record
+from greval.dataset.records import CONVERSATION, Record, item_list
 from greval.errors import UserError, option
-from greval.judge.prompt import NOUNS, describe_scale, tool_call_text
+from greval.judge.prompt import NOUNS, describe_scale, example_inputs, render_inputs, tool_call_text
 from greval.spec import CategoricalScale, Spec, ValueScale
 
 if TYPE_CHECKING:
@@ -185,13 +185,32 @@ def guidelines(spec: Spec, *, blind: bool = False) -> str:
         )
     how.append(f"Use *{COMMENT}* to explain a disagreement or an unclear case (optional).")
     parts.append("## How to annotate\n" + "\n".join(f"- {h}" for h in how))
+    if spec.examples:  # last: what the length cut drops first
+        parts.append(examples_markdown(spec))
     return _cut("\n\n".join(parts), GUIDELINES_MAX)
+
+
+def examples_markdown(spec: Spec) -> str:
+    """The spec's few-shot examples as the judge reads them: the inputs rendered as in its prompt, its answer."""
+    out = ["## Examples (the judge's few-shot examples)"]
+    for k, ex in enumerate(spec.examples, 1):
+        inputs = example_inputs(ex.inputs)
+        ids = [it["id"] for it in item_list(inputs, spec.each)] if spec.each else None
+        shown = render_inputs(spec, inputs, None, ids).replace("```", "'''")
+        answer = json.dumps(ex.output, ensure_ascii=False)
+        out.append(f"### Example {k}\n\n```\n{shown}\n```\n\nAnswer: `{answer}`")
+    return "\n\n".join(out)
+
+
+def question_text(spec: Spec) -> tuple[str, str]:
+    """The question's title (the description's first line) and description (the scale explained)."""
+    title = _cut(spec.description.strip().splitlines()[0], TITLE_MAX)
+    return title, _cut(describe_scale(spec), DESCRIPTION_MAX, " … (see the guidelines)")
 
 
 def _question(spec: Spec, client: rg.Argilla) -> rg.LabelQuestion | rg.RatingQuestion:
     check_scale(spec)
-    title = _cut(spec.description.strip().splitlines()[0], TITLE_MAX)
-    desc = _cut(describe_scale(spec), DESCRIPTION_MAX, " … (see the guidelines)")
+    title, desc = question_text(spec)
     if isinstance(spec.scale, CategoricalScale):
         return rg.LabelQuestion(client=client, name=QUESTION, title=title, labels=spec.scale.names, description=desc)
     return rg.RatingQuestion(

@@ -104,6 +104,7 @@ class PushResult:
     unusable: dict[str, int] = field(default_factory=dict)  # units whose verdict is not ok, by why: never pushed
     unit: str = "record"  # what one unit is: a record, or an item (per-chunk / per-triple metrics)
     assigned: dict[str, int] = field(default_factory=dict)  # reviewer -> records of this push assigned to them
+    updated: tuple[str, ...] = ()  # texts of an existing dataset brought in line with the spec
 
 
 def _loads(assigned: Mapping[str, Sequence[str]]) -> dict[str, int]:
@@ -311,6 +312,7 @@ def deliver(
         distribution_change=handle.distribution_change,
         sent=len(to_send),
         assigned=_loads(assigned),
+        updated=handle.updated,
     )
 
 

@@ -233,6 +233,11 @@ def push_cmd(
         f"(workspace {res.workspace!r}; {res.strategy}: {parts or 'nothing'}) in {res.seconds:.1f}s."
     )
     click.echo(f"Selection recorded as push {res.push_id} in {display(store_path)}.")
+    if res.updated:
+        what = " and ".join(
+            {"guidelines": "guidelines", "question": "question's title and description"}[u] for u in res.updated
+        )
+        click.echo(f"Updated the dataset's {what} from spec {spec_name!r} (the spec changed since the last push).")
     if res.assigned:
         loads = ", ".join(f"{k} {v}" for k, v in res.assigned.items())
         click.echo(f"Assigned to reviewers (records each): {loads}.")
