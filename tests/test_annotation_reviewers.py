@@ -309,3 +309,96 @@ def test_guidelines_come_from_the_spec_and_follow_its_changes(env: Env) -> None:
     assert "Rayleigh scattering of sunlight." in text and '"score": 5' in text
     q = back.settings.questions[ds.QUESTION]
     assert q.title == "How coherent and well ordered the answer is." and "incoherent" in (q.description or "")
+
+
+# ----------------------------------------------------------------------------------- adjudication
+def _submitted(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in rec["responses"] if r["status"] == "submitted"]
+
+
+def test_adjudication_round_settles_disputes_and_the_gold_follows(env: Env, tmp_path: Path) -> None:
+    """Reviewers disagree on some records: those (and only those) go to judy's adjudication dataset, showing
+    every label and comment and the judge's verdict; ann1 cannot answer there; judy's labels come back as the
+    gold of `greval agreement --gold adjudicated:judy`, every reviewer's label kept."""
+    from greval.cli import main
+
+    users = {}
+    with env.http() as http:
+        users = {u["id"]: u["username"] for u in http.get("/api/v1/users").json()["items"]}
+    recs = sorted(_dataset(env), key=lambda r: r["external_id"])
+    for k, r in enumerate(rec for rec in recs if any(users[x["user_id"]] == "ann1" for x in _submitted(rec))):
+        other = next(p for p in r["metadata"][ASSIGNED] if p != "ann1")
+        if any(users[x["user_id"]] == other for x in r["responses"]):
+            continue
+        ann1 = next(x for x in _submitted(r) if users[x["user_id"]] == "ann1")["values"][ds.QUESTION]["value"]
+        flip = {"Correct": "Incorrect", "Incorrect": "Correct"}[ann1] if k < 2 else ann1
+        with env.http(env.keys[other]) as http:
+            body = {"status": "submitted", "values": {ds.QUESTION: {"value": flip}, ds.COMMENT: {"value": f"c{k}"}}}
+            assert http.post(f"/api/v1/records/{r['id']}/responses", json=body).status_code == 201
+    recs = sorted(_dataset(env), key=lambda r: r["external_id"])
+    disputed = {
+        r["external_id"]: r
+        for r in recs
+        if len(_submitted(r)) >= 2 and len({x["values"][ds.QUESTION]["value"] for x in _submitted(r)}) > 1
+    }
+    reviewed = sum(1 for r in recs if len(_submitted(r)) >= 2)
+    assert len(disputed) >= 2
+
+    out = env.cli("adjudicate", "--store", str(env.store_path), "--spec", SPEC).output
+    assert f"{len(disputed)} of {reviewed} records reviewed by two or more people are disputed" in out
+    assert f"'{SPEC}-adjudication' in workspace '{env.info.workspace}-adjudication' (created)" in out
+    again = env.cli("adjudicate", "--store", str(env.store_path), "--spec", SPEC).output
+    assert "(updated)" in again
+    with env.http() as http:
+        adj = next(d for d in http.get("/api/v1/me/datasets").json()["items"] if d["name"] == f"{SPEC}-adjudication")
+        items = http.get(f"/api/v1/datasets/{adj['id']}/records", params={"include": "responses"}).json()["items"]
+    assert sorted(i["external_id"] for i in items) == sorted(disputed)  # no duplicates after the second run
+    for item in items:
+        shown = item["fields"][ds.REVIEWS_FIELD]
+        for x in _submitted(disputed[item["external_id"]]):
+            label = x["values"][ds.QUESTION]["value"]
+            assert f"| {users[x['user_id']]} | **{label}** |" in shown
+            comment = (x["values"].get(ds.COMMENT) or {}).get("value")
+            assert comment is None or comment in shown
+        assert f"| judge (openai:judge-test) | **{item['metadata']['judge_verdict']}** |" in shown
+    # Reviewers cannot answer in the adjudication round; judy can.
+    first = items[0]["id"]
+    verdict = {"status": "submitted", "values": {ds.QUESTION: {"value": "Incorrect"}}}
+    with env.http(env.keys["ann1"]) as http:
+        assert http.post(f"/api/v1/records/{first}/responses", json=verdict).status_code == 403
+    judy = {}
+    for n, item in enumerate(items):
+        judy[item["metadata"]["record_id"]] = "Incorrect" if n % 2 == 0 else "Correct"
+        body = {"status": "submitted", "values": {ds.QUESTION: {"value": judy[item["metadata"]["record_id"]]}}}
+        with env.http(env.keys["judy"]) as http:
+            assert http.post(f"/api/v1/records/{item['id']}/responses", json=body).status_code == 201
+
+    env.cli("pull", "--store", str(env.store_path), "--spec", SPEC)
+    pulled = env.cli("adjudicate", "--store", str(env.store_path), "--spec", SPEC, "--pull").output
+    assert f"{len(disputed)} disputed records, {len(disputed)} adjudicated (judy {len(disputed)})" in pulled
+    with Store(env.store_path) as st:
+        rows = st.human_labels(SPEC)
+    assert {r["record_id"]: r["label"] for r in rows if r["annotator"] == "judy"} == judy
+    assert {r["dataset"] for r in rows if r["annotator"] == "judy"} == {f"{SPEC}-adjudication"}
+    raw = sum(len(_submitted(r)) for r in recs)
+    assert sum(1 for r in rows if r["annotator"] != "judy" and r["status"] == "submitted") == raw  # all kept
+
+    report = tmp_path / "agreement.json"
+    args = ["agreement", "--store", str(env.store_path), "--spec", SPEC, "--bootstrap", "0"]
+    args += ["--dataset", SPEC, "--dataset", f"{SPEC}-adjudication", "--gold", "adjudicated:judy"]
+    res = CliRunner().invoke(main, [*args, "--json", str(report)])
+    assert res.exit_code == 0, res.output
+    rev = json.loads(report.read_text())["reviewers"]
+    assert rev["counts"]["adjudicated"] == len(disputed)
+    settled = {g["item"]: g["label"] for g in rev["gold_labels"] if g["source"] == "adjudicator"}
+    assert settled == judy, rev["gold_labels"]
+    assert "judy" not in {row["name"] for row in rev["rows"]}  # she settles; she is not one of the reviewers
+
+
+def test_adjudication_without_disagreements_is_one_line(env: Env) -> None:
+    env.cli("push", "--store", str(env.store_path), "--spec", SPEC, "--dataset", "calm", "--overlap", "2")
+    res = env.cli("adjudicate", "--store", str(env.store_path), "--spec", SPEC, "--dataset", "calm", ok=False)
+    assert res.exit_code == 2 and res.output.strip() == (
+        "error: nothing to adjudicate in dataset 'calm': 0 record(s) have two or more submitted answers and none of "
+        "them disagree"
+    )

@@ -30,6 +30,7 @@ QUESTION = "verdict"
 COMMENT = "comment"
 ITEM_FIELD = "item"
 REASON_FIELD = "judge_reason"
+REVIEWS_FIELD = "reviews"  # adjudication datasets: every reviewer's label and comment, and the judge's verdict
 
 #: argilla-server 2.8 limits (api/schemas/v1/questions.py, datasets.py, suggestions.py).
 RATING_MIN, RATING_MAX, RATING_MAX_OPTIONS = 0, 10, 11
@@ -157,10 +158,20 @@ def check_scale(spec: Spec) -> None:
             )
 
 
-def guidelines(spec: Spec, *, blind: bool = False) -> str:
+ADJUDICATION_NOTE = (
+    "## Adjudication\n"
+    "Reviewers disagreed on each record here. The field *Reviews* shows every reviewer's label and comment and "
+    "the judge's verdict; read them, then give the label the rules below call for. Your answer becomes the "
+    "record's gold label; the reviewers' labels are kept beside it."
+)
+
+
+def guidelines(spec: Spec, *, blind: bool = False, adjudication: bool = False) -> str:
     """Markdown guidelines: the judge's own description, steps and scale, plus how records are laid out."""
     noun = NOUNS.get(spec.each or "", "")
     parts = [f"# {spec.name}", spec.description.strip()]
+    if adjudication:
+        parts.append(ADJUDICATION_NOTE)
     if spec.instructions:
         parts.append("## Instructions\n" + spec.instructions.strip())
     parts.append("## Steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
@@ -241,6 +252,7 @@ def build_settings(
     blind: bool = False,
     annotators_per_record: int = 1,
     comment: bool = True,
+    adjudication: bool = False,
 ) -> rg.Settings:
     """Argilla settings for a spec: same question, same options, the scale explained. (The SDK binds every
     settings object to a client at construction; without one it would build a default from the env.)"""
@@ -279,6 +291,10 @@ def build_settings(
         fields.append(
             rg.TextField(client=client, name=REASON_FIELD, title="Judge's reasoning", use_markdown=True, required=False)
         )
+    if adjudication:
+        fields.insert(
+            0, rg.TextField(client=client, name=REVIEWS_FIELD, title="Reviews", use_markdown=True, required=False)
+        )
     questions: list[Any] = [_question(spec, client)]
     if comment:
         questions.append(
@@ -298,7 +314,7 @@ def build_settings(
         else:
             metadata.append(rg.TermsMetadataProperty(client=client, name=name, visible_for_annotators=shown))
     return rg.Settings(
-        guidelines=guidelines(spec, blind=blind),
+        guidelines=guidelines(spec, blind=blind, adjudication=adjudication),
         fields=fields,
         questions=questions,
         metadata=metadata,

@@ -45,6 +45,10 @@ data_dir_option = click.option(
 
 # Every `greval annotate` command, where it lives and its short help (checked by tests/test_cli_startup.py).
 ANNOTATE_COMMANDS: dict[str, Lazy] = {
+    "adjudicate": Lazy(
+        "greval.cli.annotate_reviewers:adjudicate_cmd",
+        "Send records whose reviewers disagree to the adjudicators; with --pull, fetch their labels (the gold).",
+    ),
     "credentials": Lazy(
         "greval.cli.annotate:credentials_cmd",
         "Print the embedded Argilla server's login: username, password and API key.",

@@ -14,10 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from greval.annotation import server
+from greval.annotation.adjudicate import adjudicate, pull_adjudicated
 from greval.annotation.argilla import connect
 from greval.annotation.progress import BREAK_SECONDS, dataset_status
 from greval.annotation.reviewers import PASSWORDS_FILE, ROLES, Role, add_reviewer
 from greval.annotation.reviewers import list_reviewers as reviewers_of
+from greval.cli.annotate_sync import connection_options, opened, spec_option, store_option
+from greval.store.backend import display
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -132,3 +135,48 @@ def print_status(
         f"median s/label: median gap between a reviewer's consecutive submitted or discarded answers "
         f"(Argilla's updated_at), gaps over {BREAK_SECONDS // 60} min left out as breaks; n = gaps."
     )
+
+
+@click.command("adjudicate")
+@store_option
+@spec_option
+@click.option(
+    "--pull",
+    "pull_back",
+    is_flag=True,
+    help="Fetch the adjudicators' answers into the store instead (kept beside the reviewers' labels).",
+)
+@connection_options
+def adjudicate_cmd(
+    store_path: str,
+    spec_name: str,
+    pull_back: bool,
+    api_url: str | None,
+    api_key: str | None,
+    workspace: str | None,
+    dataset: str | None,
+    data_dir: Path | None,
+) -> None:
+    """Send records whose reviewers disagree to the adjudicators; with --pull, fetch their labels (the gold)."""
+    with opened(store_path, api_url, api_key, data_dir, workspace) as (store, conn):
+        assert conn is not None
+        if pull_back:
+            res = pull_adjudicated(store, conn, spec_name, dataset=dataset, workspace=workspace)
+            who = ", ".join(f"{a} {k}" for a, k in sorted(res.by_annotator.items())) or "nobody yet"
+            click.echo(
+                f"Dataset {res.dataset!r}: {res.records} disputed records, {res.submitted} adjudicated ({who}); "
+                f"stored in {display(store_path)} as dataset {res.dataset!r}."
+            )
+            names = ",".join(sorted(res.by_annotator)) or "NAME"
+            click.echo(
+                f"Use them as the gold: greval agreement --spec {spec_name} --dataset "
+                f"{(dataset or spec_name)} --dataset {res.dataset} --gold adjudicated:{names}"
+            )
+            return
+        adj = adjudicate(store, conn, spec_name, dataset=dataset, workspace=workspace)
+    made = "created" if adj.created else "updated"
+    click.echo(
+        f"{adj.disputed} of {adj.reviewed} records reviewed by two or more people are disputed; sent to dataset "
+        f"{adj.dataset!r} in workspace {adj.workspace!r} ({made}), where the adjudicators answer."
+    )
+    click.echo(f"Then: greval annotate adjudicate --spec {spec_name} --pull")
