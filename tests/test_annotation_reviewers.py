@@ -178,6 +178,11 @@ def test_users_add_on_an_external_server_with_its_own_passwords_file(env: Env) -
     assert rows["ext1"] == ["annotator", "annotator"] and rows["ann1"] == ["-", "annotator"]
     bad = env.cli("users", "add", "no way", "--role", "annotator", ok=False)
     assert bad.exit_code == 2 and "reviewer name 'no way': use letters" in bad.output
+    junk = env.tmp / "junk.json"
+    junk.write_text("not json")
+    res = env.cli("users", "add", "ext2", "--role", "annotator", "--passwords-file", str(junk), ok=False)
+    assert res.exit_code == 2 and "junk.json: not a reviewers' passwords file" in res.output
+    assert "ext2" not in {r[0] for r in _cells(env.cli("users", "list").output, 3)}  # no user without its password
 
 
 # ------------------------------------------------------------------------------------ push --overlap

@@ -111,6 +111,7 @@ def add_reviewer(conn: Connection, name: str, role: Role, passwords: Path, works
     if any(u["username"] == name for u in _all_users(conn)):
         raise AnnotationError(f"an Argilla user {name!r} already exists; choose another name")
     target = ws if role == "annotator" else adjudication_workspace(ws)
+    _load(passwords)  # a file that cannot take the password is refused before the user exists
     ws_id = ensure_workspace(conn, target)
     password = secrets.token_urlsafe(18)
     body = {"username": name, "first_name": name, "role": "annotator", "password": password}
@@ -125,15 +126,23 @@ def _private_dir(d: Path) -> None:
         d.mkdir(mode=0o700, parents=True)
 
 
+def _load(path: Path) -> dict[str, Any]:
+    """The passwords file's logins by server URL ({} when it does not exist yet)."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        raise AnnotationError(f"{path}: not a reviewers' passwords file (a JSON object); give another one")
+    return data
+
+
 def save_password(path: Path, url: str, name: str, password: str, role: str) -> None:
     """Add one login to the passwords file (0600; its directory 0700 when greval creates it), atomically."""
     _private_dir(path.parent)
-    data: dict[str, Any] = {}
-    if path.exists():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            raise AnnotationError(f"{path}: not a reviewers' passwords file (not JSON); give another one") from None
+    data = _load(path)
     data.setdefault(url, {})[name] = {"password": password, "role": role}
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
