@@ -100,8 +100,8 @@ def plan(conn: Connection, handle: DatasetHandle, ids: Sequence[str], overlap: O
     existing = read_assignments(conn, handle.id) if ASSIGNED in handle.metadata else {}
     if overlap is None:
         return {i: existing[i] for i in ids if i in existing}
-    people = list(overlap.reviewers) or annotators(conn, handle.workspace)
-    known = set(annotators(conn, handle.workspace))
+    known = annotators(conn, handle.workspace)
+    people = list(overlap.reviewers) or known
     unknown = [p for p in people if p not in known]
     if unknown:
         raise AnnotationError(
