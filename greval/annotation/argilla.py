@@ -164,6 +164,7 @@ class DatasetHandle:
     created: bool = False
     distribution_change: DistributionChange | None = None
     annotators_per_record: int | None = None  # the dataset's setting after this call (None: unknown)
+    updated: tuple[str, ...] = ()  # what this call brought in line with the spec ("guidelines", "question")
 
 
 def dataset_progress(conn: Connection, dataset_id: str) -> tuple[int, int] | None:
@@ -188,19 +189,21 @@ def ensure_dataset(
     annotators_per_record: int | None = None,
     create: bool = True,
     force: bool = False,
+    adjudication: bool = False,
 ) -> DatasetHandle:
     """Create the dataset for a spec, or check that the existing one asks the same question.
 
     ``annotators_per_record``: the submitted answers a record needs (Argilla's task distribution). A new
     dataset gets it (default 1); an existing one keeps its own when it is None. Changing it on an existing
-    dataset recounts every record's progress, so it is refused unless ``force``."""
+    dataset recounts every record's progress, so it is refused unless ``force``. ``adjudication``: a dataset
+    of disputed records, with every review shown (see ``adjudicate.py``)."""
     ws = _workspace(conn, workspace)
     found = find_dataset(conn, name, ws)
     created = False
     if found is None:
         if not create:
             raise AnnotationError(f"no Argilla dataset {name!r} in workspace {ws!r}; push first")
-        found = _create_dataset(conn, spec, name, ws, blind, annotators_per_record or 1)
+        found = _create_dataset(conn, spec, name, ws, blind, annotators_per_record or 1, adjudication)
         created = True
     did = str(found["id"])
     questions = _questions(conn, did)
@@ -211,9 +214,11 @@ def ensure_dataset(
             f"greval - choose another name with {option('dataset')}"
         )
     change: DistributionChange | None = None
+    updated: tuple[str, ...] = ()
     current = (found.get("distribution") or {}).get("min_submitted")
     if create:
         _check_options(q, spec, name)
+        updated = sync_texts(conn, found, q, spec, blind, adjudication)
         if not created and annotators_per_record is not None and current not in (None, annotators_per_record):
             change = _change_distribution(conn, did, name, int(current), annotators_per_record, force)
     comment = questions.get(ds.COMMENT)
@@ -228,14 +233,40 @@ def ensure_dataset(
         created=created,
         distribution_change=change,
         annotators_per_record=change.after if change else (int(current) if current is not None else None),
+        updated=updated,
     )
 
 
+def sync_texts(
+    conn: Connection,
+    found: Mapping[str, Any],
+    q: Mapping[str, Any],
+    spec: Spec,
+    blind: bool,
+    adjudication: bool = False,
+) -> tuple[str, ...]:
+    """The dataset's guidelines and its question's title and description made the spec's (argilla-server 2.8
+    updates both on a published dataset; a field's description it cannot change after publishing)."""
+    done = []
+    text = ds.guidelines(spec, blind=blind, adjudication=adjudication)
+    if found.get("guidelines") != text:
+        _check(conn.http.patch(f"/api/v1/datasets/{found['id']}", json={"guidelines": text}), "update the guidelines")
+        done.append("guidelines")
+    title, desc = ds.question_text(spec)
+    if q.get("title") != title or q.get("description") != desc:
+        body = {"title": title, "description": desc}
+        _check(conn.http.patch(f"/api/v1/questions/{q['id']}", json=body), "update the question")
+        done.append("question")
+    return tuple(done)
+
+
 def _create_dataset(
-    conn: Connection, spec: Spec, name: str, ws: str, blind: bool, annotators_per_record: int
+    conn: Connection, spec: Spec, name: str, ws: str, blind: bool, annotators_per_record: int, adjudication: bool
 ) -> dict[str, Any]:
     """A new dataset asking the spec's question; what the server lists for it."""
-    settings = ds.build_settings(spec, conn.client, blind=blind, annotators_per_record=annotators_per_record)
+    settings = ds.build_settings(
+        spec, conn.client, blind=blind, annotators_per_record=annotators_per_record, adjudication=adjudication
+    )
     try:
         rg.Dataset(name=name, settings=settings, workspace=ws, client=conn.client).create()
     except Exception as exc:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import argilla as rg
 
 from greval.annotation.trajectory import step_markdown, trajectory_markdown
-from greval.dataset.records import CONVERSATION, EXPECTED_TRAJECTORY, TRAJECTORY, Record
+from greval.dataset.records import CONVERSATION, EXPECTED_TRAJECTORY, TRAJECTORY, Record, item_list
 from greval.errors import UserError, option
-from greval.judge.prompt import NOUNS, describe_scale, tool_call_text
+from greval.judge.prompt import NOUNS, describe_scale, example_inputs, render_inputs, tool_call_text
 from greval.spec import CategoricalScale, Spec, ValueScale
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ QUESTION = "verdict"
 COMMENT = "comment"
 ITEM_FIELD = "item"
 REASON_FIELD = "judge_reason"
+REVIEWS_FIELD = "reviews"  # adjudication datasets: every reviewer's label and comment, and the judge's verdict
 
 #: argilla-server 2.8 limits (api/schemas/v1/questions.py, datasets.py, suggestions.py).
 RATING_MIN, RATING_MAX, RATING_MAX_OPTIONS = 0, 10, 11
@@ -163,10 +164,20 @@ def check_scale(spec: Spec) -> None:
             )
 
 
-def guidelines(spec: Spec, *, blind: bool = False) -> str:
+ADJUDICATION_NOTE = (
+    "## Adjudication\n"
+    "Reviewers disagreed on each record here. The field *Reviews* shows every reviewer's label and comment and "
+    "the judge's verdict; read them, then give the label the rules below call for. Your answer becomes the "
+    "record's gold label; the reviewers' labels are kept beside it."
+)
+
+
+def guidelines(spec: Spec, *, blind: bool = False, adjudication: bool = False) -> str:
     """Markdown guidelines: the judge's own description, steps and scale, plus how records are laid out."""
     noun = NOUNS.get(spec.each or "", "")
     parts = [f"# {spec.name}", spec.description.strip()]
+    if adjudication:
+        parts.append(ADJUDICATION_NOTE)
     if spec.instructions:
         parts.append("## Instructions\n" + spec.instructions.strip())
     parts.append("## Steps\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(spec.steps, 1)))
@@ -197,13 +208,32 @@ def guidelines(spec: Spec, *, blind: bool = False) -> str:
         )
     how.append(f"Use *{COMMENT}* to explain a disagreement or an unclear case (optional).")
     parts.append("## How to annotate\n" + "\n".join(f"- {h}" for h in how))
+    if spec.examples:  # last: what the length cut drops first
+        parts.append(examples_markdown(spec))
     return _cut("\n\n".join(parts), GUIDELINES_MAX)
+
+
+def examples_markdown(spec: Spec) -> str:
+    """The spec's few-shot examples as the judge reads them: the inputs rendered as in its prompt, its answer."""
+    out = ["## Examples (the judge's few-shot examples)"]
+    for k, ex in enumerate(spec.examples, 1):
+        inputs = example_inputs(ex.inputs)
+        ids = [it["id"] for it in item_list(inputs, spec.each)] if spec.each else None
+        shown = render_inputs(spec, inputs, None, ids).replace("```", "'''")
+        answer = json.dumps(ex.output, ensure_ascii=False)
+        out.append(f"### Example {k}\n\n```\n{shown}\n```\n\nAnswer: `{answer}`")
+    return "\n\n".join(out)
+
+
+def question_text(spec: Spec) -> tuple[str, str]:
+    """The question's title (the description's first line) and description (the scale explained)."""
+    title = _cut(spec.description.strip().splitlines()[0], TITLE_MAX)
+    return title, _cut(describe_scale(spec), DESCRIPTION_MAX, " … (see the guidelines)")
 
 
 def _question(spec: Spec, client: rg.Argilla) -> rg.LabelQuestion | rg.RatingQuestion:
     check_scale(spec)
-    title = _cut(spec.description.strip().splitlines()[0], TITLE_MAX)
-    desc = _cut(describe_scale(spec), DESCRIPTION_MAX, " … (see the guidelines)")
+    title, desc = question_text(spec)
     if isinstance(spec.scale, CategoricalScale):
         return rg.LabelQuestion(client=client, name=QUESTION, title=title, labels=spec.scale.names, description=desc)
     return rg.RatingQuestion(
@@ -234,6 +264,7 @@ def build_settings(
     blind: bool = False,
     annotators_per_record: int = 1,
     comment: bool = True,
+    adjudication: bool = False,
 ) -> rg.Settings:
     """Argilla settings for a spec: same question, same options, the scale explained. (The SDK binds every
     settings object to a client at construction; without one it would build a default from the env.)"""
@@ -272,6 +303,10 @@ def build_settings(
         fields.append(
             rg.TextField(client=client, name=REASON_FIELD, title="Judge's reasoning", use_markdown=True, required=False)
         )
+    if adjudication:
+        fields.insert(
+            0, rg.TextField(client=client, name=REVIEWS_FIELD, title="Reviews", use_markdown=True, required=False)
+        )
     questions: list[Any] = [_question(spec, client)]
     if comment:
         questions.append(
@@ -291,7 +326,7 @@ def build_settings(
         else:
             metadata.append(rg.TermsMetadataProperty(client=client, name=name, visible_for_annotators=shown))
     return rg.Settings(
-        guidelines=guidelines(spec, blind=blind),
+        guidelines=guidelines(spec, blind=blind, adjudication=adjudication),
         fields=fields,
         questions=questions,
         metadata=metadata,

@@ -28,6 +28,7 @@ from greval.annotation.argilla import (
     bulk_upsert,
     ensure_dataset,
 )
+from greval.annotation.assign import ASSIGNED, Overlap, plan
 from greval.annotation.errors import AnnotationError
 from greval.annotation.selection import Pick, Strategy, Unit, select
 from greval.dataset.records import Record
@@ -102,6 +103,12 @@ class PushResult:
     sent: int = 0  # upserted by this push (the rest of ``pushed`` was sent by an earlier push)
     unusable: dict[str, int] = field(default_factory=dict)  # units whose verdict is not ok, by why: never pushed
     unit: str = "record"  # what one unit is: a record, or an item (per-chunk / per-triple metrics)
+    assigned: dict[str, int] = field(default_factory=dict)  # reviewer -> records of this push assigned to them
+    updated: tuple[str, ...] = ()  # texts of an existing dataset brought in line with the spec
+
+
+def _loads(assigned: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    return dict(sorted(Counter(p for people in assigned.values() for p in people).items()))
 
 
 def unusable_note(unusable: Mapping[str, int], unit: str = "record") -> str | None:
@@ -174,14 +181,23 @@ def push(
     force: bool = False,
     judge: str | None = None,
     batch_size: int = DEFAULT_BATCH,
+    overlap: Overlap | None = None,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> PushResult:
     """Select verdicts of a spec, record the selection, upsert them into Argilla in batches.
 
     ``annotators_per_record``: None keeps an existing dataset's setting (1 for a new one); a different
-    value on an existing dataset is refused unless ``force`` (see :func:`ensure_dataset`)."""
+    value on an existing dataset is refused unless ``force`` (see :func:`ensure_dataset`). ``overlap``: each
+    record assigned to that many annotators (and that many submitted answers needed, see ``assign.py``)."""
     t0 = time.perf_counter()
+    if overlap is not None:
+        if annotators_per_record not in (None, overlap.n):
+            raise AnnotationError(
+                f"{option('overlap')} {overlap.n} and {option('annotators_per_record')} {annotators_per_record} "
+                f"disagree; give one of them"
+            )
+        annotators_per_record = overlap.n
     spec_key, spec, jinfo = spec_and_judge(store, spec_name, judge)
     ds.check_scale(spec)
     cands = candidates(store, spec_key, jinfo.key)
@@ -197,6 +213,7 @@ def push(
         annotators_per_record=annotators_per_record,
         force=force,
         batch_size=batch_size,
+        overlap=overlap,
         on_start=on_start,
         on_progress=on_progress,
     )
@@ -232,12 +249,14 @@ def deliver(
     annotators_per_record: int | None = None,
     force: bool = False,
     batch_size: int = DEFAULT_BATCH,
+    overlap: Overlap | None = None,
     already_there: frozenset[tuple[str, str]] = frozenset(),
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> PushResult:
     """Record ``picks`` as one push and upsert them into Argilla, except the units ``already_there`` (sent by
-    an earlier push to the same dataset: they are recorded in this push's selection, not sent again)."""
+    an earlier push to the same dataset: they are recorded in this push's selection, not sent again). Records
+    keep the reviewers they are assigned to; ``overlap`` assigns the others."""
     t0 = time.perf_counter()
     by_key = {(c.record_hash, c.item_id): c for c in cands}
     handle = ensure_dataset(
@@ -255,6 +274,10 @@ def deliver(
     )
     if handle.created:  # a new dataset (another server, a fresh data directory): nothing is there yet
         already_there = frozenset()
+    argilla_ids = [ds.argilla_id(to.spec.name, p.unit.record_hash, p.unit.item_id) for p in picks]
+    assigned = plan(conn, handle, argilla_ids, overlap)
+    if overlap is not None:  # an assignment changes what is there: every picked record carries its reviewers
+        already_there = frozenset()
     there = [p.unit.key for p in picks if p.unit.key in already_there]
     done = len(there)
     if there:
@@ -266,6 +289,9 @@ def deliver(
     for batch in batches(to_send, max(1, min(batch_size, 1000))):
         refs = [_verdict_ref(to, p, by_key[p.unit.key], records, ids) for p in batch]
         items = [ds.record_payload(to.spec, ref, handle, blind=blind) for ref in refs]
+        for item in items:
+            if item["external_id"] in assigned:
+                item["metadata"][ASSIGNED] = assigned[item["external_id"]]
         bulk_upsert(conn, handle.id, items, done - len(there), len(to_send))
         done += len(batch)
         store.mark_pushed(push_id, [p.unit.key for p in batch], done)
@@ -285,6 +311,8 @@ def deliver(
         created=handle.created,
         distribution_change=handle.distribution_change,
         sent=len(to_send),
+        assigned=_loads(assigned),
+        updated=handle.updated,
     )
 
 

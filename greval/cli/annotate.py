@@ -45,6 +45,10 @@ data_dir_option = click.option(
 
 # Every `greval annotate` command, where it lives and its short help (checked by tests/test_cli_startup.py).
 ANNOTATE_COMMANDS: dict[str, Lazy] = {
+    "adjudicate": Lazy(
+        "greval.cli.annotate_reviewers:adjudicate_cmd",
+        "Send records whose reviewers disagree to the adjudicators; with --pull, fetch their labels (the gold).",
+    ),
     "credentials": Lazy(
         "greval.cli.annotate:credentials_cmd",
         "Print the embedded Argilla server's login: username, password and API key.",
@@ -66,7 +70,11 @@ ANNOTATE_COMMANDS: dict[str, Lazy] = {
         "greval.cli.annotate:setup_cmd",
         "Create the Argilla server's own virtual environment (done automatically by `up`).",
     ),
-    "status": Lazy("greval.cli.annotate:status_cmd", "Print whether the Argilla server is running, and its URL."),
+    "status": Lazy(
+        "greval.cli.annotate:status_cmd",
+        "Print whether the Argilla server is running, and its URL; with --spec, each reviewer's progress.",
+    ),
+    "users": Lazy("greval.cli.annotate_reviewers:users", "Reviewers: Argilla users who annotate or adjudicate."),
     "up": Lazy(
         "greval.cli.annotate:up_cmd",
         "Start the Argilla server in the background and print how to log in (never the password itself).",
@@ -140,9 +148,26 @@ def down_cmd(data_dir: Path | None) -> None:
 
 @click.command("status")
 @data_dir_option
+@click.option("--spec", "spec_name", default=None, help="Show each reviewer's progress on this spec's dataset.")
+@click.option("--dataset", default=None, help="With --spec: the Argilla dataset [default: the spec's name].")
+@click.option("--api-url", envvar="ARGILLA_API_URL", default=None, help="With --spec: an external Argilla.")
+@click.option("--api-key", envvar="ARGILLA_API_KEY", default=None, help="With --spec: its API key.")
+@click.option("--workspace", default=None, help="With --spec: Argilla workspace [default: the server's].")
 @_user_errors
-def status_cmd(data_dir: Path | None) -> None:
-    """Print whether the Argilla server is running, and its URL."""
+def status_cmd(
+    data_dir: Path | None,
+    spec_name: str | None,
+    dataset: str | None,
+    api_url: str | None,
+    api_key: str | None,
+    workspace: str | None,
+) -> None:
+    """Print whether the Argilla server is running, and its URL; with --spec, each reviewer's progress."""
+    if spec_name is not None:
+        from greval.cli.annotate_reviewers import print_status  # needs the Argilla SDK
+
+        print_status(dataset or spec_name, api_url, api_key, workspace, data_dir)
+        return
     st = server.status(data_dir)
     if st.running:
         healthy = st.url is not None and server.healthy(st.url)

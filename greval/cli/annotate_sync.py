@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from greval.annotation.argilla import DEFAULT_BATCH, Connection
+from greval.annotation.assign import Overlap
 from greval.annotation.errors import AnnotationError
 from greval.annotation.labels_import import import_labels
 from greval.annotation.pull import pull
@@ -113,6 +114,18 @@ class PushBar:
     help="Apply an --annotators-per-record that differs from the existing dataset's "
     "(every record's progress is recounted).",
 )
+@click.option(
+    "--overlap",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Assign each record to this many annotators, balanced and seeded (--seed), and need that many "
+    "submitted answers (Argilla task distribution); records keep the reviewers they already have.",
+)
+@click.option(
+    "--reviewers",
+    default=None,
+    help="With --overlap: comma-separated annotators to assign [default: every annotator of the workspace].",
+)
 @click.option("--judge", default=None, help="Judge label or key, when several judged this spec.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH, show_default=True)
 @connection_options
@@ -126,11 +139,17 @@ def push_cmd(
     blind: bool,
     annotators_per_record: int | None,
     force: bool,
+    overlap: int | None,
+    reviewers: str | None,
     judge: str | None,
     batch_size: int,
     argilla: ConnectionFlags,
 ) -> None:
     """Push a spec's verdicts to Argilla for people to label (idempotent: re-running updates)."""
+    if reviewers is not None and overlap is None:
+        raise AnnotationError("--reviewers chooses whom --overlap assigns: give --overlap N too")
+    names = tuple(n.strip() for n in (reviewers or "").split(",") if n.strip())
+    spread = Overlap(overlap, names, seed) if overlap is not None else None
     bar = PushBar(Console(stderr=True))
     with opened(store_path, argilla) as (store, conn), bar:
         assert conn is not None
@@ -149,6 +168,7 @@ def push_cmd(
             force=force,
             judge=judge,
             batch_size=batch_size,
+            overlap=spread,
             on_start=bar.start,
             on_progress=bar.advance,
         )
@@ -165,6 +185,14 @@ def push_cmd(
         f"(workspace {res.workspace!r}; {res.strategy}: {parts or 'nothing'}) in {res.seconds:.1f}s."
     )
     click.echo(f"Selection recorded as push {res.push_id} in {display(store_path)}.")
+    if res.updated:
+        what = " and ".join(
+            {"guidelines": "guidelines", "question": "question's title and description"}[u] for u in res.updated
+        )
+        click.echo(f"Updated the dataset's {what} from spec {spec_name!r} (the spec changed since the last push).")
+    if res.assigned:
+        loads = ", ".join(f"{k} {v}" for k, v in res.assigned.items())
+        click.echo(f"Assigned to reviewers (records each): {loads}.")
     for note in res.notes:
         click.echo(f"note: {for_terminal(note)}", err=True)
     missing = unusable_note(res.unusable, res.unit)
