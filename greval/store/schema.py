@@ -16,7 +16,11 @@ experiments declared (``specs.experiment``), and each metric's *production* vers
 of it, the latest per name is the one readers default to); a migrated store's align runs become experiments and
 each metric's production version is the one readers read before (its latest version declared by any other run);
 ``experiment_verdicts`` lists the judgements an experiment made under a version that is not its own, hidden from
-readers until a run or a server reuses them.
+readers until a run or a server reuses them; 9 keeps the ledger of spent labels (``decisions``: each align
+decision taken on a test part, numbered per metric; ``label_uses``: which labels each decision read as its test
+part, which search fold each was in, which became few-shot examples of its winner), empty in a migrated store
+(align decisions were not recorded before). Step 9 creates its tables only (``CREATE TABLE IF NOT EXISTS``):
+it applies after schema 8's step or straight from 7.
 A store written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
@@ -39,7 +43,7 @@ from greval.types import ErrorKind
 if TYPE_CHECKING:
     from greval.store.backend import DB, Dialect
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 9
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
@@ -111,7 +115,21 @@ CREATE TABLE IF NOT EXISTS annotation_selection (
     PRIMARY KEY (push_id, record_hash, item_id));
 CREATE INDEX IF NOT EXISTS annotation_selection_by_unit
     ON annotation_selection(spec_name, record_hash, item_id);
+CREATE TABLE IF NOT EXISTS decisions (
+    spec_name TEXT NOT NULL, number INTEGER NOT NULL, decision_id TEXT NOT NULL, at REAL NOT NULL,
+    from_key TEXT NOT NULL, to_key TEXT, adopted INTEGER NOT NULL, objective TEXT NOT NULL, gain REAL, ci_low REAL,
+    ci_high REAL, seed INTEGER NOT NULL, reuse_test INTEGER NOT NULL, evidence TEXT NOT NULL,
+    PRIMARY KEY (spec_name, number));
+CREATE UNIQUE INDEX IF NOT EXISTS decisions_by_id ON decisions(decision_id);
+CREATE TABLE IF NOT EXISTS label_uses (
+    spec_name TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
+    decision_id TEXT NOT NULL, use TEXT NOT NULL, fold INTEGER, spec_key TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (decision_id, use, record_id, record_hash, item_id));
+CREATE INDEX IF NOT EXISTS label_uses_by_name ON label_uses(spec_name, use, record_hash);
 """
+
+#: The tables of schema 9 (the ledger), made by its migration step (see the module doc).
+LEDGER_TABLES = ("decisions", "label_uses")
 
 # Schema 1 -> 2: records kept one id per content (a second id with the same content vanished), runs linked
 # contents not ids, and human labels had no dataset. The ids schema 1 still knew are carried over.
@@ -362,7 +380,17 @@ def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
     if version < 7:
         _script(db, _MIGRATE_6_7, dialect)
         _migrate_6_7(db, dialect)
+    if version < 9:
+        _create(db, dialect, LEDGER_TABLES)
     set_version(db)
+
+
+def _create(db: DB, dialect: Dialect, names: Sequence[str]) -> None:
+    """Create these tables (and their indexes) as the schema declares them, if they do not exist: a step that
+    only adds tables applies in any order with another such step."""
+    for stmt in statements(ddl(dialect)):
+        if any(re.search(rf"(TABLE IF NOT EXISTS|\bON) {t}\b", stmt) for t in names):
+            db.execute(stmt)
 
 
 def _script(db: DB, script: str, dialect: Dialect = "sqlite") -> None:
