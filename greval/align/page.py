@@ -35,6 +35,10 @@ def _decision(r: AlignResult) -> str:
             f"{weighting}{d.resamples} paired bootstrap resamples of {escape(d.unit)}, seed {r.split.seed}. "
             f"Adopted only when the lower bound exceeds {r.decision.min_gain:g}.</p>"
         )
+    if r.ledger is not None:
+        from greval.align.ledger import describe
+
+        parts.append("<h2>The ledger of these labels</h2>" + "".join(f"<p>{escape(x)}</p>" for x in describe(r.ledger)))
     c = r.decision.ceiling
     if c is not None:
         ceiling = f"{fmt_number(c.value)} {fmt_ci(c)}".strip()

@@ -92,6 +92,7 @@ class RoundBar:
 
 
 def _print_plan(p: AlignPlan) -> None:
+    from greval.align.ledger import describe
     from greval.align.models import REPORT_NAME
 
     s = p.split
@@ -117,12 +118,16 @@ def _print_plan(p: AlignPlan) -> None:
     ]
     for k, v in rows:
         out.print(f"{k:>24}: {escape(v)}", highlight=False)
+    if p.ledger is not None:
+        for line in describe(p.ledger, planned=True):
+            out.print(escape(line), highlight=False)
     for note in p.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     out.print("dry run: no model call made", highlight=False)
 
 
 def _print_result(r: AlignResult, store: str) -> None:
+    from greval.align.ledger import describe
     from greval.align.models import REPORT_NAME
     from greval.report.format import fmt_number
 
@@ -150,6 +155,9 @@ def _print_result(r: AlignResult, store: str) -> None:
     ]
     limit = ", ".join(x for x in limits if x)
     out.print(spent + (f" (budget {limit})" if limit else ""), highlight=False)
+    if r.ledger is not None:
+        for line in describe(r.ledger):
+            out.print(escape(line), highlight=False)
     for what, path in r.files.items():
         out.print(f"wrote {what}: {escape(path)}", highlight=False)
     if r.new_hash is not None:
@@ -222,6 +230,7 @@ class SearchFlags:
     seed: int
     min_gain: float
     resamples: int
+    reuse_test: bool
 
     def options(self) -> AlignOptions:
         from greval.align.models import AlignOptions
@@ -241,6 +250,7 @@ class SearchFlags:
             budget_calls=self.budget_calls,
             budget_tokens=self.budget_tokens,
             resamples=self.resamples,
+            reuse_test=self.reuse_test,
         )
 
 
@@ -336,6 +346,12 @@ SEARCH = bundle(
         default=1000,
         show_default=True,
         help="Paired bootstrap resamples of the decision.",
+    ),
+    click.option(
+        "--reuse-test",
+        is_flag=True,
+        help="Draw the test part from every labelled record, also those an earlier decision read or the version "
+        "in use shows as examples (said on the page and in the evidence).",
     ),
 )
 
