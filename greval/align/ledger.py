@@ -15,10 +15,11 @@ from collections.abc import Sequence
 
 from greval.align.core import Outcome
 from greval.align.labels import LabelSet
-from greval.align.models import AlignOptions, LedgerNote, Unit
+from greval.align.models import AlignOptions, AlignResult, LedgerNote, Unit
 from greval.spec import Spec
 from greval.store.ledger import DecisionRow, LabelUse
 from greval.store.store import Store, spec_keys
+from greval.store.versions import Promotion
 
 FALSE_ADOPTION_RATE = 0.015
 """The per-decision rate of a false adoption, as measured: tests/align/test_core.py's null test ran align 200
@@ -161,4 +162,20 @@ def describe(note: LedgerNote, *, planned: bool = False) -> list[str]:
     return lines
 
 
-__all__ = ["FALSE_ADOPTION_RATE", "Fresh", "decision_id", "describe", "family_wise", "record"]
+def promote_adopted(store: Store, result: AlignResult) -> Promotion | None:
+    """Make an adopted version the metric's production version (what every reader reads by default), with a note
+    naming its decision; None when nothing was adopted."""
+    note = result.ledger
+    if not result.adopted or note is None or note.decision_id is None:
+        return None
+    row = store.decision(note.decision_id)
+    if row is None or row.to_key is None:
+        return None
+    if store.production_key(result.spec) == row.to_key:
+        return None
+    return store.promote(
+        result.spec, row.to_key, "align", note=f"align decision {row.number}: {result.decision.message}"
+    )
+
+
+__all__ = ["FALSE_ADOPTION_RATE", "Fresh", "decision_id", "describe", "family_wise", "promote_adopted", "record"]

@@ -17,6 +17,7 @@ from greval.cli.common import call_options, console, out, store_option
 if TYPE_CHECKING:
     from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult
     from greval.llm.config import JudgeChoice
+    from greval.store.versions import Promotion
 
 OBJECTIVES = ["kappa", "weighted_kappa", "accuracy", "macro_f1", "spearman", "mae"]
 
@@ -176,6 +177,20 @@ def _print_result(r: AlignResult, store: str) -> None:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
 
+def _print_promoted(r: AlignResult, promoted: Promotion | None, path: Path) -> None:
+    """What --adopt did: the production version every reader now reads, or why nothing changed."""
+    if promoted is not None:
+        out.print(
+            f"promoted {r.spec}@{promoted.spec_hash} to production ({promoted.note}): gate, agreement, report, "
+            f"results, annotate and review read it now; judge the dataset with it (its YAML: {path})",
+            highlight=False,
+        )
+    elif r.adopted:
+        out.print(f"{r.spec}@{r.new_hash} is production already", highlight=False)
+    else:
+        out.print(f"nothing promoted: {r.spec}@{r.old_hash} stays production", highlight=False)
+
+
 @dataclass(frozen=True)
 class JudgeFlags:
     """The judge whose spec is aligned (default: the one whose verdicts are stored) and the optimizer model
@@ -261,6 +276,7 @@ class OutputFlags:
     out: Path | None
     html: Path | None
     dry_run: bool
+    adopt: bool
 
     def check(self) -> None:
         """--out / --html into a folder that does not exist: one line now, not a traceback after the whole
@@ -371,6 +387,11 @@ OUTPUTS = bundle(
         help="The align page [NAME.align.html beside --out].",
     ),
     click.option("--dry-run", is_flag=True, help="Print the plan and the estimated calls and tokens; call nothing."),
+    click.option(
+        "--adopt",
+        is_flag=True,
+        help="When adopted, also promote the new version: every reader then reads it (greval spec promote).",
+    ),
 )
 
 
@@ -418,6 +439,7 @@ def align_cmd(
     """
     from greval._sync import run_sync
     from greval.align.entry import Target, aalign, plan, run_options
+    from greval.align.ledger import promote_adopted
     from greval.align.output import write_outputs
     from greval.store.store import Store
 
@@ -446,10 +468,13 @@ def align_cmd(
             )
         finally:
             bar.stop()
+        promoted = promote_adopted(st, result) if outputs.adopt else None
     path, page = outputs.paths(target.name)
     stale = path.exists() and not result.adopted
     result = result.model_copy(update={"files": write_outputs(result, path, page)})
     _print_result(result, store)
+    if outputs.adopt:
+        _print_promoted(result, promoted, path)
     if stale:
         console.print(f"[yellow]note:[/] {escape(str(path))} is an earlier run's, left as it was", highlight=False)
     sys.exit(0)

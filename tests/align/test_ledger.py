@@ -129,3 +129,30 @@ def test_the_ledger_records_each_label_s_use_and_the_command_prints_the_count(ll
     evidence = json.loads((tmp_path / "o.evidence.json").read_text())
     assert evidence["ledger"]["reuse_test"] is True and evidence["split"]["test_units"]
     assert "reuse_test" in (tmp_path / "supported.align.html").read_text()
+
+
+def test_adopt_promotes_the_adopted_version_and_readers_read_it(llm: Any, tmp_path: Path) -> None:
+    """`--adopt` writes the adopted spec and makes it the production version, with a note naming the decision;
+    readers then read it, and the next align aligns it. Without `--adopt` nothing is promoted (tests/align/test_end_to_end.py)."""
+    llm.script(rules(N))
+    path = tmp_path / "s.sqlite"
+    sc.labelled_store(path, llm.base_url, N)
+    with Store(path) as st:
+        old = st.metric_version("supported").spec_hash
+    flags = ["--store", str(path), "--spec", "supported", "--judge", "openai:scripted-judge", "--base-url"]
+    flags += [llm.base_url, "--folds", "2", "--rounds", "1", "--rewrites", "0", "--shots", "1", "--quiet"]
+    flags += ["--no-label-order", "--out", str(tmp_path / "o.yaml"), "--adopt"]
+    res = CliRunner().invoke(main, ["align", *flags], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    evidence = json.loads((tmp_path / "o.evidence.json").read_text())
+    new = evidence["new_hash"]
+    assert evidence["adopted"] and new != old and (tmp_path / "o.yaml").exists()
+    assert f"promoted supported@{new} to production (align decision 1: adopted" in " ".join(res.output.split())
+    with Store(path) as st:
+        [d] = st.decisions("supported")
+        assert st.production_key("supported") == d.to_key
+        assert st.metric_version("supported").spec_hash == new
+        assert st.promotions("supported")[-1].note.startswith("align decision 1: adopted")  # type: ignore[union-attr]
+    # The next align aligns the production version, now the adopted one; nothing beats it, nothing is promoted.
+    again = CliRunner().invoke(main, ["align", *flags], catch_exceptions=False)
+    assert again.exit_code == 0 and f"nothing promoted: supported@{new} stays production" in again.output
