@@ -269,6 +269,21 @@ class Ceiling(Frozen):
     note: str | None = None
 
 
+class ConfusionTable(Frozen):
+    """One version's answers on the test part against people's, beside the objective (categorical scales):
+    accuracy, the confusion (rows: people's label; columns: the judge's, then its invalid or missing answers)
+    and each label's precision and recall — scikit-learn's definitions, over the units both versions were
+    judged on, each counted once (not design-weighted)."""
+
+    version: str
+    n: int
+    accuracy: float
+    labels: tuple[str, ...]
+    confusion: tuple[tuple[int, ...], ...]
+    precision: dict[str, float]
+    recall: dict[str, float]
+
+
 class Decision(Frozen):
     """Whether the winner replaces the current spec: only when the gain's CI lower bound exceeds ``min_gain``."""
 
@@ -278,6 +293,7 @@ class Decision(Frozen):
     difference: Difference | None = None
     ceiling: Ceiling | None = None
     message: str
+    tables: tuple[ConfusionTable, ...] = Field((), description="The current spec's and the winner's test-part tables.")
 
 
 class SplitSummary(Frozen):
@@ -415,6 +431,7 @@ __all__ = [
     "CandidateResult",
     "CandidateScored",
     "Ceiling",
+    "ConfusionTable",
     "Cost",
     "Decision",
     "Difference",

@@ -128,6 +128,7 @@ def _print_plan(p: AlignPlan) -> None:
 
 
 def _print_result(r: AlignResult, store: str) -> None:
+    from greval.align.decide import table_line
     from greval.align.ledger import describe
     from greval.align.models import REPORT_NAME
     from greval.report.format import fmt_number
@@ -139,6 +140,8 @@ def _print_result(r: AlignResult, store: str) -> None:
     if d is not None:
         old, new = fmt_number(d.old), fmt_number(d.new)
         out.print(f"test part: {REPORT_NAME[r.objective]} {old} (current) → {new} (winner)", highlight=False)
+        for t in r.decision.tables:
+            out.print(f"  {escape(table_line(t))}", highlight=False)
     colour = "green" if r.adopted else "yellow"
     out.print(f"[bold {colour}]{escape(r.decision.message)}[/]", highlight=False)
     c = r.decision.ceiling

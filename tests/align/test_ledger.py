@@ -133,7 +133,8 @@ def test_the_ledger_records_each_label_s_use_and_the_command_prints_the_count(ll
 
 def test_adopt_promotes_the_adopted_version_and_readers_read_it(llm: Any, tmp_path: Path) -> None:
     """`--adopt` writes the adopted spec and makes it the production version, with a note naming the decision;
-    readers then read it, and the next align aligns it. Without `--adopt` nothing is promoted (tests/align/test_end_to_end.py)."""
+    readers then read it, and the next align aligns it. Without `--adopt` nothing is promoted
+    (tests/align/test_end_to_end.py)."""
     llm.script(rules(N))
     path = tmp_path / "s.sqlite"
     sc.labelled_store(path, llm.base_url, N)
@@ -156,3 +157,35 @@ def test_adopt_promotes_the_adopted_version_and_readers_read_it(llm: Any, tmp_pa
     # The next align aligns the production version, now the adopted one; nothing beats it, nothing is promoted.
     again = CliRunner().invoke(main, ["align", *flags], catch_exceptions=False)
     assert again.exit_code == 0 and f"nothing promoted: supported@{new} stays production" in again.output
+
+
+def test_the_test_part_s_accuracy_confusion_and_per_label_p_r_stand_beside_the_objective(
+    llm: Any, tmp_path: Path
+) -> None:
+    """Beside the objective: each version's accuracy (scikit-learn's, equal to the objective `accuracy` as the
+    agreement stage computes it), its confusion (rows: people's labels on the test part) and per-label P/R; the
+    few-shot winner is right on every test unit. The terminal and the page show them."""
+    llm.script(rules(N))
+    path = tmp_path / "s.sqlite"
+    sc.labelled_store(path, llm.base_url, N)
+    result = _align(llm, path, 3, objective="accuracy")
+    d = result.decision.difference
+    assert d is not None and result.adopted
+    current, winner = result.decision.tables
+    assert (current.version, winner.version) == ("current", "winner")
+    assert current.accuracy == pytest.approx(d.old) and winner.accuracy == pytest.approx(d.new) == 1.0
+    truth = {f"r{i}": sc.truth(i) for i in range(N)}
+    people = [truth[k] for k in result.split.test_units]
+    for t in (current, winner):
+        assert t.n == len(people) and [sum(row) for row in t.confusion] == [people.count(x) for x in t.labels]
+        assert sum(t.confusion[i][i] for i in range(len(t.labels))) == round(t.accuracy * t.n)
+    assert all(winner.precision[x] == winner.recall[x] == 1.0 for x in winner.labels if x in people)
+    res = CliRunner().invoke(
+        main,
+        ["align", "--store", str(path), "--spec", "supported", "--judge", "openai:scripted-judge", "--base-url",
+         llm.base_url, "--folds", "2", "--rounds", "1", "--rewrites", "0", "--shots", "1", "--no-label-order",
+         "--seed", "3", "--objective", "accuracy", "--out", str(tmp_path / "o.yaml"), "--quiet"],
+    )  # fmt: skip
+    assert res.exit_code == 0 and f"winner on {winner.n} test units: accuracy 1.000" in res.output, res.output
+    page = (tmp_path / "supported.align.html").read_text()
+    assert "label ↓ / judge" in page and "<th>invalid</th>" in page and "winner on" in page
