@@ -28,6 +28,7 @@ from greval.llm.retry import RetryPolicy
 from greval.runner.driver import run
 from greval.runner.options import RunOptions
 from greval.spec import resolve_specs
+from greval.store.ledger import DecisionRow, LabelUse
 from greval.store.results import MetricFigures, figures, item_rows
 from greval.store.schema import SCHEMA_VERSION, WATCH_TABLES, error_kind
 from greval.store.store import _HOST, Store, spec_keys
@@ -54,8 +55,10 @@ def old_store(tmp_path: Path) -> Path:
     return path
 
 
-#: What schema 8 added (greval watch's tables), undone to make a schema-7 store from a fresh one.
-AS_SCHEMA_7 = tuple(f"DROP TABLE {table}" for table in WATCH_TABLES)
+#: What schema 9 added (the ledger of spent labels), undone to make a schema-8 store from a fresh one.
+AS_SCHEMA_8 = ("DROP TABLE label_uses", "DROP TABLE decisions")
+#: What schema 8 added (greval watch's tables), undone too to make a schema-7 store from a fresh one.
+AS_SCHEMA_7 = (*AS_SCHEMA_8, *(f"DROP TABLE {table}" for table in WATCH_TABLES))
 #: What schema 7 added (the loop's state), undone too to make a schema-6-or-older store from a fresh one.
 AS_SCHEMA_6 = (
     *AS_SCHEMA_7,
@@ -500,7 +503,7 @@ def test_a_schema_7_store_gets_the_watch_tables_and_keeps_what_it_held(
         res = _cli("store", "migrate", "--store", ref)
         assert res.exit_code == 0 and f"schema 7 → {SCHEMA_VERSION}" in res.output, res.output
     with Store(ref) as st:
-        assert st.version == SCHEMA_VERSION == 8
+        assert st.version == SCHEMA_VERSION
         assert st.query("SELECT record_hash, status, label FROM verdicts ORDER BY record_hash") == before
         assert st.promotions("answer_alignment") == production
         assert [st.query(f"SELECT COUNT(*) AS n FROM {table}") for table in WATCH_TABLES] == [[{"n": 0}]] * 6
@@ -882,6 +885,55 @@ def test_two_processes_on_overlapping_data_pay_once_on_postgresql(
         assert st.query("SELECT COUNT(*) AS n FROM verdicts WHERE status='ok'") == [{"n": 40}]
         assert st.query("SELECT COUNT(*) AS n FROM claims") == [{"n": 0}]
         assert len(st.records()) == 40 and all(isinstance(r, R) for r in st.records())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("before", [7, 8])
+def test_a_schema_7_or_8_store_gets_the_ledger_and_keeps_every_verdict_and_label(
+    backend: str, before: int, llm: OpenAIServer, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Schema 9's step only adds the ledger's tables: from 7, or after schema 8's step (another step that only
+    adds tables), every verdict, judgement and human label stays as it was, and the ledger is there and empty."""
+    ref = str(tmp_path / "v7.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    recs = fixture_records()[:3]
+    cfg = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url, timeout=10)
+    with Store(ref) as st:
+        run(resolve_specs(["answer_alignment"]), recs, st, cfg, options=FAST)
+        st.put_human_labels(
+            [
+                {"spec_name": "answer_alignment", "record_id": r.id, "record_hash": r.hash, "annotator": "a",
+                 "label": "x", "status": "submitted"}
+                for r in recs
+            ]
+        )  # fmt: skip
+        for stmt in AS_SCHEMA_8 if before == 8 else AS_SCHEMA_7:
+            st.db.execute(stmt)
+        st.db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(before),))
+        tables = ("verdicts", "judgements", "human_labels", "runs", "promotions")
+        held = {t: sorted(map(repr, st.query(f"SELECT * FROM {t}"))) for t in tables}
+    with Store(ref, migrate=True) as st:
+        assert st.version == SCHEMA_VERSION == 9
+        assert {t: sorted(map(repr, st.query(f"SELECT * FROM {t}"))) for t in tables} == held
+        assert held["verdicts"] and held["human_labels"]
+        assert st.decision_count("answer_alignment") == 0 and st.tested_hashes("answer_alignment") == set()
+        d = st.record_decision(
+            DecisionRow(spec_name="m", decision_id="d1", from_key="k", adopted=False, objective="kappa", seed=0),
+            [LabelUse(record_id="r", record_hash="h", use="test", spec_key="k")],
+        )
+        assert d.number == 1 and st.tested_hashes("m") == {"h"}
+
+
+def test_the_oldest_fixture_store_migrates_to_the_ledger(old_store: Path) -> None:
+    """The schema-2 fixture, migrated through every step to 9: its labels stay, and the ledger can be written."""
+    labels = _rows(old_store, "SELECT * FROM human_labels")
+    with Store(old_store) as st:
+        assert st.version == SCHEMA_VERSION
+        st.record_decision(
+            DecisionRow(spec_name="m", decision_id="d1", from_key="k", adopted=False, objective="kappa", seed=0),
+            [LabelUse(record_id="r", record_hash="h", use="search", fold=0, spec_key="k")],
+        )
+        assert [u.fold for u in st.label_uses("d1")] == [0]
+    assert _rows(old_store, "SELECT * FROM human_labels") == labels and labels
 
 
 def test_an_older_postgresql_store_is_migrated_only_when_asked(pg_url: str) -> None:

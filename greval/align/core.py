@@ -52,6 +52,8 @@ def summary(split: Split, seed: int) -> SplitSummary:
         records_test=len({u.record_hash for u in split.test}),
         units_test=len(split.test),
         fold_units=tuple(len(part.fold_units(k)) for k in range(part.k)),
+        test_units=tuple(u.key for u in split.test),
+        fold_of={u.key: part.folds[u.record_hash] for u in part.units},
     )
 
 
@@ -79,15 +81,17 @@ async def align_units(
     emit: Callable[[AlignEvent], None] | None = None,
     strategies: dict[str, Generator] | None = None,
     ceiling: Ceiling | None = None,
+    used: frozenset[str] = frozenset(),
 ) -> Outcome:
     """Split, search, instantiate the winner, decide (see the module doc). ``ceiling``: people's agreement with
     each other as the agreement stage reports it (greval.align.labels.human_ceiling): the search stops when it
-    reaches it (when it is the objective's figure), and the decision shows it."""
+    reaches it (when it is the objective's figure), and the decision shows it. ``used``: record hashes the test
+    part may not hold (the ledger's; greval.align.split.split_units)."""
     say = emit or (lambda event: None)
     meter = meter or Meter(options.budget_calls, options.budget_tokens)
     objective = options.objective or default_objective(scale)
     scorer = Scorer(scale, objective)
-    split = split_units(units, options.test_share, options.folds, options.seed)
+    split = split_units(units, options.test_share, options.folds, options.seed, used)
     if meter.limited:
         meter.reserve = reserve(base, split.test, judge, optimizer, options)
     stop_at = ceiling.value if ceiling is not None and CEILING_METRIC.get(ceiling.metric) == objective else None

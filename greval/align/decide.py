@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from greval.align.meter import Meter
-from greval.align.models import REPORT_NAME, AlignOptions, Ceiling, Decision, Difference, Unit
-from greval.align.objective import Scorer
+from greval.align.models import REPORT_NAME, AlignOptions, Ceiling, ConfusionTable, Decision, Difference, Unit
+from greval.align.objective import Scorer, part_table, reached
 from greval.align.ports import JudgeFn
 from greval.align.view import LabelView, Tracer
 from greval.spec import Spec
@@ -29,6 +29,12 @@ def fmt_gain(x: float | None) -> str:
 
 def fmt_gain_ci(d: Difference) -> str:
     return "undefined" if d.ci_low is None or d.ci_high is None else f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]"
+
+
+def table_line(t: ConfusionTable) -> str:
+    """One version's test-part figures beside the objective, as the terminal and the page say them."""
+    per = "; ".join(f"{lab}: P {t.precision[lab]:.2f} R {t.recall[lab]:.2f}" for lab in t.labels)
+    return f"{t.version} on {t.n} test units: accuracy {t.accuracy:.3f}; {per}"
 
 
 def _message(d: Difference, adopted: bool, objective: str, min_gain: float) -> str:
@@ -75,6 +81,12 @@ async def decide(
         meter.charge(judged.cost)
         answers.append(judged.answers)
     diff = scorer.paired_gain(units, answers[0], answers[1], options.resampling)
+    both = reached(reached(units, answers[0]), answers[1])
+    tables = (
+        tuple(part_table(scorer, both, a, v) for a, v in zip(answers, ("current", "winner"), strict=True))
+        if scorer.labels
+        else ()
+    )
     adopted = diff.ci_low is not None and diff.gain is not None and diff.ci_low > options.min_gain
     return Decision(
         objective=objective,
@@ -83,7 +95,8 @@ async def decide(
         difference=diff,
         ceiling=ceiling,
         message=_message(diff, adopted, objective, options.min_gain),
+        tables=tables,
     )
 
 
-__all__ = ["CEILING_METRIC", "decide", "fmt_gain", "fmt_gain_ci"]
+__all__ = ["CEILING_METRIC", "decide", "fmt_gain", "fmt_gain_ci", "table_line"]

@@ -12,6 +12,7 @@ from greval._sync import run_sync
 from greval.align.core import align_units, reserve, summary
 from greval.align.generators import generators
 from greval.align.labels import LabelSet, load_labels
+from greval.align.ledger import Fresh, decision_id, record
 from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult, Recipe
 from greval.align.objective import Scorer, default_objective
 from greval.align.split import split_units
@@ -124,7 +125,8 @@ def plan(
     ocfg = _optimizer(optimizer, cfg)
     objective = opts.objective or default_objective(labels.scale)
     Scorer(labels.scale, objective)  # one line now if the objective does not fit the scale
-    split = split_units(labels.units, opts.test_share, opts.folds, opts.seed)
+    fresh = Fresh(store, labels, decision_id(labels, cfg.key, ocfg.key, opts), opts)
+    split = split_units(labels.units, opts.test_share, opts.folds, opts.seed, fresh.used)
     runs = StoreRuns(store, run_options())
     runs.learn(labels.spec, labels.spec_key, cfg, list(labels.records.values()))
     judge_fn = StoreJudge(runs, cfg, labels.deps, labels.records)
@@ -157,6 +159,7 @@ def plan(
         budget_calls=opts.budget_calls,
         budget_tokens=opts.budget_tokens,
         notes=tuple(labels.notes),
+        ledger=fresh.note(fresh.count if fresh.previous else fresh.count + 1),
     )
 
 
@@ -194,7 +197,8 @@ async def aalign(
     labels = load_labels(store, target.name, target.version, cfg.key, target.datasets)
     ocfg = _optimizer(optimizer, cfg)
     Scorer(labels.scale, opts.objective or default_objective(labels.scale))
-    split_units(labels.units, opts.test_share, opts.folds, opts.seed)  # bad input: one line before any call
+    fresh = Fresh(store, labels, decision_id(labels, cfg.key, ocfg.key, opts), opts)
+    split_units(labels.units, opts.test_share, opts.folds, opts.seed, fresh.used)  # bad input: one line, no call
     how = (runs or run_options()).model_copy(update={"concurrency": _concurrency(concurrency, cfg)})
     with contextlib.ExitStack() as stack:
         runner = StoreRuns(store, how, emit=emit, serve=_Served(stack, notify))
@@ -209,8 +213,10 @@ async def aalign(
             records={h: r.data for h, r in labels.records.items()},
             emit=emit,
             ceiling=labels.ceiling,
+            used=fresh.used,
         )
-    return _result(labels, outcome, opts, cfg, ocfg)
+    note = record(store, fresh, outcome)
+    return _result(labels, outcome, opts, cfg, ocfg).model_copy(update={"ledger": note})
 
 
 def _result(labels: LabelSet, outcome: object, opts: AlignOptions, cfg: JudgeConfig, ocfg: JudgeConfig) -> AlignResult:

@@ -69,6 +69,12 @@ class AlignOptions(Frozen):
         description="The decision CI's level, 0.95 for a 95 % interval (also read as `confidence`, its earlier name).",
     )
 
+    reuse_test: bool = Field(
+        False,
+        description="Draw the test part from every labelled record, also those an earlier decision read as its test "
+        "part or the version in use shows as few-shot examples (the ledger; said on the page and in the evidence).",
+    )
+
     @property
     def resampling(self) -> Resampling:
         """The decision's paired bootstrap, as one value (seeded by :attr:`seed`, as every draw)."""
@@ -263,6 +269,21 @@ class Ceiling(Frozen):
     note: str | None = None
 
 
+class ConfusionTable(Frozen):
+    """One version's answers on the test part against people's, beside the objective (categorical scales):
+    accuracy, the confusion (rows: people's label; columns: the judge's, then its invalid or missing answers)
+    and each label's precision and recall — scikit-learn's definitions, over the units both versions were
+    judged on, each counted once (not design-weighted)."""
+
+    version: str
+    n: int
+    accuracy: float
+    labels: tuple[str, ...]
+    confusion: tuple[tuple[int, ...], ...]
+    precision: dict[str, float]
+    recall: dict[str, float]
+
+
 class Decision(Frozen):
     """Whether the winner replaces the current spec: only when the gain's CI lower bound exceeds ``min_gain``."""
 
@@ -272,6 +293,7 @@ class Decision(Frozen):
     difference: Difference | None = None
     ceiling: Ceiling | None = None
     message: str
+    tables: tuple[ConfusionTable, ...] = Field((), description="The current spec's and the winner's test-part tables.")
 
 
 class SplitSummary(Frozen):
@@ -283,6 +305,27 @@ class SplitSummary(Frozen):
     records_test: int
     units_test: int
     fold_units: tuple[int, ...]
+    test_units: tuple[str, ...] = Field((), description="The test part's units (their keys).")
+    fold_of: dict[str, int] = Field(default_factory=dict, description="Each search unit's fold (by key, from 0).")
+
+
+class LedgerNote(Frozen):
+    """Where this decision stands in the ledger of the metric's labels (greval.align.ledger)."""
+
+    labelled: int = Field(description="Labelled records (by content) align read.")
+    fresh: int = Field(
+        description="Of them, those no earlier decision read as its test part and no version in use "
+        "shows as a few-shot example: what the test part is drawn from (all, with reuse_test)."
+    )
+    tested_before: int = Field(0, description="Labelled records an earlier decision read as its test part.")
+    examples: int = Field(0, description="Labelled records the version in use (or the one aligned) shows as examples.")
+    reuse_test: bool = False
+    number: int | None = Field(None, description="This decision's number among the metric's (None: none recorded).")
+    decisions: int = Field(description="Decisions taken on this metric's labels so far, this one included (k).")
+    rate: float = Field(description="The measured per-decision rate of a false adoption (r).")
+    family_wise: float = Field(description="1 - (1 - r)^k: the chance that some decision so far adopted falsely.")
+    repeat: bool = Field(False, description="The same run as a recorded decision: not counted again.")
+    decision_id: str | None = None
 
 
 class Example(Frozen):
@@ -340,6 +383,7 @@ class AlignPlan(Frozen):
     budget_calls: int | None = None
     budget_tokens: int | None = None
     notes: tuple[str, ...] = ()
+    ledger: LedgerNote | None = None
 
 
 class AlignResult(Frozen):
@@ -369,6 +413,7 @@ class AlignResult(Frozen):
     )
     diff: str = ""
     files: dict[str, str] = Field(default_factory=dict)
+    ledger: LedgerNote | None = None
 
 
 __all__ = [
@@ -386,6 +431,7 @@ __all__ = [
     "CandidateResult",
     "CandidateScored",
     "Ceiling",
+    "ConfusionTable",
     "Cost",
     "Decision",
     "Difference",
@@ -396,6 +442,7 @@ __all__ = [
     "Judged",
     "Judging",
     "LabelOrderStep",
+    "LedgerNote",
     "Objective",
     "Recipe",
     "RewriteStep",

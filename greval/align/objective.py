@@ -24,6 +24,7 @@ from greval.align.models import (
     LOWER_IS_BETTER,
     VALUE_OBJECTIVES,
     Answer,
+    ConfusionTable,
     Difference,
     Objective,
     Unit,
@@ -182,6 +183,27 @@ class Scorer:
             note=note if gain is not None else "the objective is undefined on the test part for a version",
             excluded=excluded,
         )
+
+
+def part_table(scorer: Scorer, units: Sequence[Unit], answers: Mapping[str, Answer], version: str) -> ConfusionTable:
+    """Accuracy, confusion and per-label precision / recall of one version's answers (scikit-learn's
+    definitions; an invalid or missing answer is its own column, wrong for every label)."""
+    from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
+
+    k = len(scorer.labels)
+    nom, _ = scorer.judge_codes(units, answers)
+    human = np.array([int(u.human) for u in units], dtype=np.int64)
+    cells = confusion_matrix(human, nom, labels=list(range(k + 1))) if len(units) else np.zeros((k + 1, k + 1))
+    p, r, _, _ = precision_recall_fscore_support(human, nom, labels=list(range(k)), zero_division=0.0)
+    return ConfusionTable(
+        version=version,
+        n=len(units),
+        accuracy=float(accuracy_score(human, nom)) if len(units) else float("nan"),
+        labels=tuple(scorer.labels),
+        confusion=tuple(tuple(int(c) for c in row) for row in cells[:k]),
+        precision={lab: float(p[i]) for i, lab in enumerate(scorer.labels)},
+        recall={lab: float(r[i]) for i, lab in enumerate(scorer.labels)},
+    )
 
 
 def reached(units: Sequence[Unit], answers: Mapping[str, Answer]) -> list[Unit]:

@@ -9,7 +9,7 @@ the split is a pure function of the seed and the labelled records, never of thei
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from pydantic import Field
 
@@ -75,8 +75,17 @@ def minimum_records(folds: int, test_share: float) -> int:
         n += 1
 
 
-def split_units(units: Sequence[Unit], test_share: float, folds: int, seed: int) -> Split:
-    """Split once by record into a search part (in ``folds`` folds) and a test part, stratified by label."""
+def test_size(records: int, test_share: float, folds: int) -> int:
+    """The records of the test part, of ``records`` labelled ones."""
+    return min(max(2, round(test_share * records)), records - 2 * folds)
+
+
+def split_units(
+    units: Sequence[Unit], test_share: float, folds: int, seed: int, spent: Collection[str] = frozenset()
+) -> Split:
+    """Split once by record into a search part (in ``folds`` folds) and a test part, stratified by label. The
+    test part is drawn from records not in ``spent`` (record hashes the ledger says are used: an earlier
+    decision's test part, the version in use's few-shot examples); spent records may still be searched on."""
     groups = _groups(units)
     need = minimum_records(folds, test_share)
     if len(groups) < need:
@@ -84,14 +93,22 @@ def split_units(units: Sequence[Unit], test_share: float, folds: int, seed: int)
             f"{len(groups)} labelled record(s); {folds} folds with a test share of {test_share:g} need at least "
             f"{need} (2 per fold, 2 for the test): label more records, or lower {option('folds')}"
         )
+    n_test = test_size(len(groups), test_share, folds)
+    fresh = [h for h in groups if h not in spent]
+    if len(fresh) < n_test:
+        raise UserError(
+            f"{len(fresh)} fresh labelled record(s) of {len(groups)} (the others were an earlier align decision's "
+            f"test part or are few-shot examples of the version in use); this split's test part needs {n_test}: "
+            f"label more records, or decide on used labels with {option('reuse_test')}"
+        )
     strata: dict[int, list[str]] = {}
     for h, members in groups.items():
         strata.setdefault(_stratum(members), []).append(h)
     for s in strata:
         strata[s].sort(key=lambda h: rank(seed, "align-split", h))
-    n_test = min(max(2, round(test_share * len(groups))), len(groups) - 2 * folds)
-    take = _allocate({s: len(v) for s, v in strata.items()}, n_test)
-    test_groups = {h for s, hs in strata.items() for h in hs[: take[s]]}
+    eligible = {s: [h for h in hs if h not in spent] for s, hs in strata.items()}
+    take = _allocate({s: len(v) for s, v in eligible.items() if v}, n_test)
+    test_groups = {h for s, hs in eligible.items() for h in hs[: take.get(s, 0)]}
     # Folds: the search groups in stratum order, each stratum in its seeded order, dealt round-robin.
     order = [h for s in sorted(strata) for h in strata[s] if h not in test_groups]
     fold_of = {h: i % folds for i, h in enumerate(order)}
@@ -102,4 +119,4 @@ def split_units(units: Sequence[Unit], test_share: float, folds: int, seed: int)
     )
 
 
-__all__ = ["SearchPart", "Split", "minimum_records", "split_units"]
+__all__ = ["SearchPart", "Split", "minimum_records", "split_units", "test_size"]

@@ -17,6 +17,7 @@ from greval.cli.common import call_options, console, out, store_option
 if TYPE_CHECKING:
     from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult
     from greval.llm.config import JudgeChoice
+    from greval.store.versions import Promotion
 
 OBJECTIVES = ["kappa", "weighted_kappa", "accuracy", "macro_f1", "spearman", "mae"]
 
@@ -92,6 +93,7 @@ class RoundBar:
 
 
 def _print_plan(p: AlignPlan) -> None:
+    from greval.align.ledger import describe
     from greval.align.models import REPORT_NAME
 
     s = p.split
@@ -117,12 +119,17 @@ def _print_plan(p: AlignPlan) -> None:
     ]
     for k, v in rows:
         out.print(f"{k:>24}: {escape(v)}", highlight=False)
+    if p.ledger is not None:
+        for line in describe(p.ledger, planned=True):
+            out.print(escape(line), highlight=False)
     for note in p.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     out.print("dry run: no model call made", highlight=False)
 
 
 def _print_result(r: AlignResult, store: str) -> None:
+    from greval.align.decide import table_line
+    from greval.align.ledger import describe
     from greval.align.models import REPORT_NAME
     from greval.report.format import fmt_number
 
@@ -133,6 +140,8 @@ def _print_result(r: AlignResult, store: str) -> None:
     if d is not None:
         old, new = fmt_number(d.old), fmt_number(d.new)
         out.print(f"test part: {REPORT_NAME[r.objective]} {old} (current) → {new} (winner)", highlight=False)
+        for t in r.decision.tables:
+            out.print(f"  {escape(table_line(t))}", highlight=False)
     colour = "green" if r.adopted else "yellow"
     out.print(f"[bold {colour}]{escape(r.decision.message)}[/]", highlight=False)
     c = r.decision.ceiling
@@ -150,6 +159,9 @@ def _print_result(r: AlignResult, store: str) -> None:
     ]
     limit = ", ".join(x for x in limits if x)
     out.print(spent + (f" (budget {limit})" if limit else ""), highlight=False)
+    if r.ledger is not None:
+        for line in describe(r.ledger):
+            out.print(escape(line), highlight=False)
     for what, path in r.files.items():
         out.print(f"wrote {what}: {escape(path)}", highlight=False)
     if r.new_hash is not None:
@@ -166,6 +178,20 @@ def _print_result(r: AlignResult, store: str) -> None:
         )
     for note in r.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+def _print_promoted(r: AlignResult, promoted: Promotion | None, path: Path) -> None:
+    """What --adopt did: the production version every reader now reads, or why nothing changed."""
+    if promoted is not None:
+        out.print(
+            f"promoted {r.spec}@{promoted.spec_hash} to production ({promoted.note}): gate, agreement, report, "
+            f"results, annotate and review read it now; judge the dataset with it (its YAML: {path})",
+            highlight=False,
+        )
+    elif r.adopted:
+        out.print(f"{r.spec}@{r.new_hash} is production already", highlight=False)
+    else:
+        out.print(f"nothing promoted: {r.spec}@{r.old_hash} stays production", highlight=False)
 
 
 @dataclass(frozen=True)
@@ -222,6 +248,7 @@ class SearchFlags:
     seed: int
     min_gain: float
     resamples: int
+    reuse_test: bool
 
     def options(self) -> AlignOptions:
         from greval.align.models import AlignOptions
@@ -241,6 +268,7 @@ class SearchFlags:
             budget_calls=self.budget_calls,
             budget_tokens=self.budget_tokens,
             resamples=self.resamples,
+            reuse_test=self.reuse_test,
         )
 
 
@@ -251,6 +279,7 @@ class OutputFlags:
     out: Path | None
     html: Path | None
     dry_run: bool
+    adopt: bool
 
     def check(self) -> None:
         """--out / --html into a folder that does not exist: one line now, not a traceback after the whole
@@ -337,6 +366,12 @@ SEARCH = bundle(
         show_default=True,
         help="Paired bootstrap resamples of the decision.",
     ),
+    click.option(
+        "--reuse-test",
+        is_flag=True,
+        help="Draw the test part from every labelled record, also those an earlier decision read or the version "
+        "in use shows as examples (said on the page and in the evidence).",
+    ),
 )
 
 OUTPUTS = bundle(
@@ -355,6 +390,11 @@ OUTPUTS = bundle(
         help="The align page [NAME.align.html beside --out].",
     ),
     click.option("--dry-run", is_flag=True, help="Print the plan and the estimated calls and tokens; call nothing."),
+    click.option(
+        "--adopt",
+        is_flag=True,
+        help="When adopted, also promote the new version: every reader then reads it (greval spec promote).",
+    ),
 )
 
 
@@ -402,6 +442,7 @@ def align_cmd(
     """
     from greval._sync import run_sync
     from greval.align.entry import Target, aalign, plan, run_options
+    from greval.align.ledger import promote_adopted
     from greval.align.output import write_outputs
     from greval.store.store import Store
 
@@ -430,10 +471,13 @@ def align_cmd(
             )
         finally:
             bar.stop()
+        promoted = promote_adopted(st, result) if outputs.adopt else None
     path, page = outputs.paths(target.name)
     stale = path.exists() and not result.adopted
     result = result.model_copy(update={"files": write_outputs(result, path, page)})
     _print_result(result, store)
+    if outputs.adopt:
+        _print_promoted(result, promoted, path)
     if stale:
         console.print(f"[yellow]note:[/] {escape(str(path))} is an earlier run's, left as it was", highlight=False)
     sys.exit(0)

@@ -33,6 +33,7 @@ FLAGS: dict[str, str] = {
     "compare": "--compare",
     # align
     "folds": "--folds",
+    "reuse_test": "--reuse-test",
     # agreement/ (greval agreement, gate, review status): the options' models, frame columns, parameters
     "AgreementOptions.invalid": "--invalid",
     "AgreementOptions.invalid_pairs": "--invalid-pairs",

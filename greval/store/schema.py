@@ -21,6 +21,11 @@ watch's source (``watches``), its cursor per metric (``watch_cursors``: how far 
 metric ``''`` is the sampling's own), what it counted per window and stratum (``watch_strata``), the traces its
 sampling chose (``watch_traces``), each chosen trace's way through a metric (``watch_items``: admitted, held back by
 the daily budget, judged, written back; its tokens and cost) and each window's figures and alarm (``watch_windows``).
+9 keeps the ledger of spent labels (``decisions``: each align
+decision taken on a test part, numbered per metric; ``label_uses``: which labels each decision read as its test
+part, which search fold each was in, which became few-shot examples of its winner), empty in a migrated store
+(align decisions were not recorded before). Step 9 creates its tables only (``CREATE TABLE IF NOT EXISTS``):
+it applies after schema 8's step or straight from 7.
 A store written by an older greval is migrated the first time this one opens it, in one transaction.
 """
 
@@ -43,7 +48,7 @@ from greval.types import ErrorKind
 if TYPE_CHECKING:
     from greval.store.backend import DB, Dialect
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # New columns go at the end of their table (where a migration's ALTER TABLE puts them), and every INSERT
 # names its columns: a fresh store and a migrated one then have the same tables. Written in SQLite's types;
@@ -140,7 +145,21 @@ CREATE TABLE IF NOT EXISTS watch_windows (
     spec_key TEXT, figures TEXT, alarm TEXT, alarmed_at REAL, posted_at REAL, routed_at REAL, review_units INTEGER,
     updated_at REAL NOT NULL,
     PRIMARY KEY (watch_id, metric, window_start));
+CREATE TABLE IF NOT EXISTS decisions (
+    spec_name TEXT NOT NULL, number INTEGER NOT NULL, decision_id TEXT NOT NULL, at REAL NOT NULL,
+    from_key TEXT NOT NULL, to_key TEXT, adopted INTEGER NOT NULL, objective TEXT NOT NULL, gain REAL, ci_low REAL,
+    ci_high REAL, seed INTEGER NOT NULL, reuse_test INTEGER NOT NULL, evidence TEXT NOT NULL,
+    PRIMARY KEY (spec_name, number));
+CREATE UNIQUE INDEX IF NOT EXISTS decisions_by_id ON decisions(decision_id);
+CREATE TABLE IF NOT EXISTS label_uses (
+    spec_name TEXT NOT NULL, record_id TEXT NOT NULL, record_hash TEXT NOT NULL, item_id TEXT NOT NULL,
+    decision_id TEXT NOT NULL, use TEXT NOT NULL, fold INTEGER, spec_key TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (decision_id, use, record_id, record_hash, item_id));
+CREATE INDEX IF NOT EXISTS label_uses_by_name ON label_uses(spec_name, use, record_hash);
 """
+
+#: The tables of schema 9 (the ledger), made by its migration step (see the module doc).
+LEDGER_TABLES = ("decisions", "label_uses")
 
 # Schema 1 -> 2: records kept one id per content (a second id with the same content vanished), runs linked
 # contents not ids, and human labels had no dataset. The ids schema 1 still knew are carried over.
@@ -393,7 +412,17 @@ def migrate(db: DB, dialect: Dialect = "sqlite") -> None:
         _migrate_6_7(db, dialect)
     if version < 8:
         _migrate_7_8(db, dialect)
+    if version < 9:
+        _create(db, dialect, LEDGER_TABLES)
     set_version(db)
+
+
+def _create(db: DB, dialect: Dialect, names: Sequence[str]) -> None:
+    """Create these tables (and their indexes) as the schema declares them, if they do not exist: a step that
+    only adds tables applies in any order with another such step."""
+    for stmt in statements(ddl(dialect)):
+        if any(re.search(rf"(TABLE IF NOT EXISTS|\bON) {t}\b", stmt) for t in names):
+            db.execute(stmt)
 
 
 def _script(db: DB, script: str, dialect: Dialect = "sqlite") -> None:

@@ -38,6 +38,7 @@ from greval.spec import BaseSpec, Spec, parse_spec
 from greval.store.annotation import AnnotationPushes
 from greval.store.backend import DB, RECONNECT_WAIT_S, batched
 from greval.store.labels import HumanLabels
+from greval.store.ledger import Ledger
 from greval.store.lookups import VerdictLookups
 from greval.store.schema import members_key, put_members, stored_kind
 from greval.store.versions import RunKind, SpecVersions, Version
@@ -210,7 +211,7 @@ def _replace_verdicts(
     )
 
 
-class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchState):
+class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchState, Ledger):
     """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
     (``postgresql://…``, shared by many machines); one connection per Store.
 
