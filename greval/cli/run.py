@@ -140,6 +140,14 @@ if TYPE_CHECKING:
     "divided among them (at least 1 each).",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Judge in N local processes against the same store (one event loop feeds about 64 calls in flight) "
+    "[one per 64 of --concurrency, at most one per core; 1 for the embedded judge].",
+)
+@click.option(
     "--promote",
     is_flag=True,
     help="When the run finishes, make the versions it judged their metrics' production versions (what gate, "
@@ -185,6 +193,7 @@ def run_cmd(
     engine: str,
     ray_address: str | None,
     shards: int | None,
+    workers: int | None,
     promote: bool,
     experiment: str | None,
     dataset_name: str | None,
@@ -223,6 +232,8 @@ def run_cmd(
         raise click.UsageError("--sample-seed chooses a sample: give --sample N and / or --sample-items N with it")
     if engine != "ray" and (ray_address is not None or shards is not None):
         raise click.UsageError("--ray-address and --shards go with --engine ray")
+    if engine == "ray" and workers is not None:
+        raise click.UsageError("--workers goes with --engine local (on Ray, --shards)")
     if promote and experiment is not None:
         raise click.UsageError("--promote and --experiment: an experiment never changes a production version")
     specs = resolve_specs(spec_refs)
@@ -240,6 +251,7 @@ def run_cmd(
         else Sample(records=sample_n, items=sample_items, seed=sample_seed or 0),
         engine="ray" if engine == "ray" else "local",
         shards=shards,
+        workers=workers,
         ray_address=ray_address,
         promote=promote,
         experiment=experiment,
