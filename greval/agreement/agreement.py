@@ -13,8 +13,10 @@ from greval.agreement import resampling
 from greval.agreement import stats as st
 from greval.agreement.calibration import calibration_from_frame, has_confidence
 from greval.agreement.categorical import categorical_report
-from greval.agreement.ceiling import ceiling
+from greval.agreement.ceiling import ceiling, ceiling_metric, pair_estimates
 from greval.agreement.design import design_report, respondents
+from greval.agreement.gold.choose import Chosen, choose_gold, gold_rows, people_only
+from greval.agreement.gold.quality import reviewers_report
 from greval.agreement.headline import headline, n_for, pooled_headline
 from greval.agreement.models import (
     KAPPAS,
@@ -25,6 +27,7 @@ from greval.agreement.models import (
     Describe,
     DesignReport,
     Estimate,
+    GoldChoice,
     GroupFigures,
     ValueReport,
 )
@@ -43,10 +46,14 @@ MISSING_SLICE = "(missing)"
 
 
 def compute_agreement(
-    frame: Frame | pd.DataFrame, scale: AgreementScale, options: AgreementOptions | None = None
+    frame: Frame | pd.DataFrame,
+    scale: AgreementScale,
+    options: AgreementOptions | None = None,
+    gold: GoldChoice | None = None,
 ) -> AgreementReport:
     """Judge-vs-human agreement for a long (item, annotator) frame (a Frame or a pandas DataFrame); see
-    docs/agreement.md.
+    docs/agreement.md. ``gold``: compare the judge with this gold instead of people's majority / mean, and add
+    the reviewers table (each person against it, the judge beside them).
 
     Raises greval.errors.DataError for user mistakes (missing columns, unknown human labels ...).
     """
@@ -58,17 +65,40 @@ def compute_agreement(
     if wants_threshold(options):
         frame, threshold = threshold_frame(frame, scale, options)
     frame, assumed = respondents(frame)
-    prep = prepare(frame, scale, options)
+    chosen = choose_gold(frame, scale, options, gold) if gold is not None else None
+    values = chosen.values if chosen is not None else None
+    prep = prepare(frame, scale, options, values)
     report = _report(prep, options)
+    if chosen is not None:
+        _reviewers(report, prep, chosen, options)
     report.threshold = threshold
     report.design = _design(frame, prep, scale, options, assumed)
     _design_notes(report, assumed)
     if has_confidence(frame) and "judge" in frame.columns:
-        report.calibration = calibration_from_frame(frame, options)
+        report.calibration = calibration_from_frame(frame if chosen is None else gold_rows(frame, chosen), options)
     if threshold is not None:
         report.notes.append(threshold_note(threshold))
-    _slices(frame, prep, scale, options, report)
+    _slices(frame, prep, scale, options, report, values)
     return report
+
+
+def _reviewers(report: AgreementReport, prep: Prepared, chosen: Chosen, options: AgreementOptions) -> None:
+    """With a gold: the ceiling over people only (adjudicators settle, they do not review), the reviewers table,
+    and a note on the items the gold does not cover."""
+    people = people_only(prep, chosen.adjudicators)
+    if people is not prep and prep.has_judge:
+        report.ceiling = ceiling(people, options)
+    metric = report.ceiling.metric if report.ceiling is not None else ceiling_metric(prep.scale)[0]
+    report.reviewers = reviewers_report(people, chosen, options, metric, pair_estimates(people, options))
+    uncovered = report.reviewers.counts.without_gold
+    if uncovered:
+        report.notes.append(
+            f"{uncovered} labelled item(s) without a gold ({chosen.gold.choice.describe()} did not label them) "
+            "left out of the judge comparison"
+        )
+    report.notes.append(
+        f"the judge is compared with the gold ({chosen.gold.choice.describe()}), not people's consensus"
+    )
 
 
 def check_options(frame: Frame, scale: AgreementScale, options: AgreementOptions) -> None:
@@ -259,9 +289,15 @@ def slice_rows(values: Sequence[Any]) -> list[tuple[Any, list[int]]]:
 
 
 def _slices(
-    frame: Frame, prep: Prepared, scale: AgreementScale, options: AgreementOptions, report: AgreementReport
+    frame: Frame,
+    prep: Prepared,
+    scale: AgreementScale,
+    options: AgreementOptions,
+    report: AgreementReport,
+    gold: dict[str, float | None] | None = None,
 ) -> None:
-    """A report per value of each slice column (rows without a value are a slice of their own)."""
+    """A report per value of each slice column (rows without a value are a slice of their own); with a gold,
+    each slice compares the judge with it (estimated once, over every item)."""
     plain: dict[str, Any] = {"slices": [], "threshold": None, "choose_threshold": None, "select_on": None}
     sub_options = options.model_copy(update=plain)
     for col in options.slices:
@@ -273,7 +309,8 @@ def _slices(
             absent = key is None
             if absent:  # rows without a value are a slice of their own, named so (not "nan")
                 report.notes.append(f"slice {col}: {len(sub)} row(s) have no value, listed as {MISSING_SLICE!r}")
-            part = parts[MISSING_SLICE if absent else str(key)] = _report(prepare(sub, scale, sub_options), sub_options)
+            sub_prep = prepare(sub, scale, sub_options, gold)
+            part = parts[MISSING_SLICE if absent else str(key)] = _report(sub_prep, sub_options)
             # A domain of the same design: the slice's items, with the whole sample's weights and resamples.
             domain = {t for v in sub["item"] if (t := label_text(v, {})) is not None}
             part.design = _design(frame, prep, scale, sub_options, domain=domain)

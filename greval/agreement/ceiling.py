@@ -10,7 +10,7 @@ import numpy as np
 
 from greval.agreement import resampling
 from greval.agreement import stats as st
-from greval.agreement.models import AgreementOptions, Ceiling, PairAgreement
+from greval.agreement.models import AgreementOptions, AgreementScale, Ceiling, PairAgreement, PairEstimate
 from greval.agreement.prepare import Prepared
 from greval.agreement.resampling import estimate
 from greval.agreement.stats import FloatArray, IntArray, Val
@@ -29,6 +29,15 @@ class _Setup:
     domain: list[float] | None
 
 
+def ceiling_metric(scale: AgreementScale) -> tuple[str, st.Level]:
+    """The pairwise figure of people (and of the judge with each) on this scale, and α's level."""
+    if scale.kind == "value":
+        return "pearson", "interval"
+    if scale.ordered:
+        return "quadratic_kappa", "ordinal"
+    return "cohen_kappa", "nominal"
+
+
 def _setup(prep: Prepared) -> _Setup | None:
     """None without two annotators on some item."""
     mat = prep.human_matrix
@@ -38,28 +47,30 @@ def _setup(prep: Prepared) -> _Setup | None:
         return None
     scale = prep.scale
     k = len(scale.labels or [])
-    level: st.Level
-    if scale.kind == "value":
-        metric, level = "pearson", "interval"
-    elif scale.ordered:
-        metric, level = "quadratic_kappa", "ordinal"
-    else:
-        metric, level = "cohen_kappa", "nominal"
+    metric, level = ceiling_metric(scale)
     judge = prep.ceil_judge_nom if metric == "cohen_kappa" else prep.ceil_judge_pos
     n_codes = k + 1 if (metric == "cohen_kappa" and bool(np.any(judge == k))) else k
     domain: list[float] | None = list(map(float, range(n_codes))) if scale.kind == "categorical" else None
     return _Setup(prep.annotators, mat, judge, metric, level, n_codes, domain)
 
 
-def _pairs(s: _Setup, cols: IntArray, max_values: int) -> tuple[list[PairAgreement], list[PairAgreement], Val, Val]:
-    """On the items `cols`: each pair of people, the judge with each person, α of people and of people + judge."""
+def _human_pairs(s: _Setup, cols: IntArray) -> list[PairAgreement]:
+    """On the items `cols`: each pair of people on the items both labelled (where they disagree, a tie between
+    two, it counts as a disagreement: nothing is left out)."""
     m = s.mat[:, cols]
-    jrow = s.judge[cols]
-    hp, jp = [], []
+    hp = []
     for a, b in itertools.combinations(range(len(s.names)), 2):
         both = ~np.isnan(m[a]) & ~np.isnan(m[b])
         v, note = st.pairwise(s.metric, m[a][both], m[b][both], s.n_codes)
         hp.append(PairAgreement(a=s.names[a], b=s.names[b], n=int(both.sum()), value=v, note=note))
+    return hp
+
+
+def _pairs(s: _Setup, cols: IntArray, max_values: int) -> tuple[list[PairAgreement], list[PairAgreement], Val, Val]:
+    """On the items `cols`: each pair of people, the judge with each person, α of people and of people + judge."""
+    m = s.mat[:, cols]
+    jrow = s.judge[cols]
+    hp, jp = _human_pairs(s, cols), []
     for a in range(len(s.names)):
         both = ~np.isnan(m[a]) & ~np.isnan(jrow)
         v, note = st.pairwise(s.metric, jrow[both], m[a][both], s.n_codes)
@@ -109,3 +120,20 @@ def ceiling(prep: Prepared, options: AgreementOptions) -> Ceiling | None:
         human_alpha=estimate(ah, n_multi, cis.get("human_alpha")),
         alpha_with_judge=estimate(aj, n_with_judge, cis.get("alpha_with_judge")),
     )
+
+
+def pair_estimates(prep: Prepared, options: AgreementOptions) -> list[PairEstimate]:
+    """Each pair of people's figure (the ceiling's `human_pairs`, the same values) with a bootstrap CI from the
+    ceiling's resamples (labelled items, or whole groups / records)."""
+    s = _setup(prep)
+    if s is None:
+        return []
+    points = _human_pairs(s, np.arange(s.mat.shape[1], dtype=np.int64))
+
+    def stat(idx: IntArray, _inst: IntArray | None) -> dict[str, Val]:
+        return {f"{p.a}|{p.b}": (p.value, p.note) for p in _human_pairs(s, idx)}
+
+    cis = resampling.cis(options, s.mat.shape[1], prep.ceil_groups, stat, protocol=False)
+    return [
+        PairEstimate(a=p.a, b=p.b, estimate=estimate((p.value, p.note), p.n, cis.get(f"{p.a}|{p.b}"))) for p in points
+    ]

@@ -21,6 +21,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from greval.agreement.design import SELECTION_ATTR
+from greval.agreement.gold.choose import ANSWERED_AT
 from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementScale
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.errors import UserError, option
@@ -79,7 +80,8 @@ def store_frame(
 
     Columns: item, judge, human, annotator, group (the record, so bootstrap resamples whole records for
     chunk / triple metrics), record_id, item_id, reason, comment, judge_confidence (the verdict's confidence:
-    ``UnitVerdict.best_confidence``, empty when it has none), and ``system`` when records carry one.
+    ``UnitVerdict.best_confidence``, empty when it has none), ``system`` when records carry one, and
+    ``answered_at`` (when each person answered, epoch seconds) when some answers have a time.
     ``level="record"`` compares many-metrics on the aggregated record score instead (value scale 0–1).
     ``version`` picks a spec version by hash (default: the metric's production version). ``datasets``: the
     human-label datasets to use (default: every one, see the module doc). ``records``: the (record id, content
@@ -102,6 +104,7 @@ def store_frame(
     cols = ["item", "judge", "human", "annotator", "group", "record_id", "item_id", "reason", "comment"]
     cols += [CONFIDENCE_COLUMN]
     cols += ["system"] if "system" in merged else []
+    cols += [ANSWERED_AT] if _answer_times(store, spec.name, merged) else []
     selected = _design_columns(store, spec.name, merged)
     if selected is not None:
         cols += ["stratum", "probability", "selected"]
@@ -155,6 +158,23 @@ def _joined(
     if any(v is not None for v in systems.values()):
         merged["system"] = merged["record_hash"].map(systems).astype("string")
     return merged
+
+
+def _answer_times(store: Store, spec_name: str, merged: pd.DataFrame) -> bool:
+    """When each person answered (the ``answered_at`` column: labels per hour), when any answer has a time."""
+    times = store.answer_times(spec_name)
+    if not times:
+        return False
+    keys = zip(
+        merged["dataset"],
+        merged["record_id"],
+        merged["record_hash"],
+        merged["item_id"],
+        merged["annotator"],
+        strict=True,
+    )
+    merged[ANSWERED_AT] = [times.get((str(d), str(r), str(h), str(i), str(a))) for d, r, h, i, a in keys]
+    return True
 
 
 def _design_columns(store: Store, spec_name: str, merged: pd.DataFrame) -> dict[str, tuple[int, float]] | None:

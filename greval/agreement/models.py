@@ -7,9 +7,9 @@ A NaN is never passed off as a number.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 Kind = Literal["categorical", "value"]
 Protocol = Literal["pooled", "per-group"]
@@ -373,6 +373,126 @@ class CalibrationReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+LabelModel = Literal["majority", "dawid-skene", "mace"]
+GoldMethod = Literal["majority", "dawid-skene", "mace", "adjudicated", "annotator"]
+GOLD_METHODS: tuple[str, ...] = ("majority", "dawid-skene", "mace", "adjudicated")
+"""The gold methods a name can spell; any other name is an annotator's (``annotator:NAME`` spells it always)."""
+
+
+class GoldChoice(BaseModel):
+    """Which label is an item's truth when several people labelled it (docs/agreement.md, "Gold and reviewers"):
+    people's majority, a label model's estimate (Dawid–Skene, MACE), an adjudicator's label (else the
+    `fallback` estimate), or one named annotator's labels."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: GoldMethod
+    annotator: str | None = Field(None, description="method annotator: whose labels are the gold")
+    adjudicators: list[str] = Field(default_factory=list, description="method adjudicated: whose labels win")
+    fallback: LabelModel = Field("majority", description="method adjudicated: the gold where no adjudicator answered")
+
+    @model_validator(mode="after")
+    def _check(self) -> GoldChoice:
+        if (self.method == "annotator") != (self.annotator is not None):
+            raise ValueError("an annotator's gold names the annotator, and only it does")
+        if self.adjudicators and self.method != "adjudicated":
+            raise ValueError("adjudicators go with the adjudicated gold")
+        return self
+
+    @classmethod
+    def parse(cls, text: str) -> GoldChoice:
+        """``majority`` | ``dawid-skene`` | ``mace`` | ``adjudicated[:NAME,NAME]`` | ``annotator:NAME`` | NAME."""
+        head, sep, rest = text.strip().partition(":")
+        if head == "adjudicated":
+            return cls(method="adjudicated", adjudicators=[n.strip() for n in rest.split(",") if n.strip()])
+        if head == "annotator" and sep:
+            return cls(method="annotator", annotator=rest.strip())
+        if head in GOLD_METHODS and not sep:
+            return cls(method=head)
+        return cls(method="annotator", annotator=text.strip())
+
+    def describe(self) -> str:
+        """How a report names it: ``dawid-skene``, ``adjudicated (ann, bo; else majority)``, ``annotator ann``."""
+        if self.method == "annotator":
+            return f"annotator {self.annotator}"
+        if self.method == "adjudicated":
+            return f"adjudicated ({', '.join(self.adjudicators)}; else {self.fallback})"
+        return self.method
+
+
+class GoldLabel(BaseModel):
+    """One item's gold: a label, or a tie (never broken: the item is left out of the judge comparison)."""
+
+    item: str
+    label: str | None = Field(description="the gold label (its text; a value scale's value); None when tied")
+    tied: list[str] = Field(default_factory=list, description="the labels that tie for the gold")
+    posterior: float | None = Field(
+        None,
+        description="the gold label's probability: a label model's posterior, majority's vote share; None for an "
+        "adjudicator's or an annotator's label",
+    )
+    source: str = Field(description="adjudicator, annotator, majority, dawid-skene or mace")
+    answers: int = Field(description="people's answers on the item")
+
+
+class GoldCounts(BaseModel):
+    """Items by their gold: the rest have no gold (the chosen annotator did not label them)."""
+
+    items: int = Field(description="items with a person's answer")
+    with_gold: int
+    tied: int
+    adjudicated: int = 0
+    without_gold: int = 0
+
+
+class PairEstimate(BaseModel):
+    """Two people's agreement on the items both labelled, with its bootstrap CI (the ceiling's pair figure)."""
+
+    a: str
+    b: str
+    estimate: Estimate
+
+
+class ReviewerRow(BaseModel):
+    """One person against the gold, and the judge against the same gold on the same items: the row that says
+    whether the judge agrees with the gold as well as this reviewer does. The judge's own row (``role`` judge)
+    covers every compared item; its figures are the headline's."""
+
+    name: str
+    role: Literal["annotator", "judge"]
+    n: int = Field(description="compared items this reviewer labelled (with a gold and a judge answer kept)")
+    answers: int = Field(0, description="answers this reviewer gave in all")
+    figures: dict[str, Estimate] = Field(description="the reviewer against the gold")
+    judge: dict[str, Estimate] = Field(default_factory=dict, description="the judge against the gold, same items")
+    difference: dict[str, Estimate] = Field(
+        default_factory=dict, description="judge − reviewer, paired bootstrap (the same resampled items)"
+    )
+    judge_vs: Literal["better", "as well", "worse"] | None = Field(
+        None, description="the judge against this reviewer on the ceiling's metric: whether the CI excludes 0"
+    )
+    confusion: ConfusionMatrix | None = Field(None, description="rows: gold, columns: this reviewer's labels")
+    model_confusion: list[list[float]] | None = Field(
+        None, description="Dawid–Skene / MACE estimate of P(this reviewer's label | true label), rows true labels"
+    )
+    competence: float | None = Field(None, description="MACE: the probability this reviewer knows the label")
+    labels_per_hour: Estimate | None = None
+
+
+class ReviewersReport(BaseModel):
+    """The gold, each reviewer's quality against it with the judge beside them, and people's agreement with
+    each other pair by pair (the ceiling's pairs, with CIs)."""
+
+    gold: GoldChoice
+    metric: str = Field(description="the pairwise figure: the ceiling's (cohen_kappa / quadratic_kappa / pearson)")
+    figures: list[str] = Field(description="the figures of each row")
+    labels: list[str]
+    counts: GoldCounts
+    rows: list[ReviewerRow]
+    pairs: list[PairEstimate] = Field(default_factory=list)
+    gold_labels: list[GoldLabel] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
 class AgreementReport(BaseModel):
     """Judge-vs-human agreement on one frame (and, nested, per slice)."""
 
@@ -392,6 +512,17 @@ class AgreementReport(BaseModel):
         None, description="The judge's confidence against human labels (when the frame has judge_confidence)."
     )
     notes: list[str] = Field(default_factory=list)
+    reviewers: ReviewersReport | None = Field(
+        None, description="With a chosen gold: each reviewer against it, the judge beside them (absent otherwise)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_reviewers(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``reviewers`` key without a gold: a report without one reads as it did before there was a gold."""
+        data: dict[str, Any] = handler(self)
+        if self.reviewers is None:
+            data.pop("reviewers", None)
+        return data
 
 
 class Difference(BaseModel):

@@ -22,7 +22,7 @@ import click
 from pydantic import ValidationError
 from rich.console import Console
 
-from greval.agreement.models import AgreementOptions, AgreementScale
+from greval.agreement.models import AgreementOptions, AgreementScale, GoldChoice
 from greval.agreement.tables import read_table, to_agreement_frame
 from greval.cli.bundle import bundle
 from greval.cli.common import INVALID_OPTION, fail, read_limit_options, store_option
@@ -104,6 +104,11 @@ class ComputeFlags:
     protocol: str
     resamples: int
     seed: int
+    gold: str | None = None
+
+    def gold_choice(self) -> GoldChoice | None:
+        """--gold: which label is an item's truth (none: people's majority / mean, as before)."""
+        return GoldChoice.parse(self.gold) if self.gold is not None else None
 
     def mapping(self) -> dict[str, str]:
         """--relabel FROM=TO pairs (the retired --map is refused with a pointer to --relabel)."""
@@ -348,6 +353,15 @@ COMPUTE = bundle(
         "within groups",
     ),
     click.option("--seed", type=int, default=0, show_default=True),
+    click.option(
+        "--gold",
+        default=None,
+        metavar="METHOD|ANNOTATOR",
+        help="compare the judge with this gold instead of people's majority, and show each reviewer against it "
+        "with the judge beside them: majority (ties reported), dawid-skene or mace (a label model's estimate, "
+        "with its posterior), adjudicated:NAME[,NAME] (those adjudicators' labels win, else the majority), or "
+        "an annotator's name (annotator:NAME when it is also a method's)",
+    ),
 )
 
 OUTPUTS = bundle(
@@ -403,6 +417,7 @@ def agreement(
       greval agreement --store s.sqlite --spec faithfulness@1a2b3c4d5e6f --spec faithfulness@9f8e7d6c5b4a
       greval agreement --store s.sqlite --spec answer_alignment --dataset answer_alignment-blind
       greval agreement data.csv --judge judge_label --human human_label --annotator annotator --item id
+      greval agreement data.csv --judge j --human h --annotator who --item id --gold dawid-skene
       greval agreement data.csv --judge j --human h --relabel "2=0" --relabel "3=1"
       greval agreement a.csv b.csv --judge j1 --human h1 --judge j2 --human h2 --json all.json   # a batch
     """

@@ -33,6 +33,7 @@ from greval.agreement.models import (
     BatchTable,
     ComparisonReport,
     ConsistencyReport,
+    GoldChoice,
 )
 from greval.agreement.prepare import CONFIDENCE_COLUMN, is_null
 from greval.agreement.tables import read_columns, select, to_agreement_frame
@@ -59,6 +60,7 @@ class Job:
     page_title: Callable[[str], str]
     named: bool
     several: str
+    gold: GoldChoice | None = None
 
 
 Result = AgreementReport | ComparisonReport | ConsistencyReport
@@ -99,13 +101,14 @@ def run(
         raise UserError("give FILE with --judge COL (or --score COL) and --human COL, or --store S --spec NAME")
     todo = tables(source.files, columns)
     agreement_scale, options = scale.scale(), compute.options(list(columns.slices))
+    gold = compute.gold_choice()
     if len(todo) == 1:
         raw = read_columns(todo[0].file, limits=limits)
-        _write_json(console, outputs, table_report(console, todo[0], raw, agreement_scale, options, outputs))
+        _write_json(console, outputs, table_report(console, todo[0], raw, agreement_scale, options, outputs, gold))
         return
     if outputs.html_out is not None or outputs.md_out is not None:
         raise UserError("--html/--markdown write one table's report; a batch (several FILEs or --human) writes --json")
-    batch(console, todo, (agreement_scale, options, limits), outputs)
+    batch(console, todo, (agreement_scale, options, limits), outputs, gold)
 
 
 def tables(files: tuple[Path, ...], columns: Columns) -> list[Table]:
@@ -125,16 +128,24 @@ def tables(files: tuple[Path, ...], columns: Columns) -> list[Table]:
 
 
 def table_report(
-    console: Console, table: Table, raw: Frame, scale: AgreementScale, options: AgreementOptions, outputs: Outputs
+    console: Console,
+    table: Table,
+    raw: Frame,
+    scale: AgreementScale,
+    options: AgreementOptions,
+    outputs: Outputs,
+    gold: GoldChoice | None = None,
 ) -> Result:
     """One table read from its file (``raw``): printed, its HTML / Markdown written; the result for the JSON."""
     columns = table.columns
     if columns.pair_by is not None:
+        if gold is not None:
+            raise UserError("--gold compares the judge with people; --pair-by compares the judge with itself")
         return pairs(console, raw, columns, scale, options, outputs)
     who = columns.judges[0] if columns.judges else columns.score
     title = f"{table.file.name}: {who} vs {columns.human}"
     frames = file_frames(raw, columns, options)
-    job = Job(frames, scale, options, lambda _: title, False, "--html/--markdown work with one judge version")
+    job = Job(frames, scale, options, lambda _: title, False, "--html/--markdown work with one judge version", gold)
     return report(console, job, outputs)
 
 
@@ -143,6 +154,7 @@ def batch(
     todo: list[Table],
     how: tuple[AgreementScale, AgreementOptions, ReadLimits],
     outputs: Outputs,
+    gold: GoldChoice | None = None,
 ) -> None:
     """Every table in order, each file read once for its pairs. The reports are printed once all are computed:
     a mistake in any table is the one line printed (naming its file), and nothing is written."""
@@ -155,7 +167,7 @@ def batch(
             try:
                 if raw is None or raw[0] != table.file:
                     raw = (table.file, read_columns(table.file, limits=limits))
-                result = table_report(console, table, raw[1], scale, options, outputs)
+                result = table_report(console, table, raw[1], scale, options, outputs, gold)
             except UserError as exc:
                 text = str(exc)
                 raise UserError(text if text.startswith(f"{table.file}:") else f"{table.file}: {text}") from exc
@@ -197,7 +209,7 @@ def store_job(console: Console, source: Source, columns: Columns, compute: Compu
     auto = [c for c in ("system",) if all(c in f.columns and not all(map(is_null, f[c])) for f in frames.values())]
     options = compute.store_options(list(columns.slices) or auto)
     several = "--html/--markdown work with one --spec"
-    return Job(frames, scale, options, lambda title: f"{title}: judge vs people", True, several)
+    return Job(frames, scale, options, lambda title: f"{title}: judge vs people", True, several, compute.gold_choice())
 
 
 def pairs(
@@ -276,11 +288,13 @@ def report(console: Console, job: Job, outputs: Outputs) -> AgreementReport | Co
     if len(job.frames) > 1:
         if outputs.html_out or outputs.md_out:
             raise UserError(job.several)
+        if job.gold is not None:
+            raise UserError("--gold compares one judge with people: give one --judge column (or one --spec)")
         result = compare_agreement(job.frames, job.scale, job.options)
         print_comparison(console, with_names(result, FLAGS), outputs.decimals, names=FLAGS)
     else:
         ((name, frame),) = job.frames.items()
-        result = compute_agreement(frame, job.scale, job.options)
+        result = compute_agreement(frame, job.scale, job.options, job.gold)
         shown = with_names(result, FLAGS)  # its notes name flags; the JSON keeps the option fields
         print_report(console, shown, outputs.decimals, name if job.named else "", names=FLAGS)
         if outputs.html_out is not None:

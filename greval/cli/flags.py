@@ -48,6 +48,7 @@ FLAGS: dict[str, str] = {
     "datasets": "--dataset",
     "group": "--group",
     "annotator": "--annotator",
+    "gold": "--gold",
     "human": "--human",
     "item": "--item",
     "pair_by": "--pair-by",

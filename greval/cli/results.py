@@ -109,11 +109,14 @@ def results_runs(store: str) -> None:
                 recs += f" of {samp['records_of']} (sample, seed {samp['seed']})"
             if samp.get("items") is not None:
                 recs += f"\n≤ {samp['items']} items/record"
+            # an experiment (greval.store.versions) is never what a reader reads by default: said in the listing
+            what = f"\nexperiment: {r['purpose'] or 'side run'}" if r.get("kind") == "experiment" else ""
+            named = f" ({r['dataset_name']})" if r.get("dataset_name") else ""
             table.add_row(
                 r["run_id"],
                 _t.strftime("%Y-%m-%d %H:%M", _t.localtime(r["started_at"])),
-                r["status"],
-                r["dataset"] or "",
+                r["status"] + what,
+                (r["dataset"] or "") + named,
                 recs,
                 str(summ.get("calls", "")),
                 f"{tokens_text(*tokens)}, {cost}" if summ else "",

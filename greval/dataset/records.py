@@ -30,8 +30,8 @@ from greval.errors import DataError
 
 class Record(BaseModel):
     """One RAG output to judge. ``data`` holds normalised fields: chunks as ``{id, text}``, triples as
-    ``{id, subject, predicate, object}``, a conversation as ``{id, role, content}`` turns, everything else as
-    read."""
+    ``{id, subject, predicate, object}``, a conversation as ``{id, role, content}`` turns, a trajectory as
+    ``{id, kind, turn, …}`` steps, everything else as read."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -83,6 +83,8 @@ def hash_row(row: Mapping[str, Any], id_field: str | None = None, where: str = "
             data[key] = normalise_triples(value, where)
         elif key == CONVERSATION:
             data[key] = normalise_conversation(value, where)
+        elif key in (TRAJECTORY, EXPECTED_TRAJECTORY) and not _plain_text(value):
+            data[key] = normalise_trajectory(value, f"{where}: {key}")
         else:
             data[key] = value if plain or not hasattr(value, "tolist") else value.tolist()
     try:
@@ -246,11 +248,18 @@ ROLES: dict[str, str] = {
 
 
 def item_list(data: Mapping[str, Any], field: str) -> list[dict[str, Any]]:
-    """A record's items of one kind: its chunks or triples, or for ``turns`` the assistant turns of its
-    conversation (empty when absent)."""
+    """A record's items of one kind: its chunks or triples, for ``turns`` the assistant turns of its
+    conversation, for ``steps`` the agent's own steps of its trajectory (empty when absent)."""
     if field == "turns":
         conv = data.get(CONVERSATION)
         return [t for t in conv if isinstance(t, dict) and t.get("role") == ASSISTANT] if isinstance(conv, list) else []
+    if field == "steps":
+        steps = data.get(TRAJECTORY)
+        return (
+            [s for s in steps if isinstance(s, dict) and s.get("kind") in AGENT_STEPS]
+            if isinstance(steps, list)
+            else []
+        )
     value = data.get(field)
     return list(value) if isinstance(value, list) else []
 
@@ -334,6 +343,209 @@ def normalise_conversation(value: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
+# ------------------------------------------------------------------------------------ trajectories
+#: The field holding what an agent did, and the reference trajectory the trajectory metrics compare it with.
+TRAJECTORY = "trajectory"
+EXPECTED_TRAJECTORY = "expected_trajectory"
+#: What a step can be. The agent's own steps (its messages, tool calls and final answer) are what
+#: ``target: {each: steps}`` judges; user and system messages and tool results are the context it acted in.
+STEP_KINDS = ("user", "system", "assistant", "tool_call", "tool_result", "final_answer")
+AGENT_STEPS = frozenset(("assistant", "tool_call", "final_answer"))
+#: The names a plain step's ``kind`` (or ``type``) may give -> greval's.
+STEP_ALIASES: dict[str, str] = {
+    **{k: k for k in STEP_KINDS},
+    "message": "assistant", "thought": "assistant", "reasoning": "assistant", "plan": "assistant",
+    "tool_use": "tool_call", "action": "tool_call", "call": "tool_call", "function_call": "tool_call",
+    "observation": "tool_result", "tool_output": "tool_result", "result": "tool_result",
+    "final": "final_answer", "answer": "final_answer",
+}  # fmt: skip
+_STEP_TEXT = ("content", "text", "value", "output", "result", "observation")
+_CALL_ARGS = ("arguments", "args", "input", "parameters")
+
+
+def _plain_text(value: Any) -> bool:
+    """Text that is not JSON (an agent's log written out): kept as it is, as any text field, for a judge to read
+    (the trajectory metrics give such a record an error verdict)."""
+    return isinstance(value, str) and value.lstrip()[:1] not in ("[", "{")
+
+
+def call_arguments(raw: Any) -> tuple[Any, str | None]:
+    """A tool call's arguments as JSON: text parsed (OpenAI sends them as a JSON string), objects kept; text
+    that is not JSON is kept as it is, with why (the trajectory metrics give that record an error verdict or
+    count the call invalid: a run never stops on it)."""
+    raw = raw.tolist() if hasattr(raw, "tolist") else raw
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    if not isinstance(raw, str):
+        return raw, None
+    try:
+        return json.loads(raw), None
+    except json.JSONDecodeError as exc:
+        return raw, f"not JSON ({exc.msg} at character {exc.pos})"
+    except RecursionError:
+        return raw, "not JSON (nested too deeply)"
+
+
+def _call_step(body: Mapping[str, Any], here: str) -> dict[str, Any]:
+    """A tool call ``{name, arguments}`` (also OpenAI's ``{function: {name, arguments}}``, LangChain's ``args``)."""
+    fn = body.get("function")
+    inner = fn if isinstance(fn, Mapping) else body
+    name = next((inner[k] for k in ("name", "tool", "tool_name") if not _missing(inner.get(k))), None)
+    if name is None:
+        raise DataError(f"{here}: a tool call without a name")
+    args: Any
+    error: str | None
+    if "arguments_error" in body:  # already normalised: the text is kept as it was
+        args, error = body.get("arguments"), str(body["arguments_error"])
+    else:
+        args, error = call_arguments(next((inner[k] for k in _CALL_ARGS if k in inner), None))
+    step: dict[str, Any] = {"kind": "tool_call", "name": str(name), "arguments": args}
+    if error:
+        step["arguments_error"] = error
+    return step
+
+
+def _message_steps(msg: Mapping[str, Any], role: str, here: str) -> list[dict[str, Any]]:
+    """One chat message as steps: an assistant message as its text (when it has any) and its tool calls, a tool
+    message as a tool result, a user or system message as itself."""
+    text_key = next((k for k in ("content", "text", "value") if k in msg), None)
+    text = (_turn_text(msg[text_key]) if text_key else None) or ""
+    if role == "tool":
+        step: dict[str, Any] = {"kind": "tool_result", "content": text}
+        if not _missing(msg.get("name")):
+            step["name"] = str(msg["name"])
+        if not _missing(msg.get("tool_call_id")):
+            step["call_id"] = str(msg["tool_call_id"])
+        return [step]
+    calls = _maybe_json(msg.get("tool_calls")) or []
+    if isinstance(msg.get("function_call"), Mapping):  # OpenAI's older single function call
+        calls = [*(calls if isinstance(calls, list) else [calls]), msg["function_call"]]
+    if not isinstance(calls, list):
+        raise DataError(f"{here}: tool_calls must be a list")
+    steps = [{"kind": role, "content": text}] if text.strip() else []
+    for j, call in enumerate(calls, start=1):
+        call = _maybe_json(call)
+        if not isinstance(call, Mapping):
+            raise DataError(f"{here}: tool call {j} must be an object, got {type(call).__name__}")
+        one = _call_step(call, f"{here}, tool call {j}")
+        if not _missing(call.get("id")):
+            one["call_id"] = str(call["id"])
+        steps.append(one)
+    if not steps:
+        raise DataError(f"{here} ({role}) has no content and no tool call")
+    return steps
+
+
+def _plain_step(item: Mapping[str, Any], kind: str, here: str) -> dict[str, Any]:
+    """A step given as one: ``{kind, content}``, ``{kind: tool_call, name, arguments}``, ``{kind: tool_result,
+    name?, call_id?, content}``."""
+    if kind == "tool_call":
+        step = _call_step(item, here)
+    else:
+        text_key = next((k for k in _STEP_TEXT if k in item), None)
+        value = _maybe_json(item[text_key]) if text_key and not isinstance(item[text_key], str) else None
+        if text_key and isinstance(item[text_key], str):
+            text: str | None = item[text_key]
+        elif kind == "tool_result" and value is not None:  # what a tool returned, as JSON text
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        else:
+            text = _turn_text(value)
+        if kind != "tool_result" and not (text or "").strip():
+            raise DataError(f"{here} ({kind}) has no content")
+        step = {"kind": kind, "content": text or ""}
+        if kind == "tool_result" and not _missing(item.get("name")):
+            step["name"] = str(item["name"])
+    call_id = next((item[k] for k in ("call_id", "tool_call_id") if not _missing(item.get(k))), None)
+    if call_id is not None:
+        step["call_id"] = str(call_id)
+    return step
+
+
+def _what_item(item: Mapping[str, Any]) -> tuple[str, str | None]:
+    """Whether a trajectory item is a chat message (and its role), a step (and its kind) or a bare tool call."""
+    if not _missing(item.get("kind")):
+        return "step", STEP_ALIASES.get(str(item["kind"]).strip().lower())
+    if isinstance(item.get("function"), Mapping):
+        return "call", "tool_call"
+    for key in ("role", "type", "from"):
+        if not _missing(item.get(key)):
+            name = str(item[key]).strip().lower()
+            if name in ROLES:
+                return "message", ROLES[name]
+            return "step", STEP_ALIASES.get(name)
+    return ("call", "tool_call") if not _missing(item.get("name")) else ("step", None)
+
+
+_STEP_KEYS = frozenset(
+    ("id", "step_id", "kind", "type", "role", "from", "turn", "name", "tool", "tool_name", "function", "call_id",
+     "tool_call_id", "tool_calls", "function_call", "arguments", "arguments_error", "metadata", *_STEP_TEXT,
+     *_CALL_ARGS)
+)  # fmt: skip
+
+
+def _item_steps(item: Any, n: int, where: str) -> list[dict[str, Any]]:
+    """One trajectory item (a message, a step or a bare tool call) as its steps, each with the item's turn."""
+    here = f"{where}: item {n}"
+    item = _maybe_json(item)
+    if not isinstance(item, Mapping):
+        raise DataError(f"{here} must be an object (a message, a step or a tool call), got {type(item).__name__}")
+    what, kind = _what_item(item)
+    if kind is None:
+        raise DataError(
+            f"{here} is neither a message (role user, assistant, system or tool), a step (kind "
+            f"{', '.join(STEP_KINDS)}) nor a tool call (name, arguments)"
+        )
+    steps = _message_steps(item, kind, here) if what == "message" else [_plain_step(item, kind, here)]
+    if what == "call" and not _missing(item.get("id")):
+        steps[0]["call_id"] = str(item["id"])  # a bare tool call's own id is its call id
+    turn = item.get("turn")
+    for step in steps:
+        step["turn"] = turn if isinstance(turn, int) and not isinstance(turn, bool) else n
+    own = next((item[k] for k in ("id", "step_id") if not _missing(item.get(k))), None)
+    if own is not None and what != "call" and len(steps) == 1:
+        steps[0]["id"] = str(own)
+    extra = dict(item["metadata"]) if isinstance(item.get("metadata"), Mapping) else {}
+    extra |= {k: v for k, v in item.items() if k not in _STEP_KEYS and not _missing(v)}
+    if extra:
+        steps[0]["metadata"] = extra
+    return steps
+
+
+def normalise_trajectory(value: Any, where: str) -> list[dict[str, Any]]:
+    """What an agent did, as ordered steps ``{id, kind, turn, …}`` (:data:`STEP_KINDS`), from an OpenAI-style
+    message list (assistant ``tool_calls``, ``tool`` messages; LangChain's and ShareGPT's names too), a list of
+    steps (``{kind, …}``), a list of bare tool calls (a reference), or ``{"messages": [...]}``.
+
+    A tool call is ``{name, arguments, call_id?}`` (arguments parsed from JSON text; text that is not JSON is
+    kept, with ``arguments_error``); a tool result ``{content, name?, call_id?}``; the others ``{content}``.
+    ``turn`` is the number of the item a step came from (the calls of one assistant message share it). When the
+    last step is an assistant message it is the ``final_answer``. Ids: the step's own ``id``, else ``s<N>`` for
+    the N-th step; other keys go to ``metadata``. Normalising a normalised trajectory changes nothing."""
+    value = _maybe_json(value)
+    if isinstance(value, Mapping) and isinstance(value.get("messages"), list | str):
+        value = _maybe_json(value["messages"])
+    if not isinstance(value, list):
+        raise DataError(f"{where} must be a list of messages, steps or tool calls")
+    out: list[dict[str, Any]] = []
+    for n, item in enumerate(value, start=1):
+        out += _item_steps(item, n, where)
+    if out and out[-1]["kind"] == "assistant":
+        out[-1]["kind"] = "final_answer"
+    named = {s["call_id"]: s["name"] for s in out if s["kind"] == "tool_call" and "call_id" in s}
+    for i, step in enumerate(out, start=1):
+        step.setdefault("id", f"s{i}")
+        if step["kind"] == "tool_result" and "name" not in step and step.get("call_id") in named:
+            step["name"] = named[step["call_id"]]  # OpenAI's tool messages name only the call
+    out = [{"id": s.pop("id"), "kind": s.pop("kind"), **s} for s in out]  # id and kind first, as they read
+    _unique_ids(out, where, "trajectory step")
+    return out
+
+
+def final_answer(steps: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """A trajectory's final answer step (its last), or None when it has none."""
+    return next((s for s in reversed(steps) if s.get("kind") == "final_answer"), None)
+
+
 def _unique_ids(items: Sequence[Mapping[str, Any]], where: str, what: str) -> None:
     seen: set[str] = set()
     for item in items:
@@ -396,6 +608,7 @@ def map_rows(
     by_id = Positions(read.ids.__getitem__)  # id -> its row in `read` (ids compared exactly on a digest match)
     repeated: list[int] = []
     ids = _IdCheck(where, id_column)
+    paths = _TrajectoryCheck(where)
     for n, row in enumerate(rows):
         if limit is not None and len(read) >= limit:
             break
@@ -411,6 +624,7 @@ def map_rows(
             raise DataError(f"{where}: id column {id_column!r} not found; columns: {', '.join(map(str, row))}")
         rec = hash_row(mapped, id_column, where=f"{where}: record {n + 1}")
         ids.check(mapped, n + 1, rec)
+        paths.check(n + 1, rec)
         known = by_id.setdefault(rec.id, len(read))
         if known is not None:
             if read.hashes[known] != rec.hash:
@@ -422,7 +636,7 @@ def map_rows(
     if not read:
         raise DataError(f"{where}: no records")
     if notes is not None:
-        notes += ids.notes()
+        notes += ids.notes() + paths.notes()
     if repeated and notes is not None:
         shown = ", ".join(map(str, repeated[:5])) + (f" … ({len(repeated)} in all)" if len(repeated) > 5 else "")
         notes.append(
@@ -472,6 +686,44 @@ class _IdCheck:
             out.append(
                 f"{self.where}: {self.unnamed} record(s) have no {self.column!r} while others have one: each is "
                 f"known by its content hash instead ({shown}); give every record an id to choose them"
+            )
+        return out
+
+
+class _TrajectoryCheck:
+    """What :func:`map_rows` says about the trajectories it read, once read: those without a final answer (the
+    agent stopped on a tool call or a tool result) and tool calls whose arguments are not JSON (kept as text).
+    Neither stops a run: a judge reads such a trajectory as it is, and the trajectory metrics give the record an
+    error verdict or count the call invalid, each saying why."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.unfinished: list[str] = []  # "record N (id)" of each trajectory without a final answer
+        self.bad_args: list[str] = []  # "record N step ID (tool): why" of each call whose arguments are not JSON
+
+    def check(self, n: int, rec: HashedRow) -> None:
+        steps = rec.data.get(TRAJECTORY)
+        if not isinstance(steps, list) or not steps:
+            return
+        if final_answer(steps) is None:
+            self.unfinished.append(f"record {n} ({rec.id})")
+        for step in steps:
+            if step.get("arguments_error"):
+                self.bad_args.append(f"record {n} step {step['id']} ({step['name']}): {step['arguments_error']}")
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.unfinished:
+            shown = ", ".join(self.unfinished[:3]) + (" …" if len(self.unfinished) > 3 else "")
+            out.append(
+                f"{self.where}: {len(self.unfinished)} trajectory(ies) end without a final answer (the last step is "
+                f"not an assistant message): {shown}; judged as they are"
+            )
+        if self.bad_args:
+            shown = "; ".join(self.bad_args[:3]) + (" …" if len(self.bad_args) > 3 else "")
+            out.append(
+                f"{self.where}: {len(self.bad_args)} tool call(s) have arguments that are not JSON, kept as text (the "
+                f"trajectory metrics count such a call invalid or give its record an error verdict): {shown}"
             )
         return out
 

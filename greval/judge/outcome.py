@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from greval.dataset.records import CONVERSATION, Record, item_list
+from greval.dataset.records import CONVERSATION, TRAJECTORY, Record, item_list
 from greval.errors import SpecError
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import JudgeUnavailable, classify, describe_error
@@ -17,12 +17,15 @@ from greval.types import MISSING_INPUT, RECORD_ITEM, ErrorKind, ItemVerdict, Jud
 
 
 def missing_inputs(spec: BaseSpec, data: Mapping[str, Any]) -> list[str]:
-    """Required inputs the record lacks (absent, empty text or empty list); for a per-turn metric, a
-    conversation without an assistant turn lacks what is judged."""
+    """Required inputs the record lacks (absent, empty text or empty list); for a per-turn (per-step) metric, a
+    conversation without an assistant turn (a trajectory without an agent step) lacks what is judged."""
     missing = [n for n in spec.required_inputs() if data.get(n) in (None, "", [])]
     if spec.each == "turns" and CONVERSATION not in missing and not item_list(data, "turns"):
         absent = data.get(CONVERSATION) in (None, "", [])
         missing.append(CONVERSATION if absent else f"{CONVERSATION} (no assistant turn)")
+    if spec.each == "steps" and TRAJECTORY not in missing and not item_list(data, "steps"):
+        absent = data.get(TRAJECTORY) in (None, "", [])
+        missing.append(TRAJECTORY if absent else f"{TRAJECTORY} (no agent step)")
     return missing
 
 

@@ -14,9 +14,11 @@ from pydantic import BaseModel
 
 from greval.dataset.records import (
     CONVERSATION,
+    TRAJECTORY,
     item_list,
     normalise_chunks,
     normalise_conversation,
+    normalise_trajectory,
     normalise_triples,
 )
 from greval.llm.openai_chat import Message
@@ -36,7 +38,9 @@ _TITLES = {
 }
 
 #: What the judge is asked to judge one by one, in words.
-NOUNS = {"chunks": "retrieved chunk", "triples": "knowledge-graph triple", "turns": "assistant turn"}
+NOUNS = {
+    "chunks": "retrieved chunk", "triples": "knowledge-graph triple", "turns": "assistant turn", "steps": "agent step",
+}  # fmt: skip
 
 
 def title(name: str) -> str:
@@ -125,6 +129,11 @@ def system_prompt(spec: Spec, method: Method, schema: Mapping[str, Any]) -> str:
         out = each_answer(NOUNS[spec.each], word)
         if spec.each == "turns":
             out += " Read the whole conversation for context; judge only the assistant turns whose ids are listed."
+        elif spec.each == "steps":
+            out += (
+                " Read the whole trajectory for context (the user's messages, the tool results); judge only the "
+                "agent's steps whose ids are listed."
+            )
     else:
         out = f"Answer with `reason` (your reasoning by the steps, first), then `{word}`."
     for name, o in spec.outputs.items():
@@ -175,6 +184,26 @@ def render_conversation(turns: Sequence[Mapping[str, Any]]) -> str:
     return "\n\n".join(render_turn(t, n) for n, t in enumerate(turns, start=1))
 
 
+def render_step(step: Mapping[str, Any], number: int) -> str:
+    """One trajectory step with its id, as the judge cites it back, and its step number when the id does not say
+    it (``[s2] tool call search({"q": "x"}) [call_1]``, ``[a-7] step 2, final answer: …``)."""
+    sid, kind = str(step.get("id", "")), str(step.get("kind", ""))
+    head = f"[{sid}]" if sid == f"s{number}" else f"[{sid}] step {number},"
+    if kind == "tool_call":
+        call = {"name": step.get("name"), "arguments": step.get("arguments"), "id": step.get("call_id")}
+        line = f"{head} tool call {tool_call_text(call)}"
+        return line + (f" (arguments {step['arguments_error']})" if step.get("arguments_error") else "")
+    if kind == "tool_result":
+        said = ", ".join(str(step[k]) for k in ("name", "call_id") if step.get(k))
+        return f"{head} tool result" + (f" ({said})" if said else "") + f": {step.get('content', '')}".rstrip()
+    return f"{head} {kind.replace('_', ' ')}: {step.get('content', '')}".rstrip()
+
+
+def render_trajectory(steps: Sequence[Mapping[str, Any]]) -> str:
+    """Every step of a trajectory, in order, with its id and step number."""
+    return "\n".join(render_step(s, n) for n, s in enumerate(steps, start=1))
+
+
 def render_inputs(
     spec: Spec,
     data: Mapping[str, Any],
@@ -197,6 +226,8 @@ def render_inputs(
             parts.append(head + "\n" + sep.join(render_item(name, it) for it in items))
         elif name == CONVERSATION and isinstance(value, list):  # every turn, whichever are judged
             parts.append(head + "\n" + render_conversation(value))
+        elif name == TRAJECTORY and isinstance(value, list):  # every step, whichever are judged
+            parts.append(head + "\n" + render_trajectory(value))
         else:
             parts.append(head + "\n" + as_text(value))
     for dep_name, res in (deps or {}).items():
@@ -229,6 +260,8 @@ def example_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
         out["triples"] = normalise_triples(out["triples"], "example")
     if isinstance(out.get(CONVERSATION), list):
         out[CONVERSATION] = normalise_conversation(out[CONVERSATION], "example")
+    if isinstance(out.get(TRAJECTORY), list):
+        out[TRAJECTORY] = normalise_trajectory(out[TRAJECTORY], "example")
     return out
 
 

@@ -29,6 +29,8 @@ from greval.agreement.models import (
     DesignReport,
     GroupFigures,
     Prevalence,
+    ReviewerRow,
+    ReviewersReport,
 )
 from greval.agreement.prepare import Prepared, is_null, prepare
 from greval.agreement.stats import rankdata
@@ -362,6 +364,121 @@ def _pair_notes(ce: Ceiling) -> list[str]:
     return [f"{note} (pairs: {', '.join(pairs)})" for note, pairs in by_note.items()]
 
 
+#: How the reviewers table names the judge's row (every compared item).
+JUDGE_ROW = "judge (every item)"
+
+
+def reviewers_title(rev: ReviewersReport) -> str:
+    """The reviewers table's title: the gold and how many items it settles."""
+    c = rev.counts
+    extra = "".join(
+        f", {n} {what}" for n, what in ((c.adjudicated, "adjudicated"), (c.without_gold, "without a gold")) if n
+    )
+    return f"Reviewers against the gold: {rev.gold.describe()} ({c.with_gold} items with a gold, {c.tied} tied{extra})"
+
+
+def _timed(rev: ReviewersReport) -> bool:
+    """Whether any reviewer's answers had times (the labels-per-hour column is shown only then)."""
+    return any(r.labels_per_hour is not None for r in rev.rows)
+
+
+def reviewers_header(rev: ReviewersReport) -> list[str]:
+    """The reviewers table's columns: the pairwise figure for the reviewer and the judge on the reviewer's
+    items, their paired difference, then the reviewer's other figures and labels per hour (when timed)."""
+    m = rev.metric
+    others = [f for f in rev.figures if f != m]
+    head = ["reviewer", "n", f"{m} [CI]", f"judge {m}, same items [CI]", "judge − reviewer [CI]", "judge is", *others]
+    return head + (["labels/h"] if _timed(rev) else [])
+
+
+def reviewer_rows(rev: ReviewersReport, d: int = 3) -> list[list[str]]:
+    """One row per reviewer, then the judge's over every compared item (the headline's figures)."""
+    timed = _timed(rev)
+    return [_reviewer_cells(rev, r, d) + ([_per_hour(r)] if timed else []) for r in rev.rows]
+
+
+def _per_hour(r: ReviewerRow) -> str:
+    return "" if r.labels_per_hour is None else fmt_number(r.labels_per_hour.value, 1)
+
+
+def _reviewer_cells(rev: ReviewersReport, r: ReviewerRow, d: int) -> list[str]:
+    m = rev.metric
+    others = [fmt_value_ci(r.figures[f], d) if f in r.figures else "" for f in rev.figures if f != m]
+    if r.role == "judge":
+        return [JUDGE_ROW, str(r.n), fmt_value_ci(r.figures[m], d), "", "", "", *others]
+    judge = fmt_value_ci(r.judge[m], d) if m in r.judge else ""
+    diff = fmt_value_ci(r.difference[m], d) if m in r.difference else ""
+    return [r.name, str(r.n), fmt_value_ci(r.figures[m], d), judge, diff, r.judge_vs or "", *others]
+
+
+def reviewer_sentences(rev: ReviewersReport, d: int = 3) -> list[str]:
+    """The sentence a team wants, per reviewer: does the judge agree with the gold as well as they do?"""
+    words = {"better": "better than", "as well": "as well as", "worse": "less well than"}
+    out = []
+    for r in rev.rows:
+        diff = r.difference.get(rev.metric)
+        if r.judge_vs is None or diff is None:
+            continue
+        out.append(
+            f"The judge agrees with the gold {words[r.judge_vs]} {r.name} does: judge − {r.name} {rev.metric} "
+            f"{fmt_value_ci(diff, d)} on their {r.n} items"
+            + (" (the CI spans 0)" if r.judge_vs == "as well" else "")
+            + "."
+        )
+    return out
+
+
+def pair_rows(rev: ReviewersReport, d: int = 3) -> list[list[str]]:
+    """Each pair of people: their agreement on the items both labelled (the ceiling's pairs), with its CI."""
+    return [[p.a, p.b, str(p.estimate.n), fmt_value_ci(p.estimate, d), _cell(p.estimate.note)] for p in rev.pairs]
+
+
+def pair_matrix(rev: ReviewersReport, d: int = 3) -> tuple[list[str], list[list[str]]]:
+    """The pairs as a matrix (each person against each other, "value [CI] (n)"), for the page."""
+    names = list(dict.fromkeys(n for p in rev.pairs for n in (p.a, p.b)))
+    cell = {}
+    for p in rev.pairs:
+        cell[p.a, p.b] = cell[p.b, p.a] = f"{fmt_value_ci(p.estimate, d)} (n = {p.estimate.n})"
+    return names, [[a, *(cell.get((a, b), "") for b in names)] for a in names]
+
+
+def _reviewer_confusions(rev: ReviewersReport) -> str:
+    """Each reviewer's labels against the gold (counts), and what the label model learned of them."""
+    parts = []
+    for r in rev.rows:
+        if r.confusion is None:
+            continue
+        head = ["gold \\ " + r.name, *r.confusion.judge_labels]
+        body = [[lab, *map(str, row)] for lab, row in zip(r.confusion.labels, r.confusion.counts, strict=True)]
+        parts.append(f"<h3>{html.escape(r.name)} against the gold (counts)</h3>" + _table(head, body))
+        if r.model_confusion is not None:
+            model = [
+                [lab, *(fmt_number(p) for p in row)] for lab, row in zip(rev.labels, r.model_confusion, strict=True)
+            ]
+            competence = "" if r.competence is None else f"; competence {fmt_number(r.competence)}"
+            parts.append(
+                f"<p>{html.escape(rev.gold.method)}: P({html.escape(r.name)}'s label | true label){competence}</p>"
+                + _table(["true \\ said", *rev.labels], model)
+            )
+    return "".join(parts)
+
+
+def _reviewers_html(rev: ReviewersReport) -> str:
+    names, matrix = pair_matrix(rev)
+    return (
+        f"<h2>{html.escape(reviewers_title(rev))}</h2>"
+        + _table(reviewers_header(rev), reviewer_rows(rev))
+        + "".join(f"<p>{html.escape(s)}</p>" for s in reviewer_sentences(rev))
+        + (
+            f"<h3>People with each other ({html.escape(rev.metric)})</h3>" + _table(["", *names], matrix)
+            if rev.pairs
+            else ""
+        )
+        + _reviewer_confusions(rev)
+        + _notes_html(rev.notes)
+    )
+
+
 def _slice_rows(
     report: AgreementReport, sub: dict[str, AgreementReport], d: int = 3
 ) -> tuple[list[str], list[list[str]]]:
@@ -416,7 +533,21 @@ def _prepared(report: AgreementReport, frame: Frame | pd.DataFrame) -> tuple[Pre
 
         frame = judge_from_score(frame, report.threshold, report.options)
     table = Frame.of(frame)
-    return prepare(table, report.scale, report.options), table
+    return prepare(table, report.scale, report.options, _gold_values(report)), table
+
+
+def _gold_values(report: AgreementReport) -> dict[str, float | None] | None:
+    """The gold the report compared the judge with, as prepare reads it (None: people's consensus)."""
+    rev = report.reviewers
+    if rev is None:
+        return None
+    labels = report.scale.labels or []
+    categorical = report.scale.kind == "categorical"
+
+    def value(label: str | None) -> float | None:
+        return None if label is None else float(labels.index(label)) if categorical else float(label)
+
+    return {g.item: value(g.label) for g in rev.gold_labels}
 
 
 def _group_rows(groups: Sequence[GroupFigures], d: int = 3) -> tuple[list[str], list[list[str]]]:
@@ -569,6 +700,8 @@ def _html_sections(report: AgreementReport) -> list[str]:
             + _table(["figure", "value", "CI", "n", "note"], _ceiling_rows(ce))
             + _notes_html(_pair_notes(ce))
         )
+    if report.reviewers is not None:
+        parts.append(_reviewers_html(report.reviewers))
     if report.design is not None:
         parts.append(
             f"<h2>Design-weighted: over every judged item ({report.design.resamples} stratified resamples)</h2>"
@@ -662,6 +795,13 @@ def render_markdown(report: AgreementReport, decimals: int = 3) -> str:
         ]
         notes += [f"ceiling, {figure}: {note}" for figure, *_, note in _ceiling_rows(ce, d) if note]
         notes += [f"ceiling: {n}" for n in _pair_notes(ce)]
+    rev = report.reviewers
+    if rev is not None:
+        lines += ["", f"{reviewers_title(rev)}:", "", *_md_table(reviewers_header(rev), reviewer_rows(rev, d))]
+        lines += ["", *(f"{line}  " for line in reviewer_sentences(rev, d))]
+        if rev.pairs:
+            lines += ["", *_md_table(["a", "b", "n", rev.metric, "note"], pair_rows(rev, d))]
+        notes += [f"reviewers: {n}" for n in rev.notes]
     if report.design is not None:
         lines += ["", "Design-weighted (1/π), over every judged item:", ""]
         lines += _md_table(DESIGN_HEADER, design_rows(report.design, d))

@@ -26,6 +26,7 @@ from greval.agreement.models import (
     DesignReport,
     GroupFigures,
     Prevalence,
+    ReviewersReport,
     ValueReport,
 )
 from greval.errors import option, render_options
@@ -37,7 +38,12 @@ from greval.report.agreement import (
     calibration_notes,
     calibration_rows,
     design_rows,
+    pair_rows,
     prevalence_notes,
+    reviewer_rows,
+    reviewer_sentences,
+    reviewers_header,
+    reviewers_title,
     slice_design_cells,
     slice_design_names,
 )
@@ -196,6 +202,27 @@ def _ceiling(console: Console, ceil: Ceiling, d: int) -> None:
     print_table(t, console)
 
 
+def _reviewers(console: Console, rev: ReviewersReport, d: int, names: Names | None) -> None:
+    """Each reviewer against the gold with the judge beside them, the sentence per reviewer, and the pairs."""
+    t = Table(title=reviewers_title(rev), title_justify="left")
+    for n, col in enumerate(reviewers_header(rev)):
+        t.add_column(col, justify="left" if n == 0 else "right")
+    for cells in reviewer_rows(rev, d):
+        t.add_row(*[escape(cell) for cell in cells])
+    print_table(t, console)
+    for line in reviewer_sentences(rev, d):
+        say(f"  {escape(line)}", console, hang=4)
+    if rev.pairs:
+        p = Table(title=f"people with each other ({rev.metric}, every item both labelled)", title_justify="left")
+        for col in ("a", "b", "n", rev.metric, "note"):
+            p.add_column(col, justify="right" if col in ("n", rev.metric) else "left")
+        for cells in pair_rows(rev, d):
+            p.add_row(*[escape(cell) for cell in cells])
+        print_table(p, console)
+    for note in rev.notes:
+        say(f"  reviewers: {_text(note, names)}", console, hang=4)
+
+
 def _design(console: Console, design: DesignReport, d: int, names: Names | None) -> None:
     t = Table(
         title=f"design-weighted (1/π; {design.resamples} stratified resamples): over every judged item",
@@ -255,6 +282,8 @@ def print_report(
         _value(console, report.value, d)
     if report.ceiling is not None:
         _ceiling(console, report.ceiling, d)
+    if report.reviewers is not None:
+        _reviewers(console, report.reviewers, d, names)
     if report.design is not None:
         _design(console, report.design, d, names)
     if report.calibration is not None:

@@ -21,7 +21,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, cast, get_args
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from greval.errors import GrevalError
@@ -40,6 +49,10 @@ MetricName = Literal[
     "cited_span_similarity",
     "fact_span_consistency",
     "field_stats",
+    "trajectory_match",
+    "tool_call_f1",
+    "first_wrong_step",
+    "tool_call_validity",
 ]
 #: Old metric names still read (stored verdicts and users' specs carry them), and the name that replaced each.
 DEPRECATED_METRICS = {"span_consistency": "cited_span_overlap"}
@@ -299,6 +312,132 @@ class FieldStatsParams(StrictModel):
         return self.field.split(".", 1)[0]
 
 
+# ------------------------------------------------------------------------------------- trajectories
+ArgMatchKind = Literal["exact", "json_subset", "ignore", "function"]
+#: ``module:function`` (dotted names on both sides): a user's argument matcher.
+FUNCTION_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+
+
+class ArgMatch(StrictModel):
+    """How a tool call's arguments are compared with a reference call's (the tool names must be equal)."""
+
+    match: ArgMatchKind = Field(
+        "exact",
+        description="exact: the same JSON value; json_subset: the reference's arguments are contained in the "
+        "agent's (objects key by key, recursively; lists item by item), so the agent may pass more; ignore: any "
+        "arguments; function: `function` decides.",
+    )
+    abs_tol: float = Field(0.0, ge=0, description="Numbers this close (absolutely) are equal (exact, json_subset).")
+    rel_tol: float = Field(0.0, ge=0, description="Numbers this close (relatively) are equal (exact, json_subset).")
+    keys: list[Annotated[str, Field(pattern=FIELD_PATH)]] | None = Field(
+        None, min_length=1, description="Compare only these (dotted) keys of the arguments (exact, json_subset)."
+    )
+    function: str | None = Field(
+        None,
+        description="With match: function, `module:function` called as f(agent_arguments, reference_arguments) -> "
+        "bool; imported from Python's path, else from the spec file's folder or the current one.",
+    )
+
+    @field_validator("function")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(FUNCTION_PATH, value):
+            raise ValueError("must be module:function (e.g. my_matchers:same_city)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.match == "function") != (self.function is not None):
+            raise ValueError("@function: give `function` exactly when match is 'function'")
+        if self.match in ("ignore", "function") and (self.abs_tol or self.rel_tol or self.keys):
+            raise ValueError(f"@match: abs_tol, rel_tol and keys apply to exact and json_subset, not {self.match}")
+        return self
+
+
+def _arg_match_shorthand(value: Any) -> Any:
+    """``arguments: json_subset`` for ``arguments: {match: json_subset}``."""
+    return {"match": value} if isinstance(value, str) else value
+
+
+ArgMatchField = Annotated[
+    ArgMatch, BeforeValidator(_arg_match_shorthand, json_schema_input_type=ArgMatch | ArgMatchKind)
+]
+
+
+class TrajectoryParams(StrictModel):
+    """An agent's trajectory against a reference one: which fields, and how tool calls are matched."""
+
+    field: FieldName = Field("trajectory", pattern=IDENT, description="The agent's trajectory.")
+    reference: FieldName = Field(
+        "expected_trajectory", pattern=IDENT, description="The reference trajectory (or a list of tool calls)."
+    )
+    tools: FieldName = Field(
+        "tools",
+        pattern=IDENT,
+        description="The tools the agent had (names or JSON schemas); when a record has it, a reference calling "
+        "another tool is that record's error.",
+    )
+    arguments: ArgMatchField = Field(default_factory=ArgMatch, description="How arguments are compared.")
+    per_tool: dict[str, ArgMatchField] = Field(
+        default_factory=dict, description="Per tool name, how its arguments are compared instead."
+    )
+
+    @model_validator(mode="after")
+    def _functions_import(self, info: ValidationInfo) -> Self:
+        source = _spec_source(info)
+        if source and "#" in source:  # read back from a store: reported on, never run
+            return self
+        for where, m in [("arguments", self.arguments), *((f"per_tool.{k}", v) for k, v in self.per_tool.items())]:
+            if m.function is not None:
+                try:
+                    load_function(m.function, _spec_folder(source))
+                except (ImportError, AttributeError, TypeError) as exc:
+                    raise ValueError(f"@{where}.function: {exc}") from None
+        return self
+
+    def matches(self) -> list[ArgMatch]:
+        return [self.arguments, *self.per_tool.values()]
+
+
+class TrajectoryMatchParams(TrajectoryParams):
+    """The trajectory-match modes of LangChain's agentevals, over greval's normalised steps."""
+
+    mode: Literal["strict", "unordered", "subset", "superset"] = Field(
+        "strict",
+        description="strict: the same calls in the same order (the calls of one assistant message in any order); "
+        "unordered: the same calls in any order; subset: every call of the agent's is in the reference; superset: "
+        "every call of the reference's is among the agent's. A call is matched once (duplicates count).",
+    )
+    compare: Literal["auto", "messages", "tool_calls"] = Field(
+        "auto",
+        description="What strict compares: messages (as agentevals: the same messages, roles and tool calls message "
+        "by message), tool_calls (the calls alone, in order), auto (messages when the reference is a whole "
+        "trajectory, tool_calls when it is a list of tool calls).",
+    )
+
+
+class ToolCallF1Params(TrajectoryParams):
+    """Precision, recall and F1 of the agent's tool calls against the reference's (each call matched once)."""
+
+    score: Literal["f1", "precision", "recall"] = Field("f1", description="The record score.")
+
+
+class FirstWrongStepParams(TrajectoryParams):
+    """Where the agent's tool calls first leave the reference's, in order."""
+
+
+class ToolCallValidityParams(StrictModel):
+    """The agent's tool calls against the tools it had: a known tool, arguments valid against its JSON schema."""
+
+    field: FieldName = Field("trajectory", pattern=IDENT, description="The agent's trajectory.")
+    tools: FieldName = Field(
+        "tools",
+        pattern=IDENT,
+        description="The tools: a list of OpenAI tool definitions ({type: function, function: {name, parameters}}), "
+        "{name, parameters | input_schema} objects or names, or a mapping name -> parameters schema.",
+    )
+
+
 # ======================================================================================== spec models
 _SOURCE_NOTE = "spec_source"  # validation-context key: the spec's file, for resolving relative paths
 
@@ -464,6 +603,61 @@ def load_table(path: Path, p: TripleParams) -> RelationshipTable:
     return _load_table(str(path), st.st_mtime_ns, st.st_size, p)
 
 
+def _spec_folder(source: str | None) -> Path | None:
+    return Path(source).parent if source and Path(source).is_file() else None
+
+
+_FUNCTIONS: dict[str, Any] = {}
+
+
+def load_function(path: str, folder: Path | None = None) -> Any:
+    """A user's function by ``module:function``, imported once per process. A module Python's path does not hold
+    is looked for in ``folder`` (the spec file's) and the current directory, which then join the path (a matcher
+    in a file beside the spec, as ``greval`` run from a console script has no current directory on the path)."""
+    if path in _FUNCTIONS:
+        return _FUNCTIONS[path]
+    import importlib
+    import sys
+
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name.split(".")[0]:
+            raise
+        for place in (folder, Path.cwd()):
+            if (
+                place is not None
+                and str(place) not in sys.path
+                and ((place / f"{exc.name}.py").is_file() or (place / str(exc.name)).is_dir())
+            ):
+                sys.path.insert(0, str(place))
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            raise ImportError(f"cannot import {module_name!r} (no such module on Python's path)") from None
+    found: Any = module
+    for part in attr.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise AttributeError(f"{module_name!r} has no {attr!r}")
+    if not callable(found):
+        raise TypeError(f"{path} is not a function")
+    _FUNCTIONS[path] = found
+    return found
+
+
+def function_version(path: str) -> str:
+    """A short hash of the source file of the module holding a user's function: editing it recomputes."""
+    import sys
+
+    module = sys.modules.get(path.partition(":")[0])
+    file = getattr(module, "__file__", None)
+    if not file or not Path(file).is_file():
+        return "unknown"
+    return hashlib.sha256(Path(file).read_bytes()).hexdigest()[:12]
+
+
 class TableUnavailable(GrevalError):
     """The relationship table of a spec read back from a store (reported on, never run) could not be read."""
 
@@ -626,6 +820,59 @@ class FieldStatsSpec(ComputedSpec):
         return [self.params.top_field]
 
 
+#: Bumped when the trajectory metrics' logic changes in a way that changes scores or outputs.
+_TRAJECTORY_VERSION = "1"
+
+
+class _TrajectorySpec(ComputedSpec):
+    """What the trajectory metrics share: the trajectories they compare, and their identity (a user's matcher
+    function's source is part of it)."""
+
+    params: TrajectoryParams
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.field, self.params.reference]
+
+    def library_versions(self) -> str:
+        funcs = sorted({m.function for m in self.params.matches() if m.function})
+        return ",".join([f"greval-trajectory={_TRAJECTORY_VERSION}", *(f"{f}={function_version(f)}" for f in funcs)])
+
+
+class TrajectoryMatchSpec(_TrajectorySpec):
+    """Whether the agent's tool calls match the reference's, in agentevals' strict / unordered / subset /
+    superset mode."""
+
+    metric: Literal["trajectory_match"] = "trajectory_match"
+    params: TrajectoryMatchParams = Field(default_factory=TrajectoryMatchParams)
+
+
+class ToolCallF1Spec(_TrajectorySpec):
+    """Precision / recall / F1 of the agent's tool calls against the reference's."""
+
+    metric: Literal["tool_call_f1"] = "tool_call_f1"
+    params: ToolCallF1Params = Field(default_factory=ToolCallF1Params)
+
+
+class FirstWrongStepSpec(_TrajectorySpec):
+    """The first step where the agent's tool calls leave the reference's."""
+
+    metric: Literal["first_wrong_step"] = "first_wrong_step"
+    params: FirstWrongStepParams = Field(default_factory=FirstWrongStepParams)
+
+
+class ToolCallValiditySpec(ComputedSpec):
+    """Share of the agent's tool calls that name a tool it had with arguments valid against that tool's schema."""
+
+    metric: Literal["tool_call_validity"] = "tool_call_validity"
+    params: ToolCallValidityParams = Field(default_factory=ToolCallValidityParams)
+
+    def required_inputs(self) -> list[str]:
+        return [self.params.field, self.params.tools]
+
+    def library_versions(self) -> str:
+        return f"greval-trajectory={_TRAJECTORY_VERSION},jsonschema=={_version('jsonschema')}"
+
+
 _BY_METRIC.update(
     {
         "rouge": RougeSpec,
@@ -639,5 +886,9 @@ _BY_METRIC.update(
         "cited_span_similarity": CitedSpanSimilaritySpec,
         "fact_span_consistency": FactSpanConsistencySpec,
         "field_stats": FieldStatsSpec,
+        "trajectory_match": TrajectoryMatchSpec,
+        "tool_call_f1": ToolCallF1Spec,
+        "first_wrong_step": FirstWrongStepSpec,
+        "tool_call_validity": ToolCallValiditySpec,
     }
 )

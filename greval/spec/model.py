@@ -23,9 +23,11 @@ STANDARD_INPUTS: tuple[str, ...] = (
     "question", "expected_answer", "answer", "chunks", "triples", "source", "conversation",
 )  # fmt: skip
 ITEM_FIELDS: tuple[str, ...] = ("chunks", "triples")
-#: What ``target.each`` can name -> the input its items are read from: a conversation's assistant turns are
-#: judged one by one, but the judge reads every turn (user and tool turns too) for context.
-ITEM_SOURCES: dict[str, str] = {"chunks": "chunks", "triples": "triples", "turns": "conversation"}
+#: What ``target.each`` can name -> the input its items are read from: a conversation's assistant turns (a
+#: trajectory's agent steps) are judged one by one, but the judge reads every turn (step) for context.
+ITEM_SOURCES: dict[str, str] = {
+    "chunks": "chunks", "triples": "triples", "turns": "conversation", "steps": "trajectory",
+}  # fmt: skip
 
 IDENT = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -210,13 +212,15 @@ Scale = Annotated[ValueScale | CategoricalScale, Field(discriminator="kind")]
 
 # --------------------------------------------------------------------------------------------- target
 class EachTarget(StrictModel):
-    """One verdict per chunk, triple or assistant turn, judged together in one call, aggregated into a record
-    score."""
+    """One verdict per chunk, triple, assistant turn or agent step, judged together in one call, aggregated into a
+    record score."""
 
-    each: Literal["chunks", "triples", "turns"] = Field(
+    each: Literal["chunks", "triples", "turns", "steps"] = Field(
         description=(
-            "The items judged one by one: the record's chunks, its triples, or the assistant turns of its "
-            "`conversation` (the judge reads every turn, verdicts are asked for the assistant turns)."
+            "The items judged one by one: the record's chunks, its triples, the assistant turns of its "
+            "`conversation` (the judge reads every turn, verdicts are asked for the assistant turns), or the "
+            "agent's steps of its `trajectory` (its messages, tool calls and final answer; the judge reads the "
+            "user's messages and the tool results too)."
         )
     )
     aggregate: Literal["mean", "share", "score_mean"] | None = Field(
@@ -407,7 +411,8 @@ class Spec(BaseSpec):
     # ------------------------------------------------------------------------------ derived facts
     @property
     def each(self) -> str | None:
-        """The items judged one by one (``chunks`` / ``triples`` / ``turns``), or None for record metrics."""
+        """The items judged one by one (``chunks`` / ``triples`` / ``turns`` / ``steps``), or None for record
+        metrics."""
         return self.target.each if isinstance(self.target, EachTarget) else None
 
     @property

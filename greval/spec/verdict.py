@@ -67,7 +67,7 @@ def verdict_models(spec: Spec) -> tuple[type[BaseModel], type[BaseModel]]:
     if spec.each is None:
         answer = create_model(f"{title}Verdict", __config__=_FORBID, **verdict_fields(spec), **output_fields(spec))
         return answer, answer
-    noun = {"chunks": "chunk", "triples": "triple", "turns": "assistant turn"}[spec.each]
+    noun = {"chunks": "chunk", "triples": "triple", "turns": "assistant turn", "steps": "step"}[spec.each]
     item: type[BaseModel] = create_model(
         f"{title}ItemVerdict",
         __config__=_FORBID,

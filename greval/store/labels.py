@@ -114,6 +114,16 @@ class HumanLabels(StoreFile):
             for d, i, h, it, a, lab, v, c, st in self._rows(sql, params)
         ]
 
+    def answer_times(self, spec_name: str) -> dict[tuple[str, str, str, str, str], float]:
+        """When each submitted answer with a time was given (epoch seconds), keyed (dataset, record id, record
+        hash, item id, annotator): a reviewer's labels per hour (greval.agreement.gold)."""
+        rows = self._rows(
+            "SELECT dataset, record_id, record_hash, item_id, annotator, answered_at FROM human_labels"
+            " WHERE spec_name=? AND status='submitted' AND answered_at IS NOT NULL",
+            (spec_name,),
+        )
+        return {(d, i, h, it, a): float(t) for d, i, h, it, a, t in rows}
+
     def submitted_label_count(self, spec_name: str) -> int:
         """How many submitted answers a metric has (every dataset)."""
         [(n,)] = self._rows("SELECT COUNT(*) FROM human_labels WHERE spec_name=? AND status='submitted'", (spec_name,))

@@ -14,7 +14,10 @@ record (content-addressed: an unchanged trace is never judged twice). Fields:
   ``prompt_tokens`` / ``output_tokens`` / ``tokens`` summed over the LLM spans, ``llm_calls``, ``latency_s`` (the
   root span's duration);
 - ``root_span_id``; and the root span's metadata keys as fields of their own (``expected_answer`` there feeds
-  ``answer_alignment``), unless they would replace one of the above.
+  ``answer_alignment``, ``expected_trajectory`` the trajectory metrics), unless they would replace one of the above;
+- for an agent's trace (an LLM span asked for a tool, or a tool span ran): ``trajectory``, the question, each LLM
+  span's text and tool calls and each tool span's result in time order (:func:`trajectory_of`), and ``tools``, the
+  tool definitions its LLM spans were offered.
 
 A conversation (the traces sharing a session id, in time order): ``conversation``, each trace a user turn (its
 question) and an assistant turn (its answer) with the trace id and root span id as the turn's metadata, as
@@ -25,7 +28,7 @@ Phoenix's own session view reads turns; its id is the session id; the efficiency
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -139,6 +142,74 @@ def _add_metadata(row: dict[str, Any], root: Span, missing: list[str]) -> None:
             row[key] = value
 
 
+def _under_tool(spans: Sequence[Span]) -> set[str]:
+    """Ids of the spans below a tool span: what a tool does inside (an LLM it calls) is not the agent's step."""
+    parent = {s.span_id: s.parent_id for s in spans}
+    tools = {s.span_id for s in spans if s.kind == "tool"}
+    below: set[str] = set()
+    for s in spans:
+        up, seen = s.parent_id, {s.span_id}
+        while up is not None and up not in seen:
+            if up in tools:
+                below.add(s.span_id)
+                break
+            seen.add(up)
+            up = parent.get(up)
+    return below
+
+
+def _call_step(call: Mapping[str, Any], span: Span, turn: int) -> dict[str, Any]:
+    step = {"kind": "tool_call", "name": call["name"], "arguments": call.get("arguments"), "turn": turn}
+    if call.get("id"):
+        step["call_id"] = call["id"]
+    return {**step, "span_id": span.span_id}
+
+
+def _answered(pending: list[dict[str, Any]], tool: Span) -> dict[str, Any] | None:
+    """The pending tool call a tool span answers: by call id, else the first of the same name."""
+    found = next((c for c in pending if tool.call_id and c.get("call_id") == tool.call_id), None)
+    found = found or next((c for c in pending if c["name"] == tool.name and not tool.call_id), None)
+    if found is not None:
+        pending.remove(found)
+    return found
+
+
+def trajectory_of(spans: Sequence[Span], question: str | None) -> list[dict[str, Any]] | None:
+    """An agent's trajectory from a trace (spans in time order), or None when it called no tool: the question as
+    the user's step; each LLM span's text and tool calls (one turn each); each tool span's result, after the call
+    it answers (a tool span no LLM span asked for is its own call first). Steps carry their span's id."""
+    if not any(s.kind == "tool" or s.tool_calls for s in spans):
+        return None
+    below = _under_tool(spans)
+    steps: list[dict[str, Any]] = [{"kind": "user", "content": question, "turn": 0}] if question else []
+    pending: list[dict[str, Any]] = []
+    for turn, span in enumerate((s for s in spans if s.span_id not in below), start=1):
+        if span.kind == "llm":
+            if span.output and span.output.strip():
+                steps.append({"kind": "assistant", "content": span.output, "turn": turn, "span_id": span.span_id})
+            made = [_call_step(c, span, turn) for c in span.tool_calls]
+            steps += made
+            pending += made
+        elif span.kind == "tool":
+            if _answered(pending, span) is None:
+                own = {"name": span.name, "arguments": span.arguments, "id": span.call_id}
+                steps.append(_call_step(own, span, turn))
+            result = {"kind": "tool_result", "name": span.name, "content": span.output or "", "turn": turn}
+            steps.append({**result, **({"call_id": span.call_id} if span.call_id else {}), "span_id": span.span_id})
+    return steps
+
+
+def _offered_tools(spans: Sequence[Span]) -> list[Any] | None:
+    """The tools the agent's LLM spans were offered, each once (by name, as first offered)."""
+    seen: dict[str, Any] = {}
+    for span in spans:
+        for tool in span.tools:
+            fn = tool.get("function", tool) if isinstance(tool, Mapping) else tool
+            name = str(fn.get("name")) if isinstance(fn, Mapping) else str(fn)
+            seen.setdefault(name, tool)
+    return list(seen.values()) or None
+
+
 def assemble(spans: Sequence[Span]) -> Assembled:
     """The row of one trace's spans (all of one trace id)."""
     spans = _ordered(spans)
@@ -160,6 +231,7 @@ def assemble(spans: Sequence[Span]) -> Assembled:
     }
     missing = _gaps(row, retrievers)
     _add_metadata(row, root, missing)
+    _add_trajectory(row, spans, row["question"], missing)
     skipped = Counter(s.name or s.kind for s in spans if s is not root and s.kind == "other")
     return Assembled(
         trace_id=root.trace_id,
@@ -167,6 +239,21 @@ def assemble(spans: Sequence[Span]) -> Assembled:
         missing=missing,
         skipped_kinds=skipped,
     )
+
+
+def _add_trajectory(row: dict[str, Any], spans: Sequence[Span], question: str | None, missing: list[str]) -> None:
+    """An agent's trace: ``trajectory`` and ``tools`` (unless the root's metadata gives them); a trajectory that
+    ends without the agent's answer is said in ``missing``."""
+    steps = trajectory_of(spans, question)
+    if steps is None:
+        return
+    for key, value in (("trajectory", steps), ("tools", _offered_tools(spans))):
+        if key in row:
+            missing.append(f"{key} from the spans (the root's metadata key {key!r} gives it)")
+        elif value is not None:
+            row[key] = value
+    if steps[-1]["kind"] != "assistant":
+        missing.append("final answer in its trajectory (it ends on a tool call or a tool result)")
 
 
 _EFFICIENCY = ("prompt_tokens", "output_tokens", "tokens", "llm_calls", "latency_s")

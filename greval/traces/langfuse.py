@@ -7,7 +7,8 @@ RETRIEVER, or a SPAN whose output is a list of documents → a retriever; SPAN /
 ``input`` / ``output`` (JSON or its text), ``startTime`` / ``endTime``, ``usageDetails`` (or the older ``usage``:
 ``input`` / ``output`` / ``total``; or ``promptTokens`` …), ``metadata``, ``level`` / ``statusMessage``. A trace's
 ``sessionId`` names the conversation it belongs to. A CHAIN / AGENT observation's output may pass LangChain
-Documents on (``page_content``): a trace's chunks when no retriever returned any.
+Documents on (``page_content``): a trace's chunks when no retriever returned any. An agent's GENERATIONs carry
+their tool calls in their output message (``tool_calls``), its TOOL observations the arguments (input) and result.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from greval.traces.spans import (
     documents_from,
     looks_like_documents,
     maybe_json,
+    message_text,
     metadata_of,
     parse_time,
     snake_keys,
+    tool_call_id,
+    tool_calls_in,
+    tool_output,
 )
 
 __all__ = ["TYPES", "is_observation_row", "is_trace_object", "observation_spans", "trace_spans"]
@@ -36,7 +41,9 @@ __all__ = ["TYPES", "is_observation_row", "is_trace_object", "observation_spans"
 TYPES = frozenset(
     ("GENERATION", "SPAN", "EVENT", "AGENT", "TOOL", "CHAIN", "RETRIEVER", "EVALUATOR", "EMBEDDING", "GUARDRAIL")
 )
-_KINDS: dict[str, SpanKind] = {"GENERATION": "llm", "RETRIEVER": "retriever", "AGENT": "chain", "CHAIN": "chain"}
+_KINDS: dict[str, SpanKind] = {
+    "GENERATION": "llm", "RETRIEVER": "retriever", "AGENT": "chain", "CHAIN": "chain", "TOOL": "tool",
+}  # fmt: skip
 
 
 def is_observation_row(row: Mapping[str, Any]) -> bool:
@@ -67,6 +74,27 @@ def _kind(r: Mapping[str, Any]) -> SpanKind:
     return "retriever" if looks_like_documents(r.get("output")) and (named or r.get("type") == "SPAN") else "other"
 
 
+def _tool_parts(kind: SpanKind, r: Mapping[str, Any]) -> dict[str, Any]:
+    """A GENERATION's tool calls (in its output message) and offered tools (its input's ``tools``); a TOOL
+    observation's arguments (its input) and call id."""
+    if kind == "llm":
+        given = maybe_json(r.get("input"))
+        tools = given.get("tools") if isinstance(given, Mapping) else None
+        return {"tool_calls": tool_calls_in(r.get("output")), "tools": tuple(tools) if isinstance(tools, list) else ()}
+    if kind != "tool":
+        return {}
+    return {"arguments": maybe_json(r.get("input")), "call_id": tool_call_id(r.get("output"))}
+
+
+def _output(kind: SpanKind, output: Any) -> str | None:
+    """A step's output as text: a GENERATION's also from its output message (``{role, content}``)."""
+    if kind == "retriever":
+        return None
+    if kind == "tool":
+        return tool_output(output)
+    return as_text(output, answer=True) or (message_text(output) if kind == "llm" else None)
+
+
 def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = None) -> Span:
     """One observation as a span; a DataError naming ``where`` when it has no id or trace id."""
     r = snake_keys(row)
@@ -85,7 +113,7 @@ def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = 
         start=parse_time(r.get("start_time")),
         end=parse_time(r.get("end_time")),
         input=as_text(r.get("input"), last_user=True),
-        output=None if kind == "retriever" else as_text(r.get("output"), answer=True),
+        output=_output(kind, r.get("output")),
         documents=documents_from(r.get("output"), strict=kind == "chain") if kind in ("retriever", "chain") else (),
         prompt_tokens=prompt,
         completion_tokens=completion,
@@ -93,6 +121,7 @@ def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = 
         metadata=metadata_of(r.get("metadata")),
         error=str(r.get("status_message") or "error") if level == "ERROR" else None,
         session_id=str(r["session_id"]) if r.get("session_id") else None,
+        **_tool_parts(kind, r),
     )
 
 

@@ -5,7 +5,9 @@ A run: ``id``, ``trace_id`` (the root run's id; without it, the first run of ``d
 topmost ancestor), ``parent_run_id``, ``run_type`` (chain / retriever / llm / tool
 / …), ``inputs`` / ``outputs``, ``start_time`` / ``end_time``, ``prompt_tokens`` / ``completion_tokens`` /
 ``total_tokens``, ``extra.metadata`` (its ``thread_id`` / ``session_id`` / ``conversation_id`` names the thread a
-trace belongs to), ``error``. A retriever run's outputs hold ``documents``
+trace belongs to), ``error``. An agent's LLM runs carry their tool calls in their outputs' AIMessage (its
+``tool_calls``), its tool runs (``run_type: tool``) the arguments in their inputs and the result in their outputs.
+A retriever run's outputs hold ``documents``
 (``page_content``, ``metadata``, ``type: "Document"``); a chain run's outputs may pass LangChain Documents on
 (a graph's retrieve node: ``documents``; ``create_retrieval_chain``: ``context``; ``RetrievalQA``:
 ``source_documents``; a traced function's list: ``output``), which are a trace's chunks when it has no retriever
@@ -30,11 +32,14 @@ from greval.traces.spans import (
     maybe_json,
     parse_time,
     session_from,
+    tool_call_id,
+    tool_calls_in,
+    tool_output,
 )
 
 __all__ = ["example_spans", "is_example_row", "is_run_row", "run_spans"]
 
-_KINDS: dict[str, SpanKind] = {"chain": "chain", "retriever": "retriever", "llm": "llm"}
+_KINDS: dict[str, SpanKind] = {"chain": "chain", "retriever": "retriever", "llm": "llm", "tool": "tool"}
 #: LangSmith's own bookkeeping in a run's metadata, not the app's.
 _INTERNAL = ("ls_", "langsmith", "langchain", "revision_id", "lc_")
 
@@ -92,6 +97,26 @@ def _documents(kind: SpanKind, outputs: Any) -> tuple[Document, ...]:
     return documents_from(outputs, strict=True) if kind == "chain" else ()
 
 
+def _tool_parts(kind: SpanKind, row: Mapping[str, Any], inputs: Any, outputs: Any) -> dict[str, Any]:
+    """An LLM run's tool calls (in its generations' AIMessage) and offered tools (``extra.invocation_params
+    .tools``); a tool run's arguments (its inputs: ``{"input": …}`` unwrapped), result and call id."""
+    if kind == "llm":
+        extra = maybe_json(row.get("extra"))
+        params = extra.get("invocation_params") if isinstance(extra, Mapping) else None
+        tools = params.get("tools") if isinstance(params, Mapping) else None
+        return {"tool_calls": tool_calls_in(outputs), "tools": tuple(tools) if isinstance(tools, list) else ()}
+    if kind != "tool":
+        return {}
+    args = inputs.get("input") if isinstance(inputs, Mapping) and set(inputs) == {"input"} else inputs
+    return {"arguments": args, "call_id": tool_call_id(outputs)}
+
+
+def _output(kind: SpanKind, outputs: Any) -> str | None:
+    if kind == "retriever":
+        return None
+    return tool_output(outputs) if kind == "tool" else as_text(outputs, answer=True)
+
+
 def run_span(row: Mapping[str, Any], where: str) -> Span:
     """One LangSmith run as a span; a DataError naming ``where`` when it is not a run. A run whose trace the
     row does not say gets an empty ``trace_id`` (:func:`run_spans` finds it through its parents)."""
@@ -112,7 +137,7 @@ def run_span(row: Mapping[str, Any], where: str) -> Span:
         start=parse_time(row.get("start_time")),
         end=parse_time(row.get("end_time")),
         input=as_text(inputs, last_user=True),
-        output=None if kind == "retriever" else as_text(outputs, answer=True),
+        output=_output(kind, outputs),
         documents=_documents(kind, outputs),
         prompt_tokens=prompt,
         completion_tokens=completion,
@@ -120,6 +145,7 @@ def run_span(row: Mapping[str, Any], where: str) -> Span:
         metadata=meta,
         error=str(row["error"]) if row.get("error") else None,
         session_id=session_from(meta),  # a thread: not the run's `session_id`, which is its project
+        **_tool_parts(kind, row, inputs, outputs),
     )
 
 

@@ -6,7 +6,9 @@ dataframe written to Parquet / JSONL (``context.span_id`` and ``attributes.*`` c
 ``client.spans.get_spans_dataframe``), and nested attributes as OTLP JSON writes them. Attributes follow the
 OpenInference semantic conventions: ``openinference.span.kind``, ``input.value`` / ``output.value``,
 ``retrieval.documents.N.document.{id,content,score,metadata}``, ``llm.token_count.{prompt,completion,total}``,
-``metadata``, ``session.id`` (the conversation a trace belongs to).
+``metadata``, ``session.id`` (the conversation a trace belongs to); an agent's LLM spans' tool calls
+(``llm.output_messages.N.message.tool_calls.M.tool_call.{id,function.name,function.arguments}``) and offered
+tools (``llm.tools``), and its TOOL spans (``tool.name``, ``tool.id``, ``input.value`` / ``output.value``).
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ from greval.traces.spans import (
     metadata_of,
     nest,
     parse_time,
+    tool_calls_in,
+    tool_output,
 )
 
 __all__ = ["is_span_row", "span_from_row"]
 
-_KINDS: dict[str, SpanKind] = {"CHAIN": "chain", "AGENT": "chain", "RETRIEVER": "retriever", "LLM": "llm"}
+_KINDS: dict[str, SpanKind] = {
+    "CHAIN": "chain", "AGENT": "chain", "RETRIEVER": "retriever", "LLM": "llm", "TOOL": "tool",
+}  # fmt: skip
 
 
 def _context(row: Mapping[str, Any]) -> Any:
@@ -53,8 +59,9 @@ def is_span_row(row: Mapping[str, Any]) -> bool:
 #: (an LLM span's invocation parameters and tool schemas are most of them).
 _READ = frozenset(("input", "output", "openinference", "metadata", "session"))
 _READ_BY_KIND: dict[SpanKind, frozenset[str]] = {
-    "llm": frozenset(("llm.input_messages", "llm.output_messages", "llm.token_count")),
+    "llm": frozenset(("llm.input_messages", "llm.output_messages", "llm.token_count", "llm.tools")),
     "retriever": frozenset(("retrieval.documents",)),
+    "tool": frozenset(("tool.name", "tool.id")),
 }
 
 
@@ -137,6 +144,30 @@ def _value(attrs: Mapping[str, Any], key: str) -> str | None:
     return as_text(node.get("value"), answer=key == "output") if isinstance(node, Mapping) else None
 
 
+def _tool_parts(kind: SpanKind, attrs: Mapping[str, Any], llm: Mapping[str, Any]) -> dict[str, Any]:
+    """An LLM span's tool calls and offered tools (``llm.tools.N.tool.json_schema``); a TOOL span's arguments
+    (``input.value`` as recorded), its result (``output.value``), tool name and call id (``tool.name``,
+    ``tool.id``)."""
+    if kind == "llm":
+        tools = llm.get("tools")
+        offered = [t.get("tool", t) if isinstance(t, Mapping) else t for t in tools] if isinstance(tools, list) else []
+        return {
+            "tool_calls": tool_calls_in(llm.get("output_messages")),
+            "tools": tuple(maybe_json(t.get("json_schema", t)) if isinstance(t, Mapping) else t for t in offered),
+        }
+    if kind != "tool":
+        return {}
+    tool = attrs.get("tool") if isinstance(attrs.get("tool"), Mapping) else {}
+    assert isinstance(tool, Mapping)
+    given, out = (_dig(attrs, key, "value") for key in ("input", "output"))
+    parts: dict[str, Any] = {"arguments": given, "output": tool_output(out)}
+    if not _absent(tool.get("name")):
+        parts["name"] = str(tool["name"])
+    if not _absent(tool.get("id")):
+        parts["call_id"] = str(tool["id"])
+    return parts
+
+
 def span_from_row(row: Mapping[str, Any], where: str) -> Span:
     """One Phoenix span; a DataError naming ``where`` when it has no trace or span id."""
     ctx = _context(row)
@@ -155,16 +186,17 @@ def span_from_row(row: Mapping[str, Any], where: str) -> Span:
     status = str(row.get("status_code") or "")
     parent = row.get("parent_id")
     session = _dig(attrs, "session", "id")
+    tool = _tool_parts(kind, attrs, llm)
     return Span(
         trace_id=str(ctx["trace_id"]),
         span_id=str(ctx["span_id"]),
         parent_id=None if _absent(parent) or parent == "" else str(parent),
-        name=str(row.get("name") or ""),
+        name=tool.pop("name", None) or str(row.get("name") or ""),
         kind=kind,
         start=parse_time(row.get("start_time")),
         end=parse_time(row.get("end_time")),
         input=as_text(llm.get("input_messages"), last_user=True) if kind == "llm" else _value(attrs, "input"),
-        output=out_text,
+        output=tool.pop("output") if kind == "tool" else out_text,
         documents=_documents(attrs) if kind == "retriever" else (),
         prompt_tokens=as_int(tokens.get("prompt")),
         completion_tokens=as_int(tokens.get("completion")),
@@ -172,4 +204,5 @@ def span_from_row(row: Mapping[str, Any], where: str) -> Span:
         metadata=metadata_of(attrs.get("metadata")),
         error=str(row.get("status_message") or "") or None if status == "ERROR" else None,
         session_id=None if _absent(session) or not str(session).strip() else str(session),
+        **tool,
     )

@@ -59,6 +59,7 @@ FIELD_ORIGINS = {
     "answer": "the root span's output (or the last LLM span's)",
     "chunks": "its retriever spans' documents (or the documents its chain spans pass on in their outputs)",
     "conversation": "the traces that share its session id",
+    "trajectory": "its LLM spans' tool calls and its tool spans, in time order",
 }
 
 

@@ -24,14 +24,18 @@ __all__ = [
     "documents_from",
     "looks_like_documents",
     "maybe_json",
+    "message_text",
     "metadata_of",
     "nest",
     "parse_time",
     "session_from",
     "snake_keys",
+    "tool_call_id",
+    "tool_calls_in",
+    "tool_output",
 ]
 
-SpanKind = Literal["chain", "retriever", "llm", "other"]
+SpanKind = Literal["chain", "retriever", "llm", "tool", "other"]
 
 
 #: A step's metadata when it has none (one shared empty mapping, not a dict per step).
@@ -76,6 +80,12 @@ class Span:
     metadata: Mapping[str, Any] = field(default_factory=lambda: NO_METADATA)
     error: str | None = None
     session_id: str | None = None
+    #: An LLM step's tool calls ``{name, arguments, id?}`` and the tools it was offered (definitions); a tool
+    #: step's arguments as recorded and the id of the call it answers: an agent's trajectory (greval.traces.assemble).
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    tools: tuple[Any, ...] = ()
+    arguments: Any = None
+    call_id: str | None = None
 
     @property
     def seconds(self) -> float | None:
@@ -359,3 +369,77 @@ def metadata_of(value: Any) -> Mapping[str, Any]:
 def looks_like_documents(value: Any) -> bool:
     """Whether an output is a list of retrieved documents (a retriever step recorded as a plain span)."""
     return bool(documents_from(value))
+
+
+def _call_of(raw: Any) -> dict[str, Any] | None:
+    """One tool call as ``{name, arguments, id?}``: OpenAI's ``{id, function: {name, arguments}}``, LangChain's
+    ``{name, args, id}``, OpenInference's ``{tool_call: {id, function: {name, arguments}}}``."""
+    raw = maybe_json(raw)
+    if isinstance(raw, Mapping) and isinstance(raw.get("tool_call"), Mapping):
+        raw = raw["tool_call"]
+    if not isinstance(raw, Mapping):
+        return None
+    fn = raw.get("function")
+    body = fn if isinstance(fn, Mapping) else raw
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    args = next((body[k] for k in ("arguments", "args", "input") if k in body), None)
+    call: dict[str, Any] = {"name": name, "arguments": args}
+    if raw.get("id") not in (None, ""):
+        call["id"] = str(raw["id"])
+    return call
+
+
+_CALL_PLACES = ("message", "kwargs", "generations", "choices", "messages", "output", "outputs")
+
+
+def tool_calls_in(value: Any, depth: int = 0) -> tuple[dict[str, Any], ...]:
+    """The tool calls an LLM step's output asks for, wherever the tracing tool put them: a message's
+    ``tool_calls`` (also LangChain's ``additional_kwargs.tool_calls``), inside ``generations`` / ``choices`` /
+    ``messages`` / ``kwargs`` / ``message``, or OpenInference's output messages."""
+    value = maybe_json(value)
+    if depth > 6 or value is None:
+        return ()
+    if isinstance(value, list):
+        return tuple(c for v in value for c in tool_calls_in(v, depth + 1))
+    if not isinstance(value, Mapping):
+        return ()
+    inner = value.get("kwargs") if isinstance(value.get("kwargs"), Mapping) else value
+    assert isinstance(inner, Mapping)
+    for holder in (inner, inner.get("additional_kwargs")):
+        raw = maybe_json(holder.get("tool_calls")) if isinstance(holder, Mapping) else None
+        if isinstance(raw, list) and raw:
+            return tuple(c for c in map(_call_of, raw) if c is not None)
+    return tuple(c for k in _CALL_PLACES if k in inner and k != "kwargs" for c in tool_calls_in(inner[k], depth + 1))
+
+
+def tool_output(value: Any) -> str | None:
+    """What a tool step returned, as text: a string as it is, a LangChain ToolMessage's content, ``{"output":
+    …}`` unwrapped, anything else as JSON."""
+    value = maybe_json(value)
+    if isinstance(value, Mapping) and set(value) == {"output"}:
+        value = maybe_json(value["output"])
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and (isinstance(value.get("kwargs"), Mapping) or "content" in value):
+        text = _message_text(value)
+        if text is not None:
+            return text
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def tool_call_id(value: Any) -> str | None:
+    """The id of the call a tool step answers, when its output (a ToolMessage) names it."""
+    value = maybe_json(value)
+    if isinstance(value, Mapping) and set(value) == {"output"}:
+        value = maybe_json(value["output"])
+    inner = value.get("kwargs", value) if isinstance(value, Mapping) else None
+    found = inner.get("tool_call_id") if isinstance(inner, Mapping) else None
+    return str(found) if found not in (None, "") else None
+
+
+def message_text(value: Any) -> str | None:
+    """The text of one chat message given whole (``{"role": "assistant", "content": …}``: an LLM step's output
+    as Langfuse records it), or None."""
+    return _message_text(maybe_json(value))

@@ -27,6 +27,7 @@ row by agreement/calibration.py, not reduced here).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementOptions, AgreementScale
@@ -60,10 +61,16 @@ __all__ = [
 ]
 
 
-def prepare(frame: Frame | pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> Prepared:
-    """Validate and reduce the frame (a Frame or a pandas DataFrame); raises DataError for user mistakes."""
+def prepare(
+    frame: Frame | pd.DataFrame,
+    scale: AgreementScale,
+    options: AgreementOptions,
+    gold: Mapping[str, float | None] | None = None,
+) -> Prepared:
+    """Validate and reduce the frame (a Frame or a pandas DataFrame); raises DataError for user mistakes.
+    ``gold``: each item's gold code / value in place of people's consensus (see reduce_items)."""
     table = Frame.of(frame)
     rows = validate(table, scale, options)
-    prep = build(rows, reduce_items(rows))
+    prep = build(rows, reduce_items(rows, gold))
     prep.groups_are_records = bool(table.attrs.get(GROUPS_ARE_RECORDS))
     return prep

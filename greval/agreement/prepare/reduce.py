@@ -6,6 +6,7 @@ applied to the items compared. Every item set aside is counted, with a note."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,8 +64,10 @@ class Reduced:
     tied: int = 0
 
 
-def reduce_items(rows: Rows) -> Reduced:
-    """One record per item, its consensus, and the policy applied; raises DataError for conflicting rows."""
+def reduce_items(rows: Rows, gold: Mapping[str, float | None] | None = None) -> Reduced:
+    """One record per item, its consensus, and the policy applied; raises DataError for conflicting rows.
+    ``gold`` (item → code / value, None when tied; an item absent has none) replaces people's consensus
+    (greval.agreement.gold)."""
     order, items, notes = _collect(rows)
     group_names = sorted({g for i in order if (g := items[i].group) is not None})
     if rows.groups is not None and any(items[i].group is None for i in order):
@@ -77,11 +80,12 @@ def reduce_items(rows: Rows) -> Reduced:
             "with a human–human ceiling (pairwise figures pair rows by file order; α does not depend on it)"
         )
     red = Reduced(order=order, items=items, group_names=group_names, anonymous=anonymous, notes=notes)
-    _compare(rows, red)
+    _compare(rows, red, gold)
     if red.missing_human:
         notes.append(f"{red.missing_human} item(s) without a human answer left out of the comparison")
     if red.tied:
-        notes.append(f"{red.tied} item(s) whose human majority is tied left out of the judge comparison")
+        whose = "human majority" if gold is None else "gold label"
+        notes.append(f"{red.tied} item(s) whose {whose} is tied left out of the judge comparison")
     if red.invalid:
         notes.append(
             f"{red.invalid} compared/labelled item(s) with an invalid or missing judge answer: policy {rows.policy}"
@@ -167,13 +171,17 @@ def consensus(humans: dict[str, float], categorical: bool) -> tuple[float | None
     return top[0][0], False
 
 
-def _compare(rows: Rows, red: Reduced) -> None:
-    """Each item's judge value and consensus, the prevalence codes, and the compared items under the policy."""
+def _compare(rows: Rows, red: Reduced, gold: Mapping[str, float | None] | None) -> None:
+    """Each item's judge value and consensus (or gold), the prevalence codes, and the compared items under the
+    policy."""
     group_index = {g: n for n, g in enumerate(red.group_names)}
     for name in red.order:
         item = red.items[name]
         item.judge_value = jval = judge_value(item, rows)
-        hval, tied = consensus(item.humans, rows.categorical)
+        if gold is None:
+            hval, tied = consensus(item.humans, rows.categorical)
+        else:
+            hval, tied = gold.get(name), name in gold and gold[name] is None
         item.consensus = hval
         red.all_j.append(MISSING if jval is None or not rows.categorical else int(jval))
         red.all_h.append(MISSING if hval is None or not rows.categorical else int(hval))
@@ -187,6 +195,8 @@ def _compare(rows: Rows, red: Reduced) -> None:
         if tied:
             red.tied += 1
             continue
+        if hval is None:  # an item the gold does not cover (the chosen annotator did not label it)
+            continue
         if invalid and rows.policy == "drop":
             red.dropped += 1
             continue
@@ -194,7 +204,6 @@ def _compare(rows: Rows, red: Reduced) -> None:
             jval = float(rows.fill_code)
         elif invalid and rows.fill_value is not None:
             jval = rows.fill_value
-        assert hval is not None
         red.compared.append(name)
         red.human.append(hval)
         red.judge.append(jval)

@@ -52,6 +52,7 @@ from greval.judge.computed.spans import (
     jaccard,
     resolve_claims,
 )
+from greval.judge.computed.trajectory import first_wrong_step, tool_call_f1, tool_call_validity, trajectory_match
 from greval.judge.computed.triples import parse_arrow_triples, triple_validity
 from greval.judge.outcome import Failed, begin, error_verdicts
 from greval.spec.computed import (
@@ -63,9 +64,13 @@ from greval.spec.computed import (
     EmbeddingSpec,
     FactSpanConsistencySpec,
     FieldStatsSpec,
+    FirstWrongStepSpec,
     OrphanSpec,
     RougeSpec,
     TableUnavailable,
+    ToolCallF1Spec,
+    ToolCallValiditySpec,
+    TrajectoryMatchSpec,
     TripleSpec,
 )
 from greval.types import ErrorKind, ItemVerdict, JudgeResult
@@ -91,6 +96,14 @@ def compute(spec: ComputedSpec, data: Mapping[str, Any]) -> tuple[list[ItemVerdi
         return fact_span_consistency(spec.params, data)
     if isinstance(spec, FieldStatsSpec):
         return field_stats(spec.params, data)
+    if isinstance(spec, TrajectoryMatchSpec):
+        return trajectory_match(spec.params, data)
+    if isinstance(spec, ToolCallF1Spec):
+        return tool_call_f1(spec.params, data)
+    if isinstance(spec, FirstWrongStepSpec):
+        return first_wrong_step(spec.params, data)
+    if isinstance(spec, ToolCallValiditySpec):
+        return tool_call_validity(spec.params, data)
     if isinstance(spec, TripleSpec):
         try:
             table = spec.table
