@@ -73,10 +73,8 @@ async def arun(
     ``local`` or ``gguf:PATH`` (:meth:`JudgeConfig.parse`) without a ``base_url`` or ``model`` is served by the
     embedded llama.cpp server while calls are to be made, as ``greval run`` does (what it starts is said through
     ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency.
-
-    Past what one event loop feeds, the plan is sharded across local worker processes (``RunOptions.workers``;
-    by default one per 64 calls in flight, at most one per core: :func:`default_workers`), each opening
-    ``store`` by its reference: one run, one summary, each judgement paid once (greval.scale.processes)."""
+    Past what one event loop feeds, the plan is sharded across local worker processes (``RunOptions.workers``,
+    :func:`default_workers`; greval.scale.processes): one run, one summary, each judgement paid once."""
     check_arguments(specs, records)
     opts = options or RunOptions()
     specs = order_specs(specs)
