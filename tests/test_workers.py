@@ -252,12 +252,14 @@ def test_one_workers_rate_limit_cut_reaches_every_worker(llm: OpenAIServer, stor
     even = r"Question number \d*[02468]\?"
     rule = {"match": even, "regex": True, "times": 12, "action": {"type": "fault", "status": 429, "retry_after": 0.3}}
     llm.script([rule])
-    llm.configure(latency=0.5)  # shard 1 is still judging (~2.5 s) when shard 0 cuts, at its first calls
+    # Shard 1 is still judging (~6.5 s) when shard 0 cuts at its first calls, even if shard 0's worker starts
+    # seconds later on a loaded machine (with 80 records, ~2.5 s, it failed once at load 14).
+    llm.configure(latency=0.5)
     specs = resolve_specs(["answer_alignment"])
     opts = RunOptions(workers=2, concurrency=16, retry=QUICK_RETRY)
     with Store(store_path) as st:
-        summary = run(specs, rag_records(80), st, cfg(llm), options=opts)
-    assert summary.failed == 0 and summary.metrics[0].ok == 80 and summary.workers == 2
+        summary = run(specs, rag_records(200), st, cfg(llm), options=opts)
+    assert summary.failed == 0 and summary.metrics[0].ok == 200 and summary.workers == 2
     assert summary.rate_limited == 12
     assert "1 concurrency cut(s) made because another worker was rate limited" in summary.notes
 
