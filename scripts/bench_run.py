@@ -79,25 +79,59 @@ def progress(done: int, total: int, errors: int) -> None:
     PROGRESS[0] = done
 
 
+#: CPU seconds of the worker processes of the last run with workers (their ShardReports' cpu_s).
+WORKER_CPU: list[float] = [0.0]
+
+
+def _count_worker_cpu() -> None:
+    """Add the worker processes' CPU to a pass's: each worker says its own in its report (workers are forked by
+    greval's forking server, not by this process, so this process's rusage never sees them)."""
+    from greval.scale import processes
+
+    add = processes.add_reports
+
+    def counted(job: Any, reports: Any) -> Any:
+        reports = list(reports)
+        WORKER_CPU[0] = sum(r.cpu_s for r in reports)
+        return add(job, reports)
+
+    processes.add_reports = counted  # type: ignore[assignment]
+
+
 async def greval_pass(
-    srv: OpenAIServer, n: int, k: int, conc: int, tag: str, prof: cProfile.Profile | None = None
+    srv: OpenAIServer, n: int, k: int, conc: int, tag: str, prof: cProfile.Profile | None = None, workers: int = 1
 ) -> tuple[float, float, int]:
+    """One whole ``arun`` (in ``workers`` processes): wall seconds, client CPU seconds (the workers' included),
+    calls."""
     specs = resolve_specs(["chunk_evaluation"])
     cfg = JudgeConfig.parse("openai:bench-model", base_url=srv.base_url, timeout=60)
     data = records(n, k, tag)  # reading the dataset is not part of the calls being measured
+    opts = RunOptions(concurrency=conc, workers=workers)
+    WORKER_CPU[0] = 0.0
     with tempfile.TemporaryDirectory() as d, Store(Path(d) / "bench.sqlite") as st:
         c0, t0 = cpu(), time.perf_counter()
         if prof is not None:
             prof.enable()
         try:
-            summary = await arun(specs, data, st, cfg, options=RunOptions(concurrency=conc), progress=progress)
+            summary = await arun(specs, data, st, cfg, options=opts, progress=progress)
         finally:
             if prof is not None:
                 prof.disable()
-        wall, used = time.perf_counter() - t0, cpu() - c0
+        wall, used = time.perf_counter() - t0, cpu() - c0 + WORKER_CPU[0]
     if summary.failed:
         raise SystemExit(f"greval run had {summary.failed} failures; the benchmark is void")
+    if summary.workers != workers:
+        raise SystemExit(f"greval judged in {summary.workers} process(es), not {workers}; the benchmark is void")
     return wall, used, summary.calls
+
+
+def server_cpu(srv: OpenAIServer) -> float:
+    """CPU seconds the test server's process has used (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{srv._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def startup_pass(srv: OpenAIServer, n: int, k: int, conc: int) -> tuple[float, float]:
@@ -334,6 +368,103 @@ async def layers_pass(srv: OpenAIServer, n: int, k: int, conc: int, rounds: int)
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def bench_setting(srv: OpenAIServer, setting: str, args: argparse.Namespace) -> None:
+    """One CONCURRENCY:LATENCY setting: paired rounds of greval (once per worker count asked) and the SDK."""
+    conc_s, lat_s = setting.split(":")
+    conc, lat = int(conc_s), float(lat_s)
+    n = args.calls or conc * args.waves
+    limit = n * lat / conc
+    srv.configure(latency=lat)
+    for w in args.workers:  # warm imports, pools, caches (and the workers' forking server)
+        run_sync(greval_pass(srv, conc, args.chunks, conc, f"warm{conc}-{w}", workers=w))
+    names = [f"greval×{w}" if len(args.workers) > 1 or w > 1 else "greval" for w in args.workers]
+    rows: dict[str, list[tuple[float, float]]] = {name: [] for name in [*names, "openai"]}
+    served: list[float] = []  # the test server's CPU ms per call, every pass
+    for rnd in range(1, args.rounds + 1):
+        load = os.getloadavg()[0]
+        srv.reset()
+        for name, w in zip(names, args.workers, strict=True):
+            s0 = server_cpu(srv)
+            wall, used, calls = run_sync(greval_pass(srv, n, args.chunks, conc, f"run{conc}-{w}-{rnd}", workers=w))
+            served.append(1000 * (server_cpu(srv) - s0) / calls)
+            rows[name].append((limit / wall, 1000 * used / calls))
+            _row(setting, rnd, name, calls, wall, limit, used, load)
+        bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()[-n:]]
+        s0 = server_cpu(srv)
+        wall, used, calls = run_sync(baseline_pass(srv, bodies, conc))
+        served.append(1000 * (server_cpu(srv) - s0) / calls)
+        rows["openai"].append((limit / wall, 1000 * used / calls))
+        _row(setting, rnd, "openai", calls, wall, limit, used, load)
+    one_at_a_time = run_sync(floor_pass(srv, bodies[0], max(5, int(8 / lat))))
+    print(
+        f"{setting:>9} {'':>6}  an SDK call took {statistics.median(BASELINE_CALL_MS[-args.rounds :]):.1f} ms "
+        f"on average (median of rounds) for a latency of {1000 * lat:.0f} ms, and {one_at_a_time:.1f} ms "
+        f"one at a time: the machine's own overhead (ceiling {1000 * lat / one_at_a_time:.3f} of the limit "
+        "with no call competing)"
+    )
+    _summary(setting, rows, statistics.median(served), conc / lat)
+    if args.breakdown:
+        breakdown(srv, setting, n, conc, args.chunks)
+
+
+def _row(setting: str, rnd: int, name: str, calls: int, wall: float, limit: float, used: float, load: float) -> None:
+    print(
+        f"{setting:>9} {rnd:>6} {name:>9} {calls:>6} {wall:7.2f} {limit:8.2f} {limit / wall:8.3f} "
+        f"{1000 * used / calls:12.2f} {load:6.2f}"
+    )
+
+
+def _summary(setting: str, rows: dict[str, list[tuple[float, float]]], served_ms: float, rate: float) -> None:
+    """Medians, the paired ratios against the SDK (and against one process), and what two cores allow."""
+    sdk = rows["openai"]
+    first = next(iter(rows))
+    for name, got in rows.items():
+        if name == "openai":
+            continue
+        speed = [g[0] / b[0] for g, b in zip(got, sdk, strict=True)]
+        ratios = [g[1] / b[1] for g, b in zip(got, sdk, strict=True)]
+        print(
+            f"{setting:>9} {'median':>6}  {name} ÷ limit {statistics.median(r[0] for r in got):.3f} (SDK "
+            f"{statistics.median(r[0] for r in sdk):.3f}); CPU/call {statistics.median(r[1] for r in got):.2f} ms "
+            f"vs SDK {statistics.median(r[1] for r in sdk):.2f} ms"
+        )
+        print(
+            f"{setting:>9} {'paired':>6}  throughput {name} ÷ SDK per round {', '.join(f'{r:.3f}' for r in speed)}"
+            f" → median {statistics.median(speed):.3f}; CPU/call ÷ SDK per round "
+            f"{', '.join(f'{r:.2f}' for r in ratios)} → median {statistics.median(ratios):.2f}×"
+        )
+        if name != first:
+            gain = [g[0] / b[0] for g, b in zip(got, rows[first], strict=True)]
+            print(
+                f"{setting:>9} {'paired':>6}  throughput {name} ÷ {first} per round "
+                f"{', '.join(f'{r:.3f}' for r in gain)} → median {statistics.median(gain):.3f}"
+            )
+    client = min(statistics.median(r[1] for r in got) for got in rows.values())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    ceiling = 1000 * cores / (client + served_ms) / rate
+    print(
+        f"{setting:>9} {'cores':>6}  the test server used {served_ms:.2f} ms of CPU per call: with the cheapest client "
+        f"here ({client:.2f} ms/call), {cores} idle cores allow at most {min(ceiling, 1):.3f} of the limit "
+        f"({rate:.0f} calls/s asked)"
+    )
+
+
+def breakdown(srv: OpenAIServer, setting: str, n: int, conc: int, chunks: int) -> None:
+    """Per-layer CPU of one profiled greval pass and one profiled SDK pass (this process only)."""
+    srv.reset()
+    g_prof, b_prof = cProfile.Profile(time.thread_time), cProfile.Profile(time.thread_time)
+    run_sync(greval_pass(srv, n, chunks, conc, f"prof{conc}", g_prof))
+    bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()]
+    run_sync(baseline_pass(srv, bodies, conc, b_prof))
+    g_layers, b_layers = by_layer(g_prof, n), by_layer(b_prof, n)
+    print(f"{setting:>9} CPU ms per call by layer, one pass each under cProfile (inflated: read shares)")
+    print(f"{'':>12}{'layer':40s} {'greval':>7} {'SDK loop':>9}")
+    for layer, ms in g_layers.items():
+        sdk = b_layers[layer]
+        if ms or sdk:
+            print(f"{'':>12}{layer:40s} {ms:7.3f} {sdk:9.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -343,85 +474,27 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=0, help="Calls per pass (overrides --waves)")
     ap.add_argument("--rounds", type=int, default=3, help="greval + SDK passes per setting")
     ap.add_argument("--chunks", type=int, default=5, help="Chunks per record (one call judges them all)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="greval passes per round, one per worker-process count (RunOptions.workers), e.g. --workers 1 2",
+    )
     ap.add_argument("--no-layers", action="store_true", help="Skip the per-layer CPU breakdown at zero latency")
     ap.add_argument("--breakdown", action="store_true", help="Per-layer CPU of one profiled pass per setting")
     ap.add_argument("--no-startup", action="store_true", help="Skip the start-up measurement")
     args = ap.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "bench")
+    _count_worker_cpu()
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
-    header = f"{'setting':>9} {'round':>6} {'client':>7} {'calls':>6} {'wall s':>7} {'limit s':>8} {'÷ limit':>8}"
-    print(header + f" {'CPU ms/call':>12}")
+    header = f"{'setting':>9} {'round':>6} {'client':>9} {'calls':>6} {'wall s':>7} {'limit s':>8} {'÷ limit':>8}"
+    print(header + f" {'CPU ms/call':>12} {'load':>6}")
     with OpenAIServer() as srv:
         if not args.no_startup:
-            srv.configure(latency=0.2)
-            run_sync(greval_pass(srv, 16, args.chunks, 16, "warm-startup"))
-            firsts = [run_sync(startup_pass(srv, 200, args.chunks, 64)) for _ in range(3)]
-            print(
-                "start-up, store exists, 200 new records, 64 in flight: first model call "
-                f"{statistics.median(f for f, _ in firsts):.1f} ms after entering arun "
-                f"(rounds: {', '.join(f'{f:.1f}' for f, _ in firsts)}; target ≤ 50 ms)"
-            )
-            colds = [cold_startup(srv, 200, args.chunks) for _ in range(3)]
-            print(
-                "start-up in a fresh process (the judge stack imported inside arun, as `greval run` does): first "
-                f"request {statistics.median(colds):.0f} ms after entering arun "
-                f"(rounds: {', '.join(f'{c:.0f}' for c in colds)})"
-            )
+            startup(srv, args.chunks)
         for setting in args.settings:
-            conc_s, lat_s = setting.split(":")
-            conc, lat = int(conc_s), float(lat_s)
-            n = args.calls or conc * args.waves
-            limit = n * lat / conc
-            srv.configure(latency=lat)
-            run_sync(greval_pass(srv, conc, args.chunks, conc, f"warm{conc}"))  # warm imports, pools, caches
-            rows: dict[str, list[tuple[float, float]]] = {"greval": [], "openai": []}
-            for rnd in range(1, args.rounds + 1):
-                srv.reset()
-                g_wall, g_cpu, g_calls = run_sync(greval_pass(srv, n, args.chunks, conc, f"run{conc}-{rnd}"))
-                bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()]
-                b_wall, b_cpu, b_calls = run_sync(baseline_pass(srv, bodies, conc))
-                for name, wall, used, calls in (
-                    ("greval", g_wall, g_cpu, g_calls),
-                    ("openai", b_wall, b_cpu, b_calls),
-                ):
-                    rows[name].append((limit / wall, 1000 * used / calls))
-                    print(
-                        f"{setting:>9} {rnd:>6} {name:>7} {calls:>6} {wall:7.2f} {limit:8.2f} {limit / wall:8.3f} "
-                        f"{1000 * used / calls:12.2f}"
-                    )
-            med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
-            pairs = list(zip(rows["greval"], rows["openai"], strict=True))
-            speed = [g[0] / b[0] for g, b in pairs]
-            ratios = [g[1] / b[1] for g, b in pairs]
-            one_at_a_time = run_sync(floor_pass(srv, bodies[0], max(5, int(8 / lat))))
-            print(
-                f"{setting:>9} {'':>6}  an SDK call took {statistics.median(BASELINE_CALL_MS[-args.rounds :]):.1f} ms "
-                f"on average (median of rounds) for a latency of {1000 * lat:.0f} ms, and {one_at_a_time:.1f} ms "
-                f"one at a time: the machine's own overhead (ceiling {1000 * lat / one_at_a_time:.3f} of the limit "
-                "with no call competing)"
-            )
-            print(
-                f"{setting:>9} {'median':>6}  greval ÷ limit {med['greval'][0]:.3f} (SDK {med['openai'][0]:.3f}); "
-                f"CPU/call {med['greval'][1]:.2f} ms vs SDK {med['openai'][1]:.2f} ms"
-            )
-            print(
-                f"{setting:>9} {'paired':>6}  throughput greval ÷ SDK per round {', '.join(f'{r:.3f}' for r in speed)}"
-                f" → median {statistics.median(speed):.3f} (target ≥ 0.95); CPU/call greval ÷ SDK per round "
-                f"{', '.join(f'{r:.2f}' for r in ratios)} → median {statistics.median(ratios):.2f}× (target ≤ 1.1)"
-            )
-            if args.breakdown:
-                srv.reset()
-                g_prof, b_prof = cProfile.Profile(time.thread_time), cProfile.Profile(time.thread_time)
-                run_sync(greval_pass(srv, n, args.chunks, conc, f"prof{conc}", g_prof))
-                bodies = [{k: v for k, v in b.items() if k not in ("stream",)} for b in srv.requests()]
-                run_sync(baseline_pass(srv, bodies, conc, b_prof))
-                g_layers, b_layers = by_layer(g_prof, n), by_layer(b_prof, n)
-                print(f"{setting:>9} CPU ms per call by layer, one pass each under cProfile (inflated: read shares)")
-                print(f"{'':>12}{'layer':40s} {'greval':>7} {'SDK loop':>9}")
-                for layer, ms in g_layers.items():
-                    sdk = b_layers[layer]
-                    if ms or sdk:
-                        print(f"{'':>12}{layer:40s} {ms:7.3f} {sdk:9.3f}")
+            bench_setting(srv, setting, args)
         if not args.no_layers:
             srv.configure(latency=0.0)
             layers = run_sync(layers_pass(srv, 400, args.chunks, 16, args.rounds))
@@ -432,6 +505,24 @@ def main() -> None:
             base = layers["openai SDK create"]
             for name, ms in layers.items():
                 print(f"  {name:36s} {ms:6.2f}  ({ms / base:.2f}x the SDK)")
+
+
+def startup(srv: OpenAIServer, chunks: int) -> None:
+    """The start of a run: to the first model call in this process (store exists), and in a fresh one."""
+    srv.configure(latency=0.2)
+    run_sync(greval_pass(srv, 16, chunks, 16, "warm-startup"))
+    firsts = [run_sync(startup_pass(srv, 200, chunks, 64)) for _ in range(3)]
+    print(
+        "start-up, store exists, 200 new records, 64 in flight: first model call "
+        f"{statistics.median(f for f, _ in firsts):.1f} ms after entering arun "
+        f"(rounds: {', '.join(f'{f:.1f}' for f, _ in firsts)}; target ≤ 50 ms)"
+    )
+    colds = [cold_startup(srv, 200, chunks) for _ in range(3)]
+    print(
+        "start-up in a fresh process (the judge stack imported inside arun, as `greval run` does): first "
+        f"request {statistics.median(colds):.0f} ms after entering arun "
+        f"(rounds: {', '.join(f'{c:.0f}' for c in colds)})"
+    )
 
 
 if __name__ == "__main__":

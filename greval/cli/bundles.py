@@ -135,6 +135,7 @@ class RunFlags:
     engine: str = "local"
     ray_address: str | None = None
     shards: int | None = None
+    workers: int | None = None
     promote: bool = False
     experiment: str | None = None
     dataset_name: str | None = None
@@ -145,6 +146,8 @@ class RunFlags:
             raise click.UsageError("--sample-seed chooses a sample: give --sample N and / or --sample-items N with it")
         if self.engine != "ray" and (self.ray_address is not None or self.shards is not None):
             raise click.UsageError("--ray-address and --shards go with --engine ray")
+        if self.engine == "ray" and self.workers is not None:
+            raise click.UsageError("--workers goes with --engine local (on Ray, --shards)")
         if self.promote and self.experiment is not None:
             raise click.UsageError("--promote and --experiment: an experiment never changes a production version")
 
@@ -172,6 +175,7 @@ class RunFlags:
             sample=self.sample(),
             engine="ray" if self.engine == "ray" else "local",
             shards=self.shards,
+            workers=self.workers,
             ray_address=self.ray_address,
             promote=self.promote,
             experiment=self.experiment,

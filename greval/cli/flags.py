@@ -22,6 +22,7 @@ FLAGS: dict[str, str] = {
     "seed": "--seed",
     "mapping": "--map",
     "engine": "--engine",
+    "workers": "--workers",
     "retry_errors": "--retry-errors",
     "promote": "--promote",
     "Sample.records": "--sample",

@@ -134,6 +134,14 @@ if TYPE_CHECKING:
     "divided among them (at least 1 each).",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Judge in N local processes against the same store (one event loop feeds about 64 calls in flight) "
+    "[one per 64 of --concurrency, at most one per core; 1 for the embedded judge].",
+)
+@click.option(
     "--promote",
     is_flag=True,
     help="When the run finishes, make the versions it judged their metrics' production versions (what gate, "

@@ -1,12 +1,13 @@
 """A run from start to end: :func:`arun` (and :func:`run`, its sync wrapper) plans, records the run, judges the
-plan here or on Ray, and always ends the run with a status and a summary.
+plan here, in local worker processes or on Ray, and always ends the run with a status and a summary.
 
 Before calling the model the store is asked what is still missing (:func:`greval.runner.plan.plan_work`), so a
 finished run costs nothing and a killed one resumes where it stopped. The embedded llama.cpp judge is served
 around a run that needs it (its package imported only then). Two imports wait for a run that needs them, at
 this package's edge: the judge stack (:mod:`greval.runner.judging`; the openai SDK with the first call, LangChain
-only when a call needs it: greval.llm.openai_chat) when the plan has work, and :mod:`greval.scale` (Ray) when
-``RunOptions.engine`` is ``ray``; ``greval run`` on a finished job imports neither.
+only when a call needs it: greval.llm.openai_chat) when the plan has work, and :mod:`greval.scale` when the
+plan is judged in several processes (``RunOptions.workers``, or ``RunOptions.engine`` ``ray``); ``greval run``
+on a finished job imports neither.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Collection, Sequence
 from types import ModuleType
@@ -27,7 +29,14 @@ from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, Notify, local_concurrency
 from greval.llm.limiter import AdaptiveLimiter
 from greval.runner.job import RunJob
-from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions, RunSummary
+from greval.runner.options import (
+    EngineTotals,
+    MetricSummary,
+    ProgressHook,
+    RunOptions,
+    RunSummary,
+    default_workers,
+)
 from greval.runner.plan import Plan, Rows, plan_work, sample_notes, sample_summary
 from greval.spec import BaseSpec, order_specs
 from greval.store.results import figures
@@ -63,7 +72,9 @@ async def arun(
     pulled in, whose lack of verdicts alone fails nothing (:attr:`RunSummary.empty_metrics`). A judge named
     ``local`` or ``gguf:PATH`` (:meth:`JudgeConfig.parse`) without a ``base_url`` or ``model`` is served by the
     embedded llama.cpp server while calls are to be made, as ``greval run`` does (what it starts is said through
-    ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency."""
+    ``notify``, any callable taking a string, else logged); its parallel slots are the default concurrency.
+    Past what one event loop feeds, the plan is sharded across local worker processes (``RunOptions.workers``,
+    :func:`default_workers`; greval.scale.processes): one run, one summary, each judgement paid once."""
     check_arguments(specs, records)
     opts = options or RunOptions()
     specs = order_specs(specs)
@@ -74,7 +85,7 @@ async def arun(
     serve = model is None and cfg.base_url is None and cfg.is_local and plan.judgements > 0
     if serve and "concurrency" not in opts.model_fields_set:
         opts = opts.model_copy(update={"concurrency": local_concurrency()})
-    job, on_ray = _record(RunJob(specs, cfg, store, plan, opts, model=model), dataset)
+    job, where = _record(RunJob(specs, cfg, store, plan, opts, model=model), dataset)
     for name, m in job.summaries.items():
         m.asked = asked is None or name in asked
     started = time.perf_counter()
@@ -83,7 +94,7 @@ async def arun(
     status = "failed"
     try:
         with _served(cfg, notify) if serve else contextlib.nullcontext(cfg) as live:
-            totals = await _judge(dataclasses.replace(job, cfg=live), calls, progress, on_ray)
+            totals = await _judge(dataclasses.replace(job, cfg=live), calls, progress, where)
         status = "finished"
     except (KeyboardInterrupt, asyncio.CancelledError):
         status = "interrupted"
@@ -93,8 +104,8 @@ async def arun(
         # process without waiting for the bookkeeping below (a large dataset's snapshot: seconds, on 100k records).
         work_saved()
         # Every run ends with a status and a summary, however it ended (no run stays 'running').
-        if totals is None:  # the judging failed: what the limiter saw here, none of the shards' (on Ray)
-            totals = EngineTotals() if on_ray else EngineTotals.of(calls)
+        if totals is None:  # the judging failed: what the limiter saw here, none of the shards'
+            totals = EngineTotals.of(calls) if where.here else EngineTotals(workers=where.workers)
         summary = _finish(job, status, time.perf_counter() - started, totals)
     return summary
 
@@ -120,29 +131,70 @@ def run(
     return run_sync(arun(specs, records, store, cfg, **kwargs))
 
 
-def _on_ray(job: RunJob) -> bool:
-    """Whether the job's judging goes to Ray: asked for, and something to judge (else no cluster is started or
-    joined). The cluster is joined now, before the run is recorded: a wrong address is the user's error."""
-    if job.options.engine != "ray" or not job.plan.unique:
-        return False
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    """Where a job is judged: on Ray, or in ``workers`` local processes (1: this one)."""
+
+    ray: bool = False
+    workers: int = 1
+
+    @property
+    def here(self) -> bool:
+        return not self.ray and self.workers == 1
+
+
+def _where(job: RunJob) -> _Where:
+    """Where the job's judging goes, decided before the run is recorded (a wrong Ray address, or workers asked
+    for with a chat model the caller built, is the user's error). Nothing to judge: here (no cluster is started
+    or joined, no process)."""
+    opts = job.options
+    if opts.engine == "ray" and opts.workers is not None:
+        raise UserError(f"{option('workers')} goes with {option('engine')} local (Ray splits a run into its shards)")
+    if not job.plan.unique:
+        return _Where()
+    if opts.engine == "ray":
+        _no_model(job, f"{option('engine')} ray")
+        _ray_engine().connect(opts.ray_address)
+        return _Where(ray=True)
+    if opts.workers is None:
+        return _Where(workers=_default_workers(job))
+    if opts.workers > 1:
+        _no_model(job, f"{option('workers')} {opts.workers}")
+        if job.store.ref == ":memory:":
+            raise UserError(f"{option('workers')} {opts.workers}: worker processes cannot share an in-memory store")
+    return _Where(workers=opts.workers)
+
+
+def _no_model(job: RunJob, what: str) -> None:
     if job.model is not None:
-        raise UserError(
-            f"{option('engine')} ray: each worker builds its chat model from the judge's config; pass no model"
-        )
-    _ray_engine().connect(job.options.ray_address)
-    return True
+        raise UserError(f"{what}: each worker builds its chat model from the judge's config; pass no model")
 
 
-def _record(job: RunJob, dataset: str) -> tuple[RunJob, bool]:
-    """The specs and judges put in the store and the run started: (the job under its run id, whether it is
-    judged on Ray)."""
+def _default_workers(job: RunJob) -> int:
+    """:func:`default_workers` for the job: one process for a chat model the caller built or an in-memory store,
+    which no other process can use."""
+    if job.model is not None or job.store.ref == ":memory:":
+        return 1
+    work = job.plan.judgements + job.plan.computed
+    return default_workers(job.options.concurrency, work, _cores(), local_judge=job.cfg.is_local)
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def _record(job: RunJob, dataset: str) -> tuple[RunJob, _Where]:
+    """The specs and judges put in the store and the run started: (the job under its run id, where it is
+    judged)."""
     store, opts = job.store, job.options
     if opts.experiment is not None and opts.promote:
         raise UserError(f"an experiment never changes a production version: drop {option('promote')}")
     store.put_specs(job.specs, job.keys, experiment=opts.experiment is not None)
     for c in {c.key: c for c in job.cfgs.values()}.values():
         store.put_judge(c)
-    on_ray = _on_ray(job)
+    where = _where(job)
     run_id = store.start_run(
         dataset,
         job.cfg.key,
@@ -152,14 +204,20 @@ def _record(job: RunJob, dataset: str) -> tuple[RunJob, bool]:
         purpose=opts.experiment,
         dataset_name=opts.dataset_name,
     )
-    return dataclasses.replace(job, run_id=run_id), on_ray
+    return dataclasses.replace(job, run_id=run_id), where
 
 
-async def _judge(job: RunJob, calls: CallOptions, progress: ProgressHook | None, on_ray: bool) -> EngineTotals:
-    """The job judged on Ray, or here (the judge stack imported only when the plan has work)."""
-    if on_ray:
+async def _judge(job: RunJob, calls: CallOptions, progress: ProgressHook | None, where: _Where) -> EngineTotals:
+    """The job judged on Ray, in worker processes, or here (the judge stack imported only when the plan has
+    work)."""
+    if where.ray:
         shards: EngineTotals = await _ray_engine().judge_on_ray(job, progress)
         return shards
+    if where.workers > 1:
+        from greval.scale.processes import judge_in_processes  # imports the judge stack too
+
+        parts: EngineTotals = await judge_in_processes(job, progress, where.workers)
+        return parts
     if job.plan.unique:
         from greval.runner.judging import judge_plan  # the judge stack: only for a plan with work
 
@@ -212,6 +270,7 @@ def _finish(job: RunJob, status: str, seconds: float, totals: EngineTotals) -> R
         metrics=metrics,
         peak_concurrency=totals.peak,
         rate_limited=totals.rate_limited,
+        workers=totals.workers,
         notes=totals.notes + notes + (sample_notes(drawn, metrics) if drawn is not None else []),
         sample=drawn,
     )

@@ -22,16 +22,26 @@ from greval.llm.retry import RetryPolicy
 from greval.store.results import MetricFigures
 
 __all__ = [
+    "PER_WORKER",
+    "WORKER_MIN_WORK",
     "EngineTotals",
     "MetricSummary",
     "ProgressHook",
     "RunOptions",
     "RunSummary",
     "SampleSummary",
+    "default_workers",
 ]
 
 #: What a run reports as it goes: (done, total, errors).
 ProgressHook = Callable[[int, int, int], None]
+
+#: Calls in flight one process feeds: ~3 ms of client CPU a call keeps one core busy at 64 in flight and 200 ms
+#: of latency (scripts/bench_run.py). The default worker count is one process per this many, one per core.
+PER_WORKER = 64
+
+#: Judgements a worker process is worth starting for (its start costs ~0.5 s of CPU, ~150 calls' worth).
+WORKER_MIN_WORK = 256
 
 
 class RunOptions(BaseModel):
@@ -72,6 +82,13 @@ class RunOptions(BaseModel):
     shards: int | None = Field(
         None, ge=1, description="With engine ray: tasks to split into (None: the cluster's CPUs)."
     )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="With engine local: processes the pending records are sharded across, each with its share of "
+        "the concurrency, against the same store (greval.scale.processes; 1: this process alone). None: chosen "
+        "from the concurrency and the cores (default_workers): one process feeds about 64 calls in flight.",
+    )
     ray_address: str | None = Field(
         None, description="With engine ray: 'auto' or ray://host:port to join a cluster (None: start a local one)."
     )
@@ -101,6 +118,16 @@ class RunOptions(BaseModel):
             direct=self.direct,
             logprobs=None if self.logprobs is None else LogprobRequest(self.logprobs),
         )
+
+
+def default_workers(concurrency: int, work: int, cores: int, *, local_judge: bool) -> int:
+    """The worker processes a run shards into when not told: one per :data:`PER_WORKER` calls in flight, at most
+    one per core and one per :data:`WORKER_MIN_WORK` judgements left (``work``); one for the embedded judge,
+    whose server is the limit, not the client."""
+    if local_judge:
+        return 1
+    n = min(cores, -(-concurrency // PER_WORKER), work // WORKER_MIN_WORK)
+    return max(1, n)
 
 
 class MetricSummary(MetricFigures):
@@ -140,12 +167,13 @@ class SampleSummary(BaseModel):
 
 
 class EngineTotals(BaseModel):
-    """What the judging reports beside the per-metric activity: the peak concurrency (summed over Ray tasks),
-    rate-limited calls, and what the run has to say once (token log-probabilities)."""
+    """What the judging reports beside the per-metric activity: the peak concurrency (summed over the shards),
+    rate-limited calls, what the run has to say once (token log-probabilities), and the processes that judged."""
 
     peak: int = 0
     rate_limited: int = 0
     notes: list[str] = Field(default_factory=list)
+    workers: int = 1
 
     @classmethod
     def of(cls, calls: CallOptions) -> EngineTotals:
@@ -168,6 +196,7 @@ class RunSummary(BaseModel):
     metrics: list[MetricSummary]
     peak_concurrency: int
     rate_limited: int
+    workers: int = Field(1, description="Processes that judged: 1 (this one), worker processes or Ray tasks.")
     notes: list[str] = Field(
         default_factory=list, description="What the run has to say once (token log-probabilities, the sample)."
     )

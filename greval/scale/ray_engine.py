@@ -25,25 +25,38 @@ import asyncio
 import logging
 import os
 import time
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from greval._sync import run_sync
-from greval.dataset.compact import Pairs
-from greval.dataset.records import Record
 from greval.errors import UserError, first_line, option
-from greval.llm.config import JudgeConfig
-from greval.llm.limiter import AdaptiveLimiter
 from greval.runner.job import RunJob
 from greval.runner.judging import judge_plan
-from greval.runner.options import EngineTotals, MetricSummary, ProgressHook, RunOptions
-from greval.runner.plan import Plan, PlannedRows, work_of
-from greval.spec import BaseSpec
+from greval.runner.options import EngineTotals, ProgressHook
+from greval.scale.shards import (
+    SAME_EPISODE_S,
+    Shard,
+    ShardReport,
+    SignalledLimiter,
+    add_reports,
+    shard_options,
+    split_plan,
+    start_shards,
+)
 from greval.store.store import Store
+
+__all__ = [
+    "SAME_EPISODE_S",
+    "Coordinator",
+    "Shard",
+    "ShardReport",
+    "SharedLimiter",
+    "connect",
+    "coordinator",
+    "judge_on_ray",
+    "ray_module",
+    "run_shard",
+    "split_plan",
+]
 
 #: Times Ray runs a shard's task again when its worker process died (killed, out of memory, node lost).
 MAX_RETRIES = 3
@@ -53,9 +66,6 @@ POLL_S = 0.2
 
 #: How often a worker asks whether another worker cut its limit on a rate-limit episode (seconds).
 SIGNAL_POLL_S = 0.5
-
-#: Cuts by other workers within this many seconds of a worker's own cut answer the same episode: not followed.
-SAME_EPISODE_S = 1.0
 
 #: The logger of Ray's token-authentication set-up (its warning that a local cluster has a token).
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -160,38 +170,14 @@ def coordinator(ray: Any) -> Any:
     return _COORDINATORS[job]
 
 
-class SharedLimiter(AdaptiveLimiter):
-    """A worker's :class:`AdaptiveLimiter` that tells the others when it cuts on a rate-limit episode, and
-    cuts when another worker did (the provider's limit is per key, shared by every worker): once per cut
-    signalled, unless this worker cut itself within :data:`SAME_EPISODE_S` (the same episode)."""
+class SharedLimiter(SignalledLimiter):
+    """A worker's :class:`SignalledLimiter` whose signal is the Coordinator actor: its cuts are sent there, and
+    :meth:`watch` polls it for the others' (the provider's limit is per key, shared by every worker)."""
 
     def __init__(self, limit: int, adaptive: bool = True, *, signal: Any, run: str, shard: int) -> None:
-        super().__init__(limit, adaptive)
+        super().__init__(limit, adaptive, shard=shard, tell=lambda after: signal.cut.remote(run, shard, after))
         self.signal = signal  # the Coordinator actor's handle
         self.run = run
-        self.shard = shard
-        self.seen = 0  # the signal's epoch followed last
-        self.own_cut_at = -float("inf")  # wall time of this worker's last cut
-        self.followed = 0  # cuts made on another worker's signal
-
-    def on_rate_limited(self, started: float | None = None, retry_after: float | None = None) -> None:
-        before = self.cuts
-        super().on_rate_limited(started, retry_after)
-        if self.cuts > before:
-            self.own_cut_at = time.time()
-            self.signal.cut.remote(self.run, self.shard, retry_after)
-
-    def follow(self, epoch: int, shard: int, at: float, retry_after: float | None) -> bool:
-        """Apply the signal's latest cut if it is new, another worker's, and not this worker's own episode."""
-        if epoch <= self.seen:
-            return False
-        self.seen = epoch
-        if shard == self.shard or not self.adaptive or abs(at - self.own_cut_at) < SAME_EPISODE_S:
-            return False
-        self.cut(retry_after)  # the cut of AdaptiveLimiter.on_rate_limited, on another worker's evidence
-        self.own_cut_at = at
-        self.followed += 1
-        return True
 
     async def sync(self) -> bool:
         """Ask the signal once and follow it (:meth:`follow`)."""
@@ -206,68 +192,6 @@ class SharedLimiter(AdaptiveLimiter):
 
 
 # ------------------------------------------------------------------------------------------- shards
-class ShardReport(BaseModel):
-    """What one shard's task did (its activity; the figures are read from the store by the driver)."""
-
-    shard: int
-    pid: int
-    metrics: list[MetricSummary]
-    peak: int = 0
-    rate_limited: int = 0
-    followed_cuts: int = Field(0, description="Limit cuts made because another worker was rate limited.")
-    notes: list[str] = Field(default_factory=list)
-
-
-def split_plan(plan: Plan, specs: Sequence[BaseSpec], shards: int) -> list[Plan]:
-    """The plan's records dealt round-robin into at most ``shards`` plans (no empty one). A shard plan holds
-    no snapshot: the driver links the run's snapshot once."""
-    n = max(1, min(shards, len(plan.unique)))
-    dealt: list[list[Record]] = [[] for _ in range(n)]
-    for i, rec in enumerate(plan.unique):  # read once, in order (a large plan reads its file again here)
-        dealt[i % n].append(rec)
-    out = []
-    for k in range(n):
-        idx = range(k, len(plan.unique), n)
-        pending = {name: [rows[i] for i in idx] for name, rows in plan.pending.items()}
-        work = Counter(
-            work_of(s, rec) for s in specs for rec, left in zip(dealt[k], pending[s.name], strict=True) if left
-        )
-        out.append(
-            Plan.model_construct(
-                unique=PlannedRows(records=dealt[k]),
-                judge_keys=plan.judge_keys,
-                pending=pending,
-                judgements=work["judgement"],
-                computed=work["computed"],
-                skipped=work["skipped"],
-                retry_errors=plan.retry_errors,
-                sample=plan.sample,
-                population=len(idx),
-                items_drawn={},
-                items_of={},
-                records=len(idx),
-                distinct_contents=len(idx),
-                members=Pairs(),
-                unstored=PlannedRows(),
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class Shard:
-    """What one Ray task is sent: its part of the run's job, with the store by its reference (a connection does
-    not travel), and its place among the shards."""
-
-    specs: Sequence[BaseSpec]
-    plan: Plan
-    store_ref: str
-    cfg: JudgeConfig
-    run_id: str
-    options: RunOptions
-    index: int
-
-
 def run_shard(shard: Shard, coord: Any) -> ShardReport:
     """One Ray task: judge a shard of a run with the runner's own code, in this worker process."""
     coord.started.remote(shard.run_id, shard.index, os.getpid())
@@ -290,11 +214,7 @@ async def _judge_shard(shard: Shard, coord: Any) -> ShardReport:
     watch = asyncio.ensure_future(limiter.watch())
     try:
         with Store(shard.store_ref) as store:
-            # Every attempt at this shard holds its claims as one owner: a retry (its worker died, maybe on
-            # another host, where the dead pid cannot be checked) takes over the claims of the attempt before
-            # at once instead of waiting out their lease.
-            store.owner = f"{run_id}/{shard.index}"
-            job = RunJob(shard.specs, shard.cfg, store, shard.plan, opts, run_id=run_id)
+            job = shard.job(store)
             await judge_plan(job, calls, report)
     finally:
         watch.cancel()
@@ -321,26 +241,12 @@ async def judge_on_ray(job: RunJob, progress: ProgressHook | None) -> EngineTota
     if progress:
         progress(0, total, 0)
     reports, failure, errors = await _collect(ray, refs, run_id, total, progress)
-    for rep in reports:
-        for m in rep.metrics:
-            mine = job.summaries[m.spec]
-            mine.judged += m.judged
-            mine.reused += m.reused
-            mine.tokens_in += m.tokens_in
-            mine.tokens_out += m.tokens_out
-            mine.tokens_cached += m.tokens_cached
-            mine.calls += m.calls
+    totals = add_reports(job, reports)
     if failure is not None:
         raise failure
     if progress:
         progress(total, total, errors)
-    notes = list(dict.fromkeys(n for rep in reports for n in rep.notes))
-    followed = sum(rep.followed_cuts for rep in reports)
-    if followed:
-        notes.append(f"{followed} concurrency cut(s) made because another worker was rate limited")
-    return EngineTotals(
-        peak=sum(rep.peak for rep in reports), rate_limited=sum(rep.rate_limited for rep in reports), notes=notes
-    )
+    return totals
 
 
 def _launch(ray: Any, job: RunJob, run_id: str) -> tuple[list[Any], int]:
@@ -349,10 +255,8 @@ def _launch(ray: Any, job: RunJob, run_id: str) -> tuple[list[Any], int]:
     specs, plan, opts = job.specs, job.plan, job.options
     cpus = int(ray.cluster_resources().get("CPU", 1))
     parts = split_plan(plan, specs, opts.shards or max(1, cpus))
-    per = opts.model_copy(update={"concurrency": max(1, opts.concurrency // len(parts))})
-    total = sum(1 for s in specs for p in plan.pending[s.name] if p is not None)
-    for s in specs:
-        job.summaries[s.name].reused += plan.records - len(plan.unique)
+    per = shard_options(opts, len(parts))
+    total = start_shards(job)
     coord = coordinator(ray)
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_shard)
     shards = [Shard(specs, part, job.store.ref, job.cfg, run_id, per, k) for k, part in enumerate(parts)]
