@@ -572,8 +572,9 @@ def ui_get(http: httpx.Client, path: str, within: float = 2.0) -> httpx.Response
     return r
 
 
-def ui_until(http: httpx.Client, path: str, wanted: str, timeout: float = 90) -> httpx.Response:
-    """GET ``path`` until it answers 200 with ``wanted`` in it (each answer at once)."""
+def ui_until(http: httpx.Client, path: str, wanted: str, timeout: float = 240) -> httpx.Response:
+    """GET ``path`` until it answers 200 with ``wanted`` in it (each answer at once; the build itself may take
+    minutes on a loaded 2-core machine: it is a child process importing the plotting stack)."""
     deadline = time.monotonic() + timeout
     while True:
         r = ui_get(http, path)
