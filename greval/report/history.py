@@ -18,8 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from greval.agreement.agreement import compute_agreement
 from greval.agreement.bootstrap import RESAMPLES, Resampling
-from greval.agreement.models import Estimate
+from greval.agreement.models import AgreementOptions, Estimate
+from greval.errors import UserError
 from greval.report.models import MeanCI
 from greval.report.scores import run_items, score_rows
 from greval.spec import CategoricalScale, Spec
@@ -147,10 +149,7 @@ def _agreement(
     store: Store, name: str, key: str, judge_key: str, items: Sequence[dict[str, Any]], resampling: Resampling
 ) -> tuple[str | None, Estimate | None]:
     """The run's agreement figure on its labelled records (None when people labelled none of them)."""
-    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
-    from greval.agreement.models import AgreementOptions
-    from greval.errors import UserError
 
     spec = store.any_spec(key)
     if not isinstance(spec, Spec) or not store.submitted_label_count(name):
