@@ -24,6 +24,7 @@ from greval.agreement.design import SELECTION_ATTR
 from greval.agreement.gold.choose import ANSWERED_AT
 from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementScale
 from greval.agreement.prepare import CONFIDENCE_COLUMN
+from greval.agreement.scale import agreement_scale
 from greval.errors import UserError, option
 from greval.spec import CategoricalScale, Spec
 from greval.store.results import aggregate_items
@@ -44,15 +45,6 @@ class StoreSelection(BaseModel):
     labelled_items: int
     joined_rows: int
     datasets: list[str] = []
-
-
-def agreement_scale(spec: Spec) -> AgreementScale:
-    """The spec's scale in the agreement module's terms (ordered labels there run low → high)."""
-    if isinstance(spec.scale, CategoricalScale):
-        names = spec.scale.names
-        labels = list(reversed(names)) if spec.scale.ordered else list(names)
-        return AgreementScale(kind="categorical", labels=labels, ordered=spec.scale.ordered, scores=spec.scale.scores())
-    return AgreementScale(kind="value", min=spec.scale.min, max=spec.scale.max)
 
 
 def _judge_key(store: Store, spec_key: str, judge: str | None) -> tuple[str, str]:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from greval.dataset.limits import ReadLimits
 from greval.dataset.records import DataFile, HashedRow, Record, map_rows
+from greval.dataset.tables import check_file
 from greval.errors import DataError
 
 #: A source's rows as the runner takes them: hashed rows or Records, read again each time they are iterated.
@@ -139,7 +140,6 @@ class DataSource(BaseModel):
 
     def _table_file(self) -> Opened:
         """A plain table file, streamed (read again each time its rows are iterated)."""
-        from greval.dataset.tables import check_file
 
         check_file(self.data)  # a missing file or an unknown format fails here, before the store is opened
         rows = DataFile(self.data, self.mapping, self.id_column, self.limit, self.limits)

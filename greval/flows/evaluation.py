@@ -31,8 +31,9 @@ from greval.flows.run import (
     run_dataset,
 )
 from greval.llm.config import JudgeChoice, JudgeConfig
+from greval.paths import data_dir
 from greval.runner.options import RunOptions
-from greval.spec import BaseSpec
+from greval.spec import BaseSpec, order_specs, resolve_specs
 from greval.store.store import Store
 
 #: The store's file in greval's data directory when none is given.
@@ -65,7 +66,6 @@ class Evaluation(BaseModel):
 
 def default_store() -> Path:
     """Where verdicts go when no store is given: one file in greval's data directory (``GREVAL_HOME``)."""
-    from greval.paths import data_dir
 
     return data_dir() / DEFAULT_STORE
 
@@ -77,7 +77,6 @@ def say(text: str) -> None:
 
 def resolve_metrics(metrics: Sequence[Metric] | Metric) -> tuple[list[BaseSpec], list[str]]:
     """(every spec to run, dependencies included, in dependency order; the names asked for)."""
-    from greval.spec import order_specs, resolve_specs
 
     given = [metrics] if isinstance(metrics, str | Path | BaseSpec) else list(metrics)
     if not given:

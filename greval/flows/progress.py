@@ -14,6 +14,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -149,6 +151,5 @@ def progress_for(show: bool) -> Progress:
         return Progress()
     if in_notebook():
         return NotebookProgress()
-    from rich.console import Console
 
     return TerminalProgress(Console(stderr=True))

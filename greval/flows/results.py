@@ -11,8 +11,14 @@ import html
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from greval.agreement.agreement import compute_agreement
 from greval.agreement.bootstrap import RESAMPLES, Resampling
+from greval.agreement.models import AgreementOptions, Estimate
+from greval.agreement.scale import agreement_scale
 from greval.errors import DataError, UserError
+from greval.gate.checks import check
+from greval.report.format import fmt_ci, fmt_number
+from greval.report.scores import run_items, score_rows
 from greval.runner import RunSummary
 from greval.spec import BaseSpec, CategoricalScale, Spec
 from greval.store.results import metric_notes, record_rows, verdict_frame
@@ -82,7 +88,6 @@ class Results:
 
     def _items(self, st: Store, metric: str | None = None) -> list[dict[str, Any]]:
         """Item rows of this run's metrics (or one) on its records, in run order."""
-        from greval.report.scores import run_items
 
         pairs = [(m.spec_key, m.judge_key) for m in self.run.metrics if metric is None or m.spec == metric]
         return run_items(st, self.run_id, pairs)
@@ -130,7 +135,6 @@ class Results:
 
     def scores(self, *, resamples: int = RESAMPLES, seed: int = 0) -> list[ScoreRow]:
         """Each metric's figures and dataset score with its bootstrap CI (:mod:`greval.report.scores`)."""
-        from greval.report.scores import score_rows
 
         with self._open() as st:
             return score_rows(st, self._items(st), resampling=Resampling(resamples=resamples, seed=seed))
@@ -145,8 +149,6 @@ class Results:
         """(metric, check) for each metric asked for and each bound given: its dataset score (the point value,
         or an end of its 95 % CI) ``>= min_score`` / ``<= max_score`` — the test ``greval gate`` makes of
         ``score>=X`` (an undefined score fails, saying why)."""
-        from greval.agreement.models import Estimate
-        from greval.gate.checks import check
 
         if ci not in ("value", "lower", "upper"):
             raise UserError(f"ci {ci!r}: 'value', 'lower' or 'upper'")
@@ -224,9 +226,7 @@ class Results:
         (``"human_label"``, a column of the data); labels by record id (a dict, or a Series indexed by record id),
         or one per row in the data's order (a list, a Series); or a DataFrame with ``record_id``, ``label``
         and optionally ``item_id`` (required for a per-item metric) and ``annotator``."""
-        from greval.agreement.agreement import compute_agreement
-        from greval.agreement.from_store import agreement_scale, store_frame
-        from greval.agreement.models import AgreementOptions
+        from greval.agreement.from_store import store_frame
 
         name = self._metric(metric, judged=True)
         spec = self.specs[name]
@@ -279,7 +279,6 @@ class Results:
         )
 
     def _repr_html_(self) -> str:
-        from greval.report.format import fmt_number
 
         table = self.summary()
         body = "".join(
@@ -298,7 +297,6 @@ class Results:
         )
 
     def __repr__(self) -> str:
-        from greval.report.format import fmt_number
 
         lines = [self._headline()]
         for m in self.run.metrics:
@@ -307,7 +305,6 @@ class Results:
 
 
 def _ci(low: float | None, high: float | None) -> str:
-    from greval.report.format import fmt_ci
 
     class _Interval:
         ci_low, ci_high = low, high

@@ -33,6 +33,8 @@ from greval.llm.config import (
     local_concurrency,
     resolve_judge,
 )
+from greval.llm.local import BUILD_ESTIMATE, LocalJudgeError, find_engine
+from greval.llm.local.engine import why_build
 from greval.runner import driver
 from greval.runner.options import ProgressHook, RunOptions, RunSummary
 from greval.runner.plan import Plan, plan_work
@@ -82,8 +84,6 @@ class RunPlanned(BaseModel):
         them its own way), or None when nothing is built."""
         if not self.builds_judge:
             return None
-        from greval.llm.local import BUILD_ESTIMATE
-        from greval.llm.local.engine import why_build
 
         return (
             f"{why_build()}, and the embedded judge's llama-server is not built yet: it is built now, once (a C++ "
@@ -351,7 +351,6 @@ def _needs_build(cfg: JudgeConfig) -> bool:
     a local judge, as the runner does."""
     if cfg.provider not in ("local", "gguf"):
         return False
-    from greval.llm.local import LocalJudgeError, find_engine
 
     try:
         return find_engine() is None

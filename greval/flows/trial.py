@@ -12,14 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from rich.markup import escape
+from rich.table import Table
 
+from greval.agreement import AgreementOptions, compute_agreement
 from greval.agreement.models import AgreementReport
+from greval.agreement.scale import agreement_scale
+from greval.agreement.tables import read_table, select
 from greval.dataset.limits import ReadLimits
+from greval.dataset.records import Record, content_hash, load_records
 from greval.dataset.source import DataSource
 from greval.errors import UserError, option, render_options
 from greval.flows.run import JudgeRef, RunEvent, run_dataset
+from greval.judge.outcome import config_for
 from greval.runner.options import RunOptions, RunSummary
 from greval.spec import BaseSpec, CategoricalScale, Spec
+from greval.store.results import metric_notes
+from greval.store.store import Store, spec_keys
 
 
 def human_frame(
@@ -60,7 +69,6 @@ def humans_from_file(
     limits: ReadLimits | None = None,
 ) -> dict[str, list[tuple[str, Any]]]:
     """Human answers kept in their own table (e.g. pulled from Argilla), joined on the record id."""
-    from greval.agreement.tables import read_table, select
 
     table = read_table(path, as_text=True, limits=limits)  # a label spelled NA / None / null stays that label
     id_col = id_column or next((c for c in ("record_id", "id") if c in table.columns), None)
@@ -106,7 +114,6 @@ def _per_item(human: Any, ids: Sequence[str], rid: str) -> dict[str, Any]:
 
 def split_human(records: Sequence[Any], column: str) -> tuple[list[Any], dict[str, list[tuple[str, Any]]]]:
     """Take the human column out of the records (so the store sees the same records as `greval run`)."""
-    from greval.dataset.records import Record, content_hash
 
     humans: dict[str, list[tuple[str, Any]]] = {}
     out: list[Any] = []
@@ -169,11 +176,6 @@ def try_spec(
     """Judge the labelled records with ``specs`` through the front door — an experiment run, never what a reader
     of the store reads by default — and compute the agreement of ``target`` with the people's answers (a column
     of the data file, or of ``request.human_file`` joined on the record id)."""
-    from greval.agreement import AgreementOptions, compute_agreement
-    from greval.agreement.from_store import agreement_scale
-    from greval.dataset.records import load_records
-    from greval.judge.outcome import config_for
-    from greval.store.store import Store, spec_keys
 
     r = request
     loaded = load_records(r.data_file, r.mapping, r.id_column, r.limit, limits=r.limits)
@@ -208,8 +210,6 @@ def print_try(
 ) -> None:
     """Compact agreement: counts, headline metrics with CIs, and the confusion matrix for labels (``names``: how
     notes write option fields; the CLI passes its flags)."""
-    from rich.markup import escape
-    from rich.table import Table
 
     c = report.counts
     console.print(
@@ -217,7 +217,6 @@ def print_try(
         f"items compared ({c.items_missing_human} without a human label, {c.items_invalid_judge} judge failures)",
         highlight=False,
     )
-    from greval.store.results import metric_notes
 
     for m in summary.metrics:  # why judge answers failed (truncated, content filter …), as `greval run` says
         if m.spec == spec.name:

@@ -20,10 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from greval.agreement.agreement import compute_agreement
 from greval.agreement.bootstrap import RESAMPLES, Resampling
-from greval.agreement.models import Estimate
+from greval.agreement.models import AgreementOptions, Estimate
 from greval.errors import Remedy, UserError, option
-from greval.gate.checks import Check, Condition, GateResult, Side, check
+from greval.gate.checks import Check, Condition, GateResult, Side, check, evaluate
 from greval.report.scores import SystemFilter, in_system, paired_change, run_items, score_rows, system_values
 from greval.spec import Spec
 from greval.store.results import item_rows, record_rows
@@ -94,10 +95,7 @@ def _validate(req: GateRequest, agreement: Sequence[Condition]) -> None:
 
 def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition], notes: list[str]) -> list[Check]:
     """The agreement report ``greval agreement --store`` prints, and the conditions on it."""
-    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
-    from greval.agreement.models import AgreementOptions
-    from greval.gate.checks import evaluate
 
     version = store.metric_version(req.spec)
     if not isinstance(spec := store.any_spec(version.spec_key), Spec):

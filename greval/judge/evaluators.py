@@ -20,10 +20,14 @@ from pydantic import BaseModel
 
 from greval._sync import run_sync
 from greval.dataset.records import Record
+from greval.judge.computed import ComputedEvaluator
 from greval.judge.judge import Judge
 from greval.judge.options import CallOptions, Options
+from greval.judge.pipeline import PipelineEvaluator
 from greval.judge.schemas import input_model
 from greval.spec import BaseSpec, Spec, dependency_levels
+from greval.spec.computed import ComputedSpec
+from greval.spec.pipeline import PipelineSpec
 from greval.types import JudgeResult
 
 if TYPE_CHECKING:
@@ -67,8 +71,6 @@ def _judge(spec: BaseSpec, model: ChatModel | None, calls: CallOptions) -> Evalu
 
 
 def _pipeline(spec: BaseSpec, model: ChatModel | None, calls: CallOptions) -> Evaluator:
-    from greval.judge.pipeline import PipelineEvaluator
-    from greval.spec.pipeline import PipelineSpec
 
     if not isinstance(spec, PipelineSpec):
         raise TypeError(f"{spec.name}: kind 'pipeline' is built from a PipelineSpec, not {type(spec).__name__}")
@@ -79,8 +81,6 @@ def _pipeline(spec: BaseSpec, model: ChatModel | None, calls: CallOptions) -> Ev
 
 def _computed(spec: BaseSpec, model: ChatModel | None, calls: CallOptions) -> Evaluator:
     """No model, method, samples, limiter or transport option applies: computation is local."""
-    from greval.judge.computed import ComputedEvaluator
-    from greval.spec.computed import ComputedSpec
 
     if not isinstance(spec, ComputedSpec):
         raise TypeError(f"{spec.name}: kind 'computed' is built from a ComputedSpec, not {type(spec).__name__}")

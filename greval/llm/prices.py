@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from greval.errors import UserError
+from greval.paths import data_dir
 
 PRICES_ENV = "GREVAL_PRICES"
 _DATED = re.compile(r"^(.+)-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")  # a dated snapshot: priced as its model
@@ -75,7 +76,6 @@ def prices_path() -> Path:
     env = os.environ.get(PRICES_ENV)
     if env:
         return Path(env).expanduser()
-    from greval.paths import data_dir
 
     return data_dir() / "prices.yaml"
 

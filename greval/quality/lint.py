@@ -16,7 +16,8 @@ from typing import Any, Literal, cast
 import yaml
 
 from greval.errors import SpecError
-from greval.spec import STANDARD_INPUTS, Spec, compact_ranges, parse_spec
+from greval.judge.judge import Judge
+from greval.spec import STANDARD_INPUTS, RefusedYAML, Spec, compact_ranges, parse_spec, read_yaml, yaml_mark
 from greval.spec.computed import DEPRECATED_METRICS
 
 Severity = Literal["error", "warning"]
@@ -373,14 +374,12 @@ def lint_data(data: Any, file: str = "<spec>", where: str = "") -> list[Finding]
 
 def compile_check(spec: Spec) -> None:
     """Build the judge without a model: checks few-shot examples against the verdict schema."""
-    from greval.judge.judge import Judge
 
     Judge(spec, cast(Any, None))
 
 
 def lint_text(text: str, file: str = "<spec>") -> list[Finding]:
     """Lint the text of a spec file (one spec, a list, or ``specs: [...]``)."""
-    from greval.spec import RefusedYAML, read_yaml, yaml_mark
 
     try:
         data = read_yaml(text)  # the spec loader: duplicate keys, alias bombs and deep nesting are refused here too

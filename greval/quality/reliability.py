@@ -21,16 +21,25 @@ from typing import Any, Literal, cast
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
+from rich.markup import escape
+from rich.table import Table
 
 from greval._sync import run_sync
+from greval.agreement import AgreementOptions, compute_agreement
+from greval.agreement.scale import agreement_scale
 from greval.dataset.records import Record, content_hash
 from greval.errors import UserError, option, render_options
 from greval.judge.judge import Judge
 from greval.judge.logprobs import weighted_value
-from greval.judge.outcome import missing_inputs
+from greval.judge.outcome import config_for, missing_inputs
+from greval.judge.parse import json_payload
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.report.format import fmt_ci, fmt_number
-from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale, parse_spec
+from greval.runner.driver import arun
+from greval.runner.options import RunOptions
+from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale, parse_spec, with_dependencies
+from greval.store.results import metric_notes
+from greval.store.store import spec_keys
 from greval.types import ItemVerdict, JudgeResult
 
 Order = Literal["reverse", "shuffle"]
@@ -225,9 +234,6 @@ def panel_agreement(spec: Spec, judges: Mapping[str, Mapping[str, JudgeResult | 
     """Pairwise agreement between panel judges via the agreement module (no bootstrap: point values)."""
     import pandas as pd
 
-    from greval.agreement import AgreementOptions, compute_agreement
-    from greval.agreement.from_store import agreement_scale
-
     names = list(judges)
     scale = agreement_scale(spec)
     wanted = PANEL_METRICS["value" if isinstance(spec.scale, ValueScale) else "categorical"]
@@ -257,7 +263,6 @@ async def alogprob_scores(
     spec: Spec, records: Sequence[Record], model: BaseChatModel
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
     """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
-    from greval.judge.parse import json_payload
     from greval.llm.call import to_langchain
 
     judge = Judge(spec, model, method="json_schema")
@@ -320,11 +325,6 @@ async def _judged(
 ) -> dict[str, JudgeResult | None]:
     """Run (or reuse from the store) and read back the target spec's verdicts, by record id; ``notes``
     receives what the run summary says about failed judgements."""
-    from greval.judge.outcome import config_for
-    from greval.runner.driver import arun
-    from greval.runner.options import RunOptions
-    from greval.store.results import metric_notes
-    from greval.store.store import spec_keys
 
     summary = await arun(specs, records, store, cfg, options=RunOptions(concurrency=concurrency), dataset="reliability")
     target = specs[-1]
@@ -345,7 +345,6 @@ async def areliability(
     options: ReliabilityOptions | None = None,
 ) -> ReliabilityReport:
     """Judge the sample as is and perturbed; compare; judge with the panel; optionally weigh logprobs."""
-    from greval.spec import with_dependencies
 
     opts = options or ReliabilityOptions()
     # the target's dependencies, transitively, then the target; nothing that merely sits beside it in a file
@@ -442,8 +441,6 @@ def reliability(*args: Any, **kwargs: Any) -> ReliabilityReport:
 def print_report(console: Any, rep: ReliabilityReport, names: Mapping[str, str] | None = None) -> None:
     """Flip rates per perturbation (with n and a Wilson 95% CI), panel agreement, weighted scores (``names``: how
     option fields are written; the CLI passes its flags)."""
-    from rich.markup import escape
-    from rich.table import Table
 
     console.print(
         f"[bold]{rep.spec}[/] ({rep.spec_hash}) judged by {rep.judge} on {rep.records} sampled record(s) "

@@ -34,8 +34,11 @@ from greval.agreement.models import (
 )
 from greval.agreement.prepare import Prepared, is_null, prepare
 from greval.agreement.stats import rankdata
+from greval.agreement.threshold import judge_from_score
 from greval.dataset.frame import Frame
 from greval.report.format import best_first, fmt_ci, fmt_corrected, fmt_number, fmt_value_ci
+from greval.report.palette import HEAT_HIGH, HEAT_LOW, ink, mix
+from greval.report.plots import pyplot
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,7 +72,7 @@ def _ordered(scale: AgreementScale) -> bool:
 def _png(fig: Any, alt: str = "chart") -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     plt.close(fig)
     return (
@@ -84,10 +87,7 @@ def reliability_diagram(cal: CalibrationReport) -> str:
     """The reliability diagram as an embedded PNG: each non-empty bin's accuracy (with its Wilson interval)
     at its mean confidence, its row count written above it, the bins' ranges as light bars, and the
     diagonal a calibrated judge would sit on."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(4.5, 4.2))
     ax.plot([0, 1], [0, 1], color="#888", linestyle="--", linewidth=1, label="calibrated")
@@ -174,10 +174,7 @@ LEGEND = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0
 
 def distribution_figure(cat: CategoricalReport) -> Any:
     """Each label's share of the items, people's and the judge's side by side (the legend beside the axes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(4.5, 3))
     x = np.arange(len(cat.labels))
@@ -192,10 +189,7 @@ def distribution_figure(cat: CategoricalReport) -> Any:
 
 def reliability_figure(cat: CategoricalReport) -> Any:
     """Each label's precision and recall (the legend beside the axes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = [r for r in cat.per_label if r.label in cat.labels]
     fig, ax = plt.subplots(figsize=(4.5, 3))
@@ -218,7 +212,6 @@ def confusion_table(cat: CategoricalReport, cell_href: CellHref | None = None) -
     its count (greval.report.palette: white for none to dark blue for the most) with the count written in the
     colour that contrasts more (WCAG, :func:`greval.report.palette.ink`); with ``cell_href``, a count opens its
     records (an invalid-answer column has none to open)."""
-    from greval.report.palette import HEAT_HIGH, HEAT_LOW, ink, mix
 
     cm = cat.confusion
     top = max((v for row in cm.counts for v in row), default=0) or 1
@@ -246,10 +239,7 @@ def confusion_table(cat: CategoricalReport, cell_href: CellHref | None = None) -
 def _charts(report: AgreementReport, frame: Frame | pd.DataFrame) -> list[str]:
     """Judge-vs-human label distributions and per-label reliability (the confusion matrix is a table:
     :func:`confusion_table`), or, for values, the score distributions and a scatter."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out: list[str] = []
     cat = report.categorical
@@ -529,8 +519,6 @@ def _prepared(report: AgreementReport, frame: Frame | pd.DataFrame) -> tuple[Pre
     """The compared items as the report saw them: with the judge's labels from its score when a threshold
     made them (and only the evaluated rows)."""
     if report.threshold is not None:
-        from greval.agreement.threshold import judge_from_score
-
         frame = judge_from_score(frame, report.threshold, report.options)
     table = Frame.of(frame)
     return prepare(table, report.scale, report.options, _gold_values(report)), table

@@ -21,11 +21,18 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from greval.agreement.bootstrap import RESAMPLES, Resampling
+from greval.agreement.comparison import compare_agreement, compare_independent
+from greval.agreement.models import AgreementOptions
 from greval.errors import UserError, option
 from greval.paths import write_private
+from greval.report.explorer.data import metric_rows, side_by_side
+from greval.report.explorer.links import FOLDER, href
+from greval.report.explorer.write import metric_data, write_comparison_explorer
 from greval.report.format import fmt_ci, fmt_number
+from greval.report.html import _CSS, html_table
 from greval.report.models import MetricRow
 from greval.report.scores import PairedChange, SystemFilter, paired_change, run_items
+from greval.report.store_report import metric_row, tag_rows
 from greval.report.tables import STATISTIC_NAMES, summary_cell
 from greval.store.results import figures_from_rows, item_rows, record_rows
 from greval.store.store import Store
@@ -171,8 +178,6 @@ def agreement_change(
     pairing); (None, None) when nobody labelled. Paired sides are ``greval agreement --spec A --spec B``'s
     comparison (compare_agreement); sides with no item in common (two systems answering their own
     questions) an independent bootstrap difference (compare_independent) of each side's own figures."""
-    from greval.agreement.comparison import compare_agreement, compare_independent
-    from greval.agreement.models import AgreementOptions
 
     (sa, sb), (a, b) = sides, rows
     if not st.submitted_label_count(a.metric) or not st.submitted_label_count(b.metric) or a.metric != b.metric:
@@ -227,7 +232,6 @@ class Built:
 
 def _side_metrics(st: Store, side: Side, data: dict[str, dict[str, Any]], system_column: str | None) -> dict[str, Any]:
     """metric name -> (figures, spec, record rows) of one side (the first version / judge of each name)."""
-    from greval.report.store_report import tag_rows
 
     specs = {key: st.any_spec(key) for key in dict.fromkeys(r["spec_key"] for r in side.items)}
     recs = tag_rows(record_rows(side.items, specs), data, system_column, None)
@@ -243,9 +247,6 @@ def build_comparison(
 ) -> Built:
     """Resolve both sides, pair their records, and compare every metric both sides have (``resamples``: of
     every CI, seed 0)."""
-    from greval.report.explorer.data import metric_rows, side_by_side
-    from greval.report.explorer.write import metric_data
-    from greval.report.store_report import metric_row
 
     boot = Resampling(resamples=resamples)
     with Store(store_path) as st:
@@ -356,8 +357,6 @@ AGREE_NOTE = (
 def render_page(comp: Comparison) -> str:
     """The comparison's index.html: paired differences, agreement differences, and links to the changed
     verdicts (first in the explorer)."""
-    from greval.report.explorer.links import FOLDER, href
-    from greval.report.html import _CSS, html_table
 
     links = "".join(
         f'<li><a href="{html.escape(href(i, {"changed": "changed"}))}">{html.escape(m.metric)}: {m.changed} '
@@ -386,7 +385,6 @@ def render_page(comp: Comparison) -> str:
 
 def write(comp_built: Built, out_dir: Path) -> None:
     """index.html (the comparison), comparison.json and the explorer with both verdicts."""
-    from greval.report.explorer.write import write_comparison_explorer
 
     write_private(out_dir / "index.html", render_page(comp_built.comparison))
     write_private(out_dir / "comparison.json", comp_built.comparison.model_dump_json(indent=2))

@@ -18,8 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from greval.agreement.agreement import compute_agreement
 from greval.agreement.bootstrap import RESAMPLES, Resampling
-from greval.agreement.models import Estimate
+from greval.agreement.design import report_name
+from greval.agreement.models import AgreementOptions, Estimate
+from greval.errors import UserError
 from greval.report.models import MeanCI
 from greval.report.scores import run_items, score_rows
 from greval.spec import CategoricalScale, Spec
@@ -163,11 +166,7 @@ def agreement_on(
     """A metric's agreement figure (:data:`AGREEMENT_FIGURE`) on the labelled records among ``items``: a run's, or a
     ``greval watch`` window's (None when people labelled none of them). ``weighted``: on a non-random sample of
     labels (a review design), the design-weighted figure, as ``greval gate`` tests it (else the plain one)."""
-    from greval.agreement.agreement import compute_agreement
-    from greval.agreement.design import report_name
     from greval.agreement.from_store import store_frame
-    from greval.agreement.models import AgreementOptions
-    from greval.errors import UserError
 
     spec = store.any_spec(key)
     if not isinstance(spec, Spec) or not store.submitted_label_count(name):

@@ -1,10 +1,16 @@
 """How text and tables fit a console, for every printer (greval.report.terminal, greval.cli): tables with
 every word whole, prose wrapped between words. The width is the console's at each print (80 columns into a pipe
-or a file). rich is imported lazily: importing this module costs nothing (tests/test_cli_startup.py)."""
+or a file). rich is imported at the top: the command line loads it for every command anyway."""
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import TYPE_CHECKING, Any
+
+from rich.cells import cell_len
+from rich.measure import Measurement
+from rich.text import Text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -15,7 +21,6 @@ if TYPE_CHECKING:
 def say(text: str | Text, to: Console, hang: int = 0) -> None:
     """Print rich markup (or a Text) wrapped between words at the console's width, continuation lines
     indented by ``hang``: a word longer than the width (a path, a URL) stays whole on a line of its own."""
-    from rich.text import Text
 
     body = Text.from_markup(text) if isinstance(text, str) else text
     for i, line in enumerate(body.divide(_breaks(body.plain, max(20, to.width - hang)))):
@@ -26,9 +31,6 @@ def say(text: str | Text, to: Console, hang: int = 0) -> None:
 def _breaks(plain: str, width: int) -> list[int]:
     """Where to break ``plain`` into lines of at most ``width`` cells: before a word that would not fit, never
     inside one (rich's own wrapping folds a long word, or wraps nothing when told not to fold)."""
-    import re
-
-    from rich.cells import cell_len
 
     offsets: list[int] = []
     column = len(plain) - len(plain.lstrip(" "))
@@ -43,7 +45,6 @@ def _breaks(plain: str, width: int) -> list[int]:
 
 def wrap_plain(text: str, width: int, indent: str = "", hang: str = "") -> list[str]:
     """Plain text wrapped between words (never inside a word, nor at a hyphen) at ``width``."""
-    import textwrap
 
     return textwrap.wrap(
         text, width, initial_indent=indent, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False
@@ -56,7 +57,6 @@ def print_table(table: Table, to: Console) -> None:
     longest word, so cells wrap between words; a table whose longest words cannot stand side by side is
     printed one row at a time, a "column: value" line per cell. A title wider than the table is printed above
     it, wrapped."""
-    from rich.measure import Measurement
 
     roomy = to.options.update(width=100_000)
     natural = Measurement.get(to, roomy, table).maximum
@@ -82,7 +82,6 @@ def print_table(table: Table, to: Console) -> None:
 
 def _column_bounds(to: Console, column: Any) -> tuple[int, int]:
     """(longest word, longest line) of a column's header and cells; a no-wrap column cannot narrow."""
-    from rich.measure import Measurement
 
     roomy = to.options.update(width=100_000)
     sizes = [Measurement.get(to, roomy, cell) for cell in (column.header, *column.cells)]
@@ -104,7 +103,6 @@ def _narrowed(lows: list[int], highs: list[int], room: int) -> list[int] | None:
 
 def _print_rows(table: Table, to: Console) -> None:
     """A table too wide for the console, one row at a time: the first cell, then "column: value" lines."""
-    from rich.text import Text
 
     def plain(cell: Any) -> str:
         return Text.from_markup(cell).plain if isinstance(cell, str) else getattr(cell, "plain", str(cell))

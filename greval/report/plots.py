@@ -31,12 +31,22 @@ if TYPE_CHECKING:
     from greval.report.models import GroupTable, MetricKey, MetricRow, ScoreStats, Shares, StoreReport, SystemRow
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no window, no display needed): the one place greval's pages load
+    matplotlib, on the first figure they draw."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _pyplot() -> Any:
+    """pyplot with the report's colour cycle (greval.report.palette)."""
     from cycler import cycler
+
+    plt = pyplot()
 
     plt.rcParams["axes.prop_cycle"] = cycler(color=list(CATEGORICAL))
     return plt

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from greval.agreement import bootstrap
+from greval.agreement.agreement import MISSING_SLICE, compute_agreement
 from greval.agreement.bootstrap import Resampling
+from greval.agreement.models import AgreementOptions
+from greval.report.agreement import prevalence_notes
 from greval.report.models import CorrectedShare, CorrectedSystem, LabelShare, MeanCI, ScoreStats, Shares
 from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 from greval.store.results import MetricFigures, dataset_score
@@ -304,8 +307,6 @@ def prevalence_corrected(
     agreement frame of the labelled items completed with every other ok verdict of the metric version, so the
     raw shares are over all the judge's verdicts and the error rates over the labelled ones (per system: the
     system's own labelled items)."""
-    from greval.agreement.agreement import MISSING_SLICE, compute_agreement
-    from greval.agreement.models import AgreementOptions
 
     found = _all_verdicts_frame(st, spec, fig, items, recs)
     if found is None:
@@ -361,7 +362,6 @@ def _all_verdicts_frame(
 def _corrected_system(metric: str, system: str, prev: Prevalence, scores: dict[str, float]) -> CorrectedSystem:
     """One system's raw and corrected label shares, the mean label scores of both (Σ share × score), and its
     notes (those of the agreement page's prevalence table, greval.report.agreement.prevalence_notes)."""
-    from greval.report.agreement import prevalence_notes
 
     shares = [
         CorrectedShare(label=lab, raw=q, corrected=e.value, ci_low=e.ci_low, ci_high=e.ci_high, note=e.note)

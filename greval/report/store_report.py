@@ -21,10 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from greval.agreement.agreement import compute_agreement
 from greval.agreement.bootstrap import Resampling
+from greval.agreement.models import AgreementOptions
 from greval.errors import Remedy, UserError
 from greval.paths import write_private
+from greval.report import agreement as agreement_pages
+from greval.report.explorer.links import href
 from greval.report.format import with_names
+from greval.report.html import render_index, render_markdown
 from greval.report.models import (
     ExperimentRow,
     GroupCell,
@@ -34,6 +39,7 @@ from greval.report.models import (
     StoreReport,
     SystemRow,
 )
+from greval.report.plots import overview_png
 from greval.report.stats import (
     RESAMPLES,
     Corrected,
@@ -322,7 +328,6 @@ class Pages:
     def cell_href(self, key: tuple[str, str]) -> CellHref | None:
         """Where a confusion count of the row's agreement page opens: the explorer's records where people said
         the row's label and the judge the column's (None: the row is not in the explorer)."""
-        from greval.report.explorer.links import href
 
         number = self.numbers.get(key)
         if number is None:
@@ -362,10 +367,7 @@ def _agreement(
     (the HTML, Markdown and JSON of the agreement report, ``stem``.agreement.*) when ``pages`` says where. The
     page's prevalence is the index's (``corrected.whole``: over every verdict of the row, not only the labelled
     ones): one corrected share, shown on both pages."""
-    from greval.agreement.agreement import compute_agreement
     from greval.agreement.from_store import store_frame
-    from greval.agreement.models import AgreementOptions
-    from greval.report.agreement import render_html, render_markdown
 
     if not st.submitted_label_count(spec.name):
         return None, None
@@ -382,8 +384,8 @@ def _agreement(
     page, shown = f"{stem}.agreement.html", with_names(rep, pages.names)
     title = f"{spec.name} ({spec.hash}): {sel.judge} vs people"
     links = pages.cell_href((sel.spec_key, sel.judge_key))
-    write_private(pages.out_dir / page, render_html(shown, frame, title=title, cell_href=links))
-    write_private(pages.out_dir / f"{stem}.agreement.md", render_markdown(shown))
+    write_private(pages.out_dir / page, agreement_pages.render_html(shown, frame, title=title, cell_href=links))
+    write_private(pages.out_dir / f"{stem}.agreement.md", agreement_pages.render_markdown(shown))
     write_private(pages.out_dir / f"{stem}.agreement.json", rep.model_dump_json(indent=2))
     return head, page
 
@@ -401,8 +403,6 @@ def write(rep: StoreReport, out_dir: Path, names: Mapping[str, str] | None = Non
     """The report's files (``build`` with the same ``out_dir`` wrote the agreement pages); ``names``: how the
     notes write option fields (greval.report.html.Page); ``explorer``: the record explorer beside index.html
     (explorer/, greval.report.explorer)."""
-    from greval.report.html import render_index, render_markdown
-    from greval.report.plots import overview_png
 
     write_private(out_dir / "index.html", render_index(rep, names, explorer))
     write_private(out_dir / "report.json", rep.model_dump_json(indent=2))

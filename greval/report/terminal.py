@@ -47,9 +47,29 @@ from greval.report.agreement import (
     slice_design_cells,
     slice_design_names,
 )
+from greval.report.compare import AGREE_HEAD, CHANGE_HEAD, agreement_rows, change_rows
 from greval.report.format import best_first, fmt_ci, fmt_number, fmt_value_ci
 from greval.report.layout import print_table, say, wrap_plain
-from greval.report.tables import EXPERIMENTS_HEAD, experiment_cells
+from greval.report.tables import (
+    CORRECTED_HEAD,
+    EXPERIMENTS_HEAD,
+    FACT_HEAD,
+    METRICS_HEAD,
+    STATS_HEAD,
+    corrected_rows,
+    drop_empty,
+    experiment_cells,
+    fact_rows,
+    group_cells,
+    group_head,
+    label_lines,
+    metrics_cells,
+    shares_head,
+    shares_rows,
+    stats_rows,
+    system_stats_rows,
+    unscored_lines,
+)
 
 if TYPE_CHECKING:
     from greval.flows.review import ReviewStatus
@@ -363,7 +383,6 @@ TERMINAL_METRICS = (
 def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
     """The metrics table: each metric's records, what was not scored, its dataset score with CI (or its label
     shares with CIs), pooling and the judge–human agreement with its statistic named."""
-    from greval.report.tables import METRICS_HEAD, drop_empty, metrics_cells
 
     wanted = [METRICS_HEAD.index(c) for c in TERMINAL_METRICS]
     rows = [[metrics_cells(m, rep)[i] for i in wanted] for m in rep.metrics]
@@ -379,21 +398,6 @@ def print_metrics(console: Console, rep: StoreReport, store: str) -> None:
 def print_stats(console: Console, rep: StoreReport) -> None:
     """The record-score statistics, the label shares, the prevalence-corrected shares and the system × group
     tables (each only with something to show; a metric without record scores is said in one line)."""
-    from greval.report.tables import (
-        CORRECTED_HEAD,
-        FACT_HEAD,
-        STATS_HEAD,
-        corrected_rows,
-        drop_empty,
-        fact_rows,
-        group_cells,
-        group_head,
-        shares_head,
-        shares_rows,
-        stats_rows,
-        system_stats_rows,
-        unscored_lines,
-    )
 
     rows = [[r[0], *r[2:]] for r in stats_rows(rep)]
     if rows:
@@ -422,7 +426,6 @@ def print_stats(console: Console, rep: StoreReport) -> None:
 
 def print_labels(console: Console, rep: StoreReport) -> None:
     """The human-label count lines, as plain text."""
-    from greval.report.tables import label_lines
 
     for line in label_lines(rep):
         for part in wrap_plain(line, console.width, hang="  "):
@@ -513,7 +516,6 @@ def print_review_status(out: Console, err: Console, st: ReviewStatus, names: Nam
 def print_store_comparison(console: Console, comp: Comparison) -> None:
     """``greval report --compare``'s tables (greval.report.compare.Comparison): paired differences of the
     dataset scores with the changed verdicts, and agreement's where people labelled."""
-    from greval.report.compare import AGREE_HEAD, CHANGE_HEAD, agreement_rows, change_rows
 
     _table(console, f"A = {comp.a}  ·  B = {comp.b} ({comp.kind})", CHANGE_HEAD, change_rows(comp))
     agree = agreement_rows(comp)

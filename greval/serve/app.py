@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from greval._sync import run_sync
 from greval.dataset.records import Record
 from greval.errors import DataError, GrevalError, StoreUnavailable, UserError, option
 from greval.judge.schemas import input_model, record_fields
@@ -41,6 +42,7 @@ from greval.runner.options import RunOptions
 from greval.serve.metrics import Metrics
 from greval.serve.service import JudgeService, ServedVerdict
 from greval.spec import BaseSpec, Spec
+from greval.spec.verdict import verdict_models
 from greval.store.backend import RECONNECT_WAIT_S
 
 Scope = MutableMapping[str, Any]
@@ -630,8 +632,6 @@ def _spec_page(service: JudgeService, models: dict[str, type[BaseModel]], name: 
     s = service.by_name[name]
     answer: dict[str, Any] | None = None
     if isinstance(s, Spec):
-        from greval.spec.verdict import verdict_models
-
         answer = verdict_models(s)[0].model_json_schema()
     return {
         "name": s.name,
@@ -667,8 +667,6 @@ def served_runnable(service: JudgeService, name: str, model_in: type[BaseModel],
     """A spec as a runnable answering through the service: record in (``model_in``), :class:`ServedVerdict`
     out. ``abatch`` refuses more than ``max_inputs`` records at once."""
     from langchain_core.runnables import RunnableLambda
-
-    from greval._sync import run_sync
 
     async def ajudge(inp: Any) -> ServedVerdict:
         record = to_record(inp)

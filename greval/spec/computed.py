@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import re
+import sys
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import metadata
@@ -616,8 +618,6 @@ def load_function(path: str, folder: Path | None = None) -> Any:
     in a file beside the spec, as ``greval`` run from a console script has no current directory on the path)."""
     if path in _FUNCTIONS:
         return _FUNCTIONS[path]
-    import importlib
-    import sys
 
     module_name, _, attr = path.partition(":")
     try:
@@ -649,7 +649,6 @@ def load_function(path: str, folder: Path | None = None) -> Any:
 
 def function_version(path: str) -> str:
     """A short hash of the source file of the module holding a user's function: editing it recomputes."""
-    import sys
 
     module = sys.modules.get(path.partition(":")[0])
     file = getattr(module, "__file__", None)

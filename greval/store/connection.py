@@ -7,6 +7,7 @@ default) or a PostgreSQL database (``postgresql://…``); :mod:`greval.store.bac
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import threading
@@ -314,7 +315,5 @@ class StoreFile:
     def json_value(self, value: Any) -> Any:
         """The value of a :meth:`json_field` column as Python."""
         if self.dialect == "postgresql" and isinstance(value, str):
-            import json
-
             return json.loads(value)
         return value

@@ -34,7 +34,7 @@ from typing import Any
 from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.llm.config import JudgeConfig
-from greval.spec import BaseSpec, Spec, parse_spec
+from greval.spec import BaseSpec, Spec, order_specs, parse_spec
 from greval.store.annotation import AnnotationPushes
 from greval.store.backend import DB, RECONNECT_WAIT_S, batched
 from greval.store.labels import HumanLabels
@@ -70,7 +70,6 @@ def spec_keys(specs: Sequence[BaseSpec], *, layout: int | None = None) -> dict[s
     re-judges the metrics that read it) and, for a metric a model judges, the prompt layout (a new layout is
     a new judgement). ``layout``: default the current one; 1 folds nothing, the keys of stores written before
     layouts were counted."""
-    from greval.spec import order_specs
 
     layout = PROMPT_LAYOUT if layout is None else layout
     keys: dict[str, str] = {}

@@ -18,6 +18,7 @@ Every reader asks :meth:`SpecVersions.metric_version` (``NAME`` → production, 
 from __future__ import annotations
 
 import difflib
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
@@ -324,7 +325,6 @@ class SpecVersions(StoreFile):
 
 def _summary_metrics(summary: str) -> list[dict[str, object]]:
     """A stored run summary's metric entries (none when it cannot be read)."""
-    import json
 
     try:
         found = json.loads(summary).get("metrics", [])

@@ -21,6 +21,8 @@ from greval.dataset.tables import check_file, iter_rows, read_json
 from greval.errors import DataError, UserError, option
 from greval.traces import langfuse, langsmith
 from greval.traces.openinference import is_span_row
+from greval.traces.phoenix import PhoenixRows, export_spans
+from greval.traces.phoenix_address import is_phoenix_ref, parse_address
 from greval.traces.source import TraceRows, group_traces
 from greval.traces.spans import Span
 
@@ -88,7 +90,6 @@ def sniff(path: Path, kind: str, limits: ReadLimits | None = None) -> str | None
 def spans_of(path: Path, fmt: str, label: str, limits: ReadLimits | None) -> Iterator[Span]:
     """The spans of an export file of kind ``fmt`` (:func:`sniff`), streamed in file order (a trace download is
     read whole); what ``greval run`` groups into traces, and ``greval watch`` too, a trace's spans up to a cap."""
-    from greval.traces.phoenix import export_spans
 
     if fmt == "langfuse-traces":
         traces = _langfuse_traces(_whole_json(path, limits))
@@ -113,7 +114,6 @@ def open_data(
 ) -> DataFile | TraceRows:
     """The rows of ``greval run DATA``: a Phoenix project, a recognised trace export, or a plain table (a file
     read within ``limits``)."""
-    from greval.traces.phoenix import PhoenixRows, is_phoenix_ref, parse_address
 
     if is_phoenix_ref(str(data)):
         if mapping or id_column:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from greval.store.results import RETRY_HINT, item_rows, missing_fields, record_rows
+from greval.traces.phoenix_address import KEY_ENV, TIMEOUT_S, phoenix_client, phoenix_error
 from greval.traces.source import field_origin
 
 if TYPE_CHECKING:
@@ -153,8 +154,6 @@ def _existing_sessions(rows: PhoenixRows, session_ids: Sequence[str], names: Seq
     route: its client 3.5 writes session annotations but does not read them)."""
     import httpx
 
-    from greval.traces.phoenix import KEY_ENV, TIMEOUT_S
-
     key = os.environ.get(KEY_ENV)
     out: dict[Any, Any] = {}
     url = f"/v1/projects/{quote(rows.addr.project, safe='')}/session_annotations"
@@ -184,8 +183,6 @@ def _changed(wanted: Sequence[dict[str, Any]], have: Mapping[Any, Any], where: s
 def write_back(rows: PhoenixRows, store: Store, summary: RunSummary, specs: Sequence[BaseSpec]) -> list[str]:
     """Write the run's verdicts to Phoenix as annotations (only what changed); the line to print."""
     import httpx
-
-    from greval.traces.phoenix import phoenix_client, phoenix_error
 
     by_name = {s.name: s for s in specs}
     out = Wanted()

@@ -23,18 +23,23 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from greval.dataset.limits import ReadLimits
 from greval.errors import DataError, GrevalError, first_line
 from greval.traces.assemble import root_of
 from greval.traces.openinference import span_from_row
+from greval.traces.phoenix_address import (
+    KEY_ENV,
+    TIMEOUT_S,
+    PhoenixAddress,
+    is_phoenix_ref,
+    parse_address,
+    phoenix_error,
+)
 from greval.traces.source import TraceRows
 from greval.traces.spans import Span, parse_time
-
-if TYPE_CHECKING:
-    from greval.traces.phoenix import PhoenixAddress
 
 __all__ = [
     "FolderSource",
@@ -143,8 +148,6 @@ class PhoenixSource(WatchSource):
     def __init__(self, addr: PhoenixAddress, max_spans: int, settle_s: float = 0.0) -> None:
         import httpx
 
-        from greval.traces.phoenix import KEY_ENV, TIMEOUT_S
-
         self.addr = addr
         self.max_spans = max_spans
         self.settle_s = settle_s
@@ -160,8 +163,6 @@ class PhoenixSource(WatchSource):
 
     def _get(self, params: Mapping[str, Any]) -> dict[str, Any]:
         import httpx
-
-        from greval.traces.phoenix import phoenix_error
 
         try:
             got = self._http.get(self._url, params={**params, "sort": "id", "order": "asc"})
@@ -494,7 +495,6 @@ def otlp_rows(doc: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 def open_source(ref: str, max_spans: int, settle_s: float, limits: ReadLimits | None = None) -> WatchSource:
     """``phoenix://HOST:PORT/PROJECT`` (its ``root``, ``start``, ``end`` and ``last`` parameters bound what is
     read) or a folder."""
-    from greval.traces.phoenix import is_phoenix_ref, parse_address
 
     if is_phoenix_ref(ref):
         return PhoenixSource(parse_address(ref), max_spans, settle_s)

@@ -9,6 +9,7 @@ that some VMs report but do not enable, and crashes on the first request.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -20,6 +21,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from rich.console import Console
 
 from greval.llm.local.common import LocalJudgeError, env_int, log_tail
 from greval.paths import data_dir
@@ -116,8 +119,6 @@ class _Reporter:
         self._console: Any = None
         self._steps_started = time.monotonic()
         if enabled:
-            from rich.console import Console
-
             self._console = Console(stderr=True)
 
     def phase(self, message: str) -> None:
@@ -224,7 +225,6 @@ def _run_logged(
 @contextlib.contextmanager
 def _build_lock(path: Path, reporter: _Reporter) -> Iterator[None]:
     """An exclusive advisory lock (flock): a second process waits instead of building again."""
-    import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+") as handle:
