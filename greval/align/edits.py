@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from greval.align.ports import Edits
 from greval.errors import SpecError
 from greval.spec import CategoricalScale, Spec, parse_spec
+from greval.spec.verdict import check_examples, check_judge, verdict_models
 
 _ANSWERS: dict[str, type[BaseModel]] = {}
 
@@ -19,7 +20,6 @@ _ANSWERS: dict[str, type[BaseModel]] = {}
 def _answer_model(spec: Spec) -> type[BaseModel]:
     """The verdict schema of the spec's shape (name, scale, outputs, target), checked once per shape: most
     candidates change words and examples, not the answer a judge gives."""
-    from greval.spec.verdict import check_judge, verdict_models
 
     shape = json.dumps(spec.model_dump(mode="json", include={"name", "scale", "outputs", "target"}), sort_keys=True)
     if shape not in _ANSWERS:
@@ -33,7 +33,6 @@ def _answer_model(spec: Spec) -> type[BaseModel]:
 def validated(data: Mapping[str, Any], source: str) -> Spec:
     """A spec from its data, checked as ``greval spec validate`` checks a file (its verdict schema and its
     few-shot examples against it); raises SpecError."""
-    from greval.spec.verdict import check_examples
 
     spec = parse_spec(dict(data), source)
     if not isinstance(spec, Spec):  # pragma: no cover - align edits judge specs only

@@ -4,21 +4,24 @@ to "no improvement shown" (see docs/align.md). :func:`align` runs it, :func:`pla
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from greval._sync import run_sync
-from greval.align.core import align_units, reserve, summary
+from greval.align.core import Outcome, align_units, reserve, summary
 from greval.align.generators import generators
 from greval.align.labels import LabelSet, load_labels
 from greval.align.ledger import Fresh, decision_id, record
 from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult, Recipe
 from greval.align.objective import Scorer, default_objective
+from greval.align.output import diff_text
 from greval.align.split import split_units
 from greval.align.store_judge import StoreJudge, StoreOptimizer, StoreRuns
 from greval.errors import UserError, option
 from greval.llm.config import JudgeChoice, JudgeConfig, Notify, local_concurrency, resolve_judge
+from greval.llm.local import serve_judge
 from greval.llm.retry import RetryPolicy
 from greval.runner.options import RunOptions
 from greval.store.store import Store
@@ -54,7 +57,6 @@ def _concurrency(given: int | None, cfg: JudgeConfig) -> int:
 
 def stored_judge(store: Store, spec_key: str, name: str) -> JudgeChoice:
     """The judge that made a version's verdicts, as a choice to resolve (when no judge is given)."""
-    import json
 
     judges = store.verdict_judges(spec_key)
     if not judges:
@@ -172,7 +174,6 @@ class _Served:
         self.live: dict[str, JudgeConfig] = {}
 
     def __call__(self, cfg: JudgeConfig) -> JudgeConfig:
-        from greval.llm.local import serve_judge
 
         if cfg.key not in self.live:
             self.live[cfg.key] = self.stack.enter_context(serve_judge(cfg, self.notify, needed=True))
@@ -220,8 +221,6 @@ async def aalign(
 
 
 def _result(labels: LabelSet, outcome: object, opts: AlignOptions, cfg: JudgeConfig, ocfg: JudgeConfig) -> AlignResult:
-    from greval.align.core import Outcome
-    from greval.align.output import diff_text
 
     assert isinstance(outcome, Outcome)
     final = outcome.final
@@ -255,7 +254,6 @@ def _result(labels: LabelSet, outcome: object, opts: AlignOptions, cfg: JudgeCon
 def _unreached(outcome: object) -> tuple[str, ...]:
     """What the judge could not be asked (server errors or time-outs after the run's retries), said: those units
     are left out of the scores they belong to (pairwise in the decision), never counted as wrong answers."""
-    from greval.align.core import Outcome
 
     assert isinstance(outcome, Outcome)
     notes = [

@@ -12,7 +12,10 @@ from typing import Any
 
 import pandas as pd
 
+from greval.agreement import compute_agreement
+from greval.agreement.from_store import store_frame
 from greval.agreement.models import AgreementOptions, AgreementScale
+from greval.agreement.prepare import prepare
 from greval.align.models import Annotation, Ceiling, Unit
 from greval.dataset.records import Record
 from greval.errors import UserError
@@ -74,7 +77,6 @@ def _versions_of(store: Store, name: str) -> list[BaseSpec]:
 def human_ceiling(frame: pd.DataFrame, scale: AgreementScale, seed: int = 0) -> Ceiling | None:
     """The human ceiling of ``greval agreement`` on this frame (one definition: the agreement stage's mean
     pairwise figure over every item two people labelled, disagreements and ties counted), with its n."""
-    from greval.agreement import compute_agreement
 
     if "annotator" not in frame or frame["annotator"].nunique() < 2:
         return None
@@ -88,8 +90,6 @@ def human_ceiling(frame: pd.DataFrame, scale: AgreementScale, seed: int = 0) -> 
 def load_labels(store: Store, name: str, version: str | None, judge: str, datasets: Sequence[str] = ()) -> LabelSet:
     """The labelled units of ``name`` (``version``: a spec hash, None: the latest) judged by ``judge`` (a judge
     key or label). One-line errors: no labels, no verdicts by that judge, answers outside the spec's scale."""
-    from greval.agreement.from_store import store_frame
-    from greval.agreement.prepare import prepare
 
     frame, scale, sel = store_frame(store, name, judge, "item", version, datasets=datasets)
     spec = store.spec(sel.spec_key)

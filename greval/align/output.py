@@ -11,7 +11,9 @@ import yaml
 
 from greval.align.decide import fmt_gain, fmt_gain_ci
 from greval.align.models import REPORT_NAME, AlignResult
+from greval.align.page import render_page
 from greval.paths import write_private
+from greval.quality.draft import render_spec_yaml
 from greval.report.format import fmt_ci, fmt_number
 from greval.spec import Spec, parse_spec
 
@@ -38,7 +40,6 @@ def spec_data(spec: Spec) -> dict[str, Any]:
 
 def spec_yaml(spec: Spec, note: str = "") -> str:
     """Readable YAML that loads back as exactly this version (checked)."""
-    from greval.quality.draft import render_spec_yaml
 
     text = render_spec_yaml(spec_data(spec), note=note)
     again = parse_spec(yaml.safe_load(text), "align output")
@@ -81,7 +82,6 @@ def lineage(result: AlignResult, evidence: str) -> str:
 
 def write_outputs(result: AlignResult, out: Path, html: Path | None) -> dict[str, str]:
     """The evidence JSON (always), the adopted spec's YAML (only when adopted) and the HTML page; their paths."""
-    from greval.align.page import render_page
 
     files: dict[str, str] = {}
     evidence = out.with_name(out.name.removesuffix(".yaml").removesuffix(".yml") + ".evidence.json")

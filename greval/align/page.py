@@ -6,6 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from greval.align.decide import fmt_gain, fmt_gain_ci, table_line
+from greval.align.ledger import describe
 from greval.align.models import REPORT_NAME, AlignResult, CandidateResult
 from greval.report.agreement import CSS
 from greval.report.format import fmt_ci, fmt_number
@@ -40,8 +41,6 @@ def _decision(r: AlignResult) -> str:
         rows = [[escape(lab), *map(str, t.confusion[i])] for i, lab in enumerate(t.labels)]
         parts.append(f"<p>{escape(table_line(t))}</p>" + _table(head, rows))
     if r.ledger is not None:
-        from greval.align.ledger import describe
-
         parts.append("<h2>The ledger of these labels</h2>" + "".join(f"<p>{escape(x)}</p>" for x in describe(r.ledger)))
     c = r.decision.ceiling
     if c is not None:

@@ -14,16 +14,20 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from statistics import median
 
 from greval.align.models import AlignEvent, Answer, Cost, Judged, Judging, Unit
 from greval.align.optimizer import edits_from, reason_record, reason_spec, rewrite_record, rewrite_spec
 from greval.align.ports import Proposal, ReasonRequest, Reasons, RewriteRequest
 from greval.align.text import RECORD_CHARS
 from greval.dataset.records import Record
+from greval.judge.prompt import example_messages, render_inputs, system_prompt
 from greval.llm.config import JudgeConfig
 from greval.runner.driver import arun
 from greval.runner.options import RunOptions
 from greval.spec import BaseSpec, Spec
+from greval.spec.verdict import verdict_models
+from greval.store.results import item_rows
 from greval.store.schema import error_kind
 from greval.store.store import Store, spec_keys
 from greval.types import JudgeResult
@@ -60,8 +64,6 @@ class TokenBound:
 
 @lru_cache(maxsize=512)
 def _system_chars(spec_json: str) -> int:
-    from greval.judge.prompt import example_messages, system_prompt
-    from greval.spec.verdict import verdict_models
 
     spec = Spec.model_validate_json(spec_json)
     answer, _ = verdict_models(spec)
@@ -72,7 +74,6 @@ def _system_chars(spec_json: str) -> int:
 
 def prompt_chars(spec: Spec, record: Record) -> int:
     """The characters the judge reads for one record: instructions, schema, examples and the record."""
-    from greval.judge.prompt import render_inputs
 
     ids = [str(it.get("id")) for it in record.items(spec.each)] if spec.each else None
     return _system_chars(spec.model_dump_json()) + len(render_inputs(spec, record.data, None, ids))
@@ -101,9 +102,6 @@ class StoreRuns:
         """Calibrate the token bound on what this judge spent on the current spec's stored verdicts: the most
         prompt tokens per character and the longest answer of its one-call judgements (a judgement that holds
         re-asks shows about twice the median prompt tokens per character, and is left out)."""
-        from statistics import median
-
-        from greval.store.results import item_rows
 
         rows = item_rows(self.store, spec_key=spec_key, judge_key=cfg.key)
         spent = {r["record_hash"]: r for r in rows if r["status"] == "ok" and r["tokens_in"]}

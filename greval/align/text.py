@@ -8,7 +8,9 @@ from typing import Any
 import yaml
 
 from greval.agreement.models import AgreementScale
+from greval.align.generators import human_answer
 from greval.align.models import Answer, Unit
+from greval.judge.prompt import render_inputs
 from greval.spec import Spec
 
 RECORD_CHARS = 1500
@@ -17,7 +19,6 @@ RECORD_CHARS = 1500
 
 def record_text(spec: Spec, data: Mapping[str, Any], item_id: str = "", limit: int | None = RECORD_CHARS) -> str:
     """The record's inputs under the judge's headings (one item of a per-item metric), cut to ``limit``."""
-    from greval.judge.prompt import render_inputs
 
     text = render_inputs(spec, data, None, [item_id] if spec.each and item_id else None)
     if limit is not None and len(text) > limit:
@@ -38,7 +39,6 @@ def spec_yaml(spec: Spec) -> str:
 
 def confusion_text(units: Sequence[Unit], answers: Mapping[str, Answer], scale: AgreementScale) -> str:
     """People's answers (rows) against the judge's (columns) on these units, as a small text table."""
-    from greval.align.generators import human_answer
 
     def judged(u: Unit) -> str:
         a = answers.get(u.key)

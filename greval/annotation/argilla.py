@@ -20,6 +20,7 @@ import httpx
 from argilla._exceptions import ArgillaCredentialsError  # argilla 2.x exports its exceptions only here
 
 from greval.annotation import dataset as ds
+from greval.annotation import server
 from greval.annotation.errors import AnnotationError
 from greval.errors import Remedy, option
 from greval.spec import CategoricalScale, Spec
@@ -54,8 +55,6 @@ def connect(
     if api_url and not api_key:
         raise AnnotationError(f"{option('api_url')} needs an API key: pass {option('api_key')} or set ARGILLA_API_KEY")
     if not api_url:
-        from greval.annotation import server
-
         st = server.status(data_dir)
         if not st.running or not st.url:
             raise AnnotationError(

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -518,8 +520,6 @@ def port_holder(host: str, port: int) -> str | None:
 def healthy(url: str, timeout: float = 2.0) -> bool:
     # Imported here: urllib.request brings http.client, email and ssl (~30 ms), which `greval annotate status`
     # and `down` need only when a server is running.
-    import urllib.error
-    import urllib.request
 
     try:
         with urllib.request.urlopen(f"{url}/api/v1/status", timeout=timeout) as resp:

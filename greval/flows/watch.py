@@ -31,7 +31,7 @@ from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig
 from greval.llm.prices import Price, calls_cost, load_prices, price_for
 from greval.runner.options import RunSummary
-from greval.spec import BaseSpec, order_specs, resolve_specs
+from greval.spec import BaseSpec, Spec, order_specs, resolve_specs
 from greval.store.store import Store, spec_keys
 from greval.store.watch import Decision, Outcome, PageCommit
 from greval.traces.assemble import root_of
@@ -454,7 +454,6 @@ class Watch:
             write_checks(self.opts.junit, self.src.label, p.report.windows)
 
     def _deliver(self, p: _Pass, scope: Scope, spec: BaseSpec) -> None:
-        from greval.spec import Spec
 
         if self.connect is None or self.opts.routing is None or not isinstance(spec, Spec):
             return

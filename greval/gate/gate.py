@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from greval.agreement.agreement import compute_agreement
 from greval.agreement.bootstrap import RESAMPLES, Resampling
+from greval.agreement.from_store import store_frame
 from greval.agreement.models import AgreementOptions, Estimate
 from greval.errors import Remedy, UserError, option
 from greval.gate.checks import Check, Condition, GateResult, Side, check, evaluate
@@ -95,7 +96,6 @@ def _validate(req: GateRequest, agreement: Sequence[Condition]) -> None:
 
 def _agreement_checks(store: Store, req: GateRequest, conds: Sequence[Condition], notes: list[str]) -> list[Check]:
     """The agreement report ``greval agreement --store`` prints, and the conditions on it."""
-    from greval.agreement.from_store import store_frame
 
     version = store.metric_version(req.spec)
     if not isinstance(spec := store.any_spec(version.spec_key), Spec):

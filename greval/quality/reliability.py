@@ -33,6 +33,7 @@ from greval.judge.judge import Judge
 from greval.judge.logprobs import weighted_value
 from greval.judge.outcome import config_for, missing_inputs
 from greval.judge.parse import json_payload
+from greval.llm.call import to_langchain
 from greval.llm.config import JudgeConfig, make_chat_model
 from greval.report.format import fmt_ci, fmt_number
 from greval.runner.driver import arun
@@ -263,7 +264,6 @@ async def alogprob_scores(
     spec: Spec, records: Sequence[Record], model: BaseChatModel
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
     """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
-    from greval.llm.call import to_langchain
 
     judge = Judge(spec, model, method="json_schema")
     scale = spec.scale

@@ -25,6 +25,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from greval.errors import UserError
+from greval.gate.checks import Check
+from greval.gate.junit import write_junit
+from greval.paths import data_dir
 from greval.watch.windows import WindowFigures
 
 if TYPE_CHECKING:
@@ -57,7 +60,6 @@ def config_path() -> Path:
     env = os.environ.get(CONFIG_ENV)
     if env:
         return Path(env).expanduser()
-    from greval.paths import data_dir
 
     return data_dir() / "watch.yaml"
 
@@ -127,7 +129,6 @@ def post_alarm(hook: Webhook, source: str, figures: Mapping[str, Any]) -> str | 
 
 def window_checks(windows: Sequence[WindowFigures]) -> list[Check]:
     """One check per window and figure compared with a baseline: failed when in alarm."""
-    from greval.gate.checks import Check
 
     checks = []
     for w in windows:
@@ -144,6 +145,5 @@ def window_checks(windows: Sequence[WindowFigures]) -> list[Check]:
 
 def write_checks(path: Path, source: str, windows: Sequence[WindowFigures]) -> None:
     """The pass's checks as a JUnit XML report (greval gate's writer; 0600)."""
-    from greval.gate.junit import write_junit
 
     write_junit(path, "greval watch", f"greval.watch {source}", window_checks(windows))

@@ -27,9 +27,12 @@ from typing import Any
 from urllib.parse import quote
 
 from greval.dataset.limits import ReadLimits
+from greval.dataset.tables import check_file, iter_rows, read_json
 from greval.errors import DataError, GrevalError, first_line
 from greval.traces.assemble import root_of
+from greval.traces.detect import FORMATS, sniff, spans_of
 from greval.traces.openinference import span_from_row
+from greval.traces.phoenix import PhoenixRows
 from greval.traces.phoenix_address import (
     KEY_ENV,
     TIMEOUT_S,
@@ -244,7 +247,6 @@ class PhoenixSource(WatchSource):
             wanted = [t for t in wanted if t not in found.oversize]
 
     def rows(self, traces: Sequence[Sequence[Span]]) -> TraceRows:
-        from greval.traces.phoenix import PhoenixRows
 
         rows = PhoenixRows(self.addr)
         rows.read = lambda: traces
@@ -363,8 +365,6 @@ class FolderSource(WatchSource):
 
     def _collect(self, path: Path, found: _Collected) -> dict[str, Mapping[str, Any]]:
         """Read ``path``'s spans into ``found``; the root spans' attributes, when the format keeps them."""
-        from greval.dataset.tables import check_file, iter_rows, read_json
-        from greval.traces.detect import FORMATS, sniff, spans_of
 
         _, kind = check_file(path)
         roots: dict[str, Mapping[str, Any]] = {}

@@ -15,8 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast, get_args
 
+from greval.judge.judge import Prompt
 from greval.paths import write_private
+from greval.report.explorer.data import js_call
 from greval.spec import BaseSpec, Spec
+from greval.store.store import spec_keys
 from greval.types import Method
 
 #: A judgement's calls as the store lists them: (method, item ids asked about, times sent) per call.
@@ -26,7 +29,6 @@ _METHODS = set(get_args(Method))
 
 def unavailable(spec: BaseSpec, spec_key: str) -> str:
     """Why a metric version's prompts cannot be shown exactly ('' when they can)."""
-    from greval.store.store import spec_keys
 
     if not isinstance(spec, Spec):
         if spec.kind == "computed":
@@ -73,8 +75,6 @@ def write_prompts(
 ) -> int:
     """Write metric ``index``'s prompt files (``records``: each record row's number and content hash). Returns
     the files written."""
-    from greval.judge.judge import Prompt
-    from greval.report.explorer.data import js_call
 
     prompt = Prompt(spec)
     chunks: dict[int, dict[int, Any]] = {}

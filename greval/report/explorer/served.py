@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from greval.errors import first_line
+from greval.llm.retry import redact
+from greval.report.store_report import build, write
+from greval.store.backend import display
 from greval.store.store import Store
 
 #: Seconds between two looks at the store while /ui is viewed.
@@ -308,7 +311,6 @@ class ServedReport:
 
 
 def _redact(line: str) -> str:
-    from greval.llm.retry import redact
 
     return redact(line)
 
@@ -321,9 +323,6 @@ def child() -> None:
     with contextlib.suppress(OSError, AttributeError):
         os.nice(19)  # the lowest: judging requests come first, a page may show an older build meanwhile
     try:
-        from greval.report.store_report import build, write
-        from greval.store.backend import display
-
         folder = Path(job["folder"])
         rep = build(job["store"], (), job["system"], job["resamples"], folder)
         write(rep, folder)
