@@ -370,6 +370,9 @@ def test_a_drift_raises_an_alarm_once_as_exit_code_junit_and_webhook(llm: OpenAI
     assert [g["body"]["window"]["start"] for g in got] == [
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(w.window_start)) for w in alarmed
     ]  # one POST per window in alarm, the second pass posting none again
+    assert [g["body"]["window"]["end"] for g in got] == [
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(w.window_start + 2)) for w in alarmed
+    ]  # its end written as its start is (2 s windows)
     assert got[0]["path"] == f"/hooks/{SECRET}" and got[0]["headers"]["Authorization"] == f"Bearer {SECRET}-token"
     assert got[0]["body"]["metric"] == "answer_alignment" and got[0]["body"]["alarms"][0] in res.output
     assert again.exit_code == 1 and "alarm: " not in again.output  # still in alarm, not raised again

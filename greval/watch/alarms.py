@@ -28,7 +28,7 @@ from greval.errors import UserError
 from greval.gate.checks import Check
 from greval.gate.junit import write_junit
 from greval.paths import data_dir
-from greval.watch.windows import WindowFigures
+from greval.watch.windows import WindowFigures, window_label
 
 if TYPE_CHECKING:
     from greval.gate.checks import Check
@@ -102,6 +102,11 @@ def load_webhook(path: Path | None = None) -> Webhook | None:
     return Webhook(url=_expand(parsed.url, path), headers=headers, timeout=parsed.timeout)
 
 
+def _utc(when: Any) -> str | None:
+    """A window's end written as its start is (``window_label``: UTC, ISO 8601), not as a Unix time."""
+    return None if when is None else window_label(float(when))
+
+
 def post_alarm(hook: Webhook, source: str, figures: Mapping[str, Any]) -> str | None:
     """POST one window's alarm; None when it went through, else the one line saying why not (no secret in it)."""
     import httpx
@@ -110,7 +115,7 @@ def post_alarm(hook: Webhook, source: str, figures: Mapping[str, Any]) -> str | 
         "source": "greval watch",
         "watch": source,
         "metric": figures.get("metric"),
-        "window": {"start": figures.get("label"), "end": figures.get("end")},
+        "window": {"start": figures.get("label"), "end": _utc(figures.get("end"))},
         "alarms": figures.get("alarms", []),
         "score": figures.get("score"),
         "agreement_figure": figures.get("agreement_figure"),
