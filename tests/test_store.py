@@ -1204,3 +1204,27 @@ def test_processes_opening_one_new_store_at_once_wait_for_each_other(tmp_path: P
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 and out.strip() == "ok" for p, (out, _) in zip(procs, outs, strict=True)), outs
+
+
+def test_decisions_of_one_metric_taken_at_once_on_postgresql_are_numbered_in_turn(pg_url: str) -> None:
+    """Two aligns of one metric recording their decisions at the same moment on a shared PostgreSQL store: each
+    decision gets its own number, 1..N without a gap or a collision (numbering takes turns per metric)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Store(pg_url):
+        pass  # the tables, made once
+
+    def record(side: int) -> list[int]:
+        with Store(pg_url) as st:
+            return [
+                st.record_decision(
+                    DecisionRow(spec_name="m", decision_id=f"d{side}-{i}", from_key="k", adopted=False,
+                                objective="kappa", seed=i),
+                    [LabelUse(record_id=f"r{i}", record_hash=f"h{side}-{i}", use="test", spec_key="k")],
+                ).number
+                for i in range(25)
+            ]  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        numbers = [n for got in pool.map(record, (0, 1)) for n in got]
+    assert sorted(numbers) == list(range(1, 51))
