@@ -17,6 +17,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from greval.cli.bundles import connection_options_for
 from greval.cli.common import console, judge_options, out, print_table, store_option
 from greval.cli.flags import for_terminal
 from greval.errors import Terminated, UserError
@@ -121,27 +122,7 @@ def _when(at: float) -> str:
     help="Of each window's review units, the share drawn at random (the rest: most doubtful).",
 )
 @click.option("--push-review", is_flag=True, help="Send the review queue to Argilla (else it waits in the store).")
-@click.option(
-    "--api-url",
-    envvar="ARGILLA_API_URL",
-    default=None,
-    help="With --push-review: an external Argilla [env ARGILLA_API_URL; default: the embedded server].",
-)
-@click.option(
-    "--api-key",
-    envvar="ARGILLA_API_KEY",
-    default=None,
-    show_default=False,
-    help="Its API key [env ARGILLA_API_KEY; default: the embedded server's].",
-)
-@click.option("--workspace", default=None, help="Argilla workspace [default: the server's].")
-@click.option("--dataset", default=None, help="The review's Argilla dataset [default: SPEC-watch].")
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Data directory of the embedded Argilla (as given to `annotate up`).",
-)
+@connection_options_for("SPEC-watch")
 @judge_options
 @click.option(
     "--logprobs",
@@ -240,8 +221,8 @@ def _options(kw: dict[str, Any]) -> WatchOptions:
             share=kw["review_share"],
             control_share=kw["review_control_share"],
             seed=kw["sample_seed"],
-            dataset=kw["dataset"],
-            workspace=kw["workspace"],
+            dataset=kw["argilla"].dataset,
+            workspace=kw["argilla"].workspace,
         )
     run = RunOptions(
         **({"concurrency": kw["concurrency"]} if kw["concurrency"] else {}),
@@ -276,9 +257,7 @@ def _watch(st: Any, opts: WatchOptions, kw: dict[str, Any], stop: threading.Even
     if kw["push_review"]:
         if opts.routing is None:
             raise click.UsageError("--push-review sends the review queue: give --review-share too")
-        from greval.annotation.argilla import connect as argilla
-
-        connect = lambda: argilla(kw["api_url"], kw["api_key"], kw["data_dir"], kw["workspace"])  # noqa: E731
+        connect = kw["argilla"].connect
     return Watch(st, opts, judge, connect=connect, stop=stop)
 
 
