@@ -11,6 +11,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -34,6 +35,21 @@ ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+def open_dataset(browser: Any, url: str, username: str, password: str, dataset: str) -> Any:
+    """A new 1400 × 1000 page in which ``username`` signs in to Argilla at ``url`` and opens ``dataset`` in its
+    annotation mode: where every browser test of Argilla starts."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{url}/sign-in")
+    page.fill("input[name=Username]", username)
+    page.fill("input[name=Password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda u: "sign-in" not in u, timeout=30_000)
+    page.get_by_text(dataset, exact=True).first.click()
+    page.wait_for_url("**/annotation-mode**", timeout=30_000)
+    return page
+
 
 pytestmark = [
     pytest.mark.slow,
@@ -98,14 +114,7 @@ def test_label_in_the_browser_then_pull(
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{info.url}/sign-in")
-            page.fill("input[name=Username]", info.username)
-            page.fill("input[name=Password]", info.password)
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda url: "sign-in" not in url, timeout=30_000)
-            page.get_by_text("browser-review", exact=True).first.click()
-            page.wait_for_url("**/annotation-mode**", timeout=30_000)
+            page = open_dataset(browser, info.url, info.username, info.password, "browser-review")
             option = page.locator(f"label[for='verdict_{human_label}']")
             option.wait_for(timeout=30_000)
             # The judge's verdict is pre-selected as a suggestion; the person disagrees.
@@ -171,14 +180,7 @@ def test_metadata_filters_and_progress_with_the_ingest_patches(
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{info.url}/sign-in")
-            page.fill("input[name=Username]", info.username)
-            page.fill("input[name=Password]", info.password)
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda url: "sign-in" not in url, timeout=30_000)
-            page.get_by_text("browser-filters", exact=True).first.click()
-            page.wait_for_url("**/annotation-mode**", timeout=30_000)
+            page = open_dataset(browser, info.url, info.username, info.password, "browser-filters")
             page.get_by_text("1 of 6").wait_for(timeout=30_000)
             page.get_by_text("Filters", exact=True).first.click()
             page.get_by_text("Metadata", exact=True).first.click()

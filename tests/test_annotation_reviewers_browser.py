@@ -23,7 +23,7 @@ from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 from tests.test_annotation import rag_records
-from tests.test_annotation_browser import ARGS, CHROMIUM, pytestmark  # noqa: F401  (same markers and skips)
+from tests.test_annotation_browser import ARGS, CHROMIUM, open_dataset, pytestmark  # noqa: F401  (same markers and skips)
 
 SPEC = "answer_alignment"
 CHOICE = {"ann1": "Correct", "ann2": "Incorrect", "judy": "Correct"}
@@ -47,14 +47,7 @@ def _cli(info: server.ServerInfo, *args: str) -> str:
 def _label_all(browser: Any, info: server.ServerInfo, who: str, password: str, dataset: str, n: int, shot: Path) -> str:
     """``who`` signs in, opens ``dataset`` and submits ``CHOICE[who]`` on each of its ``n`` records by clicks;
     the text of the first record's page."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{info.url}/sign-in")
-    page.fill("input[name=Username]", who)
-    page.fill("input[name=Password]", password)
-    page.click("button[type=submit]")
-    page.wait_for_url(lambda url: "sign-in" not in url, timeout=30_000)
-    page.get_by_text(dataset, exact=True).first.click()
-    page.wait_for_url("**/annotation-mode**", timeout=30_000)
+    page = open_dataset(browser, info.url, who, password, dataset)
     text = ""
     for k in range(n):
         page.get_by_text(f"{k + 1} of {n}").first.wait_for(timeout=30_000)

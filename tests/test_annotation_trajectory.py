@@ -263,21 +263,14 @@ def test_a_person_reads_the_trajectory_and_labels_a_step_by_clicks_in_argilla(en
     arguments as code, the tool results folded (opened by a click); the person changes the judge's suggested
     label of the step under review by clicks, submits, and the pull stores that step's label."""
     playwright = pytest.importorskip("playwright.sync_api")
-    from tests.test_annotation_browser import ARGS
+    from tests.test_annotation_browser import ARGS, open_dataset
 
     info, name = env.info, "steps-in-the-browser"  # a dataset of its own: nobody has answered it yet
     env.cli("annotate", "push", "--store", str(env.store_path), "--spec", env.spec.name, "--dataset", name)
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{info.url}/sign-in")
-            page.fill("input[name=Username]", info.username)
-            page.fill("input[name=Password]", info.password)
-            page.click("button[type=submit]")
-            page.wait_for_url(lambda url: "sign-in" not in url, timeout=30_000)
-            page.get_by_text(name, exact=True).first.click()
-            page.wait_for_url("**/annotation-mode**", timeout=30_000)
+            page = open_dataset(browser, info.url, info.username, info.password, name)
             page.get_by_text("Step 1", exact=False).first.wait_for(timeout=60_000)
             shown = page.locator("details").first
             assert shown.get_attribute("open") is None  # a tool result, folded
