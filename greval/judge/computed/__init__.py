@@ -15,7 +15,7 @@ themselves are declared in :mod:`greval.spec.computed`; :func:`compute` maps eac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from greval._sync import run_sync
@@ -75,35 +75,34 @@ from greval.spec.computed import (
 )
 from greval.types import ErrorKind, ItemVerdict, JudgeResult
 
+#: What a scorer gives for one record: its verdicts and outputs.
+Scored = tuple[list[ItemVerdict], dict[str, Any]]
 
-def compute(spec: ComputedSpec, data: Mapping[str, Any]) -> tuple[list[ItemVerdict], dict[str, Any]]:
+
+#: Each computed kind's scorer, by spec class (a subclass too: CitedSpanOverlapSpec answers for its deprecated
+#: name, span_consistency); the triple kind also needs its table, below.
+_SCORERS: tuple[tuple[type[Any], Callable[[Any, Mapping[str, Any]], Scored]], ...] = (
+    (RougeSpec, rouge),
+    (BleuSpec, bleu),
+    (EmbeddingSpec, embedding_similarity),
+    (CitationSpec, citations),
+    (OrphanSpec, orphan_claims),
+    (CitedSpanOverlapSpec, cited_span_overlap),
+    (CitedSpanSimilaritySpec, cited_span_similarity),
+    (FactSpanConsistencySpec, fact_span_consistency),
+    (FieldStatsSpec, field_stats),
+    (TrajectoryMatchSpec, trajectory_match),
+    (ToolCallF1Spec, tool_call_f1),
+    (FirstWrongStepSpec, first_wrong_step),
+    (ToolCallValiditySpec, tool_call_validity),
+)
+
+
+def compute(spec: ComputedSpec, data: Mapping[str, Any]) -> Scored:
     """Score one record's data: the verdicts (record-level first, item ids after) and outputs."""
-    if isinstance(spec, RougeSpec):
-        return rouge(spec.params, data)
-    if isinstance(spec, BleuSpec):
-        return bleu(spec.params, data)
-    if isinstance(spec, EmbeddingSpec):
-        return embedding_similarity(spec.params, data)
-    if isinstance(spec, CitationSpec):
-        return citations(spec.params, data)
-    if isinstance(spec, OrphanSpec):
-        return orphan_claims(spec.params, data)
-    if isinstance(spec, CitedSpanOverlapSpec):  # also its deprecated name, span_consistency
-        return cited_span_overlap(spec.params, data)
-    if isinstance(spec, CitedSpanSimilaritySpec):
-        return cited_span_similarity(spec.params, data)
-    if isinstance(spec, FactSpanConsistencySpec):
-        return fact_span_consistency(spec.params, data)
-    if isinstance(spec, FieldStatsSpec):
-        return field_stats(spec.params, data)
-    if isinstance(spec, TrajectoryMatchSpec):
-        return trajectory_match(spec.params, data)
-    if isinstance(spec, ToolCallF1Spec):
-        return tool_call_f1(spec.params, data)
-    if isinstance(spec, FirstWrongStepSpec):
-        return first_wrong_step(spec.params, data)
-    if isinstance(spec, ToolCallValiditySpec):
-        return tool_call_validity(spec.params, data)
+    for kind, score in _SCORERS:
+        if isinstance(spec, kind):
+            return score(spec.params, data)
     if isinstance(spec, TripleSpec):
         try:
             table = spec.table
