@@ -473,6 +473,8 @@ def test_hostile_files_are_one_line_each_and_the_rest_is_judged(llm: OpenAIServe
     spans = _phoenix_rows("a" * 32, 3, broken=True) + _phoenix_rows("b" * 32, 60) + _phoenix_rows("c" * 32, 3)
     (land / "export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in spans))
     (land / "notes.json").write_text(json.dumps({"hello": "world"}))
+    cut = land / "cut.json"  # an OTLP JSON file cut short: read as it streams, it is refused whole, in one line
+    cut.write_text(next(land.glob("spans-*.json")).read_text()[:700])
     store = tmp_path / "s.sqlite"
     res = watch("--source", str(land), "-s", "answer_alignment", "--store", str(store), "--once", "--settle", "0s",
                 "--max-spans", "50", *judge_args(llm))  # fmt: skip
@@ -484,6 +486,7 @@ def test_hostile_files_are_one_line_each_and_the_rest_is_judged(llm: OpenAIServe
         f"note: {land / 'export.jsonl'}: trace {'b' * 32} has more than 50 spans: not judged",
         f"note: {land / 'notes.json'}: not read (no trace export: OTLP JSON, or a Phoenix, LangSmith or Langfuse "
         "export)",
+        f"note: {cut}: not read ({cut}: invalid JSON (Unterminated string starting at))",
     ]
     assert f"{len(good) + 3} trace(s) read, {len(good) + 1} chosen, {len(good) + 1} judged" in res.output
     assert "Traceback" not in res.output
@@ -495,6 +498,62 @@ def test_hostile_files_are_one_line_each_and_the_rest_is_judged(llm: OpenAIServe
     assert missing.output.strip() == (
         f"error: {tmp_path / 'nowhere'}: not a folder (greval watch reads a Phoenix project or a folder of exports)"
     )
+
+
+def _huge_otlp_trace(path: Path, trace: str, n: int) -> None:
+    """One trace of ``n`` spans as one OTLP JSON request (a root and its children), written as it goes: the
+    test's own memory holds one span at a time."""
+    t0 = 1_764_400_000_000_000_000
+    head = '{"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "big"}, "spans": ['
+    with path.open("w") as fh:
+        fh.write(head)
+        for k in range(n):
+            parent = f', "parentSpanId": "{1:016x}"' if k else ""
+            fh.write(f'{"," if k else ""}{{"traceId": "{trace}", "spanId": "{k + 1:016x}"{parent}, "name": "step", '
+                     f'"kind": 1, "startTimeUnixNano": "{t0 + k}", "endTimeUnixNano": "{t0 + k + 1}", '
+                     '"attributes": [{"key": "input.value", "value": {"stringValue": "x"}}]}')  # fmt: skip
+        fh.write("]}]}]}\n")
+
+
+_PEAKS = """
+import json, resource, sys
+from click.testing import CliRunner
+from greval.cli import main
+out = []
+for folder, store in zip(sys.argv[1::2], sys.argv[2::2]):
+    res = CliRunner().invoke(main, ["watch", "--source", folder, "-s", "rouge_l", "--store", store, "--once",
+                                    "--settle", "0s"], env={"COLUMNS": "200"})
+    out.append({"exit": res.exit_code, "output": res.output,
+                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+print(json.dumps(out))
+"""
+
+
+def test_a_200k_span_trace_is_one_line_and_costs_no_more_memory(tmp_path: Path) -> None:
+    """A 200,000-span trace in one OTLP JSON file (60 MB) next to an export of ordinary traces: the watch says
+    it in one line and judges the others. One process watches a folder of the ordinary traces alone, then the
+    folder with the huge trace too; its peak RSS after the second pass is within 48 MB of its peak after the
+    first (what stays held is the 10,000 spans up to the cap; the file read whole cost 213 MB more)."""
+    small, big = tmp_path / "small", tmp_path / "big"
+    good = emit(small, 6, per_file=6)
+    emit(big, 6, per_file=6)
+    huge = "f" * 32
+    _huge_otlp_trace(big / "huge.json", huge, 200_000)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _PEAKS, str(small), str(tmp_path / "small.db"), str(big),
+                           str(tmp_path / "big.db")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)  # fmt: skip
+    alone, with_huge = json.loads(done.stdout)
+    print(f"{time.monotonic() - started:.1f} s; peak RSS {alone['peak_mb']:.1f} MiB, then {with_huge['peak_mb']:.1f}")
+    assert alone["exit"] == with_huge["exit"] == 0, (alone, with_huge)
+    notes = [line for line in with_huge["output"].splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {big / 'huge.json'}: trace {huge} has more than 10000 spans: not judged"]
+    assert f"{len(good) + 1} trace(s) read, {len(good)} chosen, {len(good)} judged" in with_huge["output"]
+    assert "Traceback" not in with_huge["output"]
+    assert rows(tmp_path / "big.db", "SELECT status, COUNT(*) FROM watch_items GROUP BY status") == [
+        ("judged", len(good))
+    ]
+    assert with_huge["peak_mb"] - alone["peak_mb"] < 48, (alone["peak_mb"], with_huge["peak_mb"])
 
 
 def test_an_unreachable_phoenix_is_a_line_per_try_then_exit_75(tmp_path: Path) -> None:
