@@ -447,6 +447,65 @@ def test_each_closed_window_sends_its_designed_share_to_review(llm: OpenAIServer
     assert all(f and f["agreement"] is not None and f["agreement_figure"] == "cohen_kappa" for f in figures)
 
 
+def _alternating_judge() -> list[dict[str, Any]]:
+    """A judge whose verdict depends on the question alone (every other question Correct): each window gets both
+    verdicts and the same score, so only people can make a window look worse."""
+    rules: list[dict[str, Any]] = [
+        {"match": re.escape(question), "regex": True,
+         "action": {"type": "respond", "content": {"reason": "It states the fact.", "label": "Correct"}}}
+        for question, _ in QUESTIONS[::2]
+    ]  # fmt: skip
+    rules.append({"match": "Metric: answer_alignment", "action": {"type": "respond", "content": {
+        "reason": "It misses the fact.", "label": "Incorrect"}}})  # fmt: skip
+    return rules
+
+
+def test_people_disagreeing_with_the_judge_raise_the_agreement_alarm(llm: OpenAIServer, tmp_path: Path) -> None:
+    """The judge judges alike all along (no score drift); people label every judged trace, agreeing with it in
+    the first windows and contradicting it from the third on. The next pass computes each window's Cohen's kappa
+    with people: the third window's lies below its baseline's (the windows before it) and is an alarm, said in a
+    line and stored with the window; the second window, where people agree, is compared too and is no alarm."""
+    llm.script(_alternating_judge())
+    _paced(tmp_path / "land", 60, 60, 0.05)
+    store = tmp_path / "s.sqlite"
+    args = ["--source", str(tmp_path / "land"), "-s", "answer_alignment", "--store", str(store), "--once",
+            "--window", "1s", "--settle", "0s", "--bootstrap", "300", *judge_args(llm)]  # fmt: skip
+    first = watch(*args)
+    assert first.exit_code in (0, 1), first.output
+    assert "vs people" not in first.output  # nothing labelled yet: no agreement, no agreement alarm
+    with Store(store) as st:
+        wid = st.watches()[0]["watch_id"]
+        starts = [w.window_start for w in st.watch_windows(wid, "answer_alignment")]
+        items = st.query("SELECT window_start, record_id, record_hash FROM watch_items WHERE status='judged'")
+        verdicts = {r["record_hash"]: r["label"] for r in st.query("SELECT record_hash, label FROM verdicts")}
+        assert len(starts) >= 3 and {"Correct", "Incorrect"} <= set(verdicts.values()), (starts, verdicts)
+        flip = {"Correct": "Incorrect", "Incorrect": "Correct"}
+        st.put_human_labels(
+            {"spec_name": "answer_alignment", "dataset": "answer_alignment-watch", "record_id": i["record_id"],
+             "record_hash": i["record_hash"], "annotator": "reviewer", "source": "argilla",
+             "label": verdicts[i["record_hash"]] if i["window_start"] < starts[2] else flip[verdicts[i["record_hash"]]]}
+            for i in items
+        )  # fmt: skip
+    second = watch(*args)
+    assert second.exit_code == 1, second.output
+    with Store(store) as st:
+        windows = {w.window_start: w for w in st.watch_windows(wid, "answer_alignment")}
+    agreeing, contradicted = windows[starts[1]], windows[starts[2]]
+    for w in (agreeing, contradicted):  # both compared with their baseline's agreement with people
+        assert w.figures and w.figures["agreement_figure"] == "cohen_kappa" and w.figures["agreement"], w
+        assert w.figures["baseline"]["agreement"] is not None, w.figures
+    assert agreeing.figures and agreeing.figures["agreement"]["value"] == 1.0
+    assert not any("vs people" in a for a in agreeing.figures["alarms"]), agreeing.figures["alarms"]
+    label = agreeing.figures["label"]
+    assert f"alarm: answer_alignment: window {label}: cohen_kappa" not in second.output
+    assert contradicted.figures and contradicted.figures["agreement"]["value"] < 0
+    [line] = [a for a in contradicted.figures["alarms"] if "vs people" in a]
+    assert line.startswith(f"answer_alignment: window {contradicted.figures['label']}: cohen_kappa vs people -")
+    assert "lies below the baseline's 1.000" in line and contradicted.alarm and line in contradicted.alarm
+    assert f"alarm: {line}" in second.output
+    assert not any("score" in a for a in (agreeing.figures["alarms"] + contradicted.figures["alarms"]))
+
+
 # ------------------------------------------------------------------------------------------ hostile sources
 def _phoenix_rows(trace: str, n: int, *, broken: bool = False) -> list[dict[str, Any]]:
     """A trace as Phoenix's REST spans (a span export's JSONL rows): a root and ``n - 1`` children; ``broken``: one
