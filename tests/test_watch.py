@@ -506,6 +506,59 @@ def test_people_disagreeing_with_the_judge_raise_the_agreement_alarm(llm: OpenAI
     assert not any("score" in a for a in (agreeing.figures["alarms"] + contradicted.figures["alarms"]))
 
 
+def test_each_metric_is_judged_by_its_production_version(llm: OpenAIServer, tmp_path: Path) -> None:
+    """The watch judges with the production version the store names, never the newest nor the one on the command
+    line: answer_alignment's first watch makes the shipped version (v1) production; a ``greval run --promote`` of
+    an edited file makes that (v2) production, and the next traces are judged by v2 even though the watch names
+    the metric as before (a file of v1 is judged by v2 too, with a note); ``greval spec promote`` of the older
+    v1 then has the next traces judged by v1 again. Each batch's verdicts are stored under the version's hash."""
+    import yaml
+
+    from greval.spec.load import resolve_specs
+
+    llm.script(judge_rules())
+    [v1] = resolve_specs(["answer_alignment"], with_dependencies=False)
+    edited = v1.model_dump(mode="json", exclude_none=True)
+    edited["steps"] = [*edited["steps"], "Say which fact decided it."]
+    v2_file, v1_file = tmp_path / "v2.yaml", tmp_path / "v1.yaml"
+    v2_file.write_text(yaml.safe_dump(edited))
+    v1_file.write_text(yaml.safe_dump(v1.model_dump(mode="json", exclude_none=True)))
+    [v2] = resolve_specs([str(v2_file)], with_dependencies=False)
+    assert v2.hash != v1.hash
+    land, store = tmp_path / "land", tmp_path / "s.sqlite"
+    args = ["--source", str(land), "--store", str(store), "--once", "--settle", "0s", *judge_args(llm)]
+
+    def batch(start: int, spec: str) -> tuple[set[str], Any]:
+        traces = emit(land, 3, start=start, per_file=3)
+        res = watch(*args, "-s", spec)
+        assert res.exit_code == 0 and "3 trace(s) read, 3 chosen, 3 judged" in res.output, res.output
+        ids = {t["trace_id"] for t in traces}
+        with Store(store) as st:
+            found = st.query("SELECT DISTINCT v.record_id, v.spec_hash FROM verdicts v JOIN watch_items w"
+                             " ON w.record_hash = v.record_hash")  # fmt: skip
+        return {r["spec_hash"] for r in found if r["record_id"] in ids}, res
+
+    assert batch(0, "answer_alignment")[0] == {v1.hash}  # the first judging makes v1 production
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "d1", "question": "When was the Ostra bridge opened?", "answer": "In 1911.",
+                                "expected_answer": "In 1911."}) + "\n")  # fmt: skip
+    ran = CliRunner().invoke(main, ["run", str(data), "-s", str(v2_file), "--store", str(store), "--promote",
+                                    "--quiet", *judge_args(llm)], env={"OPENAI_API_KEY": TEST_KEY})  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    assert batch(3, "answer_alignment")[0] == {v2.hash}  # promoted by the run: the watch follows
+    hashes, res = batch(6, str(v1_file))  # a file of another version: noted, production judged
+    assert hashes == {v2.hash}
+    assert (
+        f"note: answer_alignment: the watch judges its production version {v2.hash[:12]}; {v1_file} is version "
+        f"{v1.hash[:12]}" in " ".join(res.output.split())
+    )
+    promoted = CliRunner().invoke(main, ["spec", "promote", f"answer_alignment@{v1.hash[:10]}", "--store", str(store)])
+    assert promoted.exit_code == 0, promoted.output
+    assert batch(9, "answer_alignment")[0] == {v1.hash}  # the older version, promoted again, judges again
+    with Store(store) as st:
+        assert st.metric_version("answer_alignment").spec_hash == v1.hash
+
+
 # ------------------------------------------------------------------------------------------ hostile sources
 def _phoenix_rows(trace: str, n: int, *, broken: bool = False) -> list[dict[str, Any]]:
     """A trace as Phoenix's REST spans (a span export's JSONL rows): a root and ``n - 1`` children; ``broken``: one
