@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -648,7 +649,8 @@ def test_a_200k_span_trace_is_one_line_and_costs_no_more_memory(tmp_path: Path) 
     first (what stays held is the 10,000 spans up to the cap; the file read whole cost 213 MB more)."""
     small, big = tmp_path / "small", tmp_path / "big"
     good = emit(small, 6, per_file=6)
-    emit(big, 6, per_file=6)
+    big.mkdir()
+    shutil.copy(small / "spans-00001.json", big / "spans-00001.json")
     huge = "f" * 32
     _huge_otlp_trace(big / "huge.json", huge, 200_000)
     started = time.monotonic()
@@ -682,6 +684,48 @@ def test_an_unreachable_phoenix_is_a_line_per_try_then_exit_75(tmp_path: Path) -
         f"{down}; trying again in 2 s",
         f"error: {down}",
     ]
+
+
+EXPORTS = ("langsmith_runs.jsonl", "langsmith_chain_runs.jsonl", "langfuse_observations.jsonl", "langfuse_trace.json")
+
+
+def test_langsmith_and_langfuse_exports_landing_in_a_folder_are_watched_as_greval_run_reads_them(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """LangSmith runs and Langfuse observations / trace downloads (the suite's export fixtures, tests/fixtures/traces)
+    land in a watched folder one after another: each trace becomes the record ``greval run`` makes of it (its id
+    and content hash), those with an expected answer are judged once, those without are said in one line as
+    ``greval run`` says them (where a trace's expected answer is read), and a second pass reads nothing."""
+    from greval.traces.detect import open_data
+
+    llm.script(judge_rules())
+    land, store = tmp_path / "land", tmp_path / "s.sqlite"
+    land.mkdir()
+    expected: dict[str, str] = {}
+    answerable = 0
+    for n, name in enumerate(EXPORTS):
+        shutil.copy(ROOT / "tests" / "fixtures" / "traces" / name, land / name)
+        os.utime(land / name, (1_700_000_000 + n, 1_700_000_000 + n))  # landed in this order
+        made = list(open_data(land / name, None, None, None))
+        expected |= {row.id: row.hash for row in made}
+        answerable += sum(1 for row in made if row.data.get("expected_answer"))
+    n, lacking = len(expected), len(expected) - answerable
+    assert answerable and lacking, (answerable, lacking)  # both kinds are among the fixtures
+    args = ["--source", str(land), "-s", "answer_alignment", "--store", str(store), "--once", "--settle", "0s",
+            *judge_args(llm)]  # fmt: skip
+    first = watch(*args)
+    assert first.exit_code == 0, first.output
+    assert f"{n} trace(s) read, {n} chosen, {answerable} judged" in first.output, first.output
+    notes = [line for line in first.output.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: answer_alignment: {lacking} trace(s) skipped — missing required input: expected_answer — greval "
+        "reads a trace's expected_answer from the root span's metadata key 'expected_answer'"
+    ], first.output
+    judged = rows(store, "SELECT record_id, record_hash FROM watch_items")
+    assert dict(judged) == expected  # the records greval run makes of these files: same ids, same content
+    assert llm.stats()["total"] == answerable
+    again = watch(*args)
+    assert "0 trace(s) read, 0 chosen, 0 judged" in again.output and llm.stats()["total"] == answerable
 
 
 # ------------------------------------------------------------------------------------------------ the page
