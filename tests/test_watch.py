@@ -723,6 +723,9 @@ def test_langsmith_and_langfuse_exports_landing_in_a_folder_are_watched_as_greva
     ], first.output
     judged = rows(store, "SELECT record_id, record_hash FROM watch_items")
     assert dict(judged) == expected  # the records greval run makes of these files: same ids, same content
+    with Store(store) as st:  # the windows count as the pass's line does: a skipped trace is not judged
+        volumes = [w.figures["volume"] for w in st.watch_windows(st.watches()[0]["watch_id"], "answer_alignment")]
+    assert sum(v["judged"] for v in volumes) == answerable and sum(v["skipped"] for v in volumes) == lacking
     assert llm.stats()["total"] == answerable
     again = watch(*args)
     assert "0 trace(s) read, 0 chosen, 0 judged" in again.output and llm.stats()["total"] == answerable
