@@ -197,6 +197,12 @@ def test_otlp_json_from_the_real_encoder_becomes_traces(tmp_path: Path) -> None:
     again = list(src.pages(pages[1].end, 3))  # after the first file (its 4 traces in pages of 3): the second file
     assert [t.trace_id for p in again for t in p.traces] == [t["trace_id"] for t in traces[4:]]
     assert list(src.pages(pages[-1].end, 3)) == []
+    # read as it streams: the same spans as the file read whole, whatever keys come before resourceSpans
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keys.json").write_text(json.dumps({"note": {"by": "hand"}, **doc}, indent=1))
+    [streamed] = list(FolderSource(tmp_path / "other", max_spans=100, settle_s=0.0).pages(None, 10))
+    assert [len(t.spans) for t in streamed.traces] == [3, 3, 3, 3] and streamed.notes == []
+    assert [t.trace_id for t in streamed.traces] == [t["trace_id"] for t in traces[:4]]
 
 
 # ------------------------------------------------------------------------------------ --once, budget, share

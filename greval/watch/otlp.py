@@ -232,13 +232,19 @@ class _Stream:
 
 
 def starts_otlp(path: Path, limits: ReadLimits) -> bool:
-    """Whether a ``.json`` file is an OTLP export request: an object whose first key is ``resourceSpans``."""
+    """Whether a ``.json`` file is an OTLP export request: an object with a ``resourceSpans`` key (the keys before
+    it read past, a value at a time; a file that is no JSON object, or a value past the limit before it, is not)."""
     stream = _Stream(path, limits)
     try:
         if stream.peek() != "{":
             return False
-        stream.i += 1
-        return stream.peek() == '"' and stream.value() in _REQUEST_KEYS
+        for key in stream.fields():
+            if key in _REQUEST_KEYS:
+                return True
+            stream.value()
+        return False
+    except DataError:
+        return False
     finally:
         stream.close()
 
