@@ -652,7 +652,7 @@ def test_a_200k_span_trace_is_one_line_and_costs_no_more_memory(tmp_path: Path) 
     """A 200,000-span trace in one OTLP JSON file (60 MB) next to an export of ordinary traces: the watch says
     it in one line and judges the others. One process watches a folder of the ordinary traces alone, then the
     folder with the huge trace too; its peak RSS after the second pass is within 48 MB of its peak after the
-    first (what stays held is the 10,000 spans up to the cap; the file read whole cost 213 MB more)."""
+    first (what stays held is the 10,000 spans up to the cap; read whole, the file cost 307 MiB more)."""
     small, big = tmp_path / "small", tmp_path / "big"
     good = emit(small, 6, per_file=6)
     big.mkdir()

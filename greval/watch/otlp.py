@@ -252,6 +252,16 @@ def starts_otlp(path: Path, limits: ReadLimits) -> bool:
 def stream_spans(path: Path, limits: ReadLimits) -> Iterator[Mapping[str, Any]]:
     """The raw spans of a ``.json`` OTLP export request, a span at a time."""
     stream = _Stream(path, limits)
+    try:
+        yield from _request_spans(stream)
+        if stream.peek():
+            raise DataError(f"{path}: invalid JSON (more after the document's end)")
+    finally:
+        stream.close()
+
+
+def _request_spans(stream: _Stream) -> Iterator[Mapping[str, Any]]:
+    """``resourceSpans[*].scopeSpans[*].spans[*]``, every other value read past."""
     for key in stream.fields():
         if key not in _REQUEST_KEYS:
             stream.value()
@@ -270,5 +280,3 @@ def stream_spans(path: Path, limits: ReadLimits) -> Iterator[Mapping[str, Any]]:
                             span = stream.value()
                             if isinstance(span, Mapping):
                                 yield span
-    if stream.peek():
-        raise DataError(f"{path}: invalid JSON (more after the document's end)")
