@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -196,6 +197,12 @@ def test_otlp_json_from_the_real_encoder_becomes_traces(tmp_path: Path) -> None:
     again = list(src.pages(pages[1].end, 3))  # after the first file (its 4 traces in pages of 3): the second file
     assert [t.trace_id for p in again for t in p.traces] == [t["trace_id"] for t in traces[4:]]
     assert list(src.pages(pages[-1].end, 3)) == []
+    # read as it streams: the same spans as the file read whole, whatever keys come before resourceSpans
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keys.json").write_text(json.dumps({"note": {"by": "hand"}, **doc}, indent=1))
+    [streamed] = list(FolderSource(tmp_path / "other", max_spans=100, settle_s=0.0).pages(None, 10))
+    assert [len(t.spans) for t in streamed.traces] == [3, 3, 3, 3] and streamed.notes == []
+    assert [t.trace_id for t in streamed.traces] == [t["trace_id"] for t in traces[:4]]
 
 
 # ------------------------------------------------------------------------------------ --once, budget, share
@@ -447,6 +454,118 @@ def test_each_closed_window_sends_its_designed_share_to_review(llm: OpenAIServer
     assert all(f and f["agreement"] is not None and f["agreement_figure"] == "cohen_kappa" for f in figures)
 
 
+def _alternating_judge() -> list[dict[str, Any]]:
+    """A judge whose verdict depends on the question alone (every other question Correct): each window gets both
+    verdicts and the same score, so only people can make a window look worse."""
+    rules: list[dict[str, Any]] = [
+        {"match": re.escape(question), "regex": True,
+         "action": {"type": "respond", "content": {"reason": "It states the fact.", "label": "Correct"}}}
+        for question, _ in QUESTIONS[::2]
+    ]  # fmt: skip
+    rules.append({"match": "Metric: answer_alignment", "action": {"type": "respond", "content": {
+        "reason": "It misses the fact.", "label": "Incorrect"}}})  # fmt: skip
+    return rules
+
+
+def test_people_disagreeing_with_the_judge_raise_the_agreement_alarm(llm: OpenAIServer, tmp_path: Path) -> None:
+    """The judge judges alike all along (no score drift); people label every judged trace, agreeing with it in
+    the first windows and contradicting it from the third on. The next pass computes each window's Cohen's kappa
+    with people: the third window's lies below its baseline's (the windows before it) and is an alarm, said in a
+    line and stored with the window; the second window, where people agree, is compared too and is no alarm."""
+    llm.script(_alternating_judge())
+    _paced(tmp_path / "land", 60, 60, 0.05)
+    store = tmp_path / "s.sqlite"
+    args = ["--source", str(tmp_path / "land"), "-s", "answer_alignment", "--store", str(store), "--once",
+            "--window", "1s", "--settle", "0s", "--bootstrap", "300", *judge_args(llm)]  # fmt: skip
+    first = watch(*args)
+    assert first.exit_code in (0, 1), first.output
+    assert "vs people" not in first.output  # nothing labelled yet: no agreement, no agreement alarm
+    with Store(store) as st:
+        wid = st.watches()[0]["watch_id"]
+        starts = [w.window_start for w in st.watch_windows(wid, "answer_alignment")]
+        items = st.query("SELECT window_start, record_id, record_hash FROM watch_items WHERE status='judged'")
+        verdicts = {r["record_hash"]: r["label"] for r in st.query("SELECT record_hash, label FROM verdicts")}
+        assert len(starts) >= 3 and {"Correct", "Incorrect"} <= set(verdicts.values()), (starts, verdicts)
+        flip = {"Correct": "Incorrect", "Incorrect": "Correct"}
+        st.put_human_labels(
+            {"spec_name": "answer_alignment", "dataset": "answer_alignment-watch", "record_id": i["record_id"],
+             "record_hash": i["record_hash"], "annotator": "reviewer", "source": "argilla",
+             "label": verdicts[i["record_hash"]] if i["window_start"] < starts[2] else flip[verdicts[i["record_hash"]]]}
+            for i in items
+        )  # fmt: skip
+    second = watch(*args)
+    assert second.exit_code == 1, second.output
+    with Store(store) as st:
+        windows = {w.window_start: w for w in st.watch_windows(wid, "answer_alignment")}
+    agreeing, contradicted = windows[starts[1]], windows[starts[2]]
+    for w in (agreeing, contradicted):  # both compared with their baseline's agreement with people
+        assert w.figures and w.figures["agreement_figure"] == "cohen_kappa" and w.figures["agreement"], w
+        assert w.figures["baseline"]["agreement"] is not None, w.figures
+    assert agreeing.figures and agreeing.figures["agreement"]["value"] == 1.0
+    assert not any("vs people" in a for a in agreeing.figures["alarms"]), agreeing.figures["alarms"]
+    label = agreeing.figures["label"]
+    assert f"alarm: answer_alignment: window {label}: cohen_kappa" not in second.output
+    assert contradicted.figures and contradicted.figures["agreement"]["value"] < 0
+    [line] = [a for a in contradicted.figures["alarms"] if "vs people" in a]
+    assert line.startswith(f"answer_alignment: window {contradicted.figures['label']}: cohen_kappa vs people -")
+    assert "lies below the baseline's 1.000" in line and contradicted.alarm and line in contradicted.alarm
+    assert f"alarm: {line}" in second.output
+    assert not any("score" in a for a in (agreeing.figures["alarms"] + contradicted.figures["alarms"]))
+
+
+def test_each_metric_is_judged_by_its_production_version(llm: OpenAIServer, tmp_path: Path) -> None:
+    """The watch judges with the production version the store names, never the newest nor the one on the command
+    line: answer_alignment's first watch makes the shipped version (v1) production; a ``greval run --promote`` of
+    an edited file makes that (v2) production, and the next traces are judged by v2 even though the watch names
+    the metric as before (a file of v1 is judged by v2 too, with a note); ``greval spec promote`` of the older
+    v1 then has the next traces judged by v1 again. Each batch's verdicts are stored under the version's hash."""
+    import yaml
+
+    from greval.spec.load import resolve_specs
+
+    llm.script(judge_rules())
+    [v1] = resolve_specs(["answer_alignment"], with_dependencies=False)
+    edited = v1.model_dump(mode="json", exclude_none=True)
+    edited["steps"] = [*edited["steps"], "Say which fact decided it."]
+    v2_file, v1_file = tmp_path / "v2.yaml", tmp_path / "v1.yaml"
+    v2_file.write_text(yaml.safe_dump(edited))
+    v1_file.write_text(yaml.safe_dump(v1.model_dump(mode="json", exclude_none=True)))
+    [v2] = resolve_specs([str(v2_file)], with_dependencies=False)
+    assert v2.hash != v1.hash
+    land, store = tmp_path / "land", tmp_path / "s.sqlite"
+    args = ["--source", str(land), "--store", str(store), "--once", "--settle", "0s", *judge_args(llm)]
+
+    def batch(start: int, spec: str) -> tuple[set[str], Any]:
+        traces = emit(land, 3, start=start, per_file=3)
+        res = watch(*args, "-s", spec)
+        assert res.exit_code == 0 and "3 trace(s) read, 3 chosen, 3 judged" in res.output, res.output
+        ids = {t["trace_id"] for t in traces}
+        with Store(store) as st:
+            found = st.query("SELECT DISTINCT v.record_id, v.spec_hash FROM verdicts v JOIN watch_items w"
+                             " ON w.record_hash = v.record_hash")  # fmt: skip
+        return {r["spec_hash"] for r in found if r["record_id"] in ids}, res
+
+    assert batch(0, "answer_alignment")[0] == {v1.hash}  # the first judging makes v1 production
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "d1", "question": "When was the Ostra bridge opened?", "answer": "In 1911.",
+                                "expected_answer": "In 1911."}) + "\n")  # fmt: skip
+    ran = CliRunner().invoke(main, ["run", str(data), "-s", str(v2_file), "--store", str(store), "--promote",
+                                    "--quiet", *judge_args(llm)], env={"OPENAI_API_KEY": TEST_KEY})  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    assert batch(3, "answer_alignment")[0] == {v2.hash}  # promoted by the run: the watch follows
+    hashes, res = batch(6, str(v1_file))  # a file of another version: noted, production judged
+    assert hashes == {v2.hash}
+    assert (
+        f"note: answer_alignment: the watch judges its production version {v2.hash[:12]}; {v1_file} is version "
+        f"{v1.hash[:12]}" in " ".join(res.output.split())
+    )
+    promoted = CliRunner().invoke(main, ["spec", "promote", f"answer_alignment@{v1.hash[:10]}", "--store", str(store)])
+    assert promoted.exit_code == 0, promoted.output
+    assert batch(9, "answer_alignment")[0] == {v1.hash}  # the older version, promoted again, judges again
+    with Store(store) as st:
+        assert st.metric_version("answer_alignment").spec_hash == v1.hash
+
+
 # ------------------------------------------------------------------------------------------ hostile sources
 def _phoenix_rows(trace: str, n: int, *, broken: bool = False) -> list[dict[str, Any]]:
     """A trace as Phoenix's REST spans (a span export's JSONL rows): a root and ``n - 1`` children; ``broken``: one
@@ -473,6 +592,8 @@ def test_hostile_files_are_one_line_each_and_the_rest_is_judged(llm: OpenAIServe
     spans = _phoenix_rows("a" * 32, 3, broken=True) + _phoenix_rows("b" * 32, 60) + _phoenix_rows("c" * 32, 3)
     (land / "export.jsonl").write_text("".join(json.dumps(r) + "\n" for r in spans))
     (land / "notes.json").write_text(json.dumps({"hello": "world"}))
+    cut = land / "cut.json"  # an OTLP JSON file cut short: read as it streams, it is refused whole, in one line
+    cut.write_text(next(land.glob("spans-*.json")).read_text()[:700])
     store = tmp_path / "s.sqlite"
     res = watch("--source", str(land), "-s", "answer_alignment", "--store", str(store), "--once", "--settle", "0s",
                 "--max-spans", "50", *judge_args(llm))  # fmt: skip
@@ -484,6 +605,7 @@ def test_hostile_files_are_one_line_each_and_the_rest_is_judged(llm: OpenAIServe
         f"note: {land / 'export.jsonl'}: trace {'b' * 32} has more than 50 spans: not judged",
         f"note: {land / 'notes.json'}: not read (no trace export: OTLP JSON, or a Phoenix, LangSmith or Langfuse "
         "export)",
+        f"note: {cut}: not read ({cut}: invalid JSON (Unterminated string starting at))",
     ]
     assert f"{len(good) + 3} trace(s) read, {len(good) + 1} chosen, {len(good) + 1} judged" in res.output
     assert "Traceback" not in res.output
@@ -495,6 +617,63 @@ def test_hostile_files_are_one_line_each_and_the_rest_is_judged(llm: OpenAIServe
     assert missing.output.strip() == (
         f"error: {tmp_path / 'nowhere'}: not a folder (greval watch reads a Phoenix project or a folder of exports)"
     )
+
+
+def _huge_otlp_trace(path: Path, trace: str, n: int) -> None:
+    """One trace of ``n`` spans as one OTLP JSON request (a root and its children), written as it goes: the
+    test's own memory holds one span at a time."""
+    t0 = 1_764_400_000_000_000_000
+    head = '{"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"scope": {"name": "big"}, "spans": ['
+    with path.open("w") as fh:
+        fh.write(head)
+        for k in range(n):
+            parent = f', "parentSpanId": "{1:016x}"' if k else ""
+            fh.write(f'{"," if k else ""}{{"traceId": "{trace}", "spanId": "{k + 1:016x}"{parent}, "name": "step", '
+                     f'"kind": 1, "startTimeUnixNano": "{t0 + k}", "endTimeUnixNano": "{t0 + k + 1}", '
+                     '"attributes": [{"key": "input.value", "value": {"stringValue": "x"}}]}')  # fmt: skip
+        fh.write("]}]}]}\n")
+
+
+_PEAKS = """
+import json, resource, sys
+from click.testing import CliRunner
+from greval.cli import main
+out = []
+for folder, store in zip(sys.argv[1::2], sys.argv[2::2]):
+    res = CliRunner().invoke(main, ["watch", "--source", folder, "-s", "rouge_l", "--store", store, "--once",
+                                    "--settle", "0s"], env={"COLUMNS": "200"})
+    out.append({"exit": res.exit_code, "output": res.output,
+                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+print(json.dumps(out))
+"""
+
+
+def test_a_200k_span_trace_is_one_line_and_costs_no_more_memory(tmp_path: Path) -> None:
+    """A 200,000-span trace in one OTLP JSON file (60 MB) next to an export of ordinary traces: the watch says
+    it in one line and judges the others. One process watches a folder of the ordinary traces alone, then the
+    folder with the huge trace too; its peak RSS after the second pass is within 48 MB of its peak after the
+    first (what stays held is the 10,000 spans up to the cap; read whole, the file cost 307 MiB more)."""
+    small, big = tmp_path / "small", tmp_path / "big"
+    good = emit(small, 6, per_file=6)
+    big.mkdir()
+    shutil.copy(small / "spans-00001.json", big / "spans-00001.json")
+    huge = "f" * 32
+    _huge_otlp_trace(big / "huge.json", huge, 200_000)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _PEAKS, str(small), str(tmp_path / "small.db"), str(big),
+                           str(tmp_path / "big.db")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)  # fmt: skip
+    alone, with_huge = json.loads(done.stdout)
+    print(f"{time.monotonic() - started:.1f} s; peak RSS {alone['peak_mb']:.1f} MiB, then {with_huge['peak_mb']:.1f}")
+    assert alone["exit"] == with_huge["exit"] == 0, (alone, with_huge)
+    notes = [line for line in with_huge["output"].splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {big / 'huge.json'}: trace {huge} has more than 10000 spans: not judged"]
+    assert f"{len(good) + 1} trace(s) read, {len(good)} chosen, {len(good)} judged" in with_huge["output"]
+    assert "Traceback" not in with_huge["output"]
+    assert rows(tmp_path / "big.db", "SELECT status, COUNT(*) FROM watch_items GROUP BY status") == [
+        ("judged", len(good))
+    ]
+    assert with_huge["peak_mb"] - alone["peak_mb"] < 48, (alone["peak_mb"], with_huge["peak_mb"])
 
 
 def test_an_unreachable_phoenix_is_a_line_per_try_then_exit_75(tmp_path: Path) -> None:
@@ -511,6 +690,51 @@ def test_an_unreachable_phoenix_is_a_line_per_try_then_exit_75(tmp_path: Path) -
         f"{down}; trying again in 2 s",
         f"error: {down}",
     ]
+
+
+EXPORTS = ("langsmith_runs.jsonl", "langsmith_chain_runs.jsonl", "langfuse_observations.jsonl", "langfuse_trace.json")
+
+
+def test_langsmith_and_langfuse_exports_landing_in_a_folder_are_watched_as_greval_run_reads_them(
+    llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """LangSmith runs and Langfuse observations / trace downloads (the suite's export fixtures, tests/fixtures/traces)
+    land in a watched folder one after another: each trace becomes the record ``greval run`` makes of it (its id
+    and content hash), those with an expected answer are judged once, those without are said in one line as
+    ``greval run`` says them (where a trace's expected answer is read), and a second pass reads nothing."""
+    from greval.traces.detect import open_data
+
+    llm.script(judge_rules())
+    land, store = tmp_path / "land", tmp_path / "s.sqlite"
+    land.mkdir()
+    expected: dict[str, str] = {}
+    answerable = 0
+    for n, name in enumerate(EXPORTS):
+        shutil.copy(ROOT / "tests" / "fixtures" / "traces" / name, land / name)
+        os.utime(land / name, (1_700_000_000 + n, 1_700_000_000 + n))  # landed in this order
+        made = list(open_data(land / name, None, None, None))
+        expected |= {row.id: row.hash for row in made}
+        answerable += sum(1 for row in made if row.data.get("expected_answer"))
+    n, lacking = len(expected), len(expected) - answerable
+    assert answerable and lacking, (answerable, lacking)  # both kinds are among the fixtures
+    args = ["--source", str(land), "-s", "answer_alignment", "--store", str(store), "--once", "--settle", "0s",
+            *judge_args(llm)]  # fmt: skip
+    first = watch(*args)
+    assert first.exit_code == 0, first.output
+    assert f"{n} trace(s) read, {n} chosen, {answerable} judged" in first.output, first.output
+    notes = [line for line in first.output.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: answer_alignment: {lacking} trace(s) skipped — missing required input: expected_answer — greval "
+        "reads a trace's expected_answer from the root span's metadata key 'expected_answer'"
+    ], first.output
+    judged = rows(store, "SELECT record_id, record_hash FROM watch_items")
+    assert dict(judged) == expected  # the records greval run makes of these files: same ids, same content
+    with Store(store) as st:  # the windows count as the pass's line does: a skipped trace is not judged
+        volumes = [w.figures["volume"] for w in st.watch_windows(st.watches()[0]["watch_id"], "answer_alignment")]
+    assert sum(v["judged"] for v in volumes) == answerable and sum(v["skipped"] for v in volumes) == lacking
+    assert llm.stats()["total"] == answerable
+    again = watch(*args)
+    assert "0 trace(s) read, 0 chosen, 0 judged" in again.output and llm.stats()["total"] == answerable
 
 
 # ------------------------------------------------------------------------------------------------ the page

@@ -418,6 +418,20 @@ def read_json(path: str | Path, limits: ReadLimits | None = None) -> Any:
     return next(_guarded(p, read()))["value"]
 
 
+def stream_bytes(path: str | Path, limits: ReadLimits | None = None) -> Iterator[bytes]:
+    """A file's bytes a chunk at a time (decompressed if ``.gz``, within ``limits``; errors as for a table): for
+    a reader that parses a large document as it streams instead of holding it whole."""
+    limits = limits or ReadLimits()
+    p, _ = check_file(path)
+
+    def read() -> Iterator[bytes]:
+        with _open(p, limits, lines=False) as fh:
+            while chunk := fh.read(1 << 20):
+                yield chunk
+
+    return _guarded(p, read())
+
+
 def _columns(path: Path, rows: Iterable[dict[str, Any]], limits: ReadLimits, flat: bool) -> list[str]:
     """The columns of rows read whole (every field of every row, in order of first appearance; nested objects'
     as dotted paths when ``flat``), stopped at ``max_columns``: a table of them would cost rows x columns."""

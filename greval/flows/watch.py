@@ -17,6 +17,7 @@ import asyncio
 import functools
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +33,11 @@ from greval.llm.config import JudgeConfig
 from greval.llm.prices import Price, calls_cost, load_prices, price_for
 from greval.runner.options import RunSummary
 from greval.spec import BaseSpec, Spec, order_specs, resolve_specs
+from greval.store.results import missing_fields
 from greval.store.store import Store, spec_keys
 from greval.store.watch import Decision, Outcome, PageCommit
 from greval.traces.assemble import root_of
-from greval.traces.source import TraceRows
+from greval.traces.source import TraceRows, field_origin
 from greval.traces.spans import Span
 from greval.types import ErrorKind
 from greval.watch.alarms import load_webhook, post_alarm, write_checks
@@ -72,6 +74,8 @@ class PassReport:
     reviewed: int = 0
     written: int = 0
     stopped: bool = False
+    #: (metric, why) -> traces the metric did not apply to (an input it requires is absent): said once a pass.
+    skipped: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     @property
     def in_alarm(self) -> int:
@@ -197,6 +201,9 @@ class Watch:
             if self.stop.is_set():
                 p.report.stopped = True
                 break
+        for (metric, why), n in p.report.skipped.items():  # as greval run says it, where the field is read
+            names = missing_fields(why)
+            p.report.say(f"{metric}: {n} trace(s) skipped — {why}" + (f" — {field_origin(names)}" if names else ""))
         self._windows(p)
         return p.report
 
@@ -368,6 +375,9 @@ class Watch:
         runs[done.summary.run_id] = [t.row for t in chunk]
         p.summaries[done.summary.run_id] = done.summary
         p.report.judged += sum(1 for o in outcomes if o.status != "skipped")
+        for m in done.summary.metrics:
+            if m.spec in names:
+                p.report.skipped.update({(m.spec, why): n for why, n in m.skipped_why.items()})
 
     def _event(self, report: PassReport) -> Callable[[RunEvent], None]:
         def on(event: RunEvent) -> None:

@@ -19,10 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from greval.annotation import dataset as ds
-from greval.annotation.argilla import bulk_upsert, ensure_dataset
-from greval.annotation.dataset import argilla_id
-from greval.annotation.push import unit_of
 from greval.annotation.selection import review_round
 from greval.spec import BaseSpec, Spec
 from greval.store.store import Store
@@ -69,6 +65,8 @@ def route_window(store: Store, scope: Scope, spec: BaseSpec, start: float, routi
     another pass routed them first)."""
     if not isinstance(spec, Spec):
         return None
+    from greval.annotation.dataset import argilla_id  # Argilla's client: imported when a window is routed
+    from greval.annotation.push import unit_of
 
     rows = store.window_items(scope.watch_id, scope.metric, [start])
     batch = [r for r in rows if r["status"] in DONE and r["review_batch"] is None and r["record_hash"]]
@@ -121,6 +119,8 @@ def deliver(
     store: Store, conn: Connection, scope: Scope, spec: Spec, routing: Routing, judge_label: str, batch: int = 200
 ) -> int:
     """Send the queued units Argilla has not received yet (upserts: a unit sent twice is one record); how many."""
+    from greval.annotation import dataset as ds
+    from greval.annotation.argilla import bulk_upsert, ensure_dataset
 
     dataset = watch_dataset(spec.name, routing.dataset)
     push_id = watch_push_id(scope.watch_id, scope, dataset)

@@ -17,17 +17,15 @@ import functools
 import itertools
 import json
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from greval.dataset.limits import ReadLimits
-from greval.dataset.tables import check_file, iter_rows, read_json
+from greval.dataset.tables import check_file, iter_rows
 from greval.errors import DataError, GrevalError, first_line
 from greval.traces.assemble import root_of
 from greval.traces.detect import FORMATS, sniff, spans_of
@@ -43,6 +41,7 @@ from greval.traces.phoenix_address import (
 )
 from greval.traces.source import TraceRows
 from greval.traces.spans import Span, parse_time
+from greval.watch.otlp import is_otlp, otlp_row, otlp_rows, raw_spans, starts_otlp, stream_spans, trace_of
 
 __all__ = [
     "FolderSource",
@@ -368,17 +367,15 @@ class FolderSource(WatchSource):
 
         _, kind = check_file(path)
         roots: dict[str, Mapping[str, Any]] = {}
-        docs: Iterable[Any] | None = None
-        if kind == "json":
-            value = read_json(path, self.limits)
-            docs = [value] if isinstance(value, Mapping) and _is_otlp(value) else None
-        elif kind == "jsonl":
-            first = next(iter_rows(path, self.limits), None)
-            docs = iter_rows(path, self.limits) if isinstance(first, Mapping) and _is_otlp(first) else None
-        if docs is not None:  # OTLP JSON: a request per file, or one per line (the collector's file exporter)
-            for doc in docs:
-                _phoenix_rows(otlp_rows(doc), found, roots)
+        limits = self.limits or ReadLimits()
+        if kind == "json" and starts_otlp(path, limits):  # OTLP JSON, a request per file: read as it streams
+            _otlp_spans(stream_spans(path, limits), found, roots)
             return roots
+        if kind == "jsonl":  # …or a request per line (the collector's file exporter)
+            first = next(iter_rows(path, limits), None)
+            if isinstance(first, Mapping) and is_otlp(first):
+                _otlp_spans((sp for doc in iter_rows(path, limits) for sp in raw_spans(doc)), found, roots)
+                return roots
         fmt = sniff(path, kind, self.limits)
         if fmt is None:
             raise DataError("no trace export: OTLP JSON, or a Phoenix, LangSmith or Langfuse export")
@@ -405,90 +402,24 @@ def _add_span(found: _Collected, span: Span) -> None:
 
 def _phoenix_rows(rows: Iterable[Mapping[str, Any]], found: _Collected, roots: dict[str, Mapping[str, Any]]) -> None:
     for n, row in enumerate(rows, start=1):
-        ctx = row.get("context")
-        tid = str(ctx.get("trace_id") or "") if isinstance(ctx, Mapping) else ""
-        found.add(row, tid or None, f"{found.label}: row {n}")
-        if tid and not row.get("parent_id") and isinstance(row.get("attributes"), Mapping) and tid not in roots:
-            roots[tid] = row["attributes"]
+        _phoenix_row(row, n, found, roots)
 
 
-# --------------------------------------------------------------------------------------------- OTLP JSON
-def _is_otlp(value: Mapping[str, Any]) -> bool:
-    return "resourceSpans" in value or "resource_spans" in value
+def _phoenix_row(row: Mapping[str, Any], n: int, found: _Collected, roots: dict[str, Mapping[str, Any]]) -> None:
+    ctx = row.get("context")
+    tid = str(ctx.get("trace_id") or "") if isinstance(ctx, Mapping) else ""
+    found.add(row, tid or None, f"{found.label}: row {n}")
+    if tid and not row.get("parent_id") and isinstance(row.get("attributes"), Mapping) and tid not in roots:
+        roots[tid] = row["attributes"]
 
 
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
-
-
-def _otlp_id(value: Any) -> str:
-    """A trace or span id as hex (OTLP JSON writes hex; protobuf's JSON mapping, base64)."""
-    text = str(value or "")
-    if not text or (_HEX.match(text) and len(text) in (16, 32)):
-        return text.lower()
-    try:
-        return base64.b64decode(text, validate=True).hex()
-    except ValueError:
-        return text
-
-
-def _any_value(value: Any) -> Any:
-    """An OTLP ``AnyValue`` as Python."""
-    if not isinstance(value, Mapping):
-        return value
-    for key in ("stringValue", "string_value", "boolValue", "bool_value", "doubleValue", "double_value"):
-        if key in value:
-            return value[key]
-    for key in ("intValue", "int_value"):
-        if key in value:
-            return int(value[key])
-    array = value.get("arrayValue") or value.get("array_value")
-    if isinstance(array, Mapping):
-        return [_any_value(v) for v in array.get("values") or []]
-    kvlist = value.get("kvlistValue") or value.get("kvlist_value")
-    if isinstance(kvlist, Mapping):
-        return _attributes(kvlist.get("values"))
-    return None
-
-
-def _attributes(pairs: Any) -> dict[str, Any]:
-    return {str(p.get("key")): _any_value(p.get("value")) for p in pairs or [] if isinstance(p, Mapping)}
-
-
-def _time(nanos: Any) -> str | None:
-    try:
-        return datetime.fromtimestamp(int(nanos) / 1e9, UTC).isoformat()
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
-
-
-_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR", "STATUS_CODE_UNSET": "UNSET", "STATUS_CODE_OK": "OK",
-           "STATUS_CODE_ERROR": "ERROR"}  # fmt: skip
-
-
-def otlp_rows(doc: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """The spans of an OTLP JSON export request (``resourceSpans`` → ``scopeSpans`` → ``spans``) in the shape of
-    Phoenix's REST spans, which :func:`greval.traces.openinference.span_from_row` reads."""
-    for rs in doc.get("resourceSpans") or doc.get("resource_spans") or []:
-        if not isinstance(rs, Mapping):
+def _otlp_spans(spans: Iterable[Mapping[str, Any]], found: _Collected, roots: dict[str, Mapping[str, Any]]) -> None:
+    """OTLP spans, each converted to a Phoenix row unless its trace was already refused (past the span cap: its
+    further spans are dropped as they are read, their trace id the only thing looked at)."""
+    for n, sp in enumerate(spans, start=1):
+        if trace_of(sp) in found.oversize:
             continue
-        scopes = rs.get("scopeSpans") or rs.get("scope_spans") or rs.get("instrumentationLibrarySpans") or []
-        for ss in scopes if isinstance(scopes, list) else []:
-            for sp in (ss.get("spans") or []) if isinstance(ss, Mapping) else []:
-                if not isinstance(sp, Mapping):
-                    continue
-                status = sp.get("status") if isinstance(sp.get("status"), Mapping) else {}
-                parent = _otlp_id(sp.get("parentSpanId") or sp.get("parent_span_id"))
-                yield {
-                    "context": {"trace_id": _otlp_id(sp.get("traceId") or sp.get("trace_id")),
-                                "span_id": _otlp_id(sp.get("spanId") or sp.get("span_id"))},
-                    "parent_id": parent or None,
-                    "name": sp.get("name") or "",
-                    "start_time": _time(sp.get("startTimeUnixNano") or sp.get("start_time_unix_nano")),
-                    "end_time": _time(sp.get("endTimeUnixNano") or sp.get("end_time_unix_nano")),
-                    "attributes": _attributes(sp.get("attributes")),
-                    "status_code": _STATUS.get((status or {}).get("code"), "UNSET"),
-                    "status_message": (status or {}).get("message") or "",
-                }  # fmt: skip
+        _phoenix_row(otlp_row(sp), n, found, roots)
 
 
 # --------------------------------------------------------------------------------------------- opening

@@ -76,7 +76,9 @@ class Volume(BaseModel):
     oversize: int = 0
     waiting: int = Field(0, description="Admitted, not judged yet.")
     held: int = Field(0, description="Held back by the daily budget.")
-    judged: int = Field(0, description="Judged (ok, failed or skipped), written back or not.")
+    judged: int = Field(
+        0, description="Judged (ok or failed), written back or not; a trace the metric skipped is not (as in a run)."
+    )
     failed: int = 0
     skipped: int = 0
     written: int = Field(0, description="Written back to the source (Phoenix).")
@@ -125,7 +127,7 @@ def _volume(rows: Sequence[Mapping[str, Any]], strata: Mapping[str, tuple[int, i
         status = r["status"]
         v.waiting += status == "admitted"
         v.held += status == "over_budget"
-        v.judged += status in DONE
+        v.judged += status in DONE and status != "skipped"
         v.failed += status == "failed"
         v.skipped += status == "skipped"
         v.written += status == "written"
