@@ -435,6 +435,55 @@ def test_an_openinference_agent_in_phoenix_is_read_as_trajectories_and_judged_pe
         tid = t["trace_id"]
         assert {i for s, r, i in got if s == "step_usefulness" and r == tid} == {"s2", "s4"}
         assert {i for s, r, i in got if s == "tool_call_validity" and r == tid} == {"", "step:s2"}
+    assert ": 10 span annotation(s) written, 0 already there" in done.stdout + done.stderr, done.stdout
+    first = check_annotations_in_phoenix(phoenix, store, traces)
+
+    # a re-run (in this process: no start-up to pay) writes nothing: no annotation added or rewritten
+    again = CliRunner().invoke(main, done.args[3:], env={"OPENAI_API_KEY": "sk-test"}, catch_exceptions=False)
+    assert again.exit_code == 0 and ": 0 span annotation(s) written, 10 already there" in again.output, again.output
+    assert check_annotations_in_phoenix(phoenix, store, traces) == first
+
+
+def check_annotations_in_phoenix(phoenix: Any, store: Path, traces: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Read back from Phoenix's REST API: each trajectory's verdicts on its root (agent) span, each step verdict
+    on its step's span — the call's on the TOOL span that ran it, the final answer's on the LLM span that wrote
+    it — once each, as stored; their (id, updated_at)."""
+    from phoenix.client import Client
+
+    client = Client(base_url=phoenix.url)
+    spans = [dict(s) for s in client.spans.get_spans(project_identifier="agents", limit=1000)]
+    with Store(store) as st:
+        items = item_rows(st)
+        specs = {k: st.any_spec(k) for k in {r["spec_key"] for r in items}}
+    records = {(r["spec"], r["record_id"]): r for r in record_rows(items, specs)}
+    wanted: dict[tuple[str, str, str], tuple[Any, ...]] = {}  # (span, metric, identifier) -> (label, score, why)
+    for t in traces:
+        mine = sorted((s for s in spans if s["context"]["trace_id"] == t["trace_id"]), key=lambda s: s["start_time"])
+        root = next(s["context"]["span_id"] for s in mine if not s.get("parent_id"))
+        tool = next(s["context"]["span_id"] for s in mine if s["span_kind"] == "TOOL")
+        answer = [s["context"]["span_id"] for s in mine if s["span_kind"] == "LLM"][-1]
+        for spec in ("step_usefulness", "tool_call_validity"):
+            rec = records[spec, t["trace_id"]]
+            wanted[root, spec, "greval"] = (rec["label"], rec["score"])
+        place = {"s2": tool, "s4": answer, "step:s2": tool}
+        for r in items:
+            if r["record_id"] == t["trace_id"] and r["item_id"]:
+                step = r["item_id"].removeprefix("step:")
+                wanted[place[r["item_id"]], r["spec"], f"greval:step:{step}"] = (r["label"], r["score"], r["reason"])
+    got = client.spans.get_span_annotations(
+        span_ids=sorted({k[0] for k in wanted}), project_identifier="agents",
+        include_annotation_names=["step_usefulness", "tool_call_validity"],
+    )  # fmt: skip
+    have: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for a in map(dict, got):
+        key = (a["span_id"], a["name"], a["identifier"])
+        assert key not in have, f"two annotations {key}"
+        res = a["result"] or {}
+        have[key] = (res.get("label"), res.get("score"), res.get("explanation"))
+        if a["identifier"] == "greval":  # a record's verdict: its label and score (its explanation, its counts)
+            have[key] = have[key][:2]
+    assert have == wanted
+    return sorted((a["id"], a["updated_at"]) for a in map(dict, got))
 
 
 # -------------------------------------------------------------------------------------- judged end to end
