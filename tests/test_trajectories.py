@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
+from sklearn.metrics import cohen_kappa_score
 
 from greval.cli import main
 from greval.dataset.records import Record, normalise_trajectory
@@ -560,3 +562,69 @@ def test_the_trajectory_specs_lint_clean() -> None:
         data = yaml.safe_load(f.read_text(encoding="utf-8"))
         for one in data.get("specs", [data]):
             jsonschema.validate(one, schema)
+
+
+# -------------------------------------------------------------------------- a trajectory's label by a rule
+RULED = {  # trajectory -> (the judge's step labels, a person's), steps s2 (the call) and s4 (the answer)
+    "t0": ({"s2": "Useful", "s4": "Useful"}, {"s2": "Useful", "s4": "Useful"}),
+    "t1": ({"s2": "Harmful", "s4": "Useful"}, {"s2": "Harmful", "s4": "Redundant"}),
+    "t2": ({"s2": "Useful", "s4": "Redundant"}, {"s2": "Harmful", "s4": "Useful"}),
+    "t3": ({"s2": "Harmful", "s4": "Harmful"}, {"s2": "Useful", "s4": "Harmful"}),
+    "t4": ({"s2": "Redundant", "s4": "Harmful"}, {"s2": "Redundant", "s4": "Redundant"}),
+}
+
+
+def ruled_trajectory(rid: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    return [{"role": "user", "content": f"Trip {rid}: weather in Oslo?"},
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "5 C"},
+            {"role": "assistant", "content": "5 C."}]  # fmt: skip
+
+
+def test_a_trajectory_label_by_a_rule_over_its_step_labels(llm: OpenAIServer, tmp_path: Path) -> None:
+    """``target.record_label`` (any step Harmful -> bad, else good): declared on a stored version it re-judges
+    nothing; the run's summary counts the trajectories by it, the results carry it, and ``greval agreement
+    --level record`` compares the judge's with each person's, both by the rule from the same steps' labels."""
+    llm.script([{"match": f"Trip {rid}:", "action": {"type": "respond", "text": json.dumps(step_verdicts(judged))}}
+                for rid, (judged, _) in RULED.items()])  # fmt: skip
+    data = tmp_path / "agents.jsonl"
+    data.write_text("".join(json.dumps({"id": r, "trajectory": ruled_trajectory(r)}) + "\n" for r in RULED))
+    spec = yaml.safe_load((ROOT / "metric_specs" / "step_usefulness.yaml").read_text(encoding="utf-8"))
+    spec["target"]["record_label"] = {"rule": "any", "labels": ["Harmful"], "then": "bad", "otherwise": "good"}
+    ruled = tmp_path / "ruled.yaml"
+    ruled.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    store = tmp_path / "store.sqlite"
+    base = ["run", str(data), "--store", str(store), "--judge", "openai:judge-test", "--base-url", llm.base_url]
+    assert run_cli([*base, "-s", "step_usefulness"]).exit_code == 0
+    res = run_cli([*base, "-s", str(ruled)])
+    assert res.exit_code == 0 and ", 0 judgement(s) to make" in res.output, res.output  # the same version
+    bad = lambda labels: any(lab == "Harmful" for lab in labels.values())  # noqa: E731
+    judge = {rid: "bad" if bad(j) else "good" for rid, (j, _) in RULED.items()}
+    counts = Counter(judge.values())
+    said = f"step_usefulness: records by its rule (any item Harmful → bad, else good): bad {counts['bad']}, good "
+    assert said + str(counts["good"]) in " ".join(res.output.split()), res.output
+    with Store(store) as st:
+        items = item_rows(st)
+        rows = record_rows(items, {k: st.any_spec(k) for k in {r["spec_key"] for r in items}})
+        assert {r["record_id"]: r["label"] for r in rows} == judge
+        hashes = {r["record_id"]: r["record_hash"] for r in rows}
+        st.put_human_labels([
+            {"spec_name": "step_usefulness", "record_id": rid, "record_hash": hashes[rid], "item_id": sid,
+             "annotator": "ann", "label": lab, "status": "submitted"}
+            for rid, (_, person) in RULED.items() for sid, lab in person.items()
+        ])  # fmt: skip
+    report = tmp_path / "agreement.json"
+    res = run_cli(["agreement", "--store", str(store), "--spec", "step_usefulness", "--level", "record",
+                   "--bootstrap", "0", "--json", str(report)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    human = {rid: "bad" if bad(p) else "good" for rid, (_, p) in RULED.items()}
+    pairs = [(human[r], judge[r]) for r in RULED]
+    metrics = json.loads(report.read_text())["metrics"]
+    assert metrics["accuracy"]["value"] == pytest.approx(sum(h == j for h, j in pairs) / len(pairs))
+    kappa = cohen_kappa_score([h for h, _ in pairs], [j for _, j in pairs])
+    assert 0 < kappa < 1 and metrics["cohen_kappa"]["value"] == pytest.approx(kappa)
+    spec["target"]["record_label"]["labels"] = ["Awful"]
+    ruled.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    res = run_cli([*base, "-s", str(ruled)])
+    assert res.exit_code == 2 and "ruled.yaml: target.record_label.labels: 'Awful' is not a scale label" in res.output
