@@ -32,6 +32,7 @@ from greval.spec.schema import spec_json_schema
 from greval.store.results import item_rows, record_rows
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
+from greval.traces.assemble import step_spans
 from greval.traces.detect import open_data
 from greval.traces.source import TraceRows
 
@@ -486,6 +487,26 @@ def check_annotations_in_phoenix(phoenix: Any, store: Path, traces: list[dict[st
             have[key] = have[key][:2]
     assert have == wanted
     return sorted((a["id"], a["updated_at"]) for a in map(dict, got))
+
+
+def test_each_step_goes_back_to_its_own_span() -> None:
+    """Where step verdicts go in a trace: a call to the tool span that ran it (by call id, else the first
+    pending call of its name, as the trajectory paired them), a call no tool span ran to the LLM span that
+    asked for it (such calls share it: their annotations' identifiers name the step), a message to its LLM
+    span, the user's step nowhere."""
+    raw = [
+        {"kind": "user", "content": "Weather in Paris and Lyon?", "turn": 0},
+        {"kind": "tool_call", "name": "get_weather", "arguments": {"city": "Paris"}, "call_id": "a", "turn": 1,
+         "span_id": "llm1"},
+        {"kind": "tool_call", "name": "get_weather", "arguments": {"city": "Lyon"}, "turn": 1, "span_id": "llm1"},
+        {"kind": "tool_call", "name": "log", "arguments": {}, "turn": 1, "span_id": "llm1"},
+        {"kind": "tool_result", "name": "get_weather", "content": "18 C", "call_id": "a", "turn": 2,
+         "span_id": "tool-paris"},
+        {"kind": "tool_result", "name": "get_weather", "content": "24 C", "turn": 3, "span_id": "tool-lyon"},
+        {"kind": "assistant", "content": "Lyon.", "turn": 4, "span_id": "llm2"},
+    ]  # fmt: skip
+    steps = normalise_trajectory(raw, "trajectory")
+    assert step_spans(steps) == {"s2": "tool-paris", "s3": "tool-lyon", "s4": "llm1", "s7": "llm2"}
 
 
 # -------------------------------------------------------------------------------------- judged end to end
