@@ -11,13 +11,15 @@ from pathlib import Path
 
 from greval._sync import run_sync
 from greval.align.core import Outcome, align_units, reserve, summary
+from greval.align.estimate import Estimator, expected
 from greval.align.generators import generators
 from greval.align.labels import LabelSet, load_labels
 from greval.align.ledger import Fresh, decision_id, record
-from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult, Recipe
+from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult, Cost, Recipe
 from greval.align.objective import Scorer, default_objective
 from greval.align.output import diff_text
-from greval.align.split import split_units
+from greval.align.price import load as load_prices
+from greval.align.split import Split, split_units
 from greval.align.store_judge import StoreJudge, StoreOptimizer, StoreRuns
 from greval.errors import UserError, option
 from greval.llm.config import JudgeChoice, JudgeConfig, Notify, local_concurrency, resolve_judge
@@ -133,36 +135,55 @@ def plan(
     runs.learn(labels.spec, labels.spec_key, cfg, list(labels.records.values()))
     judge_fn = StoreJudge(runs, cfg, labels.deps, labels.records)
     opt_fn = StoreOptimizer(runs, ocfg)
-    base = labels.spec
-    gens = generators()
-    first = sum(len(g.propose(Recipe(), base, 1, opts)) for g in gens.values())
-    later = opts.beam * sum(len(g.propose(Recipe(), base, 2, opts)) for g in gens.values())
-    per = judge_fn.estimate(base, split.search.units, fresh=True, extra_chars=opts.example_tokens * 4)
-    per = per + opt_fn.allowance(base, split.search.k, 0)
-    current = judge_fn.estimate(base, split.search.units) + judge_fn.estimate(base, split.test)
-    held = reserve(base, split.test, judge_fn, opt_fn, opts)
-    total = current + held
-    for _ in range(first + later * (opts.rounds - 1)):
-        total = total + per
+    likely = expected(Estimator(runs, labels, split, cfg, opt_fn), opts)
+    held = reserve(labels.spec, split.test, judge_fn, opt_fn, opts)
+    prices = load_prices()
+    upper = _at_most(labels, split, judge_fn, opt_fn, opts) + held
+    total = likely.total
     return AlignPlan(
         spec=target.name,
-        version=base.hash,
+        version=labels.spec.hash,
         judge=cfg.label,
         optimizer=ocfg.label,
         objective=objective,
         split=summary(split, opts.seed),
-        first_round=first,
-        later_rounds=later,
+        first_round=likely.candidates,
+        later_rounds=_later(labels, opts),
         rounds=opts.rounds,
-        per_candidate=per,
-        current=current,
+        per_candidate=likely.per_candidate,
+        current=likely.current,
         decision=held,
         estimate=total,
+        later_round=likely.later_round,
+        at_most=upper,
+        measured=likely.measured,
+        usd=prices.cost(total),
+        usd_later_round=prices.cost(likely.later_round),
+        usd_at_most=prices.cost(upper),
+        prices=prices.source,
         budget_calls=opts.budget_calls,
         budget_tokens=opts.budget_tokens,
         notes=tuple(labels.notes),
         ledger=fresh.note(fresh.count if fresh.previous else fresh.count + 1),
     )
+
+
+def _later(labels: LabelSet, opts: AlignOptions) -> int:
+    """Candidates of a later round, at most: the beam's parents, each with every step there is."""
+    return opts.beam * sum(len(g.propose(Recipe(), labels.spec, 2, opts)) for g in generators().values())
+
+
+def _at_most(labels: LabelSet, split: Split, judge: StoreJudge, opt: StoreOptimizer, opts: AlignOptions) -> Cost:
+    """Every round in full, each candidate at the budget's upper bounds (the full example budget in every
+    prompt): what a budget must allow for the search never to stop on it. The decision's reserve comes on top."""
+    base = labels.spec
+    first = sum(len(g.propose(Recipe(), base, 1, opts)) for g in generators().values())
+    per = judge.estimate(base, split.search.units, fresh=True, extra_chars=opts.example_tokens * 4)
+    per = per + opt.allowance(base, split.search.k, 0)
+    total = judge.estimate(base, split.search.units) + judge.estimate(base, split.test)
+    for _ in range(first + _later(labels, opts) * (opts.rounds - 1)):
+        total = total + per
+    return total
 
 
 class _Served:
@@ -217,7 +238,9 @@ async def aalign(
             used=fresh.used,
         )
     note = record(store, fresh, outcome)
-    return _result(labels, outcome, opts, cfg, ocfg).model_copy(update={"ledger": note})
+    prices = load_prices()
+    result = _result(labels, outcome, opts, cfg, ocfg)
+    return result.model_copy(update={"ledger": note, "usd": prices.cost(result.spent), "prices": prices.source})
 
 
 def _result(labels: LabelSet, outcome: object, opts: AlignOptions, cfg: JudgeConfig, ocfg: JudgeConfig) -> AlignResult:

@@ -11,9 +11,10 @@ import json
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, computed_field
 
 from greval.agreement.bootstrap import LEVEL, RESAMPLES, Resampling
+from greval.llm.prices import RunCost
 from greval.spec import Spec
 
 Objective = Literal["kappa", "weighted_kappa", "accuracy", "macro_f1", "spearman", "mae"]
@@ -132,14 +133,70 @@ class Answer(Frozen):
         return not self.ok and self.error_kind in UNREACHED
 
 
-class Cost(Frozen):
-    """Model calls and tokens (in + out)."""
+class Usage(Frozen):
+    """One model's calls and tokens: prompt tokens (of them, those the provider read from its prompt cache) and
+    answer tokens — the split the price table prices (:func:`greval.llm.prices.run_cost`)."""
 
     calls: int = 0
-    tokens: int = 0
+    tokens_in: int = 0
+    tokens_cached: int = 0
+    tokens_out: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            calls=self.calls + other.calls,
+            tokens_in=self.tokens_in + other.tokens_in,
+            tokens_cached=self.tokens_cached + other.tokens_cached,
+            tokens_out=self.tokens_out + other.tokens_out,
+        )
+
+
+class Cost(Frozen):
+    """Model calls and tokens, by the model that spent them (its label, ``provider:model``: what the price table
+    prices); the totals are sums over the models."""
+
+    models: dict[str, Usage] = Field(default_factory=dict, description="Calls and tokens by model label.")
+
+    @classmethod
+    def of(cls, model: str, calls: int = 0, tokens_in: int = 0, tokens_out: int = 0, tokens_cached: int = 0) -> Cost:
+        """One model's spend (nothing spent: the empty cost)."""
+        usage = Usage(calls=calls, tokens_in=tokens_in, tokens_cached=tokens_cached, tokens_out=tokens_out)
+        return cls(models={model: usage}) if usage != Usage() else cls()
+
+    def _sum(self, name: str) -> int:
+        return sum(int(getattr(u, name)) for u in self.models.values())
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def calls(self) -> int:
+        return self._sum("calls")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens(self) -> int:
+        """Prompt and answer tokens (what a token budget counts)."""
+        return self._sum("tokens_in") + self._sum("tokens_out")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens_in(self) -> int:
+        return self._sum("tokens_in")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens_cached(self) -> int:
+        return self._sum("tokens_cached")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tokens_out(self) -> int:
+        return self._sum("tokens_out")
 
     def __add__(self, other: Cost) -> Cost:
-        return Cost(calls=self.calls + other.calls, tokens=self.tokens + other.tokens)
+        models = dict(self.models)
+        for name, usage in other.models.items():
+            models[name] = models[name] + usage if name in models else usage
+        return Cost(models=models)
 
 
 class Judged(Frozen):
@@ -375,11 +432,22 @@ class AlignPlan(Frozen):
     later_rounds: int = Field(description="Candidates of each later round, at most.")
     rounds: int
     per_candidate: Cost = Field(
-        description="One candidate: its judgements on every search unit (fresh) and optimizer calls."
+        description="A round-1 candidate, on average: its judgements of the search part with the prompt it carries, "
+        "and its optimizer calls (greval.align.estimate)."
     )
     current: Cost = Field(description="The current spec's verdicts still missing on the search and test parts.")
     decision: Cost = Field(description="Held back for the decision: the winner on the test part, its final instance.")
-    estimate: Cost = Field(description="Everything, if every round runs in full (an upper estimate).")
+    estimate: Cost = Field(
+        description="What the run is likely to spend: the current spec's missing verdicts, round 1 in full and the "
+        "decision (greval.align.estimate); each later round, when the one before improved, adds ``later_round``."
+    )
+    later_round: Cost = Field(Cost(), description="What one later round is likely to add.")
+    at_most: Cost = Field(Cost(), description="Every round in full at the budget's upper token bounds.")
+    measured: int = Field(0, description="Stored verdicts the estimate's tokens per call were measured on.")
+    usd: RunCost | None = Field(None, description="``estimate`` at the price table's prices (None: no table).")
+    usd_later_round: RunCost | None = None
+    usd_at_most: RunCost | None = None
+    prices: str = Field("", description="Where the prices come from, or why there is no cost.")
     budget_calls: int | None = None
     budget_tokens: int | None = None
     notes: tuple[str, ...] = ()
@@ -400,6 +468,8 @@ class AlignResult(Frozen):
     split: SplitSummary
     stopped: str
     spent: Cost
+    usd: RunCost | None = Field(None, description="``spent`` at the price table's prices (None: no table).")
+    prices: str = Field("", description="Where the prices come from, or why there is no cost.")
     budget_calls: int | None = None
     budget_tokens: int | None = None
     judge: str
@@ -450,4 +520,5 @@ __all__ = [
     "SplitSummary",
     "Step",
     "Unit",
+    "Usage",
 ]

@@ -8,6 +8,7 @@ from html import escape
 from greval.align.decide import fmt_gain, fmt_gain_ci, table_line
 from greval.align.ledger import describe
 from greval.align.models import REPORT_NAME, AlignResult, CandidateResult
+from greval.align.price import usd_line
 from greval.report.agreement import CSS
 from greval.report.format import fmt_ci, fmt_number
 
@@ -84,6 +85,11 @@ def _candidates(r: AlignResult) -> str:
     )
 
 
+def _usd(r: AlignResult) -> str:
+    """The money the calls cost, at the price table a run's summary uses, and where its prices come from."""
+    return usd_line(r.usd, r.prices) + (f" ({r.prices})" if r.usd is not None and r.usd.usd is not None else "")
+
+
 def render_page(r: AlignResult) -> str:
     """The whole page."""
     s = r.split
@@ -93,10 +99,11 @@ def render_page(r: AlignResult) -> str:
         f"labels from {escape(', '.join(r.datasets))}. Split once by record (seed {s.seed}): search part "
         f"{s.units_search} units of {s.records_search} records in {len(s.fold_units)} folds "
         f"({', '.join(map(str, s.fold_units))} units), test part {s.units_test} units of {s.records_test} records. "
-        f"Spent {r.spent.calls} calls, {r.spent.tokens} tokens"
+        f"Spent {r.spent.calls} calls, {r.spent.tokens} tokens ({r.spent.tokens_in} prompt, "
+        f"{r.spent.tokens_cached} of them cached; {r.spent.tokens_out} answer)"
         + (f" (budget: {r.budget_calls} calls)" if r.budget_calls is not None else "")
         + (f" (budget: {r.budget_tokens} tokens)" if r.budget_tokens is not None else "")
-        + ".</p>",
+        + f"; cost {escape(_usd(r))}.</p>",
         _decision(r),
         _candidates(r),
     ]

@@ -135,15 +135,15 @@ class StoreRuns:
         extra_chars: int = 0,
     ) -> Cost:
         """Exact calls (one per pending judgement and sample, dependencies included) and a token upper bound."""
-        calls = tokens = 0
-        for s, rec in self._pending(spec, deps, cfg, records, fresh):
+        calls = tokens_in = tokens_out = 0
+        for s, rec in self.pending(spec, deps, cfg, records, fresh):
             calls += cfg.samples
-            chars = prompt_chars(s, rec) + extra_chars
-            tokens += cfg.samples * (self.bound.prompt(cfg, chars) + self.bound.answer(cfg))
-        return Cost(calls=calls, tokens=tokens)
+            tokens_in += cfg.samples * self.bound.prompt(cfg, prompt_chars(s, rec) + extra_chars)
+            tokens_out += cfg.samples * self.bound.answer(cfg)
+        return Cost.of(cfg.label, calls, tokens_in, tokens_out)
 
-    def _pending(
-        self, spec: Spec, deps: Sequence[BaseSpec], cfg: JudgeConfig, records: Sequence[Record], fresh: bool
+    def pending(
+        self, spec: Spec, deps: Sequence[BaseSpec], cfg: JudgeConfig, records: Sequence[Record], fresh: bool = False
     ) -> list[tuple[Spec, Record]]:
         """The (judge spec, record) judgements not stored yet (every one when ``fresh``)."""
         keys = spec_keys([*deps, spec])
@@ -166,7 +166,7 @@ class StoreRuns:
         """Judge what is missing, as an experiment run (``purpose``: what it tries); the calls and tokens this
         run spent."""
         base_done = self.done
-        pending = self._pending(spec, deps, cfg, records, False)
+        pending = self.pending(spec, deps, cfg, records, False)
         chars = sum(prompt_chars(s, r) for s, r in pending) * cfg.samples
         live = self.serve(cfg) if pending and self.serve is not None else cfg
 
@@ -182,8 +182,9 @@ class StoreRuns:
         )
         tokens_in = sum(m.tokens_in for m in summary.metrics)
         tokens_out = sum(m.tokens_out for m in summary.metrics)
+        cached = sum(m.tokens_cached for m in summary.metrics)
         self.bound.learn(cfg, chars, tokens_in, tokens_out, summary.calls)
-        return Cost(calls=summary.calls, tokens=tokens_in + tokens_out)
+        return Cost.of(cfg.label, summary.calls, tokens_in, tokens_out, cached)
 
 
 def _answer(spec: Spec, res: JudgeResult | None, item_id: str) -> Answer | None:
@@ -259,10 +260,10 @@ class StoreOptimizer:
         rewrite_chars = 4000 + 2 * spec_chars + 8 * (RECORD_CHARS + 800)  # instructions, spec, disagreements
         reason_chars = 2500 + RECORD_CHARS
         bound, cfg = self.runs.bound, self.cfg
-        per_rewrite = bound.prompt(cfg, rewrite_chars) + bound.answer(cfg)
-        per_reason = bound.prompt(cfg, reason_chars) + bound.answer(cfg)
         calls = (rewrites + reasons) * cfg.samples
-        return Cost(calls=calls, tokens=cfg.samples * (rewrites * per_rewrite + reasons * per_reason))
+        prompt = rewrites * bound.prompt(cfg, rewrite_chars) + reasons * bound.prompt(cfg, reason_chars)
+        answers = (rewrites + reasons) * bound.answer(cfg)
+        return Cost.of(cfg.label, calls, cfg.samples * prompt, cfg.samples * answers)
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from greval.cli.bundles import RunFlags
 from greval.cli.common import call_options, console, out, store_option
 
 if TYPE_CHECKING:
-    from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult
+    from greval.align.models import AlignEvent, AlignOptions, AlignPlan, AlignResult, Cost
     from greval.llm.config import JudgeChoice
     from greval.store.versions import Promotion
 
@@ -92,9 +92,16 @@ class RoundBar:
         self.bar = self.task = None
 
 
+def _amount(c: Cost) -> str:
+    """Calls and tokens as align shows them: the total, then prompt (of it cached) and answer tokens."""
+    split = f"{c.tokens_in:,} prompt, {c.tokens_cached:,} of them cached; {c.tokens_out:,} answer"
+    return f"{c.calls} calls, ~{c.tokens:,} tokens ({split})"
+
+
 def _print_plan(p: AlignPlan) -> None:
     from greval.align.ledger import describe
     from greval.align.models import REPORT_NAME
+    from greval.align.price import usd_line
 
     s = p.split
     rows = [
@@ -107,10 +114,17 @@ def _print_plan(p: AlignPlan) -> None:
             "candidates",
             f"{p.first_round} in round 1, at most {p.later_rounds} in each of {p.rounds - 1} later round(s)",
         ),
-        ("one candidate", f"{p.per_candidate.calls} calls, ~{p.per_candidate.tokens} tokens"),
-        ("current spec (missing)", f"{p.current.calls} calls, ~{p.current.tokens} tokens"),
-        ("held for the decision", f"{p.decision.calls} calls, ~{p.decision.tokens} tokens"),
-        ("everything, at most", f"{p.estimate.calls} calls, ~{p.estimate.tokens} tokens (upper estimates)"),
+        ("round-1 candidate, mean", _amount(p.per_candidate)),
+        ("current spec (missing)", _amount(p.current)),
+        ("likely", f"{_amount(p.estimate)}, {usd_line(p.usd, p.prices)} (round 1 and the decision)"),
+        (
+            "each later round",
+            f"+ {_amount(p.later_round)}, {usd_line(p.usd_later_round, p.prices)} (runs only when the one before "
+            "improved)",
+        ),
+        ("held for the decision", _amount(p.decision) + " (upper bound, reserved from the budget)"),
+        ("everything, at most", f"{_amount(p.at_most)}, {usd_line(p.usd_at_most, p.prices)} (every round in full)"),
+        ("prices", p.prices),
         (
             "budget",
             f"{p.budget_calls if p.budget_calls is not None else 'no limit on'} calls, "
@@ -152,7 +166,10 @@ def _print_result(r: AlignResult, store: str) -> None:
         )
     if r.diff:
         out.print(escape(r.diff), highlight=False, end="")
-    spent = f"spent {r.spent.calls} calls, {r.spent.tokens} tokens"
+    from greval.align.price import usd_line
+
+    money = usd_line(r.usd, r.prices) + (f" ({r.prices})" if r.usd is not None and r.usd.usd is not None else "")
+    spent = f"spent {_amount(r.spent).replace('~', '')}, {money}"
     limits = [
         f"{r.budget_calls} calls" if r.budget_calls is not None else "",
         f"{r.budget_tokens} tokens" if r.budget_tokens is not None else "",

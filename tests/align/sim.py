@@ -71,7 +71,7 @@ class SimJudge:
     def estimate(self, spec: Spec, units: Sequence[Unit], *, fresh: bool = False, extra_chars: int = 0) -> Cost:
         version = spec.hash
         pending = {u.record_hash for u in units if fresh or (version, u.record_hash) not in self.cache}
-        return Cost(calls=len(pending), tokens=len(pending) * (100 + extra_chars // 2))
+        return Cost.of("sim:judge", len(pending), len(pending) * (80 + extra_chars // 2), 20 * len(pending))
 
     async def __call__(self, spec: Spec, units: Sequence[Unit]) -> Judged:
         cost = self.estimate(spec, units)
@@ -96,23 +96,24 @@ class SimOptimizer:
     reason_requests: list[ReasonRequest] = field(default_factory=list)
 
     def estimate_rewrite(self, request: RewriteRequest) -> Cost:
-        return Cost(calls=1, tokens=500)
+        return Cost.of("sim:judge", 1, 400, 100)
 
     async def rewrite(self, request: RewriteRequest) -> Proposal:
         self.requests.append(request)
         return Proposal(
-            edits=Edits(steps=("Read the answer.", self.step(request), "Decide.")), cost=Cost(calls=1, tokens=500)
+            edits=Edits(steps=("Read the answer.", self.step(request), "Decide.")),
+            cost=Cost.of("sim:judge", 1, 400, 100),
         )
 
     def estimate_reasons(self, requests: Sequence[ReasonRequest]) -> Cost:
-        return Cost(calls=len(requests), tokens=100 * len(requests))
+        return Cost.of("sim:judge", len(requests), 80 * len(requests), 20 * len(requests))
 
     async def reasons(self, requests: Sequence[ReasonRequest]) -> Reasons:
         self.reason_requests.extend(requests)
         return Reasons(reasons=tuple(f"because {r.answer}" for r in requests), cost=self.estimate_reasons(requests))
 
     def allowance(self, spec: Spec, rewrites: int, reasons: int) -> Cost:
-        return Cost(calls=rewrites + reasons, tokens=500 * rewrites + 100 * reasons)
+        return Cost.of("sim:judge", rewrites + reasons, 400 * rewrites + 80 * reasons, 100 * rewrites + 20 * reasons)
 
 
 SCALE = AgreementScale(kind="categorical", labels=LABELS)

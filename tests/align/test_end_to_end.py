@@ -102,7 +102,12 @@ def _cli(*args: str) -> Any:
     return CliRunner().invoke(main, ["align", *args], catch_exceptions=False)
 
 
-def test_the_command_writes_the_adopted_spec_its_evidence_and_page(llm: Any, labelled: Path, tmp_path: Path) -> None:
+def test_the_command_writes_the_adopted_spec_its_evidence_and_page(
+    llm: Any, labelled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prices = tmp_path / "prices.yaml"  # a table without the judge's model: no money figure, said so
+    prices.write_text("gpt-4o-mini: {input: 0.15, output: 0.6}\n")
+    monkeypatch.setenv("GREVAL_PRICES", str(prices))
     out = tmp_path / "supported.aligned.yaml"
     res = _cli(
         "--store",
@@ -128,6 +133,10 @@ def test_the_command_writes_the_adopted_spec_its_evidence_and_page(llm: Any, lab
     assert out.read_text().splitlines()[1].startswith("# greval align: supported@")
     page = (tmp_path / "supported.align.html").read_text()
     assert "Candidates × folds" in page and "Decision: adopted" in page and "Human ceiling" not in page
+    unpriced = "no price known for openai:scripted-judge"
+    spent = next(line for line in res.output.splitlines() if line.startswith("spent "))
+    assert unpriced in spent and unpriced in page and "$" not in spent, spent
+    assert evidence["usd"] == {"usd": None, "unpriced": ["openai:scripted-judge"]}
     old, new = evidence["old_hash"], evidence["new_hash"]
     assert f"--spec supported@{old} --spec supported@{new} --invalid drop" in res.output
     # The scripted rewrite is the same whatever the training units: the fold instances were the new version
@@ -185,6 +194,65 @@ def test_the_dry_run_prints_the_plan_and_calls_nothing(llm: Any, labelled: Path)
         "dry run: no model call made",
     ):
         assert text in res.output, res.output
+
+
+@pytest.mark.parametrize("rule", [True, False], ids=["improved-in-round-1", "no-improvement-in-round-2"])
+def test_the_dry_run_estimate_is_within_twice_what_align_spends(llm: Any, tmp_path: Path, rule: bool) -> None:
+    """The plan, then the real run on the same store: the estimate of calls and of tokens is within 2× of what
+    was spent either way — when the search stops after round 1 (the rewrite reaches perfect agreement) and when
+    it runs round 2 and stops there (no candidate can help)."""
+    from greval.align.entry import Target, plan
+
+    llm.script(sc.rules(N, rule=rule))
+    path = tmp_path / "s.sqlite"
+    sc.labelled_store(path, llm.base_url, N)
+    opts = AlignOptions(folds=3)
+    with Store(path) as st:
+        p = plan(st, Target("supported"), sc.judge(llm.base_url), options=opts)
+    result = align(path, "supported", sc.judge(llm.base_url), options=opts, notify=lambda *a, **k: None)
+    calls, tokens = p.estimate.calls / result.spent.calls, p.estimate.tokens / result.spent.tokens
+    print(f"estimate / spent: calls {calls:.2f}, tokens {tokens:.2f}")
+    assert 0.5 <= calls <= 2 and 0.5 <= tokens <= 2, (calls, tokens, p.estimate, result.spent)
+    assert p.measured == N  # the tokens per call were measured on the current spec's stored verdicts
+    # The upper bound a budget can rely on stays one.
+    assert p.at_most.calls >= result.spent.calls and p.at_most.tokens >= result.spent.tokens
+
+
+def test_the_money_cost_is_the_run_s_price_table_s_in_the_plan_the_result_the_evidence_and_the_page(
+    llm: Any, labelled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a price for the judge in the user's table: the dry run prices its estimate, the run prices what it
+    spent — prompt, cached and answer tokens at their prices, recomputed here — and the terminal, the evidence
+    JSON and the page show the same amount. Without one: "no price known for MODEL", never a figure."""
+    from greval.llm.prices import usd_text
+
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("gpt-4o-mini: {input: 0.15, output: 0.6}\n")
+    monkeypatch.setenv("GREVAL_PRICES", str(prices))
+    judge = ["--judge", "openai:scripted-judge", "--base-url", llm.base_url, "--folds", "3"]
+    dry = _cli("--store", str(labelled), "--spec", "supported", *judge, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "no price known for openai:scripted-judge" in dry.output and "$" not in dry.output, dry.output
+
+    prices.write_text("openai:scripted-judge: {input: 2.0, cached_input: 0.5, output: 8.0}\n")
+    dry = _cli("--store", str(labelled), "--spec", "supported", *judge, "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    likely = next(line for line in dry.output.splitlines() if line.strip().startswith("likely:"))
+    assert "$" in likely and "no price" not in dry.output, dry.output
+
+    llm.configure(prefix_cache=True)  # the server reports cached prompt tokens: their own price applies
+    out = tmp_path / "supported.aligned.yaml"
+    res = _cli("--store", str(labelled), "--spec", "supported", *judge, "--out", str(out), "--quiet")
+    assert res.exit_code == 0, res.output
+    evidence = json.loads((tmp_path / "supported.aligned.evidence.json").read_text())
+    spent = evidence["spent"]
+    assert spent["tokens_cached"] > 0 and spent["tokens"] == spent["tokens_in"] + spent["tokens_out"]
+    usd = ((spent["tokens_in"] - spent["tokens_cached"]) * 2.0 + spent["tokens_cached"] * 0.5) / 1e6
+    usd += spent["tokens_out"] * 8.0 / 1e6
+    assert evidence["usd"]["usd"] == pytest.approx(usd) and evidence["usd"]["unpriced"] == []
+    shown = usd_text(evidence["usd"]["usd"])
+    assert f"{spent['calls']} calls" in res.output and shown in res.output, res.output
+    assert shown in (tmp_path / "supported.align.html").read_text()
 
 
 def test_bad_input_gets_one_line(llm: Any, labelled: Path, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def meaning(spec: Spec, answer: str) -> str:
     return next((r.description for r in spec.scale.ranges if r.min <= value <= r.max), "")
 
 
-def _comment(unit: Unit, answer: str) -> str | None:
+def comment(unit: Unit, answer: str) -> str | None:
     """The first comment of a person who gave the consensus answer."""
     for a in unit.annotations:
         if a.comment and a.comment.strip() and a.answer is not None and _same(a.answer, answer):
@@ -61,11 +61,11 @@ class FewShot:
         spec = ctx.spec
         if spec.outputs:
             return Instance(None, "few-shot examples are made for metrics without extra outputs")
-        chosen = self._choose(step, ctx)
+        chosen = self.choose(step, ctx)
         if not chosen:
             return Instance(None, "no training unit fits the few-shot token budget")
         answers = [human_answer(u, ctx.scale) for u in chosen]
-        reasons: list[str | None] = [_comment(u, a) for u, a in zip(chosen, answers, strict=True)]
+        reasons: list[str | None] = [comment(u, a) for u, a in zip(chosen, answers, strict=True)]
         sources = ["comment" if r else "" for r in reasons]
         asked = [i for i, r in enumerate(reasons) if r is None]
         if asked:
@@ -84,14 +84,14 @@ class FewShot:
                 else:
                     reasons[i] = f'People chose "{answers[i]}": {meaning(spec, answers[i])}'.strip()
                     sources[i] = "label description"
-        examples = [self._example(spec, ctx, u, a, r or "") for u, a, r in zip(chosen, answers, reasons, strict=True)]
+        examples = [self.example(spec, ctx, u, a, r or "") for u, a, r in zip(chosen, answers, reasons, strict=True)]
         data = spec.model_dump(mode="json")
         data["examples"] = [*data.get("examples", []), *examples]
         new = validated(data, f"{spec.name} (few-shot)")
         shown = tuple((u.key, a, r or "", s) for u, a, r, s in zip(chosen, answers, reasons, sources, strict=True))
         return Instance(new, examples=tuple(u.key for u in chosen), shown=shown)
 
-    def _choose(self, step: FewShotStep, ctx: TrainContext) -> list[Unit]:
+    def choose(self, step: FewShotStep, ctx: TrainContext) -> list[Unit]:
         """Per label, the parent's mistakes first (then a seeded order), one unit per record, dealt label by
         label until ``per_label`` each or the token budget is spent."""
         view, scale = ctx.view, ctx.scale
@@ -122,7 +122,7 @@ class FewShot:
         return chosen
 
     @staticmethod
-    def _example(spec: Spec, ctx: TrainContext, unit: Unit, answer: str, reason: str) -> dict[str, Any]:
+    def example(spec: Spec, ctx: TrainContext, unit: Unit, answer: str, reason: str) -> dict[str, Any]:
         data = ctx.view.record(unit)
         inputs = {name: data[name] for name in spec.inputs if name in data}
         verdict: dict[str, Any] = (
@@ -133,4 +133,4 @@ class FewShot:
         return {"inputs": inputs, "output": {"reason": reason, **verdict}}
 
 
-__all__ = ["CHARS_PER_TOKEN", "FewShot", "meaning"]
+__all__ = ["CHARS_PER_TOKEN", "FewShot", "comment", "meaning"]
