@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from greval.align.entry import align
+from greval.align.entry import Target, align, plan
 from greval.align.models import AlignOptions
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
@@ -82,7 +82,12 @@ def test_align_draws_few_shot_examples_from_labelled_steps_and_adopts_them(llm: 
     recs = labelled_store(store, llm.base_url)
     opts = AlignOptions(folds=3, rounds=1, rewrites=0, shots=(1,), label_order=False)
     judge = JudgeConfig.parse("openai:judge-test", base_url=llm.base_url)
+    with Store(store) as st:
+        planned = plan(st, Target("step_usefulness"), judge, options=opts)
     result = align(store, "step_usefulness", judge, options=opts, notify=lambda *a, **k: None)
+    # the dry run's estimate counts the few-shot candidates' examples too: within 2x of what was spent
+    calls, tokens = planned.estimate.calls / result.spent.calls, planned.estimate.tokens / result.spent.tokens
+    assert 0.5 <= calls <= 2 and 0.5 <= tokens <= 2, (calls, tokens, planned.estimate, result.spent)
 
     assert result.adopted, result.decision.message
     d = result.decision.difference
