@@ -124,8 +124,9 @@ def _as_recorded(fig: MetricFigures) -> dict[str, Any]:
     data = fig.model_dump(mode="json")
     if fig.aggregate == "micro" and fig.other_score is not None:
         data["mean_score"] = fig.other_score
-    for new in ("aggregate", "units", "other_score", "units_missing", "units_none", "fact_counts"):
-        data.pop(new)
+    new = ("aggregate", "units", "other_score", "units_missing", "units_none", "fact_counts", "record_rule")
+    for name in (*new, "record_labels"):
+        data.pop(name)
     return data
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
+from sklearn.metrics import cohen_kappa_score
 
 from greval.cli import main
 from greval.dataset.records import Record, normalise_trajectory
@@ -30,6 +32,7 @@ from greval.spec.schema import spec_json_schema
 from greval.store.results import item_rows, record_rows
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
+from greval.traces.assemble import step_spans
 from greval.traces.detect import open_data
 from greval.traces.source import TraceRows
 
@@ -435,6 +438,75 @@ def test_an_openinference_agent_in_phoenix_is_read_as_trajectories_and_judged_pe
         tid = t["trace_id"]
         assert {i for s, r, i in got if s == "step_usefulness" and r == tid} == {"s2", "s4"}
         assert {i for s, r, i in got if s == "tool_call_validity" and r == tid} == {"", "step:s2"}
+    assert ": 10 span annotation(s) written, 0 already there" in done.stdout + done.stderr, done.stdout
+    first = check_annotations_in_phoenix(phoenix, store, traces)
+
+    # a re-run (in this process: no start-up to pay) writes nothing: no annotation added or rewritten
+    again = CliRunner().invoke(main, done.args[3:], env={"OPENAI_API_KEY": "sk-test"}, catch_exceptions=False)
+    assert again.exit_code == 0 and ": 0 span annotation(s) written, 10 already there" in again.output, again.output
+    assert check_annotations_in_phoenix(phoenix, store, traces) == first
+
+
+def check_annotations_in_phoenix(phoenix: Any, store: Path, traces: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Read back from Phoenix's REST API: each trajectory's verdicts on its root (agent) span, each step verdict
+    on its step's span — the call's on the TOOL span that ran it, the final answer's on the LLM span that wrote
+    it — once each, as stored; their (id, updated_at)."""
+    from phoenix.client import Client
+
+    client = Client(base_url=phoenix.url)
+    spans = [dict(s) for s in client.spans.get_spans(project_identifier="agents", limit=1000)]
+    with Store(store) as st:
+        items = item_rows(st)
+        specs = {k: st.any_spec(k) for k in {r["spec_key"] for r in items}}
+    records = {(r["spec"], r["record_id"]): r for r in record_rows(items, specs)}
+    wanted: dict[tuple[str, str, str], tuple[Any, ...]] = {}  # (span, metric, identifier) -> (label, score, why)
+    for t in traces:
+        mine = sorted((s for s in spans if s["context"]["trace_id"] == t["trace_id"]), key=lambda s: s["start_time"])
+        root = next(s["context"]["span_id"] for s in mine if not s.get("parent_id"))
+        tool = next(s["context"]["span_id"] for s in mine if s["span_kind"] == "TOOL")
+        answer = [s["context"]["span_id"] for s in mine if s["span_kind"] == "LLM"][-1]
+        for spec in ("step_usefulness", "tool_call_validity"):
+            rec = records[spec, t["trace_id"]]
+            wanted[root, spec, "greval"] = (rec["label"], rec["score"])
+        place = {"s2": tool, "s4": answer, "step:s2": tool}
+        for r in items:
+            if r["record_id"] == t["trace_id"] and r["item_id"]:
+                step = r["item_id"].removeprefix("step:")
+                wanted[place[r["item_id"]], r["spec"], f"greval:step:{step}"] = (r["label"], r["score"], r["reason"])
+    got = client.spans.get_span_annotations(
+        span_ids=sorted({k[0] for k in wanted}), project_identifier="agents",
+        include_annotation_names=["step_usefulness", "tool_call_validity"],
+    )  # fmt: skip
+    have: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for a in map(dict, got):
+        key = (a["span_id"], a["name"], a["identifier"])
+        assert key not in have, f"two annotations {key}"
+        res = a["result"] or {}
+        have[key] = (res.get("label"), res.get("score"), res.get("explanation"))
+        if a["identifier"] == "greval":  # a record's verdict: its label and score (its explanation, its counts)
+            have[key] = have[key][:2]
+    assert have == wanted
+    return sorted((a["id"], a["updated_at"]) for a in map(dict, got))
+
+
+def test_each_step_goes_back_to_its_own_span() -> None:
+    """Where step verdicts go in a trace: a call to the tool span that ran it (by call id, else the first
+    pending call of its name, as the trajectory paired them), a call no tool span ran to the LLM span that
+    asked for it (such calls share it: their annotations' identifiers name the step), a message to its LLM
+    span, the user's step nowhere."""
+    raw = [
+        {"kind": "user", "content": "Weather in Paris and Lyon?", "turn": 0},
+        {"kind": "tool_call", "name": "get_weather", "arguments": {"city": "Paris"}, "call_id": "a", "turn": 1,
+         "span_id": "llm1"},
+        {"kind": "tool_call", "name": "get_weather", "arguments": {"city": "Lyon"}, "turn": 1, "span_id": "llm1"},
+        {"kind": "tool_call", "name": "log", "arguments": {}, "turn": 1, "span_id": "llm1"},
+        {"kind": "tool_result", "name": "get_weather", "content": "18 C", "call_id": "a", "turn": 2,
+         "span_id": "tool-paris"},
+        {"kind": "tool_result", "name": "get_weather", "content": "24 C", "turn": 3, "span_id": "tool-lyon"},
+        {"kind": "assistant", "content": "Lyon.", "turn": 4, "span_id": "llm2"},
+    ]  # fmt: skip
+    steps = normalise_trajectory(raw, "trajectory")
+    assert step_spans(steps) == {"s2": "tool-paris", "s3": "tool-lyon", "s4": "llm1", "s7": "llm2"}
 
 
 # -------------------------------------------------------------------------------------- judged end to end
@@ -511,3 +583,69 @@ def test_the_trajectory_specs_lint_clean() -> None:
         data = yaml.safe_load(f.read_text(encoding="utf-8"))
         for one in data.get("specs", [data]):
             jsonschema.validate(one, schema)
+
+
+# -------------------------------------------------------------------------- a trajectory's label by a rule
+RULED = {  # trajectory -> (the judge's step labels, a person's), steps s2 (the call) and s4 (the answer)
+    "t0": ({"s2": "Useful", "s4": "Useful"}, {"s2": "Useful", "s4": "Useful"}),
+    "t1": ({"s2": "Harmful", "s4": "Useful"}, {"s2": "Harmful", "s4": "Redundant"}),
+    "t2": ({"s2": "Useful", "s4": "Redundant"}, {"s2": "Harmful", "s4": "Useful"}),
+    "t3": ({"s2": "Harmful", "s4": "Harmful"}, {"s2": "Useful", "s4": "Harmful"}),
+    "t4": ({"s2": "Redundant", "s4": "Harmful"}, {"s2": "Redundant", "s4": "Redundant"}),
+}
+
+
+def ruled_trajectory(rid: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    return [{"role": "user", "content": f"Trip {rid}: weather in Oslo?"},
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "5 C"},
+            {"role": "assistant", "content": "5 C."}]  # fmt: skip
+
+
+def test_a_trajectory_label_by_a_rule_over_its_step_labels(llm: OpenAIServer, tmp_path: Path) -> None:
+    """``target.record_label`` (any step Harmful -> bad, else good): declared on a stored version it re-judges
+    nothing; the run's summary counts the trajectories by it, the results carry it, and ``greval agreement
+    --level record`` compares the judge's with each person's, both by the rule from the same steps' labels."""
+    llm.script([{"match": f"Trip {rid}:", "action": {"type": "respond", "text": json.dumps(step_verdicts(judged))}}
+                for rid, (judged, _) in RULED.items()])  # fmt: skip
+    data = tmp_path / "agents.jsonl"
+    data.write_text("".join(json.dumps({"id": r, "trajectory": ruled_trajectory(r)}) + "\n" for r in RULED))
+    spec = yaml.safe_load((ROOT / "metric_specs" / "step_usefulness.yaml").read_text(encoding="utf-8"))
+    spec["target"]["record_label"] = {"rule": "any", "labels": ["Harmful"], "then": "bad", "otherwise": "good"}
+    ruled = tmp_path / "ruled.yaml"
+    ruled.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    store = tmp_path / "store.sqlite"
+    base = ["run", str(data), "--store", str(store), "--judge", "openai:judge-test", "--base-url", llm.base_url]
+    assert run_cli([*base, "-s", "step_usefulness"]).exit_code == 0
+    res = run_cli([*base, "-s", str(ruled)])
+    assert res.exit_code == 0 and ", 0 judgement(s) to make" in res.output, res.output  # the same version
+    bad = lambda labels: any(lab == "Harmful" for lab in labels.values())  # noqa: E731
+    judge = {rid: "bad" if bad(j) else "good" for rid, (j, _) in RULED.items()}
+    counts = Counter(judge.values())
+    said = f"step_usefulness: records by its rule (any item Harmful → bad, else good): bad {counts['bad']}, good "
+    assert said + str(counts["good"]) in " ".join(res.output.split()), res.output
+    with Store(store) as st:
+        items = item_rows(st)
+        rows = record_rows(items, {k: st.any_spec(k) for k in {r["spec_key"] for r in items}})
+        assert {r["record_id"]: r["label"] for r in rows} == judge
+        hashes = {r["record_id"]: r["record_hash"] for r in rows}
+        st.put_human_labels([
+            {"spec_name": "step_usefulness", "record_id": rid, "record_hash": hashes[rid], "item_id": sid,
+             "annotator": "ann", "label": lab, "status": "submitted"}
+            for rid, (_, person) in RULED.items() for sid, lab in person.items()
+        ])  # fmt: skip
+    report = tmp_path / "agreement.json"
+    res = run_cli(["agreement", "--store", str(store), "--spec", "step_usefulness", "--level", "record",
+                   "--bootstrap", "0", "--json", str(report)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    human = {rid: "bad" if bad(p) else "good" for rid, (_, p) in RULED.items()}
+    pairs = [(human[r], judge[r]) for r in RULED]
+    metrics = json.loads(report.read_text())["metrics"]
+    assert metrics["accuracy"]["value"] == pytest.approx(sum(h == j for h, j in pairs) / len(pairs))
+    kappa = cohen_kappa_score([h for h, _ in pairs], [j for _, j in pairs])
+    assert 0 < kappa < 1 and metrics["cohen_kappa"]["value"] == pytest.approx(kappa)
+    spec["target"]["record_label"]["labels"] = ["Awful"]
+    ruled.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    res = run_cli([*base, "-s", str(ruled)])
+    assert res.exit_code == 2 and "ruled.yaml: target.record_label.labels: 'Awful' is not a scale label" in res.output

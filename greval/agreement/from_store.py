@@ -26,8 +26,8 @@ from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementScale
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.scale import agreement_scale
 from greval.errors import UserError, option
-from greval.spec import CategoricalScale, Spec
-from greval.store.results import aggregate_items
+from greval.spec import CategoricalScale, EachTarget, Spec
+from greval.store.results import aggregate_items, rule_label
 from greval.store.store import Store
 
 
@@ -227,13 +227,17 @@ def _human_rows(store: Store, spec_name: str, datasets: Sequence[str]) -> pd.Dat
 
 
 def _record_level(spec: Spec, frame: pd.DataFrame) -> tuple[pd.DataFrame, AgreementScale]:
-    """Each annotator's and the judge's record score, aggregated the way the spec aggregates items."""
+    """Each annotator's and the judge's record score, aggregated the way the spec aggregates items; with a
+    ``target.record_label`` rule, their record labels by it (each from the items that annotator labelled)."""
     rows = []
+    rule = spec.target.record_label if isinstance(spec.target, EachTarget) else None
     for (record, annotator), grp in frame.groupby(["record_id", "annotator"], sort=False):
         as_labels = isinstance(spec.scale, CategoricalScale)
 
-        def score(col: str, g: pd.DataFrame = grp, labels: bool = as_labels) -> float | None:
+        def score(col: str, g: pd.DataFrame = grp, labels: bool = as_labels) -> float | str | None:
             vals = [None if pd.isna(x) else x for x in g[col]]
+            if rule is not None:
+                return rule_label(spec, [str(v) if v is not None else None for v in vals])
             if labels:
                 return aggregate_items(spec, [str(v) if v is not None else None for v in vals], [])
             return aggregate_items(spec, [], [float(v) if v is not None else None for v in vals])
@@ -250,5 +254,7 @@ def _record_level(spec: Spec, frame: pd.DataFrame) -> tuple[pd.DataFrame, Agreem
             }
         )
     out = pd.DataFrame(rows)
+    if rule is not None:
+        return out, AgreementScale(kind="categorical", labels=[rule.then, rule.otherwise])
     lo, hi = (0.0, 1.0) if isinstance(spec.scale, CategoricalScale) else (spec.scale.min, spec.scale.max)
     return out, AgreementScale(kind="value", min=lo, max=hi)

@@ -160,7 +160,7 @@ class Estimator:
     def few_shot(self, step: FewShotStep, opts: AlignOptions) -> Guess:
         """The examples the step would choose, in every prompt; a reason asked per example without a comment."""
         ctx, base = self._context(opts), self.labels.spec
-        chosen = FewShot().choose(step, ctx) if not (base.outputs or base.each) else []
+        chosen = FewShot().choose(step, ctx) if not base.outputs else []
         if not chosen:
             return Guess(Cost(), Cost(), None)
         answers = [human_answer(u, ctx.scale) for u in chosen]
@@ -176,7 +176,9 @@ class Estimator:
         spec = validated(data, f"{base.name} (few-shot estimate)")
         asked = [
             reason_record(
-                ReasonRequest(record=record_text(base, ctx.view.record(u)), answer=a, meaning=meaning(base, a))
+                ReasonRequest(
+                    record=record_text(base, ctx.view.record(u), u.item_id), answer=a, meaning=meaning(base, a)
+                )
             )
             for u, a, r in zip(chosen, answers, reasons, strict=True)
             if r is None

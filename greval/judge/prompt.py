@@ -265,12 +265,27 @@ def example_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _example_ids(spec: Spec, inputs: Mapping[str, Any], output: Mapping[str, Any]) -> list[str] | None:
+    """The item ids a per-item example asks about: the items its answer judges (an example drawn from a
+    labelled step answers that step alone), all of them when it names none."""
+    if not spec.each:
+        return None
+    ids = [str(it["id"]) for it in item_list(inputs, spec.each)]
+    verdicts = output.get("verdicts")
+    answered = (
+        {str(v["id"]) for v in verdicts if isinstance(v, Mapping) and "id" in v}
+        if isinstance(verdicts, list)
+        else set()
+    )
+    return [i for i in ids if i in answered] or ids
+
+
 def example_messages(spec: Spec) -> list[Message]:
     """The spec's few-shot examples as a user turn (the inputs) and an assistant turn (the answer)."""
     msgs: list[Message] = []
     for ex in spec.examples:
         inputs = example_inputs(ex.inputs)
-        ids = [it["id"] for it in item_list(inputs, spec.each)] if spec.each else None
+        ids = _example_ids(spec, inputs, ex.output)
         msgs.append({"role": "user", "content": render_inputs(spec, inputs, None, ids)})
         msgs.append({"role": "assistant", "content": json.dumps(ex.output, ensure_ascii=False)})
     return msgs

@@ -211,6 +211,37 @@ Scale = Annotated[ValueScale | CategoricalScale, Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------------------------- target
+class RecordLabelRule(StrictModel):
+    """A record's label from its items' labels by a rule (a trajectory is bad when any step is harmful, good when
+    all are useful): ``then`` when the rule holds over the items' verdicts, else ``otherwise``."""
+
+    rule: Literal["any", "all", "share"] = Field(
+        description=(
+            "'any': some item has one of `labels`; 'all': every item has one of them; 'share': at least "
+            "`min_share` of the items have one of them."
+        )
+    )
+    labels: list[str] = Field(min_length=1, description="The item labels the rule counts (the scale's).")
+    min_share: float | None = Field(None, gt=0, le=1, description="rule: share: the least share of the items.")
+    then: str = Field(min_length=1, description="The record's label when the rule holds.")
+    otherwise: str = Field(min_length=1, description="The record's label when it does not.")
+
+    @model_validator(mode="after")
+    def _share(self) -> RecordLabelRule:
+        if (self.rule == "share") != (self.min_share is not None):
+            raise ValueError("min_share goes with rule: share (and only with it)")
+        if self.then == self.otherwise:
+            raise ValueError("then and otherwise must be two different labels")
+        return self
+
+    def text(self) -> str:
+        """The rule in words: "any item Harmful → bad, else good"."""
+        labs = " or ".join(self.labels)
+        held = {"any": f"any item {labs}", "all": f"every item {labs}"}.get(self.rule)
+        held = held or f"at least {self.min_share:g} of the items {labs}"
+        return f"{held} → {self.then}, else {self.otherwise}"
+
+
 class EachTarget(StrictModel):
     """One verdict per chunk, triple, assistant turn or agent step, judged together in one call, aggregated into a
     record score."""
@@ -238,6 +269,14 @@ class EachTarget(StrictModel):
             "FActScore*-style counts: labels that mean 'the source does not say' (e.g. not_supported). With "
             "it, records and the dataset also get precision = positive / all, recall = positive / (positive + "
             "unsupported) and their F1."
+        ),
+    )
+    record_label: RecordLabelRule | None = Field(
+        None,
+        description=(
+            "A record's label from its items' labels by a rule (any / all / share of `labels`): shown in the "
+            "run's summary and compared with people's by `greval agreement --level record`. Not part of the "
+            "verdicts' identity: declaring it re-judges nothing."
         ),
     )
 
@@ -388,6 +427,11 @@ class Spec(BaseSpec):
                         raise ValueError(f"@target.unsupported: {lab!r} is not a scale label")
                     if lab in self.positive_labels:
                         raise ValueError(f"@target.unsupported: {lab!r} is also a positive label")
+                for lab in t.record_label.labels if t.record_label else []:
+                    if lab not in self.scale.names:
+                        raise ValueError(f"@target.record_label.labels: {lab!r} is not a scale label")
+            if isinstance(self.scale, ValueScale) and t.record_label:
+                raise ValueError("@target.record_label: needs labels (a categorical scale)")
         reserved = {"reason", "label", "value", "verdicts", "id"}
         clash = reserved.intersection(self.outputs)
         if clash:
@@ -401,11 +445,12 @@ class Spec(BaseSpec):
         return self
 
     def canonical(self) -> dict[str, Any]:
-        """As for every kind, and without ``target.unsupported``: it names how verdicts are counted, not how
-        they are made, so declaring it re-judges nothing."""
+        """As for every kind, and without ``target.unsupported`` and ``target.record_label``: they name how
+        verdicts are counted, not how they are made, so declaring them re-judges nothing."""
         data = super().canonical()
         if isinstance(data.get("target"), dict):
             data["target"].pop("unsupported", None)
+            data["target"].pop("record_label", None)
         return data
 
     # ------------------------------------------------------------------------------ derived facts

@@ -282,6 +282,24 @@ def aggregate_items(spec: Spec, labels: Sequence[str | None], values: Sequence[f
     return sum(scores[lab] for lab in labs) / len(labs)
 
 
+def rule_label(spec: Spec, labels: Sequence[str | None]) -> str | None:
+    """A per-item metric's record label by its ``target.record_label`` rule, from its items' labels (None when
+    the spec names no rule or no item has a label): the one definition the run's summary, the results and
+    ``greval agreement --level record`` read."""
+    rule = spec.target.record_label if isinstance(spec.target, EachTarget) else None
+    labs = [lab for lab in labels if lab is not None]
+    if rule is None or not labs:
+        return None
+    hits = sum(1 for lab in labs if lab in rule.labels)
+    if rule.rule == "any":
+        held = hits > 0
+    elif rule.rule == "all":
+        held = hits == len(labs)
+    else:
+        held = hits / len(labs) >= (rule.min_share or 0.0)
+    return rule.then if held else rule.otherwise
+
+
 def item_units(spec: Spec, labels: Sequence[str | None], values: Sequence[float | None]) -> int:
     """How many item verdicts a many-metric's record score (:func:`aggregate_items`) is taken over."""
     if spec.aggregate == "mean":
@@ -459,7 +477,7 @@ def _pooled_items(sp: Spec, grp: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     labels = [r["label"] for r in ok]
     values = [None if r["value"] is None else float(r["value"]) for r in ok]
     out: dict[str, Any] = {
-        "label": None,
+        "label": rule_label(sp, labels),
         "value": None,
         "score": aggregate_items(sp, labels, values),
         "units": item_units(sp, labels, values),
@@ -524,6 +542,11 @@ class MetricFigures(BaseModel):
         None, description="Per-item metrics with `target.unsupported`: FActScore*'s counts and P / R / F1."
     )
     distribution: dict[str, int] = Field(default_factory=dict)
+    record_rule: str | None = Field(None, description="That rule in words (RecordLabelRule.text).")
+    record_labels: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per-item metrics with `target.record_label`: the ok and partial records by the rule's label.",
+    )
     skipped_why: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict, description="Failed records and items by error kind.")
 
@@ -556,6 +579,9 @@ def metric_notes(
         notes.append(f"{fig.spec}: {fig.failed} record(s) failed, {fig.partial} partly failed ({kinds}){hint}; {retry}")
     if fig.records and fig.ok + fig.partial == 0:
         notes.append(f"{fig.spec}: no verdict at all — the metric produced nothing to score")
+    if fig.record_labels:
+        counts = ", ".join(f"{lab} {n}" for lab, n in fig.record_labels.items())
+        notes.append(f"{fig.spec}: records by its rule ({fig.record_rule}): {counts}")
     notes.extend(aggregate_notes(fig))
     return notes
 
@@ -625,6 +651,7 @@ class _Tally:
         self.errors: Counter[str] = Counter()
         self.items = self.items_ok = self.items_failed = self.verdicts = 0
         self.labels: Counter[str] = Counter()
+        self.record_labels: Counter[str] = Counter()
         self.values: Counter[int] = Counter()
 
     def add(self, rec: Mapping[str, Any], grp: Sequence[Mapping[str, Any]]) -> None:
@@ -638,6 +665,8 @@ class _Tally:
                 self.units_none += rec["units"] == 0
             if rec["counts"] is not None:
                 self.counted.append(LabelCounts.model_validate(rec["counts"]))
+            if self.each and rec["label"] is not None:  # a per-item metric's record label: its rule's
+                self.record_labels[str(rec["label"])] += 1
         if status == "skipped":
             self.skipped_why.update(str(r["error"]) for r in grp if r["item_id"] == "")
         if status in ("error", "partial"):
@@ -676,6 +705,10 @@ class _Tally:
         fig.errors = dict(self.errors)
         if sp.each:
             fig.items, fig.items_ok, fig.items_failed = self.items, self.items_ok, self.items_failed
+        rule = sp.target.record_label if isinstance(sp, Spec) and isinstance(sp.target, EachTarget) else None
+        if rule is not None:
+            fig.record_labels = {lab: self.record_labels.get(lab, 0) for lab in (rule.then, rule.otherwise)}
+            fig.record_rule = rule.text()
         if isinstance(sp, Spec):
             fig.verdicts = self.verdicts
             if isinstance(sp.scale, CategoricalScale):

@@ -241,6 +241,31 @@ def assemble(spans: Sequence[Span]) -> Assembled:
     )
 
 
+def step_spans(steps: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Step id -> the span its verdicts go back to (as annotations): a tool call's, the tool span that ran it
+    (else the LLM span that asked for it); a message's or a final answer's, its LLM span. ``steps`` are
+    normalised (:func:`~greval.dataset.records.normalise_trajectory`: a step's span id is in its metadata);
+    calls pair with results as :func:`trajectory_of` paired them, by call id, else the first of the same name."""
+    out: dict[str, str] = {}
+    pending: list[Mapping[str, Any]] = []
+    for step in steps:
+        span = (step.get("metadata") or {}).get("span_id")
+        if step["kind"] == "tool_result":
+            call_id = step.get("call_id")
+            call = next((c for c in pending if call_id and c.get("call_id") == call_id), None)
+            call = call or next((c for c in pending if not call_id and c.get("name") == step.get("name")), None)
+            if call is not None:
+                pending.remove(call)
+                if span:
+                    out[str(call["id"])] = str(span)
+            continue
+        if step["kind"] == "tool_call":
+            pending.append(step)
+        if span:
+            out[str(step["id"])] = str(span)
+    return out
+
+
 def _add_trajectory(row: dict[str, Any], spans: Sequence[Span], question: str | None, missing: list[str]) -> None:
     """An agent's trace: ``trajectory`` and ``tools`` (unless the root's metadata gives them); a trajectory that
     ends without the agent's answer is said in ``missing``."""

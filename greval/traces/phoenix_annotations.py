@@ -1,6 +1,8 @@
 """Verdicts back to Phoenix, where the team looks: after ``greval run phoenix://…``, every record verdict of the
 run becomes a span annotation on its trace's root span, and every chunk verdict of a per-chunk metric a
-document annotation on the retriever span that returned the chunk. A conversation (a session's traces) gets its
+document annotation on the retriever span that returned the chunk, and every step verdict of an agent's
+trajectory a span annotation on the step's span (the tool span that ran a call, the LLM span of a message or
+the final answer; identifier ``greval:step:<id>``). A conversation (a session's traces) gets its
 record verdict as a session annotation, and every turn verdict of a per-turn metric a span annotation on the root
 span of the turn's trace (the turn Phoenix's session view shows).
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from greval.spec import BaseSpec
     from greval.store.store import Store
     from greval.traces.phoenix import PhoenixRows
+    from greval.traces.source import Places
 
 __all__ = ["IDENTIFIER", "write_back"]
 
@@ -52,7 +55,7 @@ def _result(label: Any, score: Any, explanation: Any) -> dict[str, Any]:
     return out
 
 
-_NOUNS = {"chunks": "chunks", "triples": "triples", "turns": "assistant turns"}
+_NOUNS = {"chunks": "chunks", "triples": "triples", "turns": "assistant turns", "steps": "agent steps"}
 
 
 def _counts_text(counts: Mapping[str, Any] | None, items: int | None, each: str | None) -> str | None:
@@ -81,9 +84,28 @@ class Wanted:
         self.skipped: Counter[tuple[str, tuple[str, ...]]] = Counter()
 
 
-def _annotation(spec: BaseSpec, result: dict[str, Any], metadata: dict[str, Any], **where: str) -> dict[str, Any]:
-    return {"name": spec.name, "annotator_kind": "LLM", **where, "identifier": IDENTIFIER, "result": result,
+def _annotation(
+    spec: BaseSpec, result: dict[str, Any], metadata: dict[str, Any], identifier: str = IDENTIFIER, **where: str
+) -> dict[str, Any]:
+    return {"name": spec.name, "annotator_kind": "LLM", **where, "identifier": identifier, "result": result,
             "metadata": metadata}  # fmt: skip
+
+
+def _step_annotations(
+    spec: BaseSpec, mine: Sequence[Mapping[str, Any]], record_meta: dict[str, Any], places: Places
+) -> list[dict[str, Any]]:
+    """A trajectory's step verdicts (a judged per-step metric's item is the step id, a computed one's
+    ``step:<id>``), each on its step's span; the identifier names the step, as one LLM span can hold several
+    calls and the root span the record's verdict."""
+    out = []
+    for r in mine:
+        item = str(r["item_id"])
+        step = item if spec.each == "steps" else item.removeprefix("step:") if item.startswith("step:") else None
+        if step is not None and step in places.steps:
+            result = _result(r["label"], r["score"], r["reason"])
+            out.append(_annotation(spec, result, {**record_meta, "step_id": step},
+                                   f"{IDENTIFIER}:step:{step}", span_id=places.steps[step]))  # fmt: skip
+    return out
 
 
 def _annotations(
@@ -131,27 +153,29 @@ def _annotations(
             record_meta["chunks"] = _digest([(d["span_id"], d["document_position"], d["result"]) for d in doc_list])
             out.docs.setdefault(f"{places.root}\0{spec.name}", []).extend(doc_list)
         out.spans.append(_annotation(spec, result, record_meta, span_id=places.root))
+        out.spans += _step_annotations(spec, mine, record_meta, places)
 
 
 def _existing(
     client: Client, project: str, span_ids: Sequence[str], names: Sequence[str]
-) -> dict[tuple[str, str], Any]:
-    """(span id, name) -> (result, metadata) of greval's annotations already on those spans."""
+) -> dict[tuple[str, str, str], Any]:
+    """(span id, name, identifier) -> (result, metadata) of greval's annotations already on those spans."""
     found = client.spans.get_span_annotations(
         span_ids=span_ids, project_identifier=project, include_annotation_names=list(names), timeout=60
     )
-    out: dict[tuple[str, str], Any] = {}
+    out: dict[tuple[str, str, str], Any] = {}
     for a in found:
-        if a.get("identifier") == IDENTIFIER:
+        mine = str(a.get("identifier") or "")
+        if mine == IDENTIFIER or mine.startswith(f"{IDENTIFIER}:"):
             got: Mapping[str, Any] = a.get("result") or {}
             result = _result(got.get("label"), got.get("score"), got.get("explanation"))
-            out[a["span_id"], a["name"]] = (result, dict(a.get("metadata") or {}))
+            out[a["span_id"], a["name"], mine] = (result, dict(a.get("metadata") or {}))
     return out
 
 
 def _existing_sessions(rows: PhoenixRows, session_ids: Sequence[str], names: Sequence[str]) -> dict[Any, Any]:
-    """(session id, name) -> (result, metadata) of greval's session annotations already there (Phoenix's REST
-    route: its client 3.5 writes session annotations but does not read them)."""
+    """(session id, name, identifier) -> (result, metadata) of greval's session annotations already there
+    (Phoenix's REST route: its client 3.5 writes session annotations but does not read them)."""
     import httpx
 
     key = os.environ.get(KEY_ENV)
@@ -169,7 +193,7 @@ def _existing_sessions(rows: PhoenixRows, session_ids: Sequence[str], names: Seq
                 for a in body.get("data") or []:
                     found: Mapping[str, Any] = a.get("result") or {}
                     result = _result(found.get("label"), found.get("score"), found.get("explanation"))
-                    out[a["session_id"], a["name"]] = (result, dict(a.get("metadata") or {}))
+                    out[a["session_id"], a["name"], IDENTIFIER] = (result, dict(a.get("metadata") or {}))
                 if not body.get("next_cursor"):
                     break
                 params["cursor"] = body["next_cursor"]
@@ -177,7 +201,7 @@ def _existing_sessions(rows: PhoenixRows, session_ids: Sequence[str], names: Seq
 
 
 def _changed(wanted: Sequence[dict[str, Any]], have: Mapping[Any, Any], where: str) -> list[dict[str, Any]]:
-    return [a for a in wanted if have.get((a[where], a["name"])) != (a["result"], a["metadata"])]
+    return [a for a in wanted if have.get((a[where], a["name"], a["identifier"])) != (a["result"], a["metadata"])]
 
 
 def write_back(rows: PhoenixRows, store: Store, summary: RunSummary, specs: Sequence[BaseSpec]) -> list[str]:

@@ -9,14 +9,15 @@ calls once the run has finished.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from sys import intern
 from typing import TYPE_CHECKING, NamedTuple
 
-from greval.dataset.records import HashedRow, hash_row
+from greval.dataset.records import HashedRow, hash_row, normalise_trajectory
 from greval.errors import DataError
-from greval.traces.assemble import Assembled, assemble, assemble_conversation, session_of
+from greval.traces.assemble import Assembled, assemble, assemble_conversation, session_of, step_spans
 from greval.traces.spans import Span
 
 if TYPE_CHECKING:
@@ -75,13 +76,15 @@ def _metadata_key(name: str) -> str:
 
 
 class Places(NamedTuple):
-    """Where a record's verdicts go back to: its root span, each chunk's (retriever span, position), and for a
-    conversation its session and each turn's span (the root span of the turn's trace)."""
+    """Where a record's verdicts go back to: its root span, each chunk's (retriever span, position), for a
+    conversation its session and each turn's span (the root span of the turn's trace), and for an agent's
+    trajectory each step's span (:func:`~greval.traces.assemble.step_spans`)."""
 
     root: str
     chunks: dict[str, tuple[str, int]]
     session: str | None
     turns: dict[str, str]
+    steps: dict[str, str]
 
 
 class TraceRows:
@@ -154,11 +157,17 @@ class TraceRows:
 def _places(done: Assembled, session: str | None) -> Places:
     if session:
         turns = done.row.get("conversation") or []
-        return Places(str(done.row["root_span_id"]), {}, session, {str(t["id"]): str(t["span_id"]) for t in turns})
+        turn_spans = {str(t["id"]): str(t["span_id"]) for t in turns}
+        return Places(str(done.row["root_span_id"]), {}, session, turn_spans, {})
     chunks = done.row.get("chunks") or []
+    steps: dict[str, str] = {}
+    if isinstance(done.row.get("trajectory"), list):
+        with contextlib.suppress(DataError):  # said when the record is read; its verdicts stay on the root span
+            steps = step_spans(normalise_trajectory(done.row["trajectory"], "trajectory"))
     return Places(
         str(done.row["root_span_id"]),
         {str(c["id"]): (str(c["span_id"]), int(c["position"])) for c in chunks if "id" in c},
         None,
         {},
+        steps,
     )

@@ -1,6 +1,10 @@
 """Few-shot examples from the labelled training units: the parent's mistakes first, balanced over labels,
 within a prompt-token budget, each with the people's label and a short reason (an annotator's comment when
-there is one, else one the optimizer writes for that label, else the label's own description)."""
+there is one, else one the optimizer writes for that label, else the label's own description).
+
+For a per-item metric (a trajectory's steps, a conversation's turns, chunks) a unit is one item: its example is
+the whole record with the people's verdict on that item alone, and the example's prompt lists that item's id
+only (:func:`greval.judge.prompt.example_messages`), as the judge is asked about the items it must answer."""
 
 from __future__ import annotations
 
@@ -48,15 +52,15 @@ class FewShot:
     kind = "few_shot"
 
     def propose(self, parent: Recipe, base: Spec, round_no: int, options: AlignOptions) -> Sequence[Step]:
-        if parent.has(self.kind) or base.outputs or base.each:
+        if parent.has(self.kind) or base.outputs:
             return []
         return [FewShotStep(per_label=n) for n in options.shots]
 
     async def apply(self, step: Step, ctx: TrainContext) -> Instance:
         assert isinstance(step, FewShotStep)
         spec = ctx.spec
-        if spec.outputs or spec.each:
-            return Instance(None, "few-shot examples are made for record metrics without extra outputs")
+        if spec.outputs:
+            return Instance(None, "few-shot examples are made for metrics without extra outputs")
         chosen = self.choose(step, ctx)
         if not chosen:
             return Instance(None, "no training unit fits the few-shot token budget")
@@ -67,7 +71,7 @@ class FewShot:
         if asked:
             requests = [
                 ReasonRequest(
-                    record=record_text(spec, ctx.view.record(chosen[i])),
+                    record=record_text(spec, ctx.view.record(chosen[i]), chosen[i].item_id),
                     answer=answers[i],
                     meaning=meaning(spec, answers[i]),
                 )
@@ -108,7 +112,7 @@ class FewShot:
                 for u in by_label[label]:
                     if u.record_hash in records:
                         continue
-                    size = len(record_text(ctx.spec, view.record(u), limit=None)) + 200  # + the answer and reason
+                    size = len(record_text(ctx.spec, view.record(u), u.item_id, limit=None)) + 200  # + answer, reason
                     if used + size > budget:
                         continue
                     chosen.append(u)
@@ -124,6 +128,8 @@ class FewShot:
         verdict: dict[str, Any] = (
             {"label": answer} if isinstance(spec.scale, CategoricalScale) else {"value": int(answer)}
         )
+        if spec.each:  # one item's verdict: the example asks about that item alone
+            return {"inputs": inputs, "output": {"verdicts": [{"id": unit.item_id, "reason": reason, **verdict}]}}
         return {"inputs": inputs, "output": {"reason": reason, **verdict}}
 
 
