@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -649,3 +650,61 @@ def test_a_trajectory_label_by_a_rule_over_its_step_labels(llm: OpenAIServer, tm
     ruled.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     res = run_cli([*base, "-s", str(ruled)])
     assert res.exit_code == 2 and "ruled.yaml: target.record_label.labels: 'Awful' is not a scale label" in res.output
+
+
+# ------------------------------------------------------------------------------------------ system × group
+def agent_row(
+    rid: str, agent: str, task: str, calls: list[tuple[str, str]], want: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """One trajectory of an agent (``calls``: tool name, city) with its reference (``want``)."""
+    steps: list[dict[str, Any]] = [{"role": "user", "content": f"{task} please."}]
+    for n, (name, city) in enumerate(calls, 1):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": json.dumps({"city": city})}}
+        steps += [
+            {"role": "assistant", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": "ok"},
+        ]
+    steps.append({"role": "assistant", "content": "Done."})
+    reference = [{"name": name, "arguments": {"city": city}} for name, city in want]
+    return {"id": rid, "agent": agent, "task_type": task, "trajectory": steps, "expected_trajectory": reference}
+
+
+def test_agents_system_by_group_table_is_the_same_figures_as_pandas(tmp_path: Path) -> None:
+    """Issue 45's "system × group tables for agents": two agents (the system column) over two kinds of task (the
+    group column), scored by tool-call F1 and the strict trajectory match; the report's system × group cells
+    (JSON; the page draws them) equal pandas' group means over the records' own rows, computed here independently."""
+    want = [("get_weather", "Paris"), ("get_time", "Paris")]
+    rows = []
+    for i in range(12):
+        agent, task = ("v1", "v2")[i % 2], ("weather", "time")[(i // 2) % 2]
+        calls = want if (i % 3) else [*want[:1], ("get_weather", "Lyon")]  # every third agent run is half right
+        if agent == "v2" and task == "time":
+            calls = list(reversed(calls))  # v2 reorders its calls on time tasks: strict match fails
+        rows.append(agent_row(f"t{i}", agent, task, calls, want))
+    data = tmp_path / "agents.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    store, out = tmp_path / "s.sqlite", tmp_path / "out"
+    res = run_cli(["run", str(data), "-s", "tool_call_f1", "-s", "trajectory_strict_match", "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    args = ["report", "--store", str(store), "-o", str(out), "--system-column", "agent", "--group-column", "task_type"]
+    res = run_cli([*args, "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    tables = {t["metric"]: t for t in rep["groups"]}
+    assert set(tables) == {"tool_call_f1", "trajectory_strict_match"}
+    from greval import load_results
+
+    recs = load_results(store, level="record")
+    frame = recs.merge(pd.DataFrame(rows).rename(columns={"id": "record_id"}), on="record_id", how="left")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    for metric, table in tables.items():
+        sub = frame[(frame["spec"] == metric) & frame["status"].isin(["ok", "partial"])]
+        expect = sub.groupby(["agent", "task_type"]).agg(n=("score", "size"), mean=("score", "mean"))
+        got = {(c["system"], c["group"]): c for c in table["cells"]}
+        assert set(got) == set(expect.index) and len(got) == 4
+        for key, row in expect.iterrows():
+            assert got[key]["stats"]["n"] == row["n"] == 3
+            assert got[key]["stats"]["mean"]["mean"] == pytest.approx(row["mean"], abs=1e-12)
+        assert f'alt="{metric} heatmap by system and task_type"' in page
+    strict = {(c["system"], c["group"]): c["stats"]["mean"]["mean"] for c in tables["trajectory_strict_match"]["cells"]}
+    assert strict["v2", "time"] == 0.0 and strict["v1", "time"] > 0  # the reordering shows where it happened
