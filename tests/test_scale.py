@@ -1,6 +1,7 @@
-"""Runs on Ray (``greval run --engine ray``): the same verdicts as one process, nothing lost or paid twice when
-a worker is killed, one shared rate-limit signal. A private local Ray cluster (greval's own ``connect``: two
-CPUs here, on 127.0.0.1) for the module, the test OpenAI-compatible server counting the calls.
+"""Runs on Ray (``greval run --engine ray``, and ``greval watch --engine ray``): the same verdicts as one
+process, nothing lost or paid twice when a worker is killed, one shared rate-limit signal. A private local Ray
+cluster (greval's own ``connect``: two CPUs here, on 127.0.0.1) for the module, the test OpenAI-compatible server
+counting the calls.
 
 The store comes from one fixture (``store_ref``): a SQLite file (every worker on this machine) and a database
 on a real PostgreSQL server (workers on many machines); every Ray task opens it by that reference."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +35,7 @@ from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from tests.conftest import TEST_KEY
 from tests.test_run import cfg, rag_records
+from tests.test_watch import emit, judge_args, judge_rules, rows, watch
 
 pytest.importorskip("ray", reason="greval[ray] is not installed")
 
@@ -302,3 +305,44 @@ def test_a_retried_shard_takes_over_its_previous_attempts_claims_at_once(
     assert done and done[0].metrics[0].judged == 4 and llm.stats()["total"] == 4
     before.close()
     stranger.close()
+
+
+def test_watch_once_on_ray_equals_the_local_engine_and_judges_nothing_twice(
+    cluster: Any, llm: OpenAIServer, tmp_path: Path
+) -> None:
+    """``greval watch --once --engine ray`` over a folder of OTLP JSON exports: the verdicts of a local watch of
+    the same traces, each judgement paid once, and a second pass judges nothing."""
+    llm.script(judge_rules())
+    land = tmp_path / "land"
+    emit(land, 10, per_file=10, drift_after=6)  # one file; its last four traces answer from the wrong chunk
+    shutil.copytree(land, tmp_path / "land-local")
+    common = ["-s", "answer_alignment", "--once", "--settle", "0s", *judge_args(llm)]
+    local, on_ray = tmp_path / "local.sqlite", tmp_path / "ray.sqlite"
+    done = watch("--source", str(tmp_path / "land-local"), "--store", str(local), *common)
+    assert done.exit_code == 0, done.output
+    assert "10 trace(s) read, 10 chosen, 10 judged" in done.output
+    assert llm.stats()["total"] == 10
+    llm.reset()
+    llm.script(judge_rules())
+
+    ray_args = ["--source", str(land), "--store", str(on_ray), *common, "--engine", "ray"]
+    first = watch(*ray_args)
+    assert first.exit_code == done.exit_code, first.output
+    assert "10 trace(s) read, 10 chosen, 10 judged" in first.output
+    assert llm.stats()["total"] == 10  # each judgement paid once
+    frame = verdict_rows(str(on_ray))  # ids, hashes, labels, values, reasons, tokens
+    pd.testing.assert_frame_equal(frame, verdict_rows(str(local)))
+    assert set(frame["label"]) == {"Correct", "Incorrect"}
+    items = "SELECT trace_id, status, record_hash FROM watch_items ORDER BY trace_id"
+    assert rows(on_ray, items) == rows(local, items) and len(rows(on_ray, items)) == 10
+
+    with Store(local) as a, Store(on_ray) as b:  # the page's run: on Ray tasks there, in this process here
+        (here,), (there,) = a.runs(), b.runs()
+    cpus = int(cluster.cluster_resources()["CPU"])
+    assert (json.loads(here["options"])["engine"], json.loads(here["summary"])["workers"]) == ("local", 1)
+    assert (json.loads(there["options"])["engine"], json.loads(there["summary"])["workers"]) == ("ray", cpus)
+
+    second = watch(*ray_args)
+    assert second.exit_code == 0, second.output
+    assert "0 trace(s) read, 0 chosen, 0 judged" in second.output
+    assert llm.stats()["total"] == 10  # nothing judged again
