@@ -74,7 +74,9 @@ def _label_all(
             text = str(page.inner_text("body"))
         page.click("button.button--submit")
         page.wait_for_timeout(1200)
-    assert re.search(rf"Submitted\s*{n}\b", page.inner_text("body"))  # the UI counts this person's n answers
+    # the UI counts this person's n answers (its counter follows the last submit a moment later: waited for)
+    page.wait_for_function(r"n => new RegExp('Submitted\\s*' + n + '\\b').test(document.body.innerText)", arg=n)
+    assert re.search(rf"Submitted\s*{n}\b", page.inner_text("body"))
     page.close()
     return text
 
