@@ -56,13 +56,14 @@ class Env:
     spec: Spec
     keys: dict[str, str] = field(default_factory=dict)  # reviewer -> API key (read after logging in)
 
-    def cli(self, *args: str, ok: bool = True, external: bool = False) -> Any:
+    def cli(self, *args: str, ok: bool = True, external: bool = False, key: str | None = None) -> Any:
         """``greval annotate ARGS`` through the main CLI; the embedded server by its data directory, or
-        (``external``) by URL and key as any other Argilla."""
+        (``external``, or another user's ``key``) by URL and key as any other Argilla."""
         from greval.cli import main
 
         env = {"ARGILLA_API_URL": None, "ARGILLA_API_KEY": None, "COLUMNS": "200"}
-        where = ["--api-url", self.info.url, "--api-key", self.info.api_key] if external else []
+        external = external or key is not None
+        where = ["--api-url", self.info.url, "--api-key", key or self.info.api_key] if external else []
         where = where or ["--data-dir", str(self.info.data_dir)]
         result = CliRunner().invoke(main, ["annotate", *args, *where], env=env)
         if ok:
@@ -407,3 +408,44 @@ def test_adjudication_without_disagreements_is_one_line(env: Env) -> None:
         "error: nothing to adjudicate in dataset 'calm': 0 record(s) have two or more submitted answers and none of "
         "them disagree"
     )
+
+
+def test_pull_names_answers_by_a_user_the_key_cannot_name_and_keeps_nothing_under_an_id(env: Env) -> None:
+    """An admin's key names the workspace's members only: the answers of a reviewer who has left the workspace
+    are skipped with one note naming the user's id and the count (before, they were stored silently under the
+    id, a phantom second reviewer once an owner's pull names the user); an owner's pull keeps them."""
+    env.cli("push", "--store", str(env.store_path), "--spec", SPEC, "--dataset", "unnamed")
+    env.cli("users", "add", "leaver", "--role", "annotator")
+    env.keys["leaver"] = _login(env, "leaver", _passwords(env)["leaver"]["password"])
+    with env.http() as http:
+        ws_id = next(
+            w["id"] for w in http.get("/api/v1/me/workspaces").json()["items"] if w["name"] == env.info.workspace
+        )
+        body = {"username": "lead", "first_name": "lead", "role": "admin", "password": "lead-password-1"}
+        lead_id = http.post("/api/v1/users", json=body).json()["id"]
+        assert http.post(f"/api/v1/workspaces/{ws_id}/users", json={"user_id": lead_id}).status_code == 201
+        did = next(d["id"] for d in http.get("/api/v1/me/datasets").json()["items"] if d["name"] == "unnamed")
+        recs = http.get(f"/api/v1/datasets/{did}/records").json()["items"]
+        leaver_id = next(u["id"] for u in http.get("/api/v1/users").json()["items"] if u["username"] == "leaver")
+    lead_key = _login(env, "lead", "lead-password-1")
+    for r in recs[:2]:
+        _answer(env, "leaver", r["id"], "submitted", "Correct")
+    _answer(env, "ann1", recs[0]["id"], "submitted", "Incorrect")
+    with env.http() as http:
+        assert http.delete(f"/api/v1/workspaces/{ws_id}/users/{leaver_id}").status_code == 200
+
+    pull = ("pull", "--store", str(env.store_path), "--spec", SPEC, "--dataset", "unnamed")
+    res = env.cli(*pull, key=lead_key)
+    notes = [line for line in res.output.splitlines() if line.startswith("note:")]
+    assert notes == [
+        f"note: 2 answer(s) by Argilla user {leaver_id} skipped, 0 kept: this API key cannot name that user (only "
+        "an owner's key lists every user); pull with an owner's key to keep them"
+    ]
+    assert "Stored 1 answers" in res.output
+    with Store(env.store_path) as st:
+        rows = st.human_labels(SPEC, dataset="unnamed")
+    assert [r["annotator"] for r in rows] == ["ann1"]
+    env.cli(*pull)  # the owner's key names everyone: the answers are kept under the reviewer's name
+    with Store(env.store_path) as st:
+        rows = st.human_labels(SPEC, dataset="unnamed")
+    assert Counter(r["annotator"] for r in rows) == {"leaver": 2, "ann1": 1}

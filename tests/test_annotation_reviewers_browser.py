@@ -26,7 +26,8 @@ from tests.test_annotation import rag_records
 from tests.test_annotation_browser import ARGS, CHROMIUM, open_dataset, pytestmark  # noqa: F401  (same markers and skips)
 
 SPEC = "answer_alignment"
-CHOICE = {"ann1": "Correct", "ann2": "Incorrect", "judy": "Correct"}
+CHOICE = {"ann1": "Correct", "ann2": "Incorrect", "judy": "Correct", "tri1": "Correct", "tri2": "Incorrect"}
+CHOICE["tri3"] = "Correct"
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +45,23 @@ def _cli(info: server.ServerInfo, *args: str) -> str:
     return res.output
 
 
-def _label_all(browser: Any, info: server.ServerInfo, who: str, password: str, dataset: str, n: int, shot: Path) -> str:
-    """``who`` signs in, opens ``dataset`` and submits ``CHOICE[who]`` on each of its ``n`` records by clicks;
-    the text of the first record's page."""
+def _mine(page: Any, who: str) -> None:
+    """Filters → Metadata → Assigned to → ``who``: the reviewer's own queue, by clicks as a person filters it."""
+    page.get_by_role("button", name="Filters").click()
+    for step in ("Metadata", "Assigned to", who):
+        page.get_by_text(step, exact=True).first.click(timeout=30_000)
+    page.wait_for_url(f"**metadata=assigned_to.{who}**", timeout=30_000)
+    page.keyboard.press("Escape")
+
+
+def _label_all(
+    browser: Any, info: server.ServerInfo, who: str, password: str, dataset: str, n: int, shot: Path, mine: bool = False
+) -> str:
+    """``who`` signs in, opens ``dataset`` (``mine``: filtered to the records assigned to them) and submits
+    ``CHOICE[who]`` on each of its ``n`` records by clicks; the text of the first record's page."""
     page = open_dataset(browser, info.url, who, password, dataset)
+    if mine:
+        _mine(page, who)
     text = ""
     for k in range(n):
         page.get_by_text(f"{k + 1} of {n}").first.wait_for(timeout=30_000)
@@ -60,7 +74,9 @@ def _label_all(browser: Any, info: server.ServerInfo, who: str, password: str, d
             text = str(page.inner_text("body"))
         page.click("button.button--submit")
         page.wait_for_timeout(1200)
-    assert re.search(rf"Submitted\s*{n}\b", page.inner_text("body"))  # the UI counts this person's n answers
+    # the UI counts this person's n answers (its counter follows the last submit a moment later: waited for)
+    page.wait_for_function(r"n => new RegExp('Submitted\\s*' + n + '\\b').test(document.body.innerText)", arg=n)
+    assert re.search(rf"Submitted\s*{n}\b", page.inner_text("body"))
     page.close()
     return text
 
@@ -130,3 +146,60 @@ def test_two_reviewers_and_an_adjudicator_label_by_clicks(
         *[("ann2", "Incorrect")] * 3,
         *[("judy", "Correct")] * 3,
     ]
+
+
+def _status_rows(status: str) -> dict[str, list[str]]:
+    cells = ([x.strip() for x in line.split("│")[1:-1]] for line in status.splitlines() if line.count("│") == 8)
+    return {c[0]: c[1:6] for c in cells}
+
+
+def test_three_reviewers_with_overlap_two_label_their_own_queues_by_clicks(
+    info: server.ServerInfo, openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three reviewers, each record assigned to two of them: each filters Argilla's queue to their own records
+    (Filters → Metadata → Assigned to → name) and labels them by clicks; `annotate status` shows what Argilla's
+    own progress endpoint counts, the assignment greval made, and every record completed."""
+    import httpx
+
+    spec = resolve_specs([SPEC])[0]
+    assert isinstance(spec, Spec)
+    store_path, dataset, team = tmp_path / "store.sqlite", "three-reviewers", ("tri1", "tri2", "tri3")
+    monkeypatch.setenv("OPENAI_API_KEY", TEST_KEY)
+    openai_server.reset()
+    with Store(store_path) as st:
+        run([spec], rag_records(3), st, JudgeConfig.parse("openai:judge-test", base_url=openai_server.base_url))
+    for name in team:
+        _cli(info, "users", "add", name, "--role", "annotator")
+    passwords = json.loads((info.data_dir / "reviewers.json").read_text())[info.url]
+    push = ["push", "--store", str(store_path), "--spec", SPEC, "--dataset", dataset, "--overlap", "2"]
+    out = _cli(info, *push, "--reviewers", ",".join(team))
+    assert "Assigned to reviewers (records each): tri1 2, tri2 2, tri3 2." in out
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            for who in team:
+                _label_all(browser, info, who, passwords[who]["password"], dataset, 2, tmp_path / f"{who}.png", True)
+        finally:
+            browser.close()
+
+    status = _cli(info, "status", "--spec", SPEC, "--dataset", dataset)
+    rows = _status_rows(status)
+    with httpx.Client(base_url=info.url, headers={"X-Argilla-Api-Key": info.api_key}, timeout=30) as http:
+        did = next(d["id"] for d in http.get("/api/v1/me/datasets").json()["items"] if d["name"] == dataset)
+        progress = {u["username"]: u for u in http.get(f"/api/v1/datasets/{did}/users/progress").json()["users"]}
+        records = http.get(f"/api/v1/datasets/{did}/records", params={"include": "responses"}).json()["items"]
+        names = {u["id"]: u["username"] for u in http.get("/api/v1/users").json()["items"]}
+    assigned = {who: sum(who in r["metadata"]["assigned_to"] for r in records) for who in team}
+    for who in team:
+        p = progress[who]
+        want = [p["completed"][s] + p["pending"][s] for s in ("submitted", "discarded", "draft")]
+        assert [int(x) for x in rows[who][1:4]] == want == [2, 0, 0], (who, rows[who], p)
+        assert int(rows[who][0]) == assigned[who] == 2 and rows[who][4] == "0"
+    # Each record was answered by exactly the two reviewers assigned to it (the filter showed each their own).
+    for r in records:
+        answered = sorted(names[x["user_id"]] for x in r["responses"] if x["status"] == "submitted")
+        assert answered == sorted(r["metadata"]["assigned_to"]), r["external_id"]
+    assert f"Dataset '{dataset}': 3 of 3 records completed" in status

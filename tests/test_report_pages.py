@@ -76,7 +76,7 @@ def _store(llm: OpenAIServer, path: Path) -> Path:
     return path
 
 
-def _label(path: Path, human: Mapping[str, str]) -> None:
+def _label(path: Path, human: Mapping[str, str], annotator: str = "ann1") -> None:
     with Store(path) as st:
         rows = st.query("SELECT record_hash, record_id FROM verdicts WHERE spec_name=?", (METRIC,))
         st.put_human_labels(
@@ -84,7 +84,7 @@ def _label(path: Path, human: Mapping[str, str]) -> None:
                 "spec_name": METRIC,
                 "record_hash": r["record_hash"],
                 "item_id": "",
-                "annotator": "ann1",
+                "annotator": annotator,
                 "record_id": r["record_id"],
                 "label": human[r["record_id"]],
                 "status": "submitted",
@@ -232,6 +232,47 @@ def test_agreement_page_counts_read_and_open_their_records(llm: OpenAIServer, br
     # the charts' legends stand beside the bars, covering none
     for fig in _figures(rep.categorical):
         _no_bar_under_the_legend(fig)
+
+
+@pytest.mark.browser
+def test_the_reviewers_page_shows_people_pair_by_pair_and_opens_their_disagreements(
+    llm: OpenAIServer, browser: Any, tmp_path: Path
+) -> None:
+    """Two people labelled all 20 records and disagree on four: the agreement page links a reviewers page whose
+    pair matrix holds scikit-learn's κ of the two over the 20, whose disagreement table lists exactly those four
+    records (each person's label, the majority gold a tie, the judge's), and whose record links open each
+    record's own page in the explorer."""
+    from sklearn.metrics import cohen_kappa_score
+
+    store = _store(llm, tmp_path / "s.sqlite")
+    ann1 = {f"r{i}": _judge(f"r{i}") for i in range(20)}
+    flip = {"correct": "incorrect", "incorrect": "correct"}
+    disputed = {"r3", "r6", "r11", "r14"}
+    ann2 = {r: flip[v] if r in disputed else v for r, v in ann1.items()}
+    _label(store, ann1)
+    _label(store, ann2, "ann2")
+    out = _report(store, tmp_path / "report", resamples=100)
+    page = _page(browser)
+    page.goto((out / f"{METRIC}.agreement.html").as_uri())
+    page.get_by_role("link", name="Reviewers").click()
+    page.wait_for_url(f"**/{METRIC}.reviewers.html")
+    ids = sorted(ann1)
+    kappa = cohen_kappa_score([ann1[i] for i in ids], [ann2[i] for i in ids])
+    matrix = page.locator("h3", has_text="People with each other").locator("xpath=following-sibling::table[1]")
+    assert f"{kappa:.3f} [" in matrix.inner_text() and "(n = 20)" in matrix.inner_text()
+    rows = _table(page, "Disagreements between reviewers")
+    assert sorted(r["record"] for r in rows) == sorted(disputed)
+    for r in rows:
+        rid = r["record"]
+        assert (r["ann1"], r["ann2"], r["judge"]) == (ann1[rid], ann2[rid], _judge(rid))
+        assert r["gold"] == "tie: correct / incorrect"
+    assert page.locator("h2", has_text="Disagreements between reviewers").inner_text().endswith("(4 of 4 shown)")
+    assert page.errors == []
+    first = rows[0]["record"]
+    page.get_by_role("link", name=first, exact=True).click()
+    page.wait_for_selector("body[data-ready=record]")
+    assert page.locator("#record h2").first.inner_text() == f"Record {first}"
+    assert page.errors == []
 
 
 def _figures(cat: CategoricalReport) -> list[Any]:

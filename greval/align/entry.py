@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from greval._sync import run_sync
+from greval.agreement.models import GoldChoice
 from greval.align.core import Outcome, align_units, reserve, summary
 from greval.align.estimate import Estimator, expected
 from greval.align.generators import generators
@@ -35,6 +36,7 @@ class Target:
 
     spec: str
     datasets: tuple[str, ...] = ()
+    gold: GoldChoice | None = None  # whose label each unit's is (``greval agreement --gold``); None: consensus
 
     @property
     def name(self) -> str:
@@ -125,7 +127,7 @@ def plan(
     """The dry run: split, the search's shape and its estimated cost; no model call, no test label read."""
     opts = options or AlignOptions()
     cfg, _ = resolve(store, target, judge)
-    labels = load_labels(store, target.name, target.version, cfg.key, target.datasets)
+    labels = load_labels(store, target.name, target.version, cfg.key, target.datasets, target.gold)
     ocfg = _optimizer(optimizer, cfg)
     objective = opts.objective or default_objective(labels.scale)
     Scorer(labels.scale, objective)  # one line now if the objective does not fit the scale
@@ -216,7 +218,7 @@ async def aalign(
     """Search for a better version of ``target`` and decide on labels the search never read (module doc)."""
     opts = options or AlignOptions()
     cfg, _ = resolve(store, target, judge)
-    labels = load_labels(store, target.name, target.version, cfg.key, target.datasets)
+    labels = load_labels(store, target.name, target.version, cfg.key, target.datasets, target.gold)
     ocfg = _optimizer(optimizer, cfg)
     Scorer(labels.scale, opts.objective or default_objective(labels.scale))
     fresh = Fresh(store, labels, decision_id(labels, cfg.key, ocfg.key, opts), opts)
@@ -266,6 +268,7 @@ def _result(labels: LabelSet, outcome: object, opts: AlignOptions, cfg: JudgeCon
         judge=cfg.label,
         optimizer=ocfg.label,
         datasets=tuple(labels.datasets),
+        gold=labels.gold,
         examples=outcome.examples,
         notes=tuple(labels.notes) + _unreached(outcome),
         new_spec=final,
@@ -302,12 +305,13 @@ def align(
     options: AlignOptions | None = None,
     *,
     datasets: Sequence[str] = (),
+    gold: GoldChoice | None = None,
     runs: RunOptions | None = None,
     emit: Callable[[AlignEvent], None] | None = None,
     notify: Notify = print,
 ) -> AlignResult:
     """Synchronous :func:`aalign`; ``spec`` is ``NAME`` or ``NAME@HASH``, ``store`` a path, URL or Store."""
-    target = Target(spec, tuple(datasets))
+    target = Target(spec, tuple(datasets), gold)
     if isinstance(store, Store):
         return run_sync(aalign(store, target, judge, optimizer, options, runs=runs, emit=emit, notify=notify))
     with Store(store) as st:

@@ -1,7 +1,9 @@
 """From the store to labelled units: people's labels on a spec, reduced to a consensus per unit exactly as the
 agreement stage reduces them (``greval.agreement.from_store.store_frame`` joins labels and verdicts;
 ``greval.agreement.prepare`` takes the majority label or the mean value and checks every answer against the
-spec's scale), with each unit's record content, annotators, comments and review-design probabilities."""
+spec's scale), or to the gold ``greval agreement --gold`` chooses (``greval.agreement.gold.choose_gold``: an
+adjudicator's label, a label model's estimate, one annotator's), with each unit's record content, annotators,
+comments and review-design probabilities."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ import pandas as pd
 
 from greval.agreement import compute_agreement
 from greval.agreement.from_store import store_frame
-from greval.agreement.models import AgreementOptions, AgreementScale
+from greval.agreement.gold.choose import choose_gold
+from greval.agreement.models import AgreementOptions, AgreementScale, GoldChoice
 from greval.agreement.prepare import prepare
 from greval.align.models import Annotation, Ceiling, Unit
+from greval.dataset.frame import Frame
 from greval.dataset.records import Record
 from greval.errors import UserError
 from greval.spec import BaseSpec, Spec
@@ -37,6 +41,8 @@ class LabelSet:
     deps: list[BaseSpec] = field(default_factory=list)
     datasets: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The gold each unit's label is (``GoldChoice.describe``), or None: people's consensus.
+    gold: str | None = None
     #: People's agreement with each other as ``greval agreement`` reports it (every item two of them labelled,
     #: ties included), or None when no item has two labels.
     ceiling: Ceiling | None = None
@@ -74,26 +80,39 @@ def _versions_of(store: Store, name: str) -> list[BaseSpec]:
     return [store.any_spec(k) for k in ([first] if first else []) + keys]
 
 
-def human_ceiling(frame: pd.DataFrame, scale: AgreementScale, seed: int = 0) -> Ceiling | None:
+def human_ceiling(
+    frame: pd.DataFrame, scale: AgreementScale, seed: int = 0, gold: GoldChoice | None = None
+) -> Ceiling | None:
     """The human ceiling of ``greval agreement`` on this frame (one definition: the agreement stage's mean
-    pairwise figure over every item two people labelled, disagreements and ties counted), with its n."""
+    pairwise figure over every item two people labelled, disagreements and ties counted), with its n; with an
+    adjudicated ``gold``, over the reviewers only (adjudicators settle, as ``greval agreement --gold`` says)."""
 
     if "annotator" not in frame or frame["annotator"].nunique() < 2:
         return None
-    report = compute_agreement(frame, scale, AgreementOptions(seed=seed))
+    report = compute_agreement(frame, scale, AgreementOptions(seed=seed), gold)
     if report.ceiling is None:
         return None
     e = report.ceiling.human_pairwise_mean
     return Ceiling(metric=report.ceiling.metric, value=e.value, ci_low=e.ci_low, ci_high=e.ci_high, n=e.n, note=e.note)
 
 
-def load_labels(store: Store, name: str, version: str | None, judge: str, datasets: Sequence[str] = ()) -> LabelSet:
+def load_labels(
+    store: Store,
+    name: str,
+    version: str | None,
+    judge: str,
+    datasets: Sequence[str] = (),
+    gold: GoldChoice | None = None,
+) -> LabelSet:
     """The labelled units of ``name`` (``version``: a spec hash, None: the latest) judged by ``judge`` (a judge
-    key or label). One-line errors: no labels, no verdicts by that judge, answers outside the spec's scale."""
+    key or label), each labelled with ``gold`` (None: people's consensus). One-line errors: no labels, no
+    verdicts by that judge, answers outside the spec's scale, a gold the labels cannot give."""
 
     frame, scale, sel = store_frame(store, name, judge, "item", version, datasets=datasets)
     spec = store.spec(sel.spec_key)
-    prep = prepare(frame, scale, AgreementOptions())
+    options = AgreementOptions()
+    values = choose_gold(Frame.of(frame), scale, options, gold).values if gold is not None else None
+    prep = prepare(frame, scale, options, values)
     hashes: dict[tuple[str, str], set[str]] = {}
     for row in store.human_labels(name, submitted=True):
         hashes.setdefault((row["record_id"], row["item_id"]), set()).add(row["record_hash"])
@@ -128,7 +147,10 @@ def load_labels(store: Store, name: str, version: str | None, judge: str, datase
         )
     left_out = prep.counts.items - len(prep.items)
     if left_out:
-        notes.append(f"{left_out} labelled unit(s) left out: no human answer, or people's answers tie")
+        why = "people's answers tie" if gold is None else f"its gold ({gold.describe()}) is tied or missing"
+        notes.append(f"{left_out} labelled unit(s) left out: no human answer, or {why}")
+    if gold is not None:
+        notes.append(f"each unit's label is the gold ({gold.describe()}), not people's consensus")
     stored = {r.hash: r for r in store.records(sorted({u.record_hash for u in units}))}
     records = {
         u.record_hash: Record(id=u.record_id, hash=u.record_hash, data=stored[u.record_hash].data) for u in units
@@ -144,7 +166,8 @@ def load_labels(store: Store, name: str, version: str | None, judge: str, datase
         deps=dependencies(store, spec, sel.spec_key),
         datasets=list(sel.datasets),
         notes=notes,
-        ceiling=human_ceiling(frame, scale),
+        ceiling=human_ceiling(frame, scale, gold=gold),
+        gold=gold.describe() if gold is not None else None,
     )
 
 

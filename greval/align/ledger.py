@@ -38,6 +38,8 @@ def decision_id(labels: LabelSet, judge_key: str, optimizer_key: str, options: A
     is the decision it repeats, never a new one counted again."""
     units = sorted((u.key, u.record_hash, u.human) for u in labels.units)
     body = [labels.spec_key, judge_key, optimizer_key, options.model_dump(mode="json"), units]
+    if labels.gold is not None:  # the same labels under another gold are another decision (ids before: kept)
+        body.append(labels.gold)
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -475,6 +475,7 @@ class AlignResult(Frozen):
     judge: str
     optimizer: str
     datasets: tuple[str, ...] = ()
+    gold: str | None = Field(None, description="The gold each unit's label is (None: people's consensus).")
     examples: tuple[Example, ...] = ()
     notes: tuple[str, ...] = ()
     new_spec: Spec | None = None

@@ -96,7 +96,9 @@ def render_page(r: AlignResult) -> str:
     parts = [
         f"<h1>greval align: {escape(r.spec)}@{escape(r.old_hash)}</h1>",
         f"<p>judge {escape(r.judge)}, optimizer {escape(r.optimizer)}; objective {REPORT_NAME[r.objective]}; "
-        f"labels from {escape(', '.join(r.datasets))}. Split once by record (seed {s.seed}): search part "
+        f"labels from {escape(', '.join(r.datasets))}"
+        + (f", each unit's the gold {escape(r.gold)}" if r.gold else "")
+        + f". Split once by record (seed {s.seed}): search part "
         f"{s.units_search} units of {s.records_search} records in {len(s.fold_units)} folds "
         f"({', '.join(map(str, s.fold_units))} units), test part {s.units_test} units of {s.records_test} records. "
         f"Spent {r.spent.calls} calls, {r.spent.tokens} tokens ({r.spent.tokens_in} prompt, "

@@ -319,12 +319,18 @@ def _change_distribution(
 
 
 def usernames(conn: Connection) -> dict[str, str]:
-    """User id -> username (everyone for an owner; just oneself otherwise)."""
+    """User id -> username: everyone for an owner; otherwise oneself and the members of the workspaces this key
+    may list (an admin's), so a user who has left them is one the key cannot name."""
     resp = conn.http.get("/api/v1/users")
     if resp.status_code == 200:
         return {str(u["id"]): str(u["username"]) for u in resp.json()["items"]}
     me = _check(conn.http.get("/api/v1/me"), "read the current user")
-    return {str(me["id"]): str(me["username"])}
+    names = {str(me["id"]): str(me["username"])}
+    for w in _check(conn.http.get("/api/v1/me/workspaces"), "list workspaces")["items"]:
+        members = conn.http.get(f"/api/v1/workspaces/{w['id']}/users")
+        if members.status_code == 200:
+            names.update({str(u["id"]): str(u["username"]) for u in members.json()["items"]})
+    return names
 
 
 def iter_records(conn: Connection, dataset_id: str, include: str = "responses") -> Iterator[dict[str, Any]]:

@@ -33,6 +33,7 @@ class PullResult:
     by_annotator: dict[str, int] = field(default_factory=dict)
     unknown: int = 0
     answers: int = 0  # responses read; ``stored`` counts rows, one per record id an answer stands for
+    unnamed: dict[str, int] = field(default_factory=dict)  # Argilla user id -> answers skipped (no username)
 
 
 def _epoch(ts: str | None) -> float | None:
@@ -76,6 +77,7 @@ class _Reading:
     records: int = 0
     pending: int = 0
     unknown: int = 0
+    unnamed: Counter[str] = field(default_factory=Counter)  # answers of users the key cannot name, by user id
 
 
 def _read_record(
@@ -90,10 +92,15 @@ def _read_record(
     for r in responses:
         status = str(r["status"])
         reading.counts[status] += 1
+        annotator = users.get(str(r["user_id"]))
+        if annotator is None:
+            # Stored under its id, the answer would become a second reviewer once an owner's key names the
+            # user: skipped and counted instead (the CLI names the user and the count).
+            reading.unnamed[str(r["user_id"])] += 1
+            continue
         values = r.get("values") or {}
         answer = (values.get(ds.QUESTION) or {}).get("value")
         comment = (values.get(ds.COMMENT) or {}).get("value")
-        annotator = users.get(str(r["user_id"]), str(r["user_id"]))
         if status == "submitted":
             reading.per_user[annotator] += 1
         row = {
@@ -186,4 +193,5 @@ def pull(
         by_annotator=dict(reading.per_user),
         unknown=reading.unknown,
         answers=len(reading.answers),
+        unnamed=dict(reading.unnamed),
     )

@@ -419,6 +419,13 @@ OUTPUTS = bundle(
 @store_option(must_exist=True, help="The store with the spec's verdicts and people's labels.")
 @click.option("--spec", "spec_ref", required=True, help="The metric: NAME, or NAME@HASH for one version.")
 @click.option("--dataset", "datasets", multiple=True, help="Human-label datasets to use (repeatable; default all).")
+@click.option(
+    "--gold",
+    default=None,
+    metavar="METHOD|ANNOTATOR",
+    help="Each unit's label is this gold, as greval agreement --gold reads it, instead of people's majority: "
+    "majority, dawid-skene, mace, adjudicated:NAME[,NAME] or an annotator's name.",
+)
 @JUDGES
 @SEARCH
 @OUTPUTS
@@ -436,6 +443,7 @@ def align_cmd(
     store: str,
     spec_ref: str,
     datasets: tuple[str, ...],
+    gold: str | None,
     judges: JudgeFlags,
     search: SearchFlags,
     outputs: OutputFlags,
@@ -458,6 +466,7 @@ def align_cmd(
       greval align --store s.sqlite --spec faithfulness --optimizer-judge openai:gpt-4o --objective accuracy
     """
     from greval._sync import run_sync
+    from greval.agreement.models import GoldChoice
     from greval.align.entry import Target, aalign, plan, run_options
     from greval.align.ledger import promote_adopted
     from greval.align.output import write_outputs
@@ -466,7 +475,7 @@ def align_cmd(
     outputs.check()
     options = search.options()
     judge, optimizer = judges.judge(), judges.optimizer()
-    target = Target(spec_ref, datasets)
+    target = Target(spec_ref, datasets, GoldChoice.parse(gold) if gold is not None else None)
     with Store(store) as st:
         if outputs.dry_run:
             _print_plan(plan(st, target, judge, optimizer, options))

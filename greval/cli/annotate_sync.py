@@ -221,6 +221,12 @@ def pull_cmd(store_path: str, spec_name: str, argilla: ConnectionFlags) -> None:
         Console().print(table)
     if res.unknown:
         click.echo(f"{res.unknown} records were not pushed by greval (no record hash) and were skipped.")
+    for user_id, k in sorted(res.unnamed.items()):
+        click.echo(
+            f"note: {k} answer(s) by Argilla user {user_id} skipped, 0 kept: this API key cannot name that user "
+            "(only an owner's key lists every user); pull with an owner's key to keep them",
+            err=True,
+        )
     shared = f" as {res.stored} labels (one per id of records sharing a content)" if res.stored != res.answers else ""
     click.echo(
         f"Stored {res.answers} answers{shared} ({res.changed} new or changed since the last pull of {res.dataset!r})"

@@ -469,6 +469,67 @@ def _reviewers_html(rev: ReviewersReport) -> str:
     )
 
 
+RecordHref = Callable[[str], str]
+"""Where one record's page is: record id → an address (the record explorer's)."""
+
+#: Disagreement examples the reviewers page shows, at most.
+DISAGREEMENT_EXAMPLES = 12
+
+
+def disagreements(rev: ReviewersReport, frame: Frame | pd.DataFrame) -> tuple[list[str], list[list[str]], int]:
+    """(header, rows, how many in all) of the items whose reviewers gave different answers, in the frame's order
+    (at most :data:`DISAGREEMENT_EXAMPLES` rows): the record, each reviewer's answer, the gold, the judge's."""
+    table = Frame.of(frame).to_pandas()
+    people = [r.name for r in rev.rows if r.role == "annotator"]
+    gold = {g.item: g for g in rev.gold_labels}
+    rows: list[list[str]] = []
+    found = 0
+    for item, grp in table.groupby("item", sort=False):
+        said = {str(a): _cell(h) for a, h in zip(grp["annotator"], grp["human"], strict=True) if not is_null(h)}
+        if len(set(said.values())) < 2:
+            continue
+        found += 1
+        if len(rows) < DISAGREEMENT_EXAMPLES:
+            g = gold.get(str(item))
+            shown = "" if g is None else g.label if g.label is not None else "tie: " + " / ".join(g.tied)
+            first = grp.iloc[0]
+            rows.append([_cell(first["record_id"]), *(said.get(p, "") for p in people), shown, _cell(first["judge"])])
+    return ["record", *people, "gold", "judge"], rows, found
+
+
+def _disagreements_html(rev: ReviewersReport, frame: Frame | pd.DataFrame, record_href: RecordHref | None) -> str:
+    head, rows, found = disagreements(rev, frame)
+    body = [
+        [f'<a href="{html.escape(record_href(r[0]))}">{html.escape(r[0])}</a>' if record_href else html.escape(r[0])]
+        + [html.escape(c) for c in r[1:]]
+        for r in rows
+    ]
+    how = " A record opens its page in the record explorer." if record_href is not None else ""
+    cells = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in body)
+    heads = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return (
+        f"<h2>Disagreements between reviewers ({len(rows)} of {found} shown)</h2>"
+        f'<p class="note">Items whose reviewers gave different answers, in the labels\' order.{how}</p>'
+        f'<table class="sortable"><thead><tr>{heads}</tr></thead><tbody>{cells}</tbody></table>'
+    )
+
+
+def render_reviewers_html(
+    report: AgreementReport, frame: Frame | pd.DataFrame, title: str, record_href: RecordHref | None = None
+) -> str:
+    """The reviewers page: each person against the gold with the judge beside them, people with each other
+    pair by pair (the ceiling's matrix), their confusions, and examples of their disagreements linked to the
+    records' pages (``record_href``). One self-contained HTML page; ``report`` must carry a gold."""
+    rev = report.reviewers
+    if rev is None:
+        raise ValueError("the reviewers page needs an agreement report computed with a gold")
+    parts = [f"<h1>{html.escape(title)}</h1>", _reviewers_html(rev), _disagreements_html(rev, frame, record_href)]
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{CSS}</style></head><body>{''.join(parts)}<script>{SORT_JS}</script></body></html>"
+    )
+
+
 def _slice_rows(
     report: AgreementReport, sub: dict[str, AgreementReport], d: int = 3
 ) -> tuple[list[str], list[list[str]]]:
@@ -714,13 +775,19 @@ def render_html(
     title: str = "Judge–human agreement",
     extra: Sequence[str] = ("reason", "comment"),
     cell_href: CellHref | None = None,
+    reviewers_href: str | None = None,
 ) -> str:
     """One self-contained HTML page: headline, confusion heatmap, charts, classification report, slices,
     ceiling, gallery; ordered labels best first. ``cell_href``: where each confusion count's records are (a
-    store report's pages link them to its record explorer)."""
+    store report's pages link them to its record explorer); ``reviewers_href``: the reviewers page's address."""
     report = best_first(report)
     c = report.counts
     parts = [f"<h1>{html.escape(title)}</h1>"]
+    if reviewers_href is not None:
+        parts.append(
+            f'<p><a href="{html.escape(reviewers_href)}">Reviewers</a>: each person against the gold, people '
+            "with each other pair by pair, and their disagreements.</p>"
+        )
     parts.append(
         f"<p>{c.items_compared} items compared of {c.items} ({c.rows} rows; "
         f"{c.items_missing_human} without human, "

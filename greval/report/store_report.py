@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from greval.agreement.agreement import compute_agreement
 from greval.agreement.bootstrap import Resampling
-from greval.agreement.models import AgreementOptions
-from greval.errors import Remedy, UserError
+from greval.agreement.models import AgreementOptions, AgreementScale, GoldChoice
+from greval.errors import DataError, Remedy, UserError
 from greval.paths import write_private
 from greval.report import agreement as agreement_pages
 from greval.report.explorer.links import href
@@ -58,6 +58,8 @@ from greval.store.results import MetricFigures, figures_from_rows, item_rows, re
 from greval.store.store import Store
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from greval.report.agreement import CellHref
 
 #: Record data by record hash: where the system, group and efficiency fields are read from.
@@ -334,6 +336,14 @@ class Pages:
             return None
         return lambda human, judge: href(number, {"human": human, "label": judge})
 
+    def record_href(self, key: tuple[str, str]) -> agreement_pages.RecordHref | None:
+        """Where a record of the row opens: its page in the explorer, by record id (None: not in the explorer)."""
+
+        number = self.numbers.get(key)
+        if number is None:
+            return None
+        return lambda record_id: href(number, {"record": f"id:{record_id}"})
+
 
 def explorer_numbers(figs: Sequence[MetricFigures]) -> dict[tuple[str, str], int]:
     """Each metric row's number in the record explorer (its place in the report: write_explorer keeps it)."""
@@ -384,10 +394,40 @@ def _agreement(
     page, shown = f"{stem}.agreement.html", with_names(rep, pages.names)
     title = f"{spec.name} ({spec.hash}): {sel.judge} vs people"
     links = pages.cell_href((sel.spec_key, sel.judge_key))
-    write_private(pages.out_dir / page, agreement_pages.render_html(shown, frame, title=title, cell_href=links))
+    team = _reviewers_page(frame, scale, resampling, pages, stem, (sel.spec_key, sel.judge_key), title)
+    html_page = agreement_pages.render_html(shown, frame, title=title, cell_href=links, reviewers_href=team)
+    write_private(pages.out_dir / page, html_page)
     write_private(pages.out_dir / f"{stem}.agreement.md", agreement_pages.render_markdown(shown))
     write_private(pages.out_dir / f"{stem}.agreement.json", rep.model_dump_json(indent=2))
     return head, page
+
+
+def _reviewers_page(
+    frame: pd.DataFrame,
+    scale: AgreementScale,
+    resampling: Resampling,
+    pages: Pages,
+    stem: str,
+    key: tuple[str, str],
+    title: str,
+) -> str | None:
+    """``stem``.reviewers.html when two or more people labelled some item: each against people's majority
+    (``greval agreement --gold majority``, the same computation), pair by pair, and their disagreements linked
+    to the records' explorer pages; None (no page) otherwise, or when the answers cannot be read as labels."""
+    shared = frame.dropna(subset=["human"]).groupby("item")["annotator"].nunique()
+    if not (shared >= 2).any():
+        return None
+    options = AgreementOptions(**resampling.model_dump())
+    try:
+        rep = compute_agreement(frame, scale, options, gold=GoldChoice(method="majority"))
+    except DataError:  # e.g. a value scale with more distinct values than a label model reads as categories
+        return None
+    name = f"{stem}.reviewers.html"
+    html_page = agreement_pages.render_reviewers_html(
+        with_names(rep, pages.names), frame, f"{title}: reviewers", pages.record_href(key)
+    )
+    write_private(pages.out_dir / name, html_page)
+    return name
 
 
 def label_sources(st: Store, spec_name: str) -> list[LabelSource]:

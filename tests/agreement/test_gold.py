@@ -5,6 +5,7 @@ never broken, and the ceiling is the agreement stage's."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -354,6 +355,49 @@ def test_summeval_reviewer_figures_equal_an_independent_computation(method: str)
     assert [(p.a, p.b, p.estimate.value) for p in report.reviewers.pairs] == [
         (p.a, p.b, p.value) for p in report.ceiling.human_pairs
     ]
+
+
+@pytest.mark.skipif(not SUMMEVAL.exists(), reason=f"SummEval data not found at {DATA} (needs ../shared/data)")
+def test_summeval_dawid_skene_gold_and_confusions_equal_crowd_kit_called_directly() -> None:
+    """The same SummEval reading as above (the three rounded expert-mean dimensions as three "reviewers", see
+    its docstring for why), on a slice: the first 120 summaries, 360 labels. Here the independent computation
+    is crowd-kit's DawidSkene called directly on the file's own (summary, dimension, rating) rows — names and
+    ratings as they are, not greval's numbering — with the settings docs/agreement.md states (100 iterations,
+    tol 1e-5): each summary's gold is its argmax with that posterior, each reviewer's model confusion is its
+    error matrix, and each reviewer's κ against the gold is scikit-learn's against crowd-kit's gold."""
+    from crowdkit.aggregation import DawidSkene
+
+    frame = _summeval()
+    frame = frame[frame["item"].isin(list(dict.fromkeys(frame["item"]))[:120])].reset_index(drop=True)
+    assert len(frame) == 360
+    labels = ["1", "2", "3", "4", "5"]
+    scale = AgreementScale(labels=labels, ordered=True)
+    report = compute_agreement(frame, scale, AgreementOptions(bootstrap=0), gold=GoldChoice(method="dawid-skene"))
+    assert report.reviewers is not None
+
+    ds = DawidSkene(n_iter=100, tol=1e-5)
+    with warnings.catch_warnings():  # crowd-kit's pandas calls warn of pandas' future
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        probas = ds.fit_predict_proba(frame.rename(columns={"item": "task", "annotator": "worker", "human": "label"}))
+    direct = {str(task): (str(row.idxmax()), float(row.max())) for task, row in probas.iterrows()}
+    gold = {g.item: g for g in report.reviewers.gold_labels}
+    assert set(gold) == set(direct)
+    for item, (label, posterior) in direct.items():
+        assert gold[item].label == label and abs((gold[item].posterior or 0.0) - posterior) <= 1e-9, item
+    errors = ds.errors_
+    for row in report.reviewers.rows[:-1]:
+        est = np.asarray(row.model_confusion)
+        want = np.zeros((5, 5))
+        for (worker, observed), probs in errors.iterrows():
+            if worker == row.name:
+                for true, p in probs.items():
+                    want[labels.index(str(true)), labels.index(str(observed))] = p
+        assert np.allclose(est, want, atol=1e-9), row.name
+        mine = frame[frame["annotator"] == row.name]
+        g = [direct[i][0] for i in mine["item"]]
+        kappa = cohen_kappa_score(g, list(mine["human"]), labels=labels)
+        assert row.n == 120 and abs(row.figures["cohen_kappa"].value - kappa) <= TOL  # type: ignore[operator]
 
 
 def test_reviewers_json_round_trips(tmp_path: Path) -> None:

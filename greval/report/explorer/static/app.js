@@ -482,7 +482,9 @@
   }
   async function showRecord(st) {
     const rows = await metricRows(st.m);
-    const key = parseInt(st.record, 10);
+    // "id:ID": the record whose id is ID (how the report's reviewers page links a record); else its number
+    const named = String(st.record).startsWith("id:") ? rows.find((r) => String(cell(r, "id")) === st.record.slice(3)) : undefined;
+    const key = named ? cell(named, "rec") : parseInt(st.record, 10);
     const row = rows.find((r) => cell(r, "rec") === key);
     await recordChunk(key);
     const rec = S.records[key];
