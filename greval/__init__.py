@@ -7,7 +7,6 @@ The data's path through the package: spec (``greval.spec``) -> judge (``greval.j
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from greval._lazy import attach
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     from greval.judge.judge import Judge
     from greval.llm.config import JudgeConfig, make_chat_model
     from greval.runner.options import RunOptions, RunSummary
-    from greval.spec import BaseSpec, Spec, load_spec_file, parse_spec, resolve_specs
+    from greval.spec import BaseSpec, Spec, load_spec, load_spec_file, parse_spec, resolve_specs
     from greval.store.export import export_results
     from greval.store.results import load_results
     from greval.store.store import Store
@@ -55,25 +54,12 @@ _WHERE = {
     "run": "greval.flows.run",
     "BaseSpec": "greval.spec",
     "Spec": "greval.spec",
+    "load_spec": "greval.spec",
     "load_spec_file": "greval.spec",
     "parse_spec": "greval.spec",
     "resolve_specs": "greval.spec",
     "Store": "greval.store.store",
 }
-
-
-def load_spec(path: str | Path) -> BaseSpec:
-    """The one spec a YAML file declares (:func:`load_spec_file` returns every spec of a file as a list).
-
-    Raises :class:`greval.errors.SpecError` when the file holds several specs, naming them."""
-    from greval.errors import SpecError
-    from greval.spec import load_spec_file
-
-    specs = load_spec_file(path)
-    if len(specs) != 1:
-        names = ", ".join(s.name for s in specs)
-        raise SpecError(str(path), "", f"holds {len(specs)} specs ({names}); load_spec_file() returns them all")
-    return specs[0]
 
 
 __all__ = [

@@ -16,6 +16,7 @@ the fixture.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -59,8 +60,6 @@ class GrevalCheck:
 
     def store(self) -> str | None:
         """--greval-store, else $GREVAL_STORE, else a file in pytest's cache directory (None: greval's default)."""
-        import os
-
         given = self.config.getoption("greval_store") or os.environ.get("GREVAL_STORE")
         if given:
             return str(given)

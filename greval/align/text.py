@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from greval.agreement.models import AgreementScale
-from greval.align.generators import human_answer
+from greval.align.consensus import human_answer
 from greval.align.models import Answer, Unit
 from greval.judge.prompt import render_inputs
 from greval.spec import Spec

@@ -26,6 +26,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if sys.platform != "win32":  # file locks; Windows has no fcntl, and there they are no-ops
+    import fcntl
+
 from greval.errors import GrevalError, Remedy, option
 from greval.paths import argilla_server_dir, data_dir
 
@@ -234,9 +237,7 @@ def ensure_venv(on_line: Callable[[str], None] | None = None, *, force: bool = F
 @contextlib.contextmanager
 def _venv_lock(venv: Path) -> Iterator[None]:
     """Serialize venv creation between processes; a no-op where fcntl is missing (Windows)."""
-    try:
-        import fcntl
-    except ImportError:
+    if sys.platform == "win32":
         yield
         return
     with open(venv.parent / f"{venv.name}.lock", "w") as fh:
@@ -381,9 +382,7 @@ def _data_lock(d: Path, wait: float | None, on_wait: Callable[[], None] | None =
     never removed: removing it would let two processes hold "the" lock on different files. A no-op
     where fcntl is missing (Windows).
     """
-    try:
-        import fcntl
-    except ImportError:
+    if sys.platform == "win32":
         yield True
         return
     try:

@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, TypeGuard, Unpack
 
 from greval.dataset.records import Record
 from greval.judge.logprobs import token_confidences
@@ -59,6 +59,7 @@ from greval.types import RECORD_ITEM, CallLog, ErrorKind, ItemVerdict, JudgeResu
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import Runnable
+    from langchain_openai.chat_models.base import BaseChatOpenAI
 
     from greval.llm.openai_chat import ChatModel
 
@@ -431,14 +432,15 @@ class Judge:
 
 def _openai_compatible(model: ChatModel) -> bool:
     """Whether the model speaks OpenAI's chat completions (so takes ``logprobs`` / ``top_logprobs``)."""
-    if isinstance(model, OpenAIChat):
-        return True
-    from langchain_openai.chat_models.base import BaseChatOpenAI
-
-    return isinstance(model, BaseChatOpenAI)
+    return isinstance(model, OpenAIChat) or _langchain_openai(model)
 
 
 def _is_openai(model: BaseChatModel) -> bool:
+    return _langchain_openai(model) and not model.extra_body
+
+
+def _langchain_openai(model: object) -> TypeGuard[BaseChatOpenAI]:
+    """Whether ``model`` is LangChain's OpenAI chat model (langchain-openai imported here, where it is asked)."""
     from langchain_openai.chat_models.base import BaseChatOpenAI
 
-    return isinstance(model, BaseChatOpenAI) and not model.extra_body
+    return isinstance(model, BaseChatOpenAI)

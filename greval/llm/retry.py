@@ -27,6 +27,7 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, Field
@@ -177,8 +178,6 @@ def _retry_after(exc: BaseException) -> float | None:
     try:
         return max(0.0, float(raw))
     except ValueError:
-        from email.utils import parsedate_to_datetime
-
         try:
             when = parsedate_to_datetime(raw)
         except (TypeError, ValueError):

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
 from langchain_core.language_models import BaseChatModel
+from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 from rich.markup import escape
 from rich.table import Table
@@ -297,8 +298,6 @@ async def alogprob_scores(
 def logprob_model(cfg: JudgeConfig, top: int) -> BaseChatModel:
     """The judge's chat model with log-probabilities requested (OpenAI-compatible servers only)."""
     model = make_chat_model(cfg)
-    from langchain_openai import ChatOpenAI
-
     if not isinstance(model, ChatOpenAI):
         raise UserError(f"{option('logprobs')} needs an OpenAI-compatible judge; {cfg.label} is not one")
     return model.model_copy(update={"logprobs": True, "top_logprobs": top})

@@ -17,7 +17,7 @@ from greval.dataset.sample import Sample
 from greval.judge.logprobs import LogprobRequest
 from greval.judge.options import CallOptions
 from greval.llm.limiter import AdaptiveLimiter
-from greval.llm.prices import Price, RunCost
+from greval.llm.prices import Price, RunCost, load_prices, run_cost
 from greval.llm.retry import RetryPolicy
 from greval.store.results import MetricFigures
 
@@ -205,8 +205,6 @@ class RunSummary(BaseModel):
     def cost(self, table: Mapping[str, Price] | None = None) -> RunCost:
         """What this run's calls cost: each metric's tokens at its judge's prices (``table``: default greval's
         prices with the user's table over them, :func:`greval.llm.prices.load_prices`)."""
-        from greval.llm.prices import load_prices, run_cost
-
         return run_cost((m.model_dump() for m in self.metrics), load_prices() if table is None else table)
 
     @property

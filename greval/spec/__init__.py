@@ -9,7 +9,7 @@ Every error names the file, the field path and the problem.
 from __future__ import annotations
 
 from greval.spec.kinds import BUILTIN_KINDS, SPEC_KINDS, register_kind
-from greval.spec.load import bundled_specs, load_spec_file, parse_spec, resolve_specs
+from greval.spec.load import bundled_specs, load_spec, load_spec_file, parse_spec, resolve_specs
 from greval.spec.model import (
     IDENT,
     ITEM_FIELDS,
@@ -66,6 +66,7 @@ __all__ = [
     "compact_ranges",
     "dependency_levels",
     "labels_shorthand",
+    "load_spec",
     "load_spec_file",
     "order_specs",
     "parse_spec",

@@ -240,6 +240,17 @@ def load_spec_file(path: str | Path) -> list[BaseSpec]:
     return [s for s, _ in loaded]
 
 
+def load_spec(path: str | Path) -> BaseSpec:
+    """The one spec a YAML file declares (:func:`load_spec_file` returns every spec of a file as a list).
+
+    Raises :class:`greval.errors.SpecError` when the file holds several specs, naming them."""
+    specs = load_spec_file(path)
+    if len(specs) != 1:
+        names = ", ".join(s.name for s in specs)
+        raise SpecError(str(path), "", f"holds {len(specs)} specs ({names}); load_spec_file() returns them all")
+    return specs[0]
+
+
 def _check_dependencies(file: str, loaded: Sequence[tuple[BaseSpec, str]]) -> None:
     local = {s.name: where for s, where in loaded}
     graph: dict[str, list[str]] = {s.name: list(s.depends_on) for s, _ in loaded}

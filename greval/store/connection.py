@@ -15,12 +15,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from greval.errors import Remedy, StoreUnavailable, UserError, first_line
 from greval.paths import private_file
 from greval.store import schema
-from greval.store.backend import DB, RECONNECT_WAIT_S, Dialect, PgConnection, Rows, dialect_of, display, transient
+from greval.store.backend import DB, RECONNECT_WAIT_S, Dialect, Rows, dialect_of, display
+
+if TYPE_CHECKING:
+    from greval.store.postgres import PgConnection
 
 T = TypeVar("T")
 
@@ -35,6 +38,15 @@ SQLITE_BUSY_S = 30.0
 #: SQLite's primary result codes of a file that cannot be used (not of a statement's error, such as a missing
 #: column): BUSY and LOCKED (past the busy timeout), READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB.
 _SQLITE_GONE = frozenset({5, 6, 8, 10, 11, 13, 14, 26})
+
+
+def _connect_pg(url: str, wait_s: float) -> PgConnection:
+    """A PostgreSQL connection; psycopg (an optional extra) loads here, for a ``postgresql://`` store only."""
+    try:
+        from greval.store.postgres import PgConnection
+    except ImportError:
+        raise UserError("a PostgreSQL store needs psycopg: pip install 'greval[postgres]'") from None
+    return PgConnection(url, wait_s)
 
 
 def _file_id(path: Path | None) -> tuple[int, int] | None:
@@ -103,10 +115,12 @@ class StoreFile:
         self._down: StoreUnavailable | None = None
         self._file: tuple[int, int] | None = None  # a SQLite file's identity (_file_id)
         self.db: DB
+        #: The PostgreSQL connection (None: a SQLite store), which waits for a server that went away.
+        self.pg: PgConnection | None = None
         if self.dialect == "postgresql":
             self.path: Path | None = None
-            self.db = pg = PgConnection(str(path), wait_s)
-            pg.gone = self._unavailable
+            self.db = self.pg = _connect_pg(str(path), wait_s)
+            self.pg.gone = self._unavailable
             self._open_pg(migrate)
             return
         self.path = Path(path)
@@ -225,7 +239,7 @@ class StoreFile:
                     self._recover(exc, since)
                     continue
                 attempt += 1
-                if attempt == 8 or not transient(exc):
+                if attempt == 8 or self.pg is None or not self.pg.transient(exc):
                     raise
                 time.sleep(random.uniform(0.005, 0.05) * attempt)
 
@@ -235,16 +249,16 @@ class StoreFile:
         read-only or removed file)."""
         if isinstance(exc, StoreUnavailable):
             return False
-        if isinstance(self.db, PgConnection):
-            return self.db.lost(exc)
+        if self.pg is not None:
+            return self.pg.lost(exc)
         code = getattr(exc, "sqlite_errorcode", None)
         return isinstance(exc, sqlite3.DatabaseError) and code is not None and (code & 0xFF) in _SQLITE_GONE
 
     def _recover(self, exc: BaseException, since: float) -> None:
         """Wait for a PostgreSQL server to come back (returns once connected again); else, and at once for
         SQLite, the store is unavailable."""
-        if isinstance(self.db, PgConnection):
-            self.db.recover(exc, since)
+        if self.pg is not None:
+            self.pg.recover(exc, since)
             return
         raise self._unavailable(exc, None) from None
 
@@ -262,7 +276,7 @@ class StoreFile:
         return ""
 
     def _pipelined(self) -> AbstractContextManager[Any]:
-        return self.db.pipeline() if isinstance(self.db, PgConnection) else nullcontext()
+        return self.pg.pipeline() if self.pg is not None else nullcontext()
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -287,8 +301,8 @@ class StoreFile:
         held until the rows are read (or the iterator closed)."""
         with self._lock:
             try:
-                if isinstance(self.db, PgConnection):
-                    yield from self.db.stream(sql, params, size)
+                if self.pg is not None:
+                    yield from self.pg.stream(sql, params, size)
                     return
                 cur = self.db.execute(sql, tuple(params))
                 while rows := cur.fetchmany(size):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from greval.errors import UserError
@@ -81,8 +82,6 @@ def load_webhook(path: Path | None = None) -> Webhook | None:
         if os.environ.get(CONFIG_ENV) and path == config_path():
             raise UserError(f"{path}: no such watch config (${CONFIG_ENV})")
         return None
-    import yaml
-
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
+
 from greval.dataset.limits import ReadLimits
 from greval.dataset.tables import check_file, iter_rows
 from greval.errors import DataError, GrevalError, first_line
@@ -148,8 +150,6 @@ class PhoenixSource(WatchSource):
     writes_back = True
 
     def __init__(self, addr: PhoenixAddress, max_spans: int, settle_s: float = 0.0) -> None:
-        import httpx
-
         self.addr = addr
         self.max_spans = max_spans
         self.settle_s = settle_s
@@ -164,8 +164,6 @@ class PhoenixSource(WatchSource):
         self._http.close()
 
     def _get(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        import httpx
-
         try:
             got = self._http.get(self._url, params={**params, "sort": "id", "order": "asc"})
             got.raise_for_status()

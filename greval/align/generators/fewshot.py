@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from greval.align.consensus import human_answer, is_wrong
 from greval.align.edits import validated
-from greval.align.generators import Instance, TrainContext, human_answer, is_wrong
+from greval.align.generators.base import Instance, TrainContext
 from greval.align.models import AlignOptions, FewShotStep, Recipe, Step, Unit
 from greval.align.ports import ReasonRequest
 from greval.align.text import record_text

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from greval.align.consensus import human_answer, is_wrong
 from greval.align.edits import apply_edits, scale_items
-from greval.align.generators import Instance, TrainContext, human_answer, is_wrong
+from greval.align.generators.base import Instance, TrainContext
 from greval.align.models import AlignOptions, Recipe, RewriteStep, Step, Unit
 from greval.align.ports import Disagreement, RewriteRequest
 from greval.align.text import confusion_text, record_text, spec_yaml

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from greval.align.edits import validated
-from greval.align.generators import Instance, TrainContext
+from greval.align.generators.base import Instance, TrainContext
 from greval.align.models import AlignOptions, LabelOrderStep, Recipe, Step
 from greval.spec import CategoricalScale, Spec
 

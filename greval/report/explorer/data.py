@@ -10,7 +10,6 @@ records' fields: question, answer, chunks …, read when a record page or a text
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,11 +18,13 @@ from typing import Any
 
 from greval.llm.prices import CallsCost, Price, calls_cost, price_for, usd_text
 from greval.paths import output_dir, write_private
+from greval.report.explorer.js import js_call
 from greval.report.models import MetricRow
 from greval.report.stats import score_bins
 from greval.report.tables import agreement_cell, summary_cell
 from greval.spec import BaseSpec, CategoricalScale, Spec
 from greval.store.labels import HumanLabel
+from greval.store.store import spec_keys
 
 ROWS_PER_CHUNK = 2000
 RECORDS_PER_CHUNK = 500
@@ -50,13 +51,6 @@ COLUMNS = (
     "labels",  # the labels the row's verdicts hold (a many-metric: every item's), for the label filter
     "samples",  # the judge's answers when it was asked several times (--samples), else None
 )
-
-
-def js_call(call: str, *args: Any) -> str:
-    """A data file's text: one call with JSON arguments (``</`` escaped, so no string closes a script)."""
-    body = ",".join(json.dumps(a, ensure_ascii=False, separators=(",", ":")) for a in args)
-    safe = body.replace("</", "<\\/")
-    return f"{call}({safe});\n"
 
 
 @dataclass(frozen=True)
@@ -363,16 +357,34 @@ def _write_records(out: Path, numbers: Mapping[tuple[str, str], int], data: Mapp
 
 def prompt_note(m: MetricData) -> str:
     """Why a metric's record pages cannot show the judge's prompt ('' when they can)."""
-    from greval.report.explorer.prompts import unavailable
-
     if m.calls is None:
         return "Prompts are shown in the store's own explorer (greval report), not in a comparison."
     return unavailable(m.spec, m.row.figures.spec_key)
 
 
+def unavailable(spec: BaseSpec, spec_key: str) -> str:
+    """Why a metric version's prompts cannot be shown exactly ('' when they can)."""
+
+    if not isinstance(spec, Spec):
+        if spec.kind == "computed":
+            return "Computed without a judge: no prompt was sent."
+        return f"A {spec.kind} metric: the prompts of its steps are not rebuilt here."
+    if spec.depends_on:
+        deps = ", ".join(sorted(spec.depends_on))
+        return (
+            f"This metric's prompt held the verdicts of {deps} as they were when it was judged: not rebuilt here, "
+            "so as not to show something approximate."
+        )
+    if spec_keys([spec])[spec.name] != spec_key:
+        return "Judged with an earlier prompt layout than this greval's: its prompt is not rebuilt (it would differ)."
+    return ""
+
+
 def _write_prompts(
     out: Path, i: int, m: MetricData, numbers: Mapping[tuple[str, str], int], data: Mapping[str, dict[str, Any]]
 ) -> int:
+    # The judge's prompt code (greval.judge) loads only when prompts are written, not for every reader of this
+    # module (`greval agreement FILE` prints through report.terminal, which imports the comparison's rows).
     from greval.report.explorer.prompts import write_prompts
 
     assert isinstance(m.spec, Spec) and m.calls is not None  # prompt_note said so

@@ -17,32 +17,13 @@ from typing import Any, cast, get_args
 
 from greval.judge.judge import Prompt
 from greval.paths import write_private
-from greval.report.explorer.data import js_call
-from greval.spec import BaseSpec, Spec
-from greval.store.store import spec_keys
+from greval.report.explorer.js import js_call
+from greval.spec import Spec
 from greval.types import Method
 
 #: A judgement's calls as the store lists them: (method, item ids asked about, times sent) per call.
 Calls = Sequence[tuple[str, Sequence[str], int]]
 _METHODS = set(get_args(Method))
-
-
-def unavailable(spec: BaseSpec, spec_key: str) -> str:
-    """Why a metric version's prompts cannot be shown exactly ('' when they can)."""
-
-    if not isinstance(spec, Spec):
-        if spec.kind == "computed":
-            return "Computed without a judge: no prompt was sent."
-        return f"A {spec.kind} metric: the prompts of its steps are not rebuilt here."
-    if spec.depends_on:
-        deps = ", ".join(sorted(spec.depends_on))
-        return (
-            f"This metric's prompt held the verdicts of {deps} as they were when it was judged: not rebuilt here, "
-            "so as not to show something approximate."
-        )
-    if spec_keys([spec])[spec.name] != spec_key:
-        return "Judged with an earlier prompt layout than this greval's: its prompt is not rebuilt (it would differ)."
-    return ""
 
 
 def record_calls(prompt: Any, data: Mapping[str, Any] | None, calls: Calls) -> list[list[Any]] | str:

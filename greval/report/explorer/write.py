@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from greval.errors import UserError
+from greval.llm.prices import load_prices, prices_path
 from greval.paths import write_private
 from greval.report.explorer.data import MetricData, Pricing, Where, write_data
 from greval.report.explorer.links import FOLDER
@@ -29,9 +31,6 @@ def copy_static(folder: Path) -> None:
 def pricing() -> Pricing:
     """The price table `greval results runs` and a run's summary price with (greval's list prices, the user's
     table over them); a table greval cannot read leaves the explorer without costs, saying why."""
-    from greval.errors import UserError
-    from greval.llm.prices import load_prices, prices_path
-
     path = prices_path()
     try:
         table = load_prices()
