@@ -159,8 +159,9 @@ LAZY_EXEMPT = ("cli", "testing")
 #: Ray, Phoenix's client, sentence-transformers, IPython) and greval's own modules that load them at the top (llm.call,
 #: agreement.from_store, store.postgres, report.explorer.prompts) where a command that does not need them would
 #: otherwise load them; the pytest plugin, which loads nothing of greval's until a test asks; runner/driver.py's
-#: judging stack (loaded only when a plan has work).
-MAX_IMPORTS_IN_FUNCTIONS = 89
+#: judging stack (loaded only when a plan has work); the watch's review routing, which loads Argilla's client only
+#: when a window is routed.
+MAX_IMPORTS_IN_FUNCTIONS = 93
 
 
 def module_name(path: Path) -> str:

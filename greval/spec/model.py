@@ -275,7 +275,7 @@ class EachTarget(StrictModel):
         None,
         description=(
             "A record's label from its items' labels by a rule (any / all / share of `labels`): shown in the "
-            "run's summary and compared with people's by `greval agreement --level record`. Not part of the "
+            "run's summary and compared with people's by `greval agreement` at record level. Not part of the "
             "verdicts' identity: declaring it re-judges nothing."
         ),
     )
