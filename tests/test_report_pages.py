@@ -31,6 +31,7 @@ from greval.cli import main
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
+from greval.report.agreement import HUMAN_SHARE, JUDGE_SHARE
 from greval.report.format import best_first
 from greval.runner.driver import run
 from greval.runner.options import RunOptions
@@ -154,7 +155,7 @@ def test_the_corrected_share_is_one_figure_on_both_pages(llm: OpenAIServer, brow
     assert "(rogan-gladen; 20 judged, 6 labelled)" in agreement_text  # the page's share is over every verdict too
     for label, row in prevalence.items():
         # the index's "label: raw → corrected [CI]" is the page's judge share → its corrected cell, to the digit
-        assert f"{label}: {row['judge']} → {row['corrected [CI]']}" in whole["label: raw → corrected [CI]"]
+        assert f"{label}: {row[JUDGE_SHARE]} → {row['corrected [CI]']}" in whole["label: raw → corrected [CI]"]
         assert row["note"] and row["note"] in whole["note"]  # what the reader must know, in the row, both pages
     report = json.loads((out / "report.json").read_text())
     page_json = json.loads((out / f"{METRIC}.agreement.json").read_text())
@@ -167,8 +168,9 @@ def test_the_corrected_share_is_one_figure_on_both_pages(llm: OpenAIServer, brow
     cli_json, printed = _agreement_cli(store, tmp_path / "agreement.json")
     assert cli_json["categorical"]["prevalence"] == page_json["categorical"]["prevalence"]
     assert "(rogan-gladen; 20 judged, 6 labelled)" in printed
+    assert JUDGE_SHARE in printed and HUMAN_SHARE in printed  # the shares named as the page names them
     for label, row in prevalence.items():
-        cells = [row["judge"], row["human"], row["corrected [CI]"].split()[0]]
+        cells = [row[JUDGE_SHARE], row[HUMAN_SHARE], row["corrected [CI]"].split()[0]]
         assert re.search(rf"{label}[\s│]+" + r"[\s│]+".join(map(re.escape, cells)), printed), printed
     # one resample count on each page: the index states the one its notes count in (as the agreement page does)
     for text in (index_text, agreement_text):
