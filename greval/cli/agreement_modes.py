@@ -297,15 +297,11 @@ def report(console: Console, job: Job, outputs: Outputs) -> AgreementReport | Co
         if job.gold is not None:
             raise UserError("--gold compares one judge with people: give one --judge column (or one --spec)")
         result = compare_agreement(job.frames, job.scale, job.options)
+        result.reports = {name: _judged(job, name, rep) for name, rep in result.reports.items()}
         print_comparison(console, with_names(result, FLAGS), outputs.decimals, names=FLAGS)
     else:
         ((name, frame),) = job.frames.items()
-        result = compute_agreement(frame, job.scale, job.options, job.gold)
-        if name in job.judged:
-            from greval.agreement.from_store import judged_prevalence, with_judged_prevalence
-
-            # THE prevalence of a store's metric (what its report pages show)
-            result = with_judged_prevalence(result, judged_prevalence(job.judged[name], job.scale, job.options))
+        result = _judged(job, name, compute_agreement(frame, job.scale, job.options, job.gold))
         shown = with_names(result, FLAGS)  # its notes name flags; the JSON keeps the option fields
         print_report(console, shown, outputs.decimals, name if job.named else "", names=FLAGS)
         if outputs.html_out is not None:
@@ -313,6 +309,16 @@ def report(console: Console, job: Job, outputs: Outputs) -> AgreementReport | Co
         if outputs.md_out is not None:
             _write(console, outputs.md_out, render_markdown(shown, outputs.decimals))
     return result
+
+
+def _judged(job: Job, name: str, rep: AgreementReport) -> AgreementReport:
+    """A store metric's report with THE prevalence of the metric (what its report pages show: the judge's shares
+    over every verdict, greval.agreement.from_store); a file's report as it is."""
+    if name not in job.judged:
+        return rep
+    from greval.agreement.from_store import judged_prevalence, with_judged_prevalence
+
+    return with_judged_prevalence(rep, judged_prevalence(job.judged[name], job.scale, job.options))
 
 
 def _write_json(console: Console, outputs: Outputs, result: Result | AgreementBatch) -> None:
