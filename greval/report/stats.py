@@ -27,9 +27,7 @@ from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 from greval.store.results import MetricFigures, dataset_score
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from greval.agreement.models import AgreementReport, AgreementScale, Prevalence
+    from greval.agreement.models import AgreementReport, Prevalence
     from greval.store.store import Store
 
 #: The percentiles ScoreStats carries (numpy's linear method).
@@ -309,13 +307,9 @@ def prevalence_corrected(
     raw shares are over all the judge's verdicts and the error rates over the labelled ones (per system: the
     system's own labelled items)."""
 
-    from greval.agreement.from_store import judged_prevalence
-
-    found = _all_verdicts_frame(st, spec, fig, items, recs)
-    if found is None:
+    rep = _judged_report(st, spec, fig, items, recs, resampling)
+    if rep is None:
         return Corrected()
-    full, scale = found
-    rep = judged_prevalence(full, scale, AgreementOptions(**resampling.model_dump()))
     scores = (spec.scale.scores() if isinstance(spec.scale, CategoricalScale) else None) or {}
     parts: list[tuple[str, AgreementReport]] = [("all", rep)]
     parts += [(name, sub) for name, sub in rep.slices.get("system", {}).items() if name != MISSING_SLICE]
@@ -327,14 +321,18 @@ def prevalence_corrected(
     return Corrected(rep.categorical.prevalence if rep.categorical is not None else None, out, rep)
 
 
-def _all_verdicts_frame(
-    st: Store, spec: Spec, fig: MetricFigures, items: Sequence[dict[str, Any]], recs: Sequence[dict[str, Any]]
-) -> tuple[pd.DataFrame, AgreementScale] | None:
-    """The agreement frame of the labelled items of ``fig``'s version and judge (the frame its agreement page
-    compares), completed with every other ok verdict of the metric version in ``items`` and each item's system
-    (greval.agreement.from_store.every_verdict_frame), with its scale; None when the store names another
-    version."""
-    from greval.agreement.from_store import every_verdict_frame, store_frame
+def _judged_report(
+    st: Store,
+    spec: Spec,
+    fig: MetricFigures,
+    items: Sequence[dict[str, Any]],
+    recs: Sequence[dict[str, Any]],
+    resampling: Resampling,
+) -> AgreementReport | None:
+    """greval.agreement.from_store's judged report (its prevalence THE prevalence) of the labelled items of
+    ``fig``'s version and judge (the frame its agreement page compares) completed with every other ok verdict of
+    the version in ``items``, each item's system the report's; None when the store names another version."""
+    from greval.agreement.from_store import every_verdict_frame, judged_prevalence, store_frame
 
     frame, scale, sel = store_frame(st, spec.name, fig.judge, version=fig.spec_hash)
     if sel.spec_key != fig.spec_key:
@@ -347,7 +345,8 @@ def _all_verdicts_frame(
         and r["status"] == "ok"
         and (r["item_id"] != "") == (spec.each is not None)
     ]
-    return every_verdict_frame(frame, verdicts, {r["record_id"]: r["system"] for r in recs}), scale
+    full = every_verdict_frame(frame, verdicts, {r["record_id"]: r["system"] for r in recs})
+    return judged_prevalence(full, scale, AgreementOptions(**resampling.model_dump()))
 
 
 def _corrected_system(metric: str, system: str, prev: Prevalence, scores: dict[str, float]) -> CorrectedSystem:
