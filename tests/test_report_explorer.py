@@ -618,7 +618,8 @@ def test_a_record_page_shows_a_trajectory_step_by_step_with_its_verdicts(
 ) -> None:
     """An agent's record (issue 45): its steps numbered, each tool call as code (the tool's name, its arguments as
     indented JSON), each tool result folded until opened, and beside each agent step the judge's per-step verdict,
-    the computed metric's verdict on it and a person's label; markup in a tool's output stays text."""
+    the computed metric's verdict on it and a person's label; markup in a tool's output stays text. The verdict's
+    headline counts the steps' verdicts (it showed the first step's reason as the record's)."""
     from greval.spec import Spec, resolve_specs
     from tests.test_annotation_trajectory import JUDGED, TRIPS, step_verdicts
 
@@ -650,6 +651,13 @@ def test_a_record_page_shows_a_trajectory_step_by_step_with_its_verdicts(
         st.put_human_labels([label])
     out = _report(store, tmp_path / "report")
     metrics = [m["name"] for m in _meta(out)["metrics"]]
+    # the record's headline is its steps' verdicts counted, not its first step's reason ("why s2 is Harmful")
+    col = {c: i for i, c in enumerate(_meta(out)["columns"])}
+    [trip2] = [r for r in _rows(out, metrics.index("step_usefulness")) if r[col["id"]] == "trip-2"]
+    n = len(JUDGED["trip-2"])
+    counted = Counter(JUDGED["trip-2"].values())
+    headline = "; ".join(f"{k} of {n} steps {lab}" for lab, k in counted.items()) + " — each step's reason is under it"
+    assert trip2[col["reason"]] == headline
     page = _page(browser)
     for name in ("step_usefulness", "first_wrong_step"):
         page.goto((out / "explorer" / "index.html").as_uri() + f"#m={metrics.index(name)}&q=Nice")
@@ -672,6 +680,8 @@ def test_a_record_page_shows_a_trajectory_step_by_step_with_its_verdicts(
         side = {s: traj.locator(f"[data-step={s}] .side").inner_text() if traj.locator(f"[data-step={s}] .side").count()
                 else "" for s in ("s1", "s2", "s3", "s4", "s6")}  # fmt: skip
         if name == "step_usefulness":  # each agent step its verdict; the user's step and the results none
+            said = page.locator("section.judge [data-field=reason]").inner_text()
+            assert said == f"the items' verdicts\n{headline}", said
             assert side["s1"] == side["s3"] == ""
             for sid, lab in JUDGED["trip-2"].items():
                 assert side[sid].startswith(f"judge: {lab}\nwhy {sid} is {lab}"), side[sid]

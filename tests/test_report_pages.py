@@ -1,8 +1,9 @@
 """The pages a person reads say one thing once (issue 40, items 3 and 9), checked in real headless Chromium:
 
-- the prevalence-corrected share is one figure on the index and on the agreement page (over every verdict, the
-  error rates from the labelled ones), with what a reader must know of it — a judge no better than chance —
-  in its row; one page states one resample count;
+- the prevalence-corrected share is one figure on the index, on the agreement page and in `greval agreement
+  --store` (the judge's shares over every verdict, people's and the error rates over the labelled ones), with
+  what a reader must know of it — a judge no better than chance — in its row; one page states one resample
+  count;
 - the agreement page's confusion heatmap writes every count readably (WCAG contrast of the rendered colours)
   and each count opens its records in the explorer; the charts' legends cover no bar; a κ where people gave
   one label says so instead of "0.000 [0.000, 0.000]";
@@ -30,6 +31,7 @@ from greval.cli import main
 from greval.dataset.records import Record
 from greval.llm.config import JudgeConfig
 from greval.llm.retry import RetryPolicy
+from greval.report.agreement import HUMAN_SHARE, JUDGE_SHARE
 from greval.report.format import best_first
 from greval.runner.driver import run
 from greval.runner.options import RunOptions
@@ -102,6 +104,15 @@ def _report(store: Path, out: Path, resamples: int = 200) -> Path:
     return out
 
 
+def _agreement_cli(store: Path, out: Path) -> tuple[dict[str, Any], str]:
+    """`greval agreement --store` on the metric: its JSON and what it printed."""
+    args = ["agreement", "--store", str(store), "--spec", METRIC, "--bootstrap", "200", "--json", str(out)]
+    args += ["--decimals", "3"]  # as the pages write them
+    res = CliRunner().invoke(main, args, terminal_width=250)
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text()), res.output
+
+
 def _table(page: Any, heading: str) -> list[dict[str, str]]:
     """The rows (cell texts by column head) of the first table after the heading that starts with ``heading``."""
     head, rows = page.evaluate(
@@ -144,7 +155,7 @@ def test_the_corrected_share_is_one_figure_on_both_pages(llm: OpenAIServer, brow
     assert "(rogan-gladen; 20 judged, 6 labelled)" in agreement_text  # the page's share is over every verdict too
     for label, row in prevalence.items():
         # the index's "label: raw → corrected [CI]" is the page's judge share → its corrected cell, to the digit
-        assert f"{label}: {row['judge']} → {row['corrected [CI]']}" in whole["label: raw → corrected [CI]"]
+        assert f"{label}: {row[JUDGE_SHARE]} → {row['corrected [CI]']}" in whole["label: raw → corrected [CI]"]
         assert row["note"] and row["note"] in whole["note"]  # what the reader must know, in the row, both pages
     report = json.loads((out / "report.json").read_text())
     page_json = json.loads((out / f"{METRIC}.agreement.json").read_text())
@@ -152,6 +163,15 @@ def test_the_corrected_share_is_one_figure_on_both_pages(llm: OpenAIServer, brow
     assert [s["corrected"] for s in every["shares"]] == [
         e["value"] for e in page_json["categorical"]["prevalence"]["corrected"]
     ]
+    # `greval agreement --store` (terminal and JSON) shows that prevalence too, with the same names: the judge's
+    # shares over every judged record, people's over the labelled ones (it took the judge's over the labelled)
+    cli_json, printed = _agreement_cli(store, tmp_path / "agreement.json")
+    assert cli_json["categorical"]["prevalence"] == page_json["categorical"]["prevalence"]
+    assert "(rogan-gladen; 20 judged, 6 labelled)" in printed
+    assert JUDGE_SHARE in printed and HUMAN_SHARE in printed  # the shares named as the page names them
+    for label, row in prevalence.items():
+        cells = [row[JUDGE_SHARE], row[HUMAN_SHARE], row["corrected [CI]"].split()[0]]
+        assert re.search(rf"{label}[\s│]+" + r"[\s│]+".join(map(re.escape, cells)), printed), printed
     # one resample count on each page: the index states the one its notes count in (as the agreement page does)
     for text in (index_text, agreement_text):
         counts = {int(n) for n in re.findall(r"\d+/(\d+) resamples", text)}

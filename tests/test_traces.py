@@ -157,6 +157,27 @@ def test_langfuse_chain_observations_pass_their_documents_on(tmp_path: Path) -> 
     assert any("1 of 2 trace(s) have no retriever span" in n and "lf-trace-1" in n for n in notes), notes
 
 
+def test_a_langfuse_span_holding_an_answer_and_its_documents_is_the_step_that_answered(tmp_path: Path) -> None:
+    """A SPAN whose output is ``{answer, documents}`` (a pipeline traced with ``@observe``, its LLM call not) is
+    the RAG step that answered, not a retrieval: the record's answer is its answer (it read as a retriever's:
+    no answer) and its documents, given as ``{content}``, are the chunks."""
+    docs = [{"content": "Refunds are possible within 30 days.", "metadata": {"id": "kb-3", "score": 0.9}},
+            {"content": "Shipping takes two days.", "metadata": {"id": "kb-8", "score": 0.4}}]  # fmt: skip
+    row = {"id": "obs-1", "traceId": "lf-rag-1", "type": "SPAN", "name": "rag", "parentObservationId": None,
+           "startTime": "2025-05-02T08:00:00.000Z", "endTime": "2025-05-02T08:00:01.000Z",
+           "input": {"question": "What is the refund window?"},
+           "output": {"answer": "Within 30 days.", "documents": docs}, "level": "DEFAULT"}  # fmt: skip
+    path = tmp_path / "observations.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (rec,), notes = records(path)
+    assert (rec.data["question"], rec.data["answer"]) == ("What is the refund window?", "Within 30 days.")
+    assert [(c["id"], c["text"], c["metadata"]["score"]) for c in rec.items("chunks")] == [
+        ("kb-3", docs[0]["content"], 0.9),
+        ("kb-8", docs[1]["content"], 0.4),
+    ]
+    assert not any("no answer" in n for n in notes), notes
+
+
 def test_langsmith_runs_without_trace_ids_join_their_root(tmp_path: Path) -> None:
     """A run whose row has no trace_id is in the trace its dotted_order starts with, else in its topmost
     ancestor's: the same records as with the ids (not one trace per child run)."""

@@ -14,15 +14,22 @@ the user chooses, because counting one person twice would fake a human-vs-human 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel
 
+from greval.agreement.agreement import compute_agreement
 from greval.agreement.design import SELECTION_ATTR
 from greval.agreement.gold.choose import ANSWERED_AT
-from greval.agreement.models import GROUPS_ARE_RECORDS, AgreementScale
+from greval.agreement.models import (
+    GROUPS_ARE_RECORDS,
+    AgreementOptions,
+    AgreementReport,
+    AgreementScale,
+    CategoricalReport,
+)
 from greval.agreement.prepare import CONFIDENCE_COLUMN
 from greval.agreement.scale import agreement_scale
 from greval.errors import UserError, option
@@ -258,3 +265,71 @@ def _record_level(spec: Spec, frame: pd.DataFrame) -> tuple[pd.DataFrame, Agreem
         return out, AgreementScale(kind="categorical", labels=[rule.then, rule.otherwise])
     lo, hi = (0.0, 1.0) if isinstance(spec.scale, CategoricalScale) else (spec.scale.min, spec.scale.max)
     return out, AgreementScale(kind="value", min=lo, max=hi)
+
+
+# --------------------------------------------------------------------------------------------- prevalence
+# THE prevalence of a store's metric, the one definition every surface shows (`greval agreement --store`, the
+# report's index and agreement page, their JSON): the judge's label shares over EVERY judged item (labelled or
+# not: Prevalence.observed, n_judged), people's shares over the labelled items (Prevalence.human, n_labelled),
+# and the correction from the judge's error rates measured on the labelled items.
+
+
+def every_verdict_frame(
+    frame: pd.DataFrame, verdicts: Iterable[tuple[str, str, object]], system_of: Mapping[str, object]
+) -> pd.DataFrame:
+    """The labelled frame (``store_frame``'s) completed with every other ok verdict — ``verdicts``: (record id,
+    item id, label), already those of the frame's version and judge — as rows without a human label (in item
+    order), with each row's system (``system_of``: record id → system)."""
+    frame = frame.drop(columns=[c for c in ("stratum", "probability", "selected") if c in frame.columns])
+    frame.attrs.clear()
+    seen = set(frame["item"])
+    extra = []
+    for record_id, item_id, label in verdicts:
+        item = str(record_id) + (f"/{item_id}" if item_id else "")
+        if item not in seen:
+            seen.add(item)
+            extra.append({"item": item, "judge": label, "human": None, "group": str(record_id)})
+    extra.sort(key=lambda r: str(r["item"]))  # one frame, one bootstrap draw, whoever lists the verdicts
+    full = pd.concat([frame, pd.DataFrame(extra, columns=["item", "judge", "human", "group"])], ignore_index=True)
+    full["record_id"] = full["group"]
+    full["system"] = full["group"].map(system_of).astype("string")
+    return full
+
+
+def judged_prevalence(full: pd.DataFrame, scale: AgreementScale, options: AgreementOptions) -> AgreementReport:
+    """The agreement report of ``every_verdict_frame``'s frame, per system when records name one: only its
+    prevalence (whole and per system) is read — the other figures stay the labelled frame's."""
+    slices = ["system"] if bool(full["system"].notna().any()) else []
+    return compute_agreement(full, scale, options.model_copy(update={"slices": slices, "protocol": "pooled"}))
+
+
+def with_judged_prevalence(rep: AgreementReport, judged: AgreementReport) -> AgreementReport:
+    """``rep`` (the labelled frame's report) showing ``judged``'s prevalence, whole and per system."""
+    if rep.categorical is None or judged.categorical is None:
+        return rep
+    cat = rep.categorical.model_copy(update={"prevalence": judged.categorical.prevalence})
+    slices = dict(rep.slices)
+    if "system" in slices:
+        by = judged.slices.get("system", {})
+        slices["system"] = {
+            name: sub.model_copy(update={"categorical": _prevalence_of(sub.categorical, by.get(name))})
+            for name, sub in slices["system"].items()
+        }
+    return rep.model_copy(update={"categorical": cat, "slices": slices})
+
+
+def _prevalence_of(cat: CategoricalReport | None, judged: AgreementReport | None) -> CategoricalReport | None:
+    if cat is None:
+        return None
+    prev = judged.categorical.prevalence if judged is not None and judged.categorical is not None else None
+    return cat.model_copy(update={"prevalence": prev})
+
+
+def judged_frame(store: Store, frame: pd.DataFrame, sel: StoreSelection) -> pd.DataFrame:
+    """``store_frame``'s frame completed with every other ok verdict of ``sel``'s version and judge in the store
+    (``every_verdict_frame``), each row's system its record's ``system`` field (as ``store_frame`` reads it)."""
+    _, spec = store.reader_spec(f"{sel.spec}@{sel.spec_hash}")
+    rows = [v for v in store.verdicts_by_record_id(sel.spec_key, sel.judge_key) if v["status"] == "ok"]
+    rows = [v for v in rows if (v["item_id"] != "") == (spec.each is not None)]
+    systems = {r.id: r.data.get("system") for r in store.records({v["record_hash"] for v in rows})}
+    return every_verdict_frame(frame, [(v["record_id"], v["item_id"], v["label"]) for v in rows], systems)

@@ -13,10 +13,10 @@ several, and prints it; the caller writes the JSON.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import click
 from rich.console import Console
@@ -61,6 +61,7 @@ class Job:
     named: bool
     several: str
     gold: GoldChoice | None = None
+    judged: Mapping[str, Any] = field(default_factory=dict)  # store mode: name -> from_store.judged_frame
 
 
 Result = AgreementReport | ComparisonReport | ConsistencyReport
@@ -181,13 +182,14 @@ def batch(
 
 def store_job(console: Console, source: Source, columns: Columns, compute: ComputeFlags) -> Job:
     """Store mode: one agreement frame per ``--spec`` (NAME or NAME@HASH), keyed NAME@HASH; one scale."""
-    from greval.agreement.from_store import store_frame
+    from greval.agreement.from_store import judged_frame, store_frame
     from greval.store.store import Store
 
     if not source.spec_refs:
         raise UserError("--store needs --spec NAME (the metric whose verdicts people labelled)")
     assert source.store is not None
     frames: dict[str, Frame] = {}
+    judged: dict[str, Any] = {}  # the frames THE prevalence is computed on: every verdict, not only labelled
     scale: AgreementScale | None = None
     level: Literal["item", "record"] = "record" if source.level == "record" else "item"
     with Store(source.store) as st:
@@ -199,6 +201,8 @@ def store_job(console: Console, source: Source, columns: Columns, compute: Compu
                 raise UserError(f"{ref}: a different scale than {source.spec_refs[0]}; compare versions of one scale")
             scale = sc
             frames[f"{sel.spec}@{sel.spec_hash}"] = Frame.of(frame)
+            if sc.kind == "categorical" and level == "item":
+                judged[f"{sel.spec}@{sel.spec_hash}"] = judged_frame(st, frame, sel)
             which = "production" if sel.production else "not production"
             console.print(
                 f"{escape(sel.spec)}@{sel.spec_hash} ({which}): human labels from dataset(s) "
@@ -209,7 +213,9 @@ def store_job(console: Console, source: Source, columns: Columns, compute: Compu
     auto = [c for c in ("system",) if all(c in f.columns and not all(map(is_null, f[c])) for f in frames.values())]
     options = compute.store_options(list(columns.slices) or auto)
     several = "--html/--markdown work with one --spec"
-    return Job(frames, scale, options, lambda title: f"{title}: judge vs people", True, several, compute.gold_choice())
+    return Job(
+        frames, scale, options, lambda title: f"{title}: judge vs people", True, several, compute.gold_choice(), judged
+    )
 
 
 def pairs(
@@ -291,10 +297,11 @@ def report(console: Console, job: Job, outputs: Outputs) -> AgreementReport | Co
         if job.gold is not None:
             raise UserError("--gold compares one judge with people: give one --judge column (or one --spec)")
         result = compare_agreement(job.frames, job.scale, job.options)
+        result.reports = {name: _judged(job, name, rep) for name, rep in result.reports.items()}
         print_comparison(console, with_names(result, FLAGS), outputs.decimals, names=FLAGS)
     else:
         ((name, frame),) = job.frames.items()
-        result = compute_agreement(frame, job.scale, job.options, job.gold)
+        result = _judged(job, name, compute_agreement(frame, job.scale, job.options, job.gold))
         shown = with_names(result, FLAGS)  # its notes name flags; the JSON keeps the option fields
         print_report(console, shown, outputs.decimals, name if job.named else "", names=FLAGS)
         if outputs.html_out is not None:
@@ -302,6 +309,16 @@ def report(console: Console, job: Job, outputs: Outputs) -> AgreementReport | Co
         if outputs.md_out is not None:
             _write(console, outputs.md_out, render_markdown(shown, outputs.decimals))
     return result
+
+
+def _judged(job: Job, name: str, rep: AgreementReport) -> AgreementReport:
+    """A store metric's report with THE prevalence of the metric (what its report pages show: the judge's shares
+    over every verdict, greval.agreement.from_store); a file's report as it is."""
+    if name not in job.judged:
+        return rep
+    from greval.agreement.from_store import judged_prevalence, with_judged_prevalence
+
+    return with_judged_prevalence(rep, judged_prevalence(job.judged[name], job.scale, job.options))
 
 
 def _write_json(console: Console, outputs: Outputs, result: Result | AgreementBatch) -> None:

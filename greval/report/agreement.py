@@ -317,8 +317,10 @@ def _prevalence_title(p: Prevalence) -> str:
     return f"Prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)"
 
 
+#: The two shares beside the corrected one, named with what each is over (the terminal's table says the same).
+JUDGE_SHARE, HUMAN_SHARE = "judge (all judged)", "human (labelled)"
 #: The prevalence table's columns (the agreement page; a store report's index writes the same corrected cells).
-PREVALENCE_HEAD = ["label", "judge", "human", "corrected [CI]", "note"]
+PREVALENCE_HEAD = ["label", JUDGE_SHARE, HUMAN_SHARE, "corrected [CI]", "note"]
 
 
 def prevalence_rows(p: Prevalence, d: int = 3) -> list[list[str]]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from greval.agreement import bootstrap
-from greval.agreement.agreement import MISSING_SLICE, compute_agreement
+from greval.agreement.agreement import MISSING_SLICE
 from greval.agreement.bootstrap import Resampling
 from greval.agreement.models import AgreementOptions
 from greval.report.agreement import prevalence_notes
@@ -27,9 +27,7 @@ from greval.spec import BaseSpec, CategoricalScale, Spec, ValueScale
 from greval.store.results import MetricFigures, dataset_score
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from greval.agreement.models import AgreementReport, AgreementScale, Prevalence
+    from greval.agreement.models import AgreementReport, Prevalence
     from greval.store.store import Store
 
 #: The percentiles ScoreStats carries (numpy's linear method).
@@ -291,6 +289,7 @@ class Corrected:
 
     whole: Prevalence | None = None
     systems: list[CorrectedSystem] = field(default_factory=list)
+    judged: AgreementReport | None = None  # the report they come from (from_store.with_judged_prevalence)
 
 
 def prevalence_corrected(
@@ -308,13 +307,9 @@ def prevalence_corrected(
     raw shares are over all the judge's verdicts and the error rates over the labelled ones (per system: the
     system's own labelled items)."""
 
-    found = _all_verdicts_frame(st, spec, fig, items, recs)
-    if found is None:
+    rep = _judged_report(st, spec, fig, items, recs, resampling)
+    if rep is None:
         return Corrected()
-    full, scale = found
-    has_systems = bool(full["system"].notna().any())
-    options = AgreementOptions(**resampling.model_dump(), slices=["system"] if has_systems else [])
-    rep = compute_agreement(full, scale, options)
     scores = (spec.scale.scores() if isinstance(spec.scale, CategoricalScale) else None) or {}
     parts: list[tuple[str, AgreementReport]] = [("all", rep)]
     parts += [(name, sub) for name, sub in rep.slices.get("system", {}).items() if name != MISSING_SLICE]
@@ -323,40 +318,35 @@ def prevalence_corrected(
         prev = sub.categorical.prevalence if sub.categorical is not None else None
         if prev is not None:
             out.append(_corrected_system(fig.spec, name, prev, scores))
-    return Corrected(rep.categorical.prevalence if rep.categorical is not None else None, out)
+    return Corrected(rep.categorical.prevalence if rep.categorical is not None else None, out, rep)
 
 
-def _all_verdicts_frame(
-    st: Store, spec: Spec, fig: MetricFigures, items: Sequence[dict[str, Any]], recs: Sequence[dict[str, Any]]
-) -> tuple[pd.DataFrame, AgreementScale] | None:
-    """The agreement frame of the labelled items of ``fig``'s version and judge (the frame its agreement page
-    compares), completed with every other ok verdict of the metric version (human None) and each item's system,
-    with its scale; None when the store names another version."""
-    import pandas as pd
-
-    from greval.agreement.from_store import store_frame
+def _judged_report(
+    st: Store,
+    spec: Spec,
+    fig: MetricFigures,
+    items: Sequence[dict[str, Any]],
+    recs: Sequence[dict[str, Any]],
+    resampling: Resampling,
+) -> AgreementReport | None:
+    """greval.agreement.from_store's judged report (its prevalence THE prevalence) of the labelled items of
+    ``fig``'s version and judge (the frame its agreement page compares) completed with every other ok verdict of
+    the version in ``items``, each item's system the report's; None when the store names another version."""
+    from greval.agreement.from_store import every_verdict_frame, judged_prevalence, store_frame
 
     frame, scale, sel = store_frame(st, spec.name, fig.judge, version=fig.spec_hash)
     if sel.spec_key != fig.spec_key:
         return None
-    frame = frame.drop(columns=[c for c in ("stratum", "probability", "selected") if c in frame.columns])
-    frame.attrs.clear()
-    system_of = {r["record_id"]: r["system"] for r in recs}
-    seen = set(frame["item"])
-    extra = []
-    for r in items:
-        if r["spec_key"] != fig.spec_key or r["judge_key"] != fig.judge_key or r["status"] != "ok":
-            continue
-        if (r["item_id"] != "") != (spec.each is not None):
-            continue
-        item = str(r["record_id"]) + (f"/{r['item_id']}" if r["item_id"] else "")
-        if item not in seen:
-            seen.add(item)
-            extra.append({"item": item, "judge": r["label"], "human": None, "group": str(r["record_id"])})
-    full = pd.concat([frame, pd.DataFrame(extra, columns=["item", "judge", "human", "group"])], ignore_index=True)
-    full["record_id"] = full["group"]
-    full["system"] = full["group"].map(system_of).astype("string")
-    return full, scale
+    verdicts = [
+        (str(r["record_id"]), str(r["item_id"]), r["label"])
+        for r in items
+        if r["spec_key"] == fig.spec_key
+        and r["judge_key"] == fig.judge_key
+        and r["status"] == "ok"
+        and (r["item_id"] != "") == (spec.each is not None)
+    ]
+    full = every_verdict_frame(frame, verdicts, {r["record_id"]: r["system"] for r in recs})
+    return judged_prevalence(full, scale, AgreementOptions(**resampling.model_dump()))
 
 
 def _corrected_system(metric: str, system: str, prev: Prevalence, scores: dict[str, float]) -> CorrectedSystem:

@@ -377,15 +377,15 @@ def _agreement(
     (the HTML, Markdown and JSON of the agreement report, ``stem``.agreement.*) when ``pages`` says where. The
     page's prevalence is the index's (``corrected.whole``: over every verdict of the row, not only the labelled
     ones): one corrected share, shown on both pages."""
-    from greval.agreement.from_store import store_frame
+    from greval.agreement.from_store import store_frame, with_judged_prevalence
 
     if not st.submitted_label_count(spec.name):
         return None, None
     frame, scale, sel = store_frame(st, spec.name, judge, version=spec.hash)
     slices = ["system"] if "system" in frame.columns and frame["system"].notna().any() else []
     rep = compute_agreement(frame, scale, AgreementOptions(**resampling.model_dump(), slices=slices))
-    if rep.categorical is not None and corrected is not None and corrected.whole is not None:
-        rep.categorical = rep.categorical.model_copy(update={"prevalence": corrected.whole})
+    if corrected is not None and corrected.judged is not None:
+        rep = with_judged_prevalence(rep, corrected.judged)
     head = {
         k: {"value": e.value, "ci": [e.ci_low, e.ci_high], "n": e.n, "note": e.note} for k, e in rep.metrics.items()
     }

@@ -34,6 +34,8 @@ from greval.report.agreement import (
     CALIBRATION_HEADER,
     CALIBRATION_TITLE,
     DESIGN_HEADER,
+    HUMAN_SHARE,
+    JUDGE_SHARE,
     calibration_figures,
     calibration_notes,
     calibration_rows,
@@ -184,7 +186,7 @@ def _categorical(console: Console, report: AgreementReport, d: int) -> None:
 
 def _prevalence(console: Console, p: Prevalence, d: int) -> None:
     pt = Table(title=f"prevalence ({p.method}; {p.n_judged} judged, {p.n_labelled} labelled)", title_justify="left")
-    for col in ("label", "judge", "human", "corrected", "CI"):
+    for col in ("label", JUDGE_SHARE, HUMAN_SHARE, "corrected", "CI"):
         pt.add_column(col, justify="left" if col == "label" else "right")
     for i, lab in enumerate(p.labels):
         e = p.corrected[i]

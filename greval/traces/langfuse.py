@@ -3,12 +3,13 @@ traces or a session's ``{"traces": [...]}``) and observation exports (the UI tab
 observations, the blob-storage export's ``observations`` / ``observations_v2``, in camelCase or snake_case).
 
 An observation: ``id``, ``traceId`` / ``trace_id``, ``parentObservationId``, ``type`` (GENERATION → an LLM step;
-RETRIEVER, or a SPAN whose output is a list of documents → a retriever; SPAN / AGENT / CHAIN …), ``name``,
+RETRIEVER, or a SPAN whose output is a list of documents → a retriever, but one whose output holds an answer beside
+its documents — ``{answer, documents}`` — is the RAG step that answered: a chain; SPAN / AGENT / CHAIN …), ``name``,
 ``input`` / ``output`` (JSON or its text), ``startTime`` / ``endTime``, ``usageDetails`` (or the older ``usage``:
 ``input`` / ``output`` / ``total``; or ``promptTokens`` …), ``metadata``, ``level`` / ``statusMessage``. A trace's
-``sessionId`` names the conversation it belongs to. A CHAIN / AGENT observation's output may pass LangChain
-Documents on (``page_content``): a trace's chunks when no retriever returned any. An agent's GENERATIONs carry
-their tool calls in their output message (``tool_calls``), its TOOL observations the arguments (input) and result.
+``sessionId`` names the conversation it belongs to. A CHAIN / AGENT observation's output may pass LangChain Documents
+on (``page_content``): a trace's chunks when no retriever returned any. An agent's GENERATIONs carry their tool calls
+in their output message (``tool_calls``), its TOOL observations the arguments (input) and result.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from greval.errors import DataError
 from greval.traces.spans import (
+    Document,
     Span,
     SpanKind,
     as_int,
@@ -66,12 +68,33 @@ def _usage(r: Mapping[str, Any]) -> tuple[int | None, int | None, int | None]:
     return tuple(as_int(r.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))  # type: ignore[return-value]
 
 
+#: An output's fields that hold the answer a step gave (``output`` is left out: it may hold documents).
+_ANSWERS = ("answer", "result", "response")
+
+
+def _answers(output: Any) -> bool:
+    """Whether an output holds an answer beside its documents (``{answer, documents}``): the RAG step that
+    answered from what it retrieved, not a retrieval."""
+    value = maybe_json(output)
+    return isinstance(value, Mapping) and any(as_text(value.get(k)) for k in _ANSWERS) and looks_like_documents(value)
+
+
 def _kind(r: Mapping[str, Any]) -> SpanKind:
     kind = _KINDS.get(str(r.get("type", "")).upper())
     if kind:
         return kind
+    if _answers(r.get("output")):
+        return "chain"
     named = "retriev" in str(r.get("name") or "").lower()
     return "retriever" if looks_like_documents(r.get("output")) and (named or r.get("type") == "SPAN") else "other"
+
+
+def _documents(kind: SpanKind, output: Any) -> tuple[Document, ...]:
+    """A retriever's documents; a chain step's when it passes Documents on (``page_content``: its other lists
+    are more often chat messages), or any it answered from (``{answer, documents}``)."""
+    if kind not in ("retriever", "chain"):
+        return ()
+    return documents_from(output, strict=kind == "chain" and not _answers(output))
 
 
 def _tool_parts(kind: SpanKind, r: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,7 +137,7 @@ def observation_span(row: Mapping[str, Any], where: str, trace_id: str | None = 
         end=parse_time(r.get("end_time")),
         input=as_text(r.get("input"), last_user=True),
         output=_output(kind, r.get("output")),
-        documents=documents_from(r.get("output"), strict=kind == "chain") if kind in ("retriever", "chain") else (),
+        documents=_documents(kind, r.get("output")),
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=total,

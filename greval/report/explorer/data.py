@@ -11,6 +11,7 @@ records' fields: question, answer, chunks …, read when a record page or a text
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,6 +143,26 @@ def _reason(r: Mapping[str, Any]) -> str:
     return _text(r.get("reason") or r.get("error"))
 
 
+def record_reason(m: MetricData, mine: Sequence[Mapping[str, Any]]) -> str:
+    """What the record's headline says of its verdict: the judge's reason, or on a per-item metric (per chunk,
+    per step …) its items' verdicts counted — "2 of 3 chunks Relevant; …" — never one item's reason as if it were
+    the record's (each item's reason is shown under its item)."""
+    items = [r for r in mine if r["item_id"] != ""]
+    each = m.spec.each if isinstance(m.spec, Spec) else None
+    if each is None or not items:
+        whole = next((r for r in mine if r["item_id"] == ""), mine[0] if mine else {})
+        return _reason(whole)
+    n = len(items)
+    said = [r for r in items if r["status"] == "ok"]
+    parts = [
+        f"{k} of {n} {each} {'scored ' if said[0].get('label') is None else ''}{v}"
+        for v, k in Counter(_verdict(r) for r in said).items()
+    ]
+    errors = Counter(_reason(r) or r["status"] for r in items if r["status"] != "ok")
+    parts += [f"{k} of {n} {each} not scored ({why})" for why, k in errors.items()]
+    return "; ".join(parts) + f" — each {each.removesuffix('s')}'s reason is under it"
+
+
 def record_row(
     m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str, price: Price | None = None
 ) -> list[Any]:
@@ -169,7 +190,7 @@ def record_row(
         tokens,
         None if cost is None else cost.usd,
         cost_cell(cost),
-        _reason(whole),
+        record_reason(m, mine),
         bin_key,
         [[h["item_id"], h["annotator"], _said(h), h["comment"] or ""] for h in humans],
         [

@@ -413,7 +413,8 @@
     box.append(el("p", {}, el("span", { class: "verdict", text: cell(row, "verdict") || "(no verdict)" }),
       cell(row, "score") !== null ? " · score " + fmt(cell(row, "score"), "score") : "",
       " · " + cell(row, "status"), agree ? " " : "", agree ? el("span", { class: "badge " + agree, text: agree + " with people" }) : null));
-    box.append(el("div", { class: "field", "data-field": "reason" }, el("h3", { text: "reason" }), el("div", { text: cell(row, "reason") || "—" })));
+    // a per-item metric's headline is its items' verdicts counted (each item's reason is under the item)
+    box.append(el("div", { class: "field", "data-field": "reason" }, el("h3", { text: m.many ? "the items' verdicts" : "reason" }), el("div", { text: cell(row, "reason") || "—" })));
     const spent = [];
     if (cell(row, "tokens")) spent.push(cell(row, "tokens") + " tokens");
     if (cell(row, "latency_ms")) spent.push(cell(row, "latency_ms") + " ms");
