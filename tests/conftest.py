@@ -34,6 +34,7 @@ SPREAD = {
     "tests/test_pytest_plugin.py",
     "tests/test_quickstart.py",
     "tests/test_run.py",
+    "tests/test_serve.py",
     "tests/test_store.py",
 }
 

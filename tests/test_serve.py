@@ -603,7 +603,7 @@ def slow_builds(quick_builds: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(served, "BUILD_CODE", "import time; time.sleep(3); " + served.BUILD_CODE)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def chromium() -> Iterator[Any]:
     from tests.test_report_explorer import ARGS, CHROMIUM
 
