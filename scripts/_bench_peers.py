@@ -1,11 +1,12 @@
 """The peers' side of ``scripts/bench_tokens.py``: run in the peers' own venv, never greval's.
 
-DeepEval and Ragas pin versions of openai, langchain and pydantic that greval's environment does not have, so
-``bench_tokens.py`` installs them into a separate venv (``--peers-venv``) and runs this file with that venv's
-Python. It imports no greval module. Three commands:
+DeepEval, Ragas and Phoenix's evals pin versions of openai, langchain and pydantic that greval's environment
+does not have, so ``bench_tokens.py`` installs them into a separate venv (``--peers-venv``) and runs this file
+with that venv's Python. It imports no greval module. Its commands:
 
-    python _bench_peers.py deepeval --base-url URL --records FILE   # ContextualRelevancyMetric per record
+    python _bench_peers.py deepeval --base-url URL --records FILE [--metric relevancy|precision]
     python _bench_peers.py ragas --base-url URL --records FILE [--metric precision|relevance]
+    python _bench_peers.py phoenix --base-url URL --records FILE [--metric relevance|retrieval]
     python _bench_peers.py count < bodies.json                      # o200k_base tokens of each request body
 
 ``count`` is the one token counter of the benchmark (every framework's requests go through it): the request
@@ -107,18 +108,26 @@ async def _gather(jobs: list[Any], concurrency: int) -> None:
     await asyncio.gather(*(one(j) for j in jobs))
 
 
-async def run_deepeval(base_url: str, records: list[dict[str, Any]], concurrency: int) -> None:
-    """DeepEval's ContextualRelevancyMetric as its docs show it: one verdict call per retrieved chunk, then one
-    call for the reason (``include_reason`` defaults to True)."""
-    from deepeval.metrics import ContextualRelevancyMetric
+async def run_deepeval(base_url: str, records: list[dict[str, Any]], concurrency: int, metric_name: str) -> None:
+    """DeepEval's metrics as its docs show them, ``include_reason`` left at its default (True: one more call for
+    the reason). ``relevancy``: ContextualRelevancyMetric, one verdict call per retrieved chunk. ``precision``:
+    ContextualPrecisionMetric, one verdict call over all chunks (a verdict each: greval's shape). It needs an
+    ``expected_output``; the workload has none, so the record's answer is given as the expected output."""
+    from deepeval.metrics import ContextualPrecisionMetric, ContextualRelevancyMetric
     from deepeval.models import OpenAIModel
     from deepeval.test_case import LLMTestCase
 
     model = OpenAIModel(model="gpt-4o-mini", base_url=base_url, api_key="sk-bench", temperature=0)
+    kind = ContextualPrecisionMetric if metric_name == "precision" else ContextualRelevancyMetric
 
     async def one(rec: dict[str, Any]) -> None:
-        metric = ContextualRelevancyMetric(model=model, async_mode=True)
-        case = LLMTestCase(input=rec["question"], actual_output=rec["answer"], retrieval_context=rec["chunks"])
+        metric = kind(model=model, async_mode=True)
+        case = LLMTestCase(
+            input=rec["question"],
+            actual_output=rec["answer"],
+            expected_output=rec["answer"],
+            retrieval_context=rec["chunks"],
+        )
         await metric.a_measure(case, _show_indicator=False)
 
     await _gather([one(r) for r in records], concurrency)
@@ -146,12 +155,42 @@ async def run_ragas(base_url: str, records: list[dict[str, Any]], concurrency: i
     await _gather([one(r) for r in records], concurrency)
 
 
+async def run_phoenix(base_url: str, records: list[dict[str, Any]], concurrency: int, metric_name: str) -> None:
+    """arize-phoenix-evals' relevance classifiers through their own ``async_evaluate`` (tool calling, with the
+    explanation it asks for by default), one call per retrieved chunk. ``relevance``: DocumentRelevanceEvaluator,
+    the library's RAG relevancy template (question and one document; "relevant" or "unrelated"). phoenix-evals
+    3.x no longer has ``llm_classify``: this evaluator is that template's call path now (deprecated since 3.7 in
+    favour of ``retrieval``, which is kept as it ships). ``retrieval``: RetrievalRelevanceEvaluator, its
+    successor, given one chunk as its ``context`` (per chunk, as its deprecation note says to keep)."""
+    import warnings
+
+    from phoenix.evals import LLM
+    from phoenix.evals.metrics import DocumentRelevanceEvaluator, RetrievalRelevanceEvaluator
+
+    llm = LLM(provider="openai", model="gpt-4o-mini", base_url=base_url, api_key="sk-bench")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        evaluator = (
+            DocumentRelevanceEvaluator(llm=llm, temperature=0)
+            if metric_name == "relevance"
+            else RetrievalRelevanceEvaluator(llm=llm, temperature=0)
+        )
+    field = "document_text" if metric_name == "relevance" else "context"
+
+    async def one(question: str, chunk: str) -> None:
+        [score] = await evaluator.async_evaluate({"input": question, field: chunk})
+        if score.label is None:
+            raise SystemExit(f"phoenix: no label for a chunk: {score}")
+
+    await _gather([one(r["question"], c) for r in records for c in r["chunks"]], concurrency)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["deepeval", "ragas", "count", "versions"])
+    ap.add_argument("command", choices=["deepeval", "ragas", "phoenix", "count", "versions"])
     ap.add_argument("--base-url")
     ap.add_argument("--records", help="a JSON file: [{id, question, answer, chunks: [text]}]")
-    ap.add_argument("--metric", default="precision", choices=["precision", "relevance"])
+    ap.add_argument("--metric", default="precision", choices=["precision", "relevance", "relevancy", "retrieval"])
     ap.add_argument("--concurrency", type=int, default=8)
     args = ap.parse_args()
     if args.command == "count":
@@ -160,12 +199,15 @@ def main() -> None:
     if args.command == "versions":
         from importlib.metadata import version
 
-        print(json.dumps({p: version(p) for p in ("deepeval", "ragas", "instructor", "openai", "bpe-openai")}))
+        names = ("deepeval", "ragas", "arize-phoenix-evals", "instructor", "openai", "bpe-openai")
+        print(json.dumps({p: version(p) for p in names}))
         return
     with open(args.records, encoding="utf-8") as fh:
         records = json.load(fh)
     if args.command == "deepeval":
-        asyncio.run(run_deepeval(args.base_url, records, args.concurrency))
+        asyncio.run(run_deepeval(args.base_url, records, args.concurrency, args.metric))
+    elif args.command == "phoenix":
+        asyncio.run(run_phoenix(args.base_url, records, args.concurrency, args.metric))
     else:
         asyncio.run(run_ragas(args.base_url, records, args.concurrency, args.metric))
 

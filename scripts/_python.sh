@@ -25,3 +25,9 @@ else
   PY="$PWD/.venv/bin/python"
 fi
 export PY
+# Python keeps what it compiles as .pyc files, so the next process reads them instead of compiling again. Some
+# machines set PYTHONDONTWRITEBYTECODE (this project's CI machine does), and setup.sh's pip installs without
+# compiling (it leaves that to first use): together, every process these scripts start — the quick start's steps,
+# the suite's hundreds of `greval` runs, the Argilla and Phoenix servers — would compile pandas, scikit-learn,
+# langchain and greval from source again. The scripts' own processes keep Python's default instead.
+unset PYTHONDONTWRITEBYTECODE

@@ -1,4 +1,4 @@
-"""Prompt tokens per record on the per-chunk workload: greval against DeepEval, Ragas and a plain SDK loop.
+"""Prompt tokens per record on the per-chunk workload: greval against DeepEval, Ragas, Phoenix and an SDK loop.
 
 Every framework judges the same records (a question, an answer and ``--chunks`` retrieved chunks of ~70 tokens,
 as in ``scripts/bench_run.py``) against the same local OpenAI-compatible test server, which logs each request;
@@ -11,9 +11,15 @@ and framework, on new records:
 * ``greval-old`` — the same, by the code at ``--baseline-ref`` (default: the commit before the prompt layout
   of issue 35), exported with ``git archive`` and run in its own process;
 * ``deepeval`` — DeepEval's ContextualRelevancyMetric (a verdict call per chunk, then a reason call);
+  ``deepeval-precision`` — its ContextualPrecisionMetric (one verdict call over all chunks, a verdict each:
+  greval's shape; then a reason call). It needs an expected output: the record's answer is given as it;
 * ``ragas`` — Ragas' ContextPrecisionWithoutReference (a call per chunk: was it useful for the answer?),
   the closest to a per-chunk judgement; ``ragas-relevance`` — Ragas' ContextRelevance (two judges over all
   chunks joined: not per chunk, shown for completeness);
+* ``phoenix-relevance`` — arize-phoenix-evals' RAG relevancy template (DocumentRelevanceEvaluator: question
+  and one document, "relevant" / "unrelated", with the explanation it asks for by default), one call per
+  chunk through the library's own ``async_evaluate`` (3.x has no ``llm_classify`` any more);
+  ``phoenix-retrieval`` — its successor RetrievalRelevanceEvaluator, given one chunk at a time;
 * ``sdk`` — a hand-written ``openai`` loop, one call per chunk with a one-line question and the three label
   names (no steps, no descriptions: less in front of the judge than the spec gives).
 
@@ -50,8 +56,23 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = Path(__file__).resolve().parent / "_bench_peers.py"
 DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "greval" / "bench-peers-venv"
 # ragas 0.4.3 imports langchain_community.chat_models.vertexai, gone from langchain-community 0.4.
-PEER_PACKAGES = ["ragas==0.4.3", "deepeval==4.3.1", "bpe-openai==0.1.4", "langchain-community<0.4"]
-SYSTEMS = ["greval", "greval-old", "deepeval", "ragas", "ragas-relevance", "sdk"]
+PEER_PACKAGES = [
+    "ragas==0.4.3",
+    "deepeval==4.3.1",
+    "arize-phoenix-evals==3.9.4",
+    "bpe-openai==0.1.4",
+    "langchain-community<0.4",
+]
+#: Each peer system: (the framework, its metric) as ``_bench_peers.py`` names them.
+PEER_METRICS = {
+    "deepeval": ("deepeval", "relevancy"),
+    "deepeval-precision": ("deepeval", "precision"),
+    "ragas": ("ragas", "precision"),
+    "ragas-relevance": ("ragas", "relevance"),
+    "phoenix-relevance": ("phoenix", "relevance"),
+    "phoenix-retrieval": ("phoenix", "retrieval"),
+}
+SYSTEMS = ["greval", "greval-old", *PEER_METRICS, "sdk"]
 LABELS = ["Relevant", "Indirectly relevant", "Irrelevant"]
 # Ragas' prompts carry their schema without a fence (JSON mode): the test server cannot read it, so these answer.
 RAGAS_RULES = [
@@ -130,9 +151,9 @@ def run_system(system: str, srv: Any, path: str, recs: list[dict[str, Any]], ctx
     else:
         if system.startswith("ragas"):
             srv.script(RAGAS_RULES)
-        peer, _, metric = system.partition("-")
+        peer, metric = PEER_METRICS[system]
         cmd = [ctx["peers_python"], str(PEERS), peer, "--base-url", srv.base_url, "--records", path]
-        cmd += ["--metric", metric or "precision"]
+        cmd += ["--metric", metric]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
@@ -237,7 +258,7 @@ def main() -> None:
                 per[system].append(row)
                 took = time.perf_counter() - t0
                 print(
-                    f"  round {rnd + 1} {system:<16} {row['calls']:5.1f} calls  {row['prompt']:8.1f} prompt  "
+                    f"  round {rnd + 1} {system:<18} {row['calls']:5.1f} calls  {row['prompt']:8.1f} prompt  "
                     f"{row['schema']:6.1f} schema  {row['prefix']:7.1f} prefix  {row['openai_cached']:7.1f} "
                     f"openai-cached  ({took:.1f} s, load {load()})",
                     flush=True,
