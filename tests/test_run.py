@@ -239,8 +239,12 @@ def test_ctrl_c_and_sigterm_mark_the_run_interrupted_and_keep_what_was_judged(
     """A real SIGINT (20 times) or SIGTERM to `greval run`: exit 130 / 143 with one line, the run stored as
     'interrupted' with its summary, no crash (the store used to be closed under the loop thread still
     writing the run's last transaction: 'Cannot operate on a closed database', or a segfault)."""
-    data = tmp_path / "data.jsonl"  # long enough (~15 s a run) that every signal lands mid-run
-    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(200)))
+    # Long enough (~60 s a run at 4 in flight) that every signal lands mid-run: the four runs of a batch start
+    # together and are signalled one after the other, each once the one before has ended — at 200 records (~15 s)
+    # the last of them could finish first on a loaded machine, and a signal after the run is not this test's case
+    # (CI, 2026-11-29).
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, **r.data}) + "\n" for r in rag_records(800)))
     llm.configure(latency=0.3)
     tries = 20 if sig == signal.SIGINT else 4
     for batch in range(0, tries, 4):  # four at a time: the same signal, at different moments of a run

@@ -146,6 +146,12 @@ class Judge:
         return self.methods[min(self._method_index, len(self.methods) - 1)]
 
     @property
+    def deterministic(self) -> bool:
+        """Whether the model answers the same request the same way: temperature 0. A model whose temperature is
+        unset samples at its provider's default (OpenAI's is 1), so asking again may get another answer."""
+        return getattr(self.model, "temperature", None) == 0
+
+    @property
     def asks_logprobs(self) -> bool:
         """Whether calls ask for token log-probabilities now (not once the provider refused them)."""
         return self.logprobs is not None and self.logprobs.active
@@ -314,7 +320,9 @@ class Judge:
         """One request, with transport retries, method fallback and re-asking on unparsable answers."""
         last_error = "no answer"
         stopped: str | None = None
-        for _ in range(self.policy.parse_attempts):
+        tries = 0
+        while tries < self.policy.parse_attempts:
+            tries += 1
             msg, entry, method, asked_logprobs = await self._send(data, deps, item_ids, log)
             stopped = finish_reason(msg)
             if stopped == "content_filter":  # withheld, not garbled: asking again gets the same refusal
@@ -329,17 +337,19 @@ class Judge:
                 entry.error = describe_error(exc)
                 if not entry.raw:
                     entry.raw = str(msg.content)[:2000] if msg.content else json.dumps(msg.tool_calls)[:2000]
+                if stopped == "length" and self.deterministic:
+                    break  # the same request at temperature 0 is cut off at the same place: asking again only pays
                 continue
             if self.logprobs is not None and asked_logprobs:
                 self.add_token_confidence(msg, method, answer, item_ids)
             return answer
-        tries = self.policy.parse_attempts
         if stopped == "length":  # say why: the answer did not fit max_tokens, it was not garbled
             raise CutOff(
-                f"the answer was cut off at the token limit in {tries} tries (finish_reason=length); "
+                f"the answer was cut off at the token limit in {tries} {'try' if tries == 1 else 'tries'} "
+                "(finish_reason=length); "
                 f"{CUT_OFF_HINT}. Last: {last_error}"
             )
-        raise ParseError(f"unusable answer after {tries} tries: {last_error}")
+        raise ParseError(f"unusable answer after {tries} {'try' if tries == 1 else 'tries'}: {last_error}")
 
     def add_token_confidence(
         self, msg: ChatReply, method: Method, answer: Answer, item_ids: Sequence[str] | None
