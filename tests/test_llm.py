@@ -338,21 +338,15 @@ def test_an_answer_cut_off_or_filtered_is_named_so(llm: OpenAIServer, direct: bo
     assert error_kind(filtered.verdicts[0].error) == ErrorKind.CONTENT_FILTER
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
-def test_a_cut_off_answer_is_asked_again_only_when_the_judge_samples(llm: OpenAIServer, temperature: float) -> None:
-    """At temperature 0 the same request is cut off at the same place (the test server, like a local model, answers
-    it the same way): one call, and the error says so; a sampling judge may answer shorter, so it is asked again —
-    and when the second answer fits, that is the verdict."""
+def test_a_cut_off_answer_is_asked_again_at_temperature_0_and_a_complete_one_is_kept(llm: OpenAIServer) -> None:
+    """A re-ask at temperature 0 can come back complete (the embedded model's batched slots are not bit-exact: 7 of
+    the quick start's 30 answers stayed cut off when asked once, 2 when asked three times), so a cut-off answer is
+    asked again like any unusable one, and the complete second answer is the verdict."""
     llm.script([{"match": "Question 0?", "times": 1, "action": {"type": "length"}}])
-    j = Judge(SPEC, model(llm, temperature=temperature), direct=True)
+    j = Judge(SPEC, model(llm, temperature=0.0), direct=True)
     out = run_sync(j.ajudge(records(1)[0]))
-    if temperature == 0:
-        assert len(out.calls) == 1
-        error = out.verdicts[0].error or ""
-        assert error.startswith("truncated: the answer was cut off at the token limit in 1 try ")
-    else:
-        assert len(out.calls) == 2
-        assert out.verdicts[0].status == "ok" and out.verdicts[0].error is None
+    assert len(out.calls) == 2
+    assert out.verdicts[0].status == "ok" and out.verdicts[0].error is None
 
 
 def test_the_sdk_s_finish_reason_errors_are_classified() -> None:

@@ -189,8 +189,9 @@ def make_chat_model(cfg: JudgeConfig, api_key: str | None = None) -> BaseChatMod
 # ------------------------------------------------------------------ which judge (from the command line)
 #: The local judge's answer cap unless ``max_tokens`` says otherwise. The bundled SmolLM2's complete answers were
 #: at most 94 tokens over ~100 quick-start judgements (4 stores, 2026-11-26), while 4-7 of each 30 loop inside
-#: their reason until the cap (asked three times until 2026-11-29; now once, as the judge's temperature is 0): at
-#: 200 every complete answer still fits twice over and a looping one costs half. A larger model of one's own
+#: their reason until the cap and are asked three times (a re-ask at temperature 0 often comes back complete: 7 of
+#: 30 stayed cut off in a quick start that asked once, 2 in those that asked three times; 2026-11-29): at 200
+#: every complete answer still fits twice over and a looping one costs half. A larger model of one's own
 #: (``gguf:``) may need ``--max-tokens`` raised; a cut-off is stored as ``truncated`` with that advice.
 LOCAL_MAX_TOKENS = 200
 
