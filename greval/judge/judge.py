@@ -337,13 +337,13 @@ class Judge:
             if self.logprobs is not None and asked_logprobs:
                 self.add_token_confidence(msg, method, answer, item_ids)
             return answer
+        said = f"{tries} try" if tries == 1 else f"{tries} tries"
         if stopped == "length":  # say why: the answer did not fit max_tokens, it was not garbled
             raise CutOff(
-                f"the answer was cut off at the token limit in {tries} {'try' if tries == 1 else 'tries'} "
-                "(finish_reason=length); "
+                f"the answer was cut off at the token limit in {said} (finish_reason=length); "
                 f"{CUT_OFF_HINT}. Last: {last_error}"
             )
-        raise ParseError(f"unusable answer after {tries} {'try' if tries == 1 else 'tries'}: {last_error}")
+        raise ParseError(f"unusable answer after {said}: {last_error}")
 
     def add_token_confidence(
         self, msg: ChatReply, method: Method, answer: Answer, item_ids: Sequence[str] | None
