@@ -563,8 +563,10 @@ def build_processes() -> list[int]:
     return found
 
 
-def ui_get(http: httpx.Client, path: str, within: float = 2.0) -> httpx.Response:
-    """GET ``path``: a /ui request is answered from the last build, never after one (``within`` seconds)."""
+def ui_get(http: httpx.Client, path: str, within: float = 10.0) -> httpx.Response:
+    """GET ``path`` with a sanity bound on its time. That a /ui request never waits for a build is shown by
+    content, not by a clock: the pages saying a build is under way are answered while it runs (a 2 s bound here
+    failed once in CI at 3.8 s on the loaded 2-core machine, with no build in the way)."""
     t0 = time.monotonic()
     r = http.get(path)
     assert time.monotonic() - t0 < within, (path, time.monotonic() - t0)
@@ -596,11 +598,11 @@ def quick_builds(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture()
 def slow_builds(quick_builds: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``quick_builds``, each build 3 s slower than it is (a sleep in the build process before the real build),
+    """``quick_builds``, each build 6 s slower than it is (a sleep in the build process before the real build),
     so that requests meet a build under way."""
     from greval.report.explorer import served
 
-    monkeypatch.setattr(served, "BUILD_CODE", "import time; time.sleep(3); " + served.BUILD_CODE)
+    monkeypatch.setattr(served, "BUILD_CODE", "import time; time.sleep(6); " + served.BUILD_CODE)
 
 
 @pytest.fixture()
@@ -647,9 +649,10 @@ def test_ui_answers_at_once_from_the_last_build_while_the_next_is_built_in_the_b
         assert http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2, 3)}).status_code == 200
         ui_until(http, "/ui/", "A newer one is being built")
         assert '"records":3' in ui_get(http, "/ui/explorer/data/meta.js").text
-        t0 = time.monotonic()  # judging meanwhile does not wait for the build
+        building = build_processes()  # judging meanwhile does not wait for the build: it is still running after
+        assert building, "the page said a build was under way"
         r = http.post("/v1/judge", json={"spec": ["answer_alignment"], "records": rows(2, 5)})
-        assert r.status_code == 200 and time.monotonic() - t0 < 2.0
+        assert r.status_code == 200 and set(building) <= set(build_processes())
         ui_until(http, "/ui/explorer/data/meta.js", '"records":7')
         browser = chromium.new_page()
         errors: list[str] = []

@@ -93,15 +93,10 @@ def test_depends_on_feeds_verdicts_and_suite_runs_independent_metrics_concurrent
             "triples": [["insulin", "treats", "diabetes"]],
         }
     )
-    import time
-
-    t0 = time.perf_counter()
     results = run_sync(suite.ainvoke(rec))
-    elapsed = time.perf_counter() - t0
     assert set(results) == {"chunk_evaluation", "triple_evaluation", "answer_completeness"}
     assert all(r.ok for r in results.values())
-    assert elapsed < 3 * 0.4 - 0.05  # two levels, not three sequential calls
-    assert llm.stats()["max_in_flight"] >= 2
+    assert llm.stats()["max_in_flight"] >= 2  # the two per-item metrics at once: two levels, not three in a row
     completeness = [b for b in llm.requests() if "Metric: answer_completeness" in b["messages"][0]["content"]][-1]
     human = completeness["messages"][-1]["content"]
     assert "## Verdicts of the metric 'chunk_evaluation'" in human
