@@ -65,6 +65,7 @@ def test_quickstart_twice(tmp_path: Path, clean_env: dict[str, str]) -> None:
         assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
         both = first.stdout + first.stderr
         assert "no judge configured" in both and "NOT a judge to trust" in both
+        assert "Warning:" not in both  # numpy's "Mean of empty slice" was printed here twice (CI, 2026-11-29)
         assert "30 judgement(s) to make" in both
         assert "starting the embedded local judge" in both
         assert "(created)" in both
@@ -241,7 +242,7 @@ def test_quickstart_leaves_records_to_label_and_every_printed_command_works(
         first = _greval(cmd, here, env, timeout=900)
         both = first.stdout + first.stderr
         assert first.returncode == 0, both[-4000:]
-        assert "Traceback" not in both
+        assert "Traceback" not in both and "Warning:" not in both  # numpy's warnings reached it once
         assert "(created)" in both
         db = sqlite3.connect(store)
         assert db.execute("SELECT COUNT(*) FROM verdicts WHERE status='ok'").fetchone()[0] == 29

@@ -90,7 +90,10 @@ def _figures(cm: FloatArray, k: int, labels: Sequence[str]) -> dict[str, FloatAr
         recall = tp / support
         f1 = 2 * tp / (support + predicted)
         used = (support + predicted) > 0
-        out["balanced_accuracy"] = np.nanmean(np.where(support > 0, recall, np.nan), axis=1)
+        # the mean over the labels people used; NaN for a resample with none (np.nanmean would warn there, and
+        # the warning reached the quick start's output)
+        seen = support > 0
+        out["balanced_accuracy"] = np.where(seen, recall, 0.0).sum(axis=1) / seen.sum(axis=1)
         out["macro_f1"] = np.where(used, np.nan_to_num(f1), 0.0).sum(axis=1) / used.sum(axis=1)
         for i, label in enumerate(labels):
             out[f"prevalence[{label}]"] = support[:, i] / total

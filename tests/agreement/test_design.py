@@ -316,3 +316,19 @@ def test_a_slice_with_few_sampled_items_still_gets_an_interval() -> None:
     acc = next(e for e in part.design.estimates if e.name == "accuracy")
     assert acc.ci_low is not None and acc.ci_high is not None and acc.ci_high - acc.ci_low > 0.05
     assert acc.weighted == pytest.approx((2 + 2 / 0.1) / (3 + 2 / 0.1))
+
+
+def test_a_resample_with_no_human_label_gives_nan_balanced_accuracy_without_a_warning() -> None:
+    """A resample that drew no labelled item has no balanced accuracy (NaN) and says nothing on stderr (numpy's
+    "Mean of empty slice" warning was printed twice in the quick start's output)."""
+    import warnings
+
+    from greval.agreement.design import _figures
+
+    cm = np.zeros((2, 3, 3))
+    cm[0] = [[3, 1, 0], [0, 2, 0], [0, 0, 0]]  # the third code: no label
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _figures(cm, 2, ["a", "b"])
+    assert out["balanced_accuracy"][0] == pytest.approx((3 / 4 + 2 / 2) / 2)
+    assert math.isnan(out["balanced_accuracy"][1])
