@@ -1061,6 +1061,41 @@ def _openai_client(judge: LocalJudgeServer) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.llama
+def test_the_engine_closes_a_reason_at_its_max_length_and_the_answer_completes(judge: LocalJudgeServer) -> None:
+    """What the embedded judge's reason cap (greval.llm.config.LOCAL_REASON_CHARS) relies on: the engine turns a
+    string's maxLength into its grammar. The model writes a reason past 12 characters without the cap, and with
+    it stops at 12 and finishes the JSON within the token budget."""
+    client = _openai_client(judge)
+
+    long_reason = PROMPT[1][1] + " Explain your reasoning at length, in at least five sentences, before the label."
+    messages = [{"role": "system", "content": PROMPT[0][1]}, {"role": "user", "content": long_reason}]
+
+    def ask(reason: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+        schema = {
+            "type": "object",
+            "properties": {"reason": reason, "label": {"enum": ["supported", "unsupported"]}},
+            "required": ["reason", "label"],
+            "additionalProperties": False,
+        }
+        response = client.chat.completions.create(
+            model=judge.model,
+            messages=messages,
+            response_format={"type": "json_schema", "json_schema": {"name": "v", "schema": schema, "strict": True}},
+            max_completion_tokens=200,
+            temperature=0,
+        )
+        choice = response.choices[0]
+        complete = choice.finish_reason == "stop"
+        return choice.finish_reason, json.loads(choice.message.content or "{}") if complete else {}
+
+    finish, free = ask({"type": "string"})
+    assert finish == "length" or len(free["reason"]) > 12, free
+    finish, capped = ask({"type": "string", "maxLength": 12})
+    assert finish == "stop" and 0 < len(capped["reason"]) <= 12 and capped["label"] in ("supported", "unsupported")
+
+
+@pytest.mark.slow
+@pytest.mark.llama
 def test_two_parallel_slots_serve_concurrently(judge: LocalJudgeServer) -> None:
     """Two concurrent requests both get answers, and /slots shows both slots busy at once."""
     import urllib.request
@@ -1225,11 +1260,12 @@ def test_judge_names_mean_the_same_judge_in_python_as_on_the_command_line(tmp_pa
     """Issue 29, item 12: ``JudgeConfig.parse`` of a local judge name is the judge ``--judge`` names (identified by
     the model's content, answers capped), so Python and the command line share verdicts; a chat model for a local
     judge nobody serves is one clear error, not "no API key"."""
-    from greval.llm.config import LOCAL_MAX_TOKENS, JudgeConfig, make_chat_model, resolve_judge
+    from greval.llm.config import LOCAL_MAX_TOKENS, LOCAL_REASON_CHARS, JudgeConfig, make_chat_model, resolve_judge
 
     model = _fake_gguf(tmp_path / "judge.gguf")
     cfg = JudgeConfig.parse(f"gguf:{model}")
     assert cfg.identity_override == model_identity(model) and cfg.max_tokens == LOCAL_MAX_TOKENS
+    assert cfg.identity["reason_chars"] == LOCAL_REASON_CHARS  # its answers are capped: part of who judges
     assert cfg.label == model_identity(model) and cfg.is_local
     assert cfg.key == resolve_judge(f"gguf:{model}", timeout=5).key
     assert JudgeConfig.parse(f"gguf:{model}", max_tokens=64).max_tokens == 64

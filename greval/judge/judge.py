@@ -37,7 +37,7 @@ from greval.judge.parse import (
     validate_items,
     validate_record,
 )
-from greval.judge.prompt import example_messages, render_inputs, system_prompt, wire_schema
+from greval.judge.prompt import capped_reasons, example_messages, render_inputs, system_prompt, wire_schema
 from greval.llm.config import register_model_secrets
 from greval.llm.openai_chat import Caller, ChatReply, Message, OpenAICall, OpenAIChat
 from greval.llm.retry import (
@@ -166,7 +166,9 @@ class Judge:
     def _response_format(self, method: Method) -> dict[str, Any]:
         if method != "json_schema":
             return {"type": "json_object"}
-        schema = {"name": self.answer_model.__name__, "schema": self.schema, "strict": True}
+        chars = self.model.reason_chars if isinstance(self.model, OpenAIChat) else None
+        sent = capped_reasons(self.schema, chars) if chars else self.schema  # the prompt shows the schema uncapped
+        schema = {"name": self.answer_model.__name__, "schema": sent, "strict": True}
         return {"type": "json_schema", "json_schema": schema}
 
     def _openai_kwargs(self, method: Method) -> dict[str, Any]:

@@ -102,6 +102,28 @@ def wire_schema(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
+def capped_reasons(schema: dict[str, Any], chars: int) -> dict[str, Any]:
+    """``schema`` (a :func:`wire_schema`) with ``maxLength: chars`` on every string field named ``reason``: a
+    grammar-constrained engine (llama.cpp) then closes a reason that loops and the answer completes, where the
+    token cap would cut it off and the call be paid again. Sent to the embedded judge only: OpenAI's strict
+    structured outputs refuse ``maxLength``."""
+
+    def walk(node: Any, names: bool = False) -> Any:
+        if isinstance(node, list):
+            return [walk(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        if names:
+            return {
+                k: {**v, "maxLength": chars} if k == "reason" and v.get("type") == "string" else walk(v)
+                for k, v in node.items()
+            }
+        return {k: v if k in _DATA_KEYWORDS else walk(v, k == "properties") for k, v in node.items()}
+
+    out: dict[str, Any] = walk(schema)
+    return out
+
+
 def steps_text(steps: Sequence[str]) -> str:
     """The evaluation steps, numbered, in the spec's words."""
     return "Steps:\n" + "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(steps, 1))

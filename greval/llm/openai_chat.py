@@ -114,6 +114,8 @@ class OpenAIChat:
     temperature: float | None = None
     max_completion_tokens: int | None = None
     seed: int | None = None
+    # a cap on each reason's length, sent as its schema's maxLength (the embedded judge: greval.judge.judge)
+    reason_chars: int | None = None
     # what is built from the settings, once: "langchain" (the ChatOpenAI)
     _built: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 

@@ -92,6 +92,46 @@ def test_direct_and_langchain_verdicts_agree(llm: OpenAIServer) -> None:
     ]
 
 
+def _reason_caps(node: Any) -> list[Any]:
+    """The maxLength of every ``reason`` property in a JSON schema (None where it has none)."""
+    if isinstance(node, list):
+        return [cap for n in node for cap in _reason_caps(n)]
+    if not isinstance(node, dict):
+        return []
+    props = node.get("properties", {})
+    here = [props["reason"].get("maxLength")] if isinstance(props.get("reason"), dict) else []
+    return here + [cap for v in node.values() for cap in _reason_caps(v)]
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_reason_cap_goes_to_the_schema_sent_and_not_to_the_prompt(llm: OpenAIServer, direct: bool) -> None:
+    """The embedded judge's reason cap (greval.llm.config.LOCAL_REASON_CHARS) is the maxLength of every reason
+    in the schema sent, on the direct path and through LangChain alike; the prompt (which shows the schema) is the
+    one an uncapped judge sends, and the answer keeps to it (the test server honours maxLength, as llama.cpp does:
+    tests/test_llm.py)."""
+    capped = Judge(LABEL_SPEC, chat(llm, reason_chars=25), policy=FAST, direct=direct)
+    result = run_sync(capped.ajudge(RECORD))
+    run_sync(Judge(LABEL_SPEC, chat(llm), policy=FAST, direct=direct).ajudge(RECORD))
+    with_cap, without = llm.requests()[-2:]
+    caps = _reason_caps(with_cap["response_format"]["json_schema"]["schema"])
+    assert caps and set(caps) == {25}
+    assert set(_reason_caps(without["response_format"]["json_schema"]["schema"])) == {None}
+    assert with_cap["messages"] == without["messages"]
+    assert result.ok and result.verdicts and all(0 < len(v.reason or "") <= 25 for v in result.verdicts)
+
+
+def test_only_a_local_judge_has_a_reason_cap_and_every_other_judge_keeps_its_key() -> None:
+    """The cap is part of a local judge's identity (its answers change), and absent from every other judge's:
+    their keys are the ones stores hold (computed before the cap existed, 2026-11-29)."""
+    from greval.llm.config import LOCAL_REASON_CHARS
+
+    assert LOCAL_REASON_CHARS == 300
+    assert JudgeConfig.parse("openai:gpt-4o-mini").key == "83cdcff0a78d"
+    assert JudgeConfig.parse("openai:judge-test", max_tokens=300, seed=7).key == "32ab43a023c5"
+    assert "reason_chars" not in JudgeConfig.parse("anthropic:claude-x").identity
+    assert JudgeConfig.parse("anthropic:claude-x").key == "f35e60eeecc6"
+
+
 def test_tool_calling_goes_through_langchain(llm: OpenAIServer) -> None:
     """A judge that falls back to tool calling binds LangChain's tool (its schema conversion): ChatOpenAI, then."""
     llm.configure(json_schema=False)
