@@ -323,11 +323,19 @@ def test_an_interrupted_run_resumes_and_pays_each_judgement_once(llm: Any, label
     while llm.stats()["total"] - before < uninterrupted // 2 and time.monotonic() < deadline:
         assert proc.poll() is None, "align ended before half its calls were counted"
         time.sleep(0.05)
-    # From here every new call waits 30 s, so the signal meets the search mid-way however late it is delivered
-    # on a loaded machine (at 0.05 s a call the run once finished before it: CI, 2026-11-29).
-    llm.configure(latency=30.0)
+    # From here every new call waits 2 s (the other half of the search: a minute at 2 in flight), so the signal
+    # meets the search mid-way however late it is delivered on a loaded machine (at 0.05 s a call the run once
+    # finished before it: CI, 2026-11-29).
+    llm.configure(latency=2.0)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"align still ran 60 s after SIGINT; stdout: {out[-1500:]}; stderr: {err[-1500:]}"
+        ) from None
     assert proc.returncode == 130, err
     assert "run the same command again to resume" in err
     first = llm.stats()["total"] - before
