@@ -318,24 +318,22 @@ def test_an_interrupted_run_resumes_and_pays_each_judgement_once(llm: Any, label
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     cmd = [sys.executable, "-m", "greval", "align", "--store", str(labelled), *args, "--out", str(b)]
     before = llm.stats()["total"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A job started in the background by a non-interactive shell inherits SIGINT as ignored (then align ran
+        # on to its end: CI run by hand, 2026-11-29); a user's terminal delivers it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     while llm.stats()["total"] - before < uninterrupted // 2 and time.monotonic() < deadline:
-        assert proc.poll() is None, "align ended before half its calls were counted"
         time.sleep(0.05)
-    # From here every new call waits 2 s (the other half of the search: a minute at 2 in flight), so the signal
-    # meets the search mid-way however late it is delivered on a loaded machine (at 0.05 s a call the run once
-    # finished before it: CI, 2026-11-29).
-    llm.configure(latency=2.0)
+    assert proc.poll() is None, "align ended before half its calls were counted"
     proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(
-            f"align still ran 60 s after SIGINT; stdout: {out[-1500:]}; stderr: {err[-1500:]}"
-        ) from None
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "run the same command again to resume" in err
     first = llm.stats()["total"] - before
