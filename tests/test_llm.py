@@ -1107,10 +1107,12 @@ def test_two_parallel_slots_serve_concurrently(judge: LocalJudgeServer) -> None:
         response = client.chat.completions.create(
             model=judge.model,
             messages=[{"role": "user", "content": f"Count from one to two hundred in words, about {topic}."}],
-            # Long enough that the two answers overlap on a loaded machine too (at 160 tokens one slot was seen
-            # busy at a time once in CI, 2026-11-29).
-            max_completion_tokens=400,
+            # Exactly 200 tokens each (the end-of-text token ignored, a llama.cpp option), so the two answers
+            # overlap on a loaded machine too: without it one slot was seen busy at a time once in CI, and a model
+            # that stopped early left none seen busy once (2026-11-29).
+            max_completion_tokens=200,
             temperature=0,
+            extra_body={"ignore_eos": True},
         )
         answers.append(response.choices[0].message.content or "")
 
