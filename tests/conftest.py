@@ -4,6 +4,7 @@ langchain-openai, and temporary stores. Nothing here fakes the client stack."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,13 @@ import pytest
 from greval.testing.openai_server import OpenAIServer
 
 TEST_KEY = "sk-test-SECRET-do-not-store-1234"
+
+
+def terminal_sigint() -> None:
+    """A child's ``preexec_fn``: SIGINT's default action, as a user's terminal delivers it (a job started in the
+    background by a non-interactive shell, as CI may be, inherits SIGINT as ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 # numpy's OpenBLAS runs a matrix product on one thread per core, and its threads spin while they wait: with 4
 # xdist workers on 2 cores the bootstrap's small products (1000 resamples x a few hundred items) waited on each

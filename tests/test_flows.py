@@ -4,7 +4,6 @@ the composed flows around it."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from greval.llm.config import JudgeChoice, JudgeConfig
 from greval.spec import JudgeDefaults, resolve_specs
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
+from tests.conftest import terminal_sigint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,9 +136,8 @@ def test_a_plain_script_s_ctrl_c_ends_in_one_line_with_what_is_stored(llm: OpenA
     env = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": llm.base_url, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin"}
     # A job started in the background by a non-interactive shell inherits SIGINT as ignored (then the run went on
     # to its end: CI run by hand, 2026-11-29); a user's terminal delivers it.
-    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120, preexec_fn=default_sigint
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120, preexec_fn=terminal_sigint
     )
     assert out.returncode == 0, out.stderr
     caught = [x for x in out.stdout.splitlines() if x.startswith("CAUGHT")]

@@ -72,7 +72,7 @@ from greval.store.schema import error_kind
 from greval.store.store import Store
 from greval.testing.openai_server import OpenAIServer
 from greval.types import JudgeResult
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, terminal_sigint
 from tests.test_run import cfg, rag_records
 
 # ---------------------------------------------------------------------------------------------------- llm faults
@@ -1191,7 +1191,7 @@ def test_cli_serve_prints_base_url_and_stops_on_ctrl_c(kind: str, tmp_path: Path
             stderr=err,
             text=True,
             env=env,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=terminal_sigint,
         )
     try:
         assert proc.stdout is not None

@@ -38,7 +38,7 @@ from greval.store.schema import call_answers
 from greval.store.store import Store, spec_keys
 from greval.testing.openai_server import OpenAIServer
 from greval.types import ItemVerdict, JudgeResult
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, terminal_sigint
 
 FAST = RunOptions(concurrency=8, retry=RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.1))
 
@@ -217,7 +217,7 @@ def _start_run(data: Path, store: Path, llm: OpenAIServer, *extra: str) -> subpr
         stderr=subprocess.PIPE,
         text=True,
         # A background job inherits SIGINT as ignored; a user's terminal delivers it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=terminal_sigint,
     )
 
 

@@ -23,6 +23,7 @@ from greval.cli import main
 from greval.spec import parse_spec
 from greval.store.store import Store
 from tests.align import scripted as sc
+from tests.conftest import terminal_sigint
 
 N = 40
 
@@ -326,7 +327,7 @@ def test_an_interrupted_run_resumes_and_pays_each_judgement_once(llm: Any, label
         text=True,
         # A job started in the background by a non-interactive shell inherits SIGINT as ignored (then align ran
         # on to its end: CI run by hand, 2026-11-29); a user's terminal delivers it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=terminal_sigint,
     )
     deadline = time.monotonic() + 60
     while llm.stats()["total"] - before < uninterrupted // 2 and time.monotonic() < deadline:
