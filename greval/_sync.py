@@ -50,7 +50,7 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 def _shut_down() -> None:
     """At exit: greval's loop shut down as ``asyncio.run`` shuts its loop down — the async generators that
-    hold the loop's HTTP clients (greval.llm.sdk) closed, with their pooled connections — then stopped.
+    hold the loop's HTTP clients (greval.llm.wire, greval.llm.sdk) closed, with their pooled connections — then stopped.
 
     Without it Python collects the open connections at shutdown and prints a ``ResourceWarning: unclosed
     transport`` for each (seen with ``-W always::ResourceWarning`` or ``-X dev``). A loop that does not finish

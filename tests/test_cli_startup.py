@@ -169,12 +169,14 @@ def test_agreement_on_a_file_imports_no_pandas_scipy_or_scikit_learn(tmp_path: P
     assert _langchain(modules) == []
 
 
-def test_a_run_with_an_openai_compatible_judge_imports_no_langchain(
-    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("fault", [None, 500, 401])
+def test_a_run_with_an_openai_compatible_judge_imports_no_langchain_and_no_sdk(
+    llm: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: int | None
 ) -> None:
     """A run's judge calls (a judge spec and a pipeline) go out without LangChain when nothing needs it
-    (greval.llm.openai_chat): the whole run imports neither LangChain nor langsmith, whose run trees came with
-    LangChain's tracers — ~0.6 s of CPU before the first call of every process (issue 35)."""
+    (greval.llm.openai_chat) and without the openai SDK (greval.llm.wire, over aiohttp): the whole run imports
+    neither LangChain, langsmith nor openai — ~0.6 s and ~0.5 s of CPU before the first call of every process
+    (issues 35 and 46). A failing call too: a server error that is retried, a refused key that stops the run."""
     for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING_V2", "LANGCHAIN_TRACING"):
         monkeypatch.delenv(name, raising=False)
     data = tmp_path / "records.jsonl"
@@ -185,14 +187,19 @@ def test_a_run_with_an_openai_compatible_judge_imports_no_langchain(
         "chunks": [{"id": "c1", "text": "Paris."}],
     }
     data.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    if fault is not None:
+        llm.script([{"times": 1, "action": {"type": "fault", "status": fault}}])
     judge = ["--judge", "openai:judge-test", "--base-url", llm.base_url, "--store", str(tmp_path / "s.sqlite")]
     code, modules, output = _probe(
         ["run", str(data), "-s", "chunk_evaluation", "-s", "answer_relevance", *judge], tmp_path
     )
-    assert code == 0, output
-    assert llm.stats()["total"] >= 3, output  # the chunk, then the pipeline's extraction and verification
-    assert [m for m in modules if m.startswith(("langchain", "langsmith"))] == [], modules
-    assert "openai" in modules  # the SDK sent them
+    if fault == 401:
+        assert code != 0 and "auth" in output and "Traceback" not in output, output
+    else:
+        assert code == 0, output
+        assert llm.stats()["total"] >= 3 + (fault is not None), output  # the chunk, then the pipeline's two
+    assert [m for m in modules if m.startswith(("langchain", "langsmith", "openai"))] == [], modules
+    assert "aiohttp" in modules  # greval's own client sent them
 
 
 def _tables() -> list[tuple[str, LazyGroup, str, Lazy]]:

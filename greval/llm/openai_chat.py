@@ -8,9 +8,10 @@ builds a ``ChatOpenAI`` with, and that ``ChatOpenAI`` only once something needs 
 
 :class:`OpenAICall` sends a JSON-schema or JSON-mode request (what a judge sends unless it falls back to tool
 calling) as ``ChatOpenAI`` would — the same body, built here as its ``_get_request_payload`` builds it for these
-settings, through the SDK client it would build (:mod:`greval.llm.sdk`, the same path as
-:class:`greval.llm.call.ModelCall`'s direct call) — and reads the answer into a :class:`DirectReply` with what
-greval reads of LangChain's ``AIMessage``. Tests hold both to LangChain's own request and message. The call
+settings, sent over aiohttp without the openai SDK (:mod:`greval.llm.wire`: a sixth of the SDK's CPU per call,
+none of its import), or through the SDK client ``ChatOpenAI`` would build when a setting only the SDK applies is
+configured (:func:`sdk_reason`; :mod:`greval.llm.sdk`) — and reads the answer into a :class:`DirectReply` with
+what greval reads of LangChain's ``AIMessage``. Tests hold both to LangChain's own request and message. The call
 goes through LangChain's ``ChatOpenAI`` instead (:meth:`OpenAICall.langchain`) whenever anything could make
 LangChain's behaviour differ (:func:`native_reason`, :func:`langchain_may_listen`):
 
@@ -20,7 +21,10 @@ LangChain's behaviour differ (:func:`native_reason`, :func:`langchain_may_listen
   Responses API; codex);
 * ``OPENAI_PROXY``, ``OPENAI_API_BASE`` or the LangSmith gateway is configured (settings only ChatOpenAI reads);
 * ``direct=False``; an answer that is not one plain assistant message (tool calls, an error body) is read by
-  LangChain's own code. An SDK error is raised as ChatOpenAI raises it (LangChain's classes; imported then).
+  LangChain's own code.
+
+A refused request raises :class:`greval.llm.wire.HTTPStatusError` (status, error object, headers), which
+greval classifies and describes as it does the SDK's and LangChain's errors, with neither imported.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from greval.llm.call import ModelCall
+    from greval.llm.wire import Endpoint
 
 __all__ = [
     "Caller",
@@ -164,12 +169,24 @@ class OpenAIChat:
             http_client=http_client,
         )
 
+    def endpoint(self) -> Endpoint:
+        """Where this judge's direct requests go, with which headers (built once; imports aiohttp)."""
+        endpoint = self._built.get("endpoint")
+        if endpoint is None:
+            from greval.llm.wire import Endpoint
+
+            endpoint = self._built["endpoint"] = Endpoint.of(
+                self.base_url, self.api_key.get_secret_value(), self.timeout
+            )
+        return endpoint
+
     async def aclose(self) -> None:
         """Close the connections this judge's direct calls opened on the running loop (a run's end; the judge
-        can still be called: it opens new ones). The openai SDK is not imported for a judge that never called."""
-        sdk = sys.modules.get("greval.llm.sdk")
-        if sdk is not None:
-            await sdk.close_built(self)
+        can still be called: it opens new ones). Nothing is imported for a judge that never called."""
+        for name in ("greval.llm.wire", "greval.llm.sdk"):
+            module = sys.modules.get(name)
+            if module is not None:
+                await (module.close if name == "greval.llm.wire" else module.close_built)(self)
 
     def payload(self, messages: Sequence[Message], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The request ``ChatOpenAI._get_request_payload`` builds for these settings, the bound ``kwargs``
@@ -195,6 +212,11 @@ if TYPE_CHECKING:
 _ADAPTED_MODELS = re.compile(r"(o\d|gpt-([5-9]|\d\d))", re.IGNORECASE)
 # Environment variables only ChatOpenAI reads (the SDK does not): a proxy, the old base-URL name.
 _LANGCHAIN_ENV = ("OPENAI_PROXY", "OPENAI_API_BASE")
+# Environment variables only the openai SDK reads (greval.llm.wire reads the base URL, organisation and project).
+_SDK_ONLY_ENV = ("OPENAI_CUSTOM_HEADERS",)
+# What tracing instrumentations wrap on the SDK's async client (wrapt / functools set ``__wrapped__``):
+# OpenInference wraps ``request``.
+_TRACED_METHODS = ("request", "post")
 # The environment variables that switch LangChain tracing on without any code (langsmith's `TRACING_V2` /
 # `TRACING` in either namespace, and LangChain's old v1 tracer).
 _TRACING_ENV = ("LANGSMITH_TRACING_V2", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING", "LANGCHAIN_TRACING")
@@ -211,6 +233,21 @@ def native_reason(chat: OpenAIChat) -> str | None:
             return f"{name} is set (a setting of LangChain's ChatOpenAI)"
     if any(name.startswith("LANGSMITH_GATEWAY") for name in os.environ):
         return "the LangSmith gateway is configured"
+    return None
+
+
+def sdk_reason() -> str | None:
+    """Why a direct call must go through the openai SDK's client rather than greval's own (greval.llm.wire): a
+    setting only the SDK applies, or the SDK instrumented for tracing (OpenInference, OpenTelemetry …), whose spans
+    the calls would otherwise not get. None: greval's request is the SDK's. Asked at every call (microseconds):
+    instrumentation may begin after the judge is built."""
+    for name in _SDK_ONLY_ENV:
+        if os.environ.get(name) is not None:
+            return f"{name} is set (a setting of the openai SDK)"
+    openai = sys.modules.get("openai")  # not imported: nothing can have instrumented it
+    client = getattr(openai, "AsyncOpenAI", None)
+    if any(hasattr(getattr(client, name, None), "__wrapped__") for name in _TRACED_METHODS):
+        return "the openai SDK is instrumented (its calls are traced)"
     return None
 
 
@@ -261,16 +298,25 @@ class OpenAICall:
     async def __call__(self, messages: Sequence[Message]) -> Any:
         if self.reason is not None or self._listened():
             return await self.langchain()(messages)
-        from greval.llm import sdk  # the openai SDK: imported by the first call
-
         payload = self.chat.payload(messages, self.kwargs)
+        if sdk_reason() is not None:
+            return reply_of(await self._through_sdk(payload), self.chat)
+        from greval.llm import wire  # aiohttp: imported by the first call
+
+        answer = await wire.post_chat(self.chat, self.chat.endpoint(), payload)
+        return reply_of(answer, self.chat)
+
+    async def _through_sdk(self, payload: dict[str, Any]) -> Any:
+        """The request through the openai SDK's client (a setting only the SDK applies: greval.llm.wire), its
+        errors raised as ChatOpenAI raises them."""
+        from greval.llm import sdk
+
         try:
             client = await sdk.loop_built(self.chat, self.chat.sdk_client, self.chat.timeout)
-            response = await sdk.send(client, payload)
+            return await sdk.send(client, payload)
         except Exception as exc:
             _raise_as_langchain(exc)
             raise
-        return reply_of(response, self.chat)
 
 
 def _raise_as_langchain(exc: Exception) -> None:
@@ -294,7 +340,11 @@ def _plain(message: Any) -> bool:
 def reply_of(response: Any, chat: OpenAIChat) -> ChatReply:
     """The answer as ``ChatOpenAI`` reads it (``_create_chat_result`` and ``BaseChatModel``'s metadata merge),
     for one plain assistant message; anything else is read by LangChain's own code."""
-    data = response.model_dump(exclude={"choices": {"__all__": {"message": {"parsed"}}}}, warnings=False)
+    data = (
+        response
+        if isinstance(response, dict)
+        else response.model_dump(exclude={"choices": {"__all__": {"message": {"parsed"}}}}, warnings=False)
+    )
     choices = data.get("choices")
     if data.get("error") or not isinstance(choices, list) or len(choices) != 1 or not _plain(choices[0]["message"]):
         from greval.llm.call import chat_result_message
@@ -306,15 +356,14 @@ def reply_of(response: Any, chat: OpenAIChat) -> ChatReply:
         "token_usage": usage,
         "model_provider": "openai",
         "model_name": data.get("model", chat.model),
-        "system_fingerprint": data.get("system_fingerprint", ""),
+        "system_fingerprint": data.get("system_fingerprint"),
     }
     if "id" in data:
         meta["id"] = data["id"]
     if data.get("service_tier"):
         meta["service_tier"] = data["service_tier"]
     meta["finish_reason"] = choice.get("finish_reason")
-    if "logprobs" in choice:
-        meta["logprobs"] = choice["logprobs"]
+    meta["logprobs"] = choice.get("logprobs")
     return DirectReply(choice["message"].get("content", "") or "", _usage(usage) if usage else None, meta)
 
 

@@ -24,6 +24,7 @@ import asyncio
 import datetime
 import random
 import re
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -195,8 +196,11 @@ _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
 _METHOD_PARAMS = frozenset(
     {"response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"}
 )
-# For servers whose errors carry no code (vLLM, Ollama, older proxies): their well-known phrases.
+# For servers whose errors carry no code (vLLM, Ollama, older proxies): their well-known phrases (and every one
+# LangChain's ChatOpenAI turns into its context-overflow error, so greval's own client needs no LangChain for it).
 _CONTEXT_PHRASES = (
+    "context_length_exceeded",
+    "contextwindowexceeded",
     "maximum context length",
     "context length",
     "context window",
@@ -211,26 +215,29 @@ _METHOD_PHRASES = ("response_format", "json_schema", "tool_choice", "tools", "to
 
 def _sdk_kind(exc: BaseException) -> ErrorKind | None:
     """A failure without an HTTP status from the libraries greval calls models through (openai, httpx,
-    LangChain), by class. Imported here, on a failure only, so that start-up never pays for them."""
-    import httpx
-    import openai
-    from langchain_core import exceptions as lc
-
+    LangChain), by class. Only libraries already imported are asked: an exception of one of their classes means
+    its module was imported, so a failure never imports them (a run with greval's own judge has none of them)."""
+    openai, httpx, lc = (sys.modules.get(m) for m in ("openai", "httpx", "langchain_core.exceptions"))
     overflow = getattr(lc, "ContextOverflowError", None)  # langchain-core >= 1.0
     for e in _chain(exc):
         if overflow is not None and isinstance(e, overflow):
             return ErrorKind.CONTEXT_LENGTH
-        if isinstance(e, openai.APITimeoutError | httpx.TimeoutException):
+        if _instance(e, (openai, "APITimeoutError"), (httpx, "TimeoutException")):
             return ErrorKind.TIMEOUT
-        if isinstance(e, openai.APIConnectionError | httpx.TransportError):
+        if _instance(e, (openai, "APIConnectionError"), (httpx, "TransportError")):
             return ErrorKind.CONNECTION
-        if isinstance(e, openai.RateLimitError):
+        if _instance(e, (openai, "RateLimitError")):
             return ErrorKind.RATE_LIMITED
-        if isinstance(e, openai.AuthenticationError | openai.PermissionDeniedError):
+        if _instance(e, (openai, "AuthenticationError"), (openai, "PermissionDeniedError")):
             return ErrorKind.AUTH
-        if isinstance(e, openai.NotFoundError):
+        if _instance(e, (openai, "NotFoundError")):
             return ErrorKind.NOT_FOUND
     return None
+
+
+def _instance(e: BaseException, *classes: tuple[Any, str]) -> bool:
+    """Whether ``e`` is an instance of one of ``(module or None, class name)``."""
+    return any(isinstance(e, cls) for module, name in classes if isinstance(cls := getattr(module, name, None), type))
 
 
 def _foreign_names(exc: BaseException) -> str:
@@ -240,13 +247,13 @@ def _foreign_names(exc: BaseException) -> str:
 
 
 def _finish_kind(exc: BaseException) -> ErrorKind | None:
-    """The openai SDK's ``.parse()`` raises on an answer that did not finish (HTTP 200, not an API error)."""
-    import openai
-
+    """The openai SDK's ``.parse()`` raises on an answer that did not finish (HTTP 200, not an API error); only
+    when the SDK is imported can an exception be one of its."""
+    openai = sys.modules.get("openai")
     for e in _chain(exc):
-        if isinstance(e, openai.LengthFinishReasonError):
+        if _instance(e, (openai, "LengthFinishReasonError")):
             return ErrorKind.TRUNCATED
-        if isinstance(e, openai.ContentFilterFinishReasonError):
+        if _instance(e, (openai, "ContentFilterFinishReasonError")):
             return ErrorKind.CONTENT_FILTER
     return None
 

@@ -23,10 +23,9 @@ not have, and costs ~0.4 ms of CPU per call — as much as the rest of greval's 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -35,6 +34,8 @@ import pydantic
 from openai._models import construct_type
 from openai.resources.chat.completions import AsyncCompletions
 from openai.types.chat import ChatCompletion
+
+from greval.llm.loops import PerLoop
 
 __all__ = ["close_built", "loop_built", "loop_client", "send"]
 
@@ -51,38 +52,21 @@ class _LoopClients:
     copies: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
     # what loop_built built a client for -> the HTTP client it made for it (closed by close_built)
     built: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
-    closer: AsyncIterator[None] | None = None
 
 
-_LOOP_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClients] = weakref.WeakKeyDictionary()
+async def _close_pools(state: _LoopClients) -> None:
+    """The loop's HTTP clients closed, and their connections, inside the loop they belong to."""
+    for _, http in list(state.pools.values()):
+        await http.aclose()
 
 
-async def _close_with_loop(state: _LoopClients) -> AsyncIterator[None]:
-    """Suspended for the loop's lifetime; ``loop.shutdown_asyncgens()`` (asyncio.run does it) resumes it to
-    close the loop's HTTP clients, and their connections, inside the loop they belong to."""
-    try:
-        yield
-    finally:
-        for _, http in list(state.pools.values()):
-            await http.aclose()
-
-
-async def _loop_state() -> _LoopClients:
-    """The running loop's clients (registered to be closed with the loop on first use)."""
-    loop = asyncio.get_running_loop()
-    state = _LOOP_CLIENTS.get(loop)
-    if state is None:
-        state = _LOOP_CLIENTS[loop] = _LoopClients()
-    if state.closer is None:
-        state.closer = _close_with_loop(state)
-        await anext(state.closer)  # registers it with the loop's async-generator shutdown
-    return state
+_CLIENTS: PerLoop[_LoopClients] = PerLoop(_LoopClients, _close_pools)
 
 
 async def loop_client(root: Any) -> Any:
     """``root`` (an ``openai.AsyncOpenAI``), or rather its copy for the running event loop: same settings (key,
     base URL, headers, timeout, retries), on the loop's own HTTP client (see the module docstring)."""
-    state = await _loop_state()
+    state = await _CLIENTS.get()
     copy = state.copies.get(root)
     if copy is not None:
         return copy
@@ -98,7 +82,7 @@ async def loop_built(key: Any, build: Callable[[Any], Any], timeout: float) -> A
     """The SDK client ``build(http_client)`` makes for the running event loop, on the loop's own HTTP client
     (one per ``key`` and loop): for a client greval builds itself, so that no default HTTP client, with its
     SSL context (~0.05 s of CPU), is made only to be replaced by the loop's."""
-    state = await _loop_state()
+    state = await _CLIENTS.get()
     client = state.copies.get(key)
     if client is None:
         http = state.built[key] = openai.DefaultAsyncHttpxClient(timeout=timeout)
@@ -110,7 +94,7 @@ async def loop_built(key: Any, build: Callable[[Any], Any], timeout: float) -> A
 async def close_built(key: Any) -> None:
     """Close the HTTP client :func:`loop_built` made for ``key`` on the running loop, and its connections (the
     end of the run it was built for); the next call with ``key`` builds a new one."""
-    state = _LOOP_CLIENTS.get(asyncio.get_running_loop())
+    state = _CLIENTS.current()
     http = state.built.pop(key, None) if state is not None else None
     if state is None or http is None:
         return

@@ -39,8 +39,8 @@ from greval.store.store import Store
 __all__ = ["POLL_S", "PRELOAD", "WORKER_NAME", "ForkRequest", "main", "send", "work"]
 
 #: What the forking server imports once, for every worker it forks: this module (the runner, the store, the
-#: judge stack) and the openai SDK a worker's first call would import.
-PRELOAD = ["greval.scale.worker", "greval.llm.sdk", "greval.llm.openai_chat"]
+#: judge stack) and the HTTP client (aiohttp) a worker's first call would import.
+PRELOAD = ["greval.scale.worker", "greval.llm.wire", "greval.llm.openai_chat"]
 
 #: How often a worker reports its progress and activity (seconds).
 POLL_S = 0.2

@@ -30,6 +30,7 @@ from greval.judge.evaluators import Evaluator, make_evaluator
 from greval.judge.outcome import config_for
 from greval.llm.config import JudgeConfig, judge_model
 from greval.llm.limiter import AdaptiveLimiter
+from greval.llm.openai_chat import sdk_reason
 from greval.llm.retry import redact
 from greval.runner.job import RunJob
 from greval.runner.judging import settle
@@ -131,9 +132,12 @@ class JudgeService:
         try:
             for s in self.specs:
                 self._evaluator(s)
-            # A run's judge imports the OpenAI SDK with its first call (greval.llm.openai_chat): here that would
-            # be inside the event loop, stalling every open connection (their timeouts too) for about a second.
-            importlib.import_module("greval.llm.sdk")
+            # A run's judge imports its HTTP client with its first call (greval.llm.openai_chat: aiohttp, or the
+            # openai SDK when a setting needs it): here that would be inside the event loop, stalling every open
+            # connection (their timeouts too).
+            importlib.import_module("greval.llm.wire")
+            if sdk_reason() is not None:
+                importlib.import_module("greval.llm.sdk")
         except Exception as exc:
             return redact(f"{type(exc).__name__}: {exc}")
         return None

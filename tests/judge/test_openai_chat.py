@@ -17,7 +17,8 @@ from greval.judge.judge import Judge
 from greval.llm.call import ModelCall, chat_result_message, to_langchain
 from greval.llm.config import JudgeConfig, judge_model, make_chat_model, openai_chat
 from greval.llm.openai_chat import OpenAICall, OpenAIChat, langchain_may_listen, reply_of, tracing_configured
-from greval.llm.retry import describe_error
+from greval.llm.retry import classify, describe_error
+from greval.llm.wire import HTTPStatusError
 from greval.testing.openai_server import OpenAIServer
 from tests.judge.conftest import FAST, LABEL_SPEC, RECORD, VALUE_SPEC, cfg
 
@@ -28,8 +29,16 @@ def chat(llm: OpenAIServer, ref: str = "openai:judge-test", **params: Any) -> Op
     return openai_chat(JudgeConfig.parse(ref, base_url=llm.base_url, timeout=10, **params))
 
 
+def _given(value: Any) -> Any:
+    """``value`` without the None fields the SDK's response model adds for what the server did not send."""
+    if isinstance(value, dict):
+        return {k: _given(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def same_reply(direct: Any, lc: Any) -> None:
-    """What greval reads of an answer is the same on both paths (the message id differs per call)."""
+    """What greval reads of an answer is the same on both paths (the message id differs per call); the token
+    usage as the server gave it (the SDK adds None for every field it did not send)."""
     assert direct.content == lc.content
     assert direct.tool_calls == lc.tool_calls and direct.invalid_tool_calls == lc.invalid_tool_calls
     usage = lc.usage_metadata
@@ -37,15 +46,27 @@ def same_reply(direct: Any, lc: Any) -> None:
     meta, lc_meta = dict(direct.response_metadata), dict(lc.response_metadata)
     assert ("id" in meta) == ("id" in lc_meta)
     meta.pop("id", None), lc_meta.pop("id", None)
+    assert _given(meta.pop("token_usage")) == _given(lc_meta.pop("token_usage"))
     assert meta == lc_meta
 
 
+# What greval's own client (greval.llm.wire) sends differently from the SDK, on purpose: its User-Agent, and none
+# of the SDK's telemetry (X-Stainless-*). Connection handling (keep-alive, compression) is each client's own.
+OWN_HEADERS = ("user-agent", "accept-encoding", "connection")
+
+
 def same_request_meta(llm: OpenAIServer) -> None:
-    """Headers and query of the last two requests (LangChain's, then greval's) match, except the header asking
-    the SDK for the raw response, which only LangChain's wrapper sets."""
+    """Headers and query of the last two requests (LangChain's, then greval's) match, except the SDK's telemetry,
+    the user agent and connection handling (OWN_HEADERS)."""
     lc, direct = llm.request_meta(limit=2)
-    lc["headers"].pop("x-stainless-raw-response", None)
+    assert direct["headers"]["user-agent"].startswith("greval/")
+    assert not [k for k in direct["headers"] if k.startswith("x-stainless")]
+    for meta in (lc, direct):
+        meta["headers"] = {
+            k: v for k, v in meta["headers"].items() if k not in OWN_HEADERS and not k.startswith("x-stainless")
+        }
     assert direct == lc, {k: (lc["headers"].get(k), v) for k, v in direct["headers"].items()}
+    assert {"authorization", "content-type", "accept"} <= direct["headers"].keys()
 
 
 def test_a_run_judges_with_greval_own_model_for_openai_compatible_providers(llm: OpenAIServer) -> None:
@@ -224,9 +245,10 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f"{f['status']}-{f.get('message', f.get('code', ''))[:20]}")
-def test_errors_are_raised_as_langchain_raises_them(llm: OpenAIServer, fault: dict[str, Any]) -> None:
-    """The same exception class (LangChain's own, where it wraps the SDK's) and the same description, so
-    greval classifies, retries and reports a failure alike on both paths."""
+def test_errors_are_classified_and_described_as_langchain_s(llm: OpenAIServer, fault: dict[str, Any]) -> None:
+    """greval's own error (greval.llm.wire.HTTPStatusError, no SDK class) and LangChain's for the same refusal are
+    classified alike (kind, status, Retry-After) and described in the same words, so greval retries, falls back
+    and reports a failure alike on both paths."""
     j = Judge(VALUE_SPEC, chat(llm), policy=FAST)
     messages = j.messages("json_schema", RECORD.data, None, None)
     raised: list[BaseException] = []
@@ -237,7 +259,8 @@ def test_errors_are_raised_as_langchain_raises_them(llm: OpenAIServer, fault: di
             run_sync(call(messages))
         raised.append(caught.value)
     direct, via_langchain = raised
-    assert type(direct) is type(via_langchain)
+    assert isinstance(direct, HTTPStatusError) and direct.status_code == fault["status"]
+    assert classify(direct) == classify(via_langchain)
     assert describe_error(direct) == describe_error(via_langchain)
 
 
