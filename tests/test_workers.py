@@ -320,12 +320,13 @@ def test_where_a_run_is_judged_is_checked_before_it_is_recorded(llm: OpenAIServe
 
 
 def test_the_default_worker_count() -> None:
-    """One process per 64 calls in flight, at most one per core and per 256 judgements; one for the embedded
+    """One process per 128 calls in flight, at most one per core and per 256 judgements; one for the embedded
     judge."""
     assert default_workers(8, 10_000, 2, local_judge=False) == 1
-    assert default_workers(128, 10_000, 2, local_judge=False) == 2
+    assert default_workers(128, 10_000, 2, local_judge=False) == 1
+    assert default_workers(129, 10_000, 2, local_judge=False) == 2
     assert default_workers(256, 10_000, 2, local_judge=False) == 2
-    assert default_workers(256, 10_000, 8, local_judge=False) == 4
-    assert default_workers(256, 600, 8, local_judge=False) == 2
+    assert default_workers(512, 10_000, 8, local_judge=False) == 4
+    assert default_workers(512, 600, 8, local_judge=False) == 2
     assert default_workers(128, 100, 2, local_judge=False) == 1
     assert default_workers(128, 10_000, 2, local_judge=True) == 1

@@ -138,8 +138,8 @@ if TYPE_CHECKING:
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="Judge in N local processes against the same store (one event loop feeds about 64 calls in flight) "
-    "[one per 64 of --concurrency, at most one per core; 1 for the embedded judge].",
+    help="Judge in N local processes against the same store (one event loop feeds about 128 calls in flight) "
+    "[one per 128 of --concurrency, at most one per core; 1 for the embedded judge].",
 )
 @click.option(
     "--promote",

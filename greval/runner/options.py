@@ -36,9 +36,10 @@ __all__ = [
 #: What a run reports as it goes: (done, total, errors).
 ProgressHook = Callable[[int, int, int], None]
 
-#: Calls in flight one process feeds: ~3 ms of client CPU a call keeps one core busy at 64 in flight and 200 ms
-#: of latency (scripts/bench_run.py). The default worker count is one process per this many, one per core.
-PER_WORKER = 64
+#: Calls in flight one process feeds: ~1 ms of client CPU a call (greval.llm.wire) keeps one event loop at 0.89 of
+#: the limit at 128 in flight and 200 ms of latency, where two workers did no better (0.987×) and at 256 they did
+#: (1.16×; scripts/bench_run.py, docs/benchmarks.md). The default is one process per this many, one per core.
+PER_WORKER = 128
 
 #: Judgements a worker process is worth starting for (its start costs ~0.5 s of CPU, ~150 calls' worth).
 WORKER_MIN_WORK = 256
@@ -87,7 +88,7 @@ class RunOptions(BaseModel):
         ge=1,
         description="With engine local: processes the pending records are sharded across, each with its share of "
         "the concurrency, against the same store (greval.scale.processes; 1: this process alone). None: chosen "
-        "from the concurrency and the cores (default_workers): one process feeds about 64 calls in flight.",
+        "from the concurrency and the cores (default_workers): one process feeds about 128 calls in flight.",
     )
     ray_address: str | None = Field(
         None, description="With engine ray: 'auto' or ray://host:port to join a cluster (None: start a local one)."

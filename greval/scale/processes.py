@@ -1,10 +1,10 @@
 """``greval run --workers N``: the pending records of one run, split into shards judged by local worker processes.
 
-One event loop feeds about 64 calls in flight (~3 ms of client CPU a call, most of it the HTTP client's); past
-that the client's CPU, not the judge, is the limit. The driver (:func:`greval.runner.driver.arun`) plans the
-run and records it once (one run id, one snapshot, one summary), then :func:`judge_in_processes` deals the plan
-into shards (:func:`greval.scale.shards.split_plan`, as on Ray) and has one worker process per shard judge it
-(:mod:`greval.scale.worker`) at the run's concurrency divided by the shards.
+One event loop feeds about 128 calls in flight at 200 ms of latency (~1 ms of client CPU a call with greval's own
+HTTP client, greval.llm.wire); past that the client's CPU, not the judge, is the limit. The driver
+(:func:`greval.runner.driver.arun`) plans the run and records it once (one run id, one snapshot, one summary), then
+:func:`judge_in_processes` deals the plan into shards (:func:`greval.scale.shards.split_plan`, as on Ray) and has
+one worker process per shard judge it (:mod:`greval.scale.worker`) at the run's concurrency divided by the shards.
 
 The store holds the run together, as on Ray: each model judgement is claimed before its call, verdicts are
 committed in groups, and every attempt at a shard holds its claims as one owner. A worker that dies (killed,
