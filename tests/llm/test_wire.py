@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gc
+import shutil
 import socket
+import ssl
+import subprocess
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,3 +190,38 @@ def test_the_proxy_comes_from_the_environment_once(llm: OpenAIServer, monkeypatc
     assert proxied["proxy"] == "http://proxy.invalid:3128"
     credentials = base64.b64decode(proxied["proxy_headers"]["Proxy-Authorization"].removeprefix("Basic "))
     assert credentials == b"someone:p@ss"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_https_is_verified(tmp_path: Path) -> None:
+    """A TLS server with a self-signed certificate is refused (certificate verify failed), as a connection error
+    greval classifies: the key is never sent to a server that cannot prove its name."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    make = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    subprocess.run([*make, "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    heard: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            heard.append(await reader.read(1000))
+        writer.close()
+
+    async def attempt() -> BaseException:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_side)
+        port = server.sockets[0].getsockname()[1]
+        chat = _chat(f"https://127.0.0.1:{port}/v1")
+        try:
+            await OpenAICall(chat, JSON_MODE)(MESSAGES)
+        except Exception as exc:
+            return exc
+        finally:
+            await chat.aclose()
+            server.close()
+        raise AssertionError("the self-signed server was trusted")
+
+    refused = asyncio.run(attempt())
+    assert isinstance(refused, ConnectionError) and classify(refused).kind is ErrorKind.CONNECTION
+    assert "certificate verify failed" in str(refused)
+    assert not [b for b in heard if b"Authorization" in b]
