@@ -101,10 +101,19 @@ def resolve(store: Store, target: Target, choice: JudgeChoice | JudgeConfig | No
     stored = {j["judge_key"]: j["label"] for j in store.verdict_judges(key)}
     if cfg.key not in stored:
         have = ", ".join(sorted(set(stored.values()))) or "none"
+        flags = f"{option('judge')}, {option('temperature')}, {option('max_tokens')} and {option('samples')}"
+        hint = f"give the same {flags}"
+        if cfg.label in stored.values():
+            # The same judge under another key: other parameters, or an earlier identity of the judge (the local
+            # judge's changed with its reason cap, 2026-11-29), which no flag can name.
+            hint = (
+                f"{cfg.label}'s verdicts here were made with other parameters or by an earlier version of it; "
+                f"{hint}, or judge the records again with these (`greval run` with this {option('judge')}"
+                f"{', free for the local judge' if cfg.is_local else ''})"
+            )
         raise UserError(
             f"no verdicts of {target.name}@{spec.hash} by judge {cfg.label} with these parameters (key {cfg.key}); "
-            f"judges with verdicts: {have} — give the same {option('judge')}, {option('temperature')}, "
-            f"{option('max_tokens')} and {option('samples')}"
+            f"judges with verdicts: {have} — {hint}"
         )
     return cfg, key
 

@@ -287,6 +287,11 @@ def test_bad_input_gets_one_line(llm: Any, labelled: Path, tmp_path: Path) -> No
     assert "objective 'mae' does not fit" in line
     line = one_line(str(labelled), "--spec", "supported", "--judge", "openai:other", "--base-url", llm.base_url)
     assert "no verdicts of supported@" in line and "by judge openai:other" in line
+    assert "earlier version" not in line  # another judge: only "give the same …"
+    # The same judge with other parameters (or, for the local judge, an earlier identity no flag can name).
+    line = one_line(str(labelled), "--spec", "supported", *judge, "--temperature", "0.7")
+    assert "verdicts here were made with other parameters or by an earlier version of it" in line
+    assert "judge the records again with these (`greval run`" in line and "free for the local judge" not in line
 
 
 def test_an_interrupted_run_resumes_and_pays_each_judgement_once(llm: Any, labelled: Path, tmp_path: Path) -> None:
