@@ -29,6 +29,7 @@ its own session (and pool) for a judge, closed with the loop (``asyncio.run``'s 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import ssl
@@ -112,9 +113,10 @@ class Endpoint:
 
 def _env_proxy(url: str) -> dict[str, Any]:
     """The proxy the environment names for ``url`` (``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``ALL_PROXY`` in either
-    case, not for a host ``NO_PROXY`` exempts), as aiohttp's keyword arguments."""
+    case, not for a host ``NO_PROXY`` exempts), as aiohttp's keyword arguments. Never for this machine's own
+    address (the embedded judge, a server on localhost): no proxy elsewhere could reach it."""
     parts = urllib.parse.urlsplit(url)
-    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+    if _loopback(parts.hostname) or (parts.hostname and urllib.request.proxy_bypass(parts.hostname)):
         return {}
     proxies = urllib.request.getproxies()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
@@ -127,6 +129,17 @@ def _env_proxy(url: str) -> dict[str, Any]:
     user, password = urllib.parse.unquote(address.username), urllib.parse.unquote(address.password or "")
     credentials = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"proxy": urllib.parse.urlunsplit(bare), "proxy_headers": {"Proxy-Authorization": f"Basic {credentials}"}}
+
+
+def _loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # A loop's sessions, by id of the judge they were opened for (with a weak reference to it, so a new judge at a

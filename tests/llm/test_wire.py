@@ -185,6 +185,8 @@ def test_the_proxy_comes_from_the_environment_once(llm: OpenAIServer, monkeypatc
     reply = run_sync(OpenAICall(_chat("http://judge.invalid/v1"), JSON_MODE)(MESSAGES))
     assert reply.response_metadata["finish_reason"] == "stop" and llm.stats()["total"] == 1
     assert wire.Endpoint.of("http://exempt.invalid/v1", "k", 1.0).proxy == {}
+    for local in ("http://127.0.0.1:8080/v1", "http://localhost:8080/v1", "http://[::1]:8080/v1"):
+        assert wire.Endpoint.of(local, "k", 1.0).proxy == {}, local  # the embedded judge: never through a proxy
     monkeypatch.setenv("HTTP_PROXY", "http://someone:p%40ss@proxy.invalid:3128")
     proxied = wire.Endpoint.of("http://judge.invalid/v1", "k", 1.0).proxy
     assert proxied["proxy"] == "http://proxy.invalid:3128"
