@@ -28,7 +28,9 @@ its own session (and pool) for a judge, closed with the loop (``asyncio.run``'s 
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import ipaddress
 import json
 import os
@@ -147,9 +149,19 @@ def _loopback(host: str | None) -> bool:
 _Sessions = dict[int, tuple["weakref.ref[Any]", aiohttp.ClientSession]]
 
 
+#: Seconds a session's close may take. aiohttp's close waits until every connection's transport says it is
+#: closed; a run's end (or an interrupted run's cleanup) never waits on that longer.
+CLOSE_S = 5.0
+
+
+async def _closed(session: aiohttp.ClientSession) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(session.close(), CLOSE_S)
+
+
 async def _close_all(sessions: _Sessions) -> None:
     for _, session in list(sessions.values()):
-        await session.close()
+        await _closed(session)
     sessions.clear()
 
 
@@ -187,7 +199,7 @@ async def _session(owner: Any, endpoint: Endpoint) -> aiohttp.ClientSession:
     if held is not None and held[0]() is owner and not held[1].closed:
         return held[1]
     if held is not None:
-        await held[1].close()
+        await _closed(held[1])
     session = _new_session(endpoint)
     sessions[id(owner)] = (weakref.ref(owner), session)
     return session
@@ -199,7 +211,7 @@ async def close(owner: Any) -> None:
     sessions = _SESSIONS.current()
     held = sessions.pop(id(owner), None) if sessions is not None else None
     if held is not None:
-        await held[1].close()
+        await _closed(held[1])
 
 
 async def post_chat(owner: Any, endpoint: Endpoint, payload: Mapping[str, Any]) -> dict[str, Any]:
