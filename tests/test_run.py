@@ -212,13 +212,29 @@ def _start_run(data: Path, store: Path, llm: OpenAIServer, *extra: str) -> subpr
     cmd += ["--judge", "openai:judge-test", "--base-url", llm.base_url, "-c", "4", "--quiet", *extra]
     return subprocess.Popen(
         cmd,
-        env={**os.environ, "OPENAI_API_KEY": TEST_KEY},
+        # PYTHONFAULTHANDLER: a run that outlives its signal is sent SIGABRT (_ended), and prints every thread's stack.
+        env={**os.environ, "OPENAI_API_KEY": TEST_KEY, "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         # A background job inherits SIGINT as ignored; a user's terminal delivers it.
         preexec_fn=terminal_sigint,
     )
+
+
+def _ended(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The run's stderr once it has ended. One that is still running after ``timeout`` fails the test with
+    its stderr and every thread's stack (SIGABRT and the fault handler), and is gone afterwards."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            err = proc.communicate(timeout=10)[1]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            err = proc.communicate()[1]
+        raise AssertionError(f"the run did not end within {timeout:.0f} s of its signal:\n{err}") from None
 
 
 def _wait_for_verdicts(store: Path, n: int, timeout: float = 60) -> int:
@@ -250,20 +266,26 @@ def test_ctrl_c_and_sigterm_mark_the_run_interrupted_and_keep_what_was_judged(
     for batch in range(0, tries, 4):  # four at a time: the same signal, at different moments of a run
         stores = [tmp_path / f"s{sig}-{batch + k}.sqlite" for k in range(4)]
         procs = [_start_run(data, store, llm) for store in stores]
-        for k, (store, proc) in enumerate(zip(stores, procs, strict=True)):
-            stored = _wait_for_verdicts(store, 2 + k + batch // 4)
-            proc.send_signal(sig)
-            _, err = proc.communicate(timeout=30)
-            assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
-            assert "Traceback" not in err
-            lines = [line for line in err.splitlines() if line.startswith("interrupted:")]
-            assert len(lines) == 1 and "re-run the same command to resume" in lines[0], err
-            with Store(store) as st:
-                [r] = st.runs()
-                kept = st.db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
-            assert r["status"] == "interrupted" and r["finished_at"] is not None
-            assert json.loads(r["summary"])["metrics"][0]["ok"] == kept >= stored
-            assert f"{kept} verdict(s) stored" in lines[0]
+        try:
+            for k, (store, proc) in enumerate(zip(stores, procs, strict=True)):
+                stored = _wait_for_verdicts(store, 2 + k + batch // 4)
+                proc.send_signal(sig)
+                err = _ended(proc, 30)
+                assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
+                assert "Traceback" not in err
+                lines = [line for line in err.splitlines() if line.startswith("interrupted:")]
+                assert len(lines) == 1 and "re-run the same command to resume" in lines[0], err
+                with Store(store) as st:
+                    [r] = st.runs()
+                    kept = st.db.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0]
+                assert r["status"] == "interrupted" and r["finished_at"] is not None
+                assert json.loads(r["summary"])["metrics"][0]["ok"] == kept >= stored
+                assert f"{kept} verdict(s) stored" in lines[0]
+        finally:  # a failure leaves no run calling the worker's test server during the next tests
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
 
 
 @pytest.mark.slow
