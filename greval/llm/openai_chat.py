@@ -183,10 +183,11 @@ class OpenAIChat:
     async def aclose(self) -> None:
         """Close the connections this judge's direct calls opened on the running loop (a run's end; the judge
         can still be called: it opens new ones). Nothing is imported for a judge that never called."""
-        for name in ("greval.llm.wire", "greval.llm.sdk"):
-            module = sys.modules.get(name)
-            if module is not None:
-                await (module.close if name == "greval.llm.wire" else module.close_built)(self)
+        wire, sdk = sys.modules.get("greval.llm.wire"), sys.modules.get("greval.llm.sdk")
+        if wire is not None:
+            await wire.close(self)
+        if sdk is not None:
+            await sdk.close_built(self)
 
     def payload(self, messages: Sequence[Message], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The request ``ChatOpenAI._get_request_payload`` builds for these settings, the bound ``kwargs``
