@@ -2,8 +2,9 @@
 
 Records flow through in chunks of :data:`PLAN_CHUNK`: rows → content hashes → what the store still lacks →
 Records only for the rows with work left. A finished job re-run holds no dataset in memory (only its (id, hash)
-pairs, the snapshot). :func:`work_of` is the one definition of what a pending judgement costs, and
-:func:`sample_notes` what a sampled run says about its draw.
+pairs, the snapshot), and on a SQLite store asks nothing of a chunk the memo knows is settled (greval.store.memo).
+:func:`work_of` is the one definition of what a pending judgement costs, and :func:`sample_notes` what a sampled
+run says about its draw.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from greval.judge.outcome import config_for, missing_inputs, unfed
 from greval.llm.config import JudgeConfig
 from greval.runner.options import MetricSummary, SampleSummary
 from greval.spec import BaseSpec, order_specs
+from greval.store.memo import Generation, digest
 from greval.store.store import Store, spec_keys
 
 __all__ = [
     "PLAN_CHUNK",
     "PLAN_HOLD",
+    "SETTLE_MIN",
     "LeftOut",
     "Plan",
     "PlannedRows",
@@ -44,6 +47,11 @@ __all__ = [
 
 #: Records planned at a time: the store is asked about one chunk's hashes at once (see Store.pending).
 PLAN_CHUNK = 2000
+
+#: New contents a chunk needs for the memo of settled chunks (greval.store.memo) to be read or written for it:
+#: fewer are asked about in one store query (Store.pending asks 500 at a time), which costs less than the memo's
+#: own write — and a lookup (greval serve: a few records a request) writes nothing.
+SETTLE_MIN = 500
 
 #: Rows of a dataset file a plan holds as Records at most (~2 KB each); past it, every row is kept by its
 #: position in the file and read again when it is judged (a first run of 1M rows held ~2 GB of Records).
@@ -226,6 +234,10 @@ class _Planner:
         self.many = [s for s in specs if s.each is not None] if items else []
         self.items_drawn = {s.name: 0 for s in self.many}
         self.items_of = {s.name: 0 for s in self.many}
+        # Each pair's memo counters, read before the first chunk the memo may mark is asked about, and the
+        # chunks found settled (nothing left to judge: greval.store.memo), to mark so once the plan is made.
+        self.before: dict[str, Generation | None] = {}
+        self.settled: dict[str, list[str]] = {s.name: [] for s in specs}
 
     def add(self, chunk: Sequence[Record | HashedRow]) -> None:
         """Plan one chunk: its new contents asked of the store, its rows counted and kept for the snapshot."""
@@ -259,14 +271,11 @@ class _Planner:
         # Store.pending reads each record's hash and items(), which a HashedRow has as a Record has them: the
         # rows are asked about as they are (building even unvalidated Records was ~10 % of planning a re-run).
         views = cast("list[Record]", [chunk[i] for i in fresh])
+        chunk_key = digest(v.hash for v in views) if len(views) >= SETTLE_MIN else None
         asked = {
             s.name: [
                 drawn_items(self.sample, s, view, left)
-                for view, left in zip(
-                    views,
-                    self.store.pending(self.keys[s.name], self.judge_keys[s.name], views, s.each, self.retry_errors),
-                    strict=True,
-                )
+                for view, left in zip(views, self._left(s, views, chunk_key), strict=True)
             ]
             for s in self.specs
         }
@@ -279,6 +288,31 @@ class _Planner:
                 self.pending[s.name].append(rest)
                 if rest is not None:
                     self.todo[work_of(s, views[n])] += 1
+
+    def _left(self, s: BaseSpec, views: list[Record], chunk_key: str | None) -> list[list[str] | None]:
+        """:meth:`Store.pending` of one spec on a chunk's new contents, unless the chunk is settled for it."""
+        pair = (self.keys[s.name], self.judge_keys[s.name])
+        if chunk_key is None:
+            return self.store.pending(*pair, views, s.each, self.retry_errors)
+        if s.name not in self.before:
+            self.before[s.name] = self.store.generation(*pair)
+        before = self.before[s.name]
+        if before is None:
+            return self.store.pending(*pair, views, s.each, self.retry_errors)
+        if not self.retry_errors and self.store.recall(*pair, "settled", [chunk_key], before):
+            return [None] * len(views)
+        left = self.store.pending(*pair, views, s.each, self.retry_errors)
+        if all(x is None for x in left):
+            self.settled[s.name].append(chunk_key)  # (with retried errors, nothing left without them either)
+        return left
+
+    def settle(self) -> None:
+        """Mark the chunks found with nothing left to judge (if no verdict of their pair was lost meanwhile)."""
+        for s in self.specs:
+            before = self.before.get(s.name)
+            if self.settled[s.name] and before is not None:
+                pair = (self.keys[s.name], self.judge_keys[s.name])
+                self.store.remember(*pair, "settled", dict.fromkeys(self.settled[s.name]), before)
 
     def _count(self, chunk: Sequence[Record | HashedRow]) -> None:
         """Per record id, judged now or before: the dependencies the data cannot feed, the items sampled."""
@@ -348,6 +382,7 @@ def plan_work(
             chunk = []
     if chunk:
         planner.add(chunk)
+    planner.settle()
     return planner.plan(population)
 
 

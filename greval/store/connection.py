@@ -75,6 +75,7 @@ def _open_sqlite(path: Path) -> sqlite3.Connection:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
             db.executescript(schema.ddl("sqlite"))
+            db.executescript(schema.MEMO_DDL)
             return db
         except sqlite3.OperationalError as exc:
             if db is not None:

@@ -21,6 +21,7 @@ Pure computation over stored rows: changing how a figure is computed never needs
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -33,9 +34,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from greval import __version__
 from greval.errors import option
 from greval.llm.retry import CUT_OFF_HINT, ErrorKind
 from greval.spec import BaseSpec, CategoricalScale, EachTarget, Spec, ValueScale
+from greval.store.memo import Generation, digest
 from greval.store.store import Store
 from greval.store.versions import parse_ref
 from greval.types import MISSING_INPUT, UNITS
@@ -752,6 +755,18 @@ def figures(
 
     Streams the rows record by record (the store sorts them), so a large store is never held in memory;
     metrics come in the order :func:`item_rows` lists them (by name, then first verdict)."""
+    scope = Scope(spec=spec, run_id=run_id, spec_key=spec_key, judge_key=judge_key, all_versions=all_versions)
+    memo = _FiguresMemo.of(store, scope)
+    if memo is not None and (kept := memo.recall()) is not None:
+        return kept
+    found = _figures(store, scope)
+    if memo is not None:
+        memo.keep(found)
+    return found
+
+
+def _figures(store: Store, scope: Scope) -> list[MetricFigures]:
+    """:func:`figures`, computed."""
     specs: dict[str, BaseSpec] = {}
 
     def spec_of(key: str) -> BaseSpec:
@@ -762,7 +777,6 @@ def figures(
     firsts: dict[tuple[str, str], tuple[str, float]] = {}
 
     def grouped() -> Iterator[Sequence[Mapping[str, Any]]]:
-        scope = Scope(spec=spec, run_id=run_id, spec_key=spec_key, judge_key=judge_key, all_versions=all_versions)
         rows = _stream(store, scope)
         for _, grp in itertools.groupby(rows, key=_group_key):
             members = list(grp)
@@ -774,6 +788,46 @@ def figures(
 
     tallies = _tally(grouped(), spec_of)
     return [tallies[k].result() for k in sorted(tallies, key=lambda k: firsts[k])]
+
+
+@functools.cache
+def _definition() -> str:
+    """Which code defines the figures: this module, the spec models (what a label or value means) and greval's
+    version. A memo of figures made by other code is never read."""
+    root = Path(__file__).resolve().parents[1]
+    files = [Path(__file__), root / "types.py", *sorted((root / "spec").glob("*.py"))]
+    return digest([__version__, *(f.read_text(encoding="utf-8") for f in files)])
+
+
+class _FiguresMemo:
+    """The memo of one run's figures for one (spec version, judge), the shape of a run's summary
+    (greval.store.memo): keyed by the run's snapshot, whether the run is an experiment (it reads what
+    experiments made), the spec version's stored body and :func:`_definition`."""
+
+    def __init__(self, store: Store, pair: tuple[str, str], key: str, before: Generation) -> None:
+        self.store, self.pair, self.key, self.before = store, pair, key, before
+
+    @classmethod
+    def of(cls, store: Store, scope: Scope) -> _FiguresMemo | None:
+        """The memo a read of ``scope`` may use (None: another shape of read, or a store that keeps none)."""
+        if scope.run_id is None or scope.spec_key is None or scope.judge_key is None or scope.spec is not None:
+            return None
+        before = store.generation(scope.spec_key, scope.judge_key)  # read before the figures are
+        if before is None:
+            return None
+        snapshot = store.run_snapshot(scope.run_id)
+        body = store.spec_body(scope.spec_key)
+        if snapshot is None or body is None:
+            return None
+        key = digest([snapshot, store.run_kind(scope.run_id), body, _definition()])
+        return cls(store, (scope.spec_key, scope.judge_key), key, before)
+
+    def recall(self) -> list[MetricFigures] | None:
+        kept = self.store.recall(*self.pair, "figures", [self.key], self.before).get(self.key)
+        return None if kept is None else [MetricFigures.model_validate(f) for f in json.loads(kept)]
+
+    def keep(self, found: list[MetricFigures]) -> None:
+        self.store.remember(*self.pair, "figures", {self.key: json.dumps([f.model_dump() for f in found])}, self.before)
 
 
 def _frame(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> pd.DataFrame:

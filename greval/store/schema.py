@@ -158,6 +158,48 @@ CREATE TABLE IF NOT EXISTS label_uses (
 CREATE INDEX IF NOT EXISTS label_uses_by_name ON label_uses(spec_name, use, record_hash);
 """
 
+#: A verdict status that counts as done for planning (Store.pending, without retrying errors).
+_FINAL = "('ok', 'skipped', 'error')"
+
+
+def _bump(table: str, event: str, losses: str) -> str:
+    """A trigger moving the (spec key, judge key) counters after ``event`` on ``table``: every write moves
+    ``writes``; ``losses`` moves by the SQL expression given (0 or 1)."""
+    row = "OLD" if event == "DELETE" else "NEW"
+    return f"""
+CREATE TRIGGER IF NOT EXISTS memo_{table}_{event.lower()} AFTER {event} ON {table} BEGIN
+    INSERT INTO memo_generations (spec_key, judge_key, writes, losses)
+    VALUES ({row}.spec_key, {row}.judge_key, 1, {losses})
+    ON CONFLICT (spec_key, judge_key) DO UPDATE SET writes = writes + 1, losses = losses + ({losses});
+END;"""
+
+
+#: The memo tables and their triggers (greval.store.memo; SQLite only, run on every open as DDL is). Not in
+#: :func:`tables`: a cache, never copied to another store (greval.store.copy), and outside DDL, whose
+#: statements are split at ";" (a trigger's body has several).
+MEMO_DDL = "\n".join(
+    [
+        """
+CREATE TABLE IF NOT EXISTS memo_generations (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, writes INTEGER NOT NULL, losses INTEGER NOT NULL,
+    PRIMARY KEY (spec_key, judge_key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memo (
+    spec_key TEXT NOT NULL, judge_key TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,
+    generation INTEGER NOT NULL, value TEXT,
+    PRIMARY KEY (spec_key, judge_key, kind, key)) WITHOUT ROWID;""",
+        _bump("verdicts", "INSERT", "0"),
+        _bump("verdicts", "UPDATE", f"NEW.status NOT IN {_FINAL}"),
+        _bump("verdicts", "DELETE", "1"),
+        _bump("judgements", "INSERT", "0"),
+        _bump("judgements", "UPDATE", "OLD.status = 'ok' AND NEW.status <> 'ok'"),
+        _bump("judgements", "DELETE", "1"),
+        _bump("experiment_verdicts", "INSERT", "0"),
+        _bump("experiment_verdicts", "UPDATE", "0"),
+        _bump("experiment_verdicts", "DELETE", "0"),
+    ]
+)
+
+
 #: The tables of schema 9 (the ledger), made by its migration step (see the module doc).
 LEDGER_TABLES = ("decisions", "label_uses")
 

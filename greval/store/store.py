@@ -13,8 +13,8 @@ reader (``greval.store.results``).
 
 A :class:`Store` is this module's writes and reads of verdicts, runs and records, plus its parts: the tables
 and migrations (``schema.py``), the connection (``connection.py``), human labels (``labels.py``), Argilla
-pushes (``annotation.py``), the verdict reads of later stages (``lookups.py``) and ``greval watch``'s state
-(``watch.py``). Only ``greval.store`` holds SQL.
+pushes (``annotation.py``), the verdict reads of later stages (``lookups.py``), ``greval watch``'s state
+(``watch.py``) and what a no-op re-run need not work out again (``memo.py``). Only ``greval.store`` holds SQL.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from greval.store.backend import DB, RECONNECT_WAIT_S, batched
 from greval.store.labels import HumanLabels
 from greval.store.ledger import Ledger
 from greval.store.lookups import VerdictLookups
+from greval.store.memo import Memos
 from greval.store.schema import members_key, put_members, stored_kind
 from greval.store.versions import RunKind, SpecVersions, Version
 from greval.store.watch import WatchState
@@ -210,7 +211,7 @@ def _replace_verdicts(
     )
 
 
-class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchState, Ledger):
+class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchState, Ledger, Memos):
     """A greval store: a SQLite file (WAL; safe to open from several processes) or a PostgreSQL database
     (``postgresql://…``, shared by many machines); one connection per Store.
 
@@ -369,6 +370,16 @@ class Store(HumanLabels, AnnotationPushes, VerdictLookups, SpecVersions, WatchSt
         if row is None:
             raise UserError(f"{self.name}: no spec with key {spec_key}")
         return parse_spec(json.loads(row[0]), f"{self.name}#{spec_key}")
+
+    def spec_body(self, spec_key: str) -> str | None:
+        """A spec version's stored body, as stored (None: no such version)."""
+        rows = self._rows("SELECT body FROM specs WHERE spec_key=?", (spec_key,))
+        return str(rows[0][0]) if rows else None
+
+    def run_snapshot(self, run_id: str) -> str | None:
+        """The snapshot (record ids and contents) a run was given (None: no such run, or not linked yet)."""
+        rows = self._rows("SELECT snapshot FROM runs WHERE run_id=?", (run_id,))
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def spec(self, spec_key: str) -> Spec:
         """A stored judge spec (what people can label and agreement applies to)."""
