@@ -20,14 +20,24 @@ import yaml
 from aiohttp import web
 from click.testing import CliRunner
 
+from greval._sync import run_sync
 from greval.cli import main
 from greval.dataset.records import Record
 from greval.errors import SpecError
 from greval.judge.judge import Judge
 from greval.judge.logprobs import weighted_value
+from greval.llm.config import JudgeConfig
 from greval.quality.draft import DraftRequest, repair_ranges
 from greval.quality.lint import RULES, lint_file, lint_text
-from greval.quality.reliability import parse_panel, permute_items, permute_scale, sample_records, wilson
+from greval.quality.reliability import (
+    alogprob_scores,
+    logprob_judge,
+    parse_panel,
+    permute_items,
+    permute_scale,
+    sample_records,
+    wilson,
+)
 from greval.spec import CategoricalScale, Spec, ValueScale, load_spec_file, parse_spec
 from greval.testing.openai_server import OpenAIServer
 
@@ -908,6 +918,30 @@ def test_probability_weighted_score_from_logprobs(tmp_path: Path, monkeypatch: p
         assert "probability-weighted score (G-Eval): 2 of 2" in res.output
         asked = [b for b in srv.bodies if b.get("logprobs")]
         assert len(asked) == 2 and all(b["top_logprobs"] == 3 for b in asked)
+    finally:
+        srv.close()
+
+
+def test_the_logprob_call_caps_each_reason_as_a_run_of_the_local_judge_does(tmp_path: Path) -> None:
+    """A judge with a reason cap (the embedded one's: LOCAL_REASON_CHARS) sends it in the logprob call's schema
+    too, as every call of a run does (greval.judge.judge): the same request, log-probabilities added."""
+    tokens: list[tuple[str, dict[str, float]]] = [
+        ('{"reason":"ok","value":', {}),
+        ("4", {"4": 0.9, "3": 0.1}),
+        ("}", {}),
+    ]
+    srv = _LogprobServer(tokens)
+    try:
+        spec = parse_spec(VALUE_SPEC)
+        assert isinstance(spec, Spec)
+        cfg = JudgeConfig.parse("openai:lp", base_url=srv.base_url, api_key="sk-test", reason_chars=300)
+        rec = Record.from_mapping({"id": "r1", "question": "q", "answer": "a"})
+        scores, problems = run_sync(alogprob_scores(spec, [rec], logprob_judge(spec, cfg, 2)))
+        assert problems == [] and scores["r1"][0] == 4
+        (body,) = srv.bodies
+        assert body["logprobs"] is True and body["top_logprobs"] == 2
+        sent = body["response_format"]["json_schema"]["schema"]
+        assert sent["properties"]["reason"]["maxLength"] == 300
     finally:
         srv.close()
 

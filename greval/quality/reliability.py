@@ -19,8 +19,6 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
-from langchain_core.language_models import BaseChatModel
-from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 from rich.markup import escape
 from rich.table import Table
@@ -35,7 +33,7 @@ from greval.judge.logprobs import weighted_value
 from greval.judge.outcome import config_for, missing_inputs
 from greval.judge.parse import json_payload
 from greval.llm.call import to_langchain
-from greval.llm.config import JudgeConfig, make_chat_model
+from greval.llm.config import LOCAL_PROVIDERS, JudgeConfig, openai_chat
 from greval.report.format import fmt_ci, fmt_number
 from greval.runner.driver import arun
 from greval.runner.options import RunOptions
@@ -262,11 +260,11 @@ def panel_agreement(spec: Spec, judges: Mapping[str, Mapping[str, JudgeResult | 
 
 # ========================================================================================= logprobs
 async def alogprob_scores(
-    spec: Spec, records: Sequence[Record], model: BaseChatModel
+    spec: Spec, records: Sequence[Record], judge: Judge
 ) -> tuple[dict[str, tuple[int, float, float]], list[str]]:
-    """One extra call per record with logprobs on: {record id: (value, weighted, mass)} and problems."""
+    """One extra call per record with logprobs on (``judge``: :func:`logprob_judge`): {record id: (value,
+    weighted, mass)} and problems."""
 
-    judge = Judge(spec, model, method="json_schema")
     scale = spec.scale
     assert isinstance(scale, ValueScale)
     out: dict[str, tuple[int, float, float]] = {}
@@ -295,12 +293,13 @@ async def alogprob_scores(
     return out, problems
 
 
-def logprob_model(cfg: JudgeConfig, top: int) -> BaseChatModel:
-    """The judge's chat model with log-probabilities requested (OpenAI-compatible servers only)."""
-    model = make_chat_model(cfg)
-    if not isinstance(model, ChatOpenAI):
+def logprob_judge(spec: Spec, cfg: JudgeConfig, top: int) -> Judge:
+    """The run's judge of ``spec`` asking for log-probabilities (OpenAI-compatible servers only): the same
+    request as a run's, with the local judge's cap on each reason (an uncapped small model loops in its reason
+    until it is cut off, and a cut-off answer has no value token to weigh)."""
+    if cfg.provider not in ("openai", *LOCAL_PROVIDERS):
         raise UserError(f"{option('logprobs')} needs an OpenAI-compatible judge; {cfg.label} is not one")
-    return model.model_copy(update={"logprobs": True, "top_logprobs": top})
+    return Judge(spec, openai_chat(cfg), method="json_schema", logprobs=top)
 
 
 # ============================================================================================ running
@@ -414,7 +413,7 @@ async def _logprob_stat(
             note="not done: probability-weighted scores are implemented for record-level value scales only "
             "(and not for specs with depends_on)",
         )
-    scores, problems = await alogprob_scores(target, sample, logprob_model(cfg, opts.top_logprobs))
+    scores, problems = await alogprob_scores(target, sample, logprob_judge(target, cfg, opts.top_logprobs))
     stat = LogprobStat(requested=len(sample), usable=len(scores))
     if scores:
         vals = list(scores.values())
