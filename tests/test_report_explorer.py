@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,7 +249,6 @@ def _two_versions(quickstart: Path, server: OpenAIServer, tmp_path: Path) -> tup
     """A copy of the quick start's store with a second version of its metric (one word more in the
     instructions) judged on the same records: (store, A = NAME@HASH of the first, B = of the second)."""
     import shutil
-    import sqlite3
 
     store = tmp_path / "two.sqlite"
     shutil.copyfile(quickstart / "greval.sqlite", store)
@@ -407,6 +407,33 @@ def test_a_record_page_shows_the_judges_samples(
     assert page.errors == []
 
 
+def test_a_per_item_metric_s_confidence_is_its_least_sure_item_s(llm: OpenAIServer, tmp_path: Path) -> None:
+    """Judged three times per item (--samples 3: confidence is the share of samples agreeing), a per-item
+    metric's record row shows its least sure item's confidence (before: its first item's), and a record metric's
+    row its verdict's."""
+    store = _judged_store(llm, tmp_path, "--samples", "3")
+    # the test server's three samples of one prompt agree (confidence 1.0): two items are made less sure, as two
+    # of three samples agreeing would leave them
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE verdicts SET confidence=0.667 WHERE item_id='c2' AND record_id IN ('r0', 'r2')")
+        db.execute("UPDATE verdicts SET confidence=0.333 WHERE item_id='c1' AND record_id='r2'")
+    out = _report(store, tmp_path / "report")
+    meta = _meta(out)
+    col = meta["columns"].index("confidence")
+    with Store(store) as st:
+        stored = st.query("SELECT spec_name, record_hash, item_id, confidence FROM verdicts WHERE status='ok'")
+    varied = 0
+    for i, m in enumerate(meta["metrics"]):
+        if m["name"] not in ("chunk_evaluation", "answer_alignment"):
+            continue
+        for r in _rows(out, i):
+            mine = [v for v in stored if v["spec_name"] == m["name"] and v["record_hash"] in _hashes(store, r[1])]
+            confs = [v["confidence"] for v in mine]
+            assert None not in confs and r[col] == min(confs), (m["name"], r[1], confs)
+            varied += len(set(confs)) > 1
+    assert varied, "no per-item record whose items' confidences differ: the test shows nothing"
+
+
 def _judged_store(llm: OpenAIServer, tmp_path: Path, *extra: str) -> Path:
     """Three records judged by the test server on a record metric, a per-item metric and a computed one."""
     data = tmp_path / "records.jsonl"
@@ -500,7 +527,6 @@ def test_the_records_costs_sum_to_the_run_s_cost(
     server's prefix cache, at the user's price table) add up to the run's cost as `greval results runs` shows
     it; a store migrated from schema 5 shows upper bounds and says why; a judge without a price shows no $0."""
     import shutil
-    import sqlite3
 
     from greval.llm.prices import RunCost, cost_text, load_prices, run_cost
 

@@ -163,13 +163,22 @@ def record_reason(m: MetricData, mine: Sequence[Mapping[str, Any]]) -> str:
     return "; ".join(parts) + f" — each {each.removesuffix('s')}'s reason is under it"
 
 
+def record_confidence(mine: Sequence[Mapping[str, Any]]) -> float | None:
+    """The judge's stated confidence for a record: its verdict's; a per-item metric's, its least sure item's (the
+    one a reviewer should see first, as the review's selection ranks items: lowest first)."""
+    items = [r["confidence"] for r in mine if r["item_id"] != "" and r.get("confidence") is not None]
+    if items:
+        return float(min(items))
+    whole = next((r for r in mine if r["item_id"] == ""), None)
+    return None if whole is None else whole.get("confidence")
+
+
 def record_row(
     m: MetricData, rec: Mapping[str, Any], number: int, bin_key: str, price: Price | None = None
 ) -> list[Any]:
     """One record row of the explorer's table (COLUMNS' order); ``price``: its judge's."""
     key = (rec["record_id"], rec["record_hash"])
     mine = m.items.get(key, [])
-    whole = next((r for r in mine if r["item_id"] == ""), mine[0] if mine else {})
     judge = {(r["record_hash"], r["item_id"]): _verdict(r) for r in mine if r["status"] == "ok"}
     humans = m.humans.get(key, [])
     verdict, labels = _judged(m, mine)
@@ -185,7 +194,7 @@ def record_row(
         rec.get("score"),
         "; ".join(_said(h) for h in humans),
         _agree(judge, humans),
-        whole.get("confidence"),
+        record_confidence(mine),
         latency,
         tokens,
         None if cost is None else cost.usd,
