@@ -58,6 +58,19 @@ class Strings:
             yield buf[start:end].decode(*_CODEC)
             start = end
 
+    def joined(self, sep: str) -> str:
+        """The strs joined by ``sep``, made from the buffer with no str per row (a million ids: one text, not a
+        million strs and a list of them first)."""
+        if not sep:
+            return self._buf.decode(*_CODEC)
+        gap, out, start = sep.encode(*_CODEC), bytearray(), 0
+        for n, end in enumerate(self._ends):
+            if n:
+                out += gap
+            out += self._buf[start:end]
+            start = end
+        return out.decode(*_CODEC)
+
     def contains(self, pattern: re.Pattern[bytes]) -> bool:
         """Whether ``pattern`` matches the strs' UTF-8 bytes, read end to end (one search over all of them)."""
         return pattern.search(self._buf) is not None
@@ -89,6 +102,10 @@ class Hashes:
     def extend(self, values: Iterable[str]) -> None:
         for value in values:
             self.append(value)
+
+    def packed(self) -> bytes | None:
+        """Every hash's 32 bytes end to end (None: they are held as strs, one is not a sha256 in hex)."""
+        return None if self._strings is not None else bytes(self._packed)
 
     def __len__(self) -> int:
         return len(self._packed) // 32 if self._strings is None else len(self._strings)
