@@ -82,6 +82,21 @@ class _Call:
 
     finished: threading.Event = field(default_factory=threading.Event)
     saved: threading.Event = field(default_factory=threading.Event)
+    #: Held while the coroutine runs, released once ``finished`` is set: what the caller's thread waits on.
+    running: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the coroutine has ended, waiting up to ``timeout`` seconds. On a bare lock, not on
+        ``finished``: a signal handler that raises (Ctrl-C, SIGTERM: greval.cli.common.run_signals) while
+        Event.wait re-takes its Condition's lock leaves that lock released, and the wait's own exit then fails
+        with "release unlocked lock" instead of the interrupt (seen in CI). A lock's acquire that a handler
+        interrupts simply has not acquired it."""
+        if self.finished.is_set():
+            return True
+        if self.running.acquire(timeout=timeout):
+            self.running.release()
+            return True
+        return self.finished.is_set()
 
 
 _calls: set[_Call] = set()  # the run_sync calls whose coroutine runs now
@@ -133,20 +148,21 @@ def run_sync(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = 
             "greval: a sync call from greval's own event loop would wait for itself; await the async API"
         )
     call = _Call()
-    finished = call.finished
+    call.running.acquire()
 
     async def until_done() -> T:
         _call.set(call)  # this task's context: work_saved() in the coroutine reaches this call
         try:
             return await coro
         finally:
-            finished.set()
+            call.finished.set()
+            call.running.release()
             _calls.discard(call)
 
     _calls.add(call)
     future = asyncio.run_coroutine_threadsafe(until_done(), _background_loop())
     try:
-        while not finished.wait(POLL_S):
+        while not call.wait(POLL_S):
             if poll is not None:
                 poll()
         return future.result()
@@ -156,7 +172,7 @@ def run_sync(coro: Coroutine[Any, Any, T], *, poll: Callable[[], None] | None = 
         # Ctrl-C stops the wait (the command line ends the process then: greval.cli.common.run_signals).
         future.cancel()
         with contextlib.suppress(KeyboardInterrupt):
-            while not finished.wait(0.1):
+            while not call.wait(0.1):
                 pass
         raise
     finally:
